@@ -1,0 +1,25 @@
+/* driver.h - the front half as one call: read, parse, lower, run passes. */
+#ifndef MOEC_DRIVER_H
+#define MOEC_DRIVER_H
+
+#include "../passes/pass.h"
+
+enum { DRIVER_MAX_FILE = 64 << 20 };  /* larger model files are refused */
+
+typedef struct Compilation {
+    Arena arena;
+    Diag diag;
+    char *text;          /* the source, malloc'd */
+    size_t len;
+    IrGraph *graph;      /* NULL after errors */
+} Compilation;
+
+/* Reads `path` ("-" is stdin). Reports a missing/unreadable/oversized file
+ * as an error on err_out; returns 0 then. */
+int compilation_read(Compilation *c, const char *path, FILE *err_out);
+/* Parses and lowers c->text into c->graph; then, if ctx is non-NULL, runs
+ * the pass pipeline. Returns 0 on success, 1 after user errors. */
+int compilation_run(Compilation *c, const char *path, const char *text, size_t len, FILE *err_out, PassCtx *ctx);
+void compilation_free(Compilation *c);
+
+#endif

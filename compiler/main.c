@@ -1,0 +1,308 @@
+/* main.c - the `moec` command line.
+ *
+ *   moec check FILE        parse, lower, verify; exit 0, or diagnostics and 1
+ *   moec dump FILE         print the IR (text, JSON or DOT) after the passes
+ *   moec passes            the pass pipeline, one line each
+ *   moec ops               the language's ops with their signatures
+ *
+ * Exit status: 0 success, 1 an error in the user's input (located on
+ * stderr), 2 a usage error (bad command or flag). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+#include "lower.h"
+#include "../ir/util.h"
+
+#ifndef MOEC_VERSION
+#define MOEC_VERSION "0.1.0"
+#endif
+#ifndef MOEC_GIT
+#define MOEC_GIT "unknown"
+#endif
+
+typedef struct Options {
+    const char *command;
+    const char *file;
+    PrintFormat format;
+    const char *print_before, *print_after;
+    int stats;
+    int no_verify;
+} Options;
+
+static const char *const usage_main =
+    "usage: moec <command> [options] [FILE]\n"
+    "\n"
+    "moec compiles mixture-of-experts model descriptions (.moe files) into\n"
+    "fused GPU training programs, and shows every decision it makes.\n"
+    "\n"
+    "commands:\n"
+    "  check FILE      parse, lower and verify a model; print a summary\n"
+    "  dump FILE       print the IR after the pass pipeline\n"
+    "  passes          list the pass pipeline\n"
+    "  ops             list the ops of the model language\n"
+    "  help [COMMAND]  show help for a command\n"
+    "\n"
+    "options for every command:\n"
+    "  --help          help for the command\n"
+    "  --version       print the version\n"
+    "\n"
+    "Run 'moec help COMMAND' for a command's options. The language is described\n"
+    "in docs/language.md, the IR in docs/ir.md.\n";
+
+static const char *const usage_check =
+    "usage: moec check FILE [--print-ir-after PASS|all] [--print-ir-before PASS|all] [--stats]\n"
+    "\n"
+    "Parses FILE, lowers it to IR, runs the pass pipeline with the verifier\n"
+    "after every pass and prints a one-line summary. Errors are printed as\n"
+    "file:line:col with the source line; the exit status is then 1.\n"
+    "\n"
+    "  --print-ir-after PASS|all    print the IR (text) after that pass\n"
+    "  --print-ir-before PASS|all   print the IR (text) before that pass\n"
+    "  --stats                      print each pass's counters on stderr\n"
+    "  --no-verify                  skip the verifier between passes\n";
+
+static const char *const usage_dump =
+    "usage: moec dump FILE [--format text|json|dot] [--print-ir-after PASS|all]\n"
+    "                      [--print-ir-before PASS|all] [--stats]\n"
+    "\n"
+    "Prints the IR of FILE after the whole pass pipeline. With --print-ir-after\n"
+    "or --print-ir-before it prints those snapshots instead, each behind a fixed\n"
+    "header line ('# *** IR after dce ***'; in JSON a {\"stage\": ...} wrapper).\n"
+    "\n"
+    "  --format text|json|dot       text (default; stable across runs), JSON\n"
+    "                               (schema in docs/ir.md) or Graphviz DOT with\n"
+    "                               one cluster per layer\n"
+    "  --print-ir-after PASS|all    print the IR after that pass\n"
+    "  --print-ir-before PASS|all   print the IR before that pass\n"
+    "  --stats                      print each pass's counters on stderr\n"
+    "  --no-verify                  skip the verifier between passes\n";
+
+static const char *const usage_passes =
+    "usage: moec passes\n"
+    "\n"
+    "Lists the pass pipeline in the order it runs: name and summary.\n";
+
+static const char *const usage_ops =
+    "usage: moec ops\n"
+    "\n"
+    "Lists the ops of the model language with their signatures; keyword\n"
+    "arguments show their defaults ('?' = required).\n";
+
+static const char *usage_for(const char *cmd)
+{
+    if (!cmd)
+        return usage_main;
+    if (strcmp(cmd, "check") == 0) return usage_check;
+    if (strcmp(cmd, "dump") == 0) return usage_dump;
+    if (strcmp(cmd, "passes") == 0) return usage_passes;
+    if (strcmp(cmd, "ops") == 0) return usage_ops;
+    return NULL;
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "moec: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nRun 'moec %s--help' for usage.\n", cmd ? cmd : "");
+    return 2;
+}
+
+static int valid_pass_selector(const char *s)
+{
+    return strcmp(s, "all") == 0 || pass_find(s) != NULL;
+}
+
+static int bad_pass_selector(const char *flag, const char *s)
+{
+    fprintf(stderr, "moec: %s: unknown pass '%s'; the passes are:", flag, s);
+    for (int i = 0; i < pass_count(); i++)
+        fprintf(stderr, " %s", pass_get(i)->name);
+    fprintf(stderr, " (or all)\n");
+    return 2;
+}
+
+/* Parses argv after the command. Returns -1 to continue, else an exit code. */
+static int parse_options(int argc, char **argv, Options *o)
+{
+    char cmdsp[64];
+    snprintf(cmdsp, sizeof cmdsp, "%s ", o->command);
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        int takes_value = strcmp(a, "--format") == 0 || strcmp(a, "--print-ir-after") == 0 ||
+                          strcmp(a, "--print-ir-before") == 0;
+        char flag[64] = {0};
+        const char *eq = strchr(a, '=');
+        if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof flag) {
+            memcpy(flag, a, (size_t)(eq - a));
+            takes_value = strcmp(flag, "--format") == 0 || strcmp(flag, "--print-ir-after") == 0 ||
+                          strcmp(flag, "--print-ir-before") == 0;
+            if (takes_value) {
+                val = eq + 1;
+                a = flag;
+            }
+        }
+        if (takes_value && !val) {
+            if (i + 1 >= argc)
+                return usage_error(cmdsp, "option %s needs a value", a);
+            val = argv[++i];
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage_for(o->command), stdout);
+            return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("moec %s (%s)\n", MOEC_VERSION, MOEC_GIT);
+            return 0;
+        } else if (strcmp(a, "--format") == 0) {
+            if (strcmp(o->command, "dump") != 0)
+                return usage_error(cmdsp, "--format belongs to 'moec dump'%s", "");
+            if (strcmp(val, "text") == 0) o->format = PRINT_TEXT;
+            else if (strcmp(val, "json") == 0) o->format = PRINT_JSON;
+            else if (strcmp(val, "dot") == 0) o->format = PRINT_DOT;
+            else return usage_error(cmdsp, "--format: '%s' is not one of text, json, dot", val);
+        } else if (strcmp(a, "--print-ir-after") == 0) {
+            if (!valid_pass_selector(val))
+                return bad_pass_selector(a, val);
+            o->print_after = val;
+        } else if (strcmp(a, "--print-ir-before") == 0) {
+            if (!valid_pass_selector(val))
+                return bad_pass_selector(a, val);
+            o->print_before = val;
+        } else if (strcmp(a, "--stats") == 0) {
+            o->stats = 1;
+        } else if (strcmp(a, "--no-verify") == 0) {
+            o->no_verify = 1;
+        } else if (a[0] == '-' && a[1] != 0) {
+            return usage_error(cmdsp, "unknown option '%s'", a);
+        } else if (o->file) {
+            return usage_error(cmdsp, "one model file at a time (got a second: '%s')", a);
+        } else {
+            o->file = a;
+        }
+    }
+    return -1;
+}
+
+static int64_t count_params(const IrGraph *g, int64_t *expert_params)
+{
+    int64_t total = 0;
+    *expert_params = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op != IR_OP_PARAM)
+            continue;
+        total += ir_numel(n);
+        for (int j = 0; j < g->nnodes; j++) {
+            const IrNode *u = g->nodes[j];
+            if (u->op == IR_OP_GROUPED_LINEAR && u->src[1] == n) {
+                *expert_params += ir_numel(n);
+                break;
+            }
+        }
+    }
+    return total;
+}
+
+static void human(char *buf, size_t size, double v)
+{
+    if (v >= 1e9) snprintf(buf, size, "%.2f B", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, size, "%.2f M", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, size, "%.1f k", v / 1e3);
+    else snprintf(buf, size, "%.0f", v);
+}
+
+static int run_front(const Options *o)
+{
+    if (!o->file)
+        return usage_error(o->command, "'%s' needs a model file", o->command);
+    Compilation c = {0};
+    if (!compilation_read(&c, o->file, stderr))
+        return 1;
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    ctx.print_before = o->print_before;
+    ctx.print_after = o->print_after;
+    ctx.print_format = o->format;
+    ctx.stats = o->stats;
+    ctx.verify_each = !o->no_verify;
+    int rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
+    if (rc == 0) {
+        IrGraph *g = c.graph;
+        if (strcmp(o->command, "dump") == 0) {
+            if (!o->print_after && !o->print_before) {
+                switch (o->format) {
+                case PRINT_TEXT: ir_print_text(g, stdout); break;
+                case PRINT_JSON: ir_print_json(g, stdout); break;
+                case PRINT_DOT: ir_print_dot(g, stdout); break;
+                }
+            }
+        } else {
+            int64_t experts, total = count_params(g, &experts);
+            int64_t E = 0, k = 0;
+            for (int i = 0; i < g->nnodes; i++)
+                if (g->nodes[i]->op == IR_OP_TOPK_EXPERTS) {
+                    k = ir_attr_i(g->nodes[i], IR_ATTR_K);
+                    E = g->nodes[i]->src[0]->shape[g->nodes[i]->src[0]->rank - 1];
+                }
+            double active = (double)(total - experts) + (E ? (double)experts * (double)k / (double)E : 0);
+            char tb[32], ab[32];
+            human(tb, sizeof tb, (double)total);
+            human(ab, sizeof ab, active);
+            printf("%s: ok: model %s, %d IR nodes, %s parameters (%s active per token)\n", o->file, g->model,
+                   g->nnodes, tb, ab);
+        }
+        if (c.diag.nwarnings)
+            fflush(stdout);
+    }
+    compilation_free(&c);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("moec %s (%s)\n", MOEC_VERSION, MOEC_GIT);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0) {
+        const char *u = usage_for(argc > 2 ? argv[2] : NULL);
+        if (!u)
+            return usage_error(NULL, "no command '%s'", argv[2]);
+        fputs(u, stdout);
+        return 0;
+    }
+    if (!usage_for(cmd) || cmd[0] == '-') {
+        return usage_error(NULL, "unknown command '%s' (check, dump, passes, ops, help)", cmd);
+    }
+    Options o = {0};
+    o.command = cmd;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    if (strcmp(cmd, "passes") == 0) {
+        if (o.file)
+            return usage_error("passes ", "'passes' takes no file (got '%s')", o.file);
+        for (int i = 0; i < pass_count(); i++)
+            printf("%-16s %s\n", pass_get(i)->name, pass_get(i)->summary);
+        return 0;
+    }
+    if (strcmp(cmd, "ops") == 0) {
+        for (int i = 0; i < lower_builtin_count(); i++) {
+            BuiltinDoc d = lower_builtin_doc(i);
+            printf("%s\n    %s\n", d.signature, d.summary);
+        }
+        return 0;
+    }
+    return run_front(&o);
+}

@@ -1,0 +1,197 @@
+/* ir.h - the moec intermediate representation.
+ *
+ * A model is one IrGraph: a list of IrNodes in topological order (every
+ * source precedes its users). A node produces exactly one tensor; its op
+ * comes from ops.def, its attributes from attrs.def. Nodes carry a
+ * hierarchical, unique name showing where they came from
+ * (`layers.3.decoder.w_down`) and the source location of the expression
+ * that created them, so that any error about a node can point at the line
+ * the user wrote. Shapes are concrete: `B` and `S` are bound from the train
+ * section when the model is lowered.
+ *
+ * All memory belongs to the graph's arena. */
+#ifndef MOEC_IR_H
+#define MOEC_IR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "diag.h"
+
+enum { IR_MAX_RANK = 4, IR_MAX_SRC = 4 };
+
+/* ---- ops and attributes, generated from the X-macro tables ---- */
+
+typedef enum IrAttrKey {
+#define ATTR(e, name, kind) IR_ATTR_##e,
+#include "attrs.def"
+#undef ATTR
+    IR_ATTR_COUNT
+} IrAttrKey;
+
+typedef enum IrAttrKind { IR_AK_I, IR_AK_F, IR_AK_B, IR_AK_S } IrAttrKind;
+
+#define AT(x) (1u << IR_ATTR_##x)
+
+enum {
+    OPF_LEAF = 1 << 0,
+    OPF_DIFF = 1 << 1,
+    OPF_FUSIBLE = 1 << 2,
+    OPF_LOSS = 1 << 3,
+    OPF_INDEX = 1 << 4,
+};
+
+typedef enum IrOp {
+#define OP(e, name, arity, req, opt, flags) IR_OP_##e,
+#include "ops.def"
+#undef OP
+    IR_OP_COUNT
+} IrOp;
+
+typedef struct IrOpInfo {
+    const char *name;
+    int arity;
+    unsigned required_attrs, optional_attrs;
+    unsigned flags;
+} IrOpInfo;
+
+extern const IrOpInfo ir_op_info[IR_OP_COUNT];
+extern const char *const ir_attr_name[IR_ATTR_COUNT];
+extern const IrAttrKind ir_attr_kind[IR_ATTR_COUNT];
+
+const char *ir_op_name(IrOp op);
+int ir_op_lookup(const char *name);          /* -1 if unknown */
+int ir_attr_lookup(const char *name);        /* -1 if unknown */
+
+/* ---- element types ---- */
+
+typedef enum IrDType {
+    IR_F32, IR_BF16, IR_F16, IR_I32, IR_E4M3, IR_E8M0, IR_DTYPE_COUNT
+} IrDType;
+
+extern const char *const ir_dtype_name[IR_DTYPE_COUNT];
+int ir_dtype_lookup(const char *name);       /* -1 if unknown */
+int ir_dtype_is_float(IrDType t);
+
+/* ---- nodes ---- */
+
+typedef struct IrAttrVal {
+    int64_t i;       /* I and B */
+    double f;        /* F */
+    const char *s;   /* S */
+} IrAttrVal;
+
+typedef struct IrNode IrNode;
+
+struct IrNode {
+    int id;                       /* index in graph->nodes, dense from 0 */
+    IrOp op;
+    int nsrc;
+    IrNode *src[IR_MAX_SRC];
+    SrcLoc src_loc[IR_MAX_SRC];   /* where each argument was written */
+    unsigned attr_set;            /* bit per IrAttrKey present */
+    IrAttrVal attr[IR_ATTR_COUNT];
+    IrDType dtype;
+    int rank;
+    int64_t shape[IR_MAX_RANK];
+    const char *name;             /* unique, hierarchical: layers.3.decoder.w_down */
+    const char *label;            /* what the user called it: w_down (or the op name) */
+    const char *scope;            /* layers.3.decoder ("" at top level) */
+    const char *layer;            /* outermost repeat iteration, layers.3 (NULL outside) */
+    SrcLoc loc;
+    int is_output;                /* named by `output` or the loss: kept by dce */
+    int nuses;                    /* recomputed by ir_count_uses */
+};
+
+/* ---- the train section, typed and defaulted ---- */
+
+typedef enum IrPrecision { IR_PREC_BF16, IR_PREC_MXFP8, IR_PREC_FP8_BLOCK } IrPrecision;
+extern const char *const ir_precision_name[3];
+
+typedef struct IrTrain {
+    const char *optimizer;        /* adamw */
+    double lr, beta1, beta2, eps, weight_decay;
+    const char *schedule;         /* warmup_cosine | constant */
+    int64_t warmup;
+    double min_lr;
+    IrPrecision precision;
+    int64_t ep, dp;
+    int64_t batch, seq;
+    double grad_clip;
+    int64_t steps;
+    const char *alphabet;         /* protein | dna | none */
+    const char *objective;        /* causal_lm | masked_lm (from the loss op) */
+    double aux_loss_coef;
+} IrTrain;
+
+void ir_train_defaults(IrTrain *t);
+
+/* ---- the graph ---- */
+
+typedef struct NameSet NameSet;
+
+typedef struct IrGraph {
+    Arena *arena;
+    const char *model;            /* model name */
+    const char *file;             /* source path */
+    IrNode **nodes;
+    int nnodes, cap;
+    IrNode *loss;                 /* the scalar objective */
+    IrTrain train;
+    NameSet *names;
+} IrGraph;
+
+IrGraph *ir_graph_new(Arena *arena, const char *model, const char *file);
+
+/* A set of strings (arena-backed), for unique names and scopes. */
+NameSet *nameset_new(Arena *a);
+int nameset_has(const NameSet *ns, const char *s);
+void nameset_add(Arena *a, NameSet *ns, const char *s);
+
+/* Creates a node with a unique name derived from scope and label; shape and
+ * dtype are filled by ir_infer_node(). Sources must already be in the graph. */
+IrNode *ir_node_new(IrGraph *g, IrOp op, int nsrc, IrNode *const *src,
+                    const char *scope, const char *label, SrcLoc loc);
+
+void ir_set_attr_i(IrNode *n, IrAttrKey k, int64_t v);
+void ir_set_attr_f(IrNode *n, IrAttrKey k, double v);
+void ir_set_attr_s(IrNode *n, IrAttrKey k, const char *v);
+int ir_has_attr(const IrNode *n, IrAttrKey k);
+int64_t ir_attr_i(const IrNode *n, IrAttrKey k);   /* die()s when absent */
+double ir_attr_f(const IrNode *n, IrAttrKey k);
+const char *ir_attr_s(const IrNode *n, IrAttrKey k);
+
+int64_t ir_numel(const IrNode *n);
+/* "f32[8, 128, 64]" into buf. */
+const char *ir_type_str(const IrNode *n, char *buf, size_t size);
+const char *ir_shape_str(int rank, const int64_t *shape, char *buf, size_t size);
+
+/* Renumbers ids after nodes were removed or inserted. */
+void ir_graph_renumber(IrGraph *g);
+void ir_count_uses(IrGraph *g);
+
+/* ---- shape inference (shape.c) ---- */
+
+/* Computes n's dtype and shape from its sources and attributes. On a
+ * mismatch reports a located, user-level error through d and returns 0. */
+int ir_infer_node(IrNode *n, Diag *d);
+
+/* ---- verifier (verify.c) ---- */
+
+/* Checks structural invariants: arity, attributes, topological order,
+ * unique names, shapes agreeing with inference. Problems are internal
+ * errors (the front end should have rejected bad input first): reported to
+ * `out` with the node named; returns the number found. */
+int ir_verify(const IrGraph *g, FILE *out);
+
+/* ---- printers (print_text.c, print_json.c, print_dot.c) ---- */
+
+void ir_print_text(const IrGraph *g, FILE *out);
+void ir_print_train(const IrTrain *t, FILE *out);
+void ir_print_dot(const IrGraph *g, FILE *out);
+/* Returns a cJSON object (caller owns it: cJSON_Delete). */
+struct cJSON *ir_to_json(const IrGraph *g);
+void ir_print_json(const IrGraph *g, FILE *out);
+
+#endif

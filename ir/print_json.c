@@ -1,0 +1,155 @@
+/* print_json.c - the IR as JSON, through cJSON (schema: docs/ir.md).
+ *
+ * Ownership follows cJSON: every item added to an object belongs to it, and
+ * the one root returned by ir_to_json() is freed by the caller. Numbers
+ * that do not fit a double exactly (none in practice: dims are < 2^48) and
+ * non-finite floats are written as strings. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "util.h"
+
+enum { IR_JSON_VERSION = 1 };
+
+static cJSON *loc_json(const IrGraph *g, SrcLoc loc)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "file", g->file);
+    cJSON_AddNumberToObject(o, "line", loc.line);
+    cJSON_AddNumberToObject(o, "col", loc.col);
+    return o;
+}
+
+static void add_double(cJSON *o, const char *k, double v)
+{
+    if (isfinite(v)) {
+        cJSON_AddNumberToObject(o, k, v);
+    } else {
+        char b[32];
+        cJSON_AddStringToObject(o, k, fmt_double(b, v));
+    }
+}
+
+static cJSON *train_json(const IrTrain *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
+    cJSON_AddStringToObject(opt, "name", t->optimizer);
+    add_double(opt, "lr", t->lr);
+    cJSON *betas = cJSON_AddArrayToObject(opt, "betas");
+    cJSON_AddItemToArray(betas, cJSON_CreateNumber(t->beta1));
+    cJSON_AddItemToArray(betas, cJSON_CreateNumber(t->beta2));
+    add_double(opt, "eps", t->eps);
+    add_double(opt, "weight_decay", t->weight_decay);
+    cJSON *sch = cJSON_AddObjectToObject(o, "schedule");
+    cJSON_AddStringToObject(sch, "name", t->schedule);
+    cJSON_AddNumberToObject(sch, "warmup", (double)t->warmup);
+    add_double(sch, "min_lr", t->min_lr);
+    cJSON_AddStringToObject(o, "precision", ir_precision_name[t->precision]);
+    cJSON_AddNumberToObject(o, "ep", (double)t->ep);
+    cJSON_AddNumberToObject(o, "dp", (double)t->dp);
+    cJSON_AddNumberToObject(o, "batch", (double)t->batch);
+    cJSON_AddNumberToObject(o, "seq", (double)t->seq);
+    add_double(o, "grad_clip", t->grad_clip);
+    cJSON_AddNumberToObject(o, "steps", (double)t->steps);
+    add_double(o, "aux_loss", t->aux_loss_coef);
+    cJSON_AddStringToObject(o, "alphabet", t->alphabet);
+    cJSON_AddStringToObject(o, "objective", t->objective);
+    return o;
+}
+
+static cJSON *node_json(const IrGraph *g, const IrNode *n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", n->id);
+    cJSON_AddStringToObject(o, "name", n->name);
+    cJSON_AddStringToObject(o, "op", ir_op_name(n->op));
+    cJSON *in = cJSON_AddArrayToObject(o, "inputs");
+    for (int s = 0; s < n->nsrc; s++)
+        cJSON_AddItemToArray(in, cJSON_CreateString(n->src[s]->name));
+    cJSON *at = cJSON_AddObjectToObject(o, "attrs");
+    for (int k = 0; k < IR_ATTR_COUNT; k++) {
+        if (!ir_has_attr(n, (IrAttrKey)k))
+            continue;
+        switch (ir_attr_kind[k]) {
+        case IR_AK_I: cJSON_AddNumberToObject(at, ir_attr_name[k], (double)n->attr[k].i); break;
+        case IR_AK_B: cJSON_AddBoolToObject(at, ir_attr_name[k], n->attr[k].i != 0); break;
+        case IR_AK_F: add_double(at, ir_attr_name[k], n->attr[k].f); break;
+        case IR_AK_S: cJSON_AddStringToObject(at, ir_attr_name[k], n->attr[k].s); break;
+        }
+    }
+    cJSON_AddStringToObject(o, "dtype", ir_dtype_name[n->dtype]);
+    cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+    for (int d = 0; d < n->rank; d++)
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)n->shape[d]));
+    cJSON_AddStringToObject(o, "label", n->label);
+    cJSON_AddStringToObject(o, "scope", n->scope);
+    if (n->layer)
+        cJSON_AddStringToObject(o, "layer", n->layer);
+    else
+        cJSON_AddNullToObject(o, "layer");
+    cJSON_AddItemToObject(o, "loc", loc_json(g, n->loc));
+    if (n->is_output)
+        cJSON_AddTrueToObject(o, "output");
+    return o;
+}
+
+cJSON *ir_to_json(const IrGraph *g)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "moec_ir_version", IR_JSON_VERSION);
+    cJSON_AddStringToObject(root, "model", g->model);
+    cJSON_AddStringToObject(root, "file", g->file);
+    cJSON_AddItemToObject(root, "train", train_json(&g->train));
+    cJSON *nodes = cJSON_AddArrayToObject(root, "nodes");
+    for (int i = 0; i < g->nnodes; i++)
+        cJSON_AddItemToArray(nodes, node_json(g, g->nodes[i]));
+    /* layers: each outermost repeat iteration with the names of its nodes */
+    cJSON *layers = cJSON_AddArrayToObject(root, "layers");
+    cJSON *cur = NULL;
+    const char *cur_name = NULL;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (!n->layer)
+            continue;
+        if (!cur_name || strcmp(cur_name, n->layer) != 0) {
+            cJSON *l = NULL;
+            cJSON_ArrayForEach(l, layers)
+                if (strcmp(cJSON_GetObjectItem(l, "name")->valuestring, n->layer) == 0)
+                    break;
+            if (!l) {
+                l = cJSON_CreateObject();
+                cJSON_AddStringToObject(l, "name", n->layer);
+                cJSON_AddArrayToObject(l, "nodes");
+                cJSON_AddItemToArray(layers, l);
+            }
+            cur = cJSON_GetObjectItem(l, "nodes");
+            cur_name = n->layer;
+        }
+        cJSON_AddItemToArray(cur, cJSON_CreateString(n->name));
+    }
+    cJSON *outs = cJSON_AddArrayToObject(root, "outputs");
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->is_output)
+            cJSON_AddItemToArray(outs, cJSON_CreateString(g->nodes[i]->name));
+    if (g->loss)
+        cJSON_AddStringToObject(root, "loss", g->loss->name);
+    else
+        cJSON_AddNullToObject(root, "loss");
+    return root;
+}
+
+void ir_print_json(const IrGraph *g, FILE *out)
+{
+    cJSON *root = ir_to_json(g);
+    char *s = cJSON_Print(root);
+    if (!s)
+        die("cJSON_Print failed");
+    fputs(s, out);
+    fputc('\n', out);
+    cJSON_free(s);
+    cJSON_Delete(root);
+}

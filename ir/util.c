@@ -1,0 +1,45 @@
+/* util.c - die(), float formatting that round-trips, checked arithmetic. */
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void die_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "moec: internal error at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(this is a bug in moec, not in your model)\n");
+    abort();
+}
+
+const char *fmt_double(char buf[32], double d)
+{
+    if (isnan(d)) {
+        snprintf(buf, 32, "nan");
+        return buf;
+    }
+    if (isinf(d)) {
+        snprintf(buf, 32, d < 0 ? "-inf" : "inf");
+        return buf;
+    }
+    snprintf(buf, 32, "%1.15g", d);
+    if (strtod(buf, NULL) != d)
+        snprintf(buf, 32, "%1.17g", d);
+    return buf;
+}
+
+int checked_mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+int checked_add_i64(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}

@@ -1,0 +1,25 @@
+/* util.h - internal-error reporting and small helpers shared by every module.
+ *
+ * Two kinds of error (STYLE.md): bad user input goes through diag.h with a
+ * source location and exit status 1; a broken invariant inside moec is a bug
+ * and goes through die(), which names the file and line and aborts. */
+#ifndef MOEC_UTIL_H
+#define MOEC_UTIL_H
+
+#include <stdint.h>
+
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Shortest "%.15g"/"%.17g" rendering of d that reads back exactly (the cJSON
+ * rule); buf needs 32 bytes. Non-finite values print as inf, -inf, nan. */
+const char *fmt_double(char buf[32], double d);
+
+/* Checked int64 arithmetic: returns 0 on overflow. */
+int checked_mul_i64(int64_t a, int64_t b, int64_t *out);
+int checked_add_i64(int64_t a, int64_t b, int64_t *out);
+
+#endif

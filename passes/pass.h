@@ -1,0 +1,55 @@
+/* pass.h - the pass manager's interface.
+ *
+ * A pass is `int pass_x(IrGraph *, PassCtx *)` in its own file, returning 0
+ * on success and non-zero after reporting an error. The pipeline is ONE
+ * table (pipeline.c); `moec passes` prints it. Passes count what they do in
+ * named statistics (`--stats`). After every pass the verifier runs, so a
+ * pass that breaks an invariant is caught at once, by name. */
+#ifndef MOEC_PASS_H
+#define MOEC_PASS_H
+
+#include <stdio.h>
+
+#include "../ir/ir.h"
+
+enum { PASS_MAX_STATS = 8 };
+
+typedef enum PrintFormat { PRINT_TEXT, PRINT_JSON, PRINT_DOT } PrintFormat;
+
+typedef struct PassCtx {
+    Diag *diag;                    /* user-facing errors (located) */
+    int verify_each;               /* run ir_verify after every pass (default on) */
+    const char *print_before;      /* pass name, "all" or NULL */
+    const char *print_after;
+    PrintFormat print_format;
+    FILE *print_out;               /* where --print-ir-* snapshots go */
+    int stats;                     /* print statistics after the pipeline */
+    FILE *stats_out;
+    long counters[PASS_MAX_STATS]; /* the running pass's statistics */
+} PassCtx;
+
+typedef struct Pass {
+    const char *name;
+    const char *summary;
+    int (*run)(IrGraph *g, PassCtx *ctx);
+    const char *stat_names[PASS_MAX_STATS];  /* counter i's meaning, NULL-terminated */
+} Pass;
+
+void pass_ctx_init(PassCtx *ctx, Diag *diag);
+
+int pass_count(void);
+const Pass *pass_get(int i);
+const Pass *pass_find(const char *name);   /* NULL if unknown */
+
+/* Runs the whole pipeline; stops at the first failing pass. Returns 0 on
+ * success. Internal invariant failures die(). */
+int pass_run_pipeline(IrGraph *g, PassCtx *ctx);
+
+/* Prints one snapshot with its fixed header line. */
+void pass_print_ir(const IrGraph *g, PassCtx *ctx, const char *when, const char *pass);
+
+/* the passes */
+int pass_infer_shapes(IrGraph *g, PassCtx *ctx);
+int pass_dce(IrGraph *g, PassCtx *ctx);
+
+#endif
