@@ -83,7 +83,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
 FUZZ_SRC = $(LIB_SRC) $(GEN)/parser.c $(GEN)/lexer.c tests/fuzz/fuzz_frontend.c
 $(BUILD)/fuzz_frontend: $(FUZZ_SRC) $(GEN)/parser.h $(GEN)/lexer.h
-	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Wno-unused-function \
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wno-unused-function \
 	    $(CPPFLAGS_BASE) -o $@ $(FUZZ_SRC) $(LDLIBS)
 
 fuzz: $(BUILD)/fuzz_frontend
