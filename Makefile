@@ -15,14 +15,15 @@ SANITIZE ?=
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -Wall -Wextra $(if $(WERROR),-Werror) $(OPT) $(SANITIZE) -MMD -MP
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CPPFLAGS_BASE = -I$(BUILD)/gen -Icompiler -DMOEC_GIT='"$(GIT_REV)"'
-LDLIBS   = -lcjson -lm
+LDLIBS   = -lcjson -lz -lm -lpthread
 
 GEN      = $(BUILD)/gen
 IR_SRC   = ir/arena.c ir/util.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c
-PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c
+PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
-LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC)
+RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c
+LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o
 
 .PHONY: all test test-plain test-asan fuzz clean deps
@@ -65,7 +66,10 @@ $(BUILD)/filecheck: $(BUILD)/obj/tests/filecheck.o
 $(BUILD)/test_ir: $(BUILD)/obj/tests/unit/test_ir.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
 
-TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(BUILD)/test_ir
+$(BUILD)/test_gradcheck: $(BUILD)/obj/tests/unit/test_gradcheck.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+
+TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(BUILD)/test_ir $(BUILD)/test_gradcheck
 
 test-plain: $(TEST_BINS)
 	@bash tests/run.sh $(BUILD)
@@ -73,7 +77,7 @@ test-plain: $(TEST_BINS)
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
 	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    build-asan/moec build-asan/filecheck build-asan/test_ir
+	    build-asan/moec build-asan/filecheck build-asan/test_ir build-asan/test_gradcheck
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan
 
 test: test-plain test-asan

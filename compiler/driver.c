@@ -77,7 +77,7 @@ int compilation_run(Compilation *c, const char *path, const char *text, size_t l
     }
     AstModel *m = parse_model(&c->arena, &c->diag, text, len);
     if (m)
-        c->graph = lower_model(&c->arena, &c->diag, m, path);
+        c->graph = lower_model(&c->arena, &c->diag, m, path, &c->opts);
     if (!c->graph || c->diag.nerrors) {
         c->graph = NULL;
         diag_finish(&c->diag);

@@ -3,6 +3,7 @@
 #define MOEC_DRIVER_H
 
 #include "../passes/pass.h"
+#include "lower.h"
 
 enum { DRIVER_MAX_FILE = 64 << 20 };  /* larger model files are refused */
 
@@ -12,6 +13,7 @@ typedef struct Compilation {
     char *text;          /* the source, malloc'd */
     size_t len;
     IrGraph *graph;      /* NULL after errors */
+    LowerOptions opts;   /* set before compilation_run; zero = as the file says */
 } Compilation;
 
 /* Reads `path` ("-" is stdin). Reports a missing/unreadable/oversized file

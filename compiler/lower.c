@@ -108,6 +108,7 @@ typedef struct Lower {
     Value ret;                 /* a block's return value */
     int returned;
     int block_nodes;           /* nodes created, to cap runaway unrolling */
+    PtrVec routings;           /* every route_topk, for the train section's aux_loss */
 } Lower;
 
 enum { MAX_NODES = 4000000, MAX_BLOCK_DEPTH = 64 };
@@ -382,6 +383,7 @@ static Value lower_route_topk(Lower *L, const AstExpr *call, CallArgs *a, const 
     r->scope = L->scope;
     r->label = hint ? hint : "route";
     r->loc = call->loc;
+    ptrvec_push(L->arena, &L->routings, r);
     Value v = NONE;
     v.kind = V_ROUTING;
     v.r = r;
@@ -1502,7 +1504,7 @@ static void lower_train(Lower *L, const AstModel *m)
 
 /* --------------------------------------------------------------- driver */
 
-IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *m, const char *path)
+IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *m, const char *path, const LowerOptions *opt)
 {
     Lower L = {0};
     L.arena = arena;
@@ -1513,6 +1515,12 @@ IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *m, const char *pa
     int errs = diag->nerrors;
 
     lower_train(&L, m);
+    if (opt && opt->batch > 0)
+        L.g->train.batch = opt->batch;
+    if (opt && opt->seq > 0)
+        L.g->train.seq = opt->seq;
+    if (opt && opt->has_precision)
+        L.g->train.precision = opt->precision;
 
     Env top = {0};
     Value v = num_int(L.g->train.batch);
@@ -1541,6 +1549,25 @@ IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *m, const char *pa
         char b[64];
         diag_error(diag, ln->loc, "`loss` must be a scalar, but it is %s", ir_type_str(ln, b, sizeof b));
         return NULL;
+    }
+    /* `aux_loss C` in the train section adds C * the load-balancing loss of
+     * every routing to the objective */
+    if (L.g->train.aux_loss_coef > 0 && L.routings.len) {
+        L.scope = "";
+        L.layer = NULL;
+        IrNode *total = ln;
+        for (int i = 0; i < L.routings.len; i++) {
+            Routing *r = L.routings.items[i];
+            IrNode *aux = r_aux(&L, r);
+            IrNode *sc = node_begin(&L, IR_OP_SCALE, 1, &aux, &r->loc, "", "aux_scaled", r->loc);
+            ir_set_attr_f(sc, IR_ATTR_FACTOR, L.g->train.aux_loss_coef);
+            node_done(&L, sc);
+            IrNode *src[2] = {total, sc};
+            SrcLoc locs[2] = {ln->loc, r->loc};
+            total = node_begin(&L, IR_OP_ADD, 2, src, locs, "", "loss_total", ln->loc);
+            node_done(&L, total);
+        }
+        ln = total;
     }
     ln->is_output = 1;
     L.g->loss = ln;

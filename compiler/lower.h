@@ -10,7 +10,14 @@
  * (attention, route_topk, dispatch, combine, moe) into IR nodes, and
  * infers every node's shape as it is created. Errors are reported through
  * diag at the user's source line; returns NULL if there were any. */
-IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *model, const char *path);
+typedef struct LowerOptions {
+    int64_t batch, seq;   /* override the train section (0: keep) */
+    int has_precision;    /* override the train section's precision with: */
+    IrPrecision precision;
+} LowerOptions;
+
+/* opt may be NULL. */
+IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *model, const char *path, const LowerOptions *opt);
 
 /* The built-in ops of the language, for `moec ops` and the docs. */
 typedef struct BuiltinDoc {

@@ -138,6 +138,9 @@ typedef struct IrGraph {
     IrNode **nodes;
     int nnodes, cap;
     IrNode *loss;                 /* the scalar objective */
+    /* filled by the autodiff pass: grads[i] is d loss / d params[i] */
+    IrNode **params, **grads;
+    int nparams;
     IrTrain train;
     NameSet *names;
 } IrGraph;

@@ -135,6 +135,13 @@ cJSON *ir_to_json(const IrGraph *g)
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->is_output)
             cJSON_AddItemToArray(outs, cJSON_CreateString(g->nodes[i]->name));
+    cJSON *grads = cJSON_AddArrayToObject(root, "grads");
+    for (int p = 0; p < g->nparams; p++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "param", g->params[p]->name);
+        cJSON_AddStringToObject(o, "grad", g->grads[p]->name);
+        cJSON_AddItemToArray(grads, o);
+    }
     if (g->loss)
         cJSON_AddStringToObject(root, "loss", g->loss->name);
     else

@@ -69,8 +69,15 @@ void ir_print_text(const IrGraph *g, FILE *out)
             fprintf(out, "  @%d:%d", n->loc.line, n->loc.col);
         fputc('\n', out);
     }
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->is_output)
+    /* gradients are outputs too; they are listed by the param they belong to */
+    for (int i = 0; i < g->nnodes; i++) {
+        int is_grad = 0;
+        for (int p = 0; p < g->nparams; p++)
+            is_grad |= g->grads[p] == g->nodes[i];
+        if (g->nodes[i]->is_output && !is_grad)
             fprintf(out, "  output %%%s\n", g->nodes[i]->name);
+    }
+    for (int p = 0; p < g->nparams; p++)
+        fprintf(out, "  grad %%%s = %%%s\n", g->params[p]->name, g->grads[p]->name);
     fprintf(out, "}\n");
 }

@@ -381,6 +381,84 @@ static int infer_op(IrNode *n, Diag *d)
         set_shape(n, IR_F32, 0, NULL);
         return 1;
     }
+    /* ---- gradient ops: their shapes follow from the forward op they
+     * differentiate; a mismatch here is a bug in autodiff, not user input,
+     * so the checks are terse. */
+    case IR_OP_FILL:
+        return 1;
+    case IR_OP_SLICE: {
+        IrNode *x = n->src[0];
+        int64_t off = ir_attr_i(n, IR_ATTR_OFFSET), size = ir_attr_i(n, IR_ATTR_SIZE);
+        if (x->rank < 1 || off < 0 || size < 1 || off + size > last(x))
+            return fail(&c, -1, "slice [%lld, %lld) out of range of %s", (long long)off, (long long)(off + size),
+                        shp(x, b1));
+        return out_lead_plus(&c, x, size, x->dtype);
+    }
+    case IR_OP_EMBEDDING_DW:
+        copy_shape(n, n->src[2]);
+        return 1;
+    case IR_OP_LINEAR_DX: {
+        IrNode *dy = n->src[0], *w = n->src[1];
+        if (w->rank != 2 || last(dy) != w->shape[0])
+            return fail(&c, -1, "dy %s does not match weight %s", shp(dy, b1), shp(w, b2));
+        return out_lead_plus(&c, dy, w->shape[1], dy->dtype);
+    }
+    case IR_OP_LINEAR_DW: {
+        IrNode *dy = n->src[0], *x = n->src[1];
+        if (!same_lead(dy, x))
+            return fail(&c, -1, "dy %s and x %s disagree", shp(dy, b1), shp(x, b2));
+        int64_t sh[2] = {last(dy), last(x)};
+        set_shape(n, dy->dtype, 2, sh);
+        return 1;
+    }
+    case IR_OP_RMSNORM_DX:
+    case IR_OP_ROPE_DX:
+    case IR_OP_SILU_DX:
+    case IR_OP_GELU_DX:
+        if (n->op != IR_OP_ROPE_DX && !same_shape(n->src[0], n->src[1]))
+            return fail(&c, -1, "dy %s and x %s disagree", shp(n->src[0], b1), shp(n->src[1], b2));
+        copy_shape(n, n->src[0]);
+        return 1;
+    case IR_OP_RMSNORM_DW: {
+        int64_t d = last(n->src[1]);
+        set_shape(n, n->src[0]->dtype, 1, &d);
+        return 1;
+    }
+    case IR_OP_SDPA_BWD: {
+        IrNode *q = n->src[1], *k = n->src[2];
+        return out_lead_plus(&c, q, last(q) + 2 * last(k), q->dtype);
+    }
+    case IR_OP_SWIGLU_DX:
+    case IR_OP_SCALED_SWIGLU_DH:
+        copy_shape(n, n->src[1]);
+        return 1;
+    case IR_OP_TOPK_PROBS_DX:
+    case IR_OP_AUX_LOSS_DX:
+    case IR_OP_CROSS_ENTROPY_DX:
+        copy_shape(n, n->src[1]);
+        n->dtype = IR_F32;
+        return 1;
+    case IR_OP_DISPATCH_PROBS_DX:
+        copy_shape(n, n->src[1]);
+        n->dtype = IR_F32;
+        return 1;
+    case IR_OP_GROUPED_LINEAR_DX: {
+        IrNode *dy = n->src[0], *w = n->src[1];
+        int64_t sh[2] = {dy->shape[0], w->shape[2]};
+        set_shape(n, dy->dtype, 2, sh);
+        return 1;
+    }
+    case IR_OP_GROUPED_LINEAR_DW: {
+        IrNode *dy = n->src[0], *x = n->src[1], *sp = n->src[2];
+        int64_t sh[3] = {sp->shape[0], dy->shape[1], x->shape[1]};
+        set_shape(n, dy->dtype, 3, sh);
+        return 1;
+    }
+    case IR_OP_SCALED_SWIGLU_DP: {
+        int64_t r = n->src[1]->shape[0];
+        set_shape(n, IR_F32, 1, &r);
+        return 1;
+    }
     case IR_OP_COUNT:
         break;
     }

@@ -51,5 +51,6 @@ void pass_print_ir(const IrGraph *g, PassCtx *ctx, const char *when, const char 
 /* the passes */
 int pass_infer_shapes(IrGraph *g, PassCtx *ctx);
 int pass_dce(IrGraph *g, PassCtx *ctx);
+int pass_autodiff(IrGraph *g, PassCtx *ctx);
 
 #endif

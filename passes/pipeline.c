@@ -13,6 +13,8 @@ static const Pass pipeline[] = {
      pass_infer_shapes, {"nodes checked", "shapes changed", NULL}},
     {"dce", "remove nodes that no output or loss depends on",
      pass_dce, {"nodes removed", "params removed", NULL}},
+    {"autodiff", "append the backward graph: one gradient rule per op, d loss / d every param",
+     pass_autodiff, {"gradient nodes", "gradient sums", "params with zero gradient", NULL}},
 };
 
 int pass_count(void) { return ARRAY_LEN(pipeline); }

@@ -1,0 +1,52 @@
+/* cpu.h - the CPU reference backend: executes an IR graph with plain C.
+ *
+ * A CpuPlan gives every node a buffer. Buffers of intermediate tensors are
+ * reused once their last user has run (liveness over the node order), so
+ * the planned peak is close to what a real allocator would need; inputs and
+ * params are bound to caller-owned storage; outputs (the loss, gradients,
+ * `output` tensors) keep their buffers to the end. Two precisions: F32 for
+ * training, F64 for the check mode that gradients are verified in. */
+#ifndef MOEC_CPU_H
+#define MOEC_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../ir/ir.h"
+
+typedef enum CpuPrecision { CPU_F32, CPU_F64 } CpuPrecision;
+
+typedef struct CpuPlan {
+    const IrGraph *g;
+    CpuPrecision prec;
+    void **buf;          /* [nnodes] */
+    size_t *bytes;       /* [nnodes] */
+    void **blocks;       /* owned allocations */
+    size_t *block_size;
+    int nblocks;
+    size_t planned_bytes;  /* sum of the blocks: the activation peak */
+} CpuPlan;
+
+/* Elements are 4 bytes for i32 and for floats in F32, 8 for floats in F64. */
+size_t cpu_elem_size(const IrNode *n, CpuPrecision prec);
+
+void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec);
+void cpu_plan_free(CpuPlan *p);
+/* Points an input or param node at caller-owned data (cpu_elem_size each). */
+void cpu_plan_bind(CpuPlan *p, const IrNode *n, void *data);
+/* Runs nodes [from, to) in order. */
+void cpu_plan_run_range(CpuPlan *p, int from, int to);
+void cpu_plan_run(CpuPlan *p);
+void *cpu_plan_data(const CpuPlan *p, const IrNode *n);
+double cpu_plan_scalar(const CpuPlan *p, const IrNode *n);
+
+/* Threads for the row-parallel kernels (default 1). Results do not depend
+ * on the count: each output element is computed by one thread. */
+void cpu_set_threads(int n);
+int cpu_get_threads(void);
+void cpu_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
+
+void cpu_exec_node_f32(const IrNode *n, void *const *buf);
+void cpu_exec_node_f64(const IrNode *n, void *const *buf);
+
+#endif

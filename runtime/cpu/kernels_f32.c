@@ -1,0 +1,11 @@
+/* kernels_f32.c - the reference kernels with fp32 storage (training). */
+#include <stdlib.h>
+
+#include "cpu.h"
+#include "../../ir/util.h"
+
+typedef float real;
+#define KFN(name) name##_f32
+#include "kernels.inc"
+
+void cpu_exec_node_f32(const IrNode *n, void *const *buf) { exec_node_f32(n, buf); }
