@@ -22,7 +22,8 @@ IR_SRC   = ir/arena.c ir/util.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
-RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c
+RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c \
+           runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c
 LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o
 
@@ -51,6 +52,9 @@ $(GEN)/%.o: $(GEN)/%.c $(GEN)/parser.h $(GEN)/lexer.h
 $(BUILD)/obj/%.o: %.c $(GEN)/parser.h $(GEN)/lexer.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -c -o $@ $<
+
+# the reference kernels are the CPU training path: let the compiler vectorise
+$(BUILD)/obj/runtime/cpu/kernels_f32.o $(BUILD)/obj/runtime/cpu/kernels_f64.o: OPT := -O3 -g
 
 $(BUILD)/libmoec.a: $(LIB_OBJ)
 	rm -f $@

@@ -894,10 +894,7 @@ static Value call_block(Lower *L, Env *env, const AstExpr *e, const AstStmt *blk
         return NONE;
     const char *saved_scope = L->scope;
     const char *base = *L->scope ? arena_printf(L->arena, "%s.%s", L->scope, blk->name) : blk->name;
-    const char *scope = base;
-    for (int i = 1; nameset_has(L->scopes, scope); i++)
-        scope = arena_printf(L->arena, "%s.%d", base, i);
-    nameset_add(L->arena, L->scopes, scope);
+    const char *scope = nameset_unique(L->arena, L->scopes, base);
     L->scope = scope;
     L->stack[L->depth++] = blk;
     Value saved_ret = L->ret;

@@ -14,6 +14,9 @@
 #include "driver.h"
 #include "lower.h"
 #include "../ir/util.h"
+#include "../runtime/payload.h"
+#include "../runtime/plot.h"
+#include "../runtime/train.h"
 
 #ifndef MOEC_VERSION
 #define MOEC_VERSION "0.1.0"
@@ -29,6 +32,7 @@ typedef struct Options {
     const char *print_before, *print_after;
     int stats;
     int no_verify;
+    const char *output;      /* -o */
 } Options;
 
 static const char *const usage_main =
@@ -40,6 +44,8 @@ static const char *const usage_main =
     "commands:\n"
     "  check FILE      parse, lower and verify a model; print a summary\n"
     "  dump FILE       print the IR after the pass pipeline\n"
+    "  compile FILE -o OUT   write a standalone training binary\n"
+    "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
     "  passes          list the pass pipeline\n"
     "  ops             list the ops of the model language\n"
     "  help [COMMAND]  show help for a command\n"
@@ -90,10 +96,29 @@ static const char *const usage_ops =
     "Lists the ops of the model language with their signatures; keyword\n"
     "arguments show their defaults ('?' = required).\n";
 
+static const char *const usage_compile =
+    "usage: moec compile FILE -o OUT\n"
+    "\n"
+    "Compiles the model in FILE into OUT, a standalone training binary: the\n"
+    "runtime plus the compiled plan. It needs no moec installation beside it.\n"
+    "Run 'OUT --help' for its flags; typically:\n"
+    "    OUT --data sequences.fasta --steps 1000 --log metrics.jsonl --ckpt-dir ckpt\n"
+    "The model's train section must name its alphabet (protein or dna), and its\n"
+    "vocabulary must match that alphabet.\n";
+
+static const char *const usage_plot =
+    "usage: moec plot METRICS.jsonl -o OUT.svg\n"
+    "\n"
+    "Draws the training loss (raw and smoothed) and validation loss of a\n"
+    "training run's --log file against steps, with the unigram entropy as a\n"
+    "reference line, as an SVG.\n";
+
 static const char *usage_for(const char *cmd)
 {
     if (!cmd)
         return usage_main;
+    if (strcmp(cmd, "compile") == 0) return usage_compile;
+    if (strcmp(cmd, "plot") == 0) return usage_plot;
     if (strcmp(cmd, "check") == 0) return usage_check;
     if (strcmp(cmd, "dump") == 0) return usage_dump;
     if (strcmp(cmd, "passes") == 0) return usage_passes;
@@ -174,6 +199,12 @@ static int parse_options(int argc, char **argv, Options *o)
             o->stats = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
             o->no_verify = 1;
+        } else if (strcmp(a, "-o") == 0) {
+            if (strcmp(o->command, "compile") != 0 && strcmp(o->command, "plot") != 0)
+                return usage_error(cmdsp, "-o belongs to 'moec compile' and 'moec plot'%s", "");
+            if (i + 1 >= argc)
+                return usage_error(cmdsp, "-o needs a file name%s", "");
+            o->output = argv[++i];
         } else if (a[0] == '-' && a[1] != 0) {
             return usage_error(cmdsp, "unknown option '%s'", a);
         } else if (o->file) {
@@ -230,7 +261,24 @@ static int run_front(const Options *o)
     int rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
     if (rc == 0) {
         IrGraph *g = c.graph;
-        if (strcmp(o->command, "dump") == 0) {
+        if (strcmp(o->command, "compile") == 0) {
+            Diag d;
+            diag_init(&d, o->file, c.text, c.len, stderr);
+            char err[1024];
+            if (!train_check_alphabet(g, &d)) {
+                rc = 1;
+            } else {
+                char *json = train_plan_json(o->file, c.text, c.len);
+                if (!payload_write_binary("/proc/self/exe", o->output, json, err, sizeof err)) {
+                    fprintf(stderr, "moec: error: %s\n", err);
+                    rc = 1;
+                } else {
+                    printf("%s: wrote %s (model %s, %d IR nodes); run '%s --help'\n", o->file, o->output, g->model,
+                           g->nnodes, o->output);
+                }
+                free(json);
+            }
+        } else if (strcmp(o->command, "dump") == 0) {
             if (!o->print_after && !o->print_before) {
                 switch (o->format) {
                 case PRINT_TEXT: ir_print_text(g, stdout); break;
@@ -262,6 +310,13 @@ static int run_front(const Options *o)
 
 int main(int argc, char **argv)
 {
+    /* a training binary is this executable with a plan appended */
+    Payload payload;
+    if (payload_read("/proc/self/exe", &payload)) {
+        int rc = train_main(argc, argv, payload.json);
+        payload_free(&payload);
+        return rc;
+    }
     if (argc < 2) {
         fputs(usage_main, stderr);
         return 2;
@@ -283,7 +338,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!usage_for(cmd) || cmd[0] == '-') {
-        return usage_error(NULL, "unknown command '%s' (check, dump, passes, ops, help)", cmd);
+        return usage_error(NULL, "unknown command '%s' (check, dump, compile, plot, passes, ops, help)", cmd);
     }
     Options o = {0};
     o.command = cmd;
@@ -304,5 +359,18 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (strcmp(cmd, "plot") == 0) {
+        if (!o.file || !o.output)
+            return usage_error("plot ", "usage: moec plot METRICS.jsonl -o OUT.svg%s", "");
+        char err[1024];
+        if (plot_metrics_svg(o.file, o.output, NULL, err, sizeof err) != 0) {
+            fprintf(stderr, "moec: error: %s\n", err);
+            return 1;
+        }
+        printf("wrote %s\n", o.output);
+        return 0;
+    }
+    if (strcmp(cmd, "compile") == 0 && !o.output)
+        return usage_error("compile ", "compile needs -o OUT, the training binary to write%s", "");
     return run_front(&o);
 }

@@ -1,0 +1,183 @@
+/* data.h - training data: alphabets (tokenizers), a FASTA reader, the
+ * train/validation split, and a loader that packs sequences into fixed rows.
+ *
+ * The pipeline is FASTA file(s) -> FastaSet (every sequence tokenized, in one
+ * buffer) -> split by a seeded hash of each sequence's index -> per split, an
+ * endless token stream BOS + sequence + EOS, shuffled per epoch -> rows of
+ * `seq` tokens with causal or masked targets. Everything random is derived
+ * from the seed with our own PRNG, so a run is reproducible on any libc and
+ * the loader's position can be saved in a checkpoint and restored exactly. */
+#ifndef MOEC_RUNTIME_DATA_H
+#define MOEC_RUNTIME_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- alphabets ---------------------------------------------------------- */
+
+typedef enum { ALPHABET_PROTEIN, ALPHABET_DNA } AlphabetKind;
+
+/* A token vocabulary and the mapping of FASTA characters onto it.
+ *   protein: ESM-2's 33 tokens: <cls> <pad> <eos> <unk>, the 25 residue
+ *            letters L A G V S E R T I D P K Q N F Y M H W C X B U Z O (ids
+ *            4..28), . - <null_1> <mask>.
+ *   dna:     <pad> <bos> <eos> <mask> A C G T N.
+ * `unk` is the id that characters outside the alphabet become, and they are
+ * counted: X for protein (ESM-2's <unk>, id 3, is in the vocabulary for
+ * compatibility but the reader never produces it), N for DNA. */
+typedef struct Alphabet {
+    AlphabetKind kind;
+    const char *name;            /* "protein", "dna" */
+    int vocab;                   /* 33, 9 */
+    int pad, bos, eos, mask, unk; /* bos is <cls> for protein */
+    int random_first, random_count; /* ids a masked position may be replaced
+                                     * by: the 20 standard amino acids, ACGT */
+    const char *const *tokens;   /* [vocab] token names, by id */
+    uint8_t map[256];            /* character -> id; 0 (a special token no
+                                  * character maps to) when not in the alphabet */
+} Alphabet;
+
+const Alphabet *alphabet_get(AlphabetKind kind);
+int alphabet_lookup(const char *name);            /* "protein"/"dna" -> kind, else -1 */
+/* The id of one sequence character (either case; DNA U/u reads as T), or -1
+ * when it is not in the alphabet (the reader then uses a->unk and counts it). */
+int alphabet_encode(const Alphabet *a, int c);
+int alphabet_token_id(const Alphabet *a, const char *token);  /* by name, or -1 */
+
+/* ---- FASTA -------------------------------------------------------------- */
+
+/* Every sequence read so far, tokenized without special tokens: sequence i is
+ * tokens[offsets[i] .. offsets[i+1]). */
+typedef struct FastaSet {
+    const Alphabet *alphabet;    /* fixed by the first fasta_read */
+    uint8_t *tokens;
+    int64_t ntokens, tokens_cap;
+    int64_t *offsets;            /* [nseq + 1] */
+    int64_t *unknown;            /* [nseq] unknown characters in each sequence */
+    int64_t nseq, seq_cap;
+    int64_t nunknown;            /* characters mapped to a->unk, all sequences */
+    int64_t nempty;              /* records with no sequence, skipped */
+    int64_t nstops;              /* trailing '*' dropped from protein records */
+    int nfiles;
+} FastaSet;
+
+void fasta_set_init(FastaSet *fs);
+void fasta_set_free(FastaSet *fs);
+static inline int64_t fasta_seq_len(const FastaSet *fs, int64_t i)
+{
+    return fs->offsets[i + 1] - fs->offsets[i];
+}
+
+/* Appends the records of one FASTA file, plain or gzip-compressed (zlib
+ * detects which). Returns 1, or 0 with a message "path:LINE: error: ..." in
+ * err (no line when the file cannot be opened) and fs exactly as it was
+ * before the call. Empty records are skipped and counted in fs->nempty; a
+ * file without any sequence is an error. Lines may be of any length. */
+int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, size_t errlen);
+
+/* ---- split -------------------------------------------------------------- */
+
+#define DATA_VAL_FRACTION 0.01
+#define DATA_IGNORE_INDEX (-100)     /* a target that takes no part in the loss */
+
+enum { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_VAL = 1 };
+
+/* Which split each sequence belongs to: a malloc'd array of fs->nseq bytes
+ * (0 train, 1 validation; freed by the caller). Sequence i goes to
+ * validation when a hash of (seed, i) falls below val_fraction; with two or
+ * more sequences each split gets at least one (a lone sequence is for
+ * training). */
+uint8_t *data_split_assign(const FastaSet *fs, uint64_t seed, double val_fraction);
+
+typedef struct DataSplitStats {
+    int64_t nseq, nresidues, nunknown;
+} DataSplitStats;
+
+void data_split_stats(const FastaSet *fs, uint64_t seed, double val_fraction, DataSplitStats stats[2]);
+
+/* ---- loader ------------------------------------------------------------- */
+
+typedef enum { OBJECTIVE_CAUSAL, OBJECTIVE_MASKED } Objective;
+
+typedef struct DataOptions {
+    double val_fraction;         /* DATA_VAL_FRACTION */
+    int64_t max_len;             /* residues kept of a longer sequence (a random
+                                  * window); <= 0 means seq - 2, so a cropped
+                                  * sequence with BOS and EOS fills one row */
+    double mask_prob;            /* MASKED: share of residue positions chosen, 0.15 */
+} DataOptions;
+
+#define DATA_OPTIONS_DEFAULT ((DataOptions){DATA_VAL_FRACTION, 0, 0.15})
+
+/* Everything that moves while batches are drawn. A plain struct of fixed-size
+ * fields: write it into a checkpoint as is; data_loader_state_set puts a
+ * loader built with the same data and settings back at exactly that point. */
+typedef struct DataLoaderState {
+    uint64_t rng[4];             /* xoshiro256** state for masking */
+    int64_t epoch;               /* epochs begun (train; validation stays at 0) */
+    int64_t pos;                 /* index in the epoch's order of the current sequence */
+    int64_t off;                 /* tokens of that sequence already emitted */
+    int64_t carry;               /* CAUSAL: the previous row's last token, -1 none */
+    int64_t rows;                /* rows produced since init or reset */
+    uint64_t fingerprint;        /* the data and settings this state belongs to */
+} DataLoaderState;
+
+typedef struct DataLoader {
+    const FastaSet *fs;
+    const Alphabet *a;
+    int split;                   /* DATA_SPLIT_TRAIN or DATA_SPLIT_VAL */
+    Objective obj;
+    int64_t batch, seq;
+    uint64_t seed;
+    DataOptions opt;
+    int64_t *seqs, nseqs;        /* this split's sequence indices, file order */
+    int64_t *order;              /* seqs in the order of epoch order_epoch */
+    int64_t order_epoch;
+    int64_t stream_len;          /* tokens in one epoch of the stream */
+    int32_t *row;                /* scratch: one row plus the causal extra token */
+    DataLoaderState st;
+} DataLoader;
+
+/* Builds a loader over one split; batch rows of seq tokens per call. Returns 1,
+ * or 0 (nothing to free) when the split has no sequences. fs must outlive
+ * the loader and not be appended to meanwhile. The split and seed are the
+ * same for the train and validation loaders of one run, so they partition
+ * the set. The training loader
+ * runs forever, reshuffling each epoch; the validation loader makes one fixed
+ * pass (same order, crops and masks every time) and then yields padding with
+ * DATA_IGNORE_INDEX targets until data_loader_reset. */
+int data_loader_init(DataLoader *l, const FastaSet *fs, const Alphabet *a, int split, int64_t batch, int64_t seq,
+                     uint64_t seed, Objective obj);
+int data_loader_init_opts(DataLoader *l, const FastaSet *fs, const Alphabet *a, int split, int64_t batch,
+                          int64_t seq, uint64_t seed, Objective obj, const DataOptions *opt);
+void data_loader_free(DataLoader *l);
+
+/* Fills tokens[batch*seq] and targets[batch*seq]. CAUSAL: a row is seq+1
+ * consecutive stream tokens w, tokens = w[0..seq-1], targets = w[1..seq];
+ * the next row starts at w[seq], so every stream token is a target once.
+ * MASKED: a row is seq stream tokens; mask_prob of the residue positions get
+ * their token as target and, as input, <mask> (80%), a random residue (10%)
+ * or themselves (10%); all other targets are DATA_IGNORE_INDEX. Each batch has
+ * at least one masked position when it has any residue. */
+void data_loader_next(DataLoader *l, int32_t *tokens, int32_t *targets);
+
+/* Rows in one pass over the split's stream (for validation, the last one
+ * partly padding). */
+int64_t data_loader_rows(const DataLoader *l);
+/* Back to the start: first epoch, initial masking RNG. */
+void data_loader_reset(DataLoader *l);
+
+void data_loader_state_get(const DataLoader *l, DataLoaderState *st);
+/* Returns 1, or 0 (loader unchanged) when st was taken from a loader over
+ * other data or with other settings (seed, split, objective, seq, options). */
+int data_loader_state_set(DataLoader *l, const DataLoaderState *st);
+
+/* ---- statistics --------------------------------------------------------- */
+
+/* Entropy in nats of the tokens that are targets in one split, the loss a
+ * model that ignores context would reach. CAUSAL: residues, EOS and BOS (the
+ * target after an EOS is the next sequence's BOS); MASKED: residues. Counted
+ * over whole sequences, before cropping. 0 for an empty split. */
+double data_unigram_entropy(const FastaSet *fs, uint64_t seed, double val_fraction, int split, Objective obj);
+
+#endif

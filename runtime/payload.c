@@ -1,0 +1,110 @@
+/* payload.c - appending a plan to the executable and finding it again. */
+#include "payload.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'P', 'L', 'N', '1'};
+
+/* Size of exe without its payload; sets *plen to the payload length. */
+static long exe_body_size(FILE *f, uint64_t *plen)
+{
+    *plen = 0;
+    if (fseek(f, 0, SEEK_END) != 0)
+        return -1;
+    long size = ftell(f);
+    if (size < 16)
+        return size;
+    unsigned char tail[16];
+    if (fseek(f, size - 16, SEEK_SET) != 0 || fread(tail, 1, 16, f) != 16)
+        return -1;
+    if (memcmp(tail + 8, MAGIC, 8) != 0)
+        return size;
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; i--)
+        len = len << 8 | tail[i];
+    if (len > (uint64_t)size - 16)
+        return size;  /* not ours: treat as no payload */
+    *plen = len;
+    return size - 16 - (long)len;
+}
+
+int payload_read(const char *exe, Payload *p)
+{
+    memset(p, 0, sizeof *p);
+    FILE *f = fopen(exe, "rb");
+    if (!f)
+        return 0;
+    uint64_t len;
+    long body = exe_body_size(f, &len);
+    if (body < 0 || len == 0 || len > (64u << 20)) {
+        fclose(f);
+        return 0;
+    }
+    p->json = malloc(len + 1);
+    if (!p->json || fseek(f, body, SEEK_SET) != 0 || fread(p->json, 1, len, f) != len) {
+        free(p->json);
+        p->json = NULL;
+        fclose(f);
+        return 0;
+    }
+    p->json[len] = 0;
+    p->len = len;
+    fclose(f);
+    return 1;
+}
+
+void payload_free(Payload *p)
+{
+    free(p->json);
+    p->json = NULL;
+}
+
+int payload_write_binary(const char *exe, const char *out, const char *json, char *err, size_t errlen)
+{
+    FILE *in = fopen(exe, "rb");
+    if (!in) {
+        snprintf(err, errlen, "cannot read the moec executable '%s': %s", exe, strerror(errno));
+        return 0;
+    }
+    uint64_t oldlen;
+    long body = exe_body_size(in, &oldlen);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    FILE *o = body < 0 ? NULL : fopen(tmp, "wb");
+    if (!o) {
+        snprintf(err, errlen, "cannot write '%s': %s", out, strerror(errno));
+        fclose(in);
+        return 0;
+    }
+    int ok = fseek(in, 0, SEEK_SET) == 0;
+    char buf[1 << 16];
+    long left = body;
+    while (ok && left > 0) {
+        size_t n = fread(buf, 1, left < (long)sizeof buf ? (size_t)left : sizeof buf, in);
+        ok = n > 0 && fwrite(buf, 1, n, o) == n;
+        left -= (long)n;
+    }
+    size_t jl = strlen(json);
+    unsigned char tail[16];
+    for (int i = 0; i < 8; i++)
+        tail[i] = (unsigned char)((uint64_t)jl >> (8 * i));
+    memcpy(tail + 8, MAGIC, 8);
+    ok = ok && fwrite(json, 1, jl, o) == jl && fwrite(tail, 1, 16, o) == 16;
+    ok = fflush(o) == 0 && ok;
+    ok = fsync(fileno(o)) == 0 && ok;
+    ok = fclose(o) == 0 && ok;
+    fclose(in);
+    if (ok && chmod(tmp, 0755) != 0)
+        ok = 0;
+    if (!ok || rename(tmp, out) != 0) {
+        snprintf(err, errlen, "cannot write '%s': %s", out, strerror(errno));
+        unlink(tmp);
+        return 0;
+    }
+    return 1;
+}

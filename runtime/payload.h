@@ -1,0 +1,31 @@
+/* payload.h - the compiled plan carried inside a training binary.
+ *
+ * `moec compile MODEL -o OUT` writes a copy of the moec executable with a
+ * payload appended: a JSON object (the model source, its path and the
+ * compile options), then its length as 8 little-endian bytes, then the
+ * 8-byte magic "MOECPLN1". At start-up the executable looks at its own end
+ * (/proc/self/exe): with a payload it is a training binary, without one it
+ * is the compiler. The binary needs nothing beside it; the plan is lowered
+ * again from the embedded source in a few milliseconds, which also lets
+ * `--batch` re-plan the shapes. */
+#ifndef MOEC_PAYLOAD_H
+#define MOEC_PAYLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Payload {
+    char *json;        /* malloc'd, NUL-terminated */
+    size_t len;
+} Payload;
+
+/* Returns 1 and fills p when `exe` ends with a payload, 0 otherwise. */
+int payload_read(const char *exe, Payload *p);
+void payload_free(Payload *p);
+
+/* Writes exe's bytes (without any payload it already has) plus `json` to
+ * out, mode 0755, atomically (temporary file + rename). Returns 1, or 0
+ * with a message in err. */
+int payload_write_binary(const char *exe, const char *out, const char *json, char *err, size_t errlen);
+
+#endif

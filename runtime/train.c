@@ -1,0 +1,905 @@
+/* train.c - the training binary: data, parameters, the step loop, AdamW,
+ * validation, metrics and checkpoints.
+ *
+ * One step: draw a batch from the FASTA loader, run the plan (forward and
+ * the backward graph the autodiff pass appended) on the CPU backend, clip
+ * the global gradient norm, apply AdamW with the warmup + cosine schedule.
+ * Everything that influences a step (parameters, AdamW moments, the step
+ * number, the loader's state) is in the checkpoint, and nothing else is
+ * random, so `--resume` continues bit-identically.
+ *
+ * Memory: parameters, AdamW moments and gradients' staging each live in
+ * one allocation; activations and gradients in the CPU plan's
+ * liveness-planned blocks. */
+#include "train.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../compiler/driver.h"
+#include "../ir/util.h"
+#include "cpu/cpu.h"
+#include "data.h"
+#include "safetensors.h"
+
+#ifndef MOEC_VERSION
+#define MOEC_VERSION "0.1.0"
+#endif
+
+enum { MAX_DATA_FILES = 64 };
+
+typedef struct Flags {
+    const char *data[MAX_DATA_FILES];
+    int ndata;
+    int64_t steps, seed, batch, eval_every, ckpt_every, log_every, val_batches;
+    double lr;
+    const char *ckpt_dir, *log_path, *device, *eval_path, *init_path;
+    int resume, threads;
+} Flags;
+
+static const char *const usage_train =
+    "usage: %s --data FILE [--data FILE ...] [options]\n"
+    "\n"
+    "Trains the model compiled into this binary (%s) on FASTA sequences.\n"
+    "\n"
+    "  --data FILE        FASTA or FASTA.gz training data (repeatable)\n"
+    "  --steps N          optimizer steps (default: the model file's, %lld)\n"
+    "  --seed N           seed for initialisation, data order and masking (default 1)\n"
+    "  --batch N          sequences per step (default: the model file's, %lld)\n"
+    "  --lr X             peak learning rate (default: the model file's, %g)\n"
+    "  --eval-every N     validation loss every N steps (default 50; 0 = never)\n"
+    "  --val-batches N    batches of the validation split per evaluation (default 16)\n"
+    "  --log-every N      progress line every N steps (default 10)\n"
+    "  --ckpt-dir DIR     write DIR/checkpoint.safetensors\n"
+    "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
+    "  --resume           continue from DIR/checkpoint.safetensors\n"
+    "  --init CKPT        start from a checkpoint's parameters (fresh optimizer)\n"
+    "  --eval FILE        with --resume or --init: print the mean loss over FILE's\n"
+    "                     sequences as {\"eval_loss\": X, \"tokens\": N} and exit\n"
+    "  --log FILE.jsonl   metrics, one JSON object per line\n"
+    "  --device D         auto | cpu | cuda (default auto)\n"
+    "  --threads N        CPU threads (default: all cores)\n"
+    "  --help\n";
+
+/* ------------------------------------------------------------ utilities */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fmt_time(char *buf, size_t n, double s)
+{
+    if (s < 0 || !isfinite(s))
+        snprintf(buf, n, "?");
+    else if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+static void fmt_count(char *buf, size_t n, double v)
+{
+    if (v >= 1e9) snprintf(buf, n, "%.2f B", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, n, "%.2f M", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, n, "%.1f k", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
+}
+
+static void fmt_bytes(char *buf, size_t n, double v)
+{
+    if (v >= 1 << 30) snprintf(buf, n, "%.2f GiB", v / (1 << 30));
+    else if (v >= 1 << 20) snprintf(buf, n, "%.1f MiB", v / (1 << 20));
+    else snprintf(buf, n, "%.1f KiB", v / 1024);
+}
+
+/* splitmix64 streams for parameter initialisation: one per parameter,
+ * keyed by its name, so adding a parameter does not reshuffle the others. */
+typedef struct Rng {
+    uint64_t s;
+} Rng;
+
+static uint64_t rng_u64(Rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(Rng *r) { return ((double)(rng_u64(r) >> 11) + 0.5) / 9007199254740992.0; }
+
+static double rng_normal(Rng *r)
+{
+    return sqrt(-2.0 * log(rng_unit(r))) * cos(6.283185307179586 * rng_unit(r));
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static int usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nRun '%s --help' for usage.\n", prog);
+    return 2;
+}
+
+/* ------------------------------------------------------------ the plan */
+
+char *train_plan_json(const char *model_path, const char *source, size_t len)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "moec_plan", 1);
+    cJSON_AddStringToObject(o, "moec_version", MOEC_VERSION);
+    cJSON_AddStringToObject(o, "model_path", model_path);
+    char *src = malloc(len + 1);
+    memcpy(src, source, len);
+    src[len] = 0;
+    cJSON_AddStringToObject(o, "source", src);
+    free(src);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char *out = strdup(s);  /* plain malloc for the caller */
+    cJSON_free(s);
+    return out;
+}
+
+static int is_norm_weight(const IrGraph *g, const IrNode *p)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_RMSNORM && g->nodes[i]->src[1] == p)
+            return 1;
+    return 0;
+}
+
+static int is_embedding_table(const IrGraph *g, const IrNode *p)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[1] == p)
+            return 1;
+    return 0;
+}
+
+int train_check_alphabet(const IrGraph *g, Diag *d)
+{
+    int kind = alphabet_lookup(g->train.alphabet);
+    SrcLoc none = {0, 0, 0};
+    if (kind < 0) {
+        diag_error(d, none, "model `%s` has no alphabet: add `alphabet protein` or `alphabet dna` to its train "
+                   "section to train it on FASTA data", g->model);
+        return 0;
+    }
+    const Alphabet *a = alphabet_get((AlphabetKind)kind);
+    int ok = 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_EMBEDDING && n->src[1]->shape[0] != a->vocab) {
+            diag_error(d, n->src[1]->loc, "embedding table `%s` has %lld rows but the %s alphabet has %d tokens",
+                       n->src[1]->label, (long long)n->src[1]->shape[0], a->name, a->vocab);
+            ok = 0;
+        }
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) &&
+            n->src[0]->shape[n->src[0]->rank - 1] != a->vocab) {
+            diag_error(d, n->loc, "the loss is over %lld classes but the %s alphabet has %d tokens",
+                       (long long)n->src[0]->shape[n->src[0]->rank - 1], a->name, a->vocab);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------------ the state */
+
+typedef struct Trainer {
+    Flags f;
+    const char *prog;
+    Compilation comp;
+    IrGraph *g;
+    IrTrain tr;
+    const Alphabet *alpha;
+    Objective obj;
+    uint64_t model_hash;
+    /* parameters: one allocation, AdamW moments: one allocation */
+    float *params, *adam;          /* adam = [m | v] */
+    int64_t nparams_total;
+    int64_t *param_off;            /* per g->params index */
+    CpuPlan plan;
+    IrNode *tokens_in, *targets_in;
+    int32_t *tokens, *targets;
+    FastaSet data;
+    DataLoader train_loader, val_loader;
+    int have_val;
+    int64_t step;
+    FILE *log;
+    double unigram;
+} Trainer;
+
+static void log_json(Trainer *t, cJSON *o)
+{
+    if (!t->log) {
+        cJSON_Delete(o);
+        return;
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    fprintf(t->log, "%s\n", s);
+    fflush(t->log);
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+static int find_inputs(Trainer *t)
+{
+    IrGraph *g = t->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
+            t->tokens_in = n->src[0];
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
+            t->targets_in = n->src[1];
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_INPUT && n != t->tokens_in && n != t->targets_in) {
+            fprintf(stderr, "%s: error: input `%s` is neither the token ids (fed to embedding) nor the targets "
+                    "(fed to the loss); the training binary feeds only those two\n", t->prog, n->label);
+            return 0;
+        }
+    }
+    if (!t->tokens_in || !t->targets_in) {
+        fprintf(stderr, "%s: error: the model must embed an i32 input of token ids and compute its loss against "
+                "an i32 input of targets\n", t->prog);
+        return 0;
+    }
+    int64_t want = t->tr.batch * t->tr.seq;
+    if (ir_numel(t->tokens_in) != want || ir_numel(t->targets_in) != want) {
+        fprintf(stderr, "%s: error: the inputs must be [B, S] (%lld x %lld tokens)\n", t->prog,
+                (long long)t->tr.batch, (long long)t->tr.seq);
+        return 0;
+    }
+    return 1;
+}
+
+static void init_params(Trainer *t)
+{
+    IrGraph *g = t->g;
+    for (int p = 0; p < g->nparams; p++) {
+        IrNode *n = g->params[p];
+        float *w = t->params + t->param_off[p];
+        int64_t numel = ir_numel(n);
+        Rng r = {st_hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull};
+        const char *init = ir_attr_s(n, IR_ATTR_INIT);
+        for (int64_t e = 0; e < numel; e++) {
+            double v = 0;
+            if (strcmp(init, "normal") == 0)
+                v = n->attr[IR_ATTR_STD].f * rng_normal(&r);
+            else if (strcmp(init, "uniform") == 0)
+                v = n->attr[IR_ATTR_BOUND].f * (2 * rng_unit(&r) - 1);
+            else if (strcmp(init, "constant") == 0)
+                v = n->attr[IR_ATTR_VALUE].f;
+            else if (strcmp(init, "ones") == 0)
+                v = 1;
+            w[e] = (float)v;
+        }
+    }
+}
+
+static double lr_at(const Trainer *t, int64_t step)
+{
+    const IrTrain *tr = &t->tr;
+    double peak = tr->lr, lo = tr->min_lr < peak ? tr->min_lr : peak;
+    if (strcmp(tr->schedule, "constant") == 0)
+        return peak;
+    if (step <= tr->warmup)
+        return peak * (double)step / (double)(tr->warmup > 0 ? tr->warmup : 1);
+    int64_t span = tr->steps - tr->warmup;
+    double progress = span > 0 ? (double)(step - tr->warmup) / (double)span : 1.0;
+    if (progress > 1)
+        progress = 1;
+    return lo + 0.5 * (peak - lo) * (1 + cos(3.141592653589793 * progress));
+}
+
+/* Global gradient norm, clipping, AdamW (decoupled weight decay, bias
+ * correction), exactly as torch.optim.AdamW with clip_grad_norm_. */
+static double optimizer_step(Trainer *t, double lr)
+{
+    IrGraph *g = t->g;
+    double ss = 0;
+    for (int p = 0; p < g->nparams; p++) {
+        const float *gr = cpu_plan_data(&t->plan, g->grads[p]);
+        for (int64_t e = 0; e < ir_numel(g->params[p]); e++)
+            ss += (double)gr[e] * gr[e];
+    }
+    double norm = sqrt(ss), clip = 1.0;
+    if (t->tr.grad_clip > 0 && norm > t->tr.grad_clip)
+        clip = t->tr.grad_clip / (norm + 1e-6);
+    double b1 = t->tr.beta1, b2 = t->tr.beta2;
+    double bc1 = 1 - pow(b1, (double)t->step), bc2 = 1 - pow(b2, (double)t->step);
+    for (int p = 0; p < g->nparams; p++) {
+        IrNode *pn = g->params[p];
+        int decay = !(is_norm_weight(g, pn) || is_embedding_table(g, pn));
+        double wd = decay ? t->tr.weight_decay : 0.0;
+        const float *gr = cpu_plan_data(&t->plan, g->grads[p]);
+        float *w = t->params + t->param_off[p];
+        float *m = t->adam + t->param_off[p], *v = t->adam + t->nparams_total + t->param_off[p];
+        for (int64_t e = 0; e < ir_numel(pn); e++) {
+            double gv = gr[e] * clip;
+            m[e] = (float)(b1 * m[e] + (1 - b1) * gv);
+            v[e] = (float)(b2 * v[e] + (1 - b2) * gv * gv);
+            double upd = (m[e] / bc1) / (sqrt(v[e] / bc2) + t->tr.eps);
+            w[e] = (float)(w[e] * (1 - lr * wd) - lr * upd);
+        }
+    }
+    return norm;
+}
+
+static int64_t count_targets(const int32_t *tg, int64_t n)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++)
+        c += tg[i] != DATA_IGNORE_INDEX;
+    return c;
+}
+
+/* Forward only, over `batches` batches of a loader (all rows when <= 0):
+ * the token-weighted mean loss. */
+static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out)
+{
+    data_loader_reset(l);
+    int64_t rows = data_loader_rows(l);
+    int64_t nb = (rows + t->tr.batch - 1) / t->tr.batch;
+    if (batches > 0 && batches < nb)
+        nb = batches;
+    double total = 0;
+    int64_t ntok = 0;
+    int64_t bs = t->tr.batch * t->tr.seq;
+    for (int64_t b = 0; b < nb; b++) {
+        data_loader_next(l, t->tokens, t->targets);
+        int64_t c = count_targets(t->targets, bs);
+        if (!c)
+            continue;
+        cpu_plan_run_range(&t->plan, 0, t->g->loss->id + 1);
+        total += cpu_plan_scalar(&t->plan, t->g->loss) * (double)c;
+        ntok += c;
+    }
+    if (tokens_out)
+        *tokens_out = ntok;
+    return ntok ? total / (double)ntok : NAN;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+static const char *ckpt_path(const Trainer *t, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/checkpoint.safetensors", t->f.ckpt_dir);
+    return buf;
+}
+
+static int save_checkpoint(Trainer *t)
+{
+    char path[4096], err[512], num[64];
+    IrGraph *g = t->g;
+    SafeTensorsWriter w;
+    st_writer_init(&w);
+    char **names = calloc((size_t)g->nparams * 3, sizeof(char *));
+    for (int p = 0; p < g->nparams; p++) {
+        IrNode *n = g->params[p];
+        size_t bytes = (size_t)ir_numel(n) * 4;
+        static const char *const pre[3] = {"param.", "adam_m.", "adam_v."};
+        const float *src[3] = {t->params + t->param_off[p], t->adam + t->param_off[p],
+                               t->adam + t->nparams_total + t->param_off[p]};
+        for (int k = 0; k < 3; k++) {
+            names[p * 3 + k] = malloc(strlen(n->name) + 8);
+            sprintf(names[p * 3 + k], "%s%s", pre[k], n->name);
+            st_writer_add(&w, names[p * 3 + k], ST_F32, n->rank, n->shape, src[k], bytes);
+        }
+    }
+    DataLoaderState ls;
+    data_loader_state_get(&t->train_loader, &ls);
+    int64_t ls_shape = (int64_t)sizeof ls;
+    st_writer_add(&w, "state.train_loader", ST_U8, 1, &ls_shape, &ls, sizeof ls);
+    st_writer_set_metadata(&w, "format", "moec-checkpoint-1");
+    st_writer_set_metadata(&w, "model", g->model);
+    snprintf(num, sizeof num, "%016llx", (unsigned long long)t->model_hash);
+    st_writer_set_metadata(&w, "model_hash", num);
+    snprintf(num, sizeof num, "%lld", (long long)t->step);
+    st_writer_set_metadata(&w, "step", num);
+    snprintf(num, sizeof num, "%lld", (long long)t->f.seed);
+    st_writer_set_metadata(&w, "seed", num);
+    st_writer_set_metadata(&w, "moec_version", MOEC_VERSION);
+    int ok = st_writer_save(&w, ckpt_path(t, path, sizeof path), err, sizeof err);
+    if (!ok)
+        fprintf(stderr, "%s: error: checkpoint at step %lld not written: %s\n", t->prog, (long long)t->step, err);
+    st_writer_free(&w);
+    for (int i = 0; i < g->nparams * 3; i++)
+        free(names[i]);
+    free(names);
+    return ok;
+}
+
+/* Loads parameters (and, for a resume, the optimizer and loader state). */
+static int load_checkpoint(Trainer *t, const char *path, int full)
+{
+    SafeTensors st;
+    char err[512];
+    if (!st_read(path, &st, err, sizeof err)) {
+        fprintf(stderr, "%s: error: %s\n", t->prog, err);
+        return 0;
+    }
+    int ok = 1;
+    const char *fmt = st_metadata(&st, "format"), *hash = st_metadata(&st, "model_hash");
+    const char *step = st_metadata(&st, "step"), *model = st_metadata(&st, "model");
+    char want[32];
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)t->model_hash);
+    if (!fmt || strcmp(fmt, "moec-checkpoint-1") != 0) {
+        fprintf(stderr, "%s: error: %s is not a moec checkpoint (no format moec-checkpoint-1 in its metadata)\n",
+                t->prog, path);
+        ok = 0;
+    } else if (!hash || strcmp(hash, want) != 0) {
+        fprintf(stderr, "%s: error: %s was written for another model (model `%s`, plan hash %s; this binary is "
+                "`%s`, plan hash %s)\n", t->prog, path, model ? model : "?", hash ? hash : "none", t->g->model, want);
+        ok = 0;
+    }
+    IrGraph *g = t->g;
+    for (int p = 0; ok && p < g->nparams; p++) {
+        IrNode *n = g->params[p];
+        static const char *const pre[3] = {"param.", "adam_m.", "adam_v."};
+        float *dst[3] = {t->params + t->param_off[p], t->adam + t->param_off[p],
+                         t->adam + t->nparams_total + t->param_off[p]};
+        for (int k = 0; ok && k < (full ? 3 : 1); k++) {
+            char name[1024];
+            snprintf(name, sizeof name, "%s%s", pre[k], n->name);
+            const SafeTensor *x = st_find(&st, name);
+            int shape_ok = x && x->dtype == ST_F32 && x->rank == n->rank;
+            for (int d = 0; shape_ok && d < n->rank; d++)
+                shape_ok = x->shape[d] == n->shape[d];
+            if (!shape_ok) {
+                fprintf(stderr, "%s: error: %s: tensor %s is %s\n", t->prog, path, name,
+                        x ? "of another dtype or shape" : "missing");
+                ok = 0;
+                break;
+            }
+            memcpy(dst[k], x->data, x->nbytes);
+        }
+    }
+    if (ok && full) {
+        const SafeTensor *ls = st_find(&st, "state.train_loader");
+        int64_t s = 0;
+        if (!ls || ls->nbytes != sizeof(DataLoaderState) || !step || !parse_i64(step, 0, INT64_MAX, &s)) {
+            fprintf(stderr, "%s: error: %s has no valid training state (step, loader)\n", t->prog, path);
+            ok = 0;
+        } else {
+            DataLoaderState st_l;
+            memcpy(&st_l, ls->data, sizeof st_l);
+            if (!data_loader_state_set(&t->train_loader, &st_l)) {
+                fprintf(stderr, "%s: error: %s was written while training on other data or with another seed; "
+                        "resume with the same --data and --seed\n", t->prog, path);
+                ok = 0;
+            }
+            t->step = s;
+        }
+    }
+    st_free(&st);
+    return ok;
+}
+
+/* ------------------------------------------------------------ main */
+
+static int parse_flags(Trainer *t, int argc, char **argv)
+{
+    Flags *f = &t->f;
+    f->steps = -1;
+    f->seed = 1;
+    f->batch = 0;
+    f->lr = 0;
+    f->eval_every = 50;
+    f->ckpt_every = 100;
+    f->log_every = 10;
+    f->val_batches = 16;
+    f->device = "auto";
+    f->threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t x;
+#define NEED_VALUE() do { if (!v) return usage_error(t->prog, "%s needs a value", a); i++; } while (0)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf(usage_train, t->prog, t->g->model, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
+            return 0;
+        } else if (strcmp(a, "--data") == 0) {
+            NEED_VALUE();
+            if (f->ndata == MAX_DATA_FILES)
+                return usage_error(t->prog, "at most %d --data files", MAX_DATA_FILES);
+            f->data[f->ndata++] = v;
+        } else if (strcmp(a, "--resume") == 0) {
+            f->resume = 1;
+        } else if (strcmp(a, "--ckpt-dir") == 0) {
+            NEED_VALUE();
+            f->ckpt_dir = v;
+        } else if (strcmp(a, "--log") == 0) {
+            NEED_VALUE();
+            f->log_path = v;
+        } else if (strcmp(a, "--device") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return usage_error(t->prog, "--device must be auto, cpu or cuda, not '%s'", v);
+            f->device = v;
+        } else if (strcmp(a, "--eval") == 0) {
+            NEED_VALUE();
+            f->eval_path = v;
+        } else if (strcmp(a, "--init") == 0) {
+            NEED_VALUE();
+            f->init_path = v;
+        } else if (strcmp(a, "--lr") == 0) {
+            NEED_VALUE();
+            char *end;
+            errno = 0;
+            f->lr = strtod(v, &end);
+            if (errno || end == v || *end || !(f->lr > 0) || f->lr > 10)
+                return usage_error(t->prog, "--lr takes a learning rate in (0, 10], not '%s'", v);
+        } else {
+            static const struct { const char *name; int64_t lo, hi; size_t off; } ints[] = {
+                {"--steps", 0, (int64_t)1 << 40, offsetof(Flags, steps)},
+                {"--seed", 0, INT64_MAX, offsetof(Flags, seed)},
+                {"--batch", 1, 1 << 20, offsetof(Flags, batch)},
+                {"--eval-every", 0, (int64_t)1 << 40, offsetof(Flags, eval_every)},
+                {"--ckpt-every", 1, (int64_t)1 << 40, offsetof(Flags, ckpt_every)},
+                {"--log-every", 1, (int64_t)1 << 40, offsetof(Flags, log_every)},
+                {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
+                {"--threads", 1, 256, 0},
+            };
+            int matched = 0;
+            for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+                if (strcmp(a, ints[k].name) != 0)
+                    continue;
+                NEED_VALUE();
+                if (!parse_i64(v, ints[k].lo, ints[k].hi, &x))
+                    return usage_error(t->prog, "%s takes an integer in [%lld, %lld], not '%s'", a,
+                                       (long long)ints[k].lo, (long long)ints[k].hi, v);
+                if (strcmp(a, "--threads") == 0)
+                    f->threads = (int)x;
+                else
+                    *(int64_t *)((char *)f + ints[k].off) = x;
+                matched = 1;
+            }
+            if (!matched)
+                return usage_error(t->prog, "unknown option '%s'", a);
+        }
+#undef NEED_VALUE
+    }
+    if (f->resume && !f->ckpt_dir)
+        return usage_error(t->prog, "--resume needs --ckpt-dir DIR");
+    if (f->resume && f->init_path)
+        return usage_error(t->prog, "--resume and --init exclude each other");
+    if (f->eval_path && !f->resume && !f->init_path)
+        return usage_error(t->prog, "--eval needs trained parameters: add --init CKPT or --resume --ckpt-dir DIR");
+    if (!f->eval_path && f->ndata == 0)
+        return usage_error(t->prog, "no training data: give --data FILE (FASTA or FASTA.gz)");
+    return -1;
+}
+
+static int load_plan(Trainer *t, const char *plan_json, int64_t batch)
+{
+    cJSON *o = cJSON_Parse(plan_json);
+    cJSON *src = o ? cJSON_GetObjectItem(o, "source") : NULL, *path = o ? cJSON_GetObjectItem(o, "model_path") : NULL;
+    if (!cJSON_IsString(src) || !cJSON_IsString(path)) {
+        fprintf(stderr, "%s: error: the plan embedded in this binary is damaged\n", t->prog);
+        cJSON_Delete(o);
+        return 0;
+    }
+    size_t len = strlen(src->valuestring);
+    t->comp.text = malloc(len + 1);
+    memcpy(t->comp.text, src->valuestring, len + 1);
+    t->comp.len = len;
+    t->comp.opts.batch = batch;
+    t->model_hash = st_hash64(t->comp.text, len);
+    char *pathcopy = strdup(path->valuestring);
+    cJSON_Delete(o);
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    int rc = compilation_run(&t->comp, pathcopy, t->comp.text, len, stderr, &ctx);
+    /* the graph keeps pointers into the arena only; the path string is copied there */
+    t->comp.graph = rc == 0 ? t->comp.graph : NULL;
+    if (t->comp.graph)
+        t->comp.graph->file = arena_strdup(&t->comp.arena, pathcopy);
+    free(pathcopy);
+    if (rc != 0)
+        return 0;
+    t->g = t->comp.graph;
+    t->tr = t->g->train;
+    return 1;
+}
+
+static void print_summary(Trainer *t)
+{
+    IrGraph *g = t->g;
+    int64_t experts = 0, E = 0, k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_GROUPED_LINEAR && n->src[1]->op == IR_OP_PARAM)
+            experts += ir_numel(n->src[1]);
+        if (n->op == IR_OP_TOPK_EXPERTS) {
+            k = ir_attr_i(n, IR_ATTR_K);
+            E = n->src[0]->shape[n->src[0]->rank - 1];
+        }
+    }
+    double active = (double)(t->nparams_total - experts) + (E ? (double)experts * k / E : 0);
+    char a[32], b[32], c[32], d[32], e[32];
+    fmt_count(a, sizeof a, (double)t->nparams_total);
+    fmt_count(b, sizeof b, active);
+    fmt_bytes(c, sizeof c, (double)t->nparams_total * 4);
+    fmt_bytes(d, sizeof d, (double)t->nparams_total * 8);
+    fmt_bytes(e, sizeof e, (double)t->plan.planned_bytes);
+    printf("model %s (%s): %s parameters, %s active per token\n", g->model, g->file, a, b);
+    printf("plan: %d IR nodes (forward + backward), precision fp32 on cpu, %d thread%s\n", g->nnodes,
+           cpu_get_threads(), cpu_get_threads() == 1 ? "" : "s");
+    printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", c, d, e);
+    printf("training: %lld steps, batch %lld x seq %lld = %lld tokens/step, lr %g (%s, warmup %lld, min %g), "
+           "objective %s\n", (long long)t->tr.steps, (long long)t->tr.batch, (long long)t->tr.seq,
+           (long long)(t->tr.batch * t->tr.seq), t->tr.lr, t->tr.schedule, (long long)t->tr.warmup, t->tr.min_lr,
+           t->obj == OBJECTIVE_MASKED ? "masked LM (15%)" : "causal LM");
+}
+
+static int load_data(Trainer *t, const char *const *files, int n)
+{
+    char err[1024];
+    fasta_set_init(&t->data);
+    for (int i = 0; i < n; i++)
+        if (!fasta_read(files[i], t->alpha, &t->data, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            return 0;
+        }
+    return 1;
+}
+
+static int run(Trainer *t, int argc, char **argv, const char *plan_json)
+{
+    /* flags first (the --batch override re-plans the shapes) */
+    Trainer probe = {0};
+    probe.prog = t->prog;
+    if (!load_plan(&probe, plan_json, 0))
+        return 1;
+    t->g = probe.g;
+    t->tr = probe.tr;
+    int rc = parse_flags(t, argc, argv);
+    int64_t batch = t->f.batch;
+    compilation_free(&probe.comp);
+    t->g = NULL;
+    if (rc >= 0)
+        return rc;
+    if (!load_plan(t, plan_json, batch))
+        return 1;
+    if (t->f.steps >= 0)
+        t->tr.steps = t->f.steps;
+    if (t->f.lr > 0)
+        t->tr.lr = t->f.lr;
+    Diag d;
+    diag_init(&d, t->g->file, t->comp.text, t->comp.len, stderr);
+    if (!train_check_alphabet(t->g, &d))
+        return 1;
+    t->alpha = alphabet_get((AlphabetKind)alphabet_lookup(t->tr.alphabet));
+    t->obj = strcmp(t->tr.objective, "masked_lm") == 0 ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
+    if (strcmp(t->f.device, "cuda") == 0) {
+        fprintf(stderr, "%s: error: --device cuda: this build has no CUDA backend yet (it arrives with the GPU "
+                "issue); use --device cpu\n", t->prog);
+        return 1;
+    }
+    if (strcmp(t->f.device, "auto") == 0)
+        printf("device: cpu (this build has no CUDA backend)\n");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_threads(t->f.threads ? t->f.threads : (int)(ncpu > 0 ? ncpu : 1));
+    if (!find_inputs(t))
+        return 1;
+
+    /* parameters and AdamW moments, one allocation each */
+    IrGraph *g = t->g;
+    t->param_off = calloc((size_t)g->nparams + 1, sizeof *t->param_off);
+    for (int p = 0; p < g->nparams; p++) {
+        t->param_off[p] = t->nparams_total;
+        t->nparams_total += ir_numel(g->params[p]);
+    }
+    t->params = calloc((size_t)t->nparams_total, sizeof(float));
+    t->adam = calloc((size_t)t->nparams_total * 2, sizeof(float));
+    t->tokens = calloc((size_t)(t->tr.batch * t->tr.seq), sizeof(int32_t));
+    t->targets = calloc((size_t)(t->tr.batch * t->tr.seq), sizeof(int32_t));
+    if (!t->params || !t->adam || !t->tokens || !t->targets) {
+        fprintf(stderr, "%s: error: out of memory for %lld parameters\n", t->prog, (long long)t->nparams_total);
+        return 1;
+    }
+    cpu_plan_init(&t->plan, g, CPU_F32);
+    for (int p = 0; p < g->nparams; p++)
+        cpu_plan_bind(&t->plan, g->params[p], t->params + t->param_off[p]);
+    cpu_plan_bind(&t->plan, t->tokens_in, t->tokens);
+    cpu_plan_bind(&t->plan, t->targets_in, t->targets);
+    init_params(t);
+
+    /* --eval FILE: the loss over all its sequences, then exit */
+    if (t->f.eval_path) {
+        char path[4096];
+        const char *ck = t->f.init_path ? t->f.init_path : ckpt_path(t, path, sizeof path);
+        if (!load_checkpoint(t, ck, 0) || !load_data(t, &t->f.eval_path, 1))
+            return 1;
+        DataOptions o = DATA_OPTIONS_DEFAULT;
+        o.val_fraction = 1.0;
+        DataLoader l;
+        if (!data_loader_init_opts(&l, &t->data, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+                                   (uint64_t)t->f.seed, t->obj, &o)) {
+            fprintf(stderr, "%s: error: %s has no sequences to evaluate\n", t->prog, t->f.eval_path);
+            return 1;
+        }
+        int64_t ntok;
+        double loss = evaluate(t, &l, 0, &ntok);
+        printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
+        data_loader_free(&l);
+        return 0;
+    }
+
+    if (!load_data(t, t->f.data, t->f.ndata))
+        return 1;
+    if (!data_loader_init(&t->train_loader, &t->data, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
+                          (uint64_t)t->f.seed, t->obj)) {
+        fprintf(stderr, "%s: error: the training split is empty: give more sequences\n", t->prog);
+        return 1;
+    }
+    t->have_val = data_loader_init(&t->val_loader, &t->data, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+                                   (uint64_t)t->f.seed, t->obj);
+    DataSplitStats ss[2];
+    data_split_stats(&t->data, (uint64_t)t->f.seed, DATA_VAL_FRACTION, ss);
+    t->unigram = data_unigram_entropy(&t->data, (uint64_t)t->f.seed, DATA_VAL_FRACTION, DATA_SPLIT_VAL, t->obj);
+
+    if (t->f.init_path && !load_checkpoint(t, t->f.init_path, 0))
+        return 1;
+    if (t->f.resume) {
+        char path[4096];
+        if (access(ckpt_path(t, path, sizeof path), F_OK) != 0) {
+            fprintf(stderr, "%s: error: --resume: no checkpoint at %s\n", t->prog, path);
+            return 1;
+        }
+        if (!load_checkpoint(t, path, 1))
+            return 1;
+        printf("resumed from %s at step %lld\n", path, (long long)t->step);
+    }
+    if (t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "%s: error: cannot create checkpoint directory %s: %s\n", t->prog, t->f.ckpt_dir,
+                strerror(errno));
+        return 1;
+    }
+    if (t->f.log_path) {
+        t->log = fopen(t->f.log_path, t->f.resume ? "a" : "w");
+        if (!t->log) {
+            fprintf(stderr, "%s: error: cannot write %s: %s\n", t->prog, t->f.log_path, strerror(errno));
+            return 1;
+        }
+    }
+
+    print_summary(t);
+    for (int s = 0; s < 2; s++) {
+        char r[32];
+        fmt_count(r, sizeof r, (double)ss[s].nresidues);
+        printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s\n",
+               s ? "validation" : "train", (long long)ss[s].nseq, r, (long long)ss[s].nunknown,
+               t->alpha->tokens[t->alpha->unk]);
+    }
+    printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
+           t->unigram);
+    cJSON *start = cJSON_CreateObject();
+    cJSON_AddStringToObject(start, "event", "start");
+    cJSON_AddStringToObject(start, "model", g->model);
+    cJSON_AddNumberToObject(start, "params", (double)t->nparams_total);
+    cJSON_AddNumberToObject(start, "unigram_entropy", t->unigram);
+    cJSON_AddNumberToObject(start, "start_step", (double)t->step);
+    log_json(t, start);
+    fflush(stdout);
+
+    double t0 = now_s(), tlast = t0;
+    int64_t first = t->step, tok_per_step = t->tr.batch * t->tr.seq;
+    double loss_sum = 0;
+    int loss_n = 0;
+    while (t->step < t->tr.steps) {
+        t->step++;
+        data_loader_next(&t->train_loader, t->tokens, t->targets);
+        cpu_plan_run(&t->plan);
+        double loss = cpu_plan_scalar(&t->plan, g->loss);
+        if (!isfinite(loss)) {
+            fprintf(stderr, "%s: error: the loss is %g at step %lld; lower the learning rate (--lr)\n", t->prog,
+                    loss, (long long)t->step);
+            return 1;
+        }
+        double lr = lr_at(t, t->step);
+        double gnorm = optimizer_step(t, lr);
+        loss_sum += loss;
+        loss_n++;
+        double val = NAN;
+        int do_eval = t->have_val && t->f.eval_every > 0 &&
+                      (t->step % t->f.eval_every == 0 || t->step == t->tr.steps);
+        if (do_eval)
+            val = evaluate(t, &t->val_loader, t->f.val_batches, NULL);
+        int do_log = t->step % t->f.log_every == 0 || t->step == t->tr.steps || do_eval;
+        double tnow = now_s();
+        if (do_log) {
+            double tps = (double)(tok_per_step * loss_n) / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
+            double elapsed = tnow - t0, eta = elapsed / (double)(t->step - first) * (double)(t->tr.steps - t->step);
+            char el[32], et[32], vs[48] = "";
+            fmt_time(el, sizeof el, elapsed);
+            fmt_time(et, sizeof et, eta);
+            if (do_eval)
+                snprintf(vs, sizeof vs, " | val %.4f", val);
+            printf("step %6lld/%lld | loss %.4f%s | lr %.2e | %7.0f tok/s | elapsed %s | eta %s\n",
+                   (long long)t->step, (long long)t->tr.steps, loss_sum / loss_n, vs, lr, tps, el, et);
+            fflush(stdout);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "step", (double)t->step);
+            cJSON_AddNumberToObject(o, "loss", loss_sum / loss_n);
+            cJSON_AddNumberToObject(o, "lr", lr);
+            cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+            cJSON_AddNumberToObject(o, "grad_norm", gnorm);
+            cJSON_AddNumberToObject(o, "elapsed_s", elapsed);
+            if (do_eval)
+                cJSON_AddNumberToObject(o, "val_loss", val);
+            log_json(t, o);
+            loss_sum = 0;
+            loss_n = 0;
+            tlast = now_s();
+        }
+        if (t->f.ckpt_dir && (t->step % t->f.ckpt_every == 0 || t->step == t->tr.steps)) {
+            if (!save_checkpoint(t))
+                return 1;
+            tlast += now_s() - tnow;  /* checkpoint time is not training throughput */
+        }
+    }
+    if (t->log)
+        fclose(t->log);
+    t->log = NULL;
+    return 0;
+}
+
+int train_main(int argc, char **argv, const char *plan_json)
+{
+    Trainer *t = calloc(1, sizeof *t);
+    const char *slash = strrchr(argv[0], '/');
+    t->prog = slash ? slash + 1 : argv[0];
+    int rc = run(t, argc, argv, plan_json);
+    if (t->log)
+        fclose(t->log);
+    if (t->plan.g)
+        cpu_plan_free(&t->plan);
+    if (t->train_loader.fs)
+        data_loader_free(&t->train_loader);
+    if (t->have_val)
+        data_loader_free(&t->val_loader);
+    fasta_set_free(&t->data);
+    free(t->params);
+    free(t->adam);
+    free(t->param_off);
+    free(t->tokens);
+    free(t->targets);
+    compilation_free(&t->comp);
+    free(t);
+    return rc;
+}
