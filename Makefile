@@ -73,7 +73,17 @@ $(BUILD)/test_ir: $(BUILD)/obj/tests/unit/test_ir.o $(BUILD)/libmoec.a
 $(BUILD)/test_gradcheck: $(BUILD)/obj/tests/unit/test_gradcheck.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
 
-TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(BUILD)/test_ir $(BUILD)/test_gradcheck
+$(BUILD)/test_data: $(BUILD)/obj/tests/unit/test_data.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/test_plot: $(BUILD)/obj/tests/unit/test_plot.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+
+UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot
+TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS))
 
 test-plain: $(TEST_BINS)
 	@bash tests/run.sh $(BUILD)
@@ -81,7 +91,7 @@ test-plain: $(TEST_BINS)
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
 	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    build-asan/moec build-asan/filecheck build-asan/test_ir build-asan/test_gradcheck
+	    build-asan/moec build-asan/filecheck $(addprefix build-asan/,$(UNIT_TESTS))
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan
 
 test: test-plain test-asan

@@ -495,8 +495,12 @@ uint8_t *data_split_assign(const FastaSet *fs, uint64_t seed, double val_fractio
         }
     }
     /* each split non-empty when possible, by moving the sequence that came
-     * closest to the other side; a lone sequence is for training */
-    if (n >= 2 && nval == 0)
+     * closest to the other side; a lone sequence is for training. A
+     * fraction of 1 (or more) asks for everything in validation, which is
+     * how `--eval FILE` scores every sequence of a file. */
+    if (val_fraction >= 1.0)
+        memset(s, 1, n ? (size_t)n : 1);
+    else if (n >= 2 && nval == 0)
         s[lo_train] = 1;
     else if (n >= 2 && nval == n)
         s[hi_val] = 0;

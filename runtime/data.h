@@ -140,12 +140,11 @@ typedef struct DataLoader {
 
 /* Builds a loader over one split; batch rows of seq tokens per call. Returns 1,
  * or 0 (nothing to free) when the split has no sequences. fs must outlive
- * the loader and not be appended to meanwhile. The split and seed are the
- * same for the train and validation loaders of one run, so they partition
- * the set. The training loader
- * runs forever, reshuffling each epoch; the validation loader makes one fixed
- * pass (same order, crops and masks every time) and then yields padding with
- * DATA_IGNORE_INDEX targets until data_loader_reset. */
+ * the loader and not be appended to meanwhile. Train and validation loaders
+ * built with the same seed and options partition the set. The training
+ * loader runs forever, reshuffling each epoch; the validation loader makes
+ * one fixed pass (same order, crops and masks every time) and then yields
+ * padding with DATA_IGNORE_INDEX targets until data_loader_reset. */
 int data_loader_init(DataLoader *l, const FastaSet *fs, const Alphabet *a, int split, int64_t batch, int64_t seq,
                      uint64_t seed, Objective obj);
 int data_loader_init_opts(DataLoader *l, const FastaSet *fs, const Alphabet *a, int split, int64_t batch,

@@ -176,6 +176,31 @@ static const char *json_describe(char buf[64], const cJSON *j)
     return buf;
 }
 
+/* Names with where they came from, sorted to find repeats in n log n
+ * (cJSON keeps repeated keys, and a hostile header can hold millions);
+ * plain structs, so that qsort needs no global context and reading stays
+ * thread-safe. */
+typedef struct NameRef {
+    const char *name;
+    int index;
+} NameRef;
+
+static int cmp_nameref(const void *a, const void *b)
+{
+    return strcmp(((const NameRef *)a)->name, ((const NameRef *)b)->name);
+}
+
+/* Sorts refs by name; returns the first name that occurs twice, or NULL. */
+static const char *nameref_sort_find_repeat(NameRef *refs, int n)
+{
+    qsort(refs, (size_t)n, sizeof *refs, cmp_nameref);
+    for (int i = 1; i < n; i++) {
+        if (strcmp(refs[i - 1].name, refs[i].name) == 0)
+            return refs[i].name;
+    }
+    return NULL;
+}
+
 /* ---- reading */
 
 /* Reads exactly n bytes; returns 0 with errno set (0 for a short file). */
@@ -317,23 +342,17 @@ static int parse_metadata(StParse *p, const cJSON *j, SafeTensors *out)
         if (!cJSON_IsString(k))
             return st_fail(p->err, p->errlen, p->path, "metadata \"%s\" must be a string, found %s", k->string,
                            json_type_name(k));
-        /* Metadata is small; a quadratic check keeps the header order. */
-        for (int i = 0; i < out->nmeta; i++) {
-            if (strcmp(out->meta[i].key, k->string) == 0)
-                return st_fail(p->err, p->errlen, p->path, "duplicate metadata key \"%s\"", k->string);
-        }
         out->meta[out->nmeta].key = xstrdup(k->string);
         out->meta[out->nmeta].value = xstrdup(k->valuestring);
         out->nmeta++;
     }
-    return 1;
-}
-
-static const StEntry *sort_entries;   /* qsort has no context argument in C11 */
-
-static int cmp_by_name(const void *a, const void *b)
-{
-    return strcmp(sort_entries[*(const int *)a].name, sort_entries[*(const int *)b].name);
+    NameRef *refs = xmalloc((size_t)n * sizeof *refs);
+    for (int i = 0; i < n; i++)
+        refs[i] = (NameRef){out->meta[i].key, i};
+    const char *dup = nameref_sort_find_repeat(refs, n);
+    int ok = dup ? st_fail(p->err, p->errlen, p->path, "duplicate metadata key \"%s\"", dup) : 1;
+    free(refs);
+    return ok;
 }
 
 /* File order: by offsets, and by header position among equals so that the
@@ -379,6 +398,7 @@ static int parse_header(StParse *p, char *hdr, size_t n, SafeTensors *out)
     }
     int ok = 0;
     StEntry *entries = NULL;
+    NameRef *refs = NULL;
     for (const char *q = end; q < hdr + n; q++) {
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
             st_fail(err, errlen, path, "header has stray bytes after the JSON object (byte %zu of the header)",
@@ -413,18 +433,14 @@ static int parse_header(StParse *p, char *hdr, size_t n, SafeTensors *out)
         ne++;
     }
 
-    /* cJSON keeps repeated keys; a sorted name index finds them and then
-     * serves st_find. */
-    out->by_name = xmalloc((size_t)ne * sizeof *out->by_name);
+    /* The sorted names find repeats and then serve st_find. */
+    refs = xmalloc((size_t)ne * sizeof *refs);
     for (int i = 0; i < ne; i++)
-        out->by_name[i] = i;
-    sort_entries = entries;
-    qsort(out->by_name, (size_t)ne, sizeof *out->by_name, cmp_by_name);
-    for (int i = 1; i < ne; i++) {
-        if (strcmp(entries[out->by_name[i - 1]].name, entries[out->by_name[i]].name) == 0) {
-            st_fail(err, errlen, path, "duplicate tensor name '%s'", entries[out->by_name[i]].name);
-            goto done;
-        }
+        refs[i] = (NameRef){entries[i].name, i};
+    const char *dup = nameref_sort_find_repeat(refs, ne);
+    if (dup) {
+        st_fail(err, errlen, path, "duplicate tensor name '%s'", dup);
+        goto done;
     }
 
     /* Every byte of the data area belongs to exactly one tensor. */
@@ -450,15 +466,16 @@ static int parse_header(StParse *p, char *hdr, size_t n, SafeTensors *out)
         goto done;
     }
 
-    /* Copy out in file order; by_name holds header positions, so map it. */
+    /* Copy out in file order; refs hold header positions, so map them. */
     int *pos = xmalloc((size_t)ne * sizeof *pos);
     size_t namebytes = 0;
     for (int i = 0; i < ne; i++) {
         pos[entries[i].index] = i;
         namebytes += strlen(entries[i].name) + 1;
     }
+    out->by_name = xmalloc((size_t)ne * sizeof *out->by_name);
     for (int i = 0; i < ne; i++)
-        out->by_name[i] = pos[out->by_name[i]];
+        out->by_name[i] = pos[refs[i].index];
     free(pos);
     out->tensors = xmalloc((size_t)ne * sizeof *out->tensors + namebytes);
     char *names = (char *)(out->tensors + ne);
@@ -481,6 +498,7 @@ static int parse_header(StParse *p, char *hdr, size_t n, SafeTensors *out)
     ok = 1;
 done:
     free(entries);
+    free(refs);
     cJSON_Delete(root);
     return ok;
 }
@@ -714,13 +732,6 @@ void st_writer_set_metadata(SafeTensorsWriter *w, const char *key, const char *v
     w->nmeta++;
 }
 
-static const StWriterTensor *sort_wtensors;
-
-static int cmp_wname(const void *a, const void *b)
-{
-    return strcmp(sort_wtensors[*(const int *)a].name, sort_wtensors[*(const int *)b].name);
-}
-
 /* An exact integer for the header: cJSON prints large numbers in
  * exponent form, which other readers refuse for integer fields. */
 static cJSON *json_u64(uint64_t v)
@@ -799,22 +810,23 @@ int st_writer_save(const SafeTensorsWriter *w, const char *path, char *err, size
 {
     if (err && errlen)
         err[0] = 0;
-    if (w->ntensors > 1) {
-        int *idx = xmalloc((size_t)w->ntensors * sizeof *idx);
-        for (int i = 0; i < w->ntensors; i++)
-            idx[i] = i;
-        sort_wtensors = w->tensors;
-        qsort(idx, (size_t)w->ntensors, sizeof *idx, cmp_wname);
-        for (int i = 1; i < w->ntensors; i++) {
-            if (strcmp(w->tensors[idx[i - 1]].name, w->tensors[idx[i]].name) == 0)
-                die("st_writer_save: tensor '%s' added twice", w->tensors[idx[i]].name);
-        }
-        free(idx);
-    }
+    /* Checked here rather than per add, which would be quadratic. */
+    NameRef *refs = xmalloc((size_t)w->ntensors * sizeof *refs);
+    for (int i = 0; i < w->ntensors; i++)
+        refs[i] = (NameRef){w->tensors[i].name, i};
+    const char *dup = nameref_sort_find_repeat(refs, w->ntensors);
+    if (dup)
+        die("st_writer_save: tensor '%s' added twice", dup);
+    free(refs);
 
     char *json = writer_header(w);
     size_t jlen = strlen(json);
     size_t hlen = (jlen + 7) / 8 * 8;   /* 8 + hlen is then a multiple of 8 too */
+    if (hlen > ST_MAX_HEADER) {
+        cJSON_free(json);
+        return st_fail(err, errlen, path, "header of %zu bytes is over the limit of %u that readers accept", hlen,
+                       ST_MAX_HEADER);
+    }
     unsigned char lenbuf[8];
     for (int i = 0; i < 8; i++)
         lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));

@@ -1,12 +1,24 @@
 #!/bin/sh
-# The main job on a fresh machine: install dependencies (when missing),
-# build moec, check a shipped model and print its IR.
+# The main job on a fresh machine: install the Debian packages (when
+# missing), build moec, compile protein_tiny into a training binary and
+# train it on the 20,000 UniProtKB proteins of mmseqs2-examples, then draw
+# the loss curves. On a machine without a GPU it trains on the CPU.
+#   sh tools/quickstart.sh [MODEL [FASTA]]
 set -e
 cd "$(dirname "$0")/.."
-sh tools/check-deps.sh 2>/dev/null || sh tools/install-deps.sh
+MODEL=${1:-models/protein_tiny.moe}
+DATA=${2:-/usr/share/doc/mmseqs2/example-data/DB.fasta.gz}
+if ! sh tools/check-deps.sh 2>/dev/null || [ ! -f "$DATA" ]; then
+    sh tools/install-deps.sh
+fi
 make -j"$(nproc)"
-MODEL=${1:-models/mixtral_tiny.moe}
+name=$(basename "$MODEL" .moe)
 echo "== build/moec check $MODEL"
 build/moec check "$MODEL"
-echo "== build/moec dump $MODEL"
-build/moec dump "$MODEL"
+echo "== build/moec compile $MODEL -o build/train_$name"
+build/moec compile "$MODEL" -o "build/train_$name"
+echo "== build/train_$name --data $DATA"
+rm -f "build/$name.jsonl"
+"build/train_$name" --data "$DATA" --log "build/$name.jsonl" --ckpt-dir "build/ckpt_$name"
+build/moec plot "build/$name.jsonl" -o "build/$name.svg"
+echo "== loss curves: build/$name.svg, checkpoint: build/ckpt_$name/checkpoint.safetensors"

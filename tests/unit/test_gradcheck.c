@@ -19,6 +19,7 @@
 #include "../../ir/util.h"
 
 static int npass, nfail;
+static int op_covered[IR_OP_COUNT];  /* differentiable ops some case exercised */
 
 /* splitmix64: reproducible test data */
 static uint64_t rng_state = 12345;
@@ -137,6 +138,8 @@ static void gradcheck(const char *name, const char *src, const char *path, int64
         return;
     }
     IrGraph *g = k.c.graph;
+    for (int i = 0; i < g->nnodes; i++)
+        op_covered[g->nodes[i]->op] = 1;
     cpu_plan_run(&k.plan);
     /* copy the analytic gradients: the FD runs reuse activation buffers */
     double **grads = calloc((size_t)g->nparams, sizeof(double *));
@@ -247,12 +250,76 @@ static const char *const cases[][2] = {
      "train { batch 6, aux_loss 0.5 }\n"},
 };
 
+/* The fp32 kernels (the training path) against the fp64 ones on the same
+ * parameters: the loss and every gradient agree to fp32 accuracy. */
+static void f32_vs_f64(const char *path)
+{
+    Case k;
+    if (!setup(&k, path, NULL, path, 2, 16)) {
+        nfail++;
+        teardown(&k);
+        return;
+    }
+    IrGraph *g = k.c.graph;
+    CpuPlan p32;
+    cpu_plan_init(&p32, g, CPU_F32);
+    float **bufs = calloc((size_t)g->nnodes, sizeof(float *));
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_PARAM) {
+            bufs[i] = malloc(sizeof(float) * (size_t)ir_numel(n));
+            for (int64_t e = 0; e < ir_numel(n); e++)
+                bufs[i][e] = (float)k.param_data[i][e];
+            /* the fp64 run sees exactly the fp32-rounded values */
+            for (int64_t e = 0; e < ir_numel(n); e++)
+                k.param_data[i][e] = bufs[i][e];
+            cpu_plan_bind(&p32, n, bufs[i]);
+        } else if (n->op == IR_OP_INPUT) {
+            cpu_plan_bind(&p32, n, k.input_data[i]);
+        }
+    }
+    cpu_plan_run(&k.plan);
+    cpu_plan_run(&p32);
+    double l64 = cpu_plan_scalar(&k.plan, g->loss), l32 = cpu_plan_scalar(&p32, g->loss);
+    double worst = fabs(l64 - l32) / fabs(l64);
+    for (int p = 0; p < g->nparams; p++) {
+        const double *a = cpu_plan_data(&k.plan, g->grads[p]);
+        const float *b = cpu_plan_data(&p32, g->grads[p]);
+        double num = 0, den = 0;
+        for (int64_t e = 0; e < ir_numel(g->params[p]); e++) {
+            num += (a[e] - b[e]) * (a[e] - b[e]);
+            den += a[e] * a[e];
+        }
+        double rel = sqrt(num / (den > 0 ? den : 1));
+        if (rel > worst)
+            worst = rel;
+    }
+    printf("fp32 vs fp64 %-25s loss %.9f vs %.9f, worst relative L2 error %.2e\n", path, l64, l32, worst);
+    if (worst < 1e-4)
+        npass++;
+    else
+        nfail++;
+    for (int i = 0; i < g->nnodes; i++)
+        free(bufs[i]);
+    free(bufs);
+    cpu_plan_free(&p32);
+    teardown(&k);
+}
+
 int main(void)
 {
     for (int i = 0; i < ARRAY_LEN(cases); i++)
         gradcheck(cases[i][0], cases[i][1], NULL, 0, 0, 40);
     gradcheck("mixtral_tiny", NULL, "models/mixtral_tiny.moe", 2, 6, 12);
     gradcheck("protein_tiny", NULL, "models/protein_tiny.moe", 2, 6, 12);
+    f32_vs_f64("models/mixtral_tiny.moe");
+    f32_vs_f64("models/protein_tiny.moe");
+    /* a new differentiable op must add its case here (as ggml's test-backend-ops) */
+    for (int op = 0; op < IR_OP_COUNT; op++)
+        if ((ir_op_info[op].flags & OPF_DIFF) && !op_covered[op]) {
+            fprintf(stderr, "no gradient check exercises op %s: add a case\n", ir_op_name((IrOp)op));
+            nfail++;
+        }
     printf("test_gradcheck: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }
