@@ -20,7 +20,8 @@ LDLIBS   = -lcjson -lz -lm -lpthread
 GEN      = $(BUILD)/gen
 IR_SRC   = ir/arena.c ir/util.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c
-PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c
+PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
+           passes/rewrite.c passes/fuse_grouped_mlp.c
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c \
            runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c
@@ -60,8 +61,10 @@ $(BUILD)/libmoec.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
+# -rdynamic: pass plugins (--load-pass) link against the IR and pass API in moec
 $(BUILD)/moec: $(BUILD)/obj/compiler/main.o $(BUILD)/libmoec.a
-	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+	$(CC) $(SANITIZE) -rdynamic -o $@ -Wl,--whole-archive $(BUILD)/libmoec.a -Wl,--no-whole-archive \
+	    $(BUILD)/obj/compiler/main.o $(LDLIBS) -ldl
 
 # ---- tests
 $(BUILD)/filecheck: $(BUILD)/obj/tests/filecheck.o

@@ -7,6 +7,7 @@
  *
  * Exit status: 0 success, 1 an error in the user's input (located on
  * stderr), 2 a usage error (bad command or flag). */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,10 @@ typedef struct Options {
     int stats;
     int no_verify;
     const char *output;      /* -o */
+    const char *disabled[16];
+    int ndisabled;
+    int has_precision;
+    IrPrecision precision;
 } Options;
 
 static const char *const usage_main =
@@ -44,6 +49,7 @@ static const char *const usage_main =
     "commands:\n"
     "  check FILE      parse, lower and verify a model; print a summary\n"
     "  dump FILE       print the IR after the pass pipeline\n"
+    "  explain FILE    every fusion candidate: FUSED, or NOT FUSED and why\n"
     "  compile FILE -o OUT   write a standalone training binary\n"
     "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
     "  passes          list the pass pipeline\n"
@@ -53,6 +59,10 @@ static const char *const usage_main =
     "options for every command:\n"
     "  --help          help for the command\n"
     "  --version       print the version\n"
+    "  --precision P   bf16 | mxfp8 | fp8-block, overriding the model file\n"
+    "  --disable-pass NAME    skip a pass of the pipeline\n"
+    "  --load-pass LIB.so     load a pass plugin (docs/adding-a-pass.md)\n"
+    "  --stats         each pass's counters on stderr\n"
     "\n"
     "Run 'moec help COMMAND' for a command's options. The language is described\n"
     "in docs/language.md, the IR in docs/ir.md.\n";
@@ -96,6 +106,15 @@ static const char *const usage_ops =
     "Lists the ops of the model language with their signatures; keyword\n"
     "arguments show their defaults ('?' = required).\n";
 
+static const char *const usage_explain =
+    "usage: moec explain FILE [--format text|json] [--precision bf16|mxfp8|fp8-block]\n"
+    "                         [--disable-pass NAME] [--load-pass LIB.so]\n"
+    "\n"
+    "Runs the pass pipeline on FILE and prints every candidate each fusion pass\n"
+    "examined, one line each: where it is (file:line, the block instance), and\n"
+    "FUSED -> the new node, or NOT FUSED and the reason. Nothing is declined\n"
+    "silently. The same records head `moec dump` after the pass.\n";
+
 static const char *const usage_compile =
     "usage: moec compile FILE -o OUT\n"
     "\n"
@@ -118,6 +137,7 @@ static const char *usage_for(const char *cmd)
     if (!cmd)
         return usage_main;
     if (strcmp(cmd, "compile") == 0) return usage_compile;
+    if (strcmp(cmd, "explain") == 0) return usage_explain;
     if (strcmp(cmd, "plot") == 0) return usage_plot;
     if (strcmp(cmd, "check") == 0) return usage_check;
     if (strcmp(cmd, "dump") == 0) return usage_dump;
@@ -148,6 +168,37 @@ static int bad_pass_selector(const char *flag, const char *s)
     return 2;
 }
 
+static int option_takes_value(const char *a)
+{
+    static const char *const with_value[] = {"--format", "--print-ir-after", "--print-ir-before",
+                                             "--disable-pass", "--load-pass", "--precision"};
+    for (int i = 0; i < ARRAY_LEN(with_value); i++)
+        if (strcmp(a, with_value[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* --load-pass is handled before everything else, so that the passes it adds
+ * can be named by --print-ir-after and --disable-pass. */
+static int load_plugins(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *path = NULL;
+        if (strcmp(argv[i], "--load-pass") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strncmp(argv[i], "--load-pass=", 12) == 0)
+            path = argv[i] + 12;
+        if (!path)
+            continue;
+        char err[1024];
+        if (!pass_load_plugin(path, err, sizeof err)) {
+            fprintf(stderr, "moec: error: --load-pass %s: %s\n", path, err);
+            return 1;
+        }
+    }
+    return -1;
+}
+
 /* Parses argv after the command. Returns -1 to continue, else an exit code. */
 static int parse_options(int argc, char **argv, Options *o)
 {
@@ -156,14 +207,12 @@ static int parse_options(int argc, char **argv, Options *o)
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
-        int takes_value = strcmp(a, "--format") == 0 || strcmp(a, "--print-ir-after") == 0 ||
-                          strcmp(a, "--print-ir-before") == 0;
+        int takes_value = option_takes_value(a);
         char flag[64] = {0};
         const char *eq = strchr(a, '=');
         if (strncmp(a, "--", 2) == 0 && eq && (size_t)(eq - a) < sizeof flag) {
             memcpy(flag, a, (size_t)(eq - a));
-            takes_value = strcmp(flag, "--format") == 0 || strcmp(flag, "--print-ir-after") == 0 ||
-                          strcmp(flag, "--print-ir-before") == 0;
+            takes_value = option_takes_value(flag);
             if (takes_value) {
                 val = eq + 1;
                 a = flag;
@@ -181,8 +230,10 @@ static int parse_options(int argc, char **argv, Options *o)
             printf("moec %s (%s)\n", MOEC_VERSION, MOEC_GIT);
             return 0;
         } else if (strcmp(a, "--format") == 0) {
-            if (strcmp(o->command, "dump") != 0)
-                return usage_error(cmdsp, "--format belongs to 'moec dump'%s", "");
+            if (strcmp(o->command, "dump") != 0 && strcmp(o->command, "explain") != 0)
+                return usage_error(cmdsp, "--format belongs to 'moec dump' and 'moec explain'%s", "");
+            if (strcmp(o->command, "explain") == 0 && strcmp(val, "dot") == 0)
+                return usage_error(cmdsp, "--format: explain writes text or json%s", "");
             if (strcmp(val, "text") == 0) o->format = PRINT_TEXT;
             else if (strcmp(val, "json") == 0) o->format = PRINT_JSON;
             else if (strcmp(val, "dot") == 0) o->format = PRINT_DOT;
@@ -195,6 +246,20 @@ static int parse_options(int argc, char **argv, Options *o)
             if (!valid_pass_selector(val))
                 return bad_pass_selector(a, val);
             o->print_before = val;
+        } else if (strcmp(a, "--load-pass") == 0) {
+            /* loaded by load_plugins() */
+        } else if (strcmp(a, "--disable-pass") == 0) {
+            if (!pass_find(val))
+                return bad_pass_selector(a, val);
+            if (o->ndisabled == ARRAY_LEN(o->disabled))
+                return usage_error(cmdsp, "too many --disable-pass options%s", "");
+            o->disabled[o->ndisabled++] = val;
+        } else if (strcmp(a, "--precision") == 0) {
+            if (strcmp(val, "bf16") == 0) o->precision = IR_PREC_BF16;
+            else if (strcmp(val, "mxfp8") == 0) o->precision = IR_PREC_MXFP8;
+            else if (strcmp(val, "fp8-block") == 0) o->precision = IR_PREC_FP8_BLOCK;
+            else return usage_error(cmdsp, "--precision: '%s' is not one of bf16, mxfp8, fp8-block", val);
+            o->has_precision = 1;
         } else if (strcmp(a, "--stats") == 0) {
             o->stats = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
@@ -244,10 +309,43 @@ static void human(char *buf, size_t size, double v)
     else snprintf(buf, size, "%.0f", v);
 }
 
+/* `moec explain`: every fusion candidate, one line each. */
+static void explain(const IrGraph *g, int json)
+{
+    if (json) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "model", g->model);
+        cJSON_AddStringToObject(root, "file", g->file);
+        cJSON_AddStringToObject(root, "precision", ir_precision_name[g->train.precision]);
+        cJSON_AddItemToObject(root, "decisions", ir_decisions_json(g));
+        char *s = cJSON_Print(root);
+        puts(s);
+        cJSON_free(s);
+        cJSON_Delete(root);
+        return;
+    }
+    int fused = 0;
+    for (int i = 0; i < g->decisions.len; i++) {
+        const IrDecision *d = g->decisions.items[i];
+        if (d->fused) {
+            fused++;
+            printf("%s:%d: %s: %s: FUSED -> %s (%s)\n", g->file, d->loc.line, d->pass, d->where, d->result,
+                   d->reason ? d->reason : "");
+        } else {
+            printf("%s:%d: %s: %s: NOT FUSED: %s\n", g->file, d->loc.line, d->pass, d->where, d->reason);
+        }
+    }
+    printf("%d candidate%s: %d fused, %d not fused\n", g->decisions.len, g->decisions.len == 1 ? "" : "s", fused,
+           g->decisions.len - fused);
+}
+
 static int run_front(const Options *o)
 {
-    if (!o->file)
-        return usage_error(o->command, "'%s' needs a model file", o->command);
+    if (!o->file) {
+        char cmdsp[64];  /* "check ": usage_error prints "moec check --help" */
+        snprintf(cmdsp, sizeof cmdsp, "%s ", o->command);
+        return usage_error(cmdsp, "'%s' needs a model file", o->command);
+    }
     Compilation c = {0};
     if (!compilation_read(&c, o->file, stderr))
         return 1;
@@ -258,10 +356,16 @@ static int run_front(const Options *o)
     ctx.print_format = o->format;
     ctx.stats = o->stats;
     ctx.verify_each = !o->no_verify;
+    for (int i = 0; i < o->ndisabled; i++)
+        ctx.disabled[ctx.ndisabled++] = o->disabled[i];
+    c.opts.has_precision = o->has_precision;
+    c.opts.precision = o->precision;
     int rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
     if (rc == 0) {
         IrGraph *g = c.graph;
-        if (strcmp(o->command, "compile") == 0) {
+        if (strcmp(o->command, "explain") == 0) {
+            explain(g, o->format == PRINT_JSON);
+        } else if (strcmp(o->command, "compile") == 0) {
             Diag d;
             diag_init(&d, o->file, c.text, c.len, stderr);
             char err[1024];
@@ -338,11 +442,14 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!usage_for(cmd) || cmd[0] == '-') {
-        return usage_error(NULL, "unknown command '%s' (check, dump, compile, plot, passes, ops, help)", cmd);
+        return usage_error(NULL, "unknown command '%s' (check, dump, explain, compile, plot, passes, ops, help)", cmd);
     }
     Options o = {0};
     o.command = cmd;
-    int rc = parse_options(argc, argv, &o);
+    int rc = load_plugins(argc, argv);
+    if (rc >= 0)
+        return rc;
+    rc = parse_options(argc, argv, &o);
     if (rc >= 0)
         return rc;
     if (strcmp(cmd, "passes") == 0) {

@@ -97,6 +97,7 @@ void ir_train_defaults(IrTrain *t)
 
 struct NameSet {
     const char **slots;
+    int *next;  /* per slot: the next suffix nameset_unique() tries for it */
     int cap, len;
 };
 
@@ -108,30 +109,59 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
+/* The slot holding s, or the empty slot where it would go. */
+static uint64_t slot_of(const NameSet *ns, const char *s)
+{
+    uint64_t mask = (uint64_t)ns->cap - 1, i = hash_str(s) & mask;
+    while (ns->slots[i] && strcmp(ns->slots[i], s) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
 int nameset_has(const NameSet *ns, const char *s)
 {
-    for (uint64_t i = hash_str(s) & (uint64_t)(ns->cap - 1);; i = (i + 1) & (uint64_t)(ns->cap - 1)) {
-        if (!ns->slots[i])
-            return 0;
-        if (strcmp(ns->slots[i], s) == 0)
-            return 1;
-    }
+    return ns->slots[slot_of(ns, s)] != NULL;
 }
 
 void nameset_add(Arena *a, NameSet *ns, const char *s)
 {
     if ((ns->len + 1) * 2 > ns->cap) {
-        NameSet bigger = {arena_calloc(a, (size_t)ns->cap * 2, sizeof(char *)), ns->cap * 2, 0};
+        NameSet bigger = {arena_calloc(a, (size_t)ns->cap * 2, sizeof(char *)),
+                          arena_calloc(a, (size_t)ns->cap * 2, sizeof(int)), ns->cap * 2, 0};
         for (int i = 0; i < ns->cap; i++)
-            if (ns->slots[i])
-                nameset_add(a, &bigger, ns->slots[i]);
+            if (ns->slots[i]) {
+                uint64_t j = slot_of(&bigger, ns->slots[i]);
+                bigger.slots[j] = ns->slots[i];
+                bigger.next[j] = ns->next[i];
+                bigger.len++;
+            }
         *ns = bigger;
     }
-    uint64_t i = hash_str(s) & (uint64_t)(ns->cap - 1);
-    while (ns->slots[i])
-        i = (i + 1) & (uint64_t)(ns->cap - 1);
-    ns->slots[i] = s;
-    ns->len++;
+    uint64_t i = slot_of(ns, s);
+    if (!ns->slots[i]) {
+        ns->slots[i] = s;
+        ns->len++;
+    }
+}
+
+const char *nameset_unique(Arena *a, NameSet *ns, const char *base)
+{
+    uint64_t b = slot_of(ns, base);
+    if (!ns->slots[b]) {
+        nameset_add(a, ns, base);
+        return base;
+    }
+    /* Resume after the last suffix handed out for this base: probing from
+     * .1 every time made n equal labels cost O(n^2) time and arena (a 10 MB
+     * file repeating one statement ran for hours). Suffixes skipped earlier
+     * were taken then and still are, so the result is the same. */
+    int i = ns->next[b] ? ns->next[b] : 1;
+    const char *name;
+    while (nameset_has(ns, name = arena_printf(a, "%s.%d", base, i)))
+        i++;
+    ns->next[b] = i + 1;  /* before the add, which may move the slots */
+    nameset_add(a, ns, name);
+    return name;
 }
 
 NameSet *nameset_new(Arena *a)
@@ -139,6 +169,7 @@ NameSet *nameset_new(Arena *a)
     NameSet *ns = arena_alloc(a, sizeof *ns);
     ns->cap = 256;
     ns->slots = arena_calloc(a, 256, sizeof(char *));
+    ns->next = arena_calloc(a, 256, sizeof(int));
     return ns;
 }
 
@@ -157,11 +188,7 @@ static const char *unique_name(IrGraph *g, const char *scope, const char *label)
 {
     const char *base = scope && *scope ? arena_printf(g->arena, "%s.%s", scope, label)
                                        : arena_strdup(g->arena, label);
-    const char *name = base;
-    for (int i = 1; nameset_has(g->names, name); i++)
-        name = arena_printf(g->arena, "%s.%d", base, i);
-    nameset_add(g->arena, g->names, name);
-    return name;
+    return nameset_unique(g->arena, g->names, base);
 }
 
 IrNode *ir_node_new(IrGraph *g, IrOp op, int nsrc, IrNode *const *src,
@@ -250,4 +277,70 @@ void ir_count_uses(IrGraph *g)
     for (int i = 0; i < g->nnodes; i++)
         for (int s = 0; s < g->nodes[i]->nsrc; s++)
             g->nodes[i]->src[s]->nuses++;
+}
+
+void ir_graph_move(IrGraph *g, IrNode *n, int pos)
+{
+    int from = n->id;
+    if (pos < 0 || pos > from || g->nodes[from] != n)
+        die("ir_graph_move: %s from %d to %d", n->name, from, pos);
+    memmove(g->nodes + pos + 1, g->nodes + pos, sizeof(IrNode *) * (size_t)(from - pos));
+    g->nodes[pos] = n;
+    ir_graph_renumber(g);
+}
+
+void ir_replace_uses(IrGraph *g, IrNode *from, IrNode *to)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *u = g->nodes[i];
+        if (u == to)
+            continue;
+        for (int s = 0; s < u->nsrc; s++)
+            if (u->src[s] == from)
+                u->src[s] = to;
+    }
+    if (g->loss == from)
+        g->loss = to;
+    if (from->is_output) {
+        to->is_output = 1;
+        from->is_output = 0;
+    }
+    for (int p = 0; p < g->nparams; p++)
+        if (g->grads[p] == from)
+            g->grads[p] = to;
+}
+
+int ir_remove_unused(IrGraph *g)
+{
+    int removed = 0;
+    ir_count_uses(g);
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        IrNode *n = g->nodes[i];
+        if (n->nuses || n->is_output || n == g->loss || (ir_op_info[n->op].flags & OPF_LEAF))
+            continue;
+        for (int s = 0; s < n->nsrc; s++)
+            n->src[s]->nuses--;
+        n->id = -1;  /* mark */
+        removed++;
+    }
+    int j = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->id != -1)
+            g->nodes[j++] = g->nodes[i];
+    g->nnodes = j;
+    ir_graph_renumber(g);
+    return removed;
+}
+
+void ir_add_decision(IrGraph *g, const char *pass, const IrNode *root, int fused, const char *result,
+                     const char *reason)
+{
+    IrDecision *d = arena_alloc(g->arena, sizeof *d);
+    d->pass = pass;
+    d->where = root->scope && *root->scope ? root->scope : root->name;
+    d->loc = root->loc;
+    d->fused = fused;
+    d->result = result ? arena_strdup(g->arena, result) : NULL;
+    d->reason = reason ? arena_strdup(g->arena, reason) : NULL;
+    ptrvec_push(g->arena, &g->decisions, d);
 }

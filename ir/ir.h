@@ -19,7 +19,7 @@
 #include "arena.h"
 #include "diag.h"
 
-enum { IR_MAX_RANK = 4, IR_MAX_SRC = 4 };
+enum { IR_MAX_RANK = 4, IR_MAX_SRC = 6 };
 
 /* ---- ops and attributes, generated from the X-macro tables ---- */
 
@@ -101,6 +101,7 @@ struct IrNode {
     const char *layer;            /* outermost repeat iteration, layers.3 (NULL outside) */
     SrcLoc loc;
     int is_output;                /* named by `output` or the loss: kept by dce */
+    const char *output_name;      /* the name `output NAME = ...` gave it */
     int nuses;                    /* recomputed by ir_count_uses */
 };
 
@@ -131,6 +132,18 @@ void ir_train_defaults(IrTrain *t);
 
 typedef struct NameSet NameSet;
 
+/* One candidate a fusion pass examined: fused, or declined with the reason
+ * in words a user understands. `moec explain` prints these; dumps after the
+ * pass show them too. Never a silent decline. */
+typedef struct IrDecision {
+    const char *pass;      /* fuse-grouped-mlp */
+    const char *where;     /* scope of the candidate: layers.3.moe */
+    SrcLoc loc;            /* the root of the matched chain */
+    int fused;
+    const char *result;    /* the new node's name when fused */
+    const char *reason;    /* why not, when declined; details when fused */
+} IrDecision;
+
 typedef struct IrGraph {
     Arena *arena;
     const char *model;            /* model name */
@@ -141,6 +154,7 @@ typedef struct IrGraph {
     /* filled by the autodiff pass: grads[i] is d loss / d params[i] */
     IrNode **params, **grads;
     int nparams;
+    PtrVec decisions;             /* IrDecision *, in the order examined */
     IrTrain train;
     NameSet *names;
 } IrGraph;
@@ -151,6 +165,9 @@ IrGraph *ir_graph_new(Arena *arena, const char *model, const char *file);
 NameSet *nameset_new(Arena *a);
 int nameset_has(const NameSet *ns, const char *s);
 void nameset_add(Arena *a, NameSet *ns, const char *s);
+/* Adds and returns base, or base.N with the smallest free N >= 1 (suffixes
+ * already handed out for base are not probed again). */
+const char *nameset_unique(Arena *a, NameSet *ns, const char *base);
 
 /* Creates a node with a unique name derived from scope and label; shape and
  * dtype are filled by ir_infer_node(). Sources must already be in the graph. */
@@ -172,6 +189,16 @@ const char *ir_shape_str(int rank, const int64_t *shape, char *buf, size_t size)
 
 /* Renumbers ids after nodes were removed or inserted. */
 void ir_graph_renumber(IrGraph *g);
+/* Moves node n (usually just created, hence last) to position pos, shifting
+ * the nodes from pos on by one; renumbers. */
+void ir_graph_move(IrGraph *g, IrNode *n, int pos);
+/* Makes every user of `from` (and the loss/output marks) use `to` instead. */
+void ir_replace_uses(IrGraph *g, IrNode *from, IrNode *to);
+/* Removes nodes with no users that are neither outputs nor the loss, nor
+ * parameters/inputs, repeatedly; returns how many were removed. */
+int ir_remove_unused(IrGraph *g);
+void ir_add_decision(IrGraph *g, const char *pass, const IrNode *root, int fused, const char *result,
+                     const char *reason);
 void ir_count_uses(IrGraph *g);
 
 /* ---- shape inference (shape.c) ---- */
@@ -195,6 +222,7 @@ void ir_print_train(const IrTrain *t, FILE *out);
 void ir_print_dot(const IrGraph *g, FILE *out);
 /* Returns a cJSON object (caller owns it: cJSON_Delete). */
 struct cJSON *ir_to_json(const IrGraph *g);
+struct cJSON *ir_decisions_json(const IrGraph *g);
 void ir_print_json(const IrGraph *g, FILE *out);
 
 #endif

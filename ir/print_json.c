@@ -97,6 +97,29 @@ static cJSON *node_json(const IrGraph *g, const IrNode *n)
     return o;
 }
 
+cJSON *ir_decisions_json(const IrGraph *g)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < g->decisions.len; i++) {
+        const IrDecision *d = g->decisions.items[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "pass", d->pass);
+        cJSON_AddStringToObject(o, "where", d->where);
+        cJSON_AddItemToObject(o, "loc", loc_json(g, d->loc));
+        cJSON_AddBoolToObject(o, "fused", d->fused);
+        if (d->result)
+            cJSON_AddStringToObject(o, "result", d->result);
+        else
+            cJSON_AddNullToObject(o, "result");
+        if (d->reason)
+            cJSON_AddStringToObject(o, "reason", d->reason);
+        else
+            cJSON_AddNullToObject(o, "reason");
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
 cJSON *ir_to_json(const IrGraph *g)
 {
     cJSON *root = cJSON_CreateObject();
@@ -135,6 +158,7 @@ cJSON *ir_to_json(const IrGraph *g)
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->is_output)
             cJSON_AddItemToArray(outs, cJSON_CreateString(g->nodes[i]->name));
+    cJSON_AddItemToObject(root, "decisions", ir_decisions_json(g));
     cJSON *grads = cJSON_AddArrayToObject(root, "grads");
     for (int p = 0; p < g->nparams; p++) {
         cJSON *o = cJSON_CreateObject();

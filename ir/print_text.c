@@ -7,6 +7,7 @@
  *   %layers.0.decoder.h = add(%x, %layers.0.decoder.attn_out) : f32[8, 128, 64]  @13:5
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "ir.h"
 #include "util.h"
@@ -42,6 +43,13 @@ void ir_print_text(const IrGraph *g, FILE *out)
     char tb[160];
     fprintf(out, "# moec IR of model %s (%s): %d nodes\n", g->model, g->file, g->nnodes);
     ir_print_train(&g->train, out);
+    for (int i = 0; i < g->decisions.len; i++) {
+        const IrDecision *d = g->decisions.items[i];
+        if (d->fused)
+            fprintf(out, "# %s: %s (line %d): FUSED -> %%%s\n", d->pass, d->where, d->loc.line, d->result);
+        else
+            fprintf(out, "# %s: %s (line %d): NOT FUSED: %s\n", d->pass, d->where, d->loc.line, d->reason);
+    }
     fprintf(out, "graph %s {\n", g->model);
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
@@ -74,8 +82,13 @@ void ir_print_text(const IrGraph *g, FILE *out)
         int is_grad = 0;
         for (int p = 0; p < g->nparams; p++)
             is_grad |= g->grads[p] == g->nodes[i];
-        if (g->nodes[i]->is_output && !is_grad)
-            fprintf(out, "  output %%%s\n", g->nodes[i]->name);
+        if (g->nodes[i]->is_output && !is_grad) {
+            const IrNode *n = g->nodes[i];
+            if (n->output_name && strcmp(n->output_name, n->label) != 0)
+                fprintf(out, "  output %%%s  # %s\n", n->name, n->output_name);
+            else
+                fprintf(out, "  output %%%s\n", n->name);
+        }
     }
     for (int p = 0; p < g->nparams; p++)
         fprintf(out, "  grad %%%s = %%%s\n", g->params[p]->name, g->grads[p]->name);

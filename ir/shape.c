@@ -459,6 +459,53 @@ static int infer_op(IrNode *n, Diag *d)
         set_shape(n, IR_F32, 1, &r);
         return 1;
     }
+    case IR_OP_ROW_SCALE:
+    case IR_OP_ROW_DOT: {
+        IrNode *x = n->src[0], *p = n->src[1];
+        if (n->op == IR_OP_ROW_SCALE) {
+            if (!need_float(&c, 0, "input") || !need_rank(&c, 0, 2, 2, "input") ||
+                !need_rank(&c, 1, 1, 1, "scales"))
+                return 0;
+            if (p->shape[0] != x->shape[0])
+                return fail(&c, 1, "scales %s do not match the %lld rows of `%s`", shp(p, b1),
+                            (long long)x->shape[0], x->label);
+            copy_shape(n, x);
+        } else {
+            if (!same_shape(x, p))
+                return fail(&c, -1, "dy %s and x %s disagree", shp(x, b1), shp(p, b2));
+            set_shape(n, IR_F32, 1, x->shape);
+        }
+        return 1;
+    }
+    case IR_OP_GROUPED_MLP: {
+        IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
+        if (xs->rank != 2 || w1->rank != 3 || w2->rank != 3 || sp->rank != 1 || p->rank != 1)
+            return fail(&c, -1, "operands of ranks %d, %d, %d, %d, %d; 2, 3, 3, 1, 1 are needed", xs->rank,
+                        w1->rank, w2->rank, sp->rank, p->rank);
+        int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
+        if (w1->shape[1] % 2 || w1->shape[2] != H || w2->shape[0] != E || w2->shape[1] != H ||
+            w2->shape[2] != F || sp->shape[0] != E || p->shape[0] != R)
+            return fail(&c, -1, "xs %s, w_gate_up %s, w_down %s, splits %s, probs %s do not form an expert MLP",
+                        shp(xs, b1), shp(w1, b2), shp(w2, b1), shp(sp, b2), shp(p, b1));
+        copy_shape(n, xs);
+        return 1;
+    }
+    case IR_OP_GROUPED_MLP_BWD: {
+        IrNode *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3], *p = n->src[5];
+        int64_t total = ir_numel(xs) + ir_numel(p) + ir_numel(w1) + ir_numel(w2);
+        set_shape(n, IR_F32, 1, &total);
+        return 1;
+    }
+    case IR_OP_VIEW: {
+        IrNode *packed = n->src[0], *like = n->src[1];
+        int64_t off = ir_attr_i(n, IR_ATTR_OFFSET);
+        if (off < 0 || off + ir_numel(like) > ir_numel(packed))
+            return fail(&c, -1, "view [%lld, %lld) out of range of %s", (long long)off,
+                        (long long)(off + ir_numel(like)), shp(packed, b1));
+        copy_shape(n, like);
+        n->dtype = packed->dtype;
+        return 1;
+    }
     case IR_OP_COUNT:
         break;
     }

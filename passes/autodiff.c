@@ -154,6 +154,35 @@ static void backward_node(AD *a, IrNode *n, IrNode *dy)
         /* the inverse permutation's gradient is the permutation */
         acc(a, s[0], done(mk(a, n, IR_OP_DISPATCH, 2, dy, s[1], NULL, NULL)));
         return;
+    case IR_OP_ROW_SCALE:
+        if (a->needs[s[0]->id])
+            acc(a, s[0], done(mk(a, n, IR_OP_ROW_SCALE, 2, dy, s[1], NULL, NULL)));
+        if (a->needs[s[1]->id])
+            acc(a, s[1], done(mk(a, n, IR_OP_ROW_DOT, 2, dy, s[0], NULL, NULL)));
+        return;
+    case IR_OP_GROUPED_MLP: {
+        /* one fused backward node, its results viewed out of a packed buffer:
+         * [dxs | dprobs | dw_gate_up | dw_down] */
+        IrNode *src[6] = {dy, s[0], s[1], s[2], s[3], s[4]};
+        IrNode *b = ir_node_new(a->g, IR_OP_GROUPED_MLP_BWD, 6, src, n->name, "grouped_mlp_bwd", n->loc);
+        b->layer = n->layer;
+        ir_set_attr_s(b, IR_ATTR_PRECISION, ir_attr_s(n, IR_ATTR_PRECISION));
+        ir_set_attr_s(b, IR_ATTR_LAYOUT, ir_attr_s(n, IR_ATTR_LAYOUT));
+        a->ctx->counters[0]++;
+        done(b);
+        int64_t off = 0;
+        static const int order[4] = {0, 4, 1, 2};  /* xs, probs, w_gate_up, w_down */
+        for (int k = 0; k < 4; k++) {
+            IrNode *like = s[order[k]];
+            if (a->needs[like->id]) {
+                IrNode *v = mk(a, n, IR_OP_VIEW, 2, b, like, NULL, NULL);
+                ir_set_attr_i(v, IR_ATTR_OFFSET, off);
+                acc(a, like, done(v));
+            }
+            off += ir_numel(like);
+        }
+        return;
+    }
     case IR_OP_AUX_LOSS:
         acc(a, s[0], done(mk(a, n, IR_OP_AUX_LOSS_DX, 3, dy, s[0], s[1], NULL)));
         return;

@@ -26,6 +26,8 @@ typedef struct PassCtx {
     int stats;                     /* print statistics after the pipeline */
     FILE *stats_out;
     long counters[PASS_MAX_STATS]; /* the running pass's statistics */
+    const char *disabled[16];      /* --disable-pass NAME */
+    int ndisabled;
 } PassCtx;
 
 typedef struct Pass {
@@ -41,6 +43,21 @@ int pass_count(void);
 const Pass *pass_get(int i);
 const Pass *pass_find(const char *name);   /* NULL if unknown */
 
+/* Plugins (docs/adding-a-pass.md). A plugin is a shared library that
+ * exports `int moec_pass_plugin_init(int api_version, char *err, size_t
+ * errlen)`; it checks the version and calls pass_register() for its passes,
+ * returning 1, or 0 with a message. The moec executable exports its IR and
+ * pass functions (-rdynamic), so a plugin needs only these headers. */
+#define PASS_API_VERSION 1
+#define PASS_PLUGIN_ENTRY "moec_pass_plugin_init"
+typedef int (*PassPluginInit)(int api_version, char *err, size_t errlen);
+
+/* Inserts p after the pass named `after` (NULL: at the end). p is copied;
+ * its strings and functions must outlive the compilation. */
+int pass_register(const Pass *p, const char *after, char *err, size_t errlen);
+int pass_load_plugin(const char *path, char *err, size_t errlen);
+int pass_is_disabled(const PassCtx *ctx, const char *name);
+
 /* Runs the whole pipeline; stops at the first failing pass. Returns 0 on
  * success. Internal invariant failures die(). */
 int pass_run_pipeline(IrGraph *g, PassCtx *ctx);
@@ -52,5 +69,6 @@ void pass_print_ir(const IrGraph *g, PassCtx *ctx, const char *when, const char 
 int pass_infer_shapes(IrGraph *g, PassCtx *ctx);
 int pass_dce(IrGraph *g, PassCtx *ctx);
 int pass_autodiff(IrGraph *g, PassCtx *ctx);
+int pass_fuse_grouped_mlp(IrGraph *g, PassCtx *ctx);
 
 #endif

@@ -3,30 +3,122 @@
  *
  * Adding a pass: one file in passes/, its prototype in pass.h, one row here,
  * one golden test in tests/ir/ (docs/adding-a-pass.md). */
+#include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pass.h"
 #include "../ir/util.h"
 
-static const Pass pipeline[] = {
+static const Pass builtin_pipeline[] = {
     {"infer-shapes", "recompute every node's dtype and shape from its sources and check them",
      pass_infer_shapes, {"nodes checked", "shapes changed", NULL}},
     {"dce", "remove nodes that no output or loss depends on",
      pass_dce, {"nodes removed", "params removed", NULL}},
+    {"fuse-grouped-mlp", "fuse grouped_linear -> scaled_swiglu -> grouped_linear into one grouped_mlp node",
+     pass_fuse_grouped_mlp, {"chains fused", "chains declined", NULL}},
     {"autodiff", "append the backward graph: one gradient rule per op, d loss / d every param",
      pass_autodiff, {"gradient nodes", "gradient sums", "params with zero gradient", NULL}},
 };
 
-int pass_count(void) { return ARRAY_LEN(pipeline); }
+/* The pipeline in force: the built-in table plus passes registered by
+ * plugins (--load-pass), each inserted after a named pass. */
+enum { MAX_PASSES = 64 };
+static Pass pipeline[MAX_PASSES];
+static int npipeline = -1;
 
-const Pass *pass_get(int i) { return i >= 0 && i < pass_count() ? &pipeline[i] : NULL; }
+static void pipeline_init(void)
+{
+    if (npipeline >= 0)
+        return;
+    npipeline = ARRAY_LEN(builtin_pipeline);
+    memcpy(pipeline, builtin_pipeline, sizeof builtin_pipeline);
+}
+
+int pass_count(void)
+{
+    pipeline_init();
+    return npipeline;
+}
+
+const Pass *pass_get(int i)
+{
+    pipeline_init();
+    return i >= 0 && i < npipeline ? &pipeline[i] : NULL;
+}
 
 const Pass *pass_find(const char *name)
 {
-    for (int i = 0; i < pass_count(); i++)
+    pipeline_init();
+    for (int i = 0; i < npipeline; i++)
         if (strcmp(pipeline[i].name, name) == 0)
             return &pipeline[i];
     return NULL;
+}
+
+int pass_register(const Pass *p, const char *after, char *err, size_t errlen)
+{
+    pipeline_init();
+    if (!p || !p->name || !p->run || !p->summary) {
+        snprintf(err, errlen, "a pass needs a name, a summary and a run function");
+        return 0;
+    }
+    if (pass_find(p->name)) {
+        snprintf(err, errlen, "a pass named '%s' is already in the pipeline", p->name);
+        return 0;
+    }
+    if (npipeline == MAX_PASSES) {
+        snprintf(err, errlen, "the pipeline is full (%d passes)", MAX_PASSES);
+        return 0;
+    }
+    int at = npipeline;
+    if (after) {
+        const Pass *anchor = pass_find(after);
+        if (!anchor) {
+            snprintf(err, errlen, "pass '%s' wants to run after '%s', which is not in the pipeline", p->name, after);
+            return 0;
+        }
+        at = (int)(anchor - pipeline) + 1;
+    }
+    memmove(pipeline + at + 1, pipeline + at, sizeof(Pass) * (size_t)(npipeline - at));
+    pipeline[at] = *p;
+    npipeline++;
+    return 1;
+}
+
+int pass_load_plugin(const char *path, char *err, size_t errlen)
+{
+    /* dlopen searches the library path for a bare name; a plugin is a file */
+    char buf[4096];
+    if (!strchr(path, '/')) {
+        snprintf(buf, sizeof buf, "./%s", path);
+        path = buf;
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errlen, "cannot load pass plugin: %s", dlerror());
+        return 0;
+    }
+    union {
+        void *obj;
+        PassPluginInit fn;
+    } sym;
+    sym.obj = dlsym(h, PASS_PLUGIN_ENTRY);
+    if (!sym.obj) {
+        snprintf(err, errlen, "%s has no %s() (see docs/adding-a-pass.md)", path, PASS_PLUGIN_ENTRY);
+        dlclose(h);
+        return 0;
+    }
+    int before = npipeline;
+    if (!sym.fn(PASS_API_VERSION, err, errlen)) {
+        dlclose(h);
+        return 0;
+    }
+    if (pass_count() == before) {
+        snprintf(err, errlen, "%s registered no pass", path);
+        return 0;
+    }
+    return 1;  /* the library stays loaded: its passes run later */
 }
 
 void pass_ctx_init(PassCtx *ctx, Diag *diag)
@@ -61,10 +153,20 @@ void pass_print_ir(const IrGraph *g, PassCtx *ctx, const char *when, const char 
         ir_print_text(g, out);
 }
 
+int pass_is_disabled(const PassCtx *ctx, const char *name)
+{
+    for (int i = 0; i < ctx->ndisabled; i++)
+        if (strcmp(ctx->disabled[i], name) == 0)
+            return 1;
+    return 0;
+}
+
 int pass_run_pipeline(IrGraph *g, PassCtx *ctx)
 {
     for (int i = 0; i < pass_count(); i++) {
         const Pass *p = &pipeline[i];
+        if (pass_is_disabled(ctx, p->name))
+            continue;
         if (wants(ctx->print_before, p->name))
             pass_print_ir(g, ctx, "before", p->name);
         memset(ctx->counters, 0, sizeof ctx->counters);

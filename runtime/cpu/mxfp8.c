@@ -1,0 +1,249 @@
+/* mxfp8.c - E4M3 and E8M0 conversions and MXFP8 block quantization for the
+ * CPU reference. Everything is done with integer arithmetic on the float's
+ * bits or with exact power-of-two scaling, so results do not depend on the
+ * host's floating-point environment (no division, no log2, no FMA). The
+ * rules are written out in docs/mxfp8.md. */
+#include "mxfp8.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "../../ir/util.h"
+
+static uint32_t float_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float bits_float(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+const char *mxfp8_status_str(int status)
+{
+    switch (status) {
+    case MXFP8_OK: return "ok";
+    case MXFP8_ERR_SHAPE: return "bad shape: negative size, blocked dimension not a multiple of 32, or too large";
+    case MXFP8_ERR_AXIS: return "bad axis: expected MXFP8_ROWWISE or MXFP8_COLWISE";
+    case MXFP8_ERR_RULE: return "bad scale rule: expected MXFP8_SCALE_TE or MXFP8_SCALE_OCP";
+    default: return "unknown mxfp8 status";
+    }
+}
+
+/* E4M3 code layout: s eeee mmm, bias 7. Exponent field 0 is subnormal
+ * (m * 2^-9); otherwise (8 + m) * 2^(e - 10). Every finite code is thus an
+ * integer n times a quantum 2^q with q = -9 for codes below 16 (subnormals
+ * and the first binade share the quantum) and n in [8, 16) above, which
+ * gives the encoding code = 8 * (q + 9) + n used below: n == 16 after
+ * rounding up lands on the next binade's first code by itself. */
+uint8_t e4m3_from_float(float x)
+{
+    uint32_t u = float_bits(x);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    uint32_t a = u & 0x7FFFFFFFu;
+
+    if (a > 0x7F800000u)
+        return sign | E4M3_NAN;
+    /* Saturation: everything above 448 (the next code, 480, would be NaN in
+     * E4M3FN) and +-Inf become +-448. 0x43E00000 is 448.0f. */
+    if (a > 0x43E00000u)
+        return sign | 0x7E;
+
+    /* |x| = mant * 2^exp2 exactly, mant < 2^24. */
+    int fexp = (int)(a >> 23);
+    uint64_t mant;
+    int exp2;
+    if (fexp == 0) {
+        mant = a;
+        exp2 = -149;
+    } else {
+        mant = (a & 0x7FFFFFu) | 0x800000u;
+        exp2 = fexp - 150;
+    }
+    /* Quantum of the E4M3 code nearest |x|: 2^(floor(log2|x|) - 3), but no
+     * smaller than the subnormal quantum 2^-9. Float subnormals (fexp == 0)
+     * are far below it. */
+    int q = fexp == 0 ? -9 : fexp - 127 - 3;
+    if (q < -9)
+        q = -9;
+    int shift = q - exp2; /* >= 20 since mant has 24 bits and q >= floor(log2|x|) - 3 */
+    uint64_t n;
+    if (shift >= 25) {
+        n = 0; /* |x| < 2^(q-1): below half a quantum */
+    } else {
+        uint64_t half = (uint64_t)1 << (shift - 1);
+        uint64_t rem = mant & ((half << 1) - 1);
+        n = mant >> shift;
+        if (rem > half || (rem == half && (n & 1)))
+            n++;
+    }
+    /* |x| <= 448 here, so the code cannot pass 0x7E. */
+    return sign | (uint8_t)(8 * (q + 9) + (int)n);
+}
+
+float e4m3_to_float(uint8_t code)
+{
+    uint32_t sign = (uint32_t)(code & 0x80) << 24;
+    int e = (code >> 3) & 0xF;
+    int m = code & 7;
+    if ((code & 0x7F) == E4M3_NAN)
+        return bits_float(sign | 0x7FC00000u);
+    float mag = e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
+    return bits_float(sign | float_bits(mag));
+}
+
+uint8_t e8m0_from_exponent(int e)
+{
+    if (e < E8M0_EXP_MIN)
+        e = E8M0_EXP_MIN;
+    if (e > E8M0_EXP_MAX)
+        e = E8M0_EXP_MAX;
+    return (uint8_t)(e + 127);
+}
+
+float e8m0_to_float(uint8_t code)
+{
+    if (code == E8M0_NAN)
+        return bits_float(0x7FC00000u);
+    /* Code c is the float with biased exponent c: 2^(c-127). Code 0 is
+     * 2^-127, a float subnormal, built from its bits. */
+    if (code == 0)
+        return bits_float(0x00400000u);
+    return bits_float((uint32_t)code << 23);
+}
+
+int mxfp8_scale_exponent(float amax, int rule)
+{
+    if (isnan(amax) || amax <= 0.0f)
+        return E8M0_EXP_MIN;
+    if (isinf(amax))
+        return E8M0_EXP_MAX;
+    /* amax = m * 2^p with m in [0.5, 1), exactly (frexpf handles subnormals). */
+    int p;
+    float m = frexpf(amax, &p);
+    int e;
+    if (rule == MXFP8_SCALE_OCP) {
+        /* floor(log2 amax) = p - 1; E4M3's largest exponent is 8. */
+        e = p - 1 - 8;
+    } else {
+        /* Smallest e with 448 * 2^e >= amax. 448 = 0.875 * 2^9, so
+         * 448 * 2^(p-9) = 0.875 * 2^p, which covers amax iff m <= 0.875. */
+        e = p - 9 + (m > 0.875f);
+    }
+    if (e < E8M0_EXP_MIN)
+        e = E8M0_EXP_MIN;
+    if (e > E8M0_EXP_MAX)
+        e = E8M0_EXP_MAX;
+    return e;
+}
+
+/* Checks the arguments and returns the element count through n. */
+static int check_args(int64_t rows, int64_t cols, int axis, int rule, int64_t *n)
+{
+    if (axis != MXFP8_ROWWISE && axis != MXFP8_COLWISE)
+        return MXFP8_ERR_AXIS;
+    if (rule != MXFP8_SCALE_TE && rule != MXFP8_SCALE_OCP)
+        return MXFP8_ERR_RULE;
+    if (rows < 0 || cols < 0)
+        return MXFP8_ERR_SHAPE;
+    if ((axis == MXFP8_ROWWISE ? cols : rows) % MXFP8_BLOCK != 0)
+        return MXFP8_ERR_SHAPE;
+    if (!checked_mul_i64(rows, cols, n))
+        return MXFP8_ERR_SHAPE;
+    return MXFP8_OK;
+}
+
+/* Block b of the matrix: its first element and the distance between its
+ * elements. Blocks are numbered in the order of the scale array. */
+static void block_at(int64_t b, int64_t rows, int64_t cols, int axis, int64_t *first, int64_t *stride)
+{
+    (void)rows;
+    if (axis == MXFP8_ROWWISE) {
+        int64_t per_row = cols / MXFP8_BLOCK;
+        *first = (b / per_row) * cols + (b % per_row) * MXFP8_BLOCK;
+        *stride = 1;
+    } else {
+        *first = (b / cols) * MXFP8_BLOCK * cols + b % cols;
+        *stride = cols;
+    }
+}
+
+/* Quantizes one block of 32. amax ignores NaN (as fmaxf does in TE's
+ * kernels), so a NaN stays in its own element; an infinity takes part and
+ * pushes the scale to 2^127. Scaling by 2^-e is exact unless the result
+ * falls below 2^-126, and such results round to +-0 in E4M3 either way. */
+static uint8_t quantize_block(const float *x, int64_t stride, int rule, uint8_t *v)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < MXFP8_BLOCK; i++) {
+        float a = fabsf(x[i * stride]);
+        if (a > amax)
+            amax = a;
+    }
+    int e = mxfp8_scale_exponent(amax, rule);
+    for (int i = 0; i < MXFP8_BLOCK; i++)
+        v[i] = e4m3_from_float(ldexpf(x[i * stride], -e));
+    return e8m0_from_exponent(e);
+}
+
+int mxfp8_quantize(const float *x, int64_t rows, int64_t cols, int axis, int rule, uint8_t *values,
+                   uint8_t *scales)
+{
+    int64_t n;
+    int st = check_args(rows, cols, axis, rule, &n);
+    if (st != MXFP8_OK)
+        return st;
+    int64_t nblocks = n / MXFP8_BLOCK;
+    for (int64_t b = 0; b < nblocks; b++) {
+        int64_t first, stride;
+        uint8_t v[MXFP8_BLOCK];
+        block_at(b, rows, cols, axis, &first, &stride);
+        scales[b] = quantize_block(x + first, stride, rule, v);
+        for (int i = 0; i < MXFP8_BLOCK; i++)
+            values[first + i * stride] = v[i];
+    }
+    return MXFP8_OK;
+}
+
+int mxfp8_dequantize(const uint8_t *values, const uint8_t *scales, int64_t rows, int64_t cols, int axis,
+                     float *out)
+{
+    int64_t n;
+    int st = check_args(rows, cols, axis, MXFP8_SCALE_TE, &n);
+    if (st != MXFP8_OK)
+        return st;
+    int64_t nblocks = n / MXFP8_BLOCK;
+    for (int64_t b = 0; b < nblocks; b++) {
+        int64_t first, stride;
+        block_at(b, rows, cols, axis, &first, &stride);
+        float s = e8m0_to_float(scales[b]);
+        for (int i = 0; i < MXFP8_BLOCK; i++) {
+            int64_t k = first + i * stride;
+            out[k] = e4m3_to_float(values[k]) * s;
+        }
+    }
+    return MXFP8_OK;
+}
+
+int mxfp8_fake_quant(float *x, int64_t rows, int64_t cols, int axis, int rule)
+{
+    int64_t n;
+    int st = check_args(rows, cols, axis, rule, &n);
+    if (st != MXFP8_OK)
+        return st;
+    int64_t nblocks = n / MXFP8_BLOCK;
+    for (int64_t b = 0; b < nblocks; b++) {
+        int64_t first, stride;
+        uint8_t v[MXFP8_BLOCK];
+        block_at(b, rows, cols, axis, &first, &stride);
+        float s = e8m0_to_float(quantize_block(x + first, stride, rule, v));
+        for (int i = 0; i < MXFP8_BLOCK; i++)
+            x[first + i * stride] = e4m3_to_float(v[i]) * s;
+    }
+    return MXFP8_OK;
+}
