@@ -83,9 +83,11 @@ static const char *const usage_dump =
     "usage: moec dump FILE [--format text|json|dot] [--print-ir-after PASS|all]\n"
     "                      [--print-ir-before PASS|all] [--stats]\n"
     "\n"
-    "Prints the IR of FILE after the whole pass pipeline. With --print-ir-after\n"
-    "or --print-ir-before it prints those snapshots instead, each behind a fixed\n"
-    "header line ('# *** IR after dce ***'; in JSON a {\"stage\": ...} wrapper).\n"
+    "Prints the IR of FILE as lowered and verified: the model's meaning, after the\n"
+    "front-end passes (infer-shapes, dce). The whole pipeline still runs. With\n"
+    "--print-ir-after or --print-ir-before it prints those snapshots instead, each\n"
+    "behind a fixed header line ('# *** IR after fuse-grouped-mlp ***'; in JSON a\n"
+    "{\"stage\": ...} wrapper): --print-ir-after autodiff shows the final IR.\n"
     "\n"
     "  --format text|json|dot       text (default; stable across runs), JSON\n"
     "                               (schema in docs/ir.md) or Graphviz DOT with\n"
@@ -292,7 +294,8 @@ static int64_t count_params(const IrGraph *g, int64_t *expert_params)
         total += ir_numel(n);
         for (int j = 0; j < g->nnodes; j++) {
             const IrNode *u = g->nodes[j];
-            if (u->op == IR_OP_GROUPED_LINEAR && u->src[1] == n) {
+            if ((u->op == IR_OP_GROUPED_LINEAR && u->src[1] == n) ||
+                (u->op == IR_OP_GROUPED_MLP && (u->src[1] == n || u->src[2] == n))) {
                 *expert_params += ir_numel(n);
                 break;
             }
@@ -360,6 +363,13 @@ static int run_front(const Options *o)
         ctx.disabled[ctx.ndisabled++] = o->disabled[i];
     c.opts.has_precision = o->has_precision;
     c.opts.precision = o->precision;
+    int is_dump = strcmp(o->command, "dump") == 0;
+    if (is_dump && !o->print_after && !o->print_before) {
+        /* plain `moec dump`: the model as lowered and verified, after the
+         * front-end passes; what later passes do is --print-ir-after's */
+        ctx.print_after = pass_is_disabled(&ctx, PASS_FRONT_END_LAST) ? NULL : PASS_FRONT_END_LAST;
+        ctx.print_header = 0;
+    }
     int rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
     if (rc == 0) {
         IrGraph *g = c.graph;
@@ -383,7 +393,7 @@ static int run_front(const Options *o)
                 free(json);
             }
         } else if (strcmp(o->command, "dump") == 0) {
-            if (!o->print_after && !o->print_before) {
+            if (!o->print_after && !o->print_before && !ctx.print_after) {
                 switch (o->format) {
                 case PRINT_TEXT: ir_print_text(g, stdout); break;
                 case PRINT_JSON: ir_print_json(g, stdout); break;

@@ -231,7 +231,7 @@ int ir_has_attr(const IrNode *n, IrAttrKey k) { return (n->attr_set >> k) & 1u; 
 static void need_attr(const IrNode *n, IrAttrKey k)
 {
     if (!ir_has_attr(n, k))
-        die("node %s (%s) has no attribute %s", n->name, ir_op_name(n->op), ir_attr_name[k]);
+        die("node %s (%s) has no attribute %s", n->name, ir_node_op_name(n), ir_attr_name[k]);
 }
 
 int64_t ir_attr_i(const IrNode *n, IrAttrKey k) { need_attr(n, k); return n->attr[k].i; }
@@ -343,4 +343,14 @@ void ir_add_decision(IrGraph *g, const char *pass, const IrNode *root, int fused
     d->result = result ? arena_strdup(g->arena, result) : NULL;
     d->reason = reason ? arena_strdup(g->arena, reason) : NULL;
     ptrvec_push(g->arena, &g->decisions, d);
+}
+
+const char *ir_node_op_name(const IrNode *n)
+{
+    return n->op == IR_OP_CUSTOM && n->custom ? n->custom->name : ir_op_name(n->op);
+}
+
+int ir_node_arity(const IrNode *n)
+{
+    return n->op == IR_OP_CUSTOM ? (n->custom ? n->custom->arity : -1) : ir_op_info[n->op].arity;
 }

@@ -83,10 +83,31 @@ typedef struct IrAttrVal {
 } IrAttrVal;
 
 typedef struct IrNode IrNode;
+typedef struct IrGraph IrGraph;
+
+/* An op defined outside ops.def, by a pass plugin (docs/adding-a-pass.md):
+ * everything the compiler and the CPU backend need to know about it. Nodes
+ * of it have op IR_OP_CUSTOM and point at the descriptor, which must stay
+ * alive (a plugin keeps it in static storage; plugins are never unloaded). */
+typedef struct IrCustomOp {
+    const char *name;      /* as printed in dumps: grouped_mlp_gelu */
+    int arity;             /* number of sources, at most IR_MAX_SRC */
+    /* Sets n's dtype and shape from its sources; on a mismatch reports
+     * through d (may be NULL) and returns 0. */
+    int (*infer)(IrNode *n, Diag *d);
+    /* The CPU reference, fp32 and fp64: buf[i] is node i's data. */
+    void (*cpu_f32)(const IrNode *n, void *const *buf);
+    void (*cpu_f64)(const IrNode *n, void *const *buf);
+    /* The gradient rule: given dy = d loss / d n, builds nodes (with
+     * ir_node_new + ir_infer_node) for d loss / d n->src[i] and hands each
+     * to grad(ctx, i, node). Sources needing no gradient may be skipped. */
+    void (*backward)(IrGraph *g, IrNode *n, IrNode *dy, void (*grad)(void *ctx, int src, IrNode *gnode), void *ctx);
+} IrCustomOp;
 
 struct IrNode {
     int id;                       /* index in graph->nodes, dense from 0 */
     IrOp op;
+    const IrCustomOp *custom;     /* op == IR_OP_CUSTOM only */
     int nsrc;
     IrNode *src[IR_MAX_SRC];
     SrcLoc src_loc[IR_MAX_SRC];   /* where each argument was written */
@@ -132,6 +153,11 @@ void ir_train_defaults(IrTrain *t);
 
 typedef struct NameSet NameSet;
 
+/* The op's name as dumps show it (a custom op's own name). */
+const char *ir_node_op_name(const IrNode *n);
+/* The number of sources the node's op takes. */
+int ir_node_arity(const IrNode *n);
+
 /* One candidate a fusion pass examined: fused, or declined with the reason
  * in words a user understands. `moec explain` prints these; dumps after the
  * pass show them too. Never a silent decline. */
@@ -144,7 +170,7 @@ typedef struct IrDecision {
     const char *reason;    /* why not, when declined; details when fused */
 } IrDecision;
 
-typedef struct IrGraph {
+struct IrGraph {
     Arena *arena;
     const char *model;            /* model name */
     const char *file;             /* source path */
@@ -157,7 +183,7 @@ typedef struct IrGraph {
     PtrVec decisions;             /* IrDecision *, in the order examined */
     IrTrain train;
     NameSet *names;
-} IrGraph;
+};
 
 IrGraph *ir_graph_new(Arena *arena, const char *model, const char *file);
 

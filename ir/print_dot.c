@@ -14,7 +14,7 @@ static void dot_node(const IrNode *n, FILE *out, const char *indent)
                         : (ir_op_info[n->op].flags & OPF_LOSS) ? "doubleoctagon" : "box";
     fprintf(out, "%s", indent);
     dot_id(n, out);
-    fprintf(out, " [shape=%s, label=\"%s\\n%s\\n%s\"];\n", shape, n->name, ir_op_name(n->op),
+    fprintf(out, " [shape=%s, label=\"%s\\n%s\\n%s\"];\n", shape, n->name, ir_node_op_name(n),
             n->rank >= 0 ? ir_type_str(n, tb, sizeof tb) : "?");
 }
 

@@ -66,7 +66,7 @@ static cJSON *node_json(const IrGraph *g, const IrNode *n)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", n->id);
     cJSON_AddStringToObject(o, "name", n->name);
-    cJSON_AddStringToObject(o, "op", ir_op_name(n->op));
+    cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
     cJSON *in = cJSON_AddArrayToObject(o, "inputs");
     for (int s = 0; s < n->nsrc; s++)
         cJSON_AddItemToArray(in, cJSON_CreateString(n->src[s]->name));

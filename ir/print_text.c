@@ -53,7 +53,7 @@ void ir_print_text(const IrGraph *g, FILE *out)
     fprintf(out, "graph %s {\n", g->model);
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
-        fprintf(out, "  %%%s = %s", n->name, ir_op_name(n->op));
+        fprintf(out, "  %%%s = %s", n->name, ir_node_op_name(n));
         if (n->nsrc) {
             fputc('(', out);
             for (int s = 0; s < n->nsrc; s++)

@@ -33,7 +33,7 @@ static int fail(Ctx *c, int arg, const char *fmt, ...)
     va_end(ap);
     SrcLoc loc = arg >= 0 ? c->n->src_loc[arg] : c->n->loc;
     if (c->d)
-        diag_error(c->d, loc, "%s: %s", ir_op_name(c->n->op), msg);
+        diag_error(c->d, loc, "%s: %s", ir_node_op_name(c->n), msg);
     return 0;
 }
 
@@ -506,6 +506,10 @@ static int infer_op(IrNode *n, Diag *d)
         n->dtype = packed->dtype;
         return 1;
     }
+    case IR_OP_CUSTOM:
+        if (!n->custom)
+            die("custom node %s has no descriptor", n->name);
+        return n->custom->infer(n, d);
     case IR_OP_COUNT:
         break;
     }

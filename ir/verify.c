@@ -22,7 +22,7 @@ static void bad(V *v, const IrNode *n, const char *fmt, ...)
     v->nerr++;
     if (v->nerr > 50)
         return;
-    fprintf(v->out, "verify: %s (%s, id %d): ", n ? n->name : "graph", n ? ir_op_name(n->op) : "-", n ? n->id : -1);
+    fprintf(v->out, "verify: %s (%s, id %d): ", n ? n->name : "graph", n ? ir_node_op_name(n) : "-", n ? n->id : -1);
     va_start(ap, fmt);
     vfprintf(v->out, fmt, ap);
     va_end(ap);
@@ -48,8 +48,12 @@ int ir_verify(const IrGraph *g, FILE *out)
             continue;
         }
         const IrOpInfo *info = &ir_op_info[n->op];
-        if (n->nsrc != info->arity)
-            bad(&v, n, "%d sources, the op takes %d", n->nsrc, info->arity);
+        if (n->op == IR_OP_CUSTOM && !n->custom) {
+            bad(&v, n, "custom node without a descriptor");
+            continue;
+        }
+        if (n->nsrc != ir_node_arity(n))
+            bad(&v, n, "%d sources, the op takes %d", n->nsrc, ir_node_arity(n));
         for (int s = 0; s < n->nsrc && s < IR_MAX_SRC; s++) {
             const IrNode *src = n->src[s];
             if (!src)

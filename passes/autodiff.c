@@ -24,6 +24,7 @@ typedef struct AD {
     char *needs;        /* forward node depends on a parameter */
     int nfwd;
     PassCtx *ctx;
+    IrNode *custom_node;  /* the custom node whose gradient rule is running */
 } AD;
 
 static IrNode *mk(AD *a, const IrNode *fwd, IrOp op, int nsrc, IrNode *s0, IrNode *s1, IrNode *s2, IrNode *s3)
@@ -45,7 +46,7 @@ static IrNode *mk(AD *a, const IrNode *fwd, IrOp op, int nsrc, IrNode *s0, IrNod
 static IrNode *done(IrNode *n)
 {
     if (!ir_infer_node(n, NULL))
-        die("autodiff built an ill-typed %s node %s", ir_op_name(n->op), n->name);
+        die("autodiff built an ill-typed %s node %s", ir_node_op_name(n), n->name);
     return n;
 }
 
@@ -62,6 +63,19 @@ static void acc(AD *a, IrNode *x, IrNode *g)
     s->layer = x->layer;
     a->ctx->counters[1]++;
     a->grad[x->id] = done(s);
+}
+
+/* The callback a custom op's gradient rule hands its results to. */
+static void custom_grad(void *ctx, int src, IrNode *gnode)
+{
+    AD *a = ctx;
+    IrNode *n = a->custom_node;
+    if (src < 0 || src >= n->nsrc)
+        die("custom op %s: gradient for source %d of %d", n->custom->name, src, n->nsrc);
+    if (gnode->rank < 0 || gnode->rank != n->src[src]->rank)
+        die("custom op %s: gradient %s does not have its source's shape", n->custom->name, gnode->name);
+    a->ctx->counters[0]++;
+    acc(a, n->src[src], gnode);
 }
 
 static IrNode *slice(AD *a, const IrNode *fwd, IrNode *x, int64_t off, int64_t size)
@@ -186,6 +200,12 @@ static void backward_node(AD *a, IrNode *n, IrNode *dy)
     case IR_OP_AUX_LOSS:
         acc(a, s[0], done(mk(a, n, IR_OP_AUX_LOSS_DX, 3, dy, s[0], s[1], NULL)));
         return;
+    case IR_OP_CUSTOM:
+        if (!n->custom->backward)
+            die("autodiff: custom op %s has no gradient rule", n->custom->name);
+        a->custom_node = n;
+        n->custom->backward(a->g, n, dy, custom_grad, a);
+        return;
     case IR_OP_CROSS_ENTROPY:
     case IR_OP_MASKED_LM_LOSS:
         acc(a, s[0], done(mk(a, n, IR_OP_CROSS_ENTROPY_DX, 3, dy, s[0], s[1], NULL)));
@@ -201,7 +221,7 @@ int pass_autodiff(IrGraph *g, PassCtx *ctx)
 {
     if (!g->loss)
         return 0;
-    AD a = {g, NULL, NULL, g->nnodes, ctx};
+    AD a = {g, NULL, NULL, g->nnodes, ctx, NULL};
     a.grad = calloc((size_t)g->nnodes, sizeof *a.grad);
     a.needs = calloc((size_t)g->nnodes, 1);
     if (!a.grad || !a.needs)

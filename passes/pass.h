@@ -28,7 +28,13 @@ typedef struct PassCtx {
     long counters[PASS_MAX_STATS]; /* the running pass's statistics */
     const char *disabled[16];      /* --disable-pass NAME */
     int ndisabled;
+    const char *stop_after;        /* run the pipeline up to this pass only */
+    int print_header;              /* the fixed header line before snapshots (default 1) */
 } PassCtx;
+
+/* The last pass of the front end: `moec dump` shows the IR after it (the
+ * model as lowered and verified); later stages with --print-ir-after. */
+#define PASS_FRONT_END_LAST "dce"
 
 typedef struct Pass {
     const char *name;

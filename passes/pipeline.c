@@ -129,6 +129,7 @@ void pass_ctx_init(PassCtx *ctx, Diag *diag)
     ctx->print_format = PRINT_TEXT;
     ctx->print_out = stdout;
     ctx->stats_out = stderr;
+    ctx->print_header = 1;
 }
 
 static int wants(const char *sel, const char *pass)
@@ -140,6 +141,15 @@ void pass_print_ir(const IrGraph *g, PassCtx *ctx, const char *when, const char 
 {
     FILE *out = ctx->print_out;
     /* JSON output must stay valid JSON, so its header is a field instead */
+    if (!ctx->print_header) {
+        if (ctx->print_format == PRINT_JSON)
+            ir_print_json(g, out);
+        else if (ctx->print_format == PRINT_DOT)
+            ir_print_dot(g, out);
+        else
+            ir_print_text(g, out);
+        return;
+    }
     if (ctx->print_format == PRINT_JSON) {
         fprintf(out, "{\"stage\": \"%s %s\", \"ir\":\n", when, pass);
         ir_print_json(g, out);
@@ -183,6 +193,8 @@ int pass_run_pipeline(IrGraph *g, PassCtx *ctx)
         }
         if (wants(ctx->print_after, p->name))
             pass_print_ir(g, ctx, "after", p->name);
+        if (ctx->stop_after && strcmp(ctx->stop_after, p->name) == 0)
+            break;
     }
     return 0;
 }

@@ -644,6 +644,8 @@ static void print_summary(Trainer *t)
         IrNode *n = g->nodes[i];
         if (n->op == IR_OP_GROUPED_LINEAR && n->src[1]->op == IR_OP_PARAM)
             experts += ir_numel(n->src[1]);
+        if (n->op == IR_OP_GROUPED_MLP)
+            experts += ir_numel(n->src[1]) + ir_numel(n->src[2]);
         if (n->op == IR_OP_TOPK_EXPERTS) {
             k = ir_attr_i(n, IR_ATTR_K);
             E = n->src[0]->shape[n->src[0]->rank - 1];

@@ -154,8 +154,10 @@ void cpu_plan_run_range(CpuPlan *p, int from, int to)
     for (int i = from; i < to; i++) {
         const IrNode *n = p->g->nodes[i];
         if ((n->op == IR_OP_INPUT || n->op == IR_OP_PARAM) && !p->buf[i])
-            die("cpu backend: %s %s is not bound", ir_op_name(n->op), n->name);
-        if (p->prec == CPU_F64)
+            die("cpu backend: %s %s is not bound", ir_node_op_name(n), n->name);
+        if (n->op == IR_OP_CUSTOM)
+            (p->prec == CPU_F64 ? n->custom->cpu_f64 : n->custom->cpu_f32)(n, p->buf);
+        else if (p->prec == CPU_F64)
             cpu_exec_node_f64(n, p->buf);
         else
             cpu_exec_node_f32(n, p->buf);
