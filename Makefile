@@ -21,9 +21,9 @@ GEN      = $(BUILD)/gen
 IR_SRC   = ir/arena.c ir/util.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
-           passes/rewrite.c passes/fuse_grouped_mlp.c
+           passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
-RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c \
+RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
            runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c
 LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o

@@ -182,6 +182,9 @@ static int option_takes_value(const char *a)
 
 /* --load-pass is handled before everything else, so that the passes it adds
  * can be named by --print-ir-after and --disable-pass. */
+static const char *plugin_paths[16];
+static int nplugin_paths;
+
 static int load_plugins(int argc, char **argv)
 {
     for (int i = 2; i < argc; i++) {
@@ -193,10 +196,15 @@ static int load_plugins(int argc, char **argv)
         if (!path)
             continue;
         char err[1024];
+        if (nplugin_paths == ARRAY_LEN(plugin_paths)) {
+            fprintf(stderr, "moec: error: at most %d --load-pass plugins\n", ARRAY_LEN(plugin_paths));
+            return 2;
+        }
         if (!pass_load_plugin(path, err, sizeof err)) {
             fprintf(stderr, "moec: error: --load-pass %s: %s\n", path, err);
             return 1;
         }
+        plugin_paths[nplugin_paths++] = path;
     }
     return -1;
 }
@@ -330,16 +338,37 @@ static void explain(const IrGraph *g, int json)
     int fused = 0;
     for (int i = 0; i < g->decisions.len; i++) {
         const IrDecision *d = g->decisions.items[i];
-        if (d->fused) {
-            fused++;
-            printf("%s:%d: %s: %s: FUSED -> %s (%s)\n", g->file, d->loc.line, d->pass, d->where, d->result,
+        if (d->fused && d->result)
+            printf("%s:%d: %s: %s: %s -> %s (%s)\n", g->file, d->loc.line, d->pass, d->where, d->action, d->result,
                    d->reason ? d->reason : "");
-        } else {
-            printf("%s:%d: %s: %s: NOT FUSED: %s\n", g->file, d->loc.line, d->pass, d->where, d->reason);
-        }
+        else
+            printf("%s:%d: %s: %s: %s: %s\n", g->file, d->loc.line, d->pass, d->where, d->action,
+                   d->reason ? d->reason : "");
     }
-    printf("%d candidate%s: %d fused, %d not fused\n", g->decisions.len, g->decisions.len == 1 ? "" : "s", fused,
-           g->decisions.len - fused);
+    /* one summary line per pass */
+    for (int i = 0; i < g->decisions.len; i++) {
+        const IrDecision *d = g->decisions.items[i];
+        int first = 1, done = 0, total = 0;
+        for (int j = 0; j < g->decisions.len; j++) {
+            const IrDecision *e = g->decisions.items[j];
+            if (strcmp(e->pass, d->pass) != 0)
+                continue;
+            first &= j >= i;
+            total++;
+            done += e->fused;
+        }
+        if (!first)
+            continue;
+        if (strcmp(d->pass, "precision") == 0)
+            printf("precision: %d GEMM%s: %d in mxfp8, %d kept in bf16\n", total, total == 1 ? "" : "s", done,
+                   total - done);
+        else
+            printf("%s: %d candidate%s: %d fused, %d not fused\n", d->pass, total, total == 1 ? "" : "s", done,
+                   total - done);
+    }
+    if (g->decisions.len == 0)
+        printf("no candidates: no pass found a pattern to fuse\n");
+    (void)fused;
 }
 
 static int run_front(const Options *o)
@@ -382,7 +411,8 @@ static int run_front(const Options *o)
             if (!train_check_alphabet(g, &d)) {
                 rc = 1;
             } else {
-                char *json = train_plan_json(o->file, c.text, c.len);
+                char *json = train_plan_json(o->file, c.text, c.len, plugin_paths, nplugin_paths,
+                                             o->has_precision ? ir_precision_name[o->precision] : NULL);
                 if (!payload_write_binary("/proc/self/exe", o->output, json, err, sizeof err)) {
                     fprintf(stderr, "moec: error: %s\n", err);
                     rc = 1;

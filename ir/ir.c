@@ -335,8 +335,15 @@ int ir_remove_unused(IrGraph *g)
 void ir_add_decision(IrGraph *g, const char *pass, const IrNode *root, int fused, const char *result,
                      const char *reason)
 {
+    ir_add_decision_as(g, pass, root, fused, fused ? "FUSED" : "NOT FUSED", result, reason);
+}
+
+void ir_add_decision_as(IrGraph *g, const char *pass, const IrNode *root, int fused, const char *action,
+                        const char *result, const char *reason)
+{
     IrDecision *d = arena_alloc(g->arena, sizeof *d);
     d->pass = pass;
+    d->action = action;
     d->where = root->scope && *root->scope ? root->scope : root->name;
     d->loc = root->loc;
     d->fused = fused;

@@ -163,6 +163,7 @@ int ir_node_arity(const IrNode *n);
  * pass show them too. Never a silent decline. */
 typedef struct IrDecision {
     const char *pass;      /* fuse-grouped-mlp */
+    const char *action;    /* FUSED / NOT FUSED, or a pass's own words (MXFP8 / KEPT BF16) */
     const char *where;     /* scope of the candidate: layers.3.moe */
     SrcLoc loc;            /* the root of the matched chain */
     int fused;
@@ -225,6 +226,9 @@ void ir_replace_uses(IrGraph *g, IrNode *from, IrNode *to);
 int ir_remove_unused(IrGraph *g);
 void ir_add_decision(IrGraph *g, const char *pass, const IrNode *root, int fused, const char *result,
                      const char *reason);
+/* Same, with the pass's own words for "done" / "not done". */
+void ir_add_decision_as(IrGraph *g, const char *pass, const IrNode *root, int done, const char *action,
+                        const char *result, const char *reason);
 void ir_count_uses(IrGraph *g);
 
 /* ---- shape inference (shape.c) ---- */

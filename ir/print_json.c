@@ -107,6 +107,7 @@ cJSON *ir_decisions_json(const IrGraph *g)
         cJSON_AddStringToObject(o, "where", d->where);
         cJSON_AddItemToObject(o, "loc", loc_json(g, d->loc));
         cJSON_AddBoolToObject(o, "fused", d->fused);
+        cJSON_AddStringToObject(o, "action", d->action);
         if (d->result)
             cJSON_AddStringToObject(o, "result", d->result);
         else

@@ -45,10 +45,13 @@ void ir_print_text(const IrGraph *g, FILE *out)
     ir_print_train(&g->train, out);
     for (int i = 0; i < g->decisions.len; i++) {
         const IrDecision *d = g->decisions.items[i];
-        if (d->fused)
-            fprintf(out, "# %s: %s (line %d): FUSED -> %%%s\n", d->pass, d->where, d->loc.line, d->result);
+        if (d->fused && d->result)
+            fprintf(out, "# %s: %s (line %d): %s -> %%%s\n", d->pass, d->where, d->loc.line, d->action, d->result);
+        else if (d->fused)
+            fprintf(out, "# %s: %s (line %d): %s: %s\n", d->pass, d->where, d->loc.line, d->action,
+                    d->reason ? d->reason : "");
         else
-            fprintf(out, "# %s: %s (line %d): NOT FUSED: %s\n", d->pass, d->where, d->loc.line, d->reason);
+            fprintf(out, "# %s: %s (line %d): %s: %s\n", d->pass, d->where, d->loc.line, d->action, d->reason);
     }
     fprintf(out, "graph %s {\n", g->model);
     for (int i = 0; i < g->nnodes; i++) {
@@ -73,6 +76,16 @@ void ir_print_text(const IrGraph *g, FILE *out)
             fputc('}', out);
         }
         fprintf(out, " : %s", n->rank >= 0 ? ir_type_str(n, tb, sizeof tb) : "<error>");
+        if (n->op == IR_OP_QUANTIZE && n->rank >= 1) {
+            /* the scales travel with the values: one e8m0 per 32 along the axis */
+            int64_t sh[IR_MAX_RANK];
+            memcpy(sh, n->shape, sizeof sh);
+            int row = strcmp(n->attr[IR_ATTR_AXIS].s, "rowwise") == 0;
+            sh[row ? n->rank - 1 : n->rank - 2] /= 32;
+            fprintf(out, " + e8m0%s", ir_shape_str(n->rank, sh, tb, sizeof tb));
+        } else if (n->op == IR_OP_QUANTIZE_GROUPED) {
+            fprintf(out, " + e8m0[per 32 rows of each group, %lld]", (long long)n->shape[1]);
+        }
         if (n->loc.line)
             fprintf(out, "  @%d:%d", n->loc.line, n->loc.col);
         fputc('\n', out);

@@ -52,6 +52,9 @@ static void copy_shape(IrNode *n, const IrNode *from)
 
 static int64_t last(const IrNode *n) { return n->shape[n->rank - 1]; }
 
+/* GEMMs read MXFP8 (e4m3) operands and write high precision. */
+static IrDType gemm_out(IrDType t) { return t == IR_E4M3 ? IR_F32 : t; }
+
 static int64_t lead_numel(const IrNode *n)
 {
     int64_t e = 1;
@@ -134,7 +137,7 @@ static int infer_linear(Ctx *c)
                     "[out, %lld]", w->label, shp(w, b1), x->label, shp(x, b2), (long long)last(x),
                     (long long)last(x));
     }
-    return out_lead_plus(c, x, w->shape[0], x->dtype);
+    return out_lead_plus(c, x, w->shape[0], gemm_out(x->dtype));
 }
 
 static int infer_grouped_linear(Ctx *c)
@@ -159,7 +162,7 @@ static int infer_grouped_linear(Ctx *c)
                     (long long)E, (long long)in);
     }
     int64_t sh[2] = {x->shape[0], w->shape[1]};
-    set_shape(c->n, x->dtype, 2, sh);
+    set_shape(c->n, gemm_out(x->dtype), 2, sh);
     return 1;
 }
 
@@ -401,7 +404,7 @@ static int infer_op(IrNode *n, Diag *d)
         IrNode *dy = n->src[0], *w = n->src[1];
         if (w->rank != 2 || last(dy) != w->shape[0])
             return fail(&c, -1, "dy %s does not match weight %s", shp(dy, b1), shp(w, b2));
-        return out_lead_plus(&c, dy, w->shape[1], dy->dtype);
+        return out_lead_plus(&c, dy, w->shape[1], gemm_out(dy->dtype));
     }
     case IR_OP_LINEAR_DW: {
         IrNode *dy = n->src[0], *x = n->src[1];
@@ -445,15 +448,33 @@ static int infer_op(IrNode *n, Diag *d)
     case IR_OP_GROUPED_LINEAR_DX: {
         IrNode *dy = n->src[0], *w = n->src[1];
         int64_t sh[2] = {dy->shape[0], w->shape[2]};
-        set_shape(n, dy->dtype, 2, sh);
+        set_shape(n, gemm_out(dy->dtype), 2, sh);
         return 1;
     }
     case IR_OP_GROUPED_LINEAR_DW: {
         IrNode *dy = n->src[0], *x = n->src[1], *sp = n->src[2];
         int64_t sh[3] = {sp->shape[0], dy->shape[1], x->shape[1]};
-        set_shape(n, dy->dtype, 3, sh);
+        set_shape(n, gemm_out(dy->dtype), 3, sh);
         return 1;
     }
+    case IR_OP_QUANTIZE: {
+        IrNode *x = n->src[0];
+        const char *axis = ir_attr_s(n, IR_ATTR_AXIS);
+        int row = strcmp(axis, "rowwise") == 0;
+        if (!row && strcmp(axis, "colwise") != 0)
+            return fail(&c, -1, "axis must be rowwise or colwise, not %s", axis);
+        if (x->rank < (row ? 1 : 2) || (row ? last(x) : x->shape[x->rank - 2]) % 32)
+            return fail(&c, -1, "%s MXFP8 blocks of 32 do not tile %s", axis, shp(x, b1));
+        copy_shape(n, x);
+        n->dtype = IR_E4M3;
+        return 1;
+    }
+    case IR_OP_QUANTIZE_GROUPED:
+        if (n->src[0]->rank != 2 || n->src[1]->dtype != IR_I32)
+            return fail(&c, -1, "grouped quantization takes [rows, cols] and i32 split sizes");
+        copy_shape(n, n->src[0]);
+        n->dtype = IR_E4M3;
+        return 1;
     case IR_OP_SCALED_SWIGLU_DP: {
         int64_t r = n->src[1]->shape[0];
         set_shape(n, IR_F32, 1, &r);

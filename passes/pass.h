@@ -76,5 +76,6 @@ int pass_infer_shapes(IrGraph *g, PassCtx *ctx);
 int pass_dce(IrGraph *g, PassCtx *ctx);
 int pass_autodiff(IrGraph *g, PassCtx *ctx);
 int pass_fuse_grouped_mlp(IrGraph *g, PassCtx *ctx);
+int pass_precision(IrGraph *g, PassCtx *ctx);
 
 #endif

@@ -19,6 +19,8 @@ static const Pass builtin_pipeline[] = {
      pass_fuse_grouped_mlp, {"chains fused", "chains declined", NULL}},
     {"autodiff", "append the backward graph: one gradient rule per op, d loss / d every param",
      pass_autodiff, {"gradient nodes", "gradient sums", "params with zero gradient", NULL}},
+    {"precision", "with mxfp8: quantize expert GEMM operands (rowwise/colwise copies for forward, dgrad, wgrad)",
+     pass_precision, {"quantize nodes", "GEMMs kept in high precision", NULL}},
 };
 
 /* The pipeline in force: the built-in table plus passes registered by

@@ -153,7 +153,8 @@ static int usage_error(const char *prog, const char *fmt, ...)
 
 /* ------------------------------------------------------------ the plan */
 
-char *train_plan_json(const char *model_path, const char *source, size_t len)
+char *train_plan_json(const char *model_path, const char *source, size_t len, const char *const *plugins,
+                      int nplugins, const char *precision)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "moec_plan", 1);
@@ -164,6 +165,14 @@ char *train_plan_json(const char *model_path, const char *source, size_t len)
     src[len] = 0;
     cJSON_AddStringToObject(o, "source", src);
     free(src);
+    if (precision)
+        cJSON_AddStringToObject(o, "precision", precision);
+    cJSON *pl = cJSON_AddArrayToObject(o, "plugins");
+    for (int i = 0; i < nplugins; i++) {
+        char *abs = realpath(plugins[i], NULL);
+        cJSON_AddItemToArray(pl, cJSON_CreateString(abs ? abs : plugins[i]));
+        free(abs);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char *out = strdup(s);  /* plain malloc for the caller */
@@ -613,11 +622,33 @@ static int load_plan(Trainer *t, const char *plan_json, int64_t batch)
         cJSON_Delete(o);
         return 0;
     }
+    /* the pass plugins the binary was compiled with run again here */
+    static int plugins_loaded;
+    cJSON *pl = cJSON_GetObjectItem(o, "plugins"), *item;
+    if (!plugins_loaded)
+        cJSON_ArrayForEach(item, pl) {
+            char err[1024];
+            if (!cJSON_IsString(item) || !pass_load_plugin(item->valuestring, err, sizeof err)) {
+                fprintf(stderr, "%s: error: this binary was compiled with the pass plugin %s: %s\n", t->prog,
+                        cJSON_IsString(item) ? item->valuestring : "?", err);
+                cJSON_Delete(o);
+                return 0;
+            }
+        }
+    plugins_loaded = 1;
     size_t len = strlen(src->valuestring);
     t->comp.text = malloc(len + 1);
     memcpy(t->comp.text, src->valuestring, len + 1);
     t->comp.len = len;
     t->comp.opts.batch = batch;
+    cJSON *prec = cJSON_GetObjectItem(o, "precision");
+    if (cJSON_IsString(prec)) {
+        for (int i = 0; i < 3; i++)
+            if (strcmp(prec->valuestring, ir_precision_name[i]) == 0) {
+                t->comp.opts.has_precision = 1;
+                t->comp.opts.precision = (IrPrecision)i;
+            }
+    }
     t->model_hash = st_hash64(t->comp.text, len);
     char *pathcopy = strdup(path->valuestring);
     cJSON_Delete(o);
@@ -659,8 +690,10 @@ static void print_summary(Trainer *t)
     fmt_bytes(d, sizeof d, (double)t->nparams_total * 8);
     fmt_bytes(e, sizeof e, (double)t->plan.planned_bytes);
     printf("model %s (%s): %s parameters, %s active per token\n", g->model, g->file, a, b);
-    printf("plan: %d IR nodes (forward + backward), precision fp32 on cpu, %d thread%s\n", g->nnodes,
-           cpu_get_threads(), cpu_get_threads() == 1 ? "" : "s");
+    printf("plan: %d IR nodes (forward + backward), precision %s (on the CPU: fp32 arithmetic%s), %d thread%s\n",
+           g->nnodes, ir_precision_name[g->train.precision],
+           g->train.precision == IR_PREC_MXFP8 ? " on MXFP8-quantized expert GEMM operands" : "", cpu_get_threads(),
+           cpu_get_threads() == 1 ? "" : "s");
     printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", c, d, e);
     printf("training: %lld steps, batch %lld x seq %lld = %lld tokens/step, lr %g (%s, warmup %lld, min %g), "
            "objective %s\n", (long long)t->tr.steps, (long long)t->tr.batch, (long long)t->tr.seq,

@@ -14,7 +14,10 @@ int train_main(int argc, char **argv, const char *plan_json);
  * model's declarations); returns 1 when it fits. */
 int train_check_alphabet(const IrGraph *g, Diag *d);
 
-/* Builds the JSON payload for a model file's source text. Caller frees. */
-char *train_plan_json(const char *model_path, const char *source, size_t len);
+/* Builds the JSON payload for a model file's source text and the pass
+ * plugins it was compiled with (absolute paths; loaded again at start-up).
+ * Caller frees. */
+char *train_plan_json(const char *model_path, const char *source, size_t len, const char *const *plugins,
+                      int nplugins, const char *precision /* override, or NULL */);
 
 #endif

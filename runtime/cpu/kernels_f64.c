@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "cpu.h"
+#include "mxfp8.h"
 #include "../../ir/util.h"
 
 typedef double real;

@@ -45,6 +45,7 @@ typedef struct Case {
 } Case;
 
 static const char *disable_pass;  /* for the next setup(): run without this pass */
+static int force_mxfp8;           /* for the next setup(): --precision mxfp8 */
 
 static int setup(Case *k, const char *name, const char *src, const char *path, int64_t batch, int64_t seq)
 {
@@ -56,6 +57,8 @@ static int setup(Case *k, const char *name, const char *src, const char *path, i
         ctx.disabled[ctx.ndisabled++] = disable_pass;
     k->c.opts.batch = batch;
     k->c.opts.seq = seq;
+    k->c.opts.has_precision = force_mxfp8;
+    k->c.opts.precision = IR_PREC_MXFP8;
     char *text = NULL;
     size_t len = 0;
     if (path) {
@@ -321,8 +324,9 @@ static void f32_vs_f64(const char *path)
  * on the same parameters and data, in the fp32 training path: the loss and
  * every gradient are bit-identical, because the fused kernels run the same
  * GEMM and SwiGLU code in the same order. */
-static void fused_vs_unfused(const char *path)
+static void fused_vs_unfused(const char *path, int mxfp8)
 {
+    force_mxfp8 = mxfp8;
     Case f, u;
     uint64_t seed = rng_state;
     int ok = setup(&f, path, NULL, path, 2, 16);
@@ -330,6 +334,7 @@ static void fused_vs_unfused(const char *path)
     disable_pass = "fuse-grouped-mlp";
     ok = setup(&u, path, NULL, path, 2, 16) && ok;
     disable_pass = NULL;
+    force_mxfp8 = 0;
     if (!ok) {
         nfail++;
         teardown(&f);
@@ -337,9 +342,11 @@ static void fused_vs_unfused(const char *path)
         return;
     }
     IrGraph *gf = f.c.graph, *gu = u.c.graph;
-    int nfused = 0;
+    int nfused = 0, nquant = 0;
     for (int i = 0; i < gf->nnodes; i++)
         nfused += gf->nodes[i]->op == IR_OP_GROUPED_MLP;
+    for (int i = 0; i < gu->nnodes; i++)
+        nquant += gu->nodes[i]->op == IR_OP_QUANTIZE || gu->nodes[i]->op == IR_OP_QUANTIZE_GROUPED;
     CpuPlan pf, pu;
     cpu_plan_init(&pf, gf, CPU_F32);
     cpu_plan_init(&pu, gu, CPU_F32);
@@ -367,9 +374,9 @@ static void fused_vs_unfused(const char *path)
         same = strcmp(gf->params[p]->name, gu->params[p]->name) == 0 &&
                memcmp(cpu_plan_data(&pf, gf->grads[p]), cpu_plan_data(&pu, gu->grads[p]),
                       sizeof(float) * (size_t)ir_numel(gf->params[p])) == 0;
-    printf("fused vs unfused %-21s %d grouped_mlp nodes, loss %.9g vs %.9g, gradients %s\n", path, nfused, lf, lu,
-           same ? "bit-identical" : "DIFFER");
-    if (same && nfused > 0)
+    printf("fused vs unfused %-21s %s: %d grouped_mlp nodes (unfused: %d quantize nodes), loss %.9g vs %.9g, "
+           "gradients %s\n", path, mxfp8 ? "mxfp8" : "bf16", nfused, nquant, lf, lu, same ? "bit-identical" : "DIFFER");
+    if (same && nfused > 0 && (!mxfp8 || nquant > 0))
         npass++;
     else
         nfail++;
@@ -392,8 +399,10 @@ int main(void)
     disable_pass = "fuse-grouped-mlp";
     gradcheck("moe_chain_unfused", cases[6][1], NULL, 0, 0, 40);
     disable_pass = NULL;
-    fused_vs_unfused("models/mixtral_tiny.moe");
-    fused_vs_unfused("models/protein_tiny.moe");
+    fused_vs_unfused("models/mixtral_tiny.moe", 0);
+    fused_vs_unfused("models/protein_tiny.moe", 0);
+    fused_vs_unfused("models/mixtral_tiny.moe", 1);
+    fused_vs_unfused("models/protein_tiny.moe", 1);
     gradcheck("mixtral_tiny", NULL, "models/mixtral_tiny.moe", 2, 6, 12);
     gradcheck("protein_tiny", NULL, "models/protein_tiny.moe", 2, 6, 12);
     f32_vs_f64("models/mixtral_tiny.moe");
