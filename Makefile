@@ -85,7 +85,10 @@ $(BUILD)/test_safetensors: $(BUILD)/obj/tests/unit/test_safetensors.o $(BUILD)/l
 $(BUILD)/test_plot: $(BUILD)/obj/tests/unit/test_plot.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
 
-UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot
+$(BUILD)/test_mxfp8: $(BUILD)/obj/tests/unit/test_mxfp8.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+
+UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS))
 
 test-plain: $(TEST_BINS)
