@@ -46,6 +46,11 @@ struct AstExpr {
     int nargs;
 };
 
+/* Lowering evaluates expressions recursively, through the blocks they call;
+ * deeper than this is refused, so that `1 + 1 + ...` (no brackets for the
+ * lexer to count) cannot overflow the C stack. */
+enum { AST_MAX_DEPTH = 1000 };
+
 typedef enum AstStmtKind {
     ST_CONST,    /* const name = value                    */
     ST_INPUT,    /* input name : dtype[shape]              */

@@ -68,7 +68,7 @@ static const char *kind_name(ValKind k)
     switch (k) {
     case V_NONE: return "nothing";
     case V_INT: return "an integer";
-    case V_FLOAT: return "a number";
+    case V_FLOAT: return "a floating-point number";  /* "an integer, not a number" read as nonsense */
     case V_BOOL: return "a boolean";
     case V_STRING: return "a string";
     case V_TENSOR: return "a tensor";
@@ -108,6 +108,8 @@ typedef struct Lower {
     Value ret;                 /* a block's return value */
     int returned;
     int block_nodes;           /* nodes created, to cap runaway unrolling */
+    int eval_depth;            /* eval() recursion, to cap stack use (AST_MAX_DEPTH) */
+    int too_deep;              /* that cap was reported for the current statement */
     PtrVec routings;           /* every route_topk, for the train section's aux_loss */
 } Lower;
 
@@ -146,12 +148,23 @@ static const char *bind_kind_name(BindKind k)
     return "?";
 }
 
+/* The note that follows an error about an existing binding. B and S have
+ * no source line, so "declared here" would point nowhere: say what they are. */
+static void note_binding(Lower *L, const Binding *b, const char *what)
+{
+    if (b->loc.line == 0)
+        diag_note(L->diag, b->loc, "`%s` is predefined as the train section's %s", b->name,
+                  strcmp(b->name, "B") == 0 ? "batch" : "seq");
+    else
+        diag_note(L->diag, b->loc, "`%s` %s", b->name, what);
+}
+
 static Binding *env_add(Lower *L, Env *e, const char *name, BindKind kind, Value v, SrcLoc loc)
 {
     Binding *prev = env_find_local(e, name);
     if (prev) {
         diag_error(L->diag, loc, "duplicate definition of `%s`", name);
-        diag_note(L->diag, prev->loc, "`%s` was first defined here as a %s", name, bind_kind_name(prev->kind));
+        note_binding(L, prev, arena_printf(L->arena, "was first defined here as a %s", bind_kind_name(prev->kind)));
         return prev;
     }
     Binding *b = arena_alloc(L->arena, sizeof *b);
@@ -437,7 +450,11 @@ static Value lower_attention(Lower *L, const AstExpr *call, CallArgs *a, const c
         diag_error(L->diag, hloc, "attention: heads = %lld must be positive", (long long)heads);
         return NONE;
     }
-    if (kv < 1 || heads % kv) {
+    if (kv < 1) {
+        diag_error(L->diag, kvloc, "attention: kv_heads = %lld must be positive", (long long)kv);
+        return NONE;
+    }
+    if (heads % kv) {
         diag_error(L->diag, kvloc, "attention: kv_heads = %lld does not divide heads = %lld", (long long)kv,
                    (long long)heads);
         return NONE;
@@ -457,6 +474,22 @@ static Value lower_attention(Lower *L, const AstExpr *call, CallArgs *a, const c
         diag_error(L->diag, a->pos_loc[0], "attention: input `%s` is %s; attention needs [batch, seq, hidden]",
                    x->label, ir_shape_str(x->rank, x->shape, b, sizeof b));
         return NONE;
+    }
+    /* wk and wv are [kv_heads * head_dim, hidden]. Checked here, at the
+     * weight, because the internal sdpa node could only blame the call. */
+    if (wq->rank == 2) {
+        int64_t hd = wq->shape[0] / heads;
+        for (int i = 2; i <= 3; i++) {
+            IrNode *w = a->pos[i].node;
+            if (w->rank == 2 && w->shape[0] != kv * hd) {
+                char b[128];
+                diag_error(L->diag, a->pos_loc[i], "attention: weight `%s` is %s but it needs kv_heads * head_dim "
+                           "= %lld * %lld = %lld rows (head_dim = %lld query rows of `%s` / %lld heads)",
+                           w->label, ir_shape_str(w->rank, w->shape, b, sizeof b), (long long)kv, (long long)hd,
+                           (long long)(kv * hd), (long long)wq->shape[0], wq->label, (long long)heads);
+                return NONE;
+            }
+        }
     }
     static const char *const proj[3] = {"q", "k", "v"};
     IrNode *qkv[3];
@@ -550,6 +583,8 @@ static const Builtin builtins[] = {
      "copies each token to its k experts, rows in stable expert-major order -> [T*k, d]"},
     {"grouped_linear", {"x", "weight", "splits"}, {{0}}, lower_direct, IR_OP_GROUPED_LINEAR,
      "per-expert linear: rows of group i times weight[i] [out, in] transposed"},
+    {"row_scale", {"x", "scales"}, {{0}}, lower_direct, IR_OP_ROW_SCALE,
+     "x [R, d] times scales [R], one per row (e.g. routing probabilities after a non-SwiGLU expert)"},
     {"scaled_swiglu", {"h", "probs"}, {{0}}, lower_direct, IR_OP_SCALED_SWIGLU,
      "h [R, 2F] = [gate | up] -> silu(gate) * up * probs per row [R, F]"},
     {"combine", {"y", "@routing"}, {{0}}, lower_combine, IR_OP_COUNT,
@@ -990,7 +1025,7 @@ static Value eval_ident(Lower *L, Env *env, const AstExpr *e)
     return NONE;
 }
 
-static Value eval(Lower *L, Env *env, const AstExpr *e, const char *hint)
+static Value eval_expr(Lower *L, Env *env, const AstExpr *e, const char *hint)
 {
     if (L->block_nodes > MAX_NODES) {
         if (L->block_nodes == MAX_NODES + 1) {
@@ -1042,6 +1077,26 @@ static Value eval(Lower *L, Env *env, const AstExpr *e, const char *hint)
         return NONE;
     }
     die("eval: bad expression kind %d", (int)e->kind);
+}
+
+/* eval() recurses once per level of the expression tree, and on through the
+ * blocks it calls: a left-leaning `1 + 1 + ... + 1` has no brackets for the
+ * lexer to count, and overflowed the C stack before this limit. */
+static Value eval(Lower *L, Env *env, const AstExpr *e, const char *hint)
+{
+    if (L->eval_depth >= AST_MAX_DEPTH) {
+        /* once: every sibling at this depth would say the same */
+        if (!L->too_deep)
+            diag_error(L->diag, e->loc, "expression nested more than %d levels deep%s", AST_MAX_DEPTH,
+                       L->depth ? " (counting the calls of the blocks that lead here)" : "");
+        L->too_deep = 1;
+        return NONE;
+    }
+    L->eval_depth++;
+    Value v = eval_expr(L, env, e, hint);
+    if (--L->eval_depth == 0)
+        L->too_deep = 0;
+    return v;
 }
 
 /* ------------------------------------------------------------ statements */
@@ -1169,25 +1224,28 @@ static void lower_stmt(Lower *L, Env *env, const AstStmt *s)
     case ST_INPUT:
     case ST_PARAM: {
         int is_param = s->kind == ST_PARAM;
-        if (!is_param && L->depth > 0) {
-            diag_error(L->diag, s->loc, "inputs are declared at the model's top level, not inside a block");
-            return;
-        }
         IrDType t;
-        int rank;
+        int rank, ok = 1;
         int64_t shape[IR_MAX_RANK];
         const char *what = arena_printf(L->arena, "%s `%s`", is_param ? "param" : "input", s->name);
-        if (!eval_dtype(L, s, is_param ? IR_F32 : IR_F32, &t) || !eval_shape(L, env, s->shape, &rank, shape, what)) {
-            env_add(L, env, s->name, is_param ? B_PARAM : B_INPUT, NONE, s->name_loc);
-            return;
-        }
-        if (is_param && (t == IR_I32 || t == IR_E4M3 || t == IR_E8M0)) {
+        if (!is_param && L->depth > 0) {
+            diag_error(L->diag, s->loc, "inputs are declared at the model's top level, not inside a block");
+            ok = 0;
+        } else if (!eval_dtype(L, s, is_param ? IR_F32 : IR_F32, &t) ||
+                   !eval_shape(L, env, s->shape, &rank, shape, what)) {
+            ok = 0;
+        } else if (is_param && (t == IR_I32 || t == IR_E4M3 || t == IR_E8M0)) {
             diag_error(L->diag, s->dtype_loc, "param `%s` must be f32, bf16 or f16 (master weights are kept in "
                        "high precision)", s->name);
-            return;
-        }
-        if (is_param && rank == 0) {
+            ok = 0;
+        } else if (is_param && rank == 0) {
             diag_error(L->diag, s->shape->loc, "param `%s` needs at least one dimension", s->name);
+            ok = 0;
+        }
+        if (!ok) {
+            /* bound to nothing: its uses stay quiet instead of adding
+             * "unknown name" errors to the one already reported */
+            env_add(L, env, s->name, is_param ? B_PARAM : B_INPUT, NONE, s->name_loc);
             return;
         }
         if (!is_param && s->init)
@@ -1213,7 +1271,7 @@ static void lower_stmt(Lower *L, Env *env, const AstStmt *s)
         }
         if (b && b->kind != B_VAR) {
             diag_error(L->diag, s->name_loc, "cannot assign to %s `%s`", bind_kind_name(b->kind), s->name);
-            diag_note(L->diag, b->loc, "`%s` is declared here", s->name);
+            note_binding(L, b, "is declared here");
             return;
         }
         if (v.kind != V_NONE && v.kind != V_TENSOR && v.kind != V_ROUTING && v.kind != V_NONE) {
@@ -1224,8 +1282,11 @@ static void lower_stmt(Lower *L, Env *env, const AstStmt *s)
         if (v.kind == V_ROUTING && v.r->label && strcmp(v.r->label, "route") == 0)
             v.r->label = s->name;
         if (s->kind == ST_OUTPUT) {
-            if (v.kind == V_TENSOR)
+            if (v.kind == V_TENSOR) {
                 v.node->is_output = 1;
+                if (!v.node->output_name)
+                    v.node->output_name = arena_strdup(L->arena, s->name);
+            }
             else if (v.kind == V_ROUTING)
                 diag_error(L->diag, s->value->loc, "output `%s` must be a tensor, not a routing", s->name);
         }
@@ -1239,8 +1300,12 @@ static void lower_stmt(Lower *L, Env *env, const AstStmt *s)
         Value n = eval(L, env, s->value, NULL);
         if (n.kind == V_NONE)
             return;
-        if (n.kind != V_INT || n.i < 0) {
+        if (n.kind != V_INT) {
             diag_error(L->diag, s->value->loc, "repeat needs a non-negative integer count, not %s", kind_name(n.kind));
+            return;
+        }
+        if (n.i < 0) {  /* "not an integer" was the message for -1 */
+            diag_error(L->diag, s->value->loc, "repeat needs a non-negative integer count, not %lld", (long long)n.i);
             return;
         }
         if (n.i > 100000) {
@@ -1463,8 +1528,14 @@ static void lower_train(Lower *L, const AstModel *m)
                 double warm = (double)tr->warmup;
                 double *slots[] = {&warm, &tr->min_lr};
                 train_kwargs(L, t->value, names, slots, 2);
-                if (warm != floor(warm))
-                    diag_error(L->diag, t->value->loc, "warmup counts steps and must be a whole number");
+                if (warm != floor(warm)) {
+                    /* at the value, not at the schedule's name */
+                    SrcLoc wloc = t->value->loc;
+                    for (const AstArg *a = t->value->args; a; a = a->next)
+                        if (a->key && strcmp(a->key, "warmup") == 0)
+                            wloc = a->value->loc;
+                    diag_error(L->diag, wloc, "warmup counts steps and must be a whole number");
+                }
                 tr->warmup = (int64_t)warm;
             }
         } else if (strcmp(key, "precision") == 0) {
@@ -1536,9 +1607,18 @@ IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *m, const char *pa
     if (diag->nerrors > errs)
         return NULL;
     Binding *loss = env_find_local(&top, "loss");
-    if (!loss || loss->kind != B_VAR || loss->v.kind != V_TENSOR) {
+    if (!loss) {
         diag_error(diag, m->loc, "model `%s` defines no `loss`: assign the training objective, e.g. "
                    "`loss = cross_entropy(logits, targets)`", m->name);
+        return NULL;
+    }
+    if (loss->kind != B_VAR || loss->v.kind != V_TENSOR) {
+        /* a `loss` exists, so "defines no `loss`" would mislead: say what it is */
+        diag_error(diag, loss->loc, "`loss` must be the training objective, a scalar tensor computed by the model "
+                   "(e.g. `loss = cross_entropy(logits, targets)`), but it is %s%s",
+                   loss->kind == B_VAR ? kind_name(loss->v.kind)
+                   : loss->kind == B_INPUT ? "an " : "a ",
+                   loss->kind == B_VAR ? "" : bind_kind_name(loss->kind));
         return NULL;
     }
     IrNode *ln = loss->v.node;

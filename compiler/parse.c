@@ -15,7 +15,8 @@ AstModel *parse_model(Arena *arena, Diag *diag, const char *text, size_t len)
     int rc = moe_parse(scanner, &ctx);
     moe__delete_buffer(buf, scanner);
     moe_lex_destroy(scanner);
-    if (rc == 2) {
+    if (rc == 2 && diag->nerrors == errors_before) {
+        /* moe_error() normally reports bison's stack overflow itself */
         SrcLoc loc = { ctx.line, ctx.col, 1 };
         diag_error(diag, loc, "the model is too deeply nested to parse");
         return NULL;

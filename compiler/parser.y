@@ -26,6 +26,8 @@ int moe_lex(MOE_STYPE *lval, MOE_LTYPE *lloc, void *scanner);
 }
 
 %code {
+#include <string.h>
+
 static SrcLoc L(MOE_LTYPE l)
 {
     SrcLoc s = { l.first_line, l.first_column, 1 };
@@ -39,6 +41,14 @@ static void moe_error(MOE_LTYPE *loc, void *scanner, ParseCtx *ctx, const char *
     (void)scanner;
     if (ctx->fatal)
         return;
+    if (strcmp(msg, "memory exhausted") == 0) {
+        /* bison's stack (YYMAXDEPTH) overflows only on a long run of unary
+         * minus (brackets are counted by the lexer, everything else is left
+         * recursive): say so in the language's terms, once */
+        diag_error(ctx->diag, L(*loc), "expression nested more than %d levels deep", AST_MAX_DEPTH);
+        ctx->fatal = 1;
+        return;
+    }
     if (loc->first_line == ctx->last_err_line)
         return;
     ctx->last_err_line = loc->first_line;

@@ -6,6 +6,7 @@
  * non-finite floats are written as strings. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,23 +15,40 @@
 
 enum { IR_JSON_VERSION = 1 };
 
+/* cJSON prints doubles with "%1.15g" when that reads back *approximately*
+ * (its own equality test), so 0.1 + 0.2 would come out as 0.3. Numbers go
+ * out as raw JSON text instead: the shortest form that reads back exactly,
+ * and integers in full (int64 beyond 2^53 would lose digits as doubles). */
+static void add_double(cJSON *o, const char *k, double v)
+{
+    char b[32];
+    if (isfinite(v))
+        cJSON_AddRawToObject(o, k, fmt_double(b, v));
+    else
+        cJSON_AddStringToObject(o, k, fmt_double(b, v));
+}
+
+static void add_int(cJSON *o, const char *k, int64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%lld", (long long)v);
+    cJSON_AddRawToObject(o, k, b);
+}
+
+static cJSON *int_item(int64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%lld", (long long)v);
+    return cJSON_CreateRaw(b);
+}
+
 static cJSON *loc_json(const IrGraph *g, SrcLoc loc)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "file", g->file);
-    cJSON_AddNumberToObject(o, "line", loc.line);
-    cJSON_AddNumberToObject(o, "col", loc.col);
+    add_int(o, "line", loc.line);
+    add_int(o, "col", loc.col);
     return o;
-}
-
-static void add_double(cJSON *o, const char *k, double v)
-{
-    if (isfinite(v)) {
-        cJSON_AddNumberToObject(o, k, v);
-    } else {
-        char b[32];
-        cJSON_AddStringToObject(o, k, fmt_double(b, v));
-    }
 }
 
 static cJSON *train_json(const IrTrain *t)
@@ -40,21 +58,22 @@ static cJSON *train_json(const IrTrain *t)
     cJSON_AddStringToObject(opt, "name", t->optimizer);
     add_double(opt, "lr", t->lr);
     cJSON *betas = cJSON_AddArrayToObject(opt, "betas");
-    cJSON_AddItemToArray(betas, cJSON_CreateNumber(t->beta1));
-    cJSON_AddItemToArray(betas, cJSON_CreateNumber(t->beta2));
+    char b[32];
+    cJSON_AddItemToArray(betas, cJSON_CreateRaw(fmt_double(b, t->beta1)));
+    cJSON_AddItemToArray(betas, cJSON_CreateRaw(fmt_double(b, t->beta2)));
     add_double(opt, "eps", t->eps);
     add_double(opt, "weight_decay", t->weight_decay);
     cJSON *sch = cJSON_AddObjectToObject(o, "schedule");
     cJSON_AddStringToObject(sch, "name", t->schedule);
-    cJSON_AddNumberToObject(sch, "warmup", (double)t->warmup);
+    add_int(sch, "warmup", t->warmup);
     add_double(sch, "min_lr", t->min_lr);
     cJSON_AddStringToObject(o, "precision", ir_precision_name[t->precision]);
-    cJSON_AddNumberToObject(o, "ep", (double)t->ep);
-    cJSON_AddNumberToObject(o, "dp", (double)t->dp);
-    cJSON_AddNumberToObject(o, "batch", (double)t->batch);
-    cJSON_AddNumberToObject(o, "seq", (double)t->seq);
+    add_int(o, "ep", t->ep);
+    add_int(o, "dp", t->dp);
+    add_int(o, "batch", t->batch);
+    add_int(o, "seq", t->seq);
     add_double(o, "grad_clip", t->grad_clip);
-    cJSON_AddNumberToObject(o, "steps", (double)t->steps);
+    add_int(o, "steps", t->steps);
     add_double(o, "aux_loss", t->aux_loss_coef);
     cJSON_AddStringToObject(o, "alphabet", t->alphabet);
     cJSON_AddStringToObject(o, "objective", t->objective);
@@ -64,7 +83,7 @@ static cJSON *train_json(const IrTrain *t)
 static cJSON *node_json(const IrGraph *g, const IrNode *n)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", n->id);
+    add_int(o, "id", n->id);
     cJSON_AddStringToObject(o, "name", n->name);
     cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
     cJSON *in = cJSON_AddArrayToObject(o, "inputs");
@@ -75,7 +94,7 @@ static cJSON *node_json(const IrGraph *g, const IrNode *n)
         if (!ir_has_attr(n, (IrAttrKey)k))
             continue;
         switch (ir_attr_kind[k]) {
-        case IR_AK_I: cJSON_AddNumberToObject(at, ir_attr_name[k], (double)n->attr[k].i); break;
+        case IR_AK_I: add_int(at, ir_attr_name[k], n->attr[k].i); break;
         case IR_AK_B: cJSON_AddBoolToObject(at, ir_attr_name[k], n->attr[k].i != 0); break;
         case IR_AK_F: add_double(at, ir_attr_name[k], n->attr[k].f); break;
         case IR_AK_S: cJSON_AddStringToObject(at, ir_attr_name[k], n->attr[k].s); break;
@@ -84,7 +103,7 @@ static cJSON *node_json(const IrGraph *g, const IrNode *n)
     cJSON_AddStringToObject(o, "dtype", ir_dtype_name[n->dtype]);
     cJSON *sh = cJSON_AddArrayToObject(o, "shape");
     for (int d = 0; d < n->rank; d++)
-        cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)n->shape[d]));
+        cJSON_AddItemToArray(sh, int_item(n->shape[d]));
     cJSON_AddStringToObject(o, "label", n->label);
     cJSON_AddStringToObject(o, "scope", n->scope);
     if (n->layer)
@@ -94,6 +113,8 @@ static cJSON *node_json(const IrGraph *g, const IrNode *n)
     cJSON_AddItemToObject(o, "loc", loc_json(g, n->loc));
     if (n->is_output)
         cJSON_AddTrueToObject(o, "output");
+    if (n->output_name)
+        cJSON_AddStringToObject(o, "output_name", n->output_name);
     return o;
 }
 
@@ -124,7 +145,7 @@ cJSON *ir_decisions_json(const IrGraph *g)
 cJSON *ir_to_json(const IrGraph *g)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "moec_ir_version", IR_JSON_VERSION);
+    add_int(root, "moec_ir_version", IR_JSON_VERSION);
     cJSON_AddStringToObject(root, "model", g->model);
     cJSON_AddStringToObject(root, "file", g->file);
     cJSON_AddItemToObject(root, "train", train_json(&g->train));
@@ -155,10 +176,15 @@ cJSON *ir_to_json(const IrGraph *g)
         }
         cJSON_AddItemToArray(cur, cJSON_CreateString(n->name));
     }
+    /* outputs as in the text dump: gradients are listed under "grads" */
     cJSON *outs = cJSON_AddArrayToObject(root, "outputs");
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->is_output)
+    for (int i = 0; i < g->nnodes; i++) {
+        int is_grad = 0;
+        for (int p = 0; p < g->nparams; p++)
+            is_grad |= g->grads[p] == g->nodes[i];
+        if (g->nodes[i]->is_output && !is_grad)
             cJSON_AddItemToArray(outs, cJSON_CreateString(g->nodes[i]->name));
+    }
     cJSON_AddItemToObject(root, "decisions", ir_decisions_json(g));
     cJSON *grads = cJSON_AddArrayToObject(root, "grads");
     for (int p = 0; p < g->nparams; p++) {

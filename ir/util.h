@@ -14,8 +14,9 @@ _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
 
 #define ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* Shortest "%.15g"/"%.17g" rendering of d that reads back exactly (the cJSON
- * rule); buf needs 32 bytes. Non-finite values print as inf, -inf, nan. */
+/* "%.15g", or "%.17g" when that is needed to read back exactly (strtod
+ * equality, stricter than cJSON's own printer); buf needs 32 bytes.
+ * Non-finite values print as inf, -inf, nan. */
 const char *fmt_double(char buf[32], double d);
 
 /* Checked int64 arithmetic: returns 0 on overflow. */
