@@ -52,7 +52,7 @@ static void moe_error(MOE_LTYPE *loc, void *scanner, ParseCtx *ctx, const char *
     if (loc->first_line == ctx->last_err_line)
         return;
     ctx->last_err_line = loc->first_line;
-    /* Bison says "unexpected IDENT, expecting ..."; make it read as prose. */
+    /* token aliases above make bison's message read as prose */
     diag_error(ctx->diag, L(*loc), "%s", msg);
 }
 
@@ -129,10 +129,13 @@ static AstStmt *stmts_reverse(AstStmt *s)
     AstTrainItem *titem;
 }
 
-%token MODEL BLOCK PARAM INPUT OUTPUT CONST REPEAT RETURN TRAIN INIT
-%token <str> IDENT STRING
-%token <ival> INT BOOL
-%token <fval> FLOAT
+/* The quoted aliases are what syntax errors say: "unexpected identifier,
+ * expecting model" rather than bison's token names. */
+%token MODEL "model" BLOCK "block" PARAM "param" INPUT "input" OUTPUT "output"
+%token CONST "const" REPEAT "repeat" RETURN "return" TRAIN "train" INIT "init"
+%token <str> IDENT "identifier" STRING "string"
+%token <ival> INT "integer" BOOL "true or false"
+%token <fval> FLOAT "number"
 
 %type <expr> expr primary shape init_opt
 %type <arg> args args_opt arg exprs exprs_opt
