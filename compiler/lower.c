@@ -1461,7 +1461,7 @@ static const char *train_word(Lower *L, const AstTrainItem *t, const char *const
 
 static const char *const train_keys[] = {
     "optimizer", "schedule", "precision", "parallel", "ep", "dp", "batch", "seq", "grad_clip", "steps",
-    "alphabet", "aux_loss", NULL,
+    "alphabet", "aux_loss", "no_decay", NULL,
 };
 
 static void lower_train(Lower *L, const AstModel *m)
@@ -1566,6 +1566,25 @@ static void lower_train(Lower *L, const AstModel *m)
         } else if (strcmp(key, "aux_loss") == 0) {
             if (train_num(L, t, 0, 1e6, &f))
                 tr->aux_loss_coef = f;
+        } else if (strcmp(key, "no_decay") == 0) {
+            /* no_decay [norms, embeddings] | [norms] | [] : parameters AdamW's
+             * weight decay leaves alone */
+            const AstExpr *e = t->value;
+            if (e->kind != AST_LIST) {
+                diag_error(L->diag, e->loc, "no_decay takes a list: [norms, embeddings], [norms], [embeddings] or []");
+                continue;
+            }
+            tr->decay_norms = 1;
+            tr->decay_embeddings = 1;
+            for (const AstArg *a = e->args; a; a = a->next) {
+                const AstExpr *w = a->value;
+                if (w->kind == AST_IDENT && strcmp(w->name, "norms") == 0)
+                    tr->decay_norms = 0;
+                else if (w->kind == AST_IDENT && strcmp(w->name, "embeddings") == 0)
+                    tr->decay_embeddings = 0;
+                else
+                    diag_error(L->diag, w->loc, "no_decay lists `norms` and/or `embeddings`");
+            }
         }
     }
 }

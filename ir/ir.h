@@ -92,6 +92,10 @@ typedef struct IrGraph IrGraph;
 typedef struct IrCustomOp {
     const char *name;      /* as printed in dumps: grouped_mlp_gelu */
     int arity;             /* number of sources, at most IR_MAX_SRC */
+    /* The attributes (AT(x) bits over attrs.def) its nodes may carry, such
+     * as AT(PRECISION) for a kernel that quantizes; the verifier rejects any
+     * other. The CPU reference sees them on n. */
+    unsigned attrs;
     /* Sets n's dtype and shape from its sources; on a mismatch reports
      * through d (may be NULL) and returns 0. */
     int (*infer)(IrNode *n, Diag *d);
@@ -145,6 +149,7 @@ typedef struct IrTrain {
     const char *alphabet;         /* protein | dna | none */
     const char *objective;        /* causal_lm | masked_lm (from the loss op) */
     double aux_loss_coef;
+    int decay_norms, decay_embeddings;  /* AdamW weight decay on norm weights / embedding tables (default off) */
 } IrTrain;
 
 void ir_train_defaults(IrTrain *t);

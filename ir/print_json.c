@@ -63,6 +63,11 @@ static cJSON *train_json(const IrTrain *t)
     cJSON_AddItemToArray(betas, cJSON_CreateRaw(fmt_double(b, t->beta2)));
     add_double(opt, "eps", t->eps);
     add_double(opt, "weight_decay", t->weight_decay);
+    cJSON *nd = cJSON_AddArrayToObject(opt, "no_decay");
+    if (!t->decay_norms)
+        cJSON_AddItemToArray(nd, cJSON_CreateString("norms"));
+    if (!t->decay_embeddings)
+        cJSON_AddItemToArray(nd, cJSON_CreateString("embeddings"));
     cJSON *sch = cJSON_AddObjectToObject(o, "schedule");
     cJSON_AddStringToObject(sch, "name", t->schedule);
     add_int(sch, "warmup", t->warmup);

@@ -36,6 +36,9 @@ void ir_print_train(const IrTrain *t, FILE *out)
     fprintf(out, "#        batch %lld, seq %lld, grad_clip %s, steps %lld, aux_loss %s, alphabet %s, objective %s\n",
             (long long)t->batch, (long long)t->seq, fmt_double(g, t->grad_clip), (long long)t->steps,
             fmt_double(a, t->aux_loss_coef), t->alphabet, t->objective);
+    if (t->decay_norms || t->decay_embeddings)
+        fprintf(out, "#        weight decay also on:%s%s\n", t->decay_norms ? " norms" : "",
+                t->decay_embeddings ? " embeddings" : "");
 }
 
 void ir_print_text(const IrGraph *g, FILE *out)

@@ -65,7 +65,10 @@ int ir_verify(const IrGraph *g, FILE *out)
             for (int k = 0; k < IR_ATTR_COUNT; k++)
                 if ((info->required_attrs >> k & 1u) && !ir_has_attr(n, (IrAttrKey)k))
                     bad(&v, n, "required attribute %s is missing", ir_attr_name[k]);
-        unsigned extra = n->attr_set & ~(info->required_attrs | info->optional_attrs);
+        unsigned allowed = info->required_attrs | info->optional_attrs;
+        if (n->op == IR_OP_CUSTOM)
+            allowed |= n->custom->attrs;  /* a plugin's op declares its own */
+        unsigned extra = n->attr_set & ~allowed;
         for (int k = 0; k < IR_ATTR_COUNT; k++)
             if (extra >> k & 1u)
                 bad(&v, n, "attribute %s does not belong to this op", ir_attr_name[k]);

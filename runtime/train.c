@@ -352,7 +352,8 @@ static double optimizer_step(Trainer *t, double lr)
     double bc1 = 1 - pow(b1, (double)t->step), bc2 = 1 - pow(b2, (double)t->step);
     for (int p = 0; p < g->nparams; p++) {
         IrNode *pn = g->params[p];
-        int decay = !(is_norm_weight(g, pn) || is_embedding_table(g, pn));
+        int decay = !((is_norm_weight(g, pn) && !t->tr.decay_norms) ||
+                      (is_embedding_table(g, pn) && !t->tr.decay_embeddings));
         double wd = decay ? t->tr.weight_decay : 0.0;
         const float *gr = cpu_plan_data(&t->plan, g->grads[p]);
         float *w = t->params + t->param_off[p];
