@@ -1,6 +1,6 @@
 # moec - plain Makefile with explicit object lists (STYLE.md #12).
 #
-#   make            build build/moec
+#   make            build build/moec and the pass plugins (build/plugins/*.so)
 #   make test       CPU test suite (plain build, then ASan+UBSan build)
 #   make fuzz       libFuzzer on the front end (FUZZ_SECONDS, default 600)
 #   make clean
@@ -21,15 +21,19 @@ GEN      = $(BUILD)/gen
 IR_SRC   = ir/arena.c ir/util.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
-           passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c
+           passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
+           passes/expert_parallel.c
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
-           runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c
+           runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c \
+           runtime/comm.c runtime/comm_sim.c
 LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o
+PLUGINS  = fuse_grouped_gelu_mlp
+PLUGIN_SO = $(PLUGINS:%=$(BUILD)/plugins/%.so)
 
 .PHONY: all test test-plain test-asan fuzz clean deps
-all: $(BUILD)/moec
+all: $(BUILD)/moec $(PLUGIN_SO)
 
 deps:
 	@sh tools/check-deps.sh
@@ -66,6 +70,12 @@ $(BUILD)/moec: $(BUILD)/obj/compiler/main.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -rdynamic -o $@ -Wl,--whole-archive $(BUILD)/libmoec.a -Wl,--no-whole-archive \
 	    $(BUILD)/obj/compiler/main.o $(LDLIBS) -ldl
 
+# ---- pass plugins (docs/adding-a-pass.md): plugins/NAME.c is $(BUILD)/plugins/NAME.so, loaded with
+# --load-pass. It links nothing of libmoec.a: the IR and pass API resolve against the moec loading it.
+$(BUILD)/plugins/%.so: plugins/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -fPIC -shared -I. -o $@ $< -lm
+
 # ---- tests
 $(BUILD)/filecheck: $(BUILD)/obj/tests/filecheck.o
 	$(CC) $(SANITIZE) -o $@ $^
@@ -88,8 +98,13 @@ $(BUILD)/test_plot: $(BUILD)/obj/tests/unit/test_plot.o $(BUILD)/libmoec.a
 $(BUILD)/test_mxfp8: $(BUILD)/obj/tests/unit/test_mxfp8.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
 
-UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8
-TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS))
+# -rdynamic and the whole library, as for moec: the plugin this test loads resolves the API here
+$(BUILD)/test_plugin_gelu_mlp: $(BUILD)/obj/tests/unit/test_plugin_gelu_mlp.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -rdynamic -o $@ -Wl,--whole-archive $(BUILD)/libmoec.a -Wl,--no-whole-archive $< \
+	    $(LDLIBS) -ldl
+
+UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp
+TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 
 test-plain: $(TEST_BINS)
 	@bash tests/run.sh $(BUILD)
@@ -97,7 +112,8 @@ test-plain: $(TEST_BINS)
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g" \
 	    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	    build-asan/moec build-asan/filecheck $(addprefix build-asan/,$(UNIT_TESTS))
+	    build-asan/moec build-asan/filecheck $(addprefix build-asan/,$(UNIT_TESTS)) \
+	    $(PLUGINS:%=build-asan/plugins/%.so)
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash tests/run.sh build-asan
 
 test: test-plain test-asan
@@ -119,4 +135,4 @@ fuzz: $(BUILD)/fuzz_frontend
 clean:
 	rm -rf build build-asan
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/plugins -name '*.d' 2>/dev/null)

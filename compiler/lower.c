@@ -1608,9 +1608,26 @@ IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *m, const char *pa
         L.g->train.seq = opt->seq;
     if (opt && opt->has_precision)
         L.g->train.precision = opt->precision;
+    if (opt && opt->ep > 0)
+        L.g->train.ep = opt->ep;
+    if (opt && opt->dp > 0)
+        L.g->train.dp = opt->dp;
+
+    /* With expert parallelism the graph is one rank's: `batch` is the global
+     * batch and B the rank's share of it. */
+    int64_t world = L.g->train.ep * L.g->train.dp, local_batch = L.g->train.batch;
+    if (world > 1) {
+        if (L.g->train.batch % world) {
+            diag_error(diag, m->has_train ? m->train_loc : m->loc,
+                       "batch %lld does not split evenly over ep %lld x dp %lld = %lld ranks", (long long)L.g->train.batch,
+                       (long long)L.g->train.ep, (long long)L.g->train.dp, (long long)world);
+            return NULL;
+        }
+        local_batch = L.g->train.batch / world;
+    }
 
     Env top = {0};
-    Value v = num_int(L.g->train.batch);
+    Value v = num_int(local_batch);
     SrcLoc none = {0, 0, 0};
     env_add(&L, &top, "B", B_CONST, v, none);
     v = num_int(L.g->train.seq);

@@ -14,6 +14,7 @@ typedef struct LowerOptions {
     int64_t batch, seq;   /* override the train section (0: keep) */
     int has_precision;    /* override the train section's precision with: */
     IrPrecision precision;
+    int64_t ep, dp;       /* override parallel ep / dp (0: keep) */
 } LowerOptions;
 
 /* opt may be NULL. */

@@ -8,6 +8,7 @@
  * Exit status: 0 success, 1 an error in the user's input (located on
  * stderr), 2 a usage error (bad command or flag). */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "../ir/util.h"
 #include "../runtime/payload.h"
 #include "../runtime/plot.h"
+#include "../runtime/safetensors.h"
 #include "../runtime/train.h"
 
 #ifndef MOEC_VERSION
@@ -38,6 +40,7 @@ typedef struct Options {
     int ndisabled;
     int has_precision;
     IrPrecision precision;
+    int64_t ep, dp;
 } Options;
 
 static const char *const usage_main =
@@ -52,6 +55,7 @@ static const char *const usage_main =
     "  explain FILE    every fusion candidate: FUSED, or NOT FUSED and why\n"
     "  compile FILE -o OUT   write a standalone training binary\n"
     "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
+    "  ckpt-diff A B   compare two checkpoints' parameters\n"
     "  passes          list the pass pipeline\n"
     "  ops             list the ops of the model language\n"
     "  help [COMMAND]  show help for a command\n"
@@ -60,6 +64,7 @@ static const char *const usage_main =
     "  --help          help for the command\n"
     "  --version       print the version\n"
     "  --precision P   bf16 | mxfp8 | fp8-block, overriding the model file\n"
+    "  --ep N, --dp M  expert- and data-parallel ranks (world = N x M), overriding it\n"
     "  --disable-pass NAME    skip a pass of the pipeline\n"
     "  --load-pass LIB.so     load a pass plugin (docs/adding-a-pass.md)\n"
     "  --stats         each pass's counters on stderr\n"
@@ -108,6 +113,14 @@ static const char *const usage_ops =
     "Lists the ops of the model language with their signatures; keyword\n"
     "arguments show their defaults ('?' = required).\n";
 
+static const char *const usage_ckpt_diff =
+    "usage: moec ckpt-diff A.safetensors B.safetensors [--rtol X]\n"
+    "\n"
+    "Compares the parameters (param.*) of two checkpoints, tensor by tensor:\n"
+    "the relative difference ||a - b|| / ||a|| (2-norms over the tensor) and the\n"
+    "largest elementwise |a - b|. Exit 0 when every tensor is within --rtol\n"
+    "(default 1e-5), 1 when one is not or the tensors or shapes differ.\n";
+
 static const char *const usage_explain =
     "usage: moec explain FILE [--format text|json] [--precision bf16|mxfp8|fp8-block]\n"
     "                         [--disable-pass NAME] [--load-pass LIB.so]\n"
@@ -140,6 +153,7 @@ static const char *usage_for(const char *cmd)
         return usage_main;
     if (strcmp(cmd, "compile") == 0) return usage_compile;
     if (strcmp(cmd, "explain") == 0) return usage_explain;
+    if (strcmp(cmd, "ckpt-diff") == 0) return usage_ckpt_diff;
     if (strcmp(cmd, "plot") == 0) return usage_plot;
     if (strcmp(cmd, "check") == 0) return usage_check;
     if (strcmp(cmd, "dump") == 0) return usage_dump;
@@ -173,7 +187,7 @@ static int bad_pass_selector(const char *flag, const char *s)
 static int option_takes_value(const char *a)
 {
     static const char *const with_value[] = {"--format", "--print-ir-after", "--print-ir-before",
-                                             "--disable-pass", "--load-pass", "--precision"};
+                                             "--disable-pass", "--load-pass", "--precision", "--ep", "--dp"};
     for (int i = 0; i < ARRAY_LEN(with_value); i++)
         if (strcmp(a, with_value[i]) == 0)
             return 1;
@@ -270,6 +284,15 @@ static int parse_options(int argc, char **argv, Options *o)
             else if (strcmp(val, "fp8-block") == 0) o->precision = IR_PREC_FP8_BLOCK;
             else return usage_error(cmdsp, "--precision: '%s' is not one of bf16, mxfp8, fp8-block", val);
             o->has_precision = 1;
+        } else if (strcmp(a, "--ep") == 0 || strcmp(a, "--dp") == 0) {
+            char *end;
+            long long v = strtoll(val, &end, 10);
+            if (*end || end == val || v < 1 || v > 4096)
+                return usage_error(cmdsp, "expected a rank count from 1 to 4096, got '%s'", val);
+            if (a[2] == 'e')
+                o->ep = v;
+            else
+                o->dp = v;
         } else if (strcmp(a, "--stats") == 0) {
             o->stats = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
@@ -299,12 +322,14 @@ static int64_t count_params(const IrGraph *g, int64_t *expert_params)
         const IrNode *n = g->nodes[i];
         if (n->op != IR_OP_PARAM)
             continue;
-        total += ir_numel(n);
+        /* an expert shard of an ep-partitioned graph stands for ep of them */
+        int64_t copies = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
+        total += ir_numel(n) * copies;
         for (int j = 0; j < g->nnodes; j++) {
             const IrNode *u = g->nodes[j];
             if ((u->op == IR_OP_GROUPED_LINEAR && u->src[1] == n) ||
                 (u->op == IR_OP_GROUPED_MLP && (u->src[1] == n || u->src[2] == n))) {
-                *expert_params += ir_numel(n);
+                *expert_params += ir_numel(n) * copies;
                 break;
             }
         }
@@ -345,26 +370,44 @@ static void explain(const IrGraph *g, int json)
             printf("%s:%d: %s: %s: %s: %s\n", g->file, d->loc.line, d->pass, d->where, d->action,
                    d->reason ? d->reason : "");
     }
-    /* one summary line per pass */
+    /* one summary line per pass: how many candidates got each verdict */
     for (int i = 0; i < g->decisions.len; i++) {
         const IrDecision *d = g->decisions.items[i];
-        int first = 1, done = 0, total = 0;
-        for (int j = 0; j < g->decisions.len; j++) {
+        int first = 1, total = 0;
+        for (int j = 0; j < i; j++)
+            first &= strcmp(((const IrDecision *)g->decisions.items[j])->pass, d->pass) != 0;
+        if (!first)
+            continue;
+        const char *actions[8];
+        int counts[8], nact = 0;
+        for (int j = i; j < g->decisions.len; j++) {
             const IrDecision *e = g->decisions.items[j];
             if (strcmp(e->pass, d->pass) != 0)
                 continue;
-            first &= j >= i;
             total++;
-            done += e->fused;
+            int k = 0;
+            while (k < nact && strcmp(actions[k], e->action) != 0)
+                k++;
+            if (k == nact && nact < 8) {
+                actions[nact] = e->action;
+                counts[nact++] = 0;
+            }
+            if (k < 8)
+                counts[k]++;
         }
-        if (!first)
-            continue;
-        if (strcmp(d->pass, "precision") == 0)
-            printf("precision: %d GEMM%s: %d in mxfp8, %d kept in bf16\n", total, total == 1 ? "" : "s", done,
-                   total - done);
+        int fusion = 1, fused = 0;
+        for (int k = 0; k < nact; k++) {
+            fusion &= strcmp(actions[k], "FUSED") == 0 || strcmp(actions[k], "NOT FUSED") == 0;
+            if (strcmp(actions[k], "FUSED") == 0)
+                fused = counts[k];
+        }
+        printf("%s: %d candidate%s:", d->pass, total, total == 1 ? "" : "s");
+        if (fusion)
+            printf(" %d fused, %d not fused", fused, total - fused);
         else
-            printf("%s: %d candidate%s: %d fused, %d not fused\n", d->pass, total, total == 1 ? "" : "s", done,
-                   total - done);
+            for (int k = 0; k < nact; k++)
+                printf("%s %d %s", k ? "," : "", counts[k], actions[k]);
+        printf("\n");
     }
     if (g->decisions.len == 0)
         printf("no candidates: no pass found a pattern to fuse\n");
@@ -392,6 +435,8 @@ static int run_front(const Options *o)
         ctx.disabled[ctx.ndisabled++] = o->disabled[i];
     c.opts.has_precision = o->has_precision;
     c.opts.precision = o->precision;
+    c.opts.ep = o->ep;
+    c.opts.dp = o->dp;
     int is_dump = strcmp(o->command, "dump") == 0;
     if (is_dump && !o->print_after && !o->print_before) {
         /* plain `moec dump`: the model as lowered and verified, after the
@@ -412,7 +457,7 @@ static int run_front(const Options *o)
                 rc = 1;
             } else {
                 char *json = train_plan_json(o->file, c.text, c.len, plugin_paths, nplugin_paths,
-                                             o->has_precision ? ir_precision_name[o->precision] : NULL);
+                                             o->has_precision ? ir_precision_name[o->precision] : NULL, o->ep);
                 if (!payload_write_binary("/proc/self/exe", o->output, json, err, sizeof err)) {
                     fprintf(stderr, "moec: error: %s\n", err);
                     rc = 1;
@@ -452,6 +497,86 @@ static int run_front(const Options *o)
     return rc;
 }
 
+/* moec ckpt-diff A B [--rtol X] */
+static int ckpt_diff(int argc, char **argv)
+{
+    const char *a = NULL, *b = NULL;
+    double rtol = 1e-5;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            fputs(usage_ckpt_diff, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--rtol") == 0 && i + 1 < argc) {
+            char *end;
+            rtol = strtod(argv[++i], &end);
+            if (*end || !(rtol >= 0))
+                return usage_error("ckpt-diff ", "--rtol takes a non-negative number, not '%s'", argv[i]);
+        } else if (!a) {
+            a = argv[i];
+        } else if (!b) {
+            b = argv[i];
+        } else {
+            return usage_error("ckpt-diff ", "two checkpoints, not more ('%s')", argv[i]);
+        }
+    }
+    if (!a || !b)
+        return usage_error("ckpt-diff ", "give two checkpoints%s", "");
+    SafeTensors sa, sb;
+    char err[1024];
+    if (!st_read(a, &sa, err, sizeof err) || !st_read(b, &sb, err, sizeof err)) {
+        fprintf(stderr, "moec: error: %s\n", err);
+        st_free(&sa);
+        return 1;
+    }
+    int bad = 0, n = 0;
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < sa.ntensors; i++) {
+        const SafeTensor *x = &sa.tensors[i];
+        if (strncmp(x->name, "param.", 6) != 0)
+            continue;
+        const SafeTensor *y = st_find(&sb, x->name);
+        int same = y && y->dtype == ST_F32 && x->dtype == ST_F32 && y->nbytes == x->nbytes && y->rank == x->rank;
+        for (int d = 0; same && d < x->rank; d++)
+            same = x->shape[d] == y->shape[d];
+        if (!same) {
+            printf("%s: missing or of another shape in %s\n", x->name, b);
+            bad++;
+            continue;
+        }
+        size_t m = x->nbytes / 4;
+        float *u = malloc(x->nbytes), *v = malloc(x->nbytes);
+        memcpy(u, x->data, x->nbytes);
+        memcpy(v, y->data, x->nbytes);
+        double num = 0, den = 0, amax = 0;
+        for (size_t k = 0; k < m; k++) {
+            double dd = (double)u[k] - v[k];
+            num += dd * dd;
+            den += (double)u[k] * u[k];
+            amax = fmax(amax, fabs(dd));
+        }
+        double err_max = den > 0 ? sqrt(num / den) : sqrt(num);
+        (void)amax;
+        free(u);
+        free(v);
+        n++;
+        if (err_max > worst) {
+            worst = err_max;
+            worst_name = x->name;
+        }
+        if (err_max > rtol) {
+            printf("%s: relative difference %.3g > %g (largest element difference %.3g)\n", x->name, err_max, rtol,
+                   amax);
+            bad++;
+        }
+    }
+    printf("%d parameter tensors compared, largest relative difference %.3g (%s): %s\n", n, worst, worst_name,
+           bad ? "DIFFERENT" : "within tolerance");
+    st_free(&sa);
+    st_free(&sb);
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     /* a training binary is this executable with a plan appended */
@@ -481,8 +606,10 @@ int main(int argc, char **argv)
         fputs(u, stdout);
         return 0;
     }
+    if (strcmp(cmd, "ckpt-diff") == 0)
+        return ckpt_diff(argc, argv);
     if (!usage_for(cmd) || cmd[0] == '-') {
-        return usage_error(NULL, "unknown command '%s' (check, dump, explain, compile, plot, passes, ops, help)", cmd);
+        return usage_error(NULL, "unknown command '%s' (check, dump, explain, compile, plot, ckpt-diff, passes, ops, help)", cmd);
     }
     Options o = {0};
     o.command = cmd;

@@ -527,6 +527,33 @@ static int infer_op(IrNode *n, Diag *d)
         n->dtype = packed->dtype;
         return 1;
     }
+    case IR_OP_EP_COUNTS: {
+        IrNode *cn = n->src[0];
+        int64_t ep = ir_attr_i(n, IR_ATTR_EP);
+        if (cn->rank != 1 || ep < 1 || cn->shape[0] % ep)
+            return fail(&c, -1, "%lld experts do not split over ep = %lld ranks", (long long)cn->shape[0], (long long)ep);
+        int64_t sh[2] = {ep, cn->shape[0] / ep};
+        set_shape(n, IR_I32, 2, sh);
+        return 1;
+    }
+    case IR_OP_EP_LOCAL_SPLITS:
+        set_shape(n, IR_I32, 1, &n->src[0]->shape[1]);
+        return 1;
+    case IR_OP_EP_DISPATCH:
+    case IR_OP_EP_COMBINE: {
+        IrNode *x = n->src[0];
+        int64_t ep = ir_attr_i(n, IR_ATTR_EP);
+        if (x->rank < 1 || x->rank > 2 || (n->op == IR_OP_EP_COMBINE && x->shape[0] % ep))
+            return fail(&c, -1, "rows %s do not fit an all-to-all over %lld ranks", shp(x, b1), (long long)ep);
+        copy_shape(n, x);
+        n->shape[0] = n->op == IR_OP_EP_DISPATCH ? x->shape[0] * ep : x->shape[0] / ep;
+        return 1;
+    }
+    case IR_OP_EP_SORT:
+    case IR_OP_EP_UNSORT:
+    case IR_OP_ALL_REDUCE:
+        copy_shape(n, n->src[0]);
+        return 1;
     case IR_OP_CUSTOM:
         if (!n->custom)
             die("custom node %s has no descriptor", n->name);

@@ -200,6 +200,19 @@ static void backward_node(AD *a, IrNode *n, IrNode *dy)
     case IR_OP_AUX_LOSS:
         acc(a, s[0], done(mk(a, n, IR_OP_AUX_LOSS_DX, 3, dy, s[0], s[1], NULL)));
         return;
+    case IR_OP_EP_DISPATCH:
+        /* the rows went away and come back: the gradient of a dispatch is a combine */
+        acc(a, s[0], done(mk(a, n, IR_OP_EP_COMBINE, 3, dy, s[1], s[2], NULL)));
+        return;
+    case IR_OP_EP_COMBINE:
+        acc(a, s[0], done(mk(a, n, IR_OP_EP_DISPATCH, 3, dy, s[1], s[2], NULL)));
+        return;
+    case IR_OP_EP_SORT:
+        acc(a, s[0], done(mk(a, n, IR_OP_EP_UNSORT, 2, dy, s[1], NULL, NULL)));
+        return;
+    case IR_OP_EP_UNSORT:
+        acc(a, s[0], done(mk(a, n, IR_OP_EP_SORT, 2, dy, s[1], NULL, NULL)));
+        return;
     case IR_OP_CUSTOM:
         if (!n->custom->backward)
             die("autodiff: custom op %s has no gradient rule", n->custom->name);

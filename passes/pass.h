@@ -54,7 +54,7 @@ const Pass *pass_find(const char *name);   /* NULL if unknown */
  * errlen)`; it checks the version and calls pass_register() for its passes,
  * returning 1, or 0 with a message. The moec executable exports its IR and
  * pass functions (-rdynamic), so a plugin needs only these headers. */
-#define PASS_API_VERSION 1
+#define PASS_API_VERSION 2  /* 2: IrCustomOp.attrs */
 #define PASS_PLUGIN_ENTRY "moec_pass_plugin_init"
 typedef int (*PassPluginInit)(int api_version, char *err, size_t errlen);
 
@@ -77,5 +77,7 @@ int pass_dce(IrGraph *g, PassCtx *ctx);
 int pass_autodiff(IrGraph *g, PassCtx *ctx);
 int pass_fuse_grouped_mlp(IrGraph *g, PassCtx *ctx);
 int pass_precision(IrGraph *g, PassCtx *ctx);
+int pass_expert_parallel(IrGraph *g, PassCtx *ctx);
+int pass_grad_allreduce(IrGraph *g, PassCtx *ctx);
 
 #endif

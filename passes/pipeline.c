@@ -17,8 +17,12 @@ static const Pass builtin_pipeline[] = {
      pass_dce, {"nodes removed", "params removed", NULL}},
     {"fuse-grouped-mlp", "fuse grouped_linear -> scaled_swiglu -> grouped_linear into one grouped_mlp node",
      pass_fuse_grouped_mlp, {"chains fused", "chains declined", NULL}},
+    {"expert-parallel", "with ep > 1: shard the experts over ranks, insert the all-to-all token exchange",
+     pass_expert_parallel, {"expert layers partitioned", "declined", NULL}},
     {"autodiff", "append the backward graph: one gradient rule per op, d loss / d every param",
      pass_autodiff, {"gradient nodes", "gradient sums", "params with zero gradient", NULL}},
+    {"grad-allreduce", "with several ranks: sum gradients (dense over all ranks, experts over replicas), mean",
+     pass_grad_allreduce, {"dense gradients", "expert gradients", NULL}},
     {"precision", "with mxfp8: quantize expert GEMM operands (rowwise/colwise copies for forward, dgrad, wgrad)",
      pass_precision, {"quantize nodes", "GEMMs kept in high precision", NULL}},
 };

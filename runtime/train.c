@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdarg.h>
@@ -28,6 +29,7 @@
 
 #include "../compiler/driver.h"
 #include "../ir/util.h"
+#include "comm.h"
 #include "cpu/cpu.h"
 #include "data.h"
 #include "safetensors.h"
@@ -45,6 +47,7 @@ typedef struct Flags {
     double lr;
     const char *ckpt_dir, *log_path, *device, *eval_path, *init_path;
     int resume, threads;
+    int simulate_ranks;  /* --simulate-ranks N: N ranks as threads of this process */
 } Flags;
 
 static const char *const usage_train =
@@ -68,7 +71,9 @@ static const char *const usage_train =
     "                     sequences as {\"eval_loss\": X, \"tokens\": N} and exit\n"
     "  --log FILE.jsonl   metrics, one JSON object per line\n"
     "  --device D         auto | cpu | cuda (default auto)\n"
-    "  --threads N        CPU threads (default: all cores)\n"
+    "  --threads N        CPU threads (default: all cores, shared by simulated ranks)\n"
+    "  --simulate-ranks N run N ranks in this process (expert parallelism ep x data\n"
+    "                     parallelism N/ep) with the same semantics as N processes\n"
     "  --help\n";
 
 /* ------------------------------------------------------------ utilities */
@@ -154,7 +159,7 @@ static int usage_error(const char *prog, const char *fmt, ...)
 /* ------------------------------------------------------------ the plan */
 
 char *train_plan_json(const char *model_path, const char *source, size_t len, const char *const *plugins,
-                      int nplugins, const char *precision)
+                      int nplugins, const char *precision, int64_t ep)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "moec_plan", 1);
@@ -167,6 +172,8 @@ char *train_plan_json(const char *model_path, const char *source, size_t len, co
     free(src);
     if (precision)
         cJSON_AddStringToObject(o, "precision", precision);
+    if (ep > 0)
+        cJSON_AddNumberToObject(o, "ep", (double)ep);
     cJSON *pl = cJSON_AddArrayToObject(o, "plugins");
     for (int i = 0; i < nplugins; i++) {
         char *abs = realpath(plugins[i], NULL);
@@ -248,7 +255,41 @@ typedef struct Trainer {
     int64_t step;
     FILE *log;
     double unigram;
+    /* ranks: this one computes rows [rank * local_batch, +local_batch) of
+     * every global batch the loader draws */
+    Comm *comm;
+    int rank, world;
+    int64_t ep, dp, local_batch;
+    int32_t *gtokens, *gtargets;   /* the global batch */
+    const FastaSet *shared;        /* the data, read once for all ranks */
 } Trainer;
+
+static int is_rank0(const Trainer *t) { return t->rank == 0; }
+
+/* An error on one rank: print it with the rank and tell the others. */
+static int rank_error(Trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int rank_error(Trainer *t, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (t->world > 1)
+        fprintf(stderr, "%s: rank %d: error: %s\n", t->prog, t->rank, msg);
+    else
+        fprintf(stderr, "%s: error: %s\n", t->prog, msg);
+    if (t->comm && t->world > 1)
+        comm_abort(t->comm, msg);
+    return 1;
+}
+
+static double allreduce1(Trainer *t, CommGroup g, double v)
+{
+    if (t->world > 1 && !t->comm->ops->allreduce_f64(t->comm, g, &v, 1))
+        die("rank %d: %s", t->rank, t->comm->error);
+    return v;
+}
 
 static void log_json(Trainer *t, cJSON *o)
 {
@@ -286,10 +327,10 @@ static int find_inputs(Trainer *t)
                 "an i32 input of targets\n", t->prog);
         return 0;
     }
-    int64_t want = t->tr.batch * t->tr.seq;
+    int64_t want = t->local_batch * t->tr.seq;
     if (ir_numel(t->tokens_in) != want || ir_numel(t->targets_in) != want) {
         fprintf(stderr, "%s: error: the inputs must be [B, S] (%lld x %lld tokens)\n", t->prog,
-                (long long)t->tr.batch, (long long)t->tr.seq);
+                (long long)t->local_batch, (long long)t->tr.seq);
         return 0;
     }
     return 1;
@@ -301,10 +342,13 @@ static void init_params(Trainer *t)
     for (int p = 0; p < g->nparams; p++) {
         IrNode *n = g->params[p];
         float *w = t->params + t->param_off[p];
-        int64_t numel = ir_numel(n);
+        /* an expert shard takes its slice of the full tensor's values, so
+         * every ep gives the same initial model */
+        int64_t shard = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
+        int64_t numel = ir_numel(n), skip = shard > 1 ? numel * comm_ep_rank(t->comm) : 0;
         Rng r = {st_hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull};
         const char *init = ir_attr_s(n, IR_ATTR_INIT);
-        for (int64_t e = 0; e < numel; e++) {
+        for (int64_t e = -skip; e < numel; e++) {
             double v = 0;
             if (strcmp(init, "normal") == 0)
                 v = n->attr[IR_ATTR_STD].f * rng_normal(&r);
@@ -314,7 +358,8 @@ static void init_params(Trainer *t)
                 v = n->attr[IR_ATTR_VALUE].f;
             else if (strcmp(init, "ones") == 0)
                 v = 1;
-            w[e] = (float)v;
+            if (e >= 0)
+                w[e] = (float)v;
         }
     }
 }
@@ -339,12 +384,20 @@ static double lr_at(const Trainer *t, int64_t step)
 static double optimizer_step(Trainer *t, double lr)
 {
     IrGraph *g = t->g;
-    double ss = 0;
+    double ss = 0, ss_shards = 0;
     for (int p = 0; p < g->nparams; p++) {
         const float *gr = cpu_plan_data(&t->plan, g->grads[p]);
+        double s2 = 0;
         for (int64_t e = 0; e < ir_numel(g->params[p]); e++)
-            ss += (double)gr[e] * gr[e];
+            s2 += (double)gr[e] * gr[e];
+        if (ir_has_attr(g->params[p], IR_ATTR_SHARD))
+            ss_shards += s2;
+        else
+            ss += s2;
     }
+    /* dense gradients are the same on every rank after their all-reduce;
+     * expert gradients are shards: their squares add over the EP group */
+    ss += allreduce1(t, COMM_EP, ss_shards);
     double norm = sqrt(ss), clip = 1.0;
     if (t->tr.grad_clip > 0 && norm > t->tr.grad_clip)
         clip = t->tr.grad_clip / (norm + 1e-6);
@@ -386,21 +439,25 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
     int64_t nb = (rows + t->tr.batch - 1) / t->tr.batch;
     if (batches > 0 && batches < nb)
         nb = batches;
-    double total = 0;
-    int64_t ntok = 0;
-    int64_t bs = t->tr.batch * t->tr.seq;
+    double sums[2] = {0, 0};  /* loss x tokens, tokens */
+    int64_t bs = t->local_batch * t->tr.seq;
     for (int64_t b = 0; b < nb; b++) {
-        data_loader_next(l, t->tokens, t->targets);
+        data_loader_next(l, t->gtokens, t->gtargets);
+        memcpy(t->tokens, t->gtokens + t->rank * bs, sizeof(int32_t) * (size_t)bs);
+        memcpy(t->targets, t->gtargets + t->rank * bs, sizeof(int32_t) * (size_t)bs);
         int64_t c = count_targets(t->targets, bs);
-        if (!c)
-            continue;
+        /* every rank runs the plan: its collectives need all of them */
         cpu_plan_run_range(&t->plan, 0, t->g->loss->id + 1);
-        total += cpu_plan_scalar(&t->plan, t->g->loss) * (double)c;
-        ntok += c;
+        if (c) {
+            sums[0] += cpu_plan_scalar(&t->plan, t->g->loss) * (double)c;
+            sums[1] += (double)c;
+        }
     }
+    if (t->world > 1 && !t->comm->ops->allreduce_f64(t->comm, COMM_WORLD, sums, 2))
+        die("rank %d: %s", t->rank, t->comm->error);
     if (tokens_out)
-        *tokens_out = ntok;
-    return ntok ? total / (double)ntok : NAN;
+        *tokens_out = (int64_t)sums[1];
+    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
 }
 
 /* ------------------------------------------------------------ checkpoints */
@@ -411,6 +468,30 @@ static const char *ckpt_path(const Trainer *t, char *buf, size_t n)
     return buf;
 }
 
+/* The full tensor of a parameter (or of one of its AdamW moments): a
+ * dense one as it is, an expert shard gathered from the EP group. Every rank
+ * calls it (the gather is collective); *owned says whether to free it. */
+static const float *full_tensor(Trainer *t, int p, const float *local, int *owned)
+{
+    IrNode *n = t->g->params[p];
+    *owned = 0;
+    if (!ir_has_attr(n, IR_ATTR_SHARD) || t->ep == 1)
+        return local;
+    size_t bytes = (size_t)ir_numel(n) * sizeof(float);
+    float *full = malloc(bytes * (size_t)t->ep);
+    if (!full || !t->comm->ops->allgather(t->comm, COMM_EP, local, full, bytes))
+        die("rank %d: gathering %s: %s", t->rank, n->name, full ? t->comm->error : "out of memory");
+    *owned = 1;
+    return full;
+}
+
+static void full_shape(const Trainer *t, const IrNode *n, int64_t *shape)
+{
+    memcpy(shape, n->shape, sizeof(int64_t) * (size_t)n->rank);
+    if (ir_has_attr(n, IR_ATTR_SHARD))
+        shape[0] *= t->ep;
+}
+
 static int save_checkpoint(Trainer *t)
 {
     char path[4096], err[512], num[64];
@@ -418,16 +499,21 @@ static int save_checkpoint(Trainer *t)
     SafeTensorsWriter w;
     st_writer_init(&w);
     char **names = calloc((size_t)g->nparams * 3, sizeof(char *));
+    const float **bufs = calloc((size_t)g->nparams * 3, sizeof(float *));
+    int *owned = calloc((size_t)g->nparams * 3, sizeof(int));
     for (int p = 0; p < g->nparams; p++) {
         IrNode *n = g->params[p];
-        size_t bytes = (size_t)ir_numel(n) * 4;
+        int64_t shape[IR_MAX_RANK];
+        full_shape(t, n, shape);
+        size_t bytes = (size_t)ir_numel(n) * 4 * (ir_has_attr(n, IR_ATTR_SHARD) ? (size_t)t->ep : 1);
         static const char *const pre[3] = {"param.", "adam_m.", "adam_v."};
         const float *src[3] = {t->params + t->param_off[p], t->adam + t->param_off[p],
                                t->adam + t->nparams_total + t->param_off[p]};
         for (int k = 0; k < 3; k++) {
+            bufs[p * 3 + k] = full_tensor(t, p, src[k], &owned[p * 3 + k]);
             names[p * 3 + k] = malloc(strlen(n->name) + 8);
             sprintf(names[p * 3 + k], "%s%s", pre[k], n->name);
-            st_writer_add(&w, names[p * 3 + k], ST_F32, n->rank, n->shape, src[k], bytes);
+            st_writer_add(&w, names[p * 3 + k], ST_F32, n->rank, shape, bufs[p * 3 + k], bytes);
         }
     }
     DataLoaderState ls;
@@ -443,13 +529,21 @@ static int save_checkpoint(Trainer *t)
     snprintf(num, sizeof num, "%lld", (long long)t->f.seed);
     st_writer_set_metadata(&w, "seed", num);
     st_writer_set_metadata(&w, "moec_version", MOEC_VERSION);
-    int ok = st_writer_save(&w, ckpt_path(t, path, sizeof path), err, sizeof err);
-    if (!ok)
-        fprintf(stderr, "%s: error: checkpoint at step %lld not written: %s\n", t->prog, (long long)t->step, err);
+    int ok = 1;
+    if (is_rank0(t)) {
+        ok = st_writer_save(&w, ckpt_path(t, path, sizeof path), err, sizeof err);
+        if (!ok)
+            rank_error(t, "checkpoint at step %lld not written: %s", (long long)t->step, err);
+    }
     st_writer_free(&w);
-    for (int i = 0; i < g->nparams * 3; i++)
+    for (int i = 0; i < g->nparams * 3; i++) {
         free(names[i]);
+        if (owned[i])
+            free((void *)bufs[i]);
+    }
     free(names);
+    free(bufs);
+    free(owned);
     return ok;
 }
 
@@ -486,16 +580,21 @@ static int load_checkpoint(Trainer *t, const char *path, int full)
             char name[1024];
             snprintf(name, sizeof name, "%s%s", pre[k], n->name);
             const SafeTensor *x = st_find(&st, name);
+            int64_t shape[IR_MAX_RANK];
+            full_shape(t, n, shape);
             int shape_ok = x && x->dtype == ST_F32 && x->rank == n->rank;
             for (int d = 0; shape_ok && d < n->rank; d++)
-                shape_ok = x->shape[d] == n->shape[d];
+                shape_ok = x->shape[d] == shape[d];
             if (!shape_ok) {
                 fprintf(stderr, "%s: error: %s: tensor %s is %s\n", t->prog, path, name,
                         x ? "of another dtype or shape" : "missing");
                 ok = 0;
                 break;
             }
-            memcpy(dst[k], x->data, x->nbytes);
+            /* checkpoints hold whole tensors; an expert shard takes its slice */
+            size_t local = (size_t)ir_numel(n) * sizeof(float);
+            size_t off = ir_has_attr(n, IR_ATTR_SHARD) ? local * (size_t)comm_ep_rank(t->comm) : 0;
+            memcpy(dst[k], (const char *)x->data + off, local);
         }
     }
     if (ok && full) {
@@ -583,6 +682,7 @@ static int parse_flags(Trainer *t, int argc, char **argv)
                 {"--log-every", 1, (int64_t)1 << 40, offsetof(Flags, log_every)},
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
                 {"--threads", 1, 256, 0},
+                {"--simulate-ranks", 1, 256, 1},
             };
             int matched = 0;
             for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
@@ -594,6 +694,8 @@ static int parse_flags(Trainer *t, int argc, char **argv)
                                        (long long)ints[k].lo, (long long)ints[k].hi, v);
                 if (strcmp(a, "--threads") == 0)
                     f->threads = (int)x;
+                else if (strcmp(a, "--simulate-ranks") == 0)
+                    f->simulate_ranks = (int)x;
                 else
                     *(int64_t *)((char *)f + ints[k].off) = x;
                 matched = 1;
@@ -642,6 +744,10 @@ static int load_plan(Trainer *t, const char *plan_json, int64_t batch)
     memcpy(t->comp.text, src->valuestring, len + 1);
     t->comp.len = len;
     t->comp.opts.batch = batch;
+    t->comp.opts.dp = t->dp > 0 ? t->dp : 0;
+    cJSON *epj = cJSON_GetObjectItem(o, "ep");
+    if (cJSON_IsNumber(epj) && epj->valuedouble >= 1)
+        t->comp.opts.ep = (int64_t)epj->valuedouble;
     cJSON *prec = cJSON_GetObjectItem(o, "precision");
     if (cJSON_IsString(prec)) {
         for (int i = 0; i < 3; i++)
@@ -702,56 +808,33 @@ static void print_summary(Trainer *t)
            t->obj == OBJECTIVE_MASKED ? "masked LM (15%)" : "causal LM");
 }
 
-static int load_data(Trainer *t, const char *const *files, int n)
+static int load_data(FastaSet *data, const Alphabet *alpha, const char *const *files, int n)
 {
     char err[1024];
-    fasta_set_init(&t->data);
+    fasta_set_init(data);
     for (int i = 0; i < n; i++)
-        if (!fasta_read(files[i], t->alpha, &t->data, err, sizeof err)) {
+        if (!fasta_read(files[i], alpha, data, err, sizeof err)) {
             fprintf(stderr, "%s\n", err);
             return 0;
         }
     return 1;
 }
 
-static int run(Trainer *t, int argc, char **argv, const char *plan_json)
+/* One rank's training run. t arrives with its flags, program name, plan,
+ * communicator, rank, world, ep, dp and the shared data. */
+static int run_rank(Trainer *t, const char *plan_json)
 {
-    /* flags first (the --batch override re-plans the shapes) */
-    Trainer probe = {0};
-    probe.prog = t->prog;
-    if (!load_plan(&probe, plan_json, 0))
-        return 1;
-    t->g = probe.g;
-    t->tr = probe.tr;
-    int rc = parse_flags(t, argc, argv);
-    int64_t batch = t->f.batch;
-    compilation_free(&probe.comp);
-    t->g = NULL;
-    if (rc >= 0)
-        return rc;
-    if (!load_plan(t, plan_json, batch))
-        return 1;
+    if (!load_plan(t, plan_json, t->f.batch))
+        return rank_error(t, "the model does not compile");
     if (t->f.steps >= 0)
         t->tr.steps = t->f.steps;
     if (t->f.lr > 0)
         t->tr.lr = t->f.lr;
-    Diag d;
-    diag_init(&d, t->g->file, t->comp.text, t->comp.len, stderr);
-    if (!train_check_alphabet(t->g, &d))
-        return 1;
     t->alpha = alphabet_get((AlphabetKind)alphabet_lookup(t->tr.alphabet));
     t->obj = strcmp(t->tr.objective, "masked_lm") == 0 ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
-    if (strcmp(t->f.device, "cuda") == 0) {
-        fprintf(stderr, "%s: error: --device cuda: this build has no CUDA backend yet (it arrives with the GPU "
-                "issue); use --device cpu\n", t->prog);
-        return 1;
-    }
-    if (strcmp(t->f.device, "auto") == 0)
-        printf("device: cpu (this build has no CUDA backend)\n");
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_threads(t->f.threads ? t->f.threads : (int)(ncpu > 0 ? ncpu : 1));
+    t->local_batch = t->tr.batch / t->world;
     if (!find_inputs(t))
-        return 1;
+        return rank_error(t, "the model's inputs do not fit the training binary");
 
     /* parameters and AdamW moments, one allocation each */
     IrGraph *g = t->g;
@@ -760,15 +843,17 @@ static int run(Trainer *t, int argc, char **argv, const char *plan_json)
         t->param_off[p] = t->nparams_total;
         t->nparams_total += ir_numel(g->params[p]);
     }
+    int64_t gsize = t->tr.batch * t->tr.seq, lsize = t->local_batch * t->tr.seq;
     t->params = calloc((size_t)t->nparams_total, sizeof(float));
     t->adam = calloc((size_t)t->nparams_total * 2, sizeof(float));
-    t->tokens = calloc((size_t)(t->tr.batch * t->tr.seq), sizeof(int32_t));
-    t->targets = calloc((size_t)(t->tr.batch * t->tr.seq), sizeof(int32_t));
-    if (!t->params || !t->adam || !t->tokens || !t->targets) {
-        fprintf(stderr, "%s: error: out of memory for %lld parameters\n", t->prog, (long long)t->nparams_total);
-        return 1;
-    }
+    t->tokens = calloc((size_t)lsize, sizeof(int32_t));
+    t->targets = calloc((size_t)lsize, sizeof(int32_t));
+    t->gtokens = calloc((size_t)gsize, sizeof(int32_t));
+    t->gtargets = calloc((size_t)gsize, sizeof(int32_t));
+    if (!t->params || !t->adam || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
+        return rank_error(t, "out of memory for %lld parameters", (long long)t->nparams_total);
     cpu_plan_init(&t->plan, g, CPU_F32);
+    t->plan.comm = t->comm;
     for (int p = 0; p < g->nparams; p++)
         cpu_plan_bind(&t->plan, g->params[p], t->params + t->param_off[p]);
     cpu_plan_bind(&t->plan, t->tokens_in, t->tokens);
@@ -779,79 +864,74 @@ static int run(Trainer *t, int argc, char **argv, const char *plan_json)
     if (t->f.eval_path) {
         char path[4096];
         const char *ck = t->f.init_path ? t->f.init_path : ckpt_path(t, path, sizeof path);
-        if (!load_checkpoint(t, ck, 0) || !load_data(t, &t->f.eval_path, 1))
-            return 1;
+        if (!load_checkpoint(t, ck, 0))
+            return rank_error(t, "cannot use %s", ck);
         DataOptions o = DATA_OPTIONS_DEFAULT;
         o.val_fraction = 1.0;
         DataLoader l;
-        if (!data_loader_init_opts(&l, &t->data, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
-                                   (uint64_t)t->f.seed, t->obj, &o)) {
-            fprintf(stderr, "%s: error: %s has no sequences to evaluate\n", t->prog, t->f.eval_path);
-            return 1;
-        }
+        if (!data_loader_init_opts(&l, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+                                   (uint64_t)t->f.seed, t->obj, &o))
+            return rank_error(t, "%s has no sequences to evaluate", t->f.eval_path);
         int64_t ntok;
         double loss = evaluate(t, &l, 0, &ntok);
-        printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
+        if (is_rank0(t))
+            printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
         data_loader_free(&l);
         return 0;
     }
 
-    if (!load_data(t, t->f.data, t->f.ndata))
-        return 1;
-    if (!data_loader_init(&t->train_loader, &t->data, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
-                          (uint64_t)t->f.seed, t->obj)) {
-        fprintf(stderr, "%s: error: the training split is empty: give more sequences\n", t->prog);
-        return 1;
-    }
-    t->have_val = data_loader_init(&t->val_loader, &t->data, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+    if (!data_loader_init(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
+                          (uint64_t)t->f.seed, t->obj))
+        return rank_error(t, "the training split is empty: give more sequences");
+    t->have_val = data_loader_init(&t->val_loader, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
                                    (uint64_t)t->f.seed, t->obj);
     DataSplitStats ss[2];
-    data_split_stats(&t->data, (uint64_t)t->f.seed, DATA_VAL_FRACTION, ss);
-    t->unigram = data_unigram_entropy(&t->data, (uint64_t)t->f.seed, DATA_VAL_FRACTION, DATA_SPLIT_VAL, t->obj);
+    data_split_stats(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, ss);
+    t->unigram = data_unigram_entropy(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, DATA_SPLIT_VAL, t->obj);
 
     if (t->f.init_path && !load_checkpoint(t, t->f.init_path, 0))
-        return 1;
+        return rank_error(t, "cannot start from %s", t->f.init_path);
     if (t->f.resume) {
         char path[4096];
-        if (access(ckpt_path(t, path, sizeof path), F_OK) != 0) {
-            fprintf(stderr, "%s: error: --resume: no checkpoint at %s\n", t->prog, path);
-            return 1;
-        }
+        if (access(ckpt_path(t, path, sizeof path), F_OK) != 0)
+            return rank_error(t, "--resume: no checkpoint at %s", path);
         if (!load_checkpoint(t, path, 1))
-            return 1;
-        printf("resumed from %s at step %lld\n", path, (long long)t->step);
+            return rank_error(t, "cannot resume from %s", path);
+        if (is_rank0(t))
+            printf("resumed from %s at step %lld\n", path, (long long)t->step);
     }
-    if (t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "%s: error: cannot create checkpoint directory %s: %s\n", t->prog, t->f.ckpt_dir,
-                strerror(errno));
-        return 1;
-    }
-    if (t->f.log_path) {
+    if (is_rank0(t) && t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST)
+        return rank_error(t, "cannot create checkpoint directory %s: %s", t->f.ckpt_dir, strerror(errno));
+    if (is_rank0(t) && t->f.log_path) {
         t->log = fopen(t->f.log_path, t->f.resume ? "a" : "w");
-        if (!t->log) {
-            fprintf(stderr, "%s: error: cannot write %s: %s\n", t->prog, t->f.log_path, strerror(errno));
-            return 1;
-        }
+        if (!t->log)
+            return rank_error(t, "cannot write %s: %s", t->f.log_path, strerror(errno));
     }
 
-    print_summary(t);
-    for (int s = 0; s < 2; s++) {
-        char r[32];
-        fmt_count(r, sizeof r, (double)ss[s].nresidues);
-        printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s\n",
-               s ? "validation" : "train", (long long)ss[s].nseq, r, (long long)ss[s].nunknown,
-               t->alpha->tokens[t->alpha->unk]);
+    if (is_rank0(t)) {
+        print_summary(t);
+        if (t->world > 1)
+            printf("ranks: %d (expert parallel %lld x data parallel %lld), %lld sequences per rank and step\n",
+                   t->world, (long long)t->ep, (long long)t->dp, (long long)t->local_batch);
+        for (int s = 0; s < 2; s++) {
+            char r[32];
+            fmt_count(r, sizeof r, (double)ss[s].nresidues);
+            printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s\n",
+                   s ? "validation" : "train", (long long)ss[s].nseq, r, (long long)ss[s].nunknown,
+                   t->alpha->tokens[t->alpha->unk]);
+        }
+        printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
+               t->unigram);
+        cJSON *start = cJSON_CreateObject();
+        cJSON_AddStringToObject(start, "event", "start");
+        cJSON_AddStringToObject(start, "model", g->model);
+        cJSON_AddNumberToObject(start, "params", (double)t->nparams_total);
+        cJSON_AddNumberToObject(start, "unigram_entropy", t->unigram);
+        cJSON_AddNumberToObject(start, "start_step", (double)t->step);
+        cJSON_AddNumberToObject(start, "ranks", t->world);
+        log_json(t, start);
+        fflush(stdout);
     }
-    printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
-           t->unigram);
-    cJSON *start = cJSON_CreateObject();
-    cJSON_AddStringToObject(start, "event", "start");
-    cJSON_AddStringToObject(start, "model", g->model);
-    cJSON_AddNumberToObject(start, "params", (double)t->nparams_total);
-    cJSON_AddNumberToObject(start, "unigram_entropy", t->unigram);
-    cJSON_AddNumberToObject(start, "start_step", (double)t->step);
-    log_json(t, start);
-    fflush(stdout);
 
     double t0 = now_s(), tlast = t0;
     int64_t first = t->step, tok_per_step = t->tr.batch * t->tr.seq;
@@ -859,14 +939,15 @@ static int run(Trainer *t, int argc, char **argv, const char *plan_json)
     int loss_n = 0;
     while (t->step < t->tr.steps) {
         t->step++;
-        data_loader_next(&t->train_loader, t->tokens, t->targets);
+        data_loader_next(&t->train_loader, t->gtokens, t->gtargets);
+        memcpy(t->tokens, t->gtokens + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
+        memcpy(t->targets, t->gtargets + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
         cpu_plan_run(&t->plan);
-        double loss = cpu_plan_scalar(&t->plan, g->loss);
-        if (!isfinite(loss)) {
-            fprintf(stderr, "%s: error: the loss is %g at step %lld; lower the learning rate (--lr)\n", t->prog,
-                    loss, (long long)t->step);
-            return 1;
-        }
+        /* the objective is the mean of the ranks' mean losses */
+        double loss = allreduce1(t, COMM_WORLD, cpu_plan_scalar(&t->plan, g->loss)) / t->world;
+        if (!isfinite(loss))
+            return rank_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
+                              (long long)t->step);
         double lr = lr_at(t, t->step);
         double gnorm = optimizer_step(t, lr);
         loss_sum += loss;
@@ -878,7 +959,7 @@ static int run(Trainer *t, int argc, char **argv, const char *plan_json)
             val = evaluate(t, &t->val_loader, t->f.val_batches, NULL);
         int do_log = t->step % t->f.log_every == 0 || t->step == t->tr.steps || do_eval;
         double tnow = now_s();
-        if (do_log) {
+        if (do_log && is_rank0(t)) {
             double tps = (double)(tok_per_step * loss_n) / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
             double elapsed = tnow - t0, eta = elapsed / (double)(t->step - first) * (double)(t->tr.steps - t->step);
             char el[32], et[32], vs[48] = "";
@@ -899,6 +980,8 @@ static int run(Trainer *t, int argc, char **argv, const char *plan_json)
             if (do_eval)
                 cJSON_AddNumberToObject(o, "val_loss", val);
             log_json(t, o);
+        }
+        if (do_log) {
             loss_sum = 0;
             loss_n = 0;
             tlast = now_s();
@@ -915,12 +998,8 @@ static int run(Trainer *t, int argc, char **argv, const char *plan_json)
     return 0;
 }
 
-int train_main(int argc, char **argv, const char *plan_json)
+static void trainer_free(Trainer *t)
 {
-    Trainer *t = calloc(1, sizeof *t);
-    const char *slash = strrchr(argv[0], '/');
-    t->prog = slash ? slash + 1 : argv[0];
-    int rc = run(t, argc, argv, plan_json);
     if (t->log)
         fclose(t->log);
     if (t->plan.g)
@@ -929,13 +1008,142 @@ int train_main(int argc, char **argv, const char *plan_json)
         data_loader_free(&t->train_loader);
     if (t->have_val)
         data_loader_free(&t->val_loader);
-    fasta_set_free(&t->data);
     free(t->params);
     free(t->adam);
     free(t->param_off);
     free(t->tokens);
     free(t->targets);
+    free(t->gtokens);
+    free(t->gtargets);
     compilation_free(&t->comp);
     free(t);
+}
+
+typedef struct RankArgs {
+    Trainer *t;
+    const char *plan_json;
+    int rc;
+} RankArgs;
+
+static void *rank_thread(void *arg)
+{
+    RankArgs *a = arg;
+    a->rc = run_rank(a->t, a->plan_json);
+    if (a->rc != 0 && a->t->comm)
+        comm_abort(a->t->comm, "exited with an error");
+    return NULL;
+}
+
+int train_main(int argc, char **argv, const char *plan_json)
+{
+    const char *slash = strrchr(argv[0], '/');
+    const char *prog = slash ? slash + 1 : argv[0];
+
+    /* flags first, checked once against the compiled model */
+    Trainer *probe = calloc(1, sizeof *probe);
+    probe->prog = prog;
+    probe->world = 1;
+    if (!load_plan(probe, plan_json, 0)) {
+        trainer_free(probe);
+        return 1;
+    }
+    int rc = parse_flags(probe, argc, argv);
+    Flags f = probe->f;
+    IrTrain tr = probe->tr;
+    if (rc >= 0) {
+        trainer_free(probe);
+        return rc;
+    }
+    Diag d;
+    diag_init(&d, probe->g->file, probe->comp.text, probe->comp.len, stderr);
+    int ok = train_check_alphabet(probe->g, &d);
+    trainer_free(probe);
+    if (!ok)
+        return 1;
+    int world = f.simulate_ranks ? f.simulate_ranks : 1;
+    int64_t ep = tr.ep, batch = f.batch ? f.batch : tr.batch;
+    if (ep > 1 && world == 1) {
+        fprintf(stderr, "%s: error: the model is compiled for parallel ep = %lld: run it with --simulate-ranks %lld "
+                "(or a multiple), or compile it with --ep 1\n", prog, (long long)ep, (long long)ep);
+        return 2;
+    }
+    if (world % ep) {
+        fprintf(stderr, "%s: error: %d ranks do not form groups of ep = %lld (the model's parallel ep); use a multiple "
+                "of %lld\n", prog, world, (long long)ep, (long long)ep);
+        return 2;
+    }
+    if (batch % world) {
+        fprintf(stderr, "%s: error: the global batch %lld does not split over %d ranks\n", prog, (long long)batch,
+                world);
+        return 2;
+    }
+    if (strcmp(f.device, "cuda") == 0) {
+        fprintf(stderr, "%s: error: --device cuda: this build has no CUDA backend yet (it arrives with the GPU "
+                "issue); use --device cpu\n", prog);
+        return 1;
+    }
+    if (strcmp(f.device, "auto") == 0)
+        printf("device: cpu (this build has no CUDA backend)\n");
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = f.threads ? f.threads : (int)(ncpu > 0 ? ncpu : 1);
+    cpu_set_threads(world > 1 ? (threads / world > 0 ? threads / world : 1) : threads);
+
+    /* the data, read once */
+    FastaSet data;
+    const Alphabet *alpha = alphabet_get((AlphabetKind)alphabet_lookup(tr.alphabet));
+    if (!(f.eval_path ? load_data(&data, alpha, &f.eval_path, 1) : load_data(&data, alpha, f.data, f.ndata))) {
+        fasta_set_free(&data);
+        return 1;
+    }
+
+    Comm **comms = NULL, *single = NULL;
+    if (world > 1) {
+        char err[512];
+        comms = comm_sim_create(world, (int)ep, err, sizeof err);
+        if (!comms) {
+            fprintf(stderr, "%s: error: %s\n", prog, err);
+            fasta_set_free(&data);
+            return 1;
+        }
+    } else {
+        single = comm_single();
+    }
+    Trainer **ts = calloc((size_t)world, sizeof *ts);
+    RankArgs *args = calloc((size_t)world, sizeof *args);
+    pthread_t *th = calloc((size_t)world, sizeof *th);
+    for (int r = 0; r < world; r++) {
+        Trainer *t = ts[r] = calloc(1, sizeof *t);
+        t->f = f;
+        t->prog = prog;
+        t->comm = comms ? comms[r] : single;
+        t->rank = r;
+        t->world = world;
+        t->ep = ep;
+        t->dp = world / ep;
+        t->shared = &data;
+        args[r] = (RankArgs){t, plan_json, 0};
+    }
+    if (world == 1) {
+        rank_thread(&args[0]);
+    } else {
+        for (int r = 0; r < world; r++)
+            if (pthread_create(&th[r], NULL, rank_thread, &args[r]) != 0)
+                die("cannot start rank %d", r);
+        for (int r = 0; r < world; r++)
+            pthread_join(th[r], NULL);
+    }
+    rc = 0;
+    for (int r = 0; r < world; r++) {
+        if (args[r].rc > rc)
+            rc = args[r].rc;
+        trainer_free(ts[r]);
+    }
+    if (comms)
+        comm_sim_free(comms, world);
+    comm_free(single);
+    fasta_set_free(&data);
+    free(ts);
+    free(args);
+    free(th);
     return rc;
 }

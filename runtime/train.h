@@ -18,6 +18,6 @@ int train_check_alphabet(const IrGraph *g, Diag *d);
  * plugins it was compiled with (absolute paths; loaded again at start-up).
  * Caller frees. */
 char *train_plan_json(const char *model_path, const char *source, size_t len, const char *const *plugins,
-                      int nplugins, const char *precision /* override, or NULL */);
+                      int nplugins, const char *precision /* override, or NULL */, int64_t ep /* 0: keep */);
 
 #endif

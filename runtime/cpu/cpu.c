@@ -158,9 +158,9 @@ void cpu_plan_run_range(CpuPlan *p, int from, int to)
         if (n->op == IR_OP_CUSTOM)
             (p->prec == CPU_F64 ? n->custom->cpu_f64 : n->custom->cpu_f32)(n, p->buf);
         else if (p->prec == CPU_F64)
-            cpu_exec_node_f64(n, p->buf);
+            cpu_exec_node_f64(n, p->buf, p->comm);
         else
-            cpu_exec_node_f32(n, p->buf);
+            cpu_exec_node_f32(n, p->buf, p->comm);
     }
 }
 

@@ -14,6 +14,8 @@
 
 #include "../../ir/ir.h"
 
+struct Comm;
+
 typedef enum CpuPrecision { CPU_F32, CPU_F64 } CpuPrecision;
 
 typedef struct CpuPlan {
@@ -25,6 +27,7 @@ typedef struct CpuPlan {
     size_t *block_size;
     int nblocks;
     size_t planned_bytes;  /* sum of the blocks: the activation peak */
+    struct Comm *comm;     /* for the collective ops (expert parallelism); NULL = one rank */
 } CpuPlan;
 
 /* Elements are 4 bytes for i32 and for floats in F32, 8 for floats in F64. */
@@ -46,7 +49,7 @@ void cpu_set_threads(int n);
 int cpu_get_threads(void);
 void cpu_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
 
-void cpu_exec_node_f32(const IrNode *n, void *const *buf);
-void cpu_exec_node_f64(const IrNode *n, void *const *buf);
+void cpu_exec_node_f32(const IrNode *n, void *const *buf, struct Comm *comm);
+void cpu_exec_node_f64(const IrNode *n, void *const *buf, struct Comm *comm);
 
 #endif

@@ -3,10 +3,11 @@
 
 #include "cpu.h"
 #include "mxfp8.h"
+#include "../comm.h"
 #include "../../ir/util.h"
 
 typedef float real;
 #define KFN(name) name##_f32
 #include "kernels.inc"
 
-void cpu_exec_node_f32(const IrNode *n, void *const *buf) { exec_node_f32(n, buf); }
+void cpu_exec_node_f32(const IrNode *n, void *const *buf, struct Comm *comm) { exec_node_f32(n, buf, comm); }

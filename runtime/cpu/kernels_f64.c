@@ -4,10 +4,11 @@
 
 #include "cpu.h"
 #include "mxfp8.h"
+#include "../comm.h"
 #include "../../ir/util.h"
 
 typedef double real;
 #define KFN(name) name##_f64
 #include "kernels.inc"
 
-void cpu_exec_node_f64(const IrNode *n, void *const *buf) { exec_node_f64(n, buf); }
+void cpu_exec_node_f64(const IrNode *n, void *const *buf, struct Comm *comm) { exec_node_f64(n, buf, comm); }
