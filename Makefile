@@ -26,7 +26,7 @@ PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
            runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c \
-           runtime/comm.c runtime/comm_sim.c
+           runtime/comm.c runtime/comm_sim.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/launch.c
 LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o
 PLUGINS  = fuse_grouped_gelu_mlp
@@ -103,7 +103,11 @@ $(BUILD)/test_plugin_gelu_mlp: $(BUILD)/obj/tests/unit/test_plugin_gelu_mlp.o $(
 	$(CC) $(SANITIZE) -rdynamic -o $@ -Wl,--whole-archive $(BUILD)/libmoec.a -Wl,--no-whole-archive $< \
 	    $(LDLIBS) -ldl
 
-UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp
+# -ldl: comm_nccl.c loads libnccl/libcudart with dlopen (part of libc only from glibc 2.34)
+$(BUILD)/test_comm: $(BUILD)/obj/tests/unit/test_comm.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
+
+UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 
 test-plain: $(TEST_BINS)
@@ -128,7 +132,8 @@ $(BUILD)/fuzz_frontend: $(FUZZ_SRC) $(GEN)/parser.h $(GEN)/lexer.h
 
 fuzz: $(BUILD)/fuzz_frontend
 	@mkdir -p $(BUILD)/fuzz-corpus
-	@cp models/*.moe tests/ir/*.moe tests/errors/*.moe $(BUILD)/fuzz-corpus/ 2>/dev/null || true
+	@cp models/*.moe models/variants/*.moe tests/ir/*.moe tests/errors/*.moe tests/train/*.moe \
+	    tests/fuzz/regressions/*.input $(BUILD)/fuzz-corpus/ 2>/dev/null || true
 	$(BUILD)/fuzz_frontend -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
 	    -rss_limit_mb=4096 -print_final_stats=1 $(BUILD)/fuzz-corpus
 

@@ -361,3 +361,12 @@ int ir_node_arity(const IrNode *n)
 {
     return n->op == IR_OP_CUSTOM ? (n->custom ? n->custom->arity : -1) : ir_op_info[n->op].arity;
 }
+
+void ir_reinfer_all(IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (!(ir_op_info[n->op].flags & OPF_LEAF) && !ir_infer_node(n, NULL))
+            die("node %s (%s) no longer type-checks", n->name, ir_node_op_name(n));
+    }
+}

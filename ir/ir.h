@@ -224,6 +224,9 @@ void ir_graph_renumber(IrGraph *g);
 /* Moves node n (usually just created, hence last) to position pos, shifting
  * the nodes from pos on by one; renumbers. */
 void ir_graph_move(IrGraph *g, IrNode *n, int pos);
+/* Re-infers every non-leaf node in order, after a pass changed types that
+ * later nodes derive theirs from; die()s if one no longer type-checks. */
+void ir_reinfer_all(IrGraph *g);
 /* Makes every user of `from` (and the loss/output marks) use `to` instead. */
 void ir_replace_uses(IrGraph *g, IrNode *from, IrNode *to);
 /* Removes nodes with no users that are neither outputs nor the loss, nor

@@ -136,5 +136,7 @@ int pass_precision(IrGraph *g, PassCtx *ctx)
         }
         i += p.inserted;
     }
+    /* GEMMs reading e4m3 write high precision: later nodes take that type */
+    ir_reinfer_all(g);
     return 0;
 }
