@@ -45,6 +45,7 @@ typedef enum ValKind {
 
 typedef struct Routing {
     IrNode *logits;
+    const char *layer;  /* the repeat iteration it was made in */
     int64_t experts, k;
     const char *scope, *label;
     SrcLoc loc;
@@ -306,6 +307,7 @@ static IrNode *route_node(Lower *L, Routing *r, IrOp op, IrNode *a, IrNode *b, c
     SrcLoc locs[2] = {r->loc, r->loc};
     const char *label = arena_printf(L->arena, "%s.%s", r->label, field);
     IrNode *n = node_begin(L, op, b ? 2 : 1, src, locs, r->scope, label, r->loc);
+    n->layer = r->layer;  /* made lazily, perhaps outside the repeat (the train section's aux_loss) */
     if (op == IR_OP_TOPK_EXPERTS)
         ir_set_attr_i(n, IR_ATTR_K, r->k);
     if (op == IR_OP_ROUTE_PLAN || op == IR_OP_EXPERT_COUNTS || op == IR_OP_AUX_LOSS)
@@ -396,6 +398,7 @@ static Value lower_route_topk(Lower *L, const AstExpr *call, CallArgs *a, const 
     r->scope = L->scope;
     r->label = hint ? hint : "route";
     r->loc = call->loc;
+    r->layer = L->layer;
     ptrvec_push(L->arena, &L->routings, r);
     Value v = NONE;
     v.kind = V_ROUTING;
@@ -957,8 +960,8 @@ static Value eval_call(Lower *L, Env *env, const AstExpr *e, const char *hint)
     if (bb && bb->kind == B_BLOCK)
         return call_block(L, env, e, bb->block, hint);
     if (bb) {
-        diag_error(L->diag, e->loc, "`%s` is a %s, not an op or a block: it cannot be called", e->name,
-                   bind_kind_name(bb->kind));
+        diag_error(L->diag, e->loc, "`%s` is %s %s, not an op or a block: it cannot be called", e->name,
+                   bb->kind == B_INPUT ? "an" : "a", bind_kind_name(bb->kind));
         return NONE;
     }
     const Builtin *b = builtin_find(e->name);
@@ -1154,7 +1157,7 @@ static int eval_dtype(Lower *L, const AstStmt *s, IrDType def, IrDType *out)
     }
     int t = ir_dtype_lookup(s->dtype);
     if (t < 0) {
-        diag_error(L->diag, s->dtype_loc, "unknown element type `%s` (f32, bf16, f16, i32)", s->dtype);
+        diag_error(L->diag, s->dtype_loc, "unknown element type `%s` (f32, bf16, f16 or i32; e4m3 and e8m0 are made by the precision pass)", s->dtype);
         return 0;
     }
     *out = (IrDType)t;

@@ -51,7 +51,7 @@ static const char *const usage_main =
     "\n"
     "commands:\n"
     "  check FILE      parse, lower and verify a model; print a summary\n"
-    "  dump FILE       print the IR after the pass pipeline\n"
+    "  dump FILE       print the IR as lowered (later stages: --print-ir-after)\n"
     "  explain FILE    every fusion candidate: FUSED, or NOT FUSED and why\n"
     "  compile FILE -o OUT   write a standalone training binary\n"
     "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
@@ -175,12 +175,12 @@ static int valid_pass_selector(const char *s)
     return strcmp(s, "all") == 0 || pass_find(s) != NULL;
 }
 
-static int bad_pass_selector(const char *flag, const char *s)
+static int bad_pass_selector(const char *flag, const char *s, int all_allowed)
 {
     fprintf(stderr, "moec: %s: unknown pass '%s'; the passes are:", flag, s);
     for (int i = 0; i < pass_count(); i++)
         fprintf(stderr, " %s", pass_get(i)->name);
-    fprintf(stderr, " (or all)\n");
+    fprintf(stderr, "%s\n", all_allowed ? " (or all)" : "");
     return 2;
 }
 
@@ -264,17 +264,17 @@ static int parse_options(int argc, char **argv, Options *o)
             else return usage_error(cmdsp, "--format: '%s' is not one of text, json, dot", val);
         } else if (strcmp(a, "--print-ir-after") == 0) {
             if (!valid_pass_selector(val))
-                return bad_pass_selector(a, val);
+                return bad_pass_selector(a, val, 1);
             o->print_after = val;
         } else if (strcmp(a, "--print-ir-before") == 0) {
             if (!valid_pass_selector(val))
-                return bad_pass_selector(a, val);
+                return bad_pass_selector(a, val, 1);
             o->print_before = val;
         } else if (strcmp(a, "--load-pass") == 0) {
             /* loaded by load_plugins() */
         } else if (strcmp(a, "--disable-pass") == 0) {
             if (!pass_find(val))
-                return bad_pass_selector(a, val);
+                return bad_pass_selector(a, val, 0);
             if (o->ndisabled == ARRAY_LEN(o->disabled))
                 return usage_error(cmdsp, "too many --disable-pass options%s", "");
             o->disabled[o->ndisabled++] = val;
@@ -437,12 +437,29 @@ static int run_front(const Options *o)
     c.opts.precision = o->precision;
     c.opts.ep = o->ep;
     c.opts.dp = o->dp;
+    for (int i = 0; i < o->ndisabled; i++)
+        if ((o->print_after && strcmp(o->print_after, o->disabled[i]) == 0) ||
+            (o->print_before && strcmp(o->print_before, o->disabled[i]) == 0))
+        {
+            char cmdsp[64];
+            snprintf(cmdsp, sizeof cmdsp, "%s ", o->command);
+            compilation_free(&c);
+            return usage_error(cmdsp, "pass '%s' is disabled, so there is no IR around it to print", o->disabled[i]);
+        }
     int is_dump = strcmp(o->command, "dump") == 0;
     if (is_dump && !o->print_after && !o->print_before) {
         /* plain `moec dump`: the model as lowered and verified, after the
-         * front-end passes; what later passes do is --print-ir-after's */
-        ctx.print_after = pass_is_disabled(&ctx, PASS_FRONT_END_LAST) ? NULL : PASS_FRONT_END_LAST;
+         * front-end passes; what later passes do is --print-ir-after's.
+         * With those disabled: after the one left, or before any pass. */
         ctx.print_header = 0;
+        if (!pass_is_disabled(&ctx, PASS_FRONT_END_LAST))
+            ctx.print_after = PASS_FRONT_END_LAST;
+        else if (!pass_is_disabled(&ctx, "infer-shapes"))
+            ctx.print_after = "infer-shapes";
+        else
+            for (int i = 0; i < pass_count() && !ctx.print_before; i++)
+                if (!pass_is_disabled(&ctx, pass_get(i)->name))
+                    ctx.print_before = pass_get(i)->name;
     }
     int rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
     if (rc == 0) {
@@ -468,7 +485,7 @@ static int run_front(const Options *o)
                 free(json);
             }
         } else if (strcmp(o->command, "dump") == 0) {
-            if (!o->print_after && !o->print_before && !ctx.print_after) {
+            if (!o->print_after && !o->print_before && !ctx.print_after && !ctx.print_before) {
                 switch (o->format) {
                 case PRINT_TEXT: ir_print_text(g, stdout); break;
                 case PRINT_JSON: ir_print_json(g, stdout); break;

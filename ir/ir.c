@@ -304,6 +304,8 @@ void ir_replace_uses(IrGraph *g, IrNode *from, IrNode *to)
     if (from->is_output) {
         to->is_output = 1;
         from->is_output = 0;
+        if (!to->output_name)
+            to->output_name = from->output_name ? from->output_name : from->label;
     }
     for (int p = 0; p < g->nparams; p++)
         if (g->grads[p] == from)

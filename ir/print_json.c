@@ -1,9 +1,9 @@
 /* print_json.c - the IR as JSON, through cJSON (schema: docs/ir.md).
  *
  * Ownership follows cJSON: every item added to an object belongs to it, and
- * the one root returned by ir_to_json() is freed by the caller. Numbers
- * that do not fit a double exactly (none in practice: dims are < 2^48) and
- * non-finite floats are written as strings. */
+ * the one root returned by ir_to_json() is freed by the caller. Numbers are
+ * written as raw JSON text that reads back exactly (see add_double);
+ * non-finite floats, which JSON cannot hold, as strings. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>

@@ -485,7 +485,7 @@ static int infer_op(IrNode *n, Diag *d)
         IrNode *x = n->src[0], *p = n->src[1];
         if (n->op == IR_OP_ROW_SCALE) {
             if (!need_float(&c, 0, "input") || !need_rank(&c, 0, 2, 2, "input") ||
-                !need_rank(&c, 1, 1, 1, "scales"))
+                !need_float(&c, 1, "scales") || !need_rank(&c, 1, 1, 1, "scales"))
                 return 0;
             if (p->shape[0] != x->shape[0])
                 return fail(&c, 1, "scales %s do not match the %lld rows of `%s`", shp(p, b1),

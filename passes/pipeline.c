@@ -24,7 +24,7 @@ static const Pass builtin_pipeline[] = {
     {"grad-allreduce", "with several ranks: sum gradients (dense over all ranks, experts over replicas), mean",
      pass_grad_allreduce, {"dense gradients", "expert gradients", NULL}},
     {"precision", "with mxfp8: quantize expert GEMM operands (rowwise/colwise copies for forward, dgrad, wgrad)",
-     pass_precision, {"quantize nodes", "GEMMs kept in high precision", NULL}},
+     pass_precision, {"quantize nodes", "GEMMs partly kept in high precision", NULL}},
 };
 
 /* The pipeline in force: the built-in table plus passes registered by

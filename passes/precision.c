@@ -99,37 +99,34 @@ int pass_precision(IrGraph *g, PassCtx *ctx)
         p.inserted = 0;
         switch (n->op) {
         case IR_OP_GROUPED_LINEAR: {
-            int64_t in = n->src[0]->shape[1];
-            if (in % 32) {
-                snprintf(why, sizeof why, "its reduction dimension %lld is not a multiple of the MXFP8 block 32; "
-                         "forward and backward stay in high precision", (long long)in);
-                ir_add_decision_as(g, "precision", n, 0, "KEPT BF16", NULL, why);
+            /* the decision for this GEMM and its backward, said once */
+            int64_t in = n->src[0]->shape[1], out = n->src[1]->shape[1];
+            int fwd = in % 32 == 0, dgrad = out % 32 == 0;
+            snprintf(why, sizeof why, "forward x and W rowwise along %lld: %s; dgrad dy rowwise and W colwise along "
+                     "%lld: %s; wgrad dy and x colwise within each expert group: mxfp8",
+                     (long long)in, fwd ? "mxfp8" : "kept (not a multiple of the MXFP8 block 32)", (long long)out,
+                     dgrad ? "mxfp8" : "kept (not a multiple of the MXFP8 block 32)");
+            ir_add_decision_as(g, "precision", n, fwd && dgrad, fwd && dgrad ? "MXFP8" : "PARTLY MXFP8", NULL, why);
+            if (!(fwd && dgrad))
                 ctx->counters[1]++;
-                break;
-            }
-            quantize_operands(&p, n, 0, 0, 1, 0);
-            snprintf(why, sizeof why, "x and W rowwise along %lld; its dgrad and wgrad quantized as "
-                     "DESIGN.md lists", (long long)in);
-            ir_add_decision_as(g, "precision", n, 1, "MXFP8", NULL, why);
+            if (fwd)
+                quantize_operands(&p, n, 0, 0, 1, 0);
             break;
         }
-        case IR_OP_GROUPED_LINEAR_DX: {
-            int64_t out = n->src[0]->shape[1];
-            if (out % 32)
-                break;  /* recorded with its forward */
-            quantize_operands(&p, n, 0, 0, 1, 1);
+        case IR_OP_GROUPED_LINEAR_DX:
+            if (n->src[0]->shape[1] % 32 == 0)  /* reduction over out */
+                quantize_operands(&p, n, 0, 0, 1, 1);
             break;
-        }
         case IR_OP_GROUPED_LINEAR_DW:
-            if (n->src[0]->shape[1] % 32 || n->src[1]->shape[1] % 32)
-                break;
+            /* colwise blocks run down each expert's rows, the last one
+             * zero-padded: any row count works */
             quantize_operands(&p, n, 0, 2, 1, 2);
             break;
         case IR_OP_GROUPED_MLP:
             ir_add_decision_as(g, "precision", n, 1, "MXFP8", NULL,
-                               "in the fused kernels: xs, w_gate_up, w_down and the SwiGLU output rowwise; "
-                               "backward dy rowwise and grouped colwise, weights colwise, dh rowwise and "
-                               "grouped colwise, xs grouped colwise");
+                               "in the fused kernels: forward xs, w_gate_up, w_down and the SwiGLU output "
+                               "rowwise; backward dy rowwise and grouped colwise, w_down and w_gate_up colwise, "
+                               "the SwiGLU output, dh and xs grouped colwise, dh rowwise");
             break;
         default:
             break;
