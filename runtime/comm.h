@@ -109,10 +109,14 @@ Comm *comm_tcp_create(int rank, int world, int ep, const char *addr, int port, c
  * (MOEC_NCCL_LIB / MOEC_CUDART_LIB override the library names). The NCCL
  * unique id comes from MOEC_NCCL_ID (hex, see comm_nccl_unique_id_hex) when
  * set, otherwise rank 0 makes it and sends it through a TCP rendezvous at
- * addr:port. device < 0 picks rank % (number of visible GPUs). */
+ * addr:port. device < 0 picks MOEC_LOCAL_RANK (else rank) % visible GPUs,
+ * and fails when MOEC_LOCAL_WORLD_SIZE exceeds them (one GPU per rank). */
 Comm *comm_nccl_create(int rank, int world, int ep, int device, const char *addr, int port, char *err,
                        size_t errlen);
-/* For a launcher that passes MOEC_NCCL_ID: a new unique id as 256 hex digits. */
+/* For a launcher that passes MOEC_NCCL_ID: a new unique id as 256 hex
+ * digits. NCCL's bootstrap root then runs in the calling process, which
+ * must live until every rank has joined (a launcher waiting for its ranks
+ * does). */
 int comm_nccl_unique_id_hex(char out[257], char *err, size_t errlen);
 
 #endif

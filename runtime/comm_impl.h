@@ -48,8 +48,9 @@ int comm_env_seconds(const char *name, int def, int *out, char *err, size_t errl
 int64_t comm_now_ms(void);
 
 /* For the NCCL transport, which keeps its TCP bootstrap as a liveness
- * channel: 1 when peer's connection is closed or reset (the process exited),
+ * channel: 1 when the peer's connection is closed or reset (the process
+ * exited) or carries its failure notice (then in why, else why is ""),
  * without blocking; *pid is the peer's pid. */
-int comm_tcp_peer_gone(Comm *tcp, int peer, int *pid);
+int comm_tcp_peer_gone(Comm *tcp, int peer, int *pid, char *why, size_t whylen);
 
 #endif

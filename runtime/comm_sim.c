@@ -109,6 +109,15 @@ __attribute__((format(printf, 2, 3))) static int sim_fail(Comm *c, const char *f
     return 0;
 }
 
+/* comm_check_call, and a bad call (unknown group, negative length) fails
+ * the world too: the other ranks would wait for this one forever. */
+static int sim_check_call(Comm *c, CommGroup g, int64_t n)
+{
+    if (c->error[0])
+        return 0;  /* failed before: the world already knows */
+    return comm_check_call(c, g, n) ? 1 : sim_fail(c, "%s", c->error);
+}
+
 /* Every rank that has not left waits in a first wait: nobody can release them. Call with mu held. */
 static void sim_check_deadlock_locked(SimWorld *w)
 {
@@ -189,7 +198,7 @@ static int sim_same_call(SimGroup *grp, CommGroup g, char *msg, size_t msglen)
 
 static int sim_allreduce(Comm *c, CommGroup g, void *buf, int64_t n, int f64)
 {
-    if (!comm_check_call(c, g, n))
+    if (!sim_check_call(c, g, n))
         return 0;
     SimGroup *grp = sim_group(c, g);
     int me = comm_group_rank(c, g);
@@ -251,7 +260,7 @@ static int sim_allreduce_f64(Comm *c, CommGroup g, double *buf, int64_t n)
 
 static int sim_allgather(Comm *c, CommGroup g, const void *in, void *out, size_t bytes)
 {
-    if (!comm_check_call(c, g, 0))
+    if (!sim_check_call(c, g, 0))
         return 0;
     SimGroup *grp = sim_group(c, g);
     int me = comm_group_rank(c, g);
@@ -278,7 +287,7 @@ static int sim_allgather(Comm *c, CommGroup g, const void *in, void *out, size_t
 static int sim_alltoallv(Comm *c, CommGroup g, const void *send, const size_t *send_bytes, const size_t *send_off,
                          void *recv, const size_t *recv_bytes, const size_t *recv_off)
 {
-    if (!comm_check_call(c, g, 0))
+    if (!sim_check_call(c, g, 0))
         return 0;
     SimGroup *grp = sim_group(c, g);
     int me = comm_group_rank(c, g);
@@ -310,7 +319,7 @@ static int sim_alltoallv(Comm *c, CommGroup g, const void *send, const size_t *s
 
 static int sim_barrier(Comm *c, CommGroup g)
 {
-    if (!comm_check_call(c, g, 0))
+    if (!sim_check_call(c, g, 0))
         return 0;
     SimGroup *grp = sim_group(c, g);
     grp->post[comm_group_rank(c, g)] = (SimPost){.op = COMM_OP_BARRIER};
