@@ -30,6 +30,7 @@
 #include "../compiler/driver.h"
 #include "../ir/util.h"
 #include "comm.h"
+#include "launch.h"
 #include "cpu/cpu.h"
 #include "data.h"
 #include "safetensors.h"
@@ -48,6 +49,7 @@ typedef struct Flags {
     const char *ckpt_dir, *log_path, *device, *eval_path, *init_path;
     int resume, threads;
     int simulate_ranks;  /* --simulate-ranks N: N ranks as threads of this process */
+    int nproc;           /* --nproc N: N processes on this host, over TCP */
 } Flags;
 
 static const char *const usage_train =
@@ -74,6 +76,9 @@ static const char *const usage_train =
     "  --threads N        CPU threads (default: all cores, shared by simulated ranks)\n"
     "  --simulate-ranks N run N ranks in this process (expert parallelism ep x data\n"
     "                     parallelism N/ep) with the same semantics as N processes\n"
+    "  --nproc N          start N processes on this host, one rank each (like\n"
+    "                     torchrun); ranks on several hosts join through MOEC_RANK,\n"
+    "                     MOEC_WORLD_SIZE, MOEC_MASTER_ADDR, MOEC_MASTER_PORT\n"
     "  --help\n";
 
 /* ------------------------------------------------------------ utilities */
@@ -683,6 +688,7 @@ static int parse_flags(Trainer *t, int argc, char **argv)
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
                 {"--threads", 1, 256, 0},
                 {"--simulate-ranks", 1, 256, 1},
+                {"--nproc", 1, 256, 2},
             };
             int matched = 0;
             for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
@@ -696,6 +702,8 @@ static int parse_flags(Trainer *t, int argc, char **argv)
                     f->threads = (int)x;
                 else if (strcmp(a, "--simulate-ranks") == 0)
                     f->simulate_ranks = (int)x;
+                else if (strcmp(a, "--nproc") == 0)
+                    f->nproc = (int)x;
                 else
                     *(int64_t *)((char *)f + ints[k].off) = x;
                 matched = 1;
@@ -1031,6 +1039,8 @@ static void *rank_thread(void *arg)
     a->rc = run_rank(a->t, a->plan_json);
     if (a->rc != 0 && a->t->comm)
         comm_abort(a->t->comm, "exited with an error");
+    if (a->t->world > 1 && a->t->comm && strcmp(a->t->comm->ops->name, "sim") == 0)
+        comm_free(a->t->comm);  /* marks the rank gone: nobody waits for it */
     return NULL;
 }
 
@@ -1060,7 +1070,27 @@ int train_main(int argc, char **argv, const char *plan_json)
     trainer_free(probe);
     if (!ok)
         return 1;
-    int world = f.simulate_ranks ? f.simulate_ranks : 1;
+    /* Where the ranks are: threads of this process, processes this one
+     * starts, or this process is one rank of a run started elsewhere. */
+    int env_rank = -1, env_world = 0, port = 0;
+    char *addr = NULL, err[1024];
+    if (getenv("MOEC_RANK")) {
+        if (!launch_env(&env_rank, &env_world, &addr, &port, err, sizeof err)) {
+            fprintf(stderr, "%s: error: %s\n", prog, err);
+            return 2;
+        }
+        if (f.simulate_ranks || f.nproc > 1) {
+            fprintf(stderr, "%s: error: MOEC_RANK is set (this is one rank of a launched run): drop --simulate-ranks "
+                    "and --nproc\n", prog);
+            free(addr);
+            return 2;
+        }
+    }
+    if (f.simulate_ranks && f.nproc > 1) {
+        fprintf(stderr, "%s: error: --simulate-ranks and --nproc exclude each other\n", prog);
+        return 2;
+    }
+    int world = env_rank >= 0 ? env_world : f.nproc > 1 ? f.nproc : f.simulate_ranks ? f.simulate_ranks : 1;
     int64_t ep = tr.ep, batch = f.batch ? f.batch : tr.batch;
     if (ep > 1 && world == 1) {
         fprintf(stderr, "%s: error: the model is compiled for parallel ep = %lld: run it with --simulate-ranks %lld "
@@ -1082,11 +1112,22 @@ int train_main(int argc, char **argv, const char *plan_json)
                 "issue); use --device cpu\n", prog);
         return 1;
     }
-    if (strcmp(f.device, "auto") == 0)
+    if (f.nproc > 1 && env_rank < 0) {
+        /* the launcher: start the ranks as processes and wait for them */
+        int st = launch_local(f.nproc, argc, argv, err, sizeof err);
+        if (st != 0)
+            fprintf(stderr, "%s: error: %s\n", prog, err[0] ? err : "a rank failed");
+        return st;
+    }
+    if (strcmp(f.device, "auto") == 0 && env_rank <= 0)
         printf("device: cpu (this build has no CUDA backend)\n");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = f.threads ? f.threads : (int)(ncpu > 0 ? ncpu : 1);
-    cpu_set_threads(world > 1 ? (threads / world > 0 ? threads / world : 1) : threads);
+    int local_ranks = env_rank >= 0 ? (getenv("MOEC_LOCAL_WORLD_SIZE") ? atoi(getenv("MOEC_LOCAL_WORLD_SIZE")) : 1)
+                                    : world;
+    if (!f.threads && local_ranks > 1)
+        threads = threads / local_ranks > 0 ? threads / local_ranks : 1;
+    cpu_set_threads(threads);
 
     /* the data, read once */
     FastaSet data;
@@ -1097,8 +1138,16 @@ int train_main(int argc, char **argv, const char *plan_json)
     }
 
     Comm **comms = NULL, *single = NULL;
-    if (world > 1) {
-        char err[512];
+    if (env_rank >= 0) {
+        /* one rank of a multi-process run: the CPU backend talks TCP */
+        single = comm_tcp_create(env_rank, world, (int)ep, addr, port, err, sizeof err);
+        free(addr);
+        if (!single) {
+            fprintf(stderr, "%s: rank %d: error: %s\n", prog, env_rank, err);
+            fasta_set_free(&data);
+            return 1;
+        }
+    } else if (world > 1) {
         comms = comm_sim_create(world, (int)ep, err, sizeof err);
         if (!comms) {
             fprintf(stderr, "%s: error: %s\n", prog, err);
@@ -1108,32 +1157,33 @@ int train_main(int argc, char **argv, const char *plan_json)
     } else {
         single = comm_single();
     }
-    Trainer **ts = calloc((size_t)world, sizeof *ts);
-    RankArgs *args = calloc((size_t)world, sizeof *args);
-    pthread_t *th = calloc((size_t)world, sizeof *th);
-    for (int r = 0; r < world; r++) {
+    int nlocal = comms ? world : 1;  /* trainers in this process */
+    Trainer **ts = calloc((size_t)nlocal, sizeof *ts);
+    RankArgs *args = calloc((size_t)nlocal, sizeof *args);
+    pthread_t *th = calloc((size_t)nlocal, sizeof *th);
+    for (int r = 0; r < nlocal; r++) {
         Trainer *t = ts[r] = calloc(1, sizeof *t);
         t->f = f;
         t->prog = prog;
         t->comm = comms ? comms[r] : single;
-        t->rank = r;
+        t->rank = env_rank >= 0 ? env_rank : r;
         t->world = world;
         t->ep = ep;
         t->dp = world / ep;
         t->shared = &data;
         args[r] = (RankArgs){t, plan_json, 0};
     }
-    if (world == 1) {
+    if (nlocal == 1) {
         rank_thread(&args[0]);
     } else {
-        for (int r = 0; r < world; r++)
+        for (int r = 0; r < nlocal; r++)
             if (pthread_create(&th[r], NULL, rank_thread, &args[r]) != 0)
                 die("cannot start rank %d", r);
-        for (int r = 0; r < world; r++)
+        for (int r = 0; r < nlocal; r++)
             pthread_join(th[r], NULL);
     }
     rc = 0;
-    for (int r = 0; r < world; r++) {
+    for (int r = 0; r < nlocal; r++) {
         if (args[r].rc > rc)
             rc = args[r].rc;
         trainer_free(ts[r]);
