@@ -27,8 +27,13 @@ FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
            runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c \
            runtime/comm.c runtime/comm_sim.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/launch.c
-LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC)
-LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o
+# the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
+# (codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
+CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
+           codegen/cuda_loss.c codegen/cuda_optim.c codegen/nvrtc.c
+CODEGEN_CUH = codegen/mxfp8.cuh codegen/prelude.cuh
+LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC) $(CODEGEN_SRC)
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
 PLUGINS  = fuse_grouped_gelu_mlp
 PLUGIN_SO = $(PLUGINS:%=$(BUILD)/plugins/%.so)
 
@@ -49,6 +54,16 @@ $(GEN)/parser.c $(GEN)/parser.h &: compiler/parser.y $(BUILD)/.deps-ok
 $(GEN)/lexer.c $(GEN)/lexer.h &: compiler/lexer.l $(BUILD)/.deps-ok
 	@mkdir -p $(GEN)
 	flex --header-file=$(GEN)/lexer.h -o $(GEN)/lexer.c compiler/lexer.l
+
+# each .cuh as one C string, line by line: backslashes and quotes escaped
+$(GEN)/cuda_prelude.c: $(CODEGEN_CUH) Makefile
+	@mkdir -p $(GEN)
+	@{ echo '/* generated from $(CODEGEN_CUH) by the Makefile: do not edit */'; \
+	  echo 'const char cuda_prelude_mxfp8[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/mxfp8.cuh; echo ';'; \
+	  echo 'const char cuda_prelude_lib[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/prelude.cuh; echo ';'; } > $@.tmp
+	@mv $@.tmp $@
 
 # generated code is not held to -Wextra (flex emits unused functions)
 $(GEN)/%.o: $(GEN)/%.c $(GEN)/parser.h $(GEN)/lexer.h
@@ -125,7 +140,7 @@ test: test-plain test-asan
 # ---- fuzzing (clang's libFuzzer)
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
-FUZZ_SRC = $(LIB_SRC) $(GEN)/parser.c $(GEN)/lexer.c tests/fuzz/fuzz_frontend.c
+FUZZ_SRC = $(LIB_SRC) $(GEN)/parser.c $(GEN)/lexer.c $(GEN)/cuda_prelude.c tests/fuzz/fuzz_frontend.c
 $(BUILD)/fuzz_frontend: $(FUZZ_SRC) $(GEN)/parser.h $(GEN)/lexer.h
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wno-unused-function \
 	    $(CPPFLAGS_BASE) -o $@ $(FUZZ_SRC) $(LDLIBS)

@@ -6,6 +6,7 @@
 #    Each RUN line is a bash pipeline (pipefail) with these substitutions:
 #      %s  this test file        %S  its directory
 #      %t  a scratch path unique to the test
+#      %B  the build directory (BUILD/plugins/ holds the pass plugins)
 #    and with moec, filecheck and `not` on PATH. `not CMD` succeeds only
 #    when CMD exits with status 1 (a reported user error): a crash, a
 #    signal or exit 0 fails the test. `not --code=N CMD` expects status N.
@@ -65,6 +66,7 @@ while IFS= read -r f; do
         cmd=${cmd//%s/$f}
         cmd=${cmd//%S/$dir}
         cmd=${cmd//%t/$tmp}
+        cmd=${cmd//%B/$BUILD}
         if ! out=$(PATH="$BIN:$PATH" bash -o pipefail -c "$cmd" 2>&1); then
             ok=0
             log="    RUN: $cmd"$'\n'"$(echo "$out" | tail -n 40 | sed 's/^/    /')"
