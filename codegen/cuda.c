@@ -1,0 +1,972 @@
+/* cuda.c - the CUDA code generator's driver: the emitter table, the kernel
+ * builder (with sharing of identical kernels), the buffer planner, and the
+ * assembly of kernels.cu and plan.json. The per-op emitters live in
+ * cuda_dense.c, cuda_attention.c, cuda_moe.c and cuda_loss.c; the device
+ * library they call in prelude.cuh and mxfp8.cuh. docs/codegen.md has the
+ * design and the plan's schema. */
+#include "cuda.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "../ir/util.h"
+
+/* ------------------------------------------------------------ strings */
+
+void sb_put(Sb *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p)
+            die("out of memory generating CUDA source (%zu bytes)", cap);
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+
+void sb_puts(Sb *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+void sb_vprintf(Sb *b, const char *fmt, va_list ap)
+{
+    char small[512];
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    if (n < 0)
+        die("vsnprintf failed");
+    if ((size_t)n < sizeof small) {
+        sb_put(b, small, (size_t)n);
+    } else {
+        char *big = malloc((size_t)n + 1);
+        if (!big)
+            die("out of memory");
+        vsnprintf(big, (size_t)n + 1, fmt, ap2);
+        sb_put(b, big, (size_t)n);
+        free(big);
+    }
+    va_end(ap2);
+}
+
+void sb_printf(Sb *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+void sb_free(Sb *b)
+{
+    free(b->s);
+    memset(b, 0, sizeof *b);
+}
+
+static char *xstrdup(const char *s)
+{
+    char *p = strdup(s ? s : "");
+    if (!p)
+        die("out of memory");
+    return p;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        die("out of memory (%zu bytes)", n);
+    return q;
+}
+
+/* Text for a // comment: printable ASCII only, no backslash (which would
+ * continue the comment onto the next line). */
+static void sb_comment_text(Sb *b, const char *s)
+{
+    for (; *s; s++) {
+        char c = *s;
+        sb_put(b, c >= 32 && c < 127 && c != '\\' ? &c : "?", 1);
+    }
+}
+
+/* ------------------------------------------------------------ the emitter table */
+
+#define K(fn) {CG_KERNELS, fn}
+const CgEmitter cg_emitters[IR_OP_COUNT] = {
+    [IR_OP_INPUT] = {CG_LEAF, NULL},
+    [IR_OP_PARAM] = {CG_LEAF, NULL},
+    [IR_OP_EMBEDDING] = K(cg_emit_embedding),
+    [IR_OP_LINEAR] = K(cg_emit_linear),
+    [IR_OP_RMSNORM] = K(cg_emit_rmsnorm),
+    [IR_OP_ROPE] = K(cg_emit_rope),
+    [IR_OP_SDPA] = K(cg_emit_sdpa),
+    [IR_OP_ADD] = K(cg_emit_elementwise),
+    [IR_OP_MUL] = K(cg_emit_elementwise),
+    [IR_OP_SCALE] = K(cg_emit_elementwise),
+    [IR_OP_SILU] = K(cg_emit_elementwise),
+    [IR_OP_GELU] = K(cg_emit_elementwise),
+    [IR_OP_SWIGLU] = K(cg_emit_swiglu),
+    [IR_OP_TOPK_EXPERTS] = K(cg_emit_topk_experts),
+    [IR_OP_TOPK_PROBS] = K(cg_emit_topk_probs),
+    [IR_OP_ROUTE_PLAN] = K(cg_emit_route_plan),
+    [IR_OP_EXPERT_COUNTS] = K(cg_emit_expert_counts),
+    [IR_OP_DISPATCH] = K(cg_emit_dispatch),
+    [IR_OP_DISPATCH_PROBS] = K(cg_emit_dispatch),
+    [IR_OP_GROUPED_LINEAR] = K(cg_emit_grouped_linear),
+    [IR_OP_SCALED_SWIGLU] = K(cg_emit_swiglu),
+    [IR_OP_COMBINE] = K(cg_emit_combine),
+    [IR_OP_ROW_SCALE] = K(cg_emit_elementwise),
+    [IR_OP_GROUPED_MLP] = K(cg_emit_grouped_mlp),
+    [IR_OP_AUX_LOSS] = K(cg_emit_aux_loss),
+    [IR_OP_CROSS_ENTROPY] = K(cg_emit_cross_entropy),
+    [IR_OP_MASKED_LM_LOSS] = K(cg_emit_cross_entropy),
+    [IR_OP_FILL] = K(cg_emit_fill),
+    [IR_OP_SLICE] = K(cg_emit_slice),
+    [IR_OP_EMBEDDING_DW] = K(cg_emit_embedding_dw),
+    [IR_OP_LINEAR_DX] = K(cg_emit_linear),
+    [IR_OP_LINEAR_DW] = K(cg_emit_linear),
+    [IR_OP_RMSNORM_DX] = K(cg_emit_rmsnorm_dx),
+    [IR_OP_RMSNORM_DW] = K(cg_emit_rmsnorm_dw),
+    [IR_OP_ROPE_DX] = K(cg_emit_rope),
+    [IR_OP_SDPA_BWD] = K(cg_emit_sdpa_bwd),
+    [IR_OP_SILU_DX] = K(cg_emit_elementwise),
+    [IR_OP_GELU_DX] = K(cg_emit_elementwise),
+    [IR_OP_SWIGLU_DX] = K(cg_emit_swiglu_dh),
+    [IR_OP_TOPK_PROBS_DX] = K(cg_emit_topk_probs_dx),
+    [IR_OP_DISPATCH_PROBS_DX] = K(cg_emit_dispatch),
+    [IR_OP_GROUPED_LINEAR_DX] = K(cg_emit_grouped_linear),
+    [IR_OP_GROUPED_LINEAR_DW] = K(cg_emit_grouped_linear),
+    [IR_OP_SCALED_SWIGLU_DH] = K(cg_emit_swiglu_dh),
+    [IR_OP_SCALED_SWIGLU_DP] = K(cg_emit_row_reduce),
+    [IR_OP_AUX_LOSS_DX] = K(cg_emit_aux_loss_dx),
+    [IR_OP_CROSS_ENTROPY_DX] = K(cg_emit_cross_entropy_dx),
+    [IR_OP_ROW_DOT] = K(cg_emit_row_reduce),
+    [IR_OP_GROUPED_MLP_BWD] = K(cg_emit_grouped_mlp_bwd),
+    [IR_OP_VIEW] = {CG_ALIAS, NULL},
+    [IR_OP_EP_COUNTS] = {CG_HOST, NULL},
+    [IR_OP_EP_LOCAL_SPLITS] = K(cg_emit_ep_local_splits),
+    [IR_OP_EP_DISPATCH] = {CG_HOST, NULL},
+    [IR_OP_EP_SORT] = K(cg_emit_ep_permute),
+    [IR_OP_EP_UNSORT] = K(cg_emit_ep_permute),
+    [IR_OP_EP_COMBINE] = {CG_HOST, NULL},
+    [IR_OP_ALL_REDUCE] = {CG_HOST, NULL},
+    [IR_OP_QUANTIZE] = K(cg_emit_quantize),
+    [IR_OP_QUANTIZE_GROUPED] = K(cg_emit_quantize_grouped),
+    [IR_OP_CUSTOM] = {CG_UNSUPPORTED, NULL},
+};
+#undef K
+
+int cuda_op_handling(IrOp op)
+{
+    if ((int)op < 0 || op >= IR_OP_COUNT)
+        return 0;
+    switch (cg_emitters[op].kind) {
+    case CG_KERNELS: return cg_emitters[op].fn ? 1 : 0;
+    case CG_LEAF:
+    case CG_ALIAS: return 2;
+    case CG_HOST: return 3;
+    case CG_UNSUPPORTED: return 4;
+    case CG_NONE: break;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ helpers for emitters */
+
+int64_t cg_grid(int64_t items, int block)
+{
+    int64_t g = (items + block - 1) / block;
+    return g < 1 ? 1 : g > 65535 ? 65535 : g;
+}
+
+const char *cg_dbl(char buf[64], double v)
+{
+    if (v != v) {
+        snprintf(buf, 64, "__longlong_as_double(0x7ff8000000000000ll)");
+        return buf;
+    }
+    if (v > 1.7976931348623157e308 || v < -1.7976931348623157e308) {
+        snprintf(buf, 64, "%s__longlong_as_double(0x7ff0000000000000ll)", v < 0 ? "-" : "");
+        return buf;
+    }
+    char t[32];
+    fmt_double(t, v);
+    /* a decimal point or exponent, so that it is a double literal */
+    snprintf(buf, 64, strpbrk(t, ".e") ? "%s" : "%s.0", t);
+    return buf;
+}
+
+int64_t cg_lead(const IrNode *n)
+{
+    int64_t e = 1;
+    for (int i = 0; i + 1 < n->rank; i++)
+        e *= n->shape[i];
+    return e;
+}
+
+int64_t cg_last(const IrNode *n) { return n->rank ? n->shape[n->rank - 1] : 1; }
+
+int cg_is_mxfp8(const IrNode *n)
+{
+    return ir_has_attr(n, IR_ATTR_PRECISION) && strcmp(ir_attr_s(n, IR_ATTR_PRECISION), "mxfp8") == 0;
+}
+
+void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cg->errors++;
+    if (cg->diag)
+        diag_error(cg->diag, n->loc, "%s", msg);
+}
+
+/* ------------------------------------------------------------ buffers */
+
+static const char *node_ctype(const IrNode *n) { return n->dtype == IR_I32 ? "int" : "float"; }
+
+static int add_buf(Cg *cg, const char *name, int node, CgBufKind kind, const char *ctype, int64_t bytes)
+{
+    if (cg->nbufs == cg->capbufs) {
+        cg->capbufs = cg->capbufs ? 2 * cg->capbufs : 256;
+        cg->bufs = xrealloc(cg->bufs, sizeof *cg->bufs * (size_t)cg->capbufs);
+    }
+    CgBuf *b = &cg->bufs[cg->nbufs];
+    memset(b, 0, sizeof *b);
+    b->name = xstrdup(name);
+    b->node = node;
+    b->kind = kind;
+    b->ctype = ctype;
+    b->bytes = bytes;
+    b->alias_of = -1;
+    b->block = -1;
+    return cg->nbufs++;
+}
+
+int cg_ws(Cg *cg, const IrNode *n, const char *ctype, int64_t count, const char *what)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s.ws.%s", n->name, what);
+    int64_t size = strcmp(ctype, "double") == 0 ? 8 : 4;
+    return add_buf(cg, name, n->id, CG_BUF_WS, ctype, count * size);
+}
+
+/* ------------------------------------------------------------ the kernel builder */
+
+void cg_begin(Cg *cg, const IrNode *n, const char *suffix, const char *what)
+{
+    cg->node = n;
+    free(cg->suffix);
+    free(cg->what);
+    cg->suffix = xstrdup(suffix);
+    cg->what = xstrdup(what);
+    cg->params.len = 0;
+    cg->body.len = 0;
+    sb_puts(&cg->params, "");
+    sb_puts(&cg->body, "");
+    cg->nargs = 0;
+}
+
+void cg_param(Cg *cg, int buf, int is_out, const char *name)
+{
+    if (cg->nargs == CG_MAX_ARGS)
+        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
+    sb_printf(&cg->params, "%s%s%s *__restrict__ %s", cg->nargs ? ", " : "", is_out ? "" : "const ",
+              cg->bufs[buf].ctype, name);
+    cg->args[cg->nargs++] = buf;
+}
+
+void cg_out(Cg *cg, const IrNode *n, const char *name) { cg_param(cg, n->id, 1, name); }
+void cg_in(Cg *cg, const IrNode *src, const char *name) { cg_param(cg, src->id, 0, name); }
+
+void cg_const(Cg *cg, const char *name, int64_t v)
+{
+    sb_printf(&cg->body, "    constexpr long long %s = %lld;\n", name, (long long)v);
+}
+
+void cg_line(Cg *cg, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_puts(&cg->body, "    ");
+    sb_vprintf(&cg->body, fmt, ap);
+    sb_puts(&cg->body, "\n");
+    va_end(ap);
+}
+
+static uint64_t fnv1a(const char *s, int block)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (h ^ (uint64_t)block) * 1099511628211ull;
+}
+
+static void sb_node_desc(Sb *b, const IrNode *n)
+{
+    char tb[160], db[32];
+    sb_printf(b, "%%");
+    sb_comment_text(b, n->name);
+    sb_printf(b, " = %s", ir_node_op_name(n));
+    if (n->nsrc) {
+        sb_puts(b, "(");
+        for (int s = 0; s < n->nsrc; s++) {
+            sb_puts(b, s ? ", %" : "%");
+            sb_comment_text(b, n->src[s]->name);
+        }
+        sb_puts(b, ")");
+    }
+    if (n->attr_set) {
+        int first = 1;
+        sb_puts(b, " {");
+        for (int k = 0; k < IR_ATTR_COUNT; k++) {
+            if (!ir_has_attr(n, (IrAttrKey)k))
+                continue;
+            sb_printf(b, "%s%s = ", first ? "" : ", ", ir_attr_name[k]);
+            first = 0;
+            switch (ir_attr_kind[k]) {
+            case IR_AK_I: sb_printf(b, "%lld", (long long)n->attr[k].i); break;
+            case IR_AK_B: sb_puts(b, n->attr[k].i ? "true" : "false"); break;
+            case IR_AK_F: sb_puts(b, fmt_double(db, n->attr[k].f)); break;
+            case IR_AK_S:
+                sb_puts(b, "\"");
+                sb_comment_text(b, n->attr[k].s);
+                sb_puts(b, "\"");
+                break;
+            }
+        }
+        sb_puts(b, "}");
+    }
+    sb_printf(b, " : %s", ir_type_str(n, tb, sizeof tb));
+}
+
+static void add_user(CgKernel *k, int node)
+{
+    if (k->nusers && k->users[k->nusers - 1] == node)
+        return;
+    if (k->nusers == k->capusers) {
+        k->capusers = k->capusers ? 2 * k->capusers : 4;
+        k->users = xrealloc(k->users, sizeof(int) * (size_t)k->capusers);
+    }
+    k->users[k->nusers++] = node;
+}
+
+static int find_kernel(Cg *cg, const char *text, int block, uint64_t h)
+{
+    if (!cg->tablecap)
+        return -1;
+    for (size_t i = h & (size_t)(cg->tablecap - 1);; i = (i + 1) & (size_t)(cg->tablecap - 1)) {
+        int k = cg->table[i] - 1;
+        if (k < 0)
+            return -1;
+        if (cg->kernels[k].hash == h && cg->kernels[k].block == block && strcmp(cg->kernels[k].text, text) == 0)
+            return k;
+    }
+}
+
+static void table_insert(Cg *cg, int k)
+{
+    if (2 * (cg->nkernels + 1) > cg->tablecap) {
+        int cap = cg->tablecap ? 2 * cg->tablecap : 256;
+        free(cg->table);
+        cg->table = calloc((size_t)cap, sizeof(int));
+        if (!cg->table)
+            die("out of memory");
+        cg->tablecap = cap;
+        for (int j = 0; j < cg->nkernels; j++)
+            if (j != k)
+                table_insert(cg, j);
+    }
+    for (size_t i = cg->kernels[k].hash & (size_t)(cg->tablecap - 1);; i = (i + 1) & (size_t)(cg->tablecap - 1))
+        if (!cg->table[i]) {
+            cg->table[i] = k + 1;
+            return;
+        }
+}
+
+static CgLaunch *new_launch(Cg *cg, const IrNode *n)
+{
+    if (cg->nlaunches == cg->caplaunches) {
+        cg->caplaunches = cg->caplaunches ? 2 * cg->caplaunches : 256;
+        cg->launches = xrealloc(cg->launches, sizeof *cg->launches * (size_t)cg->caplaunches);
+    }
+    CgLaunch *l = &cg->launches[cg->nlaunches++];
+    memset(l, 0, sizeof *l);
+    l->node = n->id;
+    l->kernel = -1;
+    return l;
+}
+
+void cg_end(Cg *cg, int block, int64_t grid)
+{
+    const IrNode *n = cg->node;
+    Sb text = {0};
+    sb_printf(&text, "(%s)\n{\n%s}\n", cg->params.s, cg->body.s);
+    uint64_t h = fnv1a(text.s, block);
+    int k = cg->dedup ? find_kernel(cg, text.s, block, h) : -1;
+    if (k < 0) {
+        if (cg->nkernels == cg->capkernels) {
+            cg->capkernels = cg->capkernels ? 2 * cg->capkernels : 256;
+            cg->kernels = xrealloc(cg->kernels, sizeof *cg->kernels * (size_t)cg->capkernels);
+        }
+        k = cg->nkernels;
+        CgKernel *kn = &cg->kernels[k];
+        memset(kn, 0, sizeof *kn);
+        Sb name = {0};
+        sb_printf(&name, "k%d_", n->id);
+        size_t start = name.len;
+        for (const char *s = n->name; *s && name.len - start < 64; s++) {
+            char c = *s;
+            int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+            sb_put(&name, ok ? &c : "_", 1);
+        }
+        if (cg->suffix[0])
+            sb_printf(&name, "_%s", cg->suffix);
+        Sb hdr = {0};
+        sb_puts(&hdr, "// node ");
+        sb_printf(&hdr, "%d: ", n->id);
+        sb_node_desc(&hdr, n);
+        sb_puts(&hdr, "\n// ");
+        sb_comment_text(&hdr, cg->g->file ? cg->g->file : "");
+        if (n->loc.line)
+            sb_printf(&hdr, ":%d:%d", n->loc.line, n->loc.col);
+        sb_puts(&hdr, ": ");
+        sb_comment_text(&hdr, cg->what);
+        sb_puts(&hdr, "\n");
+        kn->name = name.s;
+        kn->header = hdr.s;
+        kn->text = text.s;
+        kn->block = block;
+        kn->hash = h;
+        cg->nkernels++;
+        if (cg->dedup)
+            table_insert(cg, k);
+    } else {
+        sb_free(&text);
+    }
+    add_user(&cg->kernels[k], n->id);
+    CgLaunch *l = new_launch(cg, n);
+    l->kernel = k;
+    l->grid = grid < 1 ? 1 : grid;
+    l->block = block;
+    l->nargs = cg->nargs;
+    memcpy(l->args, cg->args, sizeof(int) * (size_t)cg->nargs);
+    l->what = xstrdup(cg->what);
+}
+
+void cg_collective(Cg *cg, const IrNode *n)
+{
+    CgLaunch *l = new_launch(cg, n);
+    for (int s = 0; s < n->nsrc; s++)
+        l->args[l->nargs++] = n->src[s]->id;
+    l->args[l->nargs++] = n->id;
+    l->what = xstrdup("host-side collective");
+}
+
+/* ------------------------------------------------------------ the planner */
+
+static int64_t align_up(int64_t v) { return (v + 255) / 256 * 256; }
+
+/* Liveness over the node order, as runtime/cpu/cpu.c plans the CPU's
+ * buffers: a node's buffer is taken when it runs and released after its
+ * last user ran; the smallest free block that fits is reused, else the
+ * largest free one grows, else a new block. Views alias their packed
+ * source (a use of a view is a use of the source). A node's workspaces are
+ * taken after its output and released when it is done. Params and inputs
+ * live in their own regions; outputs (loss, gradients, `output` tensors)
+ * keep their buffers to the end. Blocks are laid out one after another,
+ * 256-byte aligned: a buffer's offset is its block's. */
+static int64_t plan_buffers(Cg *cg, int *nblocks_out)
+{
+    const IrGraph *g = cg->g;
+    int n = g->nnodes, nb = cg->nbufs;
+    int *last_use = malloc(sizeof(int) * (size_t)n);
+    char *keep = calloc((size_t)n, 1);
+    int64_t *block_size = calloc((size_t)nb + 1, sizeof(int64_t));
+    char *block_free = calloc((size_t)nb + 1, 1);
+    int *ws_first = malloc(sizeof(int) * (size_t)n), *ws_count = calloc((size_t)n, sizeof(int));
+    if (!last_use || !keep || !block_size || !block_free || !ws_first || !ws_count)
+        die("out of memory planning buffers");
+    int nblocks = 0;
+    for (int i = 0; i < n; i++) {
+        last_use[i] = i;
+        ws_first[i] = -1;
+    }
+    for (int b = n; b < nb; b++) {
+        if (ws_first[cg->bufs[b].node] < 0)
+            ws_first[cg->bufs[b].node] = b;
+        ws_count[cg->bufs[b].node]++;
+    }
+#define ROOT(id) (cg->bufs[id].alias_of >= 0 ? cg->bufs[id].alias_of : (id))
+    for (int i = 0; i < n; i++) {
+        const IrNode *node = g->nodes[i];
+        int r = ROOT(i);
+        if (node->is_output || node->op == IR_OP_INPUT || node->op == IR_OP_PARAM)
+            keep[r] = 1;
+        if (last_use[r] < i)
+            last_use[r] = i;
+        for (int s = 0; s < node->nsrc; s++) {
+            int rs = ROOT(node->src[s]->id);
+            if (last_use[rs] < i)
+                last_use[rs] = i;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const IrNode *node = g->nodes[i];
+        int todo[1 + 64], ntodo = 0;
+        if (node->op != IR_OP_INPUT && node->op != IR_OP_PARAM && cg->bufs[i].alias_of < 0)
+            todo[ntodo++] = i;
+        if (ws_count[i] > 64)
+            die("codegen: node %s has more than 64 workspaces", node->name);
+        for (int w = 0; w < ws_count[i]; w++)
+            todo[ntodo++] = ws_first[i] + w;
+        for (int t = 0; t < ntodo; t++) {
+            CgBuf *buf = &cg->bufs[todo[t]];
+            int best = -1, grow = -1;
+            for (int b = 0; b < nblocks; b++) {
+                if (!block_free[b])
+                    continue;
+                if (block_size[b] >= buf->bytes) {
+                    if (best < 0 || block_size[b] < block_size[best])
+                        best = b;
+                } else if (grow < 0 || block_size[b] > block_size[grow]) {
+                    grow = b;
+                }
+            }
+            if (best < 0)
+                best = grow;
+            if (best < 0) {
+                best = nblocks++;
+                block_size[best] = 0;
+            }
+            if (block_size[best] < buf->bytes)
+                block_size[best] = buf->bytes;
+            block_free[best] = 0;
+            buf->block = best;
+        }
+        /* the workspaces die with the node */
+        for (int w = 0; w < ws_count[i]; w++)
+            block_free[cg->bufs[ws_first[i] + w].block] = 1;
+        for (int s = 0; s <= node->nsrc; s++) {
+            int r = ROOT(s < node->nsrc ? node->src[s]->id : i);
+            if (last_use[r] == i && !keep[r] && cg->bufs[r].block >= 0)
+                block_free[cg->bufs[r].block] = 1;
+        }
+    }
+#undef ROOT
+    int64_t *block_off = calloc((size_t)nblocks + 1, sizeof(int64_t));
+    int64_t total = 0;
+    for (int b = 0; b < nblocks; b++) {
+        block_off[b] = total;
+        total += align_up(block_size[b]);
+    }
+    int64_t poff = 0, ioff = 0;
+    for (int i = 0; i < nb; i++) {
+        CgBuf *buf = &cg->bufs[i];
+        if (buf->alias_of >= 0)
+            continue;
+        if (i < n && g->nodes[i]->op == IR_OP_PARAM) {
+            buf->region = "params";
+            buf->offset = poff;
+            poff += align_up(buf->bytes);
+        } else if (i < n && g->nodes[i]->op == IR_OP_INPUT) {
+            buf->region = "inputs";
+            buf->offset = ioff;
+            ioff += align_up(buf->bytes);
+        } else {
+            buf->region = "activations";
+            buf->offset = block_off[buf->block];
+        }
+    }
+    for (int i = 0; i < nb; i++) {
+        CgBuf *buf = &cg->bufs[i];
+        if (buf->alias_of < 0)
+            continue;
+        const CgBuf *root = &cg->bufs[buf->alias_of];
+        buf->region = root->region;
+        buf->offset = root->offset + buf->alias_offset;
+        buf->block = root->block;
+    }
+    free(last_use);
+    free(keep);
+    free(block_size);
+    free(block_free);
+    free(block_off);
+    free(ws_first);
+    free(ws_count);
+    *nblocks_out = nblocks;
+    return total;
+}
+
+/* ------------------------------------------------------------ the plan */
+
+static cJSON *shape_json(const IrNode *n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n->rank; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)n->shape[i]));
+    return a;
+}
+
+static int uses_as(const IrGraph *g, const IrNode *p, IrOp op, int src)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == op && g->nodes[i]->nsrc > src && g->nodes[i]->src[src] == p)
+            return 1;
+    return 0;
+}
+
+static cJSON *dims3(int64_t x)
+{
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)x));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(1));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(1));
+    return a;
+}
+
+static char *plan_json(Cg *cg, int64_t act_bytes, int nblocks)
+{
+    const IrGraph *g = cg->g;
+    const IrTrain *tr = &g->train;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "moec-cuda-plan");
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddStringToObject(root, "model", g->model ? g->model : "");
+    cJSON_AddStringToObject(root, "source", g->file ? g->file : "");
+    cJSON_AddStringToObject(root, "kernels_file", "kernels.cu");
+    cJSON_AddStringToObject(root, "precision", ir_precision_name[tr->precision]);
+    cJSON_AddStringToObject(root, "float_storage", "f32");
+    cJSON_AddStringToObject(root, "index_storage", "i32");
+    cJSON *t = cJSON_AddObjectToObject(root, "train");
+    cJSON_AddNumberToObject(t, "batch", (double)tr->batch);
+    cJSON_AddNumberToObject(t, "seq", (double)tr->seq);
+    cJSON_AddNumberToObject(t, "ep", (double)tr->ep);
+    cJSON_AddNumberToObject(t, "dp", (double)tr->dp);
+    cJSON_AddStringToObject(t, "objective", tr->objective ? tr->objective : "");
+
+    int64_t pbytes = 0, ibytes = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const CgBuf *b = &cg->bufs[i];
+        if (g->nodes[i]->op == IR_OP_PARAM)
+            pbytes = b->offset + align_up(b->bytes) > pbytes ? b->offset + align_up(b->bytes) : pbytes;
+        if (g->nodes[i]->op == IR_OP_INPUT)
+            ibytes = b->offset + align_up(b->bytes) > ibytes ? b->offset + align_up(b->bytes) : ibytes;
+    }
+    cJSON *regions = cJSON_AddArrayToObject(root, "regions");
+    const char *rn[3] = {"params", "inputs", "activations"};
+    int64_t rb[3] = {pbytes, ibytes, act_bytes};
+    for (int r = 0; r < 3; r++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", rn[r]);
+        cJSON_AddNumberToObject(o, "bytes", (double)rb[r]);
+        if (r == 2)
+            cJSON_AddNumberToObject(o, "blocks", nblocks);
+        cJSON_AddItemToArray(regions, o);
+    }
+    cJSON_AddNumberToObject(root, "alignment", 256);
+
+    cJSON *bufs = cJSON_AddArrayToObject(root, "buffers");
+    for (int i = 0; i < cg->nbufs; i++) {
+        const CgBuf *b = &cg->bufs[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddStringToObject(o, "name", b->name);
+        if (b->kind == CG_BUF_WS) {
+            cJSON_AddStringToObject(o, "kind", "workspace");
+            cJSON_AddNumberToObject(o, "node", b->node);
+            cJSON_AddStringToObject(o, "ctype", b->ctype);
+        } else {
+            const IrNode *n = g->nodes[i];
+            const char *kind = n->op == IR_OP_PARAM ? "param" : n->op == IR_OP_INPUT ? "input"
+                               : b->kind == CG_BUF_VIEW ? "view" : "tensor";
+            cJSON_AddStringToObject(o, "kind", kind);
+            cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
+            cJSON_AddStringToObject(o, "dtype", n->dtype == IR_I32 ? "i32" : "f32");
+            cJSON_AddItemToObject(o, "shape", shape_json(n));
+            if (b->kind == CG_BUF_VIEW)
+                cJSON_AddNumberToObject(o, "alias_of", b->alias_of);
+            if (n->is_output)
+                cJSON_AddBoolToObject(o, "output", 1);
+        }
+        cJSON_AddNumberToObject(o, "bytes", (double)b->bytes);
+        cJSON_AddStringToObject(o, "region", b->region);
+        cJSON_AddNumberToObject(o, "offset", (double)b->offset);
+        cJSON_AddItemToArray(bufs, o);
+    }
+
+    cJSON *inputs = cJSON_AddArrayToObject(root, "inputs");
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_INPUT) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", g->nodes[i]->name);
+            cJSON_AddNumberToObject(o, "buffer", i);
+            cJSON_AddItemToArray(inputs, o);
+        }
+    cJSON *params = cJSON_AddArrayToObject(root, "params");
+    for (int p = 0; p < g->nparams; p++) {
+        const IrNode *pn = g->params[p];
+        int decay = !((uses_as(g, pn, IR_OP_RMSNORM, 1) && !tr->decay_norms) ||
+                      (uses_as(g, pn, IR_OP_EMBEDDING, 1) && !tr->decay_embeddings));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", pn->name);
+        cJSON_AddNumberToObject(o, "buffer", pn->id);
+        cJSON_AddNumberToObject(o, "grad", g->grads[p]->id);
+        cJSON_AddNumberToObject(o, "numel", (double)ir_numel(pn));
+        cJSON_AddItemToObject(o, "shape", shape_json(pn));
+        cJSON_AddBoolToObject(o, "weight_decay", decay);
+        if (ir_has_attr(pn, IR_ATTR_SHARD))
+            cJSON_AddNumberToObject(o, "shard", (double)ir_attr_i(pn, IR_ATTR_SHARD));
+        cJSON_AddItemToArray(params, o);
+    }
+    cJSON_AddNumberToObject(root, "loss", g->loss ? g->loss->id : -1);
+    cJSON *outs = cJSON_AddArrayToObject(root, "outputs");
+    for (int i = 0; i < g->nnodes; i++) {
+        int is_grad = 0;
+        for (int p = 0; p < g->nparams; p++)
+            is_grad |= g->grads[p] == g->nodes[i];
+        if (g->nodes[i]->is_output && !is_grad && g->nodes[i] != g->loss)
+            cJSON_AddItemToArray(outs, cJSON_CreateNumber(i));
+    }
+
+    cJSON *kernels = cJSON_AddArrayToObject(root, "kernels");
+    for (int k = 0; k < cg->nkernels; k++) {
+        const CgKernel *kn = &cg->kernels[k];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", kn->name);
+        cJSON_AddNumberToObject(o, "block", kn->block);
+        cJSON *users = cJSON_AddArrayToObject(o, "nodes");
+        for (int u = 0; u < kn->nusers; u++)
+            cJSON_AddItemToArray(users, cJSON_CreateNumber(kn->users[u]));
+        cJSON_AddItemToArray(kernels, o);
+    }
+
+    int eval_launches = 0;
+    cJSON *launches = cJSON_AddArrayToObject(root, "launches");
+    for (int i = 0; i < cg->nlaunches; i++) {
+        const CgLaunch *l = &cg->launches[i];
+        const IrNode *n = g->nodes[l->node];
+        if (g->loss && l->node <= g->loss->id)
+            eval_launches = i + 1;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "node", l->node);
+        cJSON_AddStringToObject(o, "name", n->name);
+        cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
+        cJSON *args = cJSON_CreateArray();
+        for (int a = 0; a < l->nargs; a++)
+            cJSON_AddItemToArray(args, cJSON_CreateNumber(l->args[a]));
+        if (l->kernel >= 0) {
+            cJSON_AddStringToObject(o, "kernel", cg->kernels[l->kernel].name);
+            cJSON_AddItemToObject(o, "grid", dims3(l->grid));
+            cJSON_AddItemToObject(o, "block", dims3(l->block));
+            cJSON_AddNumberToObject(o, "shared_bytes", 0);
+            cJSON_AddItemToObject(o, "args", args);
+            cJSON_AddStringToObject(o, "what", l->what);
+        } else {
+            cJSON_AddStringToObject(o, "collective", ir_node_op_name(n));
+            cJSON_AddItemToObject(o, "args", args);
+            if (ir_has_attr(n, IR_ATTR_EP))
+                cJSON_AddNumberToObject(o, "ep", (double)ir_attr_i(n, IR_ATTR_EP));
+            if (ir_has_attr(n, IR_ATTR_GROUP))
+                cJSON_AddStringToObject(o, "group", ir_attr_s(n, IR_ATTR_GROUP));
+            if (ir_has_attr(n, IR_ATTR_FACTOR))
+                cJSON_AddNumberToObject(o, "factor", ir_attr_f(n, IR_ATTR_FACTOR));
+        }
+        cJSON_AddItemToArray(launches, o);
+    }
+    cJSON_AddNumberToObject(root, "eval_launches", eval_launches);
+
+    cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
+    cJSON_AddStringToObject(opt, "name", tr->optimizer ? tr->optimizer : "adamw");
+    cJSON_AddNumberToObject(opt, "lr", tr->lr);
+    cJSON_AddNumberToObject(opt, "beta1", tr->beta1);
+    cJSON_AddNumberToObject(opt, "beta2", tr->beta2);
+    cJSON_AddNumberToObject(opt, "eps", tr->eps);
+    cJSON_AddNumberToObject(opt, "weight_decay", tr->weight_decay);
+    cJSON_AddNumberToObject(opt, "grad_clip", tr->grad_clip);
+    cJSON_AddStringToObject(opt, "schedule", tr->schedule ? tr->schedule : "");
+    cJSON_AddNumberToObject(opt, "warmup", (double)tr->warmup);
+    cJSON_AddNumberToObject(opt, "min_lr", tr->min_lr);
+    cJSON_AddNumberToObject(opt, "steps", (double)tr->steps);
+    cJSON *ok = cJSON_AddObjectToObject(opt, "kernels");
+    cJSON_AddStringToObject(ok, "sumsq", "moec_grad_sumsq");
+    cJSON_AddStringToObject(ok, "sumsq_args", "partial (double[grid]), grad, numel");
+    cJSON_AddStringToObject(ok, "sum", "moec_sum_partials");
+    cJSON_AddStringToObject(ok, "sum_args", "out (double[1]), partial, count; one block");
+    cJSON_AddStringToObject(ok, "adamw", "moec_adamw");
+    cJSON_AddStringToObject(ok, "adamw_args",
+                            "w, m, v, grad, numel, lr, weight_decay (0 where the param has none), clip, "
+                            "1 - beta1^step, 1 - beta2^step");
+    cJSON_AddNumberToObject(ok, "block", CG_BLOCK);
+    cJSON_AddNumberToObject(ok, "max_grid", 1024);
+
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s)
+        die("out of memory printing the CUDA plan");
+    return s;
+}
+
+/* ------------------------------------------------------------ the driver */
+
+static void cg_free(Cg *cg)
+{
+    for (int i = 0; i < cg->nbufs; i++)
+        free(cg->bufs[i].name);
+    free(cg->bufs);
+    for (int i = 0; i < cg->nlaunches; i++)
+        free(cg->launches[i].what);
+    free(cg->launches);
+    for (int k = 0; k < cg->nkernels; k++) {
+        free(cg->kernels[k].name);
+        free(cg->kernels[k].header);
+        free(cg->kernels[k].text);
+        free(cg->kernels[k].users);
+    }
+    free(cg->kernels);
+    free(cg->table);
+    free(cg->suffix);
+    free(cg->what);
+    sb_free(&cg->params);
+    sb_free(&cg->body);
+}
+
+static void check_table(void)
+{
+    for (int op = 0; op < IR_OP_COUNT; op++)
+        if (!cuda_op_handling((IrOp)op))
+            die("codegen: no CUDA emitter for op %s (add it to cg_emitters in codegen/cuda.c)", ir_op_name((IrOp)op));
+}
+
+int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule *out)
+{
+    memset(out, 0, sizeof *out);
+    check_table();
+    Cg cg;
+    memset(&cg, 0, sizeof cg);
+    cg.g = g;
+    cg.diag = d;
+    cg.dedup = !(opts && opts->no_dedup);
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->id != i)
+            die("codegen: node %s has id %d at position %d", n->name, n->id, i);
+        CgBufKind kind = n->op == IR_OP_VIEW ? CG_BUF_VIEW : CG_BUF_NODE;
+        int b = add_buf(&cg, n->name, i, kind, node_ctype(n), ir_numel(n) * 4);
+        if (kind == CG_BUF_VIEW) {
+            const CgBuf *src = &cg.bufs[n->src[0]->id];
+            cg.bufs[b].alias_of = src->alias_of >= 0 ? src->alias_of : n->src[0]->id;
+            cg.bufs[b].alias_offset = (src->alias_of >= 0 ? src->alias_offset : 0) + ir_attr_i(n, IR_ATTR_OFFSET) * 4;
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        const CgEmitter *em = &cg_emitters[n->op];
+        switch (em->kind) {
+        case CG_LEAF:
+        case CG_ALIAS:
+            break;
+        case CG_KERNELS:
+            if (!em->fn(&cg, n))
+                cg.errors += cg.errors ? 0 : 1;
+            break;
+        case CG_HOST:
+            cg_collective(&cg, n);
+            break;
+        case CG_UNSUPPORTED:
+            cg_error(&cg, n, "custom op `%s` (from a pass plugin) is not supported on the GPU yet: no CUDA kernel for "
+                     "%s; compile without --emit-cuda and --arch, or without the plugin", ir_node_op_name(n), n->name);
+            break;
+        case CG_NONE:
+            die("codegen: no emitter for %s", ir_node_op_name(n));
+        }
+    }
+    if (cg.errors) {
+        cg_free(&cg);
+        return 0;
+    }
+    int nblocks = 0;
+    int64_t act_bytes = plan_buffers(&cg, &nblocks);
+
+    int nkernel_launches = 0, ncollectives = 0;
+    for (int i = 0; i < cg.nlaunches; i++) {
+        if (cg.launches[i].kernel >= 0)
+            nkernel_launches++;
+        else
+            ncollectives++;
+    }
+    Sb src = {0};
+    sb_puts(&src, "// kernels.cu - CUDA C generated by moec from ");
+    sb_comment_text(&src, g->file ? g->file : "");
+    sb_puts(&src, " (model ");
+    sb_comment_text(&src, g->model ? g->model : "");
+    sb_puts(&src, "). Do not edit.\n");
+    sb_printf(&src, "// %d kernels (3 of them the optimizer's) for %d launches per training step", cg.nkernels + 3,
+              nkernel_launches);
+    if (ncollectives)
+        sb_printf(&src, " and %d host-side collectives", ncollectives);
+    sb_printf(&src, ";\n// the order, grids and buffers of the launches are in plan.json. Precision %s: every\n"
+              "// floating-point tensor is stored in fp32 (an e4m3 tensor as its dequantized values), indices in\n"
+              "// i32. Compiled by moec compile --arch with NVRTC: -std=c++17 --gpu-architecture=ARCH\n"
+              "// -default-device. Design: docs/codegen.md.\n\n",
+              ir_precision_name[g->train.precision]);
+    sb_puts(&src, "// ======== device library: codegen/mxfp8.cuh ========\n");
+    sb_puts(&src, cuda_prelude_mxfp8);
+    sb_puts(&src, "\n// ======== device library: codegen/prelude.cuh ========\n");
+    sb_puts(&src, cuda_prelude_lib);
+    sb_puts(&src, "\n// ======== the kernels, in launch order ========\n");
+    for (int k = 0; k < cg.nkernels; k++) {
+        const CgKernel *kn = &cg.kernels[k];
+        sb_puts(&src, "\n");
+        sb_puts(&src, kn->header);
+        if (kn->nusers > 1) {
+            sb_printf(&src, "// also launched for %d more node%s:", kn->nusers - 1, kn->nusers > 2 ? "s" : "");
+            for (int u = 1; u < kn->nusers && u <= 4; u++) {
+                sb_printf(&src, "%s %d %%", u > 1 ? "," : "", kn->users[u]);
+                sb_comment_text(&src, g->nodes[kn->users[u]]->name);
+            }
+            if (kn->nusers > 5)
+                sb_printf(&src, ", ... (plan.json lists them)");
+            sb_puts(&src, "\n");
+        }
+        sb_printf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) %s", kn->block, kn->name);
+        sb_puts(&src, kn->text);
+    }
+    cg_emit_optimizer(&cg, &src);
+
+    out->source = src.s;
+    out->source_len = src.len;
+    out->plan_json = plan_json(&cg, act_bytes, nblocks);
+    out->nkernels = cg.nkernels + 3;
+    out->nlaunches = nkernel_launches;
+    out->ncollectives = ncollectives;
+    out->kernel_names = calloc((size_t)out->nkernels, sizeof(char *));
+    if (!out->kernel_names)
+        die("out of memory");
+    for (int k = 0; k < cg.nkernels; k++)
+        out->kernel_names[k] = xstrdup(cg.kernels[k].name);
+    out->kernel_names[cg.nkernels] = xstrdup("moec_grad_sumsq");
+    out->kernel_names[cg.nkernels + 1] = xstrdup("moec_sum_partials");
+    out->kernel_names[cg.nkernels + 2] = xstrdup("moec_adamw");
+    cg_free(&cg);
+    return 1;
+}
+
+void cuda_module_free(CudaModule *m)
+{
+    free(m->source);
+    free(m->plan_json);
+    for (int k = 0; k < m->nkernels && m->kernel_names; k++)
+        free(m->kernel_names[k]);
+    free(m->kernel_names);
+    memset(m, 0, sizeof *m);
+}

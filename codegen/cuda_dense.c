@@ -1,0 +1,380 @@
+/* cuda_dense.c - emitters for the dense ops: fill, embedding, linear and its
+ * gradients, RMSNorm, RoPE, the elementwise ops, SwiGLU, row reductions,
+ * slice. Each mirrors its case in runtime/cpu/kernels.inc expression by
+ * expression (double where the CPU uses double); only the order of sums
+ * differs (block trees instead of a sequential loop). */
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "../ir/util.h"
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+int cg_emit_fill(Cg *cg, const IrNode *n)
+{
+    char b[64];
+    cg_begin(cg, n, "", "fill with a constant");
+    cg_out(cg, n, "y");
+    cg_const(cg, "N", ir_numel(n));
+    cg_line(cg, "MOEC_FOR(i, N)");
+    cg_line(cg, "    y[i] = (%s)%s;", n->dtype == IR_I32 ? "int" : "float", cg_dbl(b, ir_attr_f(n, IR_ATTR_VALUE)));
+    cg_end(cg, CG_BLOCK, cg_grid(ir_numel(n), CG_BLOCK));
+    return 1;
+}
+
+/* ids [N] i32, table [V, D] -> [N, D]; an id out of range gives a zero row */
+int cg_emit_embedding(Cg *cg, const IrNode *n)
+{
+    const IrNode *ids = n->src[0], *table = n->src[1];
+    cg_begin(cg, n, "", "embedding: rows of the table");
+    cg_out(cg, n, "y");
+    cg_in(cg, ids, "ids");
+    cg_in(cg, table, "table");
+    cg_const(cg, "N", ir_numel(ids));
+    cg_const(cg, "D", table->shape[1]);
+    cg_const(cg, "V", table->shape[0]);
+    cg_line(cg, "MOEC_FOR(i, N * D) {");
+    cg_line(cg, "    int id = ids[i / D];");
+    cg_line(cg, "    y[i] = id >= 0 && id < V ? table[id * D + i %% D] : 0.0f;");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(ir_numel(n), CG_BLOCK));
+    return 1;
+}
+
+/* dy [N, D], ids [N], table (shape only) -> dw [V, D]. A stable counting
+ * sort of the tokens by id (one block), then one thread per (v, j) sums its
+ * tokens' rows in token order: the CPU's order, so the result is the CPU's
+ * bit for bit. */
+int cg_emit_embedding_dw(Cg *cg, const IrNode *n)
+{
+    const IrNode *dy = n->src[0], *ids = n->src[1];
+    int64_t N = ir_numel(ids), V = n->shape[0], D = n->shape[1];
+    int pos = cg_ws(cg, n, "int", N, "pos"), perm = cg_ws(cg, n, "int", N, "perm");
+    int count = cg_ws(cg, n, "int", V + 1, "count"), wcnt = cg_ws(cg, n, "int", 8 * V, "wcnt");
+
+    cg_begin(cg, n, "sort", "embedding_dw 1/2: stable counting sort of the tokens by id (one block)");
+    cg_param(cg, perm, 1, "perm");
+    cg_param(cg, pos, 1, "pos");
+    cg_param(cg, count, 1, "count");
+    cg_param(cg, wcnt, 1, "wcnt");
+    cg_in(cg, ids, "ids");
+    cg_const(cg, "N", N);
+    cg_const(cg, "V", V);
+    cg_line(cg, "moec::stable_bucket_sort<V, N, true>(pos, ids, count, wcnt);");
+    cg_line(cg, "for (long long i = threadIdx.x; i < N; i += blockDim.x)");
+    cg_line(cg, "    if (pos[i] >= 0)");
+    cg_line(cg, "        perm[pos[i]] = (int)i;");
+    cg_end(cg, CG_BLOCK, 1);
+
+    cg_begin(cg, n, "sum", "embedding_dw 2/2: each (id, column) sums its tokens' rows in token order");
+    cg_out(cg, n, "dw");
+    cg_in(cg, dy, "dy");
+    cg_param(cg, perm, 0, "perm");
+    cg_param(cg, count, 0, "count");
+    cg_const(cg, "V", V);
+    cg_const(cg, "D", D);
+    cg_line(cg, "MOEC_FOR(i, V * D) {");
+    cg_line(cg, "    long long v = i / D, j = i %% D;");
+    cg_line(cg, "    float acc = 0.0f;");
+    cg_line(cg, "    for (int p = count[v]; p < count[v + 1]; p++)");
+    cg_line(cg, "        acc += dy[perm[p] * D + j];");
+    cg_line(cg, "    dw[i] = acc;");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(V * D, CG_BLOCK));
+    return 1;
+}
+
+static int64_t gemm_grid(int64_t m, int64_t nn) { return min64(((m + 15) / 16) * ((nn + 15) / 16), 65535); }
+
+/* linear: x [N, IN], w [OUT, IN] -> [N, OUT]; linear_dx: dy [N, OUT], w ->
+ * [N, IN]; linear_dw: dy [N, OUT], x [N, IN] -> [OUT, IN]. */
+int cg_emit_linear(Cg *cg, const IrNode *n)
+{
+    const IrNode *s0 = n->src[0], *s1 = n->src[1];
+    int64_t rows = cg_lead(s0);
+    switch (n->op) {
+    case IR_OP_LINEAR:
+        cg_begin(cg, n, "", "linear: y = x w^T (16 x 16 tiles, fp32 accumulation)");
+        cg_out(cg, n, "y");
+        cg_in(cg, s0, "x");
+        cg_in(cg, s1, "w");
+        cg_const(cg, "ROWS", rows);
+        cg_const(cg, "IN", s1->shape[1]);
+        cg_const(cg, "OUT", s1->shape[0]);
+        cg_line(cg, "moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN>(y, x, w);");
+        cg_end(cg, CG_BLOCK, gemm_grid(rows, s1->shape[0]));
+        return 1;
+    case IR_OP_LINEAR_DX:
+        cg_begin(cg, n, "", "linear_dx: dx = dy w");
+        cg_out(cg, n, "dx");
+        cg_in(cg, s0, "dy");
+        cg_in(cg, s1, "w");
+        cg_const(cg, "ROWS", rows);
+        cg_const(cg, "IN", s1->shape[1]);
+        cg_const(cg, "OUT", s1->shape[0]);
+        cg_line(cg, "moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1>(dx, dy, w);");
+        cg_end(cg, CG_BLOCK, gemm_grid(rows, s1->shape[1]));
+        return 1;
+    default: /* IR_OP_LINEAR_DW */
+        cg_begin(cg, n, "", "linear_dw: dw = dy^T x");
+        cg_out(cg, n, "dw");
+        cg_in(cg, s0, "dy");
+        cg_in(cg, s1, "x");
+        cg_const(cg, "ROWS", rows);
+        cg_const(cg, "IN", cg_last(s1));
+        cg_const(cg, "OUT", cg_last(s0));
+        cg_line(cg, "moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1>(dw, dy, x);");
+        cg_end(cg, CG_BLOCK, gemm_grid(cg_last(s0), cg_last(s1)));
+        return 1;
+    }
+}
+
+static void rows_consts(Cg *cg, const IrNode *x, const IrNode *n)
+{
+    char b[64];
+    cg_const(cg, "ROWS", cg_lead(x));
+    cg_const(cg, "D", cg_last(x));
+    cg_line(cg, "constexpr double EPS = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_EPS)));
+}
+
+/* the row's 1 / sqrt(mean(x^2) + eps), in double, into `inv` */
+static void rms_inv_lines(Cg *cg, const char *x)
+{
+    cg_line(cg, "    double ss = 0.0;");
+    cg_line(cg, "    for (long long i = threadIdx.x; i < D; i += blockDim.x)");
+    cg_line(cg, "        ss += (double)%s[r * D + i] * %s[r * D + i];", x, x);
+    cg_line(cg, "    ss = moec::block_sum<%d>(ss);", CG_BLOCK);
+    cg_line(cg, "    double inv = 1.0 / sqrt(ss / (double)D + EPS);");
+}
+
+/* one block per row */
+int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[0];
+    cg_begin(cg, n, "", "rmsnorm: one block per row, sum of squares in double");
+    cg_out(cg, n, "y");
+    cg_in(cg, x, "x");
+    cg_in(cg, n->src[1], "w");
+    rows_consts(cg, x, n);
+    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+    rms_inv_lines(cg, "x");
+    cg_line(cg, "    for (long long i = threadIdx.x; i < D; i += blockDim.x)");
+    cg_line(cg, "        y[r * D + i] = (float)((double)x[r * D + i] * inv * w[i]);");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, min64(cg_lead(x), 65535));
+    return 1;
+}
+
+/* dx_j = r w_j dy_j - x_j r^3 / d * sum_i w_i dy_i x_i */
+int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[1];
+    cg_begin(cg, n, "", "rmsnorm_dx: one block per row");
+    cg_out(cg, n, "dx");
+    cg_in(cg, n->src[0], "dy");
+    cg_in(cg, x, "x");
+    cg_in(cg, n->src[2], "w");
+    rows_consts(cg, x, n);
+    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+    rms_inv_lines(cg, "x");
+    cg_line(cg, "    double s = 0.0;");
+    cg_line(cg, "    for (long long i = threadIdx.x; i < D; i += blockDim.x)");
+    cg_line(cg, "        s += (double)w[i] * dy[r * D + i] * x[r * D + i];");
+    cg_line(cg, "    s = moec::block_sum<%d>(s);", CG_BLOCK);
+    cg_line(cg, "    for (long long j = threadIdx.x; j < D; j += blockDim.x)");
+    cg_line(cg, "        dx[r * D + j] = (float)(inv * w[j] * dy[r * D + j] - (double)x[r * D + j] * inv * inv * inv / "
+                "(double)D * s);");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, min64(cg_lead(x), 65535));
+    return 1;
+}
+
+/* dw_i = sum over rows (in row order, fp32 as the CPU) of dy x r */
+int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[1];
+    int64_t rows = cg_lead(x), d = cg_last(x);
+    int inv = cg_ws(cg, n, "double", rows, "inv");
+    cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
+    cg_param(cg, inv, 1, "rinv");
+    cg_in(cg, x, "x");
+    rows_consts(cg, x, n);
+    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+    rms_inv_lines(cg, "x");
+    cg_line(cg, "    if (threadIdx.x == 0)");
+    cg_line(cg, "        rinv[r] = inv;");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, min64(rows, 65535));
+
+    cg_begin(cg, n, "sum", "rmsnorm_dw 2/2: one thread per column sums the rows in order");
+    cg_out(cg, n, "dw");
+    cg_in(cg, n->src[0], "dy");
+    cg_in(cg, x, "x");
+    cg_param(cg, inv, 0, "rinv");
+    cg_const(cg, "ROWS", rows);
+    cg_const(cg, "D", d);
+    cg_line(cg, "MOEC_FOR(i, D) {");
+    cg_line(cg, "    float acc = 0.0f;");
+    cg_line(cg, "    for (long long r = 0; r < ROWS; r++)");
+    cg_line(cg, "        acc += (float)((double)dy[r * D + i] * x[r * D + i] * rinv[r]);");
+    cg_line(cg, "    dw[i] = acc;");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(d, CG_BLOCK));
+    return 1;
+}
+
+/* rotate-half RoPE (Hugging Face convention), rope_dx rotates back */
+int cg_emit_rope(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[0];
+    char b[64];
+    int64_t h = ir_attr_i(n, IR_ATTR_HEADS), hd = x->shape[2] / h;
+    int64_t total = x->shape[0] * x->shape[1] * h * (hd / 2);
+    cg_begin(cg, n, "", n->op == IR_OP_ROPE ? "rope: rotate pairs (j, j + hd/2) by pos * theta^(-2j/hd)"
+                                            : "rope_dx: rotate back by minus the angle");
+    cg_out(cg, n, "y");
+    cg_in(cg, x, "x");
+    cg_const(cg, "B", x->shape[0]);
+    cg_const(cg, "S", x->shape[1]);
+    cg_const(cg, "H", h);
+    cg_const(cg, "HD", hd);
+    cg_const(cg, "HALF", hd / 2);
+    cg_line(cg, "constexpr double THETA = %s, SIGN = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_THETA)),
+            n->op == IR_OP_ROPE ? "1.0" : "-1.0");
+    cg_line(cg, "MOEC_FOR(idx, B * S * H * HALF) {");
+    cg_line(cg, "    long long j = idx %% HALF, h = idx / HALF %% H, s = idx / (HALF * H) %% S, b = idx / (HALF * H * S);");
+    cg_line(cg, "    long long at = (b * S + s) * (H * HD) + h * HD + j;");
+    cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
+    cg_line(cg, "    double c = cos(ang), sn = SIGN * sin(ang);");
+    cg_line(cg, "    double x1 = x[at], x2 = x[at + HALF];");
+    cg_line(cg, "    y[at] = (float)(x1 * c - x2 * sn);");
+    cg_line(cg, "    y[at + HALF] = (float)(x2 * c + x1 * sn);");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(total, CG_BLOCK));
+    return 1;
+}
+
+int cg_emit_elementwise(Cg *cg, const IrNode *n)
+{
+    char b[64];
+    int64_t numel = ir_numel(n);
+    const char *what = "", *expr = "";
+    switch (n->op) {
+    case IR_OP_ADD: what = "add"; expr = "a[i] + b[i]"; break;
+    case IR_OP_MUL: what = "mul"; expr = "a[i] * b[i]"; break;
+    case IR_OP_SCALE: what = "scale: times a constant, in double"; expr = "(float)(a[i] * FACTOR)"; break;
+    case IR_OP_SILU: what = "silu, in double"; expr = "(float)moec::silu(a[i])"; break;
+    case IR_OP_GELU: what = "gelu (tanh approximation), in double"; expr = "(float)moec::gelu(a[i])"; break;
+    case IR_OP_SILU_DX: what = "silu_dx: dy silu'(x)"; expr = "(float)(a[i] * moec::silu_d(b[i]))"; break;
+    case IR_OP_GELU_DX: what = "gelu_dx: dy gelu'(x)"; expr = "(float)(a[i] * moec::gelu_d(b[i]))"; break;
+    case IR_OP_ROW_SCALE: what = "row_scale: x [R, D] times p [R] per row"; expr = "a[i] * b[i / D]"; break;
+    default: die("cg_emit_elementwise: %s", ir_node_op_name(n));
+    }
+    cg_begin(cg, n, "", what);
+    cg_out(cg, n, "y");
+    cg_in(cg, n->src[0], "a");
+    if (n->nsrc > 1)
+        cg_in(cg, n->src[1], "b");
+    cg_const(cg, "N", numel);
+    if (n->op == IR_OP_ROW_SCALE)
+        cg_const(cg, "D", n->src[0]->shape[1]);
+    if (n->op == IR_OP_SCALE)
+        cg_line(cg, "constexpr double FACTOR = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_FACTOR)));
+    cg_line(cg, "MOEC_FOR(i, N)");
+    cg_line(cg, "    y[i] = %s;", expr);
+    cg_end(cg, CG_BLOCK, cg_grid(numel, CG_BLOCK));
+    return 1;
+}
+
+/* swiglu: h [.., 2F] = [gate | up] -> silu(gate) * up; scaled_swiglu times p [R] */
+int cg_emit_swiglu(Cg *cg, const IrNode *n)
+{
+    int scaled = n->op == IR_OP_SCALED_SWIGLU;
+    int64_t rows = cg_lead(n), F = cg_last(n);
+    cg_begin(cg, n, "", scaled ? "scaled_swiglu: silu(gate) * up * p per row, in double" : "swiglu: silu(gate) * up");
+    cg_out(cg, n, "y");
+    cg_in(cg, n->src[0], "h");
+    if (scaled)
+        cg_in(cg, n->src[1], "p");
+    cg_const(cg, "ROWS", rows);
+    cg_const(cg, "F", F);
+    cg_line(cg, "MOEC_FOR(i, ROWS * F) {");
+    cg_line(cg, "    long long r = i / F, f = i %% F;");
+    cg_line(cg, "    y[i] = (float)(moec::silu(h[r * 2 * F + f]) * h[r * 2 * F + F + f]%s);", scaled ? " * p[r]" : "");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(rows * F, CG_BLOCK));
+    return 1;
+}
+
+/* d gate = dy p up silu'(gate), d up = dy p silu(gate) */
+int cg_emit_swiglu_dh(Cg *cg, const IrNode *n)
+{
+    int scaled = n->op == IR_OP_SCALED_SWIGLU_DH;
+    const IrNode *dy = n->src[0];
+    int64_t rows = cg_lead(dy), F = cg_last(dy);
+    cg_begin(cg, n, "", scaled ? "scaled_swiglu_dh: the gradient w.r.t. [gate | up]" : "swiglu_dx: the gradient w.r.t. [gate | up]");
+    cg_out(cg, n, "dh");
+    cg_in(cg, dy, "dy");
+    cg_in(cg, n->src[1], "h");
+    if (scaled)
+        cg_in(cg, n->src[2], "p");
+    cg_const(cg, "ROWS", rows);
+    cg_const(cg, "F", F);
+    cg_line(cg, "MOEC_FOR(i, ROWS * F) {");
+    cg_line(cg, "    long long r = i / F, f = i %% F;");
+    cg_line(cg, "    double g = h[r * 2 * F + f], u = h[r * 2 * F + F + f], d = %s;",
+            scaled ? "dy[i] * (double)p[r]" : "(double)dy[i]");
+    cg_line(cg, "    dh[r * 2 * F + f] = (float)(d * u * moec::silu_d(g));");
+    cg_line(cg, "    dh[r * 2 * F + F + f] = (float)(d * moec::silu(g));");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(rows * F, CG_BLOCK));
+    return 1;
+}
+
+/* scaled_swiglu_dp: sum_f dy silu(gate) up per row; row_dot: sum_j dy x per
+ * row; one block per row, in double (the fused grouped_mlp_bwd reduces its
+ * dprobs the same way, so the two agree bit for bit) */
+int cg_emit_row_reduce(Cg *cg, const IrNode *n)
+{
+    const IrNode *dy = n->src[0];
+    int64_t rows = dy->shape[0], F = dy->shape[1];
+    int dp = n->op == IR_OP_SCALED_SWIGLU_DP;
+    cg_begin(cg, n, "", dp ? "scaled_swiglu_dp: sum_f dy silu(gate) up per row (one block per row, double)"
+                           : "row_dot: sum_j dy x per row (one block per row, double)");
+    cg_out(cg, n, "y");
+    cg_in(cg, dy, "dy");
+    cg_in(cg, n->src[1], dp ? "h" : "x");
+    cg_const(cg, "ROWS", rows);
+    cg_const(cg, "F", F);
+    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+    cg_line(cg, "    double s = 0.0;");
+    cg_line(cg, "    for (long long f = threadIdx.x; f < F; f += blockDim.x)");
+    if (dp)
+        cg_line(cg, "        s += (double)dy[r * F + f] * moec::silu(h[r * 2 * F + f]) * h[r * 2 * F + F + f];");
+    else
+        cg_line(cg, "        s += (double)dy[r * F + f] * x[r * F + f];");
+    cg_line(cg, "    s = moec::block_sum<%d>(s);", CG_BLOCK);
+    cg_line(cg, "    if (threadIdx.x == 0)");
+    cg_line(cg, "        y[r] = (float)s;");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, min64(rows, 65535));
+    return 1;
+}
+
+/* x [.., W] -> x[.., OFF : OFF + SIZE] */
+int cg_emit_slice(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[0];
+    int64_t rows = cg_lead(x), size = ir_attr_i(n, IR_ATTR_SIZE);
+    cg_begin(cg, n, "", "slice of the last dimension");
+    cg_out(cg, n, "y");
+    cg_in(cg, x, "x");
+    cg_const(cg, "ROWS", rows);
+    cg_const(cg, "W", cg_last(x));
+    cg_const(cg, "OFF", ir_attr_i(n, IR_ATTR_OFFSET));
+    cg_const(cg, "SIZE", size);
+    cg_line(cg, "MOEC_FOR(i, ROWS * SIZE)");
+    cg_line(cg, "    y[i] = x[i / SIZE * W + OFF + i %% SIZE];");
+    cg_end(cg, CG_BLOCK, cg_grid(rows * size, CG_BLOCK));
+    return 1;
+}

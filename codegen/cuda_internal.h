@@ -1,0 +1,182 @@
+/* cuda_internal.h - what the CUDA code generator's files share: the kernel
+ * builder the per-op emitters write through, and the emitter table.
+ *
+ * An emitter turns one IR node into one or more launches. For each it calls
+ *
+ *     cg_begin(cg, n, "suffix", "what it does")
+ *     cg_out / cg_in / cg_param_ws ...     the kernel's pointer parameters
+ *     cg_const / cg_line ...               the body, constants first
+ *     cg_end(cg, block, grid)
+ *
+ * The builder adds the kernel (or reuses an identical one another node
+ * already emitted), records the launch with its buffers for the plan, and
+ * keeps the source deterministic. Workspaces (scratch buffers live only
+ * during the node) come from cg_ws(). */
+#ifndef MOEC_CODEGEN_CUDA_INTERNAL_H
+#define MOEC_CODEGEN_CUDA_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ir/ir.h"
+
+/* ---- a growable string */
+typedef struct Sb {
+    char *s;
+    size_t len, cap;
+} Sb;
+void sb_put(Sb *b, const char *s, size_t n);
+void sb_puts(Sb *b, const char *s);
+void sb_printf(Sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_vprintf(Sb *b, const char *fmt, va_list ap);
+void sb_free(Sb *b);
+
+enum { CG_MAX_ARGS = 24, CG_BLOCK = 256 };
+
+typedef enum CgBufKind { CG_BUF_NODE, CG_BUF_VIEW, CG_BUF_WS } CgBufKind;
+
+typedef struct CgBuf {
+    char *name;          /* the node's name, or node.ws.what */
+    int node;            /* its node (the workspace's owner) */
+    CgBufKind kind;
+    const char *ctype;   /* float, int or double */
+    int64_t bytes;
+    int alias_of;        /* a view: the buffer it aliases (resolved to a non-view), else -1 */
+    int64_t alias_offset;/* bytes into it */
+    const char *region;  /* params | inputs | activations (filled by the planner) */
+    int64_t offset;
+    int block;           /* the planner's block, -1 for params and inputs */
+} CgBuf;
+
+typedef struct CgLaunch {
+    int node;
+    int kernel;          /* index into kernels, -1: a host-side collective */
+    int64_t grid;
+    int block;
+    int nargs;
+    int args[CG_MAX_ARGS];
+    char *what;
+} CgLaunch;
+
+typedef struct CgKernel {
+    char *name;
+    char *header;        /* comment lines naming the first node */
+    char *text;          /* parameters and body, everything after the name */
+    int block;
+    uint64_t hash;
+    int *users;          /* node ids launching it, the first included */
+    int nusers, capusers;
+} CgKernel;
+
+typedef struct Cg {
+    const IrGraph *g;
+    Diag *diag;
+    int dedup;
+    CgBuf *bufs;
+    int nbufs, capbufs;
+    CgLaunch *launches;
+    int nlaunches, caplaunches;
+    CgKernel *kernels;
+    int nkernels, capkernels;
+    int *table;          /* hash table of kernels (index + 1, 0 empty) */
+    int tablecap;
+    /* the kernel being built */
+    const IrNode *node;
+    char *suffix, *what;
+    Sb params, body;
+    int args[CG_MAX_ARGS];
+    int nargs;
+    int launch_index;    /* launches of this node so far */
+    int errors;
+} Cg;
+
+/* ---- the builder */
+void cg_begin(Cg *cg, const IrNode *n, const char *suffix, const char *what);
+/* A pointer parameter for buffer `buf`: `T *__restrict__ name` (const T
+ * for inputs), T from the buffer. */
+void cg_param(Cg *cg, int buf, int is_out, const char *name);
+void cg_out(Cg *cg, const IrNode *n, const char *name);
+void cg_in(Cg *cg, const IrNode *src, const char *name);
+/* A workspace of `count` elements of ctype, owned by node n. */
+int cg_ws(Cg *cg, const IrNode *n, const char *ctype, int64_t count, const char *what);
+void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long name = v; */
+void cg_line(Cg *cg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cg_end(Cg *cg, int block, int64_t grid);
+/* A host-side collective: no kernel, a plan entry with its buffers. */
+void cg_collective(Cg *cg, const IrNode *n);
+
+/* ---- helpers for emitters */
+int64_t cg_grid(int64_t items, int block);     /* ceil(items / block), 1 to 65535 */
+const char *cg_dbl(char buf[64], double v);    /* an exact double literal */
+int64_t cg_lead(const IrNode *n);              /* product of all but the last dimension */
+int64_t cg_last(const IrNode *n);              /* the last dimension (1 for scalars) */
+int cg_is_mxfp8(const IrNode *n);              /* grouped_mlp(_bwd) with precision mxfp8 */
+/* Reports a user-level error at the node (codegen cannot handle it). */
+void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- the emitter table (cuda.c) and the families (cuda_*.c) */
+typedef enum CgKind {
+    CG_NONE = 0,     /* no entry: a bug, caught at start-up */
+    CG_LEAF,         /* input, param: bound by the host, no launch */
+    CG_ALIAS,        /* view: aliases its packed source, no launch */
+    CG_KERNELS,      /* one or more kernel launches */
+    CG_HOST,         /* a collective: a host-side call recorded in the plan */
+    CG_UNSUPPORTED,  /* refused with an error (custom ops) */
+} CgKind;
+
+typedef int (*CgEmitFn)(Cg *cg, const IrNode *n);
+
+typedef struct CgEmitter {
+    CgKind kind;
+    CgEmitFn fn;         /* CG_KERNELS */
+} CgEmitter;
+
+extern const CgEmitter cg_emitters[IR_OP_COUNT];
+
+/* cuda_dense.c */
+int cg_emit_fill(Cg *cg, const IrNode *n);
+int cg_emit_embedding(Cg *cg, const IrNode *n);
+int cg_emit_embedding_dw(Cg *cg, const IrNode *n);
+int cg_emit_linear(Cg *cg, const IrNode *n);       /* linear, linear_dx, linear_dw */
+int cg_emit_rmsnorm(Cg *cg, const IrNode *n);
+int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n);
+int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n);
+int cg_emit_rope(Cg *cg, const IrNode *n);         /* rope, rope_dx */
+int cg_emit_elementwise(Cg *cg, const IrNode *n);  /* add, mul, scale, silu, gelu, silu_dx, gelu_dx, row_scale */
+int cg_emit_swiglu(Cg *cg, const IrNode *n);       /* swiglu, scaled_swiglu */
+int cg_emit_swiglu_dh(Cg *cg, const IrNode *n);    /* swiglu_dx, scaled_swiglu_dh */
+int cg_emit_row_reduce(Cg *cg, const IrNode *n);   /* scaled_swiglu_dp, row_dot */
+int cg_emit_slice(Cg *cg, const IrNode *n);
+/* cuda_attention.c */
+int cg_emit_sdpa(Cg *cg, const IrNode *n);
+int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n);
+/* cuda_moe.c */
+int cg_emit_topk_experts(Cg *cg, const IrNode *n);
+int cg_emit_topk_probs(Cg *cg, const IrNode *n);
+int cg_emit_topk_probs_dx(Cg *cg, const IrNode *n);
+int cg_emit_route_plan(Cg *cg, const IrNode *n);
+int cg_emit_expert_counts(Cg *cg, const IrNode *n);
+int cg_emit_dispatch(Cg *cg, const IrNode *n);     /* dispatch, dispatch_probs, dispatch_probs_dx */
+int cg_emit_combine(Cg *cg, const IrNode *n);
+int cg_emit_grouped_linear(Cg *cg, const IrNode *n); /* grouped_linear, _dx, _dw */
+int cg_emit_grouped_mlp(Cg *cg, const IrNode *n);
+int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n);
+int cg_emit_quantize(Cg *cg, const IrNode *n);
+int cg_emit_quantize_grouped(Cg *cg, const IrNode *n);
+int cg_emit_ep_local_splits(Cg *cg, const IrNode *n);
+int cg_emit_ep_permute(Cg *cg, const IrNode *n);   /* ep_sort, ep_unsort */
+/* cuda_loss.c */
+int cg_emit_cross_entropy(Cg *cg, const IrNode *n);
+int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n);
+int cg_emit_aux_loss(Cg *cg, const IrNode *n);
+int cg_emit_aux_loss_dx(Cg *cg, const IrNode *n);
+/* cuda_optim.c: the AdamW step and gradient norm (not tied to a node) */
+void cg_emit_optimizer(Cg *cg, Sb *src);
+
+/* The generated device library (codegen/mxfp8.cuh and codegen/prelude.cuh
+ * as C strings, made by the Makefile). */
+extern const char cuda_prelude_mxfp8[];
+extern const char cuda_prelude_lib[];
+
+#endif

@@ -1,0 +1,237 @@
+/* cuda_loss.c - emitters for the objectives and their gradients:
+ * cross-entropy (also the masked-LM loss) and the Switch load-balancing
+ * loss. Softmax statistics and sums in double, as kernels.inc; a mean over
+ * rows is per-row work (one block per row) then one block that adds the
+ * rows in a fixed tree. */
+#include "cuda_internal.h"
+#include "../ir/util.h"
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int64_t ignore_of(const IrNode *n)
+{
+    return ir_has_attr(n, IR_ATTR_IGNORE) ? ir_attr_i(n, IR_ATTR_IGNORE) : -100;
+}
+
+/* the row's max and sum of exp(l - max) over V logits, by the whole block */
+static void softmax_stats_lines(Cg *cg, const char *ind)
+{
+    cg_line(cg, "%sdouble mx = moec::neg_inf(), sum = 0.0;", ind);
+    cg_line(cg, "%sfor (long long v = threadIdx.x; v < V; v += blockDim.x)", ind);
+    cg_line(cg, "%s    if (l[v] > mx)", ind);
+    cg_line(cg, "%s        mx = l[v];", ind);
+    cg_line(cg, "%smx = moec::block_max<%d>(mx);", ind, CG_BLOCK);
+    cg_line(cg, "%sfor (long long v = threadIdx.x; v < V; v += blockDim.x)", ind);
+    cg_line(cg, "%s    sum += exp((double)l[v] - mx);", ind);
+    cg_line(cg, "%ssum = moec::block_sum<%d>(sum);", ind, CG_BLOCK);
+}
+
+/* mean over rows whose target is neither ignore nor out of range of
+ * -log softmax(logits)[target] */
+int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[0], *tg = n->src[1];
+    int64_t N = cg_lead(x), V = cg_last(x);
+    int rowloss = cg_ws(cg, n, "double", N, "row_loss"), valid = cg_ws(cg, n, "int", N, "row_counted");
+    cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row (log-sum-exp in double)");
+    cg_param(cg, rowloss, 1, "row_loss");
+    cg_param(cg, valid, 1, "row_counted");
+    cg_in(cg, x, "logits");
+    cg_in(cg, tg, "targets");
+    cg_const(cg, "N", N);
+    cg_const(cg, "V", V);
+    cg_const(cg, "IGNORE", ignore_of(n));
+    cg_line(cg, "for (long long r = blockIdx.x; r < N; r += gridDim.x) {");
+    cg_line(cg, "    int t = targets[r];");
+    cg_line(cg, "    bool counted = !(t == IGNORE || t < 0 || t >= V);");
+    cg_line(cg, "    double loss = 0.0;");
+    cg_line(cg, "    if (counted) { /* the same for the whole block */");
+    cg_line(cg, "        const float *l = logits + r * V;");
+    softmax_stats_lines(cg, "        ");
+    cg_line(cg, "        loss = log(sum) + mx - l[t];");
+    cg_line(cg, "    }");
+    cg_line(cg, "    if (threadIdx.x == 0) {");
+    cg_line(cg, "        row_loss[r] = loss;");
+    cg_line(cg, "        row_counted[r] = counted;");
+    cg_line(cg, "    }");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, min64(N, 65535));
+
+    cg_begin(cg, n, "mean", "cross-entropy 2/2: the mean over the counted rows, one block");
+    cg_out(cg, n, "loss");
+    cg_param(cg, rowloss, 0, "row_loss");
+    cg_param(cg, valid, 0, "row_counted");
+    cg_const(cg, "N", N);
+    cg_line(cg, "double total = 0.0, count = 0.0;");
+    cg_line(cg, "for (long long r = threadIdx.x; r < N; r += blockDim.x) {");
+    cg_line(cg, "    total += row_loss[r];");
+    cg_line(cg, "    count += row_counted[r];");
+    cg_line(cg, "}");
+    cg_line(cg, "total = moec::block_sum<%d>(total);", CG_BLOCK);
+    cg_line(cg, "count = moec::block_sum<%d>(count);", CG_BLOCK);
+    cg_line(cg, "if (threadIdx.x == 0)");
+    cg_line(cg, "    loss[0] = (float)(count > 0.0 ? total / count : 0.0);");
+    cg_end(cg, CG_BLOCK, 1);
+    return 1;
+}
+
+/* dl [], logits [N, V], targets [N] -> dl (softmax - onehot) / counted rows */
+int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
+{
+    const IrNode *dl = n->src[0], *x = n->src[1], *tg = n->src[2];
+    int64_t N = cg_lead(x), V = cg_last(x);
+    int cnt = cg_ws(cg, n, "int", 1, "count");
+    cg_begin(cg, n, "count", "cross_entropy_dx 1/2: the number of counted rows, one block");
+    cg_param(cg, cnt, 1, "count");
+    cg_in(cg, tg, "targets");
+    cg_const(cg, "N", N);
+    cg_const(cg, "V", V);
+    cg_const(cg, "IGNORE", ignore_of(n));
+    cg_line(cg, "double c = 0.0;");
+    cg_line(cg, "for (long long r = threadIdx.x; r < N; r += blockDim.x)");
+    cg_line(cg, "    c += !(targets[r] == IGNORE || targets[r] < 0 || targets[r] >= V);");
+    cg_line(cg, "c = moec::block_sum<%d>(c);", CG_BLOCK);
+    cg_line(cg, "if (threadIdx.x == 0)");
+    cg_line(cg, "    count[0] = (int)c;");
+    cg_end(cg, CG_BLOCK, 1);
+
+    cg_begin(cg, n, "rows", "cross_entropy_dx 2/2: one block per row, softmax in double");
+    cg_out(cg, n, "dx");
+    cg_in(cg, dl, "dloss");
+    cg_in(cg, x, "logits");
+    cg_in(cg, tg, "targets");
+    cg_param(cg, cnt, 0, "count");
+    cg_const(cg, "N", N);
+    cg_const(cg, "V", V);
+    cg_const(cg, "IGNORE", ignore_of(n));
+    cg_line(cg, "double dl = dloss[0];");
+    cg_line(cg, "int cnt = count[0];");
+    cg_line(cg, "for (long long r = blockIdx.x; r < N; r += gridDim.x) {");
+    cg_line(cg, "    int t = targets[r];");
+    cg_line(cg, "    const float *l = logits + r * V;");
+    cg_line(cg, "    float *d = dx + r * V;");
+    cg_line(cg, "    if (t == IGNORE || t < 0 || t >= V || cnt == 0) { /* the same for the whole block */");
+    cg_line(cg, "        for (long long v = threadIdx.x; v < V; v += blockDim.x)");
+    cg_line(cg, "            d[v] = 0.0f;");
+    cg_line(cg, "        continue;");
+    cg_line(cg, "    }");
+    softmax_stats_lines(cg, "    ");
+    cg_line(cg, "    for (long long v = threadIdx.x; v < V; v += blockDim.x)");
+    cg_line(cg, "        d[v] = (float)(dl * (exp((double)l[v] - mx) / sum - (v == t)) / (double)cnt);");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, min64(N, 65535));
+    return 1;
+}
+
+/* f_e = the fraction of (token, slot) pairs routed to e, added 1/N at a
+ * time as kernels.inc does (so bit for bit the CPU's): into f[E], shared */
+static void aux_counts_lines(Cg *cg)
+{
+    cg_line(cg, "__shared__ int cnt[E];");
+    cg_line(cg, "for (int e = threadIdx.x; e < E; e += blockDim.x)");
+    cg_line(cg, "    cnt[e] = 0;");
+    cg_line(cg, "__syncthreads();");
+    cg_line(cg, "for (long long i = threadIdx.x; i < N * K; i += blockDim.x)");
+    cg_line(cg, "    if (experts[i] >= 0 && experts[i] < E)");
+    cg_line(cg, "        atomicAdd(&cnt[experts[i]], 1);");
+    cg_line(cg, "__syncthreads();");
+    cg_line(cg, "for (int e = threadIdx.x; e < E; e += blockDim.x) {");
+    cg_line(cg, "    double fe = 0.0;");
+    cg_line(cg, "    for (int c = 0; c < cnt[e]; c++)");
+    cg_line(cg, "        fe += 1.0 / (double)N;");
+    cg_line(cg, "    f[e] = fe;");
+    cg_line(cg, "}");
+    cg_line(cg, "__syncthreads();");
+}
+
+/* the token's softmax over E logits, in double, into p[E] */
+static void softmax_row_lines(Cg *cg, const char *ind)
+{
+    cg_line(cg, "%sconst float *l = logits + t * E;", ind);
+    cg_line(cg, "%sdouble mx = moec::neg_inf(), sum = 0.0;", ind);
+    cg_line(cg, "%sfor (int e = 0; e < E; e++)", ind);
+    cg_line(cg, "%s    if (l[e] > mx)", ind);
+    cg_line(cg, "%s        mx = l[e];", ind);
+    cg_line(cg, "%sfor (int e = 0; e < E; e++)", ind);
+    cg_line(cg, "%s    sum += p[e] = exp((double)l[e] - mx);", ind);
+    cg_line(cg, "%sfor (int e = 0; e < E; e++)", ind);
+    cg_line(cg, "%s    p[e] /= sum;", ind);
+}
+
+static int check_experts(Cg *cg, const IrNode *n, int64_t E)
+{
+    if (E > 1024) {
+        cg_error(cg, n, "%s: %lld experts: the CUDA load-balancing loss handles at most 1024", n->name, (long long)E);
+        return 0;
+    }
+    return 1;
+}
+
+/* E * sum_e f_e P_e, P_e the mean router probability of expert e */
+int cg_emit_aux_loss(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[0], *ex = n->src[1];
+    int64_t N = cg_lead(x), E = cg_last(x);
+    if (!check_experts(cg, n, E))
+        return 0;
+    cg_begin(cg, n, "", "aux_loss: Switch load balancing E * sum_e f_e P_e, one block, double");
+    cg_out(cg, n, "loss");
+    cg_in(cg, x, "logits");
+    cg_in(cg, ex, "experts");
+    cg_const(cg, "N", N);
+    cg_line(cg, "constexpr int E = %lld, K = %lld;", (long long)E, (long long)cg_last(ex));
+    cg_line(cg, "__shared__ double f[E];");
+    aux_counts_lines(cg);
+    cg_line(cg, "double part[E], p[E];");
+    cg_line(cg, "for (int e = 0; e < E; e++)");
+    cg_line(cg, "    part[e] = 0.0;");
+    cg_line(cg, "for (long long t = threadIdx.x; t < N; t += blockDim.x) {");
+    softmax_row_lines(cg, "    ");
+    cg_line(cg, "    for (int e = 0; e < E; e++)");
+    cg_line(cg, "        part[e] += p[e] / (double)N;");
+    cg_line(cg, "}");
+    cg_line(cg, "double s = 0.0;");
+    cg_line(cg, "for (int e = 0; e < E; e++)");
+    cg_line(cg, "    s += f[e] * moec::block_sum<%d>(part[e]);", CG_BLOCK);
+    cg_line(cg, "if (threadIdx.x == 0)");
+    cg_line(cg, "    loss[0] = (float)((double)E * s);");
+    cg_end(cg, CG_BLOCK, 1);
+    return 1;
+}
+
+/* d/dl_te = dl E / N p_te (f_e - sum_i f_i p_ti) */
+int cg_emit_aux_loss_dx(Cg *cg, const IrNode *n)
+{
+    const IrNode *dl = n->src[0], *x = n->src[1], *ex = n->src[2];
+    int64_t N = cg_lead(x), E = cg_last(x);
+    if (!check_experts(cg, n, E))
+        return 0;
+    int fw = cg_ws(cg, n, "double", E, "f");
+    cg_begin(cg, n, "f", "aux_loss_dx 1/2: the fraction of pairs routed to each expert, one block");
+    cg_param(cg, fw, 1, "f");
+    cg_in(cg, ex, "experts");
+    cg_const(cg, "N", N);
+    cg_line(cg, "constexpr int E = %lld, K = %lld;", (long long)E, (long long)cg_last(ex));
+    aux_counts_lines(cg);
+    cg_end(cg, CG_BLOCK, 1);
+
+    cg_begin(cg, n, "rows", "aux_loss_dx 2/2: one thread per token, softmax in double");
+    cg_out(cg, n, "dx");
+    cg_in(cg, dl, "dloss");
+    cg_in(cg, x, "logits");
+    cg_param(cg, fw, 0, "f");
+    cg_const(cg, "N", N);
+    cg_line(cg, "constexpr int E = %lld;", (long long)E);
+    cg_line(cg, "double dl = dloss[0];");
+    cg_line(cg, "MOEC_FOR(t, N) {");
+    cg_line(cg, "    double p[E];");
+    softmax_row_lines(cg, "    ");
+    cg_line(cg, "    double fp = 0.0;");
+    cg_line(cg, "    for (int e = 0; e < E; e++)");
+    cg_line(cg, "        fp += f[e] * p[e];");
+    cg_line(cg, "    for (int e = 0; e < E; e++)");
+    cg_line(cg, "        dx[t * E + e] = (float)(dl * (double)E / (double)N * p[e] * (f[e] - fp));");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(N, CG_BLOCK));
+    return 1;
+}

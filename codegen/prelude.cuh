@@ -1,0 +1,666 @@
+/* prelude.cuh - the device library every generated kernels.cu starts with.
+ *
+ * The per-node kernels that moec emits bind their shapes, strides and
+ * attributes as compile-time constants and do their work either inline
+ * (elementwise ops) or by calling one of the templates below (GEMM tiles,
+ * grouped GEMMs, attention, routing). Each template is the GPU counterpart of
+ * a function in runtime/cpu/kernels.inc and says how it differs (summation
+ * order only). Plain code, written for correctness: 16 x 16 shared-memory
+ * tiles, fp32 accumulation in GEMMs, double where kernels.inc uses double
+ * (norms, softmax, losses, attention), deterministic reductions (fixed trees,
+ * no floating-point atomics). A faster kernel for an op replaces its emitter
+ * in codegen/cuda.c, not this file.
+ *
+ * Every template that synchronises must be called by all threads of the
+ * block with the same arguments; blockDim.x is the NT (or 256) it names. */
+
+#define MOEC_FOR(i, n) \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n); \
+         i += (long long)gridDim.x * blockDim.x)
+
+namespace moec {
+
+__device__ __forceinline__ double neg_inf() { return -__longlong_as_double(0x7ff0000000000000ll); }
+
+/* ---------------------------------------------------------- activations
+ * as kernels.inc: in double */
+__device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ double silu(double x) { return x * sigmoid(x); }
+__device__ __forceinline__ double silu_d(double x)
+{
+    double s = sigmoid(x);
+    return s * (1.0 + x * (1.0 - s));
+}
+__device__ __forceinline__ double gelu(double x)
+{
+    const double c = 0.7978845608028654; /* sqrt(2 / pi) */
+    return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)));
+}
+__device__ __forceinline__ double gelu_d(double x)
+{
+    const double c = 0.7978845608028654;
+    double u = c * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* ---------------------------------------------------------- reductions
+ * Block-wide sum / max of doubles; every thread gets the result. A fixed
+ * tree (warp shuffles, then the warps' partials in order), so the result
+ * does not depend on timing. */
+template <int NT> __device__ double block_sum(double v)
+{
+    __shared__ double part[NT / 32];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncthreads(); /* a previous call may still be reading part */
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int w = 0; w < NT / 32; w++)
+        s += part[w];
+    return s;
+}
+
+template <int NT> __device__ double block_max(double v)
+{
+    __shared__ double part[NT / 32];
+    for (int o = 16; o > 0; o >>= 1) {
+        double u = __shfl_down_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double m = part[0];
+    for (int w = 1; w < NT / 32; w++)
+        m = part[w] > m ? part[w] : m;
+    return m;
+}
+
+/* ---------------------------------------------------------- GEMM tiles */
+
+struct GemmSmem {
+    float a[16][17];
+    float b[16][17];
+};
+
+/* One 16 x 16 tile of C = A B with 256 threads, one output each:
+ *   C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]
+ * for m < mlim, n < nlim, k < K; A, B, C point at the tile's origin. The sum
+ * is accumulated in fp32, k ascending in steps of 16 (zero-padded past K),
+ * whatever the caller: a fused kernel and the unfused chain that use this
+ * function compute bit-identical results. */
+__device__ void gemm_tile16(float *C, long long ldc, const float *A, long long sam, long long sak, const float *B,
+                            long long sbk, long long sbn, long long mlim, long long nlim, long long K, GemmSmem &sm)
+{
+    int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    float acc = 0.0f;
+    for (long long k0 = 0; k0 < K; k0 += 16) {
+        sm.a[ty][tx] = ty < mlim && k0 + tx < K ? A[ty * sam + (k0 + tx) * sak] : 0.0f;
+        sm.b[ty][tx] = k0 + ty < K && tx < nlim ? B[(k0 + ty) * sbk + tx * sbn] : 0.0f;
+        __syncthreads();
+        for (int kk = 0; kk < 16; kk++)
+            acc += sm.a[ty][kk] * sm.b[kk][tx];
+        __syncthreads();
+    }
+    if (ty < mlim && tx < nlim)
+        C[ty * ldc + tx] = acc;
+}
+
+/* C [M, N] = A B over all tiles of the grid (grid-stride over tiles). */
+template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN>
+__device__ void gemm(float *C, const float *A, const float *B)
+{
+    constexpr long long TM = (M + 15) / 16, TN = (N + 15) / 16;
+    __shared__ GemmSmem sm;
+    for (long long t = blockIdx.x; t < TM * TN; t += gridDim.x) {
+        long long m0 = t / TN * 16, n0 = t % TN * 16;
+        gemm_tile16(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN,
+                    M - m0 < 16 ? M - m0 : 16, N - n0 < 16 ? N - n0 : 16, K, sm);
+    }
+}
+
+/* ---------------------------------------------------------- expert groups
+ * Rows of a grouped tensor: group e < E holds rows [start[e], start[e+1])
+ * (the split sizes added up); rows from start[E] to R are padding (expert
+ * parallelism's receive capacity), group E, which reads and writes zeros.
+ * Each group is cut into tiles of T rows; tile[e] is the first tile of
+ * group e and tile[E + 1] the number of tiles, at most R / T + E + 1. */
+template <int E> struct Groups {
+    long long start[E + 2];
+    long long tile[E + 2];
+};
+
+template <int E, int T> __device__ void load_groups(Groups<E> &gr, const int *splits, long long R)
+{
+    __syncthreads(); /* a previous use of gr may still be reading it */
+    if (threadIdx.x == 0) {
+        gr.start[0] = 0;
+        for (int e = 0; e < E; e++)
+            gr.start[e + 1] = gr.start[e] + splits[e];
+        if (gr.start[E] > R)
+            __trap(); /* split sizes past the rows: the CPU backend stops here too */
+        gr.start[E + 1] = R;
+        gr.tile[0] = 0;
+        for (int e = 0; e <= E; e++)
+            gr.tile[e + 1] = gr.tile[e] + (gr.start[e + 1] - gr.start[e] + T - 1) / T;
+    }
+    __syncthreads();
+}
+
+/* The group of row tile t < tile[E + 1], its first row and its row count. */
+template <int E, int T> __device__ int group_tile(const Groups<E> &gr, long long t, long long *row0, long long *rows)
+{
+    int e = 0;
+    while (gr.tile[e + 1] <= t)
+        e++;
+    *row0 = gr.start[e] + (t - gr.tile[e]) * T;
+    long long left = gr.start[e + 1] - *row0;
+    *rows = left < T ? left : T;
+    return e;
+}
+
+/* grouped_linear (and its dx): C [R, N] with rows of group e times the
+ * group's weight: C[r, n] = sum_k A[r, k] B[e * SBE + k * SBK + n * SBN];
+ * padding rows are zero. kernels.inc: grouped_rows / grouped_dx_rows. */
+template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN>
+__device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits)
+{
+    constexpr long long TN = (N + 15) / 16;
+    __shared__ Groups<E> gr;
+    __shared__ GemmSmem sm;
+    load_groups<E, 16>(gr, splits, R);
+    for (long long t = blockIdx.x; t < gr.tile[E + 1] * TN; t += gridDim.x) {
+        long long row0, rows, n0 = t % TN * 16, nlim = N - n0 < 16 ? N - n0 : 16;
+        int e = group_tile<E, 16>(gr, t / TN, &row0, &rows);
+        if (e == E) {
+            int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+            if (ty < rows && tx < nlim)
+                C[(row0 + ty) * N + n0 + tx] = 0.0f;
+            continue;
+        }
+        gemm_tile16(C + row0 * N + n0, N, A + row0 * K, K, 1, B + e * SBE + n0 * SBN, SBK, SBN, rows, nlim, K, sm);
+    }
+}
+
+/* grouped_linear's weight gradient: dw [E, M, N], dw[e, m, n] = sum over
+ * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]).
+ * kernels.inc: grouped_dw_items. */
+template <int E, long long R, long long M, long long N>
+__device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits)
+{
+    constexpr long long TM = (M + 15) / 16, TN = (N + 15) / 16;
+    __shared__ Groups<E> gr;
+    __shared__ GemmSmem sm;
+    load_groups<E, 16>(gr, splits, R);
+    for (long long t = blockIdx.x; t < E * TM * TN; t += gridDim.x) {
+        long long e = t / (TM * TN), m0 = t / TN % TM * 16, n0 = t % TN * 16;
+        gemm_tile16(dw + e * M * N + m0 * N + n0, N, dy + gr.start[e] * M + m0, 1, M, x + gr.start[e] * N + n0, N, 1,
+                    M - m0 < 16 ? M - m0 : 16, N - n0 < 16 ? N - n0 : 16, gr.start[e + 1] - gr.start[e], sm);
+    }
+}
+
+/* quantize_mxfp8_grouped: colwise blocks of 32 rows inside each expert
+ * group of x [R, C] (a group's last block zero-padded); padding rows are
+ * zero. kernels.inc: fq_grouped. One thread per (block of rows, column). */
+template <int E, long long R, long long C> __device__ void quantize_grouped(float *y, const float *x, const int *splits)
+{
+    __shared__ Groups<E> gr;
+    load_groups<E, 32>(gr, splits, R);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < gr.tile[E + 1] * C;
+         i += (long long)gridDim.x * blockDim.x) {
+        long long row0, rows, c = i % C;
+        int e = group_tile<E, 32>(gr, i / C, &row0, &rows);
+        if (e == E) {
+            for (long long r = 0; r < rows; r++)
+                y[(row0 + r) * C + c] = 0.0f;
+        } else {
+            moec_mx_fq_block(x + row0 * C + c, y + row0 * C + c, C, (int)rows);
+        }
+    }
+}
+
+/* ---------------------------------------------------------- the fused expert MLP
+ * grouped_mlp: y = grouped_linear(scaled_swiglu(grouped_linear(xs, w1), p), w2)
+ * for one expert group's row tile per block iteration, h and a kept in
+ * workspace rows only this block touches, so the whole MLP is one launch.
+ * MX (mxfp8): xs's rows and a's rows are quantized rowwise in the kernel (the
+ * weights arrive quantized by the node's first launch), exactly as the
+ * precision pass quantizes the unfused chain. Bit-identical to the unfused
+ * grouped_linear / scaled_swiglu / quantize kernels on the GPU. */
+template <int E, long long R, long long H, long long F, bool MX>
+__device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const float *xs, const float *w1,
+                                const float *w2, const int *splits, const float *p)
+{
+    __shared__ Groups<E> gr;
+    __shared__ GemmSmem sm;
+    load_groups<E, 16>(gr, splits, R);
+    for (long long t = blockIdx.x; t < gr.tile[E + 1]; t += gridDim.x) {
+        long long row0, rows;
+        int e = group_tile<E, 16>(gr, t, &row0, &rows);
+        if (e == E) {
+            for (long long i = threadIdx.x; i < rows * H; i += blockDim.x)
+                y[row0 * H + i] = 0.0f;
+            continue;
+        }
+        const float *x = xs;
+        if (MX) {
+            for (long long b = threadIdx.x; b < rows * (H / 32); b += blockDim.x)
+                moec_mx_fq_block(xs + row0 * H + b * 32, qx + row0 * H + b * 32, 1, 32);
+            __syncthreads();
+            x = qx;
+        }
+        for (long long n0 = 0; n0 < 2 * F; n0 += 16)
+            gemm_tile16(h + row0 * 2 * F + n0, 2 * F, x + row0 * H, H, 1, w1 + e * 2 * F * H + n0 * H, 1, H, rows,
+                        2 * F - n0 < 16 ? 2 * F - n0 : 16, H, sm);
+        __syncthreads();
+        for (long long i = threadIdx.x; i < rows * F; i += blockDim.x) {
+            long long r = row0 + i / F, f = i % F;
+            a[r * F + f] = (float)(silu(h[r * 2 * F + f]) * h[r * 2 * F + F + f] * p[r]);
+        }
+        __syncthreads();
+        if (MX) {
+            for (long long b = threadIdx.x; b < rows * (F / 32); b += blockDim.x)
+                moec_mx_fq_block(a + row0 * F + b * 32, a + row0 * F + b * 32, 1, 32);
+            __syncthreads();
+        }
+        for (long long n0 = 0; n0 < H; n0 += 16)
+            gemm_tile16(y + row0 * H + n0, H, a + row0 * F, F, 1, w2 + e * H * F + n0 * F, 1, F, rows,
+                        H - n0 < 16 ? H - n0 : 16, F, sm);
+    }
+}
+
+/* The row-local part of grouped_mlp_bwd, one row tile per block iteration:
+ * recompute h = xs w1 and a = swiglu(h) p, da = dy w2 (dgrad through the
+ * down projection), dh = dSwiGLU, dp = sum_f da * silu(gate) * up, and
+ * dxs = dh w1 (dgrad through gate_up). MX: xs, dy and dh rowwise, the
+ * weights arrive quantized (w1 rowwise in q1, w1 and w2 colwise in q1c,
+ * q2c). kernels.inc: grouped_mlp_bwd, whose order of operations this keeps. */
+template <int E, long long R, long long H, long long F, bool MX>
+__device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, float *da, float *dh, float *qx,
+                                     float *qdy, float *qdh, const float *dy, const float *xs, const float *w1,
+                                     const float *w1c, const float *w2c, const int *splits, const float *p)
+{
+    __shared__ Groups<E> gr;
+    __shared__ GemmSmem sm;
+    load_groups<E, 16>(gr, splits, R);
+    for (long long t = blockIdx.x; t < gr.tile[E + 1]; t += gridDim.x) {
+        long long row0, rows;
+        int e = group_tile<E, 16>(gr, t, &row0, &rows);
+        if (e == E) {
+            for (long long i = threadIdx.x; i < rows * H; i += blockDim.x)
+                dxs[row0 * H + i] = 0.0f;
+            for (long long i = threadIdx.x; i < rows; i += blockDim.x)
+                dp[row0 + i] = 0.0f;
+            continue;
+        }
+        const float *x = xs, *g = dy;
+        if (MX) {
+            for (long long b = threadIdx.x; b < rows * (H / 32); b += blockDim.x) {
+                moec_mx_fq_block(xs + row0 * H + b * 32, qx + row0 * H + b * 32, 1, 32);
+                moec_mx_fq_block(dy + row0 * H + b * 32, qdy + row0 * H + b * 32, 1, 32);
+            }
+            __syncthreads();
+            x = qx;
+            g = qdy;
+        }
+        for (long long n0 = 0; n0 < 2 * F; n0 += 16)
+            gemm_tile16(h + row0 * 2 * F + n0, 2 * F, x + row0 * H, H, 1, w1 + e * 2 * F * H + n0 * H, 1, H, rows,
+                        2 * F - n0 < 16 ? 2 * F - n0 : 16, H, sm);
+        /* da[r, f] = sum_j dy[r, j] w2[e, j, f] */
+        for (long long n0 = 0; n0 < F; n0 += 16)
+            gemm_tile16(da + row0 * F + n0, F, g + row0 * H, H, 1, w2c + e * H * F + n0, F, 1, rows,
+                        F - n0 < 16 ? F - n0 : 16, H, sm);
+        __syncthreads();
+        for (long long i = threadIdx.x; i < rows * F; i += blockDim.x) {
+            long long r = row0 + i / F, f = i % F;
+            double gt = h[r * 2 * F + f], up = h[r * 2 * F + F + f], d = da[r * F + f] * (double)p[r];
+            a[r * F + f] = (float)(silu(gt) * h[r * 2 * F + F + f] * p[r]);
+            dh[r * 2 * F + f] = (float)(d * up * silu_d(gt));
+            dh[r * 2 * F + F + f] = (float)(d * silu(gt));
+        }
+        for (long long r = row0; r < row0 + rows; r++) {
+            double s = 0.0;
+            for (long long f = threadIdx.x; f < F; f += blockDim.x)
+                s += (double)da[r * F + f] * silu(h[r * 2 * F + f]) * h[r * 2 * F + F + f];
+            s = block_sum<256>(s);
+            if (threadIdx.x == 0)
+                dp[r] = (float)s;
+        }
+        __syncthreads();
+        const float *d2 = dh;
+        if (MX) {
+            for (long long b = threadIdx.x; b < rows * (2 * F / 32); b += blockDim.x)
+                moec_mx_fq_block(dh + row0 * 2 * F + b * 32, qdh + row0 * 2 * F + b * 32, 1, 32);
+            __syncthreads();
+            d2 = qdh;
+        }
+        /* dxs[r, i] = sum_o dh[r, o] w1[e, o, i] */
+        for (long long n0 = 0; n0 < H; n0 += 16)
+            gemm_tile16(dxs + row0 * H + n0, H, d2 + row0 * 2 * F, 2 * F, 1, w1c + e * 2 * F * H + n0, H, 1, rows,
+                        H - n0 < 16 ? H - n0 : 16, 2 * F, sm);
+    }
+}
+
+/* ---------------------------------------------------------- routing
+ * Stable counting sort of NI keys into NB buckets by one block of 256
+ * threads: pos[i] = the position of item i when the items are ordered by
+ * bucket, then by index (kernels.inc: route_plan's counting sort). Keys
+ * outside [0, NB) get -1 when SKIP, else stop the kernel (__trap: the CPU
+ * backend dies on an expert id out of range). count [NB + 1] and wcnt
+ * [8 * NB] are global scratch this kernel zeroes itself; on return count[b]
+ * is bucket b's first position and count[NB] the number of items sorted. */
+template <long long NB, long long NI, bool SKIP>
+__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (long long b = threadIdx.x; b <= NB; b += blockDim.x)
+        count[b] = 0;
+    for (long long b = threadIdx.x; b < 8 * NB; b += blockDim.x)
+        wcnt[b] = 0;
+    __syncthreads();
+    for (long long i = threadIdx.x; i < NI; i += blockDim.x) {
+        int k = key[i];
+        if (k < 0 || k >= NB) {
+            if (!SKIP)
+                __trap();
+            continue;
+        }
+        atomicAdd(&count[k], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0;
+        for (long long b = 0; b <= NB; b++) {
+            int c = b < NB ? count[b] : 0;
+            count[b] = run;
+            run += c;
+        }
+    }
+    __syncthreads();
+    for (long long c0 = 0; c0 < NI; c0 += blockDim.x) {
+        long long i = c0 + threadIdx.x;
+        int k = i < NI ? key[i] : -1;
+        bool valid = k >= 0 && k < NB;
+        if (!valid)
+            k = -1;
+        unsigned peers = __match_any_sync(0xffffffffu, k);
+        int rank = __popc(peers & ((1u << lane) - 1u));
+        if (valid && rank == 0)
+            wcnt[warp * NB + k] = __popc(peers);
+        __syncthreads();
+        if (valid) {
+            int r = count[k] + rank;
+            for (int w = 0; w < warp; w++)
+                r += wcnt[w * NB + k];
+            pos[i] = r;
+        } else if (i < NI) {
+            pos[i] = -1;
+        }
+        __syncthreads();
+        if (valid && rank == 0) {
+            atomicAdd(&count[k], __popc(peers));
+            wcnt[warp * NB + k] = 0;
+        }
+        __syncthreads();
+    }
+    /* count[b] now holds the end of bucket b: shift back to the starts */
+    if (threadIdx.x == 0) {
+        int end = count[NB - 1];
+        for (long long b = NB - 1; b > 0; b--)
+            count[b] = count[b - 1];
+        count[0] = 0;
+        count[NB] = end;
+    }
+    __syncthreads();
+}
+
+/* ---------------------------------------------------------- attention
+ * Flash-style: one block per (batch, head, tile of QT queries), one thread
+ * per query, keys and values staged through shared memory KT at a time,
+ * online softmax in double; never an S x S matrix. kernels.inc: sdpa_items
+ * (which normalises the probabilities first; same math). */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
+__device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *v)
+{
+    constexpr long long WQ = H * HD, WK = KV * HD, QTILES = (S + QT - 1) / QT;
+    __shared__ float ks[KT][HD], vs[KT][HD];
+    const double scale = 1.0 / sqrt((double)HD);
+    for (long long item = blockIdx.x; item < B * H * QTILES; item += gridDim.x) {
+        long long b = item / (H * QTILES), qt = item % QTILES;
+        int h = (int)(item / QTILES % H), g = h / (H / KV);
+        long long i = qt * QT + threadIdx.x;
+        bool active = i < S;
+        float qi[HD];
+        double acc[HD], m = neg_inf(), l = 0.0;
+        for (int t = 0; t < HD; t++) {
+            qi[t] = active ? q[(b * S + i) * WQ + h * HD + t] : 0.0f;
+            acc[t] = 0.0;
+        }
+        long long kend = CAUSAL ? ((qt + 1) * QT < S ? (qt + 1) * QT : S) : S;
+        for (long long j0 = 0; j0 < kend; j0 += KT) {
+            for (int idx = threadIdx.x; idx < KT * HD; idx += QT) {
+                long long j = j0 + idx / HD;
+                ks[idx / HD][idx % HD] = j < S ? k[(b * S + j) * WK + g * HD + idx % HD] : 0.0f;
+                vs[idx / HD][idx % HD] = j < S ? v[(b * S + j) * WK + g * HD + idx % HD] : 0.0f;
+            }
+            __syncthreads();
+            for (int jj = 0; active && jj < KT; jj++) {
+                long long j = j0 + jj;
+                if (j >= S || (CAUSAL && j > i))
+                    break;
+                double s = 0.0;
+                for (int t = 0; t < HD; t++)
+                    s += (double)qi[t] * ks[jj][t];
+                s *= scale;
+                if (s > m) {
+                    double c = exp(m - s);
+                    l *= c;
+                    for (int t = 0; t < HD; t++)
+                        acc[t] *= c;
+                    m = s;
+                }
+                double pj = exp(s - m);
+                l += pj;
+                for (int t = 0; t < HD; t++)
+                    acc[t] += pj * vs[jj][t];
+            }
+            __syncthreads();
+        }
+        if (active)
+            for (int t = 0; t < HD; t++)
+                o[(b * S + i) * WQ + h * HD + t] = (float)(acc[t] / l);
+    }
+}
+
+/* Backward, first launch: per (batch, head, query tile), one thread per
+ * query, recompute the row's softmax statistics (max m, sum l) and output,
+ * D = rowsum(dO * O), then dq = sum_j dS_ij k_j / sqrt(hd) with
+ * dS = P (dP - D), dP = dO v^T. stats [B, H, S, 3] = (m, l, D) for the
+ * second launch. Writes dq into the packed [dq | dk | dv] output. */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
+__device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const float *q, const float *k, const float *v)
+{
+    constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, QTILES = (S + QT - 1) / QT;
+    __shared__ float ks[KT][HD], vs[KT][HD];
+    const double scale = 1.0 / sqrt((double)HD);
+    for (long long item = blockIdx.x; item < B * H * QTILES; item += gridDim.x) {
+        long long b = item / (H * QTILES), qt = item % QTILES;
+        int h = (int)(item / QTILES % H), g = h / (H / KV);
+        long long i = qt * QT + threadIdx.x;
+        bool active = i < S;
+        float qi[HD], doi[HD];
+        double acc[HD], m = neg_inf(), l = 0.0;
+        for (int t = 0; t < HD; t++) {
+            qi[t] = active ? q[(b * S + i) * WQ + h * HD + t] : 0.0f;
+            doi[t] = active ? dy[(b * S + i) * WQ + h * HD + t] : 0.0f;
+            acc[t] = 0.0;
+        }
+        long long kend = CAUSAL ? ((qt + 1) * QT < S ? (qt + 1) * QT : S) : S;
+        for (int pass = 0; pass < 2; pass++) {
+            double D = 0.0;
+            if (pass == 1) {
+                for (int t = 0; t < HD; t++) {
+                    D += (double)doi[t] * (acc[t] / l);
+                    acc[t] = 0.0; /* now dq */
+                }
+                if (active) {
+                    double *st = stats + ((b * H + h) * S + i) * 3;
+                    st[0] = m;
+                    st[1] = l;
+                    st[2] = D;
+                }
+            }
+            for (long long j0 = 0; j0 < kend; j0 += KT) {
+                for (int idx = threadIdx.x; idx < KT * HD; idx += QT) {
+                    long long j = j0 + idx / HD;
+                    ks[idx / HD][idx % HD] = j < S ? k[(b * S + j) * WK + g * HD + idx % HD] : 0.0f;
+                    vs[idx / HD][idx % HD] = j < S ? v[(b * S + j) * WK + g * HD + idx % HD] : 0.0f;
+                }
+                __syncthreads();
+                for (int jj = 0; active && jj < KT; jj++) {
+                    long long j = j0 + jj;
+                    if (j >= S || (CAUSAL && j > i))
+                        break;
+                    double s = 0.0;
+                    for (int t = 0; t < HD; t++)
+                        s += (double)qi[t] * ks[jj][t];
+                    s *= scale;
+                    if (pass == 0) {
+                        if (s > m) {
+                            double c = exp(m - s);
+                            l *= c;
+                            for (int t = 0; t < HD; t++)
+                                acc[t] *= c;
+                            m = s;
+                        }
+                        double pj = exp(s - m);
+                        l += pj;
+                        for (int t = 0; t < HD; t++)
+                            acc[t] += pj * vs[jj][t];
+                    } else {
+                        double pj = exp(s - m) / l, dpj = 0.0;
+                        for (int t = 0; t < HD; t++)
+                            dpj += (double)doi[t] * vs[jj][t];
+                        double ds = pj * (dpj - D) * scale;
+                        for (int t = 0; t < HD; t++)
+                            acc[t] += ds * ks[jj][t];
+                    }
+                }
+                __syncthreads();
+            }
+        }
+        if (active)
+            for (int t = 0; t < HD; t++)
+                out[(b * S + i) * WP + h * HD + t] = (float)acc[t];
+    }
+}
+
+/* Backward, second launch: per (batch, kv head, key tile), one thread per
+ * key j, dk_j = sum over the group's heads and queries i of dS_ij q_i /
+ * sqrt(hd), dv_j = sum P_ij dO_i, probabilities recomputed from stats. */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int KT, int QT>
+__device__ void sdpa_bwd_dkv(float *out, const double *stats, const float *dy, const float *q, const float *k,
+                             const float *v)
+{
+    constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, KTILES = (S + KT - 1) / KT;
+    constexpr int REP = H / KV;
+    __shared__ float qs[QT][HD], ds_[QT][HD];
+    __shared__ double st[QT][3];
+    const double scale = 1.0 / sqrt((double)HD);
+    for (long long item = blockIdx.x; item < B * KV * KTILES; item += gridDim.x) {
+        long long b = item / (KV * KTILES), kt = item % KTILES;
+        int g = (int)(item / KTILES % KV);
+        long long j = kt * KT + threadIdx.x;
+        bool active = j < S;
+        float kj[HD], vj[HD];
+        double dk[HD], dv[HD];
+        for (int t = 0; t < HD; t++) {
+            kj[t] = active ? k[(b * S + j) * WK + g * HD + t] : 0.0f;
+            vj[t] = active ? v[(b * S + j) * WK + g * HD + t] : 0.0f;
+            dk[t] = 0.0;
+            dv[t] = 0.0;
+        }
+        long long istart = CAUSAL ? kt * KT / QT * QT : 0;
+        for (int h = g * REP; h < (g + 1) * REP; h++)
+            for (long long i0 = istart; i0 < S; i0 += QT) {
+                for (int idx = threadIdx.x; idx < QT * HD; idx += KT) {
+                    long long i = i0 + idx / HD;
+                    qs[idx / HD][idx % HD] = i < S ? q[(b * S + i) * WQ + h * HD + idx % HD] : 0.0f;
+                    ds_[idx / HD][idx % HD] = i < S ? dy[(b * S + i) * WQ + h * HD + idx % HD] : 0.0f;
+                }
+                for (int idx = threadIdx.x; idx < QT * 3; idx += KT) {
+                    long long i = i0 + idx / 3;
+                    st[idx / 3][idx % 3] = i < S ? stats[((b * H + h) * S + i) * 3 + idx % 3] : 0.0;
+                }
+                __syncthreads();
+                for (int ii = 0; active && ii < QT; ii++) {
+                    long long i = i0 + ii;
+                    if (i >= S)
+                        break;
+                    if (CAUSAL && i < j)
+                        continue;
+                    double s = 0.0, dpj = 0.0;
+                    for (int t = 0; t < HD; t++) {
+                        s += (double)qs[ii][t] * kj[t];
+                        dpj += (double)ds_[ii][t] * vj[t];
+                    }
+                    s *= scale;
+                    double pj = exp(s - st[ii][0]) / st[ii][1];
+                    double dsij = pj * (dpj - st[ii][2]) * scale;
+                    for (int t = 0; t < HD; t++) {
+                        dk[t] += dsij * qs[ii][t];
+                        dv[t] += pj * ds_[ii][t];
+                    }
+                }
+                __syncthreads();
+            }
+        if (active)
+            for (int t = 0; t < HD; t++) {
+                out[(b * S + j) * WP + WQ + g * HD + t] = (float)dk[t];
+                out[(b * S + j) * WP + WQ + WK + g * HD + t] = (float)dv[t];
+            }
+    }
+}
+
+/* ---------------------------------------------------------- expert parallelism
+ * ep_sort / ep_unsort: rows ordered (source rank i, local expert e) <->
+ * (expert e, source i); rc [EP, EL] counts each block's rows; rows past
+ * the received total are zero. kernels.inc: ep_permute. */
+template <int EP, int EL, long long ROWS, long long D, bool TO_EXPERT_MAJOR>
+__device__ void ep_permute(float *out, const float *in, const int *rc)
+{
+    __shared__ long long src_off[EP * EL], dst_off[EP * EL], cnt[EP * EL];
+    if (threadIdx.x == 0) {
+        long long s = 0;
+        for (int i = 0; i < EP; i++)
+            for (int e = 0; e < EL; e++) {
+                long long d = 0;
+                for (int e2 = 0; e2 < e; e2++)
+                    for (int i2 = 0; i2 < EP; i2++)
+                        d += rc[i2 * EL + e2];
+                for (int i2 = 0; i2 < i; i2++)
+                    d += rc[i2 * EL + e];
+                src_off[i * EL + e] = s;
+                dst_off[i * EL + e] = d;
+                cnt[i * EL + e] = rc[i * EL + e];
+                s += rc[i * EL + e];
+            }
+    }
+    __syncthreads();
+    MOEC_FOR(idx, ROWS * D) {
+        long long r = idx / D, c = idx % D, from = -1;
+        for (int b = 0; b < EP * EL; b++) {
+            long long first = TO_EXPERT_MAJOR ? dst_off[b] : src_off[b];
+            if (r >= first && r < first + cnt[b]) {
+                from = (TO_EXPERT_MAJOR ? src_off[b] : dst_off[b]) + r - first;
+                break;
+            }
+        }
+        out[idx] = from >= 0 ? in[from * D + c] : 0.0f;
+    }
+}
+
+} /* namespace moec */
