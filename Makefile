@@ -122,7 +122,12 @@ $(BUILD)/test_plugin_gelu_mlp: $(BUILD)/obj/tests/unit/test_plugin_gelu_mlp.o $(
 $(BUILD)/test_comm: $(BUILD)/obj/tests/unit/test_comm.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
 
-UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm
+# -ldl: codegen/nvrtc.c loads libnvrtc with dlopen
+$(BUILD)/test_codegen: $(BUILD)/obj/tests/unit/test_codegen.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
+
+UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm \
+             test_codegen
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 
 test-plain: $(TEST_BINS)

@@ -8,13 +8,17 @@
  * Exit status: 0 success, 1 an error in the user's input (located on
  * stderr), 2 a usage error (bad command or flag). */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "driver.h"
 #include "lower.h"
+#include "../codegen/cuda.h"
+#include "../codegen/nvrtc.h"
 #include "../ir/util.h"
 #include "../runtime/payload.h"
 #include "../runtime/plot.h"
@@ -41,6 +45,8 @@ typedef struct Options {
     int has_precision;
     IrPrecision precision;
     int64_t ep, dp;
+    const char *emit_cuda;   /* compile --emit-cuda DIR */
+    const char *arch;        /* compile --arch ARCH */
 } Options;
 
 static const char *const usage_main =
@@ -53,7 +59,8 @@ static const char *const usage_main =
     "  check FILE      parse, lower and verify a model; print a summary\n"
     "  dump FILE       print the IR as lowered (later stages: --print-ir-after)\n"
     "  explain FILE    every fusion candidate: FUSED, or NOT FUSED and why\n"
-    "  compile FILE -o OUT   write a standalone training binary\n"
+    "  compile FILE -o OUT   write a standalone training binary (--emit-cuda DIR,\n"
+    "                  --arch sm_90a: its CUDA kernels, compiled with NVRTC)\n"
     "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
     "  ckpt-diff A B   compare two checkpoints' parameters\n"
     "  passes          list the pass pipeline\n"
@@ -131,14 +138,27 @@ static const char *const usage_explain =
     "silently. The same records head `moec dump` after the pass.\n";
 
 static const char *const usage_compile =
-    "usage: moec compile FILE -o OUT\n"
+    "usage: moec compile FILE -o OUT [--emit-cuda DIR] [--arch ARCH]\n"
+    "       moec compile FILE --emit-cuda DIR | --arch ARCH   (the CUDA code alone)\n"
     "\n"
     "Compiles the model in FILE into OUT, a standalone training binary: the\n"
     "runtime plus the compiled plan. It needs no moec installation beside it.\n"
     "Run 'OUT --help' for its flags; typically:\n"
     "    OUT --data sequences.fasta --steps 1000 --log metrics.jsonl --ckpt-dir ckpt\n"
     "The model's train section must name its alphabet (protein or dna), and its\n"
-    "vocabulary must match that alphabet.\n";
+    "vocabulary must match that alphabet.\n"
+    "\n"
+    "  --emit-cuda DIR   also write the model's CUDA code: DIR/kernels.cu (a kernel\n"
+    "                    per launch of each IR node, shapes as constants) and\n"
+    "                    DIR/plan.json (launch order, grids, buffers and offsets);\n"
+    "                    see docs/codegen.md\n"
+    "  --arch ARCH       also compile those kernels with NVRTC for ARCH (sm_90a for\n"
+    "                    H100/H200; compute_NN gives PTX) and report the count; with\n"
+    "                    --emit-cuda the image goes to DIR/kernels.cubin (.ptx).\n"
+    "                    Loads libnvrtc from the CUDA toolkit at run time\n"
+    "                    (MOEC_NVRTC_LIB overrides). OUT still trains on the CPU:\n"
+    "                    running these kernels is not done yet.\n"
+    "Without -o only the CUDA code is generated, and the model needs no alphabet.\n";
 
 static const char *const usage_plot =
     "usage: moec plot METRICS.jsonl -o OUT.svg\n"
@@ -187,7 +207,8 @@ static int bad_pass_selector(const char *flag, const char *s, int all_allowed)
 static int option_takes_value(const char *a)
 {
     static const char *const with_value[] = {"--format", "--print-ir-after", "--print-ir-before",
-                                             "--disable-pass", "--load-pass", "--precision", "--ep", "--dp"};
+                                             "--disable-pass", "--load-pass", "--precision", "--ep", "--dp",
+                                             "--emit-cuda", "--arch"};
     for (int i = 0; i < ARRAY_LEN(with_value); i++)
         if (strcmp(a, with_value[i]) == 0)
             return 1;
@@ -293,6 +314,15 @@ static int parse_options(int argc, char **argv, Options *o)
                 o->ep = v;
             else
                 o->dp = v;
+        } else if (strcmp(a, "--emit-cuda") == 0 || strcmp(a, "--arch") == 0) {
+            if (strcmp(o->command, "compile") != 0)
+                return usage_error(cmdsp, "%s belongs to 'moec compile'", a);
+            if (!*val)
+                return usage_error(cmdsp, "%s needs a value", a);
+            if (a[2] == 'e')
+                o->emit_cuda = val;
+            else
+                o->arch = val;
         } else if (strcmp(a, "--stats") == 0) {
             o->stats = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
@@ -314,25 +344,24 @@ static int parse_options(int argc, char **argv, Options *o)
     return -1;
 }
 
+/* Expert weights are the [experts, ...] parameters; whether a grouped_linear,
+ * a fused grouped_mlp, a quantize copy or a plugin's op reads them does not
+ * matter. A shard of an ep-partitioned graph stands for ep of them. */
 static int64_t count_params(const IrGraph *g, int64_t *expert_params)
 {
-    int64_t total = 0;
+    int64_t total = 0, E = 0;
     *expert_params = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_TOPK_EXPERTS)
+            E = g->nodes[i]->src[0]->shape[g->nodes[i]->src[0]->rank - 1];
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
         if (n->op != IR_OP_PARAM)
             continue;
-        /* an expert shard of an ep-partitioned graph stands for ep of them */
         int64_t copies = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
         total += ir_numel(n) * copies;
-        for (int j = 0; j < g->nnodes; j++) {
-            const IrNode *u = g->nodes[j];
-            if ((u->op == IR_OP_GROUPED_LINEAR && u->src[1] == n) ||
-                (u->op == IR_OP_GROUPED_MLP && (u->src[1] == n || u->src[2] == n))) {
-                *expert_params += ir_numel(n) * copies;
-                break;
-            }
-        }
+        if (E > 1 && n->rank >= 3 && n->shape[0] * copies == E)
+            *expert_params += ir_numel(n) * copies;
     }
     return total;
 }
@@ -343,6 +372,96 @@ static void human(char *buf, size_t size, double v)
     else if (v >= 1e6) snprintf(buf, size, "%.2f M", v / 1e6);
     else if (v >= 1e3) snprintf(buf, size, "%.1f k", v / 1e3);
     else snprintf(buf, size, "%.0f", v);
+}
+
+/* mkdir -p: 1, or 0 with errno set */
+static int make_dirs(const char *path)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return 0;
+    }
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return 0;
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return 0;
+    }
+    return 1;
+}
+
+static int write_file(const char *dir, const char *name, const void *data, size_t len, char *path, size_t pathlen)
+{
+    snprintf(path, pathlen, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(data, 1, len, f) == len;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        fprintf(stderr, "moec: error: cannot write %s: %s\n", path, strerror(errno));
+    return ok;
+}
+
+static void human_bytes(char *buf, size_t size, double v)
+{
+    if (v >= 1 << 20) snprintf(buf, size, "%.1f MB", v / (1 << 20));
+    else if (v >= 1 << 10) snprintf(buf, size, "%.1f kB", v / (1 << 10));
+    else snprintf(buf, size, "%.0f bytes", v);
+}
+
+/* compile --emit-cuda / --arch, after the training binary was written */
+static int cuda_outputs(const Options *o, const CudaModule *m, const IrGraph *g)
+{
+    char path[4200];
+    if (o->emit_cuda) {
+        if (!make_dirs(o->emit_cuda)) {
+            fprintf(stderr, "moec: error: --emit-cuda %s: cannot create the directory: %s\n", o->emit_cuda,
+                    strerror(errno));
+            return 1;
+        }
+        if (!write_file(o->emit_cuda, "kernels.cu", m->source, m->source_len, path, sizeof path) ||
+            !write_file(o->emit_cuda, "plan.json", m->plan_json, strlen(m->plan_json), path, sizeof path))
+            return 1;
+        printf("%s: wrote %s/kernels.cu (%d kernels for %d launches per step", o->file, o->emit_cuda, m->nkernels,
+               m->nlaunches);
+        if (m->ncollectives)
+            printf(", %d host-side collectives", m->ncollectives);
+        printf(") and %s/plan.json\n", o->emit_cuda);
+    }
+    if (!o->arch)
+        return 0;
+    NvrtcOutput out;
+    char err[1024];
+    int ok = nvrtc_compile(m->source, "kernels.cu", o->arch, &out, err, sizeof err);
+    if (out.log && (out.nwarnings || out.nerrors || !ok))
+        nvrtc_print_log(stderr, out.log, m->source, "kernels.cu");
+    int rc = 0;
+    if (!ok) {
+        fprintf(stderr, "moec: error: %s\n", err);
+        rc = 1;
+    } else {
+        char hb[32];
+        human_bytes(hb, sizeof hb, (double)out.image_size);
+        printf("%s: NVRTC %d.%d compiled %d kernels of model %s for %s in %.1f s (%s %s), %d warnings\n", o->file,
+               out.major, out.minor, m->nkernels, g->model, o->arch, out.seconds, out.is_ptx ? "PTX" : "cubin", hb,
+               out.nwarnings);
+        if (o->emit_cuda && !write_file(o->emit_cuda, out.is_ptx ? "kernels.ptx" : "kernels.cubin", out.image,
+                                        out.is_ptx ? strlen(out.image) : out.image_size, path, sizeof path))
+            rc = 1;
+    }
+    nvrtc_output_free(&out);
+    return rc;
 }
 
 /* `moec explain`: every fusion candidate, one line each. */
@@ -470,7 +589,16 @@ static int run_front(const Options *o)
             Diag d;
             diag_init(&d, o->file, c.text, c.len, stderr);
             char err[1024];
-            if (!train_check_alphabet(g, &d)) {
+            CudaModule cm = {0};
+            int want_cuda = o->emit_cuda || o->arch;
+            if (o->arch && !nvrtc_check_arch(o->arch, err, sizeof err)) {
+                fprintf(stderr, "moec: error: %s\n", err);
+                rc = 1;
+            } else if (want_cuda && !cuda_codegen(g, NULL, &d, &cm)) {
+                rc = 1;
+            } else if (!o->output) {
+                rc = cuda_outputs(o, &cm, g);  /* --emit-cuda / --arch alone: no training binary */
+            } else if (!train_check_alphabet(g, &d)) {
                 rc = 1;
             } else {
                 char *json = train_plan_json(o->file, c.text, c.len, plugin_paths, nplugin_paths,
@@ -481,9 +609,12 @@ static int run_front(const Options *o)
                 } else {
                     printf("%s: wrote %s (model %s, %d IR nodes); run '%s --help'\n", o->file, o->output, g->model,
                            g->nnodes, o->output);
+                    if (want_cuda)
+                        rc = cuda_outputs(o, &cm, g);
                 }
                 free(json);
             }
+            cuda_module_free(&cm);
         } else if (strcmp(o->command, "dump") == 0) {
             if (!o->print_after && !o->print_before && !ctx.print_after && !ctx.print_before) {
                 switch (o->format) {
@@ -639,8 +770,12 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "passes") == 0) {
         if (o.file)
             return usage_error("passes ", "'passes' takes no file (got '%s')", o.file);
+        int width = 16;
         for (int i = 0; i < pass_count(); i++)
-            printf("%-16s %s\n", pass_get(i)->name, pass_get(i)->summary);
+            if ((int)strlen(pass_get(i)->name) > width)
+                width = (int)strlen(pass_get(i)->name);
+        for (int i = 0; i < pass_count(); i++)
+            printf("%-*s %s\n", width, pass_get(i)->name, pass_get(i)->summary);
         return 0;
     }
     if (strcmp(cmd, "ops") == 0) {
@@ -661,7 +796,8 @@ int main(int argc, char **argv)
         printf("wrote %s\n", o.output);
         return 0;
     }
-    if (strcmp(cmd, "compile") == 0 && !o.output)
-        return usage_error("compile ", "compile needs -o OUT, the training binary to write%s", "");
+    if (strcmp(cmd, "compile") == 0 && !o.output && !o.emit_cuda && !o.arch)
+        return usage_error("compile ", "compile needs -o OUT, the training binary to write (or --emit-cuda DIR "
+                           "or --arch ARCH for the CUDA code alone)%s", "");
     return run_front(&o);
 }

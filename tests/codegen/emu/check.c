@@ -1,0 +1,360 @@
+/* check.c - runs a model's generated kernels (on the CPU, through the
+ * emulator in emu_runtime.cc) against the CPU reference backend, node by
+ * node, following plan.json exactly: its buffers, offsets and launches.
+ *
+ *   check MODEL PLAN.json [--precision P] [--ep N] [--disable-pass X] [--chain] [--grid-cap N]
+ *
+ * Default (isolated): before each node runs, its sources' buffers get the
+ * CPU's values, so every kernel is checked on identical inputs: integer
+ * results, copies, MXFP8 quantization and the other exact ops must match
+ * bit for bit, the rest within 1e-4 of the tensor's largest value (only
+ * the order of sums differs). --chain runs the launches on their own
+ * outputs, as the GPU will, which checks the buffer planner (activations
+ * start as NaN, so a buffer reused too early shows), and compares the loss
+ * and every gradient within 1e-3. Also checks the AdamW kernel against
+ * the formula of runtime/train.c bit for bit. Exit 0 when all agree.
+ * A plan with expert parallelism runs as rank 0 with made-up collectives
+ * (fake_collective): the local kernels around them are what is checked.
+ * Options must repeat the compile's: --precision, --ep, --disable-pass. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../compiler/driver.h"
+#include "../../../runtime/cpu/cpu.h"
+#include "../../../ir/util.h"
+
+int emu_launch(const char *name, long long grid, int block, void **args);
+int emu_adamw(float *w, float *m, float *v, const float *g, long long n, double lr, double wd, double clip,
+              double bc1, double bc2);
+
+static uint64_t rng_state = 42;
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
+static double rng_normal(void)
+{
+    double u = rng_uniform() + 1e-300, v = rng_uniform();
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n)
+        n = 0;
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v))
+        die("plan: no number %s", k);
+    return v->valuedouble;
+}
+
+/* ops whose GPU result must equal the CPU's bit for bit on equal inputs */
+static int exact_op(IrOp op)
+{
+    switch (op) {
+    case IR_OP_FILL: case IR_OP_EMBEDDING: case IR_OP_EMBEDDING_DW: case IR_OP_SLICE: case IR_OP_VIEW:
+    case IR_OP_ADD: case IR_OP_MUL: case IR_OP_SCALE: case IR_OP_ROW_SCALE: case IR_OP_DISPATCH:
+    case IR_OP_DISPATCH_PROBS: case IR_OP_DISPATCH_PROBS_DX: case IR_OP_COMBINE: case IR_OP_QUANTIZE:
+    case IR_OP_QUANTIZE_GROUPED: case IR_OP_EP_SORT: case IR_OP_EP_UNSORT: case IR_OP_TOPK_EXPERTS:
+    case IR_OP_TOPK_PROBS: case IR_OP_TOPK_PROBS_DX: case IR_OP_SILU: case IR_OP_GELU: case IR_OP_SILU_DX:
+    case IR_OP_GELU_DX: case IR_OP_SWIGLU: case IR_OP_SCALED_SWIGLU: case IR_OP_SWIGLU_DX:
+    case IR_OP_SCALED_SWIGLU_DH: case IR_OP_ROPE: case IR_OP_ROPE_DX:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int is_collective(IrOp op)
+{
+    return op == IR_OP_EP_COUNTS || op == IR_OP_EP_DISPATCH || op == IR_OP_EP_COMBINE || op == IR_OP_ALL_REDUCE;
+}
+
+/* A host-side collective of a multi-rank plan, as rank 0 of an EP group
+ * might see it: plausible data (received counts that fit the capacity,
+ * random received rows, zero past them; an all-reduce over one rank), so
+ * that the nodes after it are checked on the same inputs on both sides. */
+static void fake_collective(const IrNode *n, void *const *cpubuf)
+{
+    int64_t numel = ir_numel(n);
+    void *y = cpubuf[n->id];
+    if (n->op == IR_OP_EP_COUNTS) {
+        const int32_t *c = cpubuf[n->src[0]->id];
+        int64_t ep = n->shape[0], El = n->shape[1];
+        for (int64_t i = 0; i < ep; i++)
+            for (int64_t e = 0; e < El; e++)
+                ((int32_t *)y)[i * El + e] = c[e]; /* every rank sends what rank 0 sends to my experts */
+    } else if (n->op == IR_OP_EP_DISPATCH) {
+        const int32_t *rc = cpubuf[n->src[2]->id];
+        int64_t rows = 0, d = n->rank == 2 ? n->shape[1] : 1;
+        for (int64_t i = 0; i < ir_numel(n->src[2]); i++)
+            rows += rc[i];
+        for (int64_t e = 0; e < numel; e++)
+            ((float *)y)[e] = e < rows * d ? (float)rng_normal() : 0.0f;
+    } else if (n->op == IR_OP_EP_COMBINE) {
+        for (int64_t e = 0; e < numel; e++)
+            ((float *)y)[e] = (float)rng_normal();
+    } else {
+        const float *x = cpubuf[n->src[0]->id];
+        for (int64_t e = 0; e < numel; e++)
+            ((float *)y)[e] = (float)(x[e] * ir_attr_f(n, IR_ATTR_FACTOR));
+    }
+}
+
+typedef struct OpStat {
+    double worst;
+    int count;
+} OpStat;
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *planpath = NULL;
+    int chain = 0, mxfp8 = 0, ep = 0;
+    const char *disabled = NULL;
+    long long grid_cap = 3;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--chain") == 0)
+            chain = 1;
+        else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
+            mxfp8 = strcmp(argv[++i], "mxfp8") == 0 ? 1 : -1;
+        else if (strcmp(argv[i], "--ep") == 0 && i + 1 < argc)
+            ep = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--disable-pass") == 0 && i + 1 < argc)
+            disabled = argv[++i];
+        else if (strcmp(argv[i], "--grid-cap") == 0 && i + 1 < argc)
+            grid_cap = atoll(argv[++i]);
+        else if (!model)
+            model = argv[i];
+        else
+            planpath = argv[i];
+    }
+    if (!model || !planpath) {
+        fprintf(stderr, "usage: check MODEL PLAN.json [--precision P] [--ep N] [--disable-pass X] [--chain] [--grid-cap N]\n");
+        return 2;
+    }
+    Compilation c = {0};
+    if (!compilation_read(&c, model, stderr))
+        return 1;
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    if (disabled)
+        ctx.disabled[ctx.ndisabled++] = disabled;
+    c.opts.has_precision = mxfp8 != 0;
+    c.opts.precision = mxfp8 > 0 ? IR_PREC_MXFP8 : IR_PREC_BF16;
+    c.opts.ep = ep;
+    if (compilation_run(&c, model, c.text, c.len, stderr, &ctx) != 0)
+        return 1;
+    IrGraph *g = c.graph;
+    char *pj = read_all(planpath);
+    cJSON *plan = pj ? cJSON_Parse(pj) : NULL;
+    if (!plan)
+        die("cannot read %s", planpath);
+    const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(plan, "buffers");
+    const cJSON *launches = cJSON_GetObjectItemCaseSensitive(plan, "launches");
+    const cJSON *regions = cJSON_GetObjectItemCaseSensitive(plan, "regions");
+    int nbufs = cJSON_GetArraySize(bufs);
+    char *base[3];
+    const char *rname[3] = {"params", "inputs", "activations"};
+    for (int r = 0; r < 3; r++) {
+        size_t bytes = (size_t)num(cJSON_GetArrayItem(regions, r), "bytes") + 256;
+        base[r] = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        memset(base[r], 0xFF, bytes); /* NaN floats, -1 ints: what no kernel wrote shows */
+    }
+    char **ptr = calloc((size_t)nbufs, sizeof(char *));
+    for (int b = 0; b < nbufs; b++) {
+        const cJSON *o = cJSON_GetArrayItem(bufs, b);
+        const char *reg = cJSON_GetObjectItemCaseSensitive(o, "region")->valuestring;
+        int r = strcmp(reg, rname[0]) == 0 ? 0 : strcmp(reg, rname[1]) == 0 ? 1 : 2;
+        ptr[b] = base[r] + (size_t)num(o, "offset");
+        if (b < g->nnodes && (int64_t)num(o, "bytes") != ir_numel(g->nodes[b]) * 4)
+            die("plan buffer %d is %.0f bytes, node %s has %lld elements", b, num(o, "bytes"), g->nodes[b]->name,
+                (long long)ir_numel(g->nodes[b]));
+    }
+
+    /* the same params and inputs for both */
+    CpuPlan cpu;
+    cpu_plan_init(&cpu, g, CPU_F32);
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        int64_t numel = ir_numel(n);
+        if (n->op == IR_OP_PARAM) {
+            float *d = (float *)ptr[i];
+            for (int64_t e = 0; e < numel; e++)
+                d[e] = (float)(n->rank == 1 ? 1.0 + 0.1 * rng_normal() : 0.1 * rng_normal());
+            cpu_plan_bind(&cpu, n, d);
+        } else if (n->op == IR_OP_INPUT) {
+            int32_t *d = (int32_t *)ptr[i];
+            int64_t range = 2;
+            int masked = 0;
+            for (int j = 0; j < g->nnodes; j++) {
+                IrNode *u = g->nodes[j];
+                if (u->op == IR_OP_EMBEDDING && u->src[0] == n)
+                    range = u->src[1]->shape[0];
+                if ((u->op == IR_OP_CROSS_ENTROPY || u->op == IR_OP_MASKED_LM_LOSS) && u->src[1] == n) {
+                    range = u->src[0]->shape[u->src[0]->rank - 1];
+                    masked |= u->op == IR_OP_MASKED_LM_LOSS;
+                }
+            }
+            for (int64_t e = 0; e < numel; e++)
+                d[e] = masked && rng_uniform() < 0.85 ? -100 : (int32_t)(rng_next() % (uint64_t)range);
+            cpu_plan_bind(&cpu, n, d);
+        }
+    }
+
+    OpStat stat[IR_OP_COUNT];
+    memset(stat, 0, sizeof stat);
+    int bad = 0, nl = cJSON_GetArraySize(launches), li = 0, nlaunched = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (is_collective(n->op)) {
+            fake_collective(n, cpu.buf);
+            memcpy(ptr[i], cpu.buf[i], (size_t)ir_numel(n) * 4);
+            for (; li < nl && (int)num(cJSON_GetArrayItem(launches, li), "node") == i; li++)
+                if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(launches, li), "kernel")))
+                    die("%s: a collective with a kernel launch", n->name);
+            continue;
+        }
+        cpu_plan_run_range(&cpu, i, i + 1);
+        if (!chain)
+            for (int s = 0; s < n->nsrc; s++) {
+                const IrNode *x = n->src[s];
+                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM)
+                    memcpy(ptr[x->id], cpu_plan_data(&cpu, x), (size_t)ir_numel(x) * 4);
+            }
+        for (; li < nl; li++) {
+            const cJSON *l = cJSON_GetArrayItem(launches, li);
+            if ((int)num(l, "node") != i)
+                break;
+            const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, "kernel");
+            if (!cJSON_IsString(k))
+                die("%s: a host-side collective where a kernel was expected", n->name);
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
+            void *a[32];
+            int na = cJSON_GetArraySize(args);
+            for (int j = 0; j < na && j < 32; j++)
+                a[j] = ptr[(int)cJSON_GetArrayItem(args, j)->valuedouble];
+            long long grid = (long long)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "grid"), 0)->valuedouble;
+            int block = (int)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "block"), 0)->valuedouble;
+            if (!emu_launch(k->valuestring, grid < grid_cap ? grid : grid_cap, block, a))
+                return 1;
+            nlaunched++;
+        }
+        if (n->op == IR_OP_INPUT || n->op == IR_OP_PARAM)
+            continue;
+        /* compare the node's result */
+        int64_t numel = ir_numel(n);
+        const void *want = cpu_plan_data(&cpu, n);
+        const void *got = ptr[i];
+        int exact = n->dtype == IR_I32 || exact_op(n->op);
+        int is_grad = 0;
+        for (int p = 0; p < g->nparams; p++)
+            is_grad |= g->grads[p] == n;
+        if (chain && !is_grad && n != g->loss)
+            continue;
+        double worst = 0;
+        int64_t at = -1;
+        if (n->dtype == IR_I32) {
+            for (int64_t e = 0; e < numel; e++)
+                if (((const int32_t *)want)[e] != ((const int32_t *)got)[e] && at < 0)
+                    at = e;
+            worst = at >= 0;
+        } else {
+            const float *w = want, *o = got;
+            double scale = 0;
+            for (int64_t e = 0; e < numel; e++)
+                scale = fmax(scale, fabs(w[e]));
+            for (int64_t e = 0; e < numel; e++) {
+                double d = isnan(o[e]) != isnan(w[e]) ? INFINITY : isnan(o[e]) ? 0 : fabs((double)o[e] - w[e]);
+                if (exact && !chain && d == 0 && memcmp(&o[e], &w[e], 4) != 0 && !isnan(o[e]))
+                    d = INFINITY; /* -0 vs +0 */
+                double err = exact && !chain ? (d > 0 ? INFINITY : 0) : d / (scale > 0 ? scale : 1);
+                if (err > worst) {
+                    worst = err;
+                    at = e;
+                }
+            }
+        }
+        double tol = chain ? 1e-3 : 1e-4;
+        if (stat[n->op].worst < worst)
+            stat[n->op].worst = worst;
+        stat[n->op].count++;
+        if (worst > tol) {
+            bad++;
+            if (bad <= 20) {
+                if (n->dtype == IR_I32)
+                    fprintf(stderr, "MISMATCH %s (%s): element %lld: gpu %d, cpu %d\n", n->name, ir_node_op_name(n),
+                            (long long)at, ((const int32_t *)got)[at], ((const int32_t *)want)[at]);
+                else
+                    fprintf(stderr, "MISMATCH %s (%s): element %lld of %lld: gpu %.9g, cpu %.9g (error %.3g%s)\n",
+                            n->name, ir_node_op_name(n), (long long)at, (long long)numel, ((const float *)got)[at],
+                            ((const float *)want)[at], worst, exact && !chain ? ", must be exact" : " of the largest");
+            }
+        }
+    }
+    printf("%s: %d launches emulated (%s), %d nodes compared\n", model, nlaunched,
+           chain ? "chained, as on the GPU" : "each node on the CPU's inputs", g->nnodes);
+    for (int op = 0; op < IR_OP_COUNT; op++)
+        if (stat[op].count)
+            printf("  %-22s %4d nodes, worst %s %.2e\n", ir_op_name((IrOp)op), stat[op].count,
+                   (exact_op((IrOp)op) || op == IR_OP_TOPK_EXPERTS) && !chain ? "(exact)" : "error", stat[op].worst);
+    if (g->loss)
+        printf("  loss: gpu %.9g, cpu %.9g\n", *(float *)ptr[g->loss->id], cpu_plan_scalar(&cpu, g->loss));
+
+    /* AdamW: the kernel against runtime/train.c's formula, bit for bit */
+    {
+        enum { N = 4099 };
+        float *w = malloc(sizeof(float) * N * 8), *m = w + N, *v = m + N, *gr = v + N;
+        float *w2 = gr + N, *m2 = w2 + N, *v2 = m2 + N;
+        for (int e = 0; e < N; e++) {
+            w[e] = w2[e] = (float)rng_normal();
+            m[e] = m2[e] = (float)(0.01 * rng_normal());
+            v[e] = v2[e] = (float)(1e-4 * rng_uniform());
+            gr[e] = (float)(0.1 * rng_normal());
+        }
+        const IrTrain *t = &g->train;
+        double lr = 1e-3, wd = t->weight_decay, clip = 0.7, bc1 = 1 - pow(t->beta1, 3), bc2 = 1 - pow(t->beta2, 3);
+        emu_adamw(w2, m2, v2, gr, N, lr, wd, clip, bc1, bc2);
+        int diff = 0;
+        for (int e = 0; e < N; e++) {
+            double gv = gr[e] * clip;
+            m[e] = (float)(t->beta1 * m[e] + (1 - t->beta1) * gv);
+            v[e] = (float)(t->beta2 * v[e] + (1 - t->beta2) * gv * gv);
+            double upd = (m[e] / bc1) / (sqrt(v[e] / bc2) + t->eps);
+            w[e] = (float)(w[e] * (1 - lr * wd) - lr * upd);
+            diff += memcmp(&w[e], &w2[e], 4) != 0 || memcmp(&m[e], &m2[e], 4) != 0 || memcmp(&v[e], &v2[e], 4) != 0;
+        }
+        printf("  adamw: %d of %d elements differ from runtime/train.c's formula\n", diff, N);
+        bad += diff != 0;
+        free(w);
+    }
+    cpu_plan_free(&cpu);
+    for (int r = 0; r < 3; r++)
+        free(base[r]);
+    free(ptr);
+    cJSON_Delete(plan);
+    free(pj);
+    compilation_free(&c);
+    printf("%s\n", bad ? "FAILED" : "all agree");
+    return bad ? 1 : 0;
+}

@@ -1,0 +1,189 @@
+// emu_runtime.cc - runs the kernels of one generated kernels.cu on the CPU
+// (see emu.h). Built by tests/codegen/emu/run.sh with
+//   -DKERNELS_CU='"DIR/kernels.cu"' -DKERNEL_TABLE='"DIR/table.inc"'
+// where table.inc lists EMU_K(name) for every node kernel. The C side
+// (check.c) calls emu_launch() by kernel name.
+#include "emu.h"
+
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <cstdio>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include KERNELS_CU
+
+emu_dim3 threadIdx, blockIdx;
+emu_dim3 blockDim, gridDim;
+
+// ---- the coroutines of one block
+enum { RUNNABLE, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+
+// A coroutine starts with setcontext (makecontext gave it its stack) and
+// then switches with _setjmp/_longjmp, which unlike swapcontext make no
+// system call.
+struct Fiber {
+    ucontext_t ctx;
+    jmp_buf jb;
+    int state, started;
+    std::vector<char> stack;
+};
+
+static std::vector<Fiber> fibers;
+static jmp_buf scheduler;
+static int current;
+static double warp_slots[32][32];
+static const std::function<void(void **)> *running;
+static void **running_args;
+
+static void yield_as(int state)
+{
+    fibers[current].state = state;
+    if (!_setjmp(fibers[current].jb))
+        _longjmp(scheduler, 1);
+}
+
+static void resume(int t)
+{
+    current = t;
+    threadIdx = {(unsigned)t, 0, 0};
+    if (!_setjmp(scheduler)) {
+        if (!fibers[t].started) {
+            fibers[t].started = 1;
+            setcontext(&fibers[t].ctx);
+        }
+        _longjmp(fibers[t].jb, 1);
+    }
+}
+
+void emu_syncthreads(void) { yield_as(AT_BLOCK_BARRIER); }
+void emu_syncwarp(void) { yield_as(AT_WARP_BARRIER); }
+void emu_warp_put(double v) { warp_slots[threadIdx.x >> 5][threadIdx.x & 31] = v; }
+double emu_warp_get(int lane) { return warp_slots[threadIdx.x >> 5][lane]; }
+
+static void fiber_main(void)
+{
+    (*running)(running_args);
+    fibers[current].state = DONE;
+    _longjmp(scheduler, 1);
+}
+
+// Runs one block to completion: round-robin over the runnable coroutines;
+// a barrier opens when every thread (of the block, or of the warp) waits at it.
+static void run_block(int block)
+{
+    for (int t = 0; t < block; t++) {
+        Fiber &f = fibers[t];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack.data();
+        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_main, 0);
+        f.state = RUNNABLE;
+        f.started = 0;
+    }
+    for (;;) {
+        int progressed = 0, done = 0;
+        for (int t = 0; t < block; t++) {
+            if (fibers[t].state != RUNNABLE)
+                continue;
+            resume(t);
+            progressed = 1;
+        }
+        int at_block = 0;
+        for (int t = 0; t < block; t++) {
+            done += fibers[t].state == DONE;
+            at_block += fibers[t].state == AT_BLOCK_BARRIER;
+        }
+        if (done == block)
+            return;
+        for (int w = 0; w < block / 32; w++) {
+            int n = 0;
+            for (int l = 0; l < 32; l++)
+                n += fibers[w * 32 + l].state == AT_WARP_BARRIER;
+            if (n == 32) {
+                for (int l = 0; l < 32; l++)
+                    fibers[w * 32 + l].state = RUNNABLE;
+                progressed = 1;
+            }
+        }
+        if (at_block && at_block + done == block) {
+            if (done) {
+                fprintf(stderr, "emu: __syncthreads reached by %d threads while %d have returned\n", at_block, done);
+                abort();
+            }
+            for (int t = 0; t < block; t++)
+                fibers[t].state = RUNNABLE;
+            progressed = 1;
+        }
+        if (!progressed) {
+            fprintf(stderr, "emu: deadlock: threads wait at barriers that cannot open\n");
+            abort();
+        }
+    }
+}
+
+static void launch(const std::function<void(void **)> &f, long long grid, int block, void **args)
+{
+    blockDim = {(unsigned)block, 1, 1};
+    gridDim = {(unsigned)grid, 1, 1};
+    if ((int)fibers.size() < block) {
+        fibers.resize((size_t)block);
+        for (Fiber &fb : fibers)
+            fb.stack.resize(256 * 1024);
+    }
+    running = &f;
+    running_args = args;
+    for (long long b = 0; b < grid; b++) {
+        blockIdx = {(unsigned)b, 0, 0};
+        run_block(block);
+    }
+}
+
+// every node kernel takes pointers only: cast each argument to its parameter's type
+template <typename... A, size_t... I>
+static void call_impl(void (*f)(A...), void **a, std::index_sequence<I...>)
+{
+    f(static_cast<A>(a[I])...);
+}
+
+template <typename... A> static std::function<void(void **)> caller(void (*f)(A...))
+{
+    return [f](void **a) { call_impl(f, a, std::index_sequence_for<A...>{}); };
+}
+
+struct Entry {
+    const char *name;
+    std::function<void(void **)> call;
+};
+
+#define EMU_K(name) {#name, caller(name)},
+static const Entry table[] = {
+#include KERNEL_TABLE
+};
+#undef EMU_K
+
+extern "C" int emu_launch(const char *name, long long grid, int block, void **args)
+{
+    const Entry *e = nullptr;
+    for (const Entry &t : table)
+        if (strcmp(t.name, name) == 0)
+            e = &t;
+    if (!e || block % 32 || block > 1024 || grid < 1) {
+        fprintf(stderr, "emu: cannot launch %s (grid %lld, block %d)\n", name, grid, block);
+        return 0;
+    }
+    launch(e->call, grid, block, args);
+    return 1;
+}
+
+// the optimizer's AdamW kernel, for the bit-exactness check against runtime/train.c
+extern "C" int emu_adamw(float *w, float *m, float *v, const float *g, long long n, double lr, double wd,
+                         double clip, double bc1, double bc2)
+{
+    std::function<void(void **)> f = [=](void **) { moec_adamw(w, m, v, g, n, lr, wd, clip, bc1, bc2); };
+    launch(f, 2, 256, nullptr);
+    return 1;
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# tests/codegen/emu/run.sh BUILD SCRATCH MODEL [moec compile options] [-- check options]
+# Generates MODEL's CUDA code, builds it for the CPU with the emulator
+# (emu.h, emu_runtime.cc; g++) and runs check.c against the CPU reference
+# backend of BUILD's libmoec.a. Plain builds only: under the sanitizer build
+# it prints a note and passes (the emulator checks the kernels, not moec).
+set -euo pipefail
+BUILD=$1 SCRATCH=$2 MODEL=$3
+shift 3
+COMPILE_OPTS=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do COMPILE_OPTS+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+case "$(basename "$BUILD")" in *asan*) printf "emulation skipped under the sanitizer build\n(the plain build runs it)\n"; exit 0;; esac
+command -v g++ >/dev/null || { echo "emulation needs g++" >&2; exit 1; }
+rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
+moec compile "$MODEL" "${COMPILE_OPTS[@]}" --emit-cuda "$SCRATCH" >/dev/null
+# every node kernel (the optimizer's take scalars; emu_runtime.cc calls moec_adamw itself)
+grep -o '__launch_bounds__([0-9]*) k[0-9A-Za-z_]*' "$SCRATCH/kernels.cu" | awk '{print "EMU_K(" $2 ")"}' > "$SCRATCH/table.inc"
+g++ -std=c++17 -O1 -ffp-contract=off -w -I"$HERE" -DKERNELS_CU="\"$SCRATCH/kernels.cu\"" \
+    -DKERNEL_TABLE="\"$SCRATCH/table.inc\"" -c "$HERE/emu_runtime.cc" -o "$SCRATCH/emu_runtime.o"
+cc -std=c11 -D_GNU_SOURCE -O1 -ffp-contract=off -I"$BUILD/gen" -I"$ROOT/compiler" -c "$HERE/check.c" -o "$SCRATCH/check.o"
+g++ -o "$SCRATCH/check" "$SCRATCH/check.o" "$SCRATCH/emu_runtime.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
+"$SCRATCH/check" "$MODEL" "$SCRATCH/plan.json" "$@"

@@ -1,0 +1,426 @@
+/* test_codegen.c - unit tests of the CUDA code generator (codegen/), all on
+ * the CPU:
+ *   - codegen/mxfp8.cuh, the device MXFP8 quantizer pasted into every
+ *     kernels.cu, compiled here as C: bit-exact with runtime/cpu/mxfp8.c
+ *     (E4M3 encoding of 1M strided floats and every rounding boundary,
+ *     decoding of all 256 codes, the scale rule, whole and padded blocks);
+ *   - the emitter table covers every op of ops.def, and the test models
+ *     (tests/codegen/ops.moe in bf16, mxfp8 and unfused, mixtral_tiny with
+ *     ep 2) exercise every op that has a kernel or a host-side call;
+ *   - the buffer plan of every shipped model: no two buffers whose
+ *     lifetimes (from the graph, not from the planner) overlap share bytes,
+ *     views alias their packed source, launches name real buffers;
+ *   - identical input gives byte-identical source and plan;
+ *   - NVRTC's log is printed with the generated lines around each error.
+ * Run from the repository root. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../codegen/cuda.h"
+#include "../../codegen/mxfp8.cuh"
+#include "../../codegen/nvrtc.h"
+#include "../../compiler/driver.h"
+#include "../../ir/util.h"
+#include "../../runtime/cpu/mxfp8.h"
+
+static int npass, nfail;
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (cond) {                                                                       \
+            npass++;                                                                      \
+        } else {                                                                          \
+            nfail++;                                                                      \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                          \
+        }                                                                                 \
+    } while (0)
+
+static uint32_t fbits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* same bits, or both NaN of the same sign */
+static int same_float(float a, float b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b) && signbit(a) == signbit(b);
+    return fbits(a) == fbits(b);
+}
+
+/* ------------------------------------------------------------ mxfp8.cuh */
+
+static void test_e4m3_encode(void)
+{
+    int bad = 0;
+    long checked = 0;
+    /* a stride prime to 2^32 visits every exponent and many mantissas */
+    for (uint64_t i = 0; i < (1u << 20); i++) {
+        uint32_t u = (uint32_t)(i * 4099u * 1031u + i);
+        unsigned got = moec_e4m3_encode(bitsf(u));
+        unsigned want = e4m3_from_float(bitsf(u));
+        if (got != want && bad++ < 5)
+            fprintf(stderr, "e4m3 of %08x (%g): device %02x, cpu %02x\n", u, bitsf(u), got, want);
+        checked++;
+    }
+    /* every code's value, the midpoints to its neighbours and one ulp
+     * either side of them, both signs: every rounding decision */
+    for (int c = 0; c < 0x7E; c++) {
+        float lo = e4m3_to_float((uint8_t)c), hi = e4m3_to_float((uint8_t)(c + 1));
+        float pts[7] = {lo, (lo + hi) / 2, nextafterf((lo + hi) / 2, 0), nextafterf((lo + hi) / 2, 1000),
+                        nextafterf(lo, 0), nextafterf(lo, 1000), hi};
+        for (int k = 0; k < 7; k++)
+            for (int s = 0; s < 2; s++) {
+                float x = s ? -pts[k] : pts[k];
+                unsigned got = moec_e4m3_encode(x), want = e4m3_from_float(x);
+                if (got != want && bad++ < 5)
+                    fprintf(stderr, "e4m3 of %g: device %02x, cpu %02x\n", x, got, want);
+                checked++;
+            }
+    }
+    float special[] = {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 465.0f, 1e30f, INFINITY, -INFINITY, NAN, -NAN,
+                       1e-45f, -1e-45f, 1e-38f, 0.001953125f, 0.0009765625f, 0.00146484375f};
+    for (int k = 0; k < (int)(sizeof special / sizeof special[0]); k++) {
+        unsigned got = moec_e4m3_encode(special[k]), want = e4m3_from_float(special[k]);
+        if (got != want && bad++ < 5)
+            fprintf(stderr, "e4m3 of %g: device %02x, cpu %02x\n", special[k], got, want);
+        checked++;
+    }
+    CHECK(bad == 0, "%d of %ld E4M3 encodings differ", bad, checked);
+}
+
+static void test_e4m3_decode_and_scale(void)
+{
+    int bad = 0;
+    for (int c = 0; c < 256; c++)
+        bad += !same_float(moec_e4m3_decode((unsigned)c), e4m3_to_float((uint8_t)c));
+    CHECK(bad == 0, "%d of 256 E4M3 decodings differ", bad);
+    bad = 0;
+    long n = 0;
+    for (uint64_t i = 0; i < (1u << 18); i++) {
+        uint32_t u = (uint32_t)(i * 16411u) & 0x7FFFFFFFu; /* non-negative amax, every exponent */
+        float a = bitsf(u);
+        int got = moec_mx_scale_exp(a), want = mxfp8_scale_exponent(a, MXFP8_SCALE_TE);
+        if (got != want && bad++ < 5)
+            fprintf(stderr, "scale exponent of %g: device %d, cpu %d\n", a, got, want);
+        n++;
+    }
+    float special[] = {0.0f, 448.0f, 449.0f, 447.99997f, 896.0f, 896.0001f, 1e-40f, 1e-45f, 3.4e38f, INFINITY, NAN};
+    for (int k = 0; k < (int)(sizeof special / sizeof special[0]); k++) {
+        int got = moec_mx_scale_exp(special[k]), want = mxfp8_scale_exponent(special[k], MXFP8_SCALE_TE);
+        if (got != want && bad++ < 5)
+            fprintf(stderr, "scale exponent of %g: device %d, cpu %d\n", special[k], got, want);
+        n++;
+    }
+    CHECK(bad == 0, "%d of %ld scale exponents differ", bad, n);
+}
+
+static uint64_t rng = 7;
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* a block of 32 with a random magnitude, some zeros, now and then an
+ * infinity, a NaN or a subnormal */
+static void random_block(float *x)
+{
+    int exp = (int)(rnd() % 80) - 60;
+    for (int i = 0; i < 32; i++) {
+        double u = (double)(rnd() >> 11) / 9007199254740992.0 * 2 - 1;
+        x[i] = (float)ldexp(u, exp);
+        uint64_t r = rnd() % 200;
+        if (r == 0)
+            x[i] = 0.0f;
+        else if (r == 1)
+            x[i] = rnd() & 1 ? INFINITY : -INFINITY;
+        else if (r == 2)
+            x[i] = NAN;
+        else if (r == 3)
+            x[i] = bitsf((uint32_t)(rnd() & 0x807FFFFFu));
+    }
+}
+
+static void test_fake_quant_blocks(void)
+{
+    int bad = 0, nblocks = 20000;
+    for (int b = 0; b < nblocks; b++) {
+        float x[32], dev[32], cpu[32];
+        random_block(x);
+        int n = b % 3 == 0 ? 1 + (int)(rnd() % 32) : 32; /* a third: a group's last, zero-padded block */
+        memcpy(cpu, x, sizeof x);
+        for (int i = n; i < 32; i++)
+            cpu[i] = 0.0f;
+        mxfp8_fake_quant(cpu, 1, 32, MXFP8_ROWWISE, MXFP8_SCALE_TE);
+        /* strided like a colwise block, in place like the fused kernels */
+        float col[32 * 3];
+        for (int i = 0; i < 32; i++)
+            col[i * 3] = x[i];
+        moec_mx_fq_block(col, col, 3, n);
+        for (int i = 0; i < n; i++)
+            dev[i] = col[i * 3];
+        for (int i = 0; i < n; i++)
+            if (!same_float(dev[i], cpu[i]) && bad++ < 5)
+                fprintf(stderr, "block %d element %d (%g): device %g, cpu %g\n", b, i, x[i], dev[i], cpu[i]);
+    }
+    CHECK(bad == 0, "%d elements of %d fake-quantized blocks differ", bad, nblocks);
+}
+
+/* ------------------------------------------------------------ the graph side */
+
+static IrGraph *compile_model(Compilation *c, const char *path, const char *precision, int64_t ep,
+                              const char *disable)
+{
+    memset(c, 0, sizeof *c);
+    if (!compilation_read(c, path, stderr))
+        return NULL;
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    if (disable)
+        ctx.disabled[ctx.ndisabled++] = disable;
+    if (precision) {
+        c->opts.has_precision = 1;
+        c->opts.precision = strcmp(precision, "mxfp8") == 0 ? IR_PREC_MXFP8 : IR_PREC_BF16;
+    }
+    c->opts.ep = ep;
+    if (compilation_run(c, path, c->text, c->len, stderr, &ctx) != 0)
+        return NULL;
+    return c->graph;
+}
+
+static void test_table(void)
+{
+    int missing = 0;
+    for (int op = 0; op < IR_OP_COUNT; op++)
+        if (!cuda_op_handling((IrOp)op) && missing++ < 5)
+            fprintf(stderr, "no CUDA emitter for %s\n", ir_op_name((IrOp)op));
+    CHECK(missing == 0, "%d ops without an emitter", missing);
+    CHECK(cuda_op_handling(IR_OP_CUSTOM) == 4, "custom ops are refused");
+    CHECK(cuda_op_handling(IR_OP_ALL_REDUCE) == 3 && cuda_op_handling(IR_OP_EP_DISPATCH) == 3 &&
+              cuda_op_handling(IR_OP_EP_COMBINE) == 3 && cuda_op_handling(IR_OP_EP_COUNTS) == 3,
+          "collectives are host-side calls");
+    CHECK(cuda_op_handling(IR_OP_VIEW) == 2 && cuda_op_handling(IR_OP_PARAM) == 2, "views alias, leaves are bound");
+}
+
+/* Checks one plan against the graph it came from. */
+static void check_plan(const char *what, const IrGraph *g, const char *json)
+{
+    cJSON *plan = cJSON_Parse(json);
+    CHECK(plan != NULL, "%s: plan.json parses", what);
+    if (!plan)
+        return;
+    const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(plan, "buffers");
+    const cJSON *launches = cJSON_GetObjectItemCaseSensitive(plan, "launches");
+    int nb = cJSON_GetArraySize(bufs), n = g->nnodes, bad = 0;
+    int64_t *off = calloc((size_t)nb, sizeof(int64_t)), *bytes = calloc((size_t)nb, sizeof(int64_t));
+    int *region = calloc((size_t)nb, sizeof(int)), *owner = calloc((size_t)nb, sizeof(int));
+    int *root = calloc((size_t)nb, sizeof(int)), *first = calloc((size_t)nb, sizeof(int));
+    int *last = calloc((size_t)nb, sizeof(int));
+    for (int b = 0; b < nb; b++) {
+        const cJSON *o = cJSON_GetArrayItem(bufs, b);
+        off[b] = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "offset")->valuedouble;
+        bytes[b] = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "bytes")->valuedouble;
+        const char *r = cJSON_GetObjectItemCaseSensitive(o, "region")->valuestring;
+        region[b] = strcmp(r, "params") == 0 ? 0 : strcmp(r, "inputs") == 0 ? 1 : 2;
+        const cJSON *nd = cJSON_GetObjectItemCaseSensitive(o, "node");
+        owner[b] = b < n ? b : (int)nd->valuedouble;
+        const cJSON *al = cJSON_GetObjectItemCaseSensitive(o, "alias_of");
+        root[b] = al ? (int)al->valuedouble : b;
+        if (b < n && bytes[b] != ir_numel(g->nodes[b]) * 4 && bad++ < 5)
+            fprintf(stderr, "%s: buffer %d has %lld bytes for %s\n", what, b, (long long)bytes[b], g->nodes[b]->name);
+        if (al && g->nodes[b]->op != IR_OP_VIEW && bad++ < 5)
+            fprintf(stderr, "%s: %s aliases without being a view\n", what, g->nodes[b]->name);
+        if (al) {
+            int64_t want = off[root[b]] + ir_attr_i(g->nodes[b], IR_ATTR_OFFSET) * 4;
+            if (root[b] == g->nodes[b]->src[0]->id && off[b] != want && bad++ < 5)
+                fprintf(stderr, "%s: view %s at %lld, not %lld\n", what, g->nodes[b]->name, (long long)off[b],
+                        (long long)want);
+        }
+    }
+    /* lifetimes from the graph: a root lives from its node to its last use
+     * (through views too), to the end when kept; a workspace at its node */
+    for (int b = 0; b < nb; b++) {
+        first[b] = owner[b];
+        last[b] = owner[b];
+    }
+    for (int i = 0; i < n; i++) {
+        const IrNode *x = g->nodes[i];
+        if (x->is_output)
+            last[root[i]] = n;
+        for (int s = 0; s < x->nsrc; s++)
+            if (last[root[x->src[s]->id]] < i)
+                last[root[x->src[s]->id]] = i;
+        if (last[root[i]] < i)
+            last[root[i]] = i;
+    }
+    for (int a = 0; a < nb && bad < 5; a++) {
+        if (root[a] != a || region[a] != 2)
+            continue;
+        for (int b = a + 1; b < nb; b++) {
+            if (root[b] != b || region[b] != 2 || first[a] > last[b] || first[b] > last[a])
+                continue;
+            if (off[a] < off[b] + bytes[b] && off[b] < off[a] + bytes[a] && bytes[a] && bytes[b] && bad++ < 5)
+                fprintf(stderr, "%s: buffers %d and %d are live together (nodes %d..%d and %d..%d) but share bytes\n",
+                        what, a, b, first[a], last[a], first[b], last[b]);
+        }
+    }
+    int nl = cJSON_GetArraySize(launches), prev = -1;
+    for (int l = 0; l < nl; l++) {
+        const cJSON *o = cJSON_GetArrayItem(launches, l);
+        int node = (int)cJSON_GetObjectItemCaseSensitive(o, "node")->valuedouble;
+        if (node < prev && bad++ < 5)
+            fprintf(stderr, "%s: launch %d out of node order\n", what, l);
+        prev = node;
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "args");
+        for (int a = 0; a < cJSON_GetArraySize(args); a++) {
+            int b = (int)cJSON_GetArrayItem(args, a)->valuedouble;
+            if ((b < 0 || b >= nb || (owner[b] != node && b >= n)) && bad++ < 5)
+                fprintf(stderr, "%s: launch %d names buffer %d\n", what, l, b);
+        }
+    }
+    CHECK(bad == 0, "%s: the plan's buffers are consistent (%d buffers, %d launches)", what, nb, nl);
+    free(off);
+    free(bytes);
+    free(region);
+    free(owner);
+    free(root);
+    free(first);
+    free(last);
+    cJSON_Delete(plan);
+}
+
+static void test_models(void)
+{
+    static const struct {
+        const char *path, *precision, *disable;
+        int64_t ep;
+    } cases[] = {
+        {"tests/codegen/ops.moe", NULL, NULL, 0},
+        {"tests/codegen/ops.moe", "mxfp8", NULL, 0},
+        {"tests/codegen/ops.moe", NULL, "fuse-grouped-mlp", 0},
+        {"models/mixtral_tiny.moe", NULL, NULL, 2},
+        {"models/mixtral_tiny.moe", "mxfp8", NULL, 0},
+        {"models/protein_tiny.moe", NULL, NULL, 0},
+        {"models/dna_tiny.moe", NULL, NULL, 0},
+        {"models/l0_sanity.moe", NULL, NULL, 0},
+        {"models/mixtral_8x7b.moe", NULL, NULL, 0},
+        {"models/protein_moe.moe", NULL, NULL, 0},
+        {"models/dna_moe.moe", NULL, NULL, 0},
+        {"models/variants/mixtral_tiny_gelu.moe", "mxfp8", NULL, 0},
+        {"models/variants/mixtral_tiny_probe.moe", NULL, NULL, 0},
+        {"models/variants/mixtral_tiny_ffn100.moe", NULL, NULL, 0},
+    };
+    int seen[IR_OP_COUNT] = {0};
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        char what[256];
+        snprintf(what, sizeof what, "%s%s%s%s%s", cases[k].path, cases[k].precision ? " --precision " : "",
+                 cases[k].precision ? cases[k].precision : "", cases[k].ep ? " --ep 2" : "",
+                 cases[k].disable ? " unfused" : "");
+        Compilation c;
+        IrGraph *g = compile_model(&c, cases[k].path, cases[k].precision, cases[k].ep, cases[k].disable);
+        CHECK(g != NULL, "%s compiles", what);
+        if (!g) {
+            compilation_free(&c);
+            continue;
+        }
+        CudaModule m1, m2;
+        int ok = cuda_codegen(g, NULL, NULL, &m1);
+        CHECK(ok, "%s: cuda_codegen", what);
+        if (!ok) {
+            compilation_free(&c);
+            continue;
+        }
+        for (int i = 0; i < g->nnodes; i++)
+            seen[g->nodes[i]->op] = 1;
+        check_plan(what, g, m1.plan_json);
+        CHECK(m1.nkernels > 3 && m1.nlaunches > 0 && strstr(m1.source, "moec_adamw"), "%s: %d kernels, %d launches",
+              what, m1.nkernels, m1.nlaunches);
+        CHECK(cuda_codegen(g, NULL, NULL, &m2) && strcmp(m1.source, m2.source) == 0 &&
+                  strcmp(m1.plan_json, m2.plan_json) == 0,
+              "%s: a second run gives the same bytes", what);
+        cuda_module_free(&m2);
+        /* one kernel per launch without sharing: the same launches */
+        CudaOptions no_share = {1};
+        CHECK(cuda_codegen(g, &no_share, NULL, &m2) && m2.nlaunches == m1.nlaunches && m2.nkernels >= m1.nkernels,
+              "%s: without kernel sharing, %d kernels for the same %d launches", what, m2.nkernels, m2.nlaunches);
+        cuda_module_free(&m2);
+        cuda_module_free(&m1);
+        compilation_free(&c);
+    }
+    int missing = 0;
+    for (int op = 0; op < IR_OP_COUNT; op++) {
+        int h = cuda_op_handling((IrOp)op);
+        if ((h == 1 || h == 3) && !seen[op] && missing++ < 10)
+            fprintf(stderr, "no test model has a %s node\n", ir_op_name((IrOp)op));
+    }
+    CHECK(missing == 0, "the test models exercise every op with a kernel or a host call (%d missing)", missing);
+}
+
+static void test_log_context(void)
+{
+    const char *src = "line one\nline two\nline three\nline four\nline five\nline six\nline seven\nline eight\n";
+    const char *log = "kernels.cu(5): error: identifier \"x\" is undefined\n  line five\n  ^\n\n"
+                      "1 error detected in the compilation of \"kernels.cu\".\n";
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    nvrtc_print_log(f, log, src, "kernels.cu");
+    fclose(f);
+    CHECK(strstr(buf, "generated source around kernels.cu:5") && strstr(buf, "      2 | line two") &&
+              strstr(buf, ">      5 | line five") && strstr(buf, "      8 | line eight") && !strstr(buf, "line one"),
+          "the log is printed with lines 2 to 8 around the error at line 5:\n%s", buf);
+    free(buf);
+    char err[512];
+    CHECK(!nvrtc_check_arch("sm90", err, sizeof err) && strstr(err, "expected sm_NN"), "a bad --arch: %s", err);
+}
+
+/* With NVRTC at hand (the CUDA toolkit): a compile error comes back with
+ * its log and counts; a clean source compiles warning-free. */
+static void test_nvrtc(void)
+{
+    char err[1024];
+    if (!nvrtc_load(err, sizeof err)) {
+        printf("test_codegen: NVRTC not available, its checks skipped: %s\n", err);
+        return;
+    }
+    NvrtcOutput out;
+    int ok = nvrtc_compile("extern \"C\" __global__ void k(float *y) { y[threadIdx.x] = 1.0f; }\n", "kernels.cu",
+                           NVRTC_DEFAULT_ARCH, &out, err, sizeof err);
+    CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0, "a small kernel compiles: %s", ok ? "" : err);
+    nvrtc_output_free(&out);
+    ok = nvrtc_compile("extern \"C\" __global__ void k(float *y)\n{\n    y[0] = undefined_name;\n}\n", "kernels.cu",
+                       "sm_90a", &out, err, sizeof err);
+    CHECK(!ok && out.nerrors == 1 && out.log && strstr(out.log, "kernels.cu(3): error"),
+          "a compile error is reported with its line: %s", err);
+    nvrtc_output_free(&out);
+}
+
+int main(void)
+{
+    test_e4m3_encode();
+    test_e4m3_decode_and_scale();
+    test_fake_quant_blocks();
+    test_table();
+    test_models();
+    test_log_context();
+    test_nvrtc();
+    printf("test_codegen: %d passed, %d failed\n", npass, nfail);
+    return nfail != 0;
+}
