@@ -1,0 +1,546 @@
+/* run_plan.c - the GPU twin of tests/codegen/emu/check.c: runs a model's
+ * generated kernels (DIR/kernels.cubin from `moec compile --emit-cuda DIR
+ * --arch sm_90a`) on a real GPU, node by node, following DIR/plan.json
+ * exactly (its regions, offsets, launches, full grids), against the CPU
+ * reference backend (runtime/cpu) given the same inputs.
+ * Not part of `make test`: CI has no GPU. tests/gpu/run_plan.sh builds and runs it.
+ *
+ *   run_plan MODEL DIR [--precision P] [--ep N] [--disable-pass X] [--chain]
+ *
+ * Params and inputs get the emulator check's random values (same generator,
+ * same order). Default (isolated): before each node, its sources' buffers
+ * get the CPU's values, so each kernel is checked on identical inputs.
+ * Exact ops (integer results, copies, permutations, routing, MXFP8
+ * quantization, elementwise: check.c's list) must match bit for bit; the rest
+ * within a normwise relative error ||gpu - cpu||_2 / ||cpu||_2 < 1e-5 (the max
+ * elementwise error relative to the tensor's largest value is reported too).
+ * --chain runs the launches on their own outputs (activations start as NaN)
+ * and compares loss and gradients within 1e-3 normwise. Collectives of an EP
+ * plan are made up on the host as rank 0 would see them (fake_collective, as
+ * the emulator). Also checks moec_adamw against runtime/train.c bit for bit.
+ * The CUDA driver API is loaded with dlopen("libcuda.so.1"); cuda.h gives the
+ * types only. One line per compared node; the summary last. Exit 0 when all agree. */
+#include <cuda.h>
+#include <cjson/cJSON.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../compiler/driver.h"
+#include "../../runtime/cpu/cpu.h"
+#include "../../ir/util.h"
+
+/* ---- the driver API, through dlopen ---- */
+static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDeviceGet)(CUdevice *, int);
+static CUresult (*p_cuDeviceGetName)(char *, int, CUdevice);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+static CUresult (*p_cuCtxSynchronize)(void);
+static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemFree)(CUdeviceptr);
+static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+static CUresult (*p_cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void **, void **);
+static CUresult (*p_cuGetErrorString)(CUresult, const char **);
+
+static void cu_load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        die("cannot load libcuda.so.1: %s", dlerror());
+#define SYM(var, name)                                                     \
+    do {                                                                   \
+        *(void **)&var = dlsym(h, name);                                   \
+        if (!var)                                                          \
+            die("libcuda.so.1 has no %s", name);                           \
+    } while (0)
+    SYM(p_cuInit, "cuInit");
+    SYM(p_cuDeviceGet, "cuDeviceGet");
+    SYM(p_cuDeviceGetName, "cuDeviceGetName");
+    SYM(p_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    SYM(p_cuCtxSetCurrent, "cuCtxSetCurrent");
+    SYM(p_cuCtxSynchronize, "cuCtxSynchronize");
+    SYM(p_cuModuleLoadData, "cuModuleLoadData");
+    SYM(p_cuModuleGetFunction, "cuModuleGetFunction");
+    SYM(p_cuMemAlloc, "cuMemAlloc_v2");
+    SYM(p_cuMemFree, "cuMemFree_v2");
+    SYM(p_cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    SYM(p_cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    SYM(p_cuMemsetD8, "cuMemsetD8_v2");
+    SYM(p_cuLaunchKernel, "cuLaunchKernel");
+    SYM(p_cuGetErrorString, "cuGetErrorString");
+#undef SYM
+}
+
+static const char *cu_what = "";
+static void cu_check(CUresult r, const char *call)
+{
+    if (r != CUDA_SUCCESS) {
+        const char *s = "?";
+        p_cuGetErrorString(r, &s);
+        die("%s failed: %s (%d)%s%s", call, s, (int)r, *cu_what ? " at " : "", cu_what);
+    }
+}
+#define CU(call) cu_check(p_##call, #call)
+
+static uint64_t rng_state = 42;
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
+static double rng_normal(void)
+{
+    double u = rng_uniform() + 1e-300, v = rng_uniform();
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n)
+        n = 0;
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v))
+        die("plan: no number %s", k);
+    return v->valuedouble;
+}
+
+/* ops whose GPU result must equal the CPU's bit for bit on equal inputs */
+static int exact_op(IrOp op)
+{
+    switch (op) {
+    case IR_OP_FILL: case IR_OP_EMBEDDING: case IR_OP_EMBEDDING_DW: case IR_OP_SLICE: case IR_OP_VIEW:
+    case IR_OP_ADD: case IR_OP_MUL: case IR_OP_SCALE: case IR_OP_ROW_SCALE: case IR_OP_DISPATCH:
+    case IR_OP_DISPATCH_PROBS: case IR_OP_DISPATCH_PROBS_DX: case IR_OP_COMBINE: case IR_OP_QUANTIZE:
+    case IR_OP_QUANTIZE_GROUPED: case IR_OP_EP_SORT: case IR_OP_EP_UNSORT: case IR_OP_TOPK_EXPERTS:
+    case IR_OP_TOPK_PROBS: case IR_OP_TOPK_PROBS_DX: case IR_OP_SILU: case IR_OP_GELU: case IR_OP_SILU_DX:
+    case IR_OP_GELU_DX: case IR_OP_SWIGLU: case IR_OP_SCALED_SWIGLU: case IR_OP_SWIGLU_DX:
+    case IR_OP_SCALED_SWIGLU_DH: case IR_OP_ROPE: case IR_OP_ROPE_DX:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int is_collective(IrOp op)
+{
+    return op == IR_OP_EP_COUNTS || op == IR_OP_EP_DISPATCH || op == IR_OP_EP_COMBINE || op == IR_OP_ALL_REDUCE;
+}
+
+/* A host-side collective of a multi-rank plan, as rank 0 of an EP group
+ * might see it: plausible data (received counts that fit the capacity,
+ * random received rows, zero past them; an all-reduce over one rank), so
+ * that the nodes after it are checked on the same inputs on both sides. */
+static void fake_collective(const IrNode *n, void *const *cpubuf)
+{
+    int64_t numel = ir_numel(n);
+    void *y = cpubuf[n->id];
+    if (n->op == IR_OP_EP_COUNTS) {
+        const int32_t *c = cpubuf[n->src[0]->id];
+        int64_t ep = n->shape[0], El = n->shape[1];
+        for (int64_t i = 0; i < ep; i++)
+            for (int64_t e = 0; e < El; e++)
+                ((int32_t *)y)[i * El + e] = c[e]; /* every rank sends what rank 0 sends to my experts */
+    } else if (n->op == IR_OP_EP_DISPATCH) {
+        const int32_t *rc = cpubuf[n->src[2]->id];
+        int64_t rows = 0, d = n->rank == 2 ? n->shape[1] : 1;
+        for (int64_t i = 0; i < ir_numel(n->src[2]); i++)
+            rows += rc[i];
+        for (int64_t e = 0; e < numel; e++)
+            ((float *)y)[e] = e < rows * d ? (float)rng_normal() : 0.0f;
+    } else if (n->op == IR_OP_EP_COMBINE) {
+        for (int64_t e = 0; e < numel; e++)
+            ((float *)y)[e] = (float)rng_normal();
+    } else {
+        const float *x = cpubuf[n->src[0]->id];
+        for (int64_t e = 0; e < numel; e++)
+            ((float *)y)[e] = (float)(x[e] * ir_attr_f(n, IR_ATTR_FACTOR));
+    }
+}
+
+
+typedef struct OpStat {
+    double worst_norm, worst_max;
+    int count, bad;
+} OpStat;
+
+static void h2d(CUdeviceptr d, const void *h, size_t n) { CU(cuMemcpyHtoD(d, h, n)); }
+static void d2h(void *h, CUdeviceptr d, size_t n) { CU(cuMemcpyDtoH(h, d, n)); }
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *dir = NULL;
+    int chain = 0, mxfp8 = 0, ep = 0;
+    const char *disabled = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--chain") == 0)
+            chain = 1;
+        else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
+            mxfp8 = strcmp(argv[++i], "mxfp8") == 0 ? 1 : -1;
+        else if (strcmp(argv[i], "--ep") == 0 && i + 1 < argc)
+            ep = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--disable-pass") == 0 && i + 1 < argc)
+            disabled = argv[++i];
+        else if (!model)
+            model = argv[i];
+        else
+            dir = argv[i];
+    }
+    if (!model || !dir) {
+        fprintf(stderr, "usage: run_plan MODEL DIR [--precision P] [--ep N] [--disable-pass X] [--chain]\n");
+        return 2;
+    }
+    Compilation c = {0};
+    if (!compilation_read(&c, model, stderr))
+        return 1;
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    if (disabled)
+        ctx.disabled[ctx.ndisabled++] = disabled;
+    c.opts.has_precision = mxfp8 != 0;
+    c.opts.precision = mxfp8 > 0 ? IR_PREC_MXFP8 : IR_PREC_BF16;
+    c.opts.ep = ep;
+    if (compilation_run(&c, model, c.text, c.len, stderr, &ctx) != 0)
+        return 1;
+    IrGraph *g = c.graph;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    char *pj = read_all(path);
+    cJSON *plan = pj ? cJSON_Parse(pj) : NULL;
+    if (!plan)
+        die("cannot read %s", path);
+    snprintf(path, sizeof path, "%s/kernels.cubin", dir);
+    char *cubin = NULL;
+    {
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            die("cannot read %s", path);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        cubin = malloc((size_t)n);
+        if (fread(cubin, 1, (size_t)n, f) != (size_t)n)
+            die("cannot read %s", path);
+        fclose(f);
+    }
+
+    cu_load();
+    CUdevice dev;
+    CUcontext cuctx;
+    CUmodule mod;
+    char devname[256];
+    CU(cuInit(0));
+    CU(cuDeviceGet(&dev, 0));
+    CU(cuDeviceGetName(devname, sizeof devname, dev));
+    CU(cuDevicePrimaryCtxRetain(&cuctx, dev));
+    CU(cuCtxSetCurrent(cuctx));
+    CU(cuModuleLoadData(&mod, cubin));
+
+    const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(plan, "buffers");
+    const cJSON *launches = cJSON_GetObjectItemCaseSensitive(plan, "launches");
+    const cJSON *regions = cJSON_GetObjectItemCaseSensitive(plan, "regions");
+    int nbufs = cJSON_GetArraySize(bufs);
+    char *base[3];
+    CUdeviceptr dbase[3];
+    size_t rbytes[3];
+    const char *rname[3] = {"params", "inputs", "activations"};
+    for (int r = 0; r < 3; r++) {
+        size_t bytes = (size_t)num(cJSON_GetArrayItem(regions, r), "bytes") + 256;
+        rbytes[r] = (bytes + 255) / 256 * 256;
+        base[r] = aligned_alloc(256, rbytes[r]);
+        memset(base[r], 0xFF, rbytes[r]);
+        CU(cuMemAlloc(&dbase[r], rbytes[r]));
+        CU(cuMemsetD8(dbase[r], 0xFF, rbytes[r])); /* NaN floats, -1 ints: what no kernel wrote shows */
+    }
+    char **ptr = calloc((size_t)nbufs, sizeof(char *));
+    CUdeviceptr *dptr = calloc((size_t)nbufs, sizeof(CUdeviceptr));
+    for (int b = 0; b < nbufs; b++) {
+        const cJSON *o = cJSON_GetArrayItem(bufs, b);
+        const char *reg = cJSON_GetObjectItemCaseSensitive(o, "region")->valuestring;
+        int r = strcmp(reg, rname[0]) == 0 ? 0 : strcmp(reg, rname[1]) == 0 ? 1 : 2;
+        ptr[b] = base[r] + (size_t)num(o, "offset");
+        dptr[b] = dbase[r] + (CUdeviceptr)num(o, "offset");
+        if (b < g->nnodes && (int64_t)num(o, "bytes") != ir_numel(g->nodes[b]) * 4)
+            die("plan buffer %d is %.0f bytes, node %s has %lld elements", b, num(o, "bytes"), g->nodes[b]->name,
+                (long long)ir_numel(g->nodes[b]));
+    }
+
+    /* the same params and inputs for both (generated as check.c does, then uploaded) */
+    CpuPlan cpu;
+    cpu_plan_init(&cpu, g, CPU_F32);
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        int64_t numel = ir_numel(n);
+        if (n->op == IR_OP_PARAM) {
+            float *d = (float *)ptr[i];
+            for (int64_t e = 0; e < numel; e++)
+                d[e] = (float)(n->rank == 1 ? 1.0 + 0.1 * rng_normal() : 0.1 * rng_normal());
+            cpu_plan_bind(&cpu, n, d);
+            h2d(dptr[i], d, (size_t)numel * 4);
+        } else if (n->op == IR_OP_INPUT) {
+            int32_t *d = (int32_t *)ptr[i];
+            int64_t range = 2;
+            int masked = 0;
+            for (int j = 0; j < g->nnodes; j++) {
+                IrNode *u = g->nodes[j];
+                if (u->op == IR_OP_EMBEDDING && u->src[0] == n)
+                    range = u->src[1]->shape[0];
+                if ((u->op == IR_OP_CROSS_ENTROPY || u->op == IR_OP_MASKED_LM_LOSS) && u->src[1] == n) {
+                    range = u->src[0]->shape[u->src[0]->rank - 1];
+                    masked |= u->op == IR_OP_MASKED_LM_LOSS;
+                }
+            }
+            for (int64_t e = 0; e < numel; e++)
+                d[e] = masked && rng_uniform() < 0.85 ? -100 : (int32_t)(rng_next() % (uint64_t)range);
+            cpu_plan_bind(&cpu, n, d);
+            h2d(dptr[i], d, (size_t)numel * 4);
+        }
+    }
+
+    printf("# %s on %s: %s, %s\n", model, devname, mxfp8 > 0 ? "mxfp8" : "bf16",
+           chain ? "chained, as in training" : "each node on the CPU's inputs");
+    printf("# %-5s %-40s %-22s %-5s %12s %12s %s\n", "node", "name", "op", "kind", "norm_rel", "max_rel", "status");
+    OpStat stat[IR_OP_COUNT];
+    memset(stat, 0, sizeof stat);
+    int bad = 0, nl = cJSON_GetArraySize(launches), li = 0, nlaunched = 0, ncompared = 0;
+    double worst_fp = 0;
+    const char *worst_fp_name = "-";
+    char *host = NULL;
+    size_t host_cap = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        cu_what = n->name;
+        if (is_collective(n->op)) {
+            fake_collective(n, cpu.buf);
+            h2d(dptr[i], cpu.buf[i], (size_t)ir_numel(n) * 4);
+            for (; li < nl && (int)num(cJSON_GetArrayItem(launches, li), "node") == i; li++)
+                if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(launches, li), "kernel")))
+                    die("%s: a collective with a kernel launch", n->name);
+            continue;
+        }
+        cpu_plan_run_range(&cpu, i, i + 1);
+        if (!chain)
+            for (int s = 0; s < n->nsrc; s++) {
+                const IrNode *x = n->src[s];
+                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM)
+                    h2d(dptr[x->id], cpu_plan_data(&cpu, x), (size_t)ir_numel(x) * 4);
+            }
+        for (; li < nl; li++) {
+            const cJSON *l = cJSON_GetArrayItem(launches, li);
+            if ((int)num(l, "node") != i)
+                break;
+            const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, "kernel");
+            if (!cJSON_IsString(k))
+                die("%s: a host-side collective where a kernel was expected", n->name);
+            const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
+            CUdeviceptr a[32];
+            void *pa[32];
+            int na = cJSON_GetArraySize(args);
+            if (na > 32)
+                die("%s: %d kernel arguments", n->name, na);
+            for (int j = 0; j < na; j++) {
+                a[j] = dptr[(int)cJSON_GetArrayItem(args, j)->valuedouble];
+                pa[j] = &a[j];
+            }
+            const cJSON *gr = cJSON_GetObjectItemCaseSensitive(l, "grid"), *bl = cJSON_GetObjectItemCaseSensitive(l, "block");
+            unsigned gx = (unsigned)cJSON_GetArrayItem(gr, 0)->valuedouble, bx = (unsigned)cJSON_GetArrayItem(bl, 0)->valuedouble;
+            unsigned shm = (unsigned)num(l, "shared_bytes");
+            CUfunction f;
+            cu_what = k->valuestring;
+            CU(cuModuleGetFunction(&f, mod, k->valuestring));
+            CU(cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shm, NULL, pa, NULL));
+            CU(cuCtxSynchronize());
+            cu_what = n->name;
+            nlaunched++;
+        }
+        if (n->op == IR_OP_INPUT || n->op == IR_OP_PARAM)
+            continue;
+        int is_grad = 0;
+        for (int p = 0; p < g->nparams; p++)
+            is_grad |= g->grads[p] == n;
+        if (chain && !is_grad && n != g->loss)
+            continue;
+        /* compare the node's result */
+        int64_t numel = ir_numel(n);
+        size_t nb = (size_t)numel * 4;
+        if (nb > host_cap) {
+            free(host);
+            host_cap = nb * 2;
+            host = malloc(host_cap);
+        }
+        d2h(host, dptr[i], nb);
+        const void *want = cpu_plan_data(&cpu, n);
+        const void *got = host;
+        int exact = (n->dtype == IR_I32 || exact_op(n->op)) && !chain;
+        double norm_rel = 0, max_rel = 0;
+        int64_t at = -1, ndiff = 0;
+        if (n->dtype == IR_I32) {
+            for (int64_t e = 0; e < numel; e++)
+                if (((const int32_t *)want)[e] != ((const int32_t *)got)[e]) {
+                    ndiff++;
+                    if (at < 0)
+                        at = e;
+                }
+        } else {
+            const float *w = want, *o = got;
+            double scale = 0, sd = 0, sw = 0;
+            for (int64_t e = 0; e < numel; e++)
+                scale = fmax(scale, fabs(w[e]));
+            for (int64_t e = 0; e < numel; e++) {
+                double d = isnan(o[e]) != isnan(w[e]) ? INFINITY : isnan(o[e]) ? 0 : fabs((double)o[e] - w[e]);
+                int bits = memcmp(&o[e], &w[e], 4) != 0 && !(isnan(o[e]) && isnan(w[e]));
+                if (bits) {
+                    ndiff++;
+                    if (exact && at < 0)
+                        at = e;
+                }
+                sd += d * d;
+                if (!isnan(w[e]))
+                    sw += (double)w[e] * w[e];
+                double err = d / (scale > 0 ? scale : 1);
+                if (err > max_rel) {
+                    max_rel = err;
+                    if (!exact)
+                        at = e;
+                }
+            }
+            norm_rel = sw > 0 ? sqrt(sd) / sqrt(sw) : sqrt(sd);
+        }
+        double tol = chain ? 1e-3 : 1e-5;
+        int fail = exact || n->dtype == IR_I32 ? ndiff > 0 : !(norm_rel < tol);
+        ncompared++;
+        OpStat *st = &stat[n->op];
+        st->count++;
+        st->bad += fail;
+        if (n->dtype != IR_I32) {
+            st->worst_norm = fmax(st->worst_norm, norm_rel);
+            st->worst_max = fmax(st->worst_max, max_rel);
+            if (!exact && norm_rel >= worst_fp) {
+                worst_fp = norm_rel;
+                worst_fp_name = n->name;
+            }
+        }
+        {
+            char kind[8];
+            snprintf(kind, sizeof kind, "%s", n->dtype == IR_I32 ? "i32" : exact ? "exact" : "fp32");
+            printf("  %-5d %-40s %-22s %-5s %12.3e %12.3e %s", i, n->name, ir_node_op_name(n), kind, norm_rel, max_rel,
+                   fail ? "FAIL" : "ok");
+            if (exact || n->dtype == IR_I32)
+                printf(" (%lld of %lld differ)", (long long)ndiff, (long long)numel);
+            printf("\n");
+        }
+        if (fail) {
+            bad++;
+            if (at < 0)
+                at = 0;
+            if (n->dtype == IR_I32)
+                fprintf(stderr, "MISMATCH %s (%s): element %lld: gpu %d, cpu %d\n", n->name, ir_node_op_name(n),
+                        (long long)at, ((const int32_t *)got)[at], ((const int32_t *)want)[at]);
+            else
+                fprintf(stderr, "MISMATCH %s (%s): element %lld of %lld: gpu %.9g, cpu %.9g (normwise %.3g, max %.3g%s)\n",
+                        n->name, ir_node_op_name(n), (long long)at, (long long)numel, ((const float *)got)[at],
+                        ((const float *)want)[at], norm_rel, max_rel, exact ? ", must be exact" : "");
+        }
+    }
+    printf("%s: %d launches on %s (%s), %d nodes compared\n", model, nlaunched, devname,
+           chain ? "chained, as on the GPU" : "each node on the CPU's inputs", ncompared);
+    for (int op = 0; op < IR_OP_COUNT; op++)
+        if (stat[op].count)
+            printf("  %-22s %4d nodes, %d failed, worst normwise %.2e, max %.2e%s\n", ir_op_name((IrOp)op),
+                   stat[op].count, stat[op].bad, stat[op].worst_norm, stat[op].worst_max,
+                   exact_op((IrOp)op) && !chain ? " (exact)" : "");
+    if (g->loss) {
+        float l;
+        d2h(&l, dptr[g->loss->id], 4);
+        printf("  loss: gpu %.9g, cpu %.9g\n", l, cpu_plan_scalar(&cpu, g->loss));
+    }
+
+    /* AdamW: the kernel against runtime/train.c's formula, bit for bit */
+    int adam_diff = 0;
+    {
+        enum { N = 4099 };
+        float *w = malloc(sizeof(float) * N * 8), *m = w + N, *v = m + N, *gr = v + N;
+        float *w2 = gr + N, *m2 = w2 + N, *v2 = m2 + N;
+        for (int e = 0; e < N; e++) {
+            w[e] = w2[e] = (float)rng_normal();
+            m[e] = m2[e] = (float)(0.01 * rng_normal());
+            v[e] = v2[e] = (float)(1e-4 * rng_uniform());
+            gr[e] = (float)(0.1 * rng_normal());
+        }
+        const IrTrain *t = &g->train;
+        double lr = 1e-3, wd = t->weight_decay, clip = 0.7, bc1 = 1 - pow(t->beta1, 3), bc2 = 1 - pow(t->beta2, 3);
+        CUdeviceptr dw, dm, dv, dg;
+        CU(cuMemAlloc(&dw, N * 4));
+        CU(cuMemAlloc(&dm, N * 4));
+        CU(cuMemAlloc(&dv, N * 4));
+        CU(cuMemAlloc(&dg, N * 4));
+        h2d(dw, w2, N * 4);
+        h2d(dm, m2, N * 4);
+        h2d(dv, v2, N * 4);
+        h2d(dg, gr, N * 4);
+        long long nn = N;
+        void *pa[] = {&dw, &dm, &dv, &dg, &nn, &lr, &wd, &clip, &bc1, &bc2};
+        CUfunction f;
+        cu_what = "moec_adamw";
+        CU(cuModuleGetFunction(&f, mod, "moec_adamw"));
+        CU(cuLaunchKernel(f, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, pa, NULL));
+        CU(cuCtxSynchronize());
+        d2h(w2, dw, N * 4);
+        d2h(m2, dm, N * 4);
+        d2h(v2, dv, N * 4);
+        for (int e = 0; e < N; e++) {
+            double gv = gr[e] * clip;
+            m[e] = (float)(t->beta1 * m[e] + (1 - t->beta1) * gv);
+            v[e] = (float)(t->beta2 * v[e] + (1 - t->beta2) * gv * gv);
+            double upd = (m[e] / bc1) / (sqrt(v[e] / bc2) + t->eps);
+            w[e] = (float)(w[e] * (1 - lr * wd) - lr * upd);
+            adam_diff += memcmp(&w[e], &w2[e], 4) != 0 || memcmp(&m[e], &m2[e], 4) != 0 || memcmp(&v[e], &v2[e], 4) != 0;
+        }
+        printf("  adamw: %d of %d elements differ from runtime/train.c's formula\n", adam_diff, N);
+        bad += adam_diff != 0;
+        p_cuMemFree(dw);
+        p_cuMemFree(dm);
+        p_cuMemFree(dv);
+        p_cuMemFree(dg);
+        free(w);
+    }
+    printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d %s\n", ncompared,
+           nlaunched, bad, worst_fp, worst_fp_name, adam_diff, bad ? "FAILED" : "all agree");
+    cpu_plan_free(&cpu);
+    for (int r = 0; r < 3; r++) {
+        free(base[r]);
+        p_cuMemFree(dbase[r]);
+    }
+    free(ptr);
+    free(dptr);
+    free(host);
+    free(cubin);
+    cJSON_Delete(plan);
+    free(pj);
+    compilation_free(&c);
+    return bad ? 1 : 0;
+}
