@@ -23,7 +23,7 @@ IR_SRC   = ir/arena.c ir/util.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
            passes/expert_parallel.c
-FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
+FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c compiler/hf.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
            runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c \
            runtime/comm.c runtime/comm_sim.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/launch.c
@@ -126,8 +126,11 @@ $(BUILD)/test_comm: $(BUILD)/obj/tests/unit/test_comm.o $(BUILD)/libmoec.a
 $(BUILD)/test_codegen: $(BUILD)/obj/tests/unit/test_codegen.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
 
+$(BUILD)/test_hf: $(BUILD)/obj/tests/unit/test_hf.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+
 UNIT_TESTS = test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm \
-             test_codegen
+             test_codegen test_hf
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 
 test-plain: $(TEST_BINS)

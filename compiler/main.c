@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "driver.h"
+#include "hf.h"
 #include "lower.h"
 #include "../codegen/cuda.h"
 #include "../codegen/nvrtc.h"
@@ -63,6 +64,9 @@ static const char *const usage_main =
     "                  --arch sm_90a: its CUDA kernels, compiled with NVRTC)\n"
     "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
     "  ckpt-diff A B   compare two checkpoints' parameters\n"
+    "  import-hf DIR -o MODEL.moe   a Hugging Face MixtralForCausalLM folder -> a model\n"
+    "                  file (and, with weights, a checkpoint for --init)\n"
+    "  export-hf MODEL.moe CKPT -o DIR   a checkpoint -> a Hugging Face model folder\n"
     "  passes          list the pass pipeline\n"
     "  ops             list the ops of the model language\n"
     "  help [COMMAND]  show help for a command\n"
@@ -174,6 +178,8 @@ static const char *usage_for(const char *cmd)
     if (strcmp(cmd, "compile") == 0) return usage_compile;
     if (strcmp(cmd, "explain") == 0) return usage_explain;
     if (strcmp(cmd, "ckpt-diff") == 0) return usage_ckpt_diff;
+    if (strcmp(cmd, "import-hf") == 0) return hf_usage_import;
+    if (strcmp(cmd, "export-hf") == 0) return hf_usage_export;
     if (strcmp(cmd, "plot") == 0) return usage_plot;
     if (strcmp(cmd, "check") == 0) return usage_check;
     if (strcmp(cmd, "dump") == 0) return usage_dump;
@@ -756,8 +762,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "ckpt-diff") == 0)
         return ckpt_diff(argc, argv);
+    if (strcmp(cmd, "import-hf") == 0)
+        return hf_import_main(argc, argv);
+    if (strcmp(cmd, "export-hf") == 0)
+        return hf_export_main(argc, argv);
     if (!usage_for(cmd) || cmd[0] == '-') {
-        return usage_error(NULL, "unknown command '%s' (check, dump, explain, compile, plot, ckpt-diff, passes, ops, help)", cmd);
+        return usage_error(NULL, "unknown command '%s' (check, dump, explain, compile, plot, ckpt-diff, import-hf, export-hf, passes, ops, help)", cmd);
     }
     Options o = {0};
     o.command = cmd;
