@@ -1293,6 +1293,14 @@ static int same_graph(const IrGraph *a, const IrGraph *b, char *why, size_t size
     return 1;
 }
 
+/* A JSON number that Python reads as a float: 1e-05, 1000000.0, 0.0. */
+static void json_float(char *buf, size_t size, double v)
+{
+    hf_format_double(buf, size, v);
+    if (!strpbrk(buf, ".eEn") && strlen(buf) + 3 <= size)
+        strcat(buf, ".0");
+}
+
 static void add_f32_or_bf16(SafeTensorsWriter *w, const char *name, int rank, const int64_t *shape,
                             const float *data, size_t n, int bf16, void **keep, int *nkeep)
 {
@@ -1489,11 +1497,12 @@ int hf_export_main(int argc, char **argv)
         goto done;
     }
     /* config.json, one key per line as transformers writes it */
+    /* transformers 5 validates types strictly: a float field must not read as an int */
     char eps[40], theta[40], stdv[40], aux[40];
-    hf_format_double(eps, sizeof eps, c.eps);
-    hf_format_double(theta, sizeof theta, c.theta);
-    hf_format_double(stdv, sizeof stdv, c.init_std);
-    hf_format_double(aux, sizeof aux, c.aux_coef);
+    json_float(eps, sizeof eps, c.eps);
+    json_float(theta, sizeof theta, c.theta);
+    json_float(stdv, sizeof stdv, c.init_std);
+    json_float(aux, sizeof aux, c.aux_coef);
     char json[4096];
     int jn = snprintf(json, sizeof json,
         "{\n"
