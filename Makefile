@@ -26,7 +26,8 @@ PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c compiler/hf.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
            runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c \
-           runtime/comm.c runtime/comm_sim.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/launch.c
+           runtime/comm.c runtime/comm_sim.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/launch.c \
+           runtime/gpu/cudrv.c runtime/gpu/gpu.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \

@@ -802,10 +802,14 @@ static char *plan_json(Cg *cg, int64_t act_bytes, int nblocks)
     cJSON_AddStringToObject(ok, "sumsq_args", "partial (double[grid]), grad, numel");
     cJSON_AddStringToObject(ok, "sum", "moec_sum_partials");
     cJSON_AddStringToObject(ok, "sum_args", "out (double[1]), partial, count; one block");
+    cJSON_AddStringToObject(ok, "scale", "moec_scale");
+    cJSON_AddStringToObject(ok, "scale_args", "y, numel, factor: y *= factor (an all_reduce's factor)");
+    cJSON_AddStringToObject(ok, "clip", "moec_clip");
+    cJSON_AddStringToObject(ok, "clip_args", "scalars (double[7]), grad_clip; one thread");
     cJSON_AddStringToObject(ok, "adamw", "moec_adamw");
     cJSON_AddStringToObject(ok, "adamw_args",
-                            "w, m, v, grad, numel, lr, weight_decay (0 where the param has none), clip, "
-                            "1 - beta1^step, 1 - beta2^step");
+                            "w, m, v, grad, numel, scalars (double[7]: lr, 1 - beta1^step, 1 - beta2^step, clip, "
+                            "norm, dense sumsq, shard sumsq), weight_decay (0 where the param has none)");
     cJSON_AddNumberToObject(ok, "block", CG_BLOCK);
     cJSON_AddNumberToObject(ok, "max_grid", 1024);
 
@@ -910,7 +914,7 @@ int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule 
     sb_puts(&src, " (model ");
     sb_comment_text(&src, g->model ? g->model : "");
     sb_puts(&src, "). Do not edit.\n");
-    sb_printf(&src, "// %d kernels (3 of them the optimizer's) for %d launches per training step", cg.nkernels + 3,
+    sb_printf(&src, "// %d kernels (5 of them the runtime's) for %d launches per training step", cg.nkernels + 5,
               nkernel_launches);
     if (ncollectives)
         sb_printf(&src, " and %d host-side collectives", ncollectives);
@@ -946,7 +950,7 @@ int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule 
     out->source = src.s;
     out->source_len = src.len;
     out->plan_json = plan_json(&cg, act_bytes, nblocks);
-    out->nkernels = cg.nkernels + 3;
+    out->nkernels = cg.nkernels + 5;
     out->nlaunches = nkernel_launches;
     out->ncollectives = ncollectives;
     out->kernel_names = calloc((size_t)out->nkernels, sizeof(char *));
@@ -956,7 +960,9 @@ int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule 
         out->kernel_names[k] = xstrdup(cg.kernels[k].name);
     out->kernel_names[cg.nkernels] = xstrdup("moec_grad_sumsq");
     out->kernel_names[cg.nkernels + 1] = xstrdup("moec_sum_partials");
-    out->kernel_names[cg.nkernels + 2] = xstrdup("moec_adamw");
+    out->kernel_names[cg.nkernels + 2] = xstrdup("moec_scale");
+    out->kernel_names[cg.nkernels + 3] = xstrdup("moec_clip");
+    out->kernel_names[cg.nkernels + 4] = xstrdup("moec_adamw");
     cg_free(&cg);
     return 1;
 }

@@ -1,11 +1,12 @@
 /* cuda_optim.c - the optimizer's kernels, appended to every kernels.cu:
  * the gradient norm (sums of squares per block, then one block adding the
  * partials) and the AdamW step of runtime/train.c optimizer_step: decoupled
- * weight decay, bias correction, the clipping factor as an argument. The
- * betas and eps are the train section's, as constants; lr (from the
- * schedule), the param's weight decay (0 for norms and embeddings unless
- * the model asks), the clip factor and the bias corrections 1 - beta^step
- * are arguments. The update is written with explicitly rounded operations
+ * weight decay, bias correction, gradient clipping. The betas and eps are
+ * the train section's, as constants; the param's weight decay (0 for norms
+ * and embeddings unless the model asks) is an argument; lr (from the
+ * schedule), the bias corrections 1 - beta^step and the clip factor are
+ * read from the step's scalars in device memory, so a step needs no host
+ * round trip and can be captured in a CUDA graph. The update is written with explicitly rounded operations
  * (__dmul_rn, __dadd_rn, ...) so that no multiply-add is contracted: it
  * computes the CPU's formula operation by operation, bit for bit. */
 #include "cuda_internal.h"
@@ -40,18 +41,39 @@ void cg_emit_optimizer(Cg *cg, Sb *src)
             "    if (threadIdx.x == 0)\n"
             "        out[0] = s;\n"
             "}\n\n");
+    sb_puts(src,
+            "// y = y * f in place: the factor of an all_reduce node (runtime/gpu/gpu.c, after NCCL's sum), as the\n"
+            "// CPU applies it: (float)((double)y * f)\n"
+            "extern \"C\" __global__ void __launch_bounds__(256) moec_scale(float *__restrict__ y, long long n, double f)\n"
+            "{\n"
+            "    MOEC_FOR(i, n)\n"
+            "        y[i] = (float)__dmul_rn((double)y[i], f);\n"
+            "}\n\n");
+    sb_puts(src,
+            "// the step's scalars, one double array in device memory (runtime/gpu/gpu.c): s[0] lr, s[1] 1 - beta1^step,\n"
+            "// s[2] 1 - beta2^step (the host writes these), s[3] the clip factor and s[4] the global norm (moec_clip),\n"
+            "// s[5] the sum of squares of the dense gradients and s[6] of the expert shards (moec_sum_partials; s[6]\n"
+            "// already summed over the expert-parallel group). Reading them on the device keeps the host out of the step.\n"
+            "extern \"C\" __global__ void __launch_bounds__(32) moec_clip(double *__restrict__ s, double max_norm)\n"
+            "{\n"
+            "    if (blockIdx.x == 0 && threadIdx.x == 0) {\n"
+            "        double norm = __dsqrt_rn(__dadd_rn(s[5], s[6]));\n"
+            "        s[4] = norm;\n"
+            "        s[3] = max_norm > 0.0 && norm > max_norm ? __ddiv_rn(max_norm, __dadd_rn(norm, 1e-6)) : 1.0;\n"
+            "    }\n"
+            "}\n\n");
     sb_printf(src,
-              "// adamw(betas = (%s, %s), eps = %s): one parameter tensor of n elements. lr and wd (the\n"
-              "// param's weight decay, 0 where it has none), clip (the gradient clipping factor) and the bias\n"
-              "// corrections bc1 = 1 - beta1^step, bc2 = 1 - beta2^step come from the host.\n",
+              "// adamw(betas = (%s, %s), eps = %s): one parameter tensor of n elements; wd is the param's weight\n"
+              "// decay (0 where it has none); lr, the bias corrections and the clip factor are read from s.\n",
               cg_dbl(b1, t->beta1), cg_dbl(b2, t->beta2), cg_dbl(eps, t->eps));
     sb_puts(src,
             "extern \"C\" __global__ void __launch_bounds__(256) moec_adamw(float *__restrict__ w, "
-            "float *__restrict__ m, float *__restrict__ v, const float *__restrict__ g, long long n, double lr, "
-            "double wd, double clip, double bc1, double bc2)\n"
+            "float *__restrict__ m, float *__restrict__ v, const float *__restrict__ g, long long n, "
+            "const double *__restrict__ s, double wd)\n"
             "{\n");
     sb_printf(src, "    constexpr double B1 = %s, B2 = %s, EPS = %s;\n", b1, b2, eps);
     sb_puts(src,
+            "    const double lr = s[0], bc1 = s[1], bc2 = s[2], clip = s[3];\n"
             "    MOEC_FOR(i, n) {\n"
             "        double gv = __dmul_rn((double)g[i], clip);\n"
             "        m[i] = (float)__dadd_rn(__dmul_rn(B1, (double)m[i]), __dmul_rn(1.0 - B1, gv));\n"

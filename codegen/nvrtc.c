@@ -95,6 +95,15 @@ int nvrtc_load(char *err, size_t errlen)
     return lib.ok;
 }
 
+int nvrtc_version(int *major, int *minor)
+{
+    *major = *minor = 0;
+    if (!nvrtc_load(NULL, 0))
+        return 0;
+    lib.nvrtcVersion(major, minor);
+    return 1;
+}
+
 static int parse_arch(const char *arch, int *num, int *ptx)
 {
     const char *p;

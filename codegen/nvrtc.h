@@ -26,6 +26,9 @@ typedef struct NvrtcOutput {
 /* Loads libnvrtc once. Returns 1, or 0 with a message naming the library. */
 int nvrtc_load(char *err, size_t errlen);
 
+/* NVRTC's version (loads it); 0 when it is not available. */
+int nvrtc_version(int *major, int *minor);
+
 /* Checks an --arch value: sm_NN, sm_NNa, sm_NNf, compute_NN or compute_NNa
  * (PTX), and that this NVRTC supports NN when it can say. 1 or 0 + err. */
 int nvrtc_check_arch(const char *arch, char *err, size_t errlen);

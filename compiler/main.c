@@ -125,9 +125,10 @@ static const char *const usage_ops =
     "arguments show their defaults ('?' = required).\n";
 
 static const char *const usage_ckpt_diff =
-    "usage: moec ckpt-diff A.safetensors B.safetensors [--rtol X]\n"
+    "usage: moec ckpt-diff A.safetensors B.safetensors [--rtol X] [--prefix P]\n"
     "\n"
-    "Compares the parameters (param.*) of two checkpoints, tensor by tensor:\n"
+    "Compares the parameters (param.*; --prefix grad. for a --dump's gradients,\n"
+    "--prefix '' for every tensor) of two checkpoints, tensor by tensor:\n"
     "the relative difference ||a - b|| / ||a|| (2-norms over the tensor) and the\n"
     "largest elementwise |a - b|. Exit 0 when every tensor is within --rtol\n"
     "(default 1e-5), 1 when one is not or the tensors or shapes differ.\n";
@@ -426,8 +427,9 @@ static void human_bytes(char *buf, size_t size, double v)
     else snprintf(buf, size, "%.0f bytes", v);
 }
 
-/* compile --emit-cuda / --arch, after the training binary was written */
-static int cuda_outputs(const Options *o, const CudaModule *m, const IrGraph *g)
+/* compile --emit-cuda / --arch, after the training binary was written;
+ * `pre` is the NVRTC result when the binary was already given it */
+static int cuda_outputs(const Options *o, const CudaModule *m, const IrGraph *g, NvrtcOutput *pre)
 {
     char path[4200];
     if (o->emit_cuda) {
@@ -448,8 +450,12 @@ static int cuda_outputs(const Options *o, const CudaModule *m, const IrGraph *g)
     if (!o->arch)
         return 0;
     NvrtcOutput out;
-    char err[1024];
-    int ok = nvrtc_compile(m->source, "kernels.cu", o->arch, &out, err, sizeof err);
+    char err[1024] = "";
+    int ok = 1;
+    if (pre)
+        out = *pre, memset(pre, 0, sizeof *pre);
+    else
+        ok = nvrtc_compile(m->source, "kernels.cu", o->arch, &out, err, sizeof err);
     if (out.log && (out.nwarnings || out.nerrors || !ok))
         nvrtc_print_log(stderr, out.log, m->source, "kernels.cu");
     int rc = 0;
@@ -603,21 +609,40 @@ static int run_front(const Options *o)
             } else if (want_cuda && !cuda_codegen(g, NULL, &d, &cm)) {
                 rc = 1;
             } else if (!o->output) {
-                rc = cuda_outputs(o, &cm, g);  /* --emit-cuda / --arch alone: no training binary */
+                rc = cuda_outputs(o, &cm, g, NULL);  /* --emit-cuda / --arch alone: no training binary */
             } else if (!train_check_alphabet(g, &d)) {
                 rc = 1;
             } else {
                 char *json = train_plan_json(o->file, c.text, c.len, plugin_paths, nplugin_paths,
                                              o->has_precision ? ir_precision_name[o->precision] : NULL, o->ep);
-                if (!payload_write_binary("/proc/self/exe", o->output, json, err, sizeof err)) {
+                /* --arch: the kernels' image goes into the binary (it starts without NVRTC on that GPU) */
+                NvrtcOutput nv = {0}, *pre = NULL;
+                if (o->arch) {
+                    int ok = nvrtc_compile(cm.source, "kernels.cu", o->arch, &nv, err, sizeof err);
+                    pre = &nv;
+                    if (ok && !nv.is_ptx) {
+                        char *with = payload_add_image(json, o->arch, cm.source, cm.source_len, nv.image, nv.image_size);
+                        free(json);
+                        json = with;
+                    } else if (!ok) {
+                        rc = 1;
+                    }
+                }
+                if (rc != 0) {
+                    if (nv.log)
+                        nvrtc_print_log(stderr, nv.log, cm.source, "kernels.cu");
+                    fprintf(stderr, "moec: error: %s\n", err);
+                    nvrtc_output_free(&nv);
+                } else if (!payload_write_binary("/proc/self/exe", o->output, json, err, sizeof err)) {
                     fprintf(stderr, "moec: error: %s\n", err);
                     rc = 1;
                 } else {
                     printf("%s: wrote %s (model %s, %d IR nodes); run '%s --help'\n", o->file, o->output, g->model,
                            g->nnodes, o->output);
                     if (want_cuda)
-                        rc = cuda_outputs(o, &cm, g);
+                        rc = cuda_outputs(o, &cm, g, pre);
                 }
+                nvrtc_output_free(&nv);
                 free(json);
             }
             cuda_module_free(&cm);
@@ -654,7 +679,7 @@ static int run_front(const Options *o)
 /* moec ckpt-diff A B [--rtol X] */
 static int ckpt_diff(int argc, char **argv)
 {
-    const char *a = NULL, *b = NULL;
+    const char *a = NULL, *b = NULL, *prefix = "param.";
     double rtol = 1e-5;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
@@ -665,6 +690,8 @@ static int ckpt_diff(int argc, char **argv)
             rtol = strtod(argv[++i], &end);
             if (*end || !(rtol >= 0))
                 return usage_error("ckpt-diff ", "--rtol takes a non-negative number, not '%s'", argv[i]);
+        } else if (strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) {
+            prefix = argv[++i];
         } else if (!a) {
             a = argv[i];
         } else if (!b) {
@@ -687,7 +714,7 @@ static int ckpt_diff(int argc, char **argv)
     const char *worst_name = "";
     for (int i = 0; i < sa.ntensors; i++) {
         const SafeTensor *x = &sa.tensors[i];
-        if (strncmp(x->name, "param.", 6) != 0)
+        if (strncmp(x->name, prefix, strlen(prefix)) != 0 || x->dtype != ST_F32)
             continue;
         const SafeTensor *y = st_find(&sb, x->name);
         int same = y && y->dtype == ST_F32 && x->dtype == ST_F32 && y->nbytes == x->nbytes && y->rank == x->rank;
@@ -724,8 +751,12 @@ static int ckpt_diff(int argc, char **argv)
             bad++;
         }
     }
-    printf("%d parameter tensors compared, largest relative difference %.3g (%s): %s\n", n, worst, worst_name,
+    printf("%d %s* tensors compared, largest relative difference %.3g (%s): %s\n", n, prefix, worst, worst_name,
            bad ? "DIFFERENT" : "within tolerance");
+    if (n == 0) {
+        printf("no tensors named %s* in %s\n", prefix, a);
+        bad++;
+    }
     st_free(&sa);
     st_free(&sb);
     return bad ? 1 : 0;

@@ -1,12 +1,16 @@
 /* payload.c - appending a plan to the executable and finding it again. */
 #include "payload.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "../ir/util.h"
+#include "safetensors.h"
 
 static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'P', 'L', 'N', '1'};
 
@@ -107,4 +111,82 @@ int payload_write_binary(const char *exe, const char *out, const char *json, cha
         return 0;
     }
     return 1;
+}
+
+/* ---- base64 (RFC 4648, with padding), for the kernels' image in the JSON */
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *payload_base64_encode(const void *data, size_t n)
+{
+    const unsigned char *s = data;
+    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
+        *o++ = B64[v >> 18 & 63];
+        *o++ = B64[v >> 12 & 63];
+        *o++ = i + 1 < n ? B64[v >> 6 & 63] : '=';
+        *o++ = i + 2 < n ? B64[v & 63] : '=';
+    }
+    *o = 0;
+    return out;
+}
+
+static int b64_value(char c)
+{
+    const char *p = c ? strchr(B64, c) : NULL;
+    return p ? (int)(p - B64) : -1;
+}
+
+void *payload_base64_decode(const char *s, size_t *n)
+{
+    size_t len = strlen(s);
+    if (len % 4)
+        return NULL;
+    unsigned char *out = malloc(len / 4 * 3 + 1);
+    size_t k = 0;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < len; i += 4) {
+        int v[4];
+        for (int j = 0; j < 4; j++) {
+            v[j] = s[i + j] == '=' && i + 4 == len && j >= 2 ? 0 : b64_value(s[i + j]);
+            if (v[j] < 0) {
+                free(out);
+                return NULL;
+            }
+        }
+        unsigned x = (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 | (unsigned)v[3];
+        out[k++] = (unsigned char)(x >> 16);
+        if (s[i + 2] != '=')
+            out[k++] = (unsigned char)(x >> 8);
+        if (s[i + 3] != '=')
+            out[k++] = (unsigned char)x;
+    }
+    *n = k;
+    return out;
+}
+
+/* Adds {"image": {"arch", "source_hash", "base64"}} to a payload's JSON. */
+char *payload_add_image(const char *json, const char *arch, const char *source, size_t source_len, const void *image,
+                        size_t image_size)
+{
+    cJSON *o = cJSON_Parse(json);
+    char *b64 = payload_base64_encode(image, image_size), hash[32], *out = NULL;
+    if (o && b64) {
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)st_hash64(source, source_len));
+        cJSON *img = cJSON_AddObjectToObject(o, "image");
+        cJSON_AddStringToObject(img, "arch", arch);
+        cJSON_AddStringToObject(img, "source_hash", hash);
+        cJSON_AddNumberToObject(img, "bytes", (double)image_size);
+        cJSON_AddStringToObject(img, "base64", b64);
+        out = cJSON_PrintUnformatted(o);
+    }
+    cJSON_Delete(o);
+    free(b64);
+    if (!out)
+        die("out of memory embedding the kernels");
+    return out;
 }

@@ -28,4 +28,15 @@ void payload_free(Payload *p);
  * with a message in err. */
 int payload_write_binary(const char *exe, const char *out, const char *json, char *err, size_t errlen);
 
+/* Base64 (RFC 4648, padded) for binary data inside the JSON payload (the
+ * kernels' image). Caller frees; NULL when out of memory / malformed. */
+char *payload_base64_encode(const void *data, size_t n);
+void *payload_base64_decode(const char *s, size_t *n);
+
+/* The payload JSON plus the kernels' image compiled ahead of time for
+ * `arch` from `source` (st_hash64 of it identifies the kernels it fits):
+ * {"image": {"arch", "source_hash", "bytes", "base64"}}. Caller frees. */
+char *payload_add_image(const char *json, const char *arch, const char *source, size_t source_len, const void *image,
+                        size_t image_size);
+
 #endif

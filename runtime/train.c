@@ -33,6 +33,8 @@
 #include "launch.h"
 #include "cpu/cpu.h"
 #include "data.h"
+#include "gpu/gpu.h"
+#include "payload.h"
 #include "safetensors.h"
 
 #ifndef MOEC_VERSION
@@ -50,6 +52,9 @@ typedef struct Flags {
     int resume, threads;
     int simulate_ranks;  /* --simulate-ranks N: N ranks as threads of this process */
     int nproc;           /* --nproc N: N processes on this host, over TCP */
+    const char *dump_dir;  /* --dump DIR: each step's batch, loss, gradients, params */
+    int64_t dump_steps;
+    int no_graphs;       /* --no-cuda-graph */
 } Flags;
 
 static const char *const usage_train =
@@ -72,7 +77,14 @@ static const char *const usage_train =
     "  --eval FILE        with --resume or --init: print the mean loss over FILE's\n"
     "                     sequences as {\"eval_loss\": X, \"tokens\": N} and exit\n"
     "  --log FILE.jsonl   metrics, one JSON object per line\n"
-    "  --device D         auto | cpu | cuda (default auto)\n"
+    "  --device D         auto | cpu | cuda (default auto: the GPU when a driver and a\n"
+    "                     GPU are there, else the CPU, with a notice)\n"
+    "  --no-cuda-graph    launch the step's kernels one by one instead of replaying a\n"
+    "                     captured CUDA graph\n"
+    "  --dump DIR         write DIR/step_<k>.safetensors after steps 1..N: the batch\n"
+    "                     (tokens, targets), loss, grad.<param> (before clipping) and\n"
+    "                     param.<param> (after the update); for comparisons\n"
+    "  --dump-steps N     how many steps --dump writes (default 1)\n"
     "  --threads N        CPU threads (default: all cores, shared by simulated ranks)\n"
     "  --simulate-ranks N run N ranks in this process (expert parallelism ep x data\n"
     "                     parallelism N/ep) with the same semantics as N processes\n"
@@ -267,6 +279,16 @@ typedef struct Trainer {
     int64_t ep, dp, local_batch;
     int32_t *gtokens, *gtargets;   /* the global batch */
     const FastaSet *shared;        /* the data, read once for all ranks */
+    /* the GPU backend (NULL: the CPU's plan above) */
+    int use_gpu;
+    Gpu *gpu;
+    const void *image;             /* kernels compiled ahead of time, from the payload */
+    size_t image_size;
+    char image_arch[32];
+    uint64_t image_hash;
+    double *param_wd;
+    int unread;                    /* steps whose losses the host has not read */
+    double gpu_gnorm;
 } Trainer;
 
 static int is_rank0(const Trainer *t) { return t->rank == 0; }
@@ -289,9 +311,27 @@ static int rank_error(Trainer *t, const char *fmt, ...)
     return 1;
 }
 
+/* Collectives on host memory: NCCL works on device memory, so under it
+ * these go through a small device buffer (gpu_host_*). */
+static int host_allreduce_f64(Trainer *t, CommGroup g, double *v, int64_t n)
+{
+    if (t->world == 1)
+        return 1;
+    if (t->gpu && strcmp(t->comm->ops->name, "nccl") == 0)
+        return gpu_host_allreduce_f64(t->gpu, t->comm, g, v, n);
+    return t->comm->ops->allreduce_f64(t->comm, g, v, n);
+}
+
+static int host_allgather(Trainer *t, CommGroup g, const void *in, void *out, size_t bytes)
+{
+    if (t->gpu && strcmp(t->comm->ops->name, "nccl") == 0)
+        return gpu_host_allgather(t->gpu, t->comm, g, in, out, bytes);
+    return t->comm->ops->allgather(t->comm, g, in, out, bytes);
+}
+
 static double allreduce1(Trainer *t, CommGroup g, double v)
 {
-    if (t->world > 1 && !t->comm->ops->allreduce_f64(t->comm, g, &v, 1))
+    if (t->world > 1 && !host_allreduce_f64(t, g, &v, 1))
         die("rank %d: %s", t->rank, t->comm->error);
     return v;
 }
@@ -384,8 +424,19 @@ static double lr_at(const Trainer *t, int64_t step)
     return lo + 0.5 * (peak - lo) * (1 + cos(3.141592653589793 * progress));
 }
 
+/* A param's weight decay: none for norm weights and embedding tables
+ * unless the train section asks for it. */
+static double param_weight_decay(const Trainer *t, int p)
+{
+    IrNode *pn = t->g->params[p];
+    int decay = !((is_norm_weight(t->g, pn) && !t->tr.decay_norms) ||
+                  (is_embedding_table(t->g, pn) && !t->tr.decay_embeddings));
+    return decay ? t->tr.weight_decay : 0.0;
+}
+
 /* Global gradient norm, clipping, AdamW (decoupled weight decay, bias
- * correction), exactly as torch.optim.AdamW with clip_grad_norm_. */
+ * correction), exactly as torch.optim.AdamW with clip_grad_norm_. The GPU
+ * backend runs the same formula in moec_clip / moec_adamw. */
 static double optimizer_step(Trainer *t, double lr)
 {
     IrGraph *g = t->g;
@@ -410,9 +461,7 @@ static double optimizer_step(Trainer *t, double lr)
     double bc1 = 1 - pow(b1, (double)t->step), bc2 = 1 - pow(b2, (double)t->step);
     for (int p = 0; p < g->nparams; p++) {
         IrNode *pn = g->params[p];
-        int decay = !((is_norm_weight(g, pn) && !t->tr.decay_norms) ||
-                      (is_embedding_table(g, pn) && !t->tr.decay_embeddings));
-        double wd = decay ? t->tr.weight_decay : 0.0;
+        double wd = param_weight_decay(t, p);
         const float *gr = cpu_plan_data(&t->plan, g->grads[p]);
         float *w = t->params + t->param_off[p];
         float *m = t->adam + t->param_off[p], *v = t->adam + t->nparams_total + t->param_off[p];
@@ -452,13 +501,20 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
         memcpy(t->targets, t->gtargets + t->rank * bs, sizeof(int32_t) * (size_t)bs);
         int64_t c = count_targets(t->targets, bs);
         /* every rank runs the plan: its collectives need all of them */
-        cpu_plan_run_range(&t->plan, 0, t->g->loss->id + 1);
+        double loss;
+        if (t->gpu) {
+            if (!gpu_eval(t->gpu, t->tokens, t->targets, &loss))
+                die("rank %d: evaluation on the GPU: %s", t->rank, gpu_error(t->gpu));
+        } else {
+            cpu_plan_run_range(&t->plan, 0, t->g->loss->id + 1);
+            loss = cpu_plan_scalar(&t->plan, t->g->loss);
+        }
         if (c) {
-            sums[0] += cpu_plan_scalar(&t->plan, t->g->loss) * (double)c;
+            sums[0] += loss * (double)c;
             sums[1] += (double)c;
         }
     }
-    if (t->world > 1 && !t->comm->ops->allreduce_f64(t->comm, COMM_WORLD, sums, 2))
+    if (t->world > 1 && !host_allreduce_f64(t, COMM_WORLD, sums, 2))
         die("rank %d: %s", t->rank, t->comm->error);
     if (tokens_out)
         *tokens_out = (int64_t)sums[1];
@@ -484,7 +540,7 @@ static const float *full_tensor(Trainer *t, int p, const float *local, int *owne
         return local;
     size_t bytes = (size_t)ir_numel(n) * sizeof(float);
     float *full = malloc(bytes * (size_t)t->ep);
-    if (!full || !t->comm->ops->allgather(t->comm, COMM_EP, local, full, bytes))
+    if (!full || !host_allgather(t, COMM_EP, local, full, bytes))
         die("rank %d: gathering %s: %s", t->rank, n->name, full ? t->comm->error : "out of memory");
     *owned = 1;
     return full;
@@ -501,6 +557,10 @@ static int save_checkpoint(Trainer *t)
 {
     char path[4096], err[512], num[64];
     IrGraph *g = t->g;
+    if (t->gpu && (!gpu_get_params(t->gpu, t->params, t->param_off) ||
+                   !gpu_get_adam(t->gpu, t->adam, t->nparams_total)))
+        return rank_error(t, "checkpoint at step %lld: reading the GPU's state: %s", (long long)t->step,
+                          gpu_error(t->gpu));
     SafeTensorsWriter w;
     st_writer_init(&w);
     char **names = calloc((size_t)g->nparams * 3, sizeof(char *));
@@ -623,6 +683,105 @@ static int load_checkpoint(Trainer *t, const char *path, int full)
     return ok;
 }
 
+/* ------------------------------------------------------------ the GPU's steps */
+
+/* Reads the losses and norms of the GPU steps run since the last read:
+ * the ranks' mean, the first non-finite one reported with its step. */
+static int gpu_drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, double *last)
+{
+    double losses[1024], norms[1024];
+    int n = 0;
+    if (!gpu_read_steps(t->gpu, losses, norms, &n))
+        return rank_error(t, "step %lld on the GPU: %s", (long long)t->step, gpu_error(t->gpu));
+    if (t->world > 1 && n > 0 && !host_allreduce_f64(t, COMM_WORLD, losses, n))
+        return rank_error(t, "%s", t->comm->error);
+    for (int i = 0; i < n; i++) {
+        double loss = losses[i] / t->world;
+        if (!isfinite(loss))
+            return rank_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
+                              (long long)(t->step - n + 1 + i));
+        *loss_sum += loss;
+        (*loss_n)++;
+        *last = loss;
+    }
+    if (n > 0)
+        *gnorm = norms[n - 1];
+    t->unread = 0;
+    gpu_measure(t->gpu);
+    return 1;
+}
+
+/* --dump DIR: the step's batch, loss, raw gradients and updated params,
+ * whole tensors (expert shards gathered), written by rank 0. */
+static int dump_step(Trainer *t, double loss, double lr, double gnorm)
+{
+    IrGraph *g = t->g;
+    char path[4096], err[512], num[64];
+    if (t->gpu && !gpu_get_params(t->gpu, t->params, t->param_off))
+        return rank_error(t, "--dump: %s", gpu_error(t->gpu));
+    SafeTensorsWriter w;
+    st_writer_init(&w);
+    int64_t bs[2] = {t->tr.batch, t->tr.seq};
+    st_writer_add(&w, "tokens", ST_I32, 2, bs, t->gtokens, sizeof(int32_t) * (size_t)(bs[0] * bs[1]));
+    st_writer_add(&w, "targets", ST_I32, 2, bs, t->gtargets, sizeof(int32_t) * (size_t)(bs[0] * bs[1]));
+    float lf = (float)loss;
+    int64_t one = 1;
+    st_writer_add(&w, "loss", ST_F32, 1, &one, &lf, sizeof lf);
+    int n2 = g->nparams * 2;
+    char **names = calloc((size_t)n2, sizeof(char *));
+    const float **bufs = calloc((size_t)n2, sizeof(float *));
+    int *owned = calloc((size_t)n2, sizeof(int));
+    float **grads = calloc((size_t)g->nparams, sizeof(float *));
+    int ok = 1;
+    for (int p = 0; p < g->nparams && ok; p++) {
+        IrNode *n = g->params[p];
+        int64_t shape[IR_MAX_RANK];
+        full_shape(t, n, shape);
+        size_t bytes = (size_t)ir_numel(n) * 4 * (ir_has_attr(n, IR_ATTR_SHARD) ? (size_t)t->ep : 1);
+        if (t->gpu) {
+            grads[p] = malloc((size_t)ir_numel(n) * 4);
+            if (!gpu_get_grad(t->gpu, p, grads[p])) {
+                ok = rank_error(t, "--dump: %s", gpu_error(t->gpu));
+                break;
+            }
+        }
+        const float *src[2] = {t->gpu ? grads[p] : cpu_plan_data(&t->plan, g->grads[p]),
+                               t->params + t->param_off[p]};
+        static const char *const pre[2] = {"grad.", "param."};
+        for (int k = 0; k < 2; k++) {
+            bufs[p * 2 + k] = full_tensor(t, p, src[k], &owned[p * 2 + k]);
+            names[p * 2 + k] = malloc(strlen(n->name) + 8);
+            sprintf(names[p * 2 + k], "%s%s", pre[k], n->name);
+            st_writer_add(&w, names[p * 2 + k], ST_F32, n->rank, shape, bufs[p * 2 + k], bytes);
+        }
+    }
+    snprintf(num, sizeof num, "%lld", (long long)t->step);
+    st_writer_set_metadata(&w, "step", num);
+    snprintf(num, sizeof num, "%.17g", lr);
+    st_writer_set_metadata(&w, "lr", num);
+    snprintf(num, sizeof num, "%.17g", gnorm);
+    st_writer_set_metadata(&w, "grad_norm", num);
+    st_writer_set_metadata(&w, "device", t->gpu ? "cuda" : "cpu");
+    if (ok && is_rank0(t)) {
+        snprintf(path, sizeof path, "%s/step_%lld.safetensors", t->f.dump_dir, (long long)t->step);
+        if (!st_writer_save(&w, path, err, sizeof err))
+            ok = rank_error(t, "--dump: %s", err);
+    }
+    st_writer_free(&w);
+    for (int i = 0; i < n2; i++) {
+        free(names[i]);
+        if (owned[i])
+            free((void *)bufs[i]);
+    }
+    for (int p = 0; p < g->nparams; p++)
+        free(grads[p]);
+    free(grads);
+    free(names);
+    free(bufs);
+    free(owned);
+    return ok;
+}
+
 /* ------------------------------------------------------------ main */
 
 static int parse_flags(Trainer *t, int argc, char **argv)
@@ -638,6 +797,7 @@ static int parse_flags(Trainer *t, int argc, char **argv)
     f->val_batches = 16;
     f->device = "auto";
     f->threads = 0;
+    f->dump_steps = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -664,6 +824,11 @@ static int parse_flags(Trainer *t, int argc, char **argv)
             if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
                 return usage_error(t->prog, "--device must be auto, cpu or cuda, not '%s'", v);
             f->device = v;
+        } else if (strcmp(a, "--dump") == 0) {
+            NEED_VALUE();
+            f->dump_dir = v;
+        } else if (strcmp(a, "--no-cuda-graph") == 0) {
+            f->no_graphs = 1;
         } else if (strcmp(a, "--eval") == 0) {
             NEED_VALUE();
             f->eval_path = v;
@@ -686,6 +851,7 @@ static int parse_flags(Trainer *t, int argc, char **argv)
                 {"--ckpt-every", 1, (int64_t)1 << 40, offsetof(Flags, ckpt_every)},
                 {"--log-every", 1, (int64_t)1 << 40, offsetof(Flags, log_every)},
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
+                {"--dump-steps", 1, (int64_t)1 << 20, offsetof(Flags, dump_steps)},
                 {"--threads", 1, 256, 0},
                 {"--simulate-ranks", 1, 256, 1},
                 {"--nproc", 1, 256, 2},
@@ -765,6 +931,22 @@ static int load_plan(Trainer *t, const char *plan_json, int64_t batch)
             }
     }
     t->model_hash = st_hash64(t->comp.text, len);
+    /* kernels compiled ahead of time (moec compile --arch) */
+    cJSON *img = cJSON_GetObjectItem(o, "image");
+    if (cJSON_IsObject(img)) {
+        cJSON *arch = cJSON_GetObjectItem(img, "arch"), *hash = cJSON_GetObjectItem(img, "source_hash");
+        cJSON *data = cJSON_GetObjectItem(img, "base64");
+        if (cJSON_IsString(arch) && cJSON_IsString(hash) && cJSON_IsString(data)) {
+            t->image = payload_base64_decode(data->valuestring, &t->image_size);
+            snprintf(t->image_arch, sizeof t->image_arch, "%s", arch->valuestring);
+            t->image_hash = strtoull(hash->valuestring, NULL, 16);
+        }
+        if (!t->image) {
+            fprintf(stderr, "%s: error: the kernels embedded in this binary are damaged\n", t->prog);
+            cJSON_Delete(o);
+            return 0;
+        }
+    }
     char *pathcopy = strdup(path->valuestring);
     cJSON_Delete(o);
     PassCtx ctx;
@@ -810,11 +992,33 @@ static void print_summary(Trainer *t)
     fmt_bytes(d, sizeof d, (double)t->nparams_total * 8);
     fmt_bytes(e, sizeof e, (double)t->plan.planned_bytes);
     printf("model %s (%s): %s parameters, %s active per token\n", g->model, g->file, a, b);
+    if (t->gpu) {
+        const GpuInfo *gi = gpu_info(t->gpu);
+        char tm[32], fm[32], pa[32], ad[32], ac[32], ot[32], tot[32];
+        fmt_bytes(tm, sizeof tm, (double)gi->total_mem);
+        fmt_bytes(fm, sizeof fm, (double)gi->free_mem);
+        fmt_bytes(pa, sizeof pa, (double)gi->planned_params);
+        fmt_bytes(ad, sizeof ad, (double)gi->planned_adam);
+        fmt_bytes(ac, sizeof ac, (double)gi->planned_acts);
+        fmt_bytes(ot, sizeof ot, (double)gi->planned_other);
+        fmt_bytes(tot, sizeof tot, (double)gi->planned_bytes);
+        printf("device: cuda: %s (%s, %d SMs, %s, %s free)\n", gi->name, gi->arch, gi->sms, tm, fm);
+        printf("plan: %d IR nodes (forward + backward), precision %s (fp32 storage and arithmetic%s); %d kernel "
+               "launches per step%s%.0d%s; kernels from %s; %s\n", g->nnodes, ir_precision_name[g->train.precision],
+               g->train.precision == IR_PREC_MXFP8 ? ", MXFP8-quantized expert GEMM operands" : "", gi->nlaunches,
+               gi->ncollectives ? " + " : "", gi->ncollectives, gi->ncollectives ? " collectives" : "", gi->image_from,
+               t->f.no_graphs ? "CUDA graph off (--no-cuda-graph)"
+               : gi->ncollectives ? "no CUDA graph (collectives run between launches)"
+                                  : "the step is replayed as a CUDA graph");
+        printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s, batch and optimizer "
+               "scratch %s: %s\n", pa, ad, ac, ot, tot);
+    } else {
     printf("plan: %d IR nodes (forward + backward), precision %s (on the CPU: fp32 arithmetic%s), %d thread%s\n",
            g->nnodes, ir_precision_name[g->train.precision],
            g->train.precision == IR_PREC_MXFP8 ? " on MXFP8-quantized expert GEMM operands" : "", cpu_get_threads(),
            cpu_get_threads() == 1 ? "" : "s");
     printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", c, d, e);
+    }
     printf("training: %lld steps, batch %lld x seq %lld = %lld tokens/step, lr %g (%s, warmup %lld, min %g), "
            "objective %s\n", (long long)t->tr.steps, (long long)t->tr.batch, (long long)t->tr.seq,
            (long long)(t->tr.batch * t->tr.seq), t->tr.lr, t->tr.schedule, (long long)t->tr.warmup, t->tr.min_lr,
@@ -865,12 +1069,31 @@ static int run_rank(Trainer *t, const char *plan_json)
     t->gtargets = calloc((size_t)gsize, sizeof(int32_t));
     if (!t->params || !t->adam || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
         return rank_error(t, "out of memory for %lld parameters", (long long)t->nparams_total);
-    cpu_plan_init(&t->plan, g, CPU_F32);
-    t->plan.comm = t->comm;
-    for (int p = 0; p < g->nparams; p++)
-        cpu_plan_bind(&t->plan, g->params[p], t->params + t->param_off[p]);
-    cpu_plan_bind(&t->plan, t->tokens_in, t->tokens);
-    cpu_plan_bind(&t->plan, t->targets_in, t->targets);
+    if (t->use_gpu) {
+        char err[2048];
+        t->param_wd = calloc((size_t)g->nparams + 1, sizeof(double));
+        for (int p = 0; p < g->nparams; p++)
+            t->param_wd[p] = param_weight_decay(t, p);
+        GpuOptions o = {0};
+        o.device = -1;  /* MOEC_LOCAL_RANK, else 0: simulated ranks share one GPU */
+        o.image = t->image;
+        o.image_size = t->image_size;
+        o.image_arch = t->image_arch;
+        o.image_hash = t->image_hash;
+        o.graphs = !t->f.no_graphs;
+        o.ring = (int)(t->f.log_every < 1024 ? t->f.log_every : 1024);
+        o.param_wd = t->param_wd;
+        t->gpu = gpu_create(g, t->comm, &o, err, sizeof err);
+        if (!t->gpu)
+            return rank_error(t, "the GPU backend: %s", err);
+    } else {
+        cpu_plan_init(&t->plan, g, CPU_F32);
+        t->plan.comm = t->comm;
+        for (int p = 0; p < g->nparams; p++)
+            cpu_plan_bind(&t->plan, g->params[p], t->params + t->param_off[p]);
+        cpu_plan_bind(&t->plan, t->tokens_in, t->tokens);
+        cpu_plan_bind(&t->plan, t->targets_in, t->targets);
+    }
     init_params(t);
 
     /* --eval FILE: the loss over all its sequences, then exit */
@@ -879,6 +1102,8 @@ static int run_rank(Trainer *t, const char *plan_json)
         const char *ck = t->f.init_path ? t->f.init_path : ckpt_path(t, path, sizeof path);
         if (!load_checkpoint(t, ck, 0))
             return rank_error(t, "cannot use %s", ck);
+        if (t->gpu && !gpu_put_params(t->gpu, t->params, t->param_off))
+            return rank_error(t, "%s", gpu_error(t->gpu));
         DataOptions o = DATA_OPTIONS_DEFAULT;
         o.val_fraction = 1.0;
         DataLoader l;
@@ -913,6 +1138,11 @@ static int run_rank(Trainer *t, const char *plan_json)
         if (is_rank0(t))
             printf("resumed from %s at step %lld\n", path, (long long)t->step);
     }
+    if (t->gpu && (!gpu_put_params(t->gpu, t->params, t->param_off) ||
+                   !gpu_put_adam(t->gpu, t->adam, t->nparams_total)))
+        return rank_error(t, "%s", gpu_error(t->gpu));
+    if (t->f.dump_dir && is_rank0(t) && mkdir(t->f.dump_dir, 0755) != 0 && errno != EEXIST)
+        return rank_error(t, "cannot create --dump directory %s: %s", t->f.dump_dir, strerror(errno));
     if (is_rank0(t) && t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST)
         return rank_error(t, "cannot create checkpoint directory %s: %s", t->f.ckpt_dir, strerror(errno));
     if (is_rank0(t) && t->f.log_path) {
@@ -949,28 +1179,62 @@ static int run_rank(Trainer *t, const char *plan_json)
     double t0 = now_s(), tlast = t0;
     int64_t first = t->step, tok_per_step = t->tr.batch * t->tr.seq;
     double loss_sum = 0;
-    int loss_n = 0;
+    int loss_n = 0, measured = 0;
     while (t->step < t->tr.steps) {
         t->step++;
         data_loader_next(&t->train_loader, t->gtokens, t->gtargets);
         memcpy(t->tokens, t->gtokens + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
         memcpy(t->targets, t->gtargets + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
-        cpu_plan_run(&t->plan);
-        /* the objective is the mean of the ranks' mean losses */
-        double loss = allreduce1(t, COMM_WORLD, cpu_plan_scalar(&t->plan, g->loss)) / t->world;
-        if (!isfinite(loss))
-            return rank_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
-                              (long long)t->step);
-        double lr = lr_at(t, t->step);
-        double gnorm = optimizer_step(t, lr);
-        loss_sum += loss;
-        loss_n++;
-        double val = NAN;
+        double lr = lr_at(t, t->step), gnorm = 0, step_loss = NAN;
         int do_eval = t->have_val && t->f.eval_every > 0 &&
                       (t->step % t->f.eval_every == 0 || t->step == t->tr.steps);
+        int do_log = t->step % t->f.log_every == 0 || t->step == t->tr.steps || do_eval;
+        int do_ckpt = t->f.ckpt_dir && (t->step % t->f.ckpt_every == 0 || t->step == t->tr.steps);
+        int do_dump = t->f.dump_dir && t->step <= t->f.dump_steps;
+        if (t->gpu) {
+            /* asynchronous: the losses are read when the host needs them */
+            double bc1 = 1 - pow(t->tr.beta1, (double)t->step), bc2 = 1 - pow(t->tr.beta2, (double)t->step);
+            if (!gpu_step(t->gpu, t->tokens, t->targets, lr, bc1, bc2))
+                return rank_error(t, "step %lld on the GPU: %s", (long long)t->step, gpu_error(t->gpu));
+            t->unread++;
+            if (do_log || do_eval || do_ckpt || do_dump || t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024)) {
+                if (!gpu_drain(t, &loss_sum, &loss_n, &gnorm, &step_loss))
+                    return 1;
+                if (!measured && is_rank0(t)) {
+                    /* planned vs what the device lost, once the first steps ran */
+                    const GpuInfo *gi = gpu_info(t->gpu);
+                    char pl[32], me[32];
+                    fmt_bytes(pl, sizeof pl, (double)gi->planned_bytes);
+                    fmt_bytes(me, sizeof me, (double)gi->measured_bytes);
+                    printf("memory measured after step %lld: %s of device memory in use by this run (cuMemGetInfo), "
+                           "planned %s (%+.1f%%)%s\n", (long long)t->step, me, pl,
+                           100.0 * ((double)gi->measured_bytes - (double)gi->planned_bytes) / (double)gi->planned_bytes,
+                           t->world > 1 && !strcmp(t->comm->ops->name, "sim") ? " (all simulated ranks together)" : "");
+                    cJSON *mo = cJSON_CreateObject();
+                    cJSON_AddStringToObject(mo, "event", "gpu_memory");
+                    cJSON_AddNumberToObject(mo, "planned_bytes", (double)gi->planned_bytes);
+                    cJSON_AddNumberToObject(mo, "measured_bytes", (double)gi->measured_bytes);
+                    log_json(t, mo);
+                }
+                measured = 1;
+            }
+        } else {
+            cpu_plan_run(&t->plan);
+            /* the objective is the mean of the ranks' mean losses */
+            double loss = allreduce1(t, COMM_WORLD, cpu_plan_scalar(&t->plan, g->loss)) / t->world;
+            if (!isfinite(loss))
+                return rank_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
+                                  (long long)t->step);
+            gnorm = optimizer_step(t, lr);
+            loss_sum += loss;
+            loss_n++;
+            step_loss = loss;
+        }
+        if (do_dump && !dump_step(t, step_loss, lr, gnorm))
+            return 1;
+        double val = NAN;
         if (do_eval)
             val = evaluate(t, &t->val_loader, t->f.val_batches, NULL);
-        int do_log = t->step % t->f.log_every == 0 || t->step == t->tr.steps || do_eval;
         double tnow = now_s();
         if (do_log && is_rank0(t)) {
             double tps = (double)(tok_per_step * loss_n) / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
@@ -999,7 +1263,7 @@ static int run_rank(Trainer *t, const char *plan_json)
             loss_n = 0;
             tlast = now_s();
         }
-        if (t->f.ckpt_dir && (t->step % t->f.ckpt_every == 0 || t->step == t->tr.steps)) {
+        if (do_ckpt) {
             if (!save_checkpoint(t))
                 return 1;
             tlast += now_s() - tnow;  /* checkpoint time is not training throughput */
@@ -1017,6 +1281,9 @@ static void trainer_free(Trainer *t)
         fclose(t->log);
     if (t->plan.g)
         cpu_plan_free(&t->plan);
+    gpu_destroy(t->gpu);
+    free(t->param_wd);
+    free((void *)t->image);
     if (t->train_loader.fs)
         data_loader_free(&t->train_loader);
     if (t->have_val)
@@ -1112,10 +1379,15 @@ int train_main(int argc, char **argv, const char *plan_json)
                 world);
         return 2;
     }
-    if (strcmp(f.device, "cuda") == 0) {
-        fprintf(stderr, "%s: error: --device cuda: this build has no CUDA backend yet (it arrives with the GPU "
-                "issue); use --device cpu\n", prog);
-        return 1;
+    /* the backend: the GPU when asked for or (auto) when a driver and a GPU are there */
+    int use_gpu = 0;
+    char why[1024] = "";
+    if (strcmp(f.device, "cpu") != 0) {
+        use_gpu = gpu_probe(why, sizeof why);
+        if (!use_gpu && strcmp(f.device, "cuda") == 0) {
+            fprintf(stderr, "%s: error: --device cuda: %s\n", prog, why);
+            return 1;
+        }
     }
     if (f.nproc > 1 && env_rank < 0) {
         /* the launcher: start the ranks as processes and wait for them */
@@ -1124,8 +1396,8 @@ int train_main(int argc, char **argv, const char *plan_json)
             fprintf(stderr, "%s: error: %s\n", prog, err[0] ? err : "a rank failed");
         return st;
     }
-    if (strcmp(f.device, "auto") == 0 && env_rank <= 0)
-        printf("device: cpu (this build has no CUDA backend)\n");
+    if (!use_gpu && strcmp(f.device, "auto") == 0 && env_rank <= 0)
+        printf("device: cpu (no GPU: %s; --device cpu says so without this notice)\n", why);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = f.threads ? f.threads : (int)(ncpu > 0 ? ncpu : 1);
     int local_ranks = env_rank >= 0 ? (getenv("MOEC_LOCAL_WORLD_SIZE") ? atoi(getenv("MOEC_LOCAL_WORLD_SIZE")) : 1)
@@ -1144,8 +1416,9 @@ int train_main(int argc, char **argv, const char *plan_json)
 
     Comm **comms = NULL, *single = NULL;
     if (env_rank >= 0) {
-        /* one rank of a multi-process run: the CPU backend talks TCP */
-        single = comm_tcp_create(env_rank, world, (int)ep, addr, port, err, sizeof err);
+        /* one rank of a multi-process run: NCCL between GPUs, TCP between CPUs */
+        single = use_gpu ? comm_nccl_create(env_rank, world, (int)ep, -1, addr, port, err, sizeof err)
+                         : comm_tcp_create(env_rank, world, (int)ep, addr, port, err, sizeof err);
         free(addr);
         if (!single) {
             fprintf(stderr, "%s: rank %d: error: %s\n", prog, env_rank, err);
@@ -1176,6 +1449,7 @@ int train_main(int argc, char **argv, const char *plan_json)
         t->ep = ep;
         t->dp = world / ep;
         t->shared = &data;
+        t->use_gpu = use_gpu;
         args[r] = (RankArgs){t, plan_json, 0};
     }
     if (nlocal == 1) {

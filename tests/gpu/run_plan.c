@@ -402,7 +402,10 @@ int main(int argc, char **argv)
         }
         const IrTrain *t = &g->train;
         double lr = 1e-3, wd = t->weight_decay, clip = 0.7, bc1 = 1 - pow(t->beta1, 3), bc2 = 1 - pow(t->beta2, 3);
-        CUdeviceptr dw, dm, dv, dg;
+        CUdeviceptr dw, dm, dv, dg, ds;
+        double sc[7] = {lr, bc1, bc2, clip, 0, 0, 0};
+        CU(cuMemAlloc(&ds, sizeof sc));
+        h2d(ds, sc, sizeof sc);
         CU(cuMemAlloc(&dw, N * 4));
         CU(cuMemAlloc(&dm, N * 4));
         CU(cuMemAlloc(&dv, N * 4));
@@ -412,7 +415,7 @@ int main(int argc, char **argv)
         h2d(dv, v2, N * 4);
         h2d(dg, gr, N * 4);
         long long nn = N;
-        void *pa[] = {&dw, &dm, &dv, &dg, &nn, &lr, &wd, &clip, &bc1, &bc2};
+        void *pa[] = {&dw, &dm, &dv, &dg, &nn, &ds, &wd};
         CUfunction f;
         cu_what = "moec_adamw";
         CU(cuModuleGetFunction(&f, mod, "moec_adamw"));
@@ -435,6 +438,7 @@ int main(int argc, char **argv)
         p_cuMemFree(dm);
         p_cuMemFree(dv);
         p_cuMemFree(dg);
+        p_cuMemFree(ds);
         free(w);
     }
     printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d %s\n", ncompared,

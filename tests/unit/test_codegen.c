@@ -25,6 +25,7 @@
 #include "../../compiler/driver.h"
 #include "../../ir/util.h"
 #include "../../runtime/cpu/mxfp8.h"
+#include "../../runtime/payload.h"
 
 static int npass, nfail;
 
@@ -412,8 +413,35 @@ static void test_nvrtc(void)
     nvrtc_output_free(&out);
 }
 
+/* the kernels' image travels in the payload as base64: every length's
+ * padding, every byte value, and malformed text refused */
+static void test_base64(void)
+{
+    unsigned char data[300];
+    for (int i = 0; i < 300; i++)
+        data[i] = (unsigned char)(i * 37 + 11);
+    int bad = 0;
+    for (size_t n = 0; n <= 300; n++) {
+        char *e = payload_base64_encode(data, n);
+        size_t m = 0;
+        unsigned char *d = e ? payload_base64_decode(e, &m) : NULL;
+        bad += !e || strlen(e) != (n + 2) / 3 * 4 || !d || m != n || memcmp(d, data, n) != 0;
+        free(e);
+        free(d);
+    }
+    CHECK(bad == 0, "%d lengths do not round-trip", bad);
+    char *e = payload_base64_encode("moec", 4);
+    CHECK(strcmp(e, "bW9lYw==") == 0, "base64(moec) = %s", e);
+    free(e);
+    size_t m;
+    CHECK(payload_base64_decode("bW9l*w==", &m) == NULL, "a bad character is refused");
+    CHECK(payload_base64_decode("bW9", &m) == NULL, "a truncated text is refused");
+    CHECK(payload_base64_decode("b=9lYw==", &m) == NULL, "padding in the middle is refused");
+}
+
 int main(void)
 {
+    test_base64();
     test_e4m3_encode();
     test_e4m3_decode_and_scale();
     test_fake_quant_blocks();

@@ -183,7 +183,13 @@ extern "C" int emu_launch(const char *name, long long grid, int block, void **ar
 extern "C" int emu_adamw(float *w, float *m, float *v, const float *g, long long n, double lr, double wd,
                          double clip, double bc1, double bc2)
 {
-    std::function<void(void **)> f = [=](void **) { moec_adamw(w, m, v, g, n, lr, wd, clip, bc1, bc2); };
+    // the step's scalars as the GPU runtime lays them out (codegen/cuda_optim.c)
+    static double s[7];
+    s[0] = lr;
+    s[1] = bc1;
+    s[2] = bc2;
+    s[3] = clip;
+    std::function<void(void **)> f = [=](void **) { moec_adamw(w, m, v, g, n, s, wd); };
     launch(f, 2, 256, nullptr);
     return 1;
 }

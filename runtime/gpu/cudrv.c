@@ -1,0 +1,70 @@
+/* cudrv.c - loading the CUDA driver API at run time (cudrv.h). */
+#include "cudrv.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+CuDriver cu;
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int load_ok;
+static char load_err[512];
+
+static void load(void)
+{
+    const char *name = getenv("MOEC_CUDA_LIB") ? getenv("MOEC_CUDA_LIB") : "libcuda.so.1";
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(load_err, sizeof load_err, "cannot load the CUDA driver (%s): %s", name, dlerror());
+        return;
+    }
+#define CUDRV_SYM(fn, sym, args)                                                                       \
+    *(void **)&cu.fn = dlsym(h, sym);                                                                   \
+    if (!cu.fn) {                                                                                       \
+        snprintf(load_err, sizeof load_err, "the CUDA driver %s has no %s (too old a driver?)", name, sym); \
+        return;                                                                                         \
+    }
+    CUDRV_FUNCS(CUDRV_SYM)
+#undef CUDRV_SYM
+    CUresult r = cu.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        char b[128];
+        snprintf(load_err, sizeof load_err, "the CUDA driver did not start: %s",
+                 r == CUDA_ERROR_NO_DEVICE ? "no CUDA-capable device is present"
+                 : r == 34                ? "CUDA_ERROR_STUB_LIBRARY: this libcuda is the toolkit's stub, not a driver"
+                                          : cudrv_error(r, b, sizeof b));
+        return;
+    }
+    int count = 0;
+    if (cu.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+        snprintf(load_err, sizeof load_err, "the CUDA driver sees no GPU");
+        return;
+    }
+    cu.cuDriverGetVersion(&cu.version);
+    load_ok = 1;
+}
+
+int cudrv_load(char *err, size_t errlen)
+{
+    pthread_once(&once, load);
+    if (!load_ok && err)
+        snprintf(err, errlen, "%s", load_err);
+    return load_ok;
+}
+
+const char *cudrv_error(CUresult r, char *buf, size_t n)
+{
+    const char *name = NULL, *what = NULL;
+    if (cu.cuGetErrorName)
+        cu.cuGetErrorName(r, &name);
+    if (cu.cuGetErrorString)
+        cu.cuGetErrorString(r, &what);
+    if (name && what)
+        snprintf(buf, n, "%s (%s)", name, what);
+    else
+        snprintf(buf, n, "CUDA error %d", (int)r);
+    return buf;
+}

@@ -1,0 +1,981 @@
+/* gpu.c - the GPU backend: codegen's kernels and plan, run with the CUDA
+ * driver API (gpu.h; design in docs/gpu-runtime.md). */
+#include "gpu.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../codegen/cuda.h"
+#include "../../codegen/nvrtc.h"
+#include "../comm.h"
+#include "../cpu/cpu.h"
+#include "../safetensors.h"
+#include "cudrv.h"
+
+enum { BLOCK = 256, SUMSQ_MAX_GRID = 1024, ADAMW_MAX_GRID = 4096, NSCALARS = 7 };
+
+typedef struct Launch {
+    const IrNode *node;
+    CUfunction f;           /* NULL: a collective */
+    unsigned grid, block, shared;
+    int nargs;
+    CUdeviceptr *args;      /* the pointers */
+    void **argp;            /* &args[i], for cuLaunchKernel */
+    char what[160];
+} Launch;
+
+/* the step's host-side inputs, twice (steps alternate): tokens, targets, 3 scalars */
+typedef struct Staging {
+    void *pinned;           /* [tokens | targets | lr, bc1, bc2] */
+    CUevent done;           /* recorded after the step that read it */
+    int used;
+    CUgraphExec graph;
+} Staging;
+
+struct Gpu {
+    const IrGraph *g;
+    Comm *comm;
+    int device_comm;        /* collectives on device memory (NCCL) */
+    GpuInfo info;
+    char err[2048];
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    CUmodule mod;
+    CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale;
+    cJSON *plan;
+    CUdeviceptr region[3];  /* params, inputs, activations */
+    size_t region_bytes[3];
+    CUdeviceptr adam, misc;  /* misc: the inputs region, then partials, scalars, ring_loss, ring_norm */
+    CUdeviceptr partials, scalars, ring_loss, ring_norm;
+    CUdeviceptr *buf;       /* per plan buffer */
+    int nbufs;
+    Launch *launches;
+    int nlaunches, eval_launches, has_collectives;
+    /* the optimizer: per param */
+    int64_t *numel, *part_off;
+    unsigned *sumsq_grid;
+    double *wd;
+    int64_t ndense_parts, nshard_parts;
+    int any_shard;
+    /* the batch */
+    size_t tok_bytes;
+    Staging stage[2];
+    int parity;
+    /* staged collectives: host copies of the nodes they read and write */
+    void **host;
+    /* the loss ring */
+    int ring, slot, pending;
+    float *ring_loss_h;
+    double *ring_norm_h;
+    int use_graphs;
+    size_t free_before;
+};
+
+static int fail(Gpu *G, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Gpu *G, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(G->err, sizeof G->err, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static int cu_ok(Gpu *G, CUresult r, const char *call, const char *what)
+{
+    if (r == CUDA_SUCCESS)
+        return 1;
+    char b[256];
+    return fail(G, "%s failed: %s%s%s", call, cudrv_error(r, b, sizeof b), what && *what ? " in " : "",
+                what ? what : "");
+}
+#define CU(G, call, what) cu_ok(G, cu.call, #call, what)
+
+const char *gpu_error(const Gpu *G) { return G->err; }
+const GpuInfo *gpu_info(const Gpu *G) { return &G->info; }
+
+int gpu_probe(char *why, size_t n) { return cudrv_load(why, n); }
+
+/* ------------------------------------------------------------ the kernels' image */
+
+static const char *cache_dir(char *buf, size_t n)
+{
+    const char *e = getenv("MOEC_CACHE_DIR");
+    if (e && *e)
+        snprintf(buf, n, "%s", e);
+    else if ((e = getenv("XDG_CACHE_HOME")) && *e)
+        snprintf(buf, n, "%s/moec", e);
+    else if ((e = getenv("HOME")) && *e)
+        snprintf(buf, n, "%s/.cache/moec", e);
+    else
+        return NULL;
+    return buf;
+}
+
+static int mkdirs(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return 0;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) == 0 || errno == EEXIST;
+}
+
+static void *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    void *data = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)n)) &&
+            fread(data, 1, (size_t)n, f) != (size_t)n) {
+            free(data);
+            data = NULL;
+        }
+        *size = n > 0 ? (size_t)n : 0;
+    }
+    fclose(f);
+    return data;
+}
+
+/* sm_90a for compute capability 9.0 (the arch-specific features the
+ * kernels may use one day), sm_XY otherwise */
+static void arch_of(int major, int minor, char *out, size_t n)
+{
+    snprintf(out, n, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
+}
+
+/* Whether an image compiled for `arch` runs on this GPU: sm_NN[a|f] with NN its compute capability. */
+static int arch_runs_here(const char *arch, int major, int minor)
+{
+    int nn = 0;
+    return arch && sscanf(arch, "sm_%d", &nn) == 1 && nn == major * 10 + minor;
+}
+
+/* The image: embedded, cached, or compiled now (and cached). */
+static int get_image(Gpu *G, const CudaModule *m, const GpuOptions *o, void **image, size_t *size)
+{
+    uint64_t h = st_hash64(m->source, m->source_len);
+    const char *arch = G->info.arch;
+    if (o->image && o->image_size && arch_runs_here(o->image_arch, G->info.cc_major, G->info.cc_minor) &&
+        o->image_hash == h) {
+        *image = malloc(o->image_size);
+        memcpy(*image, o->image, o->image_size);
+        *size = o->image_size;
+        snprintf(G->info.image_from, sizeof G->info.image_from, "embedded in the binary (%s)", o->image_arch);
+        return 1;
+    }
+    const char *why_not_embedded = !o->image ? "none embedded"
+                                   : !arch_runs_here(o->image_arch, G->info.cc_major, G->info.cc_minor)
+                                       ? "the embedded one is for another architecture"
+                                       : "the embedded one is for other shapes (--batch)";
+    char dir[4096], path[4400], err[1024];
+    int have_nvrtc = nvrtc_load(err, sizeof err);
+    NvrtcOutput probe = {0};
+    int major = 0, minor = 0;
+    if (have_nvrtc)
+        nvrtc_version(&major, &minor);  /* part of the key */
+    const char *cd = cache_dir(dir, sizeof dir);
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%016llx-%s-", (unsigned long long)h, arch);
+    if (cd) {
+        if (have_nvrtc) {
+            snprintf(path, sizeof path, "%s/%snvrtc%d.%d.cubin", cd, prefix, major, minor);
+            if ((*image = read_file(path, size))) {
+                snprintf(G->info.image_from, sizeof G->info.image_from, "the cache, %s", path);
+                return 1;
+            }
+        } else {
+            DIR *d = opendir(cd);
+            struct dirent *e;
+            while (d && (e = readdir(d)))
+                if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+                    snprintf(path, sizeof path, "%s/%s", cd, e->d_name);
+                    if ((*image = read_file(path, size))) {
+                        snprintf(G->info.image_from, sizeof G->info.image_from, "the cache, %s", path);
+                        closedir(d);
+                        return 1;
+                    }
+                }
+            if (d)
+                closedir(d);
+        }
+    }
+    if (!have_nvrtc)
+        return fail(G, "no kernels for this GPU (%s): %s, none in the cache, and NVRTC is not available (%s); "
+                    "compile the binary with `moec compile MODEL -o OUT --arch %s`", arch, why_not_embedded, err,
+                    arch);
+    NvrtcOutput out = probe;
+    int ok = nvrtc_compile(m->source, "kernels.cu", arch, &out, err, sizeof err);
+    if (!ok) {
+        if (out.log)
+            nvrtc_print_log(stderr, out.log, m->source, "kernels.cu");
+        nvrtc_output_free(&out);
+        return fail(G, "compiling the kernels for %s: %s", arch, err);
+    }
+    *image = out.image;
+    *size = out.image_size;
+    out.image = NULL;
+    snprintf(G->info.image_from, sizeof G->info.image_from, "NVRTC %d.%d for %s in %.1f s (%s)", out.major,
+             out.minor, arch, out.seconds, why_not_embedded);
+    nvrtc_output_free(&out);
+    if (cd && mkdirs(cd)) {
+        char tmp[4500];
+        snprintf(path, sizeof path, "%s/%snvrtc%d.%d.cubin", cd, prefix, major, minor);
+        snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+        FILE *f = fopen(tmp, "wb");
+        int wrote = f && fwrite(*image, 1, *size, f) == *size;
+        if (f && fclose(f) != 0)
+            wrote = 0;
+        if (wrote && rename(tmp, path) == 0) {
+            size_t l = strlen(G->info.image_from);
+            snprintf(G->info.image_from + l, sizeof G->info.image_from - l, ", cached");
+        } else {
+            unlink(tmp);
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(x) ? x->valuedouble : -1;
+}
+
+static int region_index(const char *name)
+{
+    return strcmp(name, "params") == 0 ? 0 : strcmp(name, "inputs") == 0 ? 1 : 2;
+}
+
+static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+static void human(char *b, size_t n, double v)
+{
+    if (v >= 1 << 30)
+        snprintf(b, n, "%.2f GiB", v / (1 << 30));
+    else if (v >= 1 << 20)
+        snprintf(b, n, "%.1f MiB", v / (1 << 20));
+    else
+        snprintf(b, n, "%.1f KiB", v / 1024);
+}
+
+static int build_launches(Gpu *G, const CudaModule *m)
+{
+    const IrGraph *g = G->g;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(G->plan, "launches");
+    G->nlaunches = cJSON_GetArraySize(ls);
+    G->eval_launches = (int)num(G->plan, "eval_launches");
+    G->launches = calloc((size_t)G->nlaunches, sizeof *G->launches);
+    (void)m;
+    for (int i = 0; i < G->nlaunches; i++) {
+        const cJSON *l = cJSON_GetArrayItem(ls, i);
+        Launch *L = &G->launches[i];
+        int node = (int)num(l, "node");
+        if (node < 0 || node >= g->nnodes)
+            return fail(G, "plan launch %d names node %d", i, node);
+        L->node = g->nodes[node];
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, "kernel");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
+        L->nargs = cJSON_GetArraySize(args);
+        L->args = calloc((size_t)L->nargs + 1, sizeof *L->args);
+        L->argp = calloc((size_t)L->nargs + 1, sizeof *L->argp);
+        for (int a = 0; a < L->nargs; a++) {
+            int b = (int)cJSON_GetArrayItem(args, a)->valuedouble;
+            if (b < 0 || b >= G->nbufs)
+                return fail(G, "plan launch %d: argument %d is buffer %d", i, a, b);
+            L->args[a] = G->buf[b];
+            L->argp[a] = &L->args[a];
+        }
+        if (cJSON_IsString(k)) {
+            snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k->valuestring, node, L->node->name);
+            if (!CU(G, cuModuleGetFunction(&L->f, G->mod, k->valuestring), L->what))
+                return 0;
+            L->grid = (unsigned)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "grid"), 0)->valuedouble;
+            L->block = (unsigned)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "block"), 0)->valuedouble;
+            L->shared = (unsigned)num(l, "shared_bytes");
+            G->info.nlaunches++;
+        } else {
+            snprintf(L->what, sizeof L->what, "collective %s (node %d, %s)", ir_node_op_name(L->node), node,
+                     L->node->name);
+            G->has_collectives = 1;
+            G->info.ncollectives++;
+        }
+    }
+    return 1;
+}
+
+static size_t page2m(size_t n) { return (n + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20); }
+
+/* The kernels' image (embedded, cached or compiled) loaded as a module.
+ * Simulated ranks take turns: the first compiles, the others find the cache. */
+static int load_module(Gpu *G, const CudaModule *m, const GpuOptions *o)
+{
+    static pthread_mutex_t image_lock = PTHREAD_MUTEX_INITIALIZER;
+    void *image = NULL;
+    size_t image_size = 0;
+    pthread_mutex_lock(&image_lock);
+    int ok = get_image(G, m, o, &image, &image_size);
+    pthread_mutex_unlock(&image_lock);
+    ok = ok && CU(G, cuModuleLoadData(&G->mod, image), "loading the kernels") &&
+         CU(G, cuModuleGetFunction(&G->k_sumsq, G->mod, "moec_grad_sumsq"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_sum, G->mod, "moec_sum_partials"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_clip, G->mod, "moec_clip"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_adamw, G->mod, "moec_adamw"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL);
+    free(image);
+    return ok;
+}
+
+Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, size_t errlen)
+{
+    Gpu *G = calloc(1, sizeof *G);
+    G->g = g;
+    G->comm = comm && comm->world > 1 ? comm : NULL;
+    G->device_comm = G->comm && strcmp(G->comm->ops->name, "nccl") == 0;
+    G->ring = o->ring > 0 ? o->ring : 1;
+    G->use_graphs = o->graphs;
+    CudaModule m = {0};
+    int ok = cudrv_load(G->err, sizeof G->err);
+    if (!ok)
+        goto out;
+    /* the device */
+    {
+        int count = 0, dev = o->device;
+        cu.cuDeviceGetCount(&count);
+        if (dev < 0) {
+            const char *lr = getenv("MOEC_LOCAL_RANK");
+            dev = lr ? atoi(lr) % count : 0;
+        }
+        if (dev >= count) {
+            ok = fail(G, "GPU %d asked for, %d visible", dev, count);
+            goto out;
+        }
+        ok = CU(G, cuDeviceGet(&G->dev, dev), NULL) && CU(G, cuDevicePrimaryCtxRetain(&G->ctx, G->dev), NULL) &&
+             CU(G, cuCtxSetCurrent(G->ctx), NULL);
+        if (!ok)
+            goto out;
+        cu.cuDeviceGetName(G->info.name, sizeof G->info.name, G->dev);
+        cu.cuDeviceGetAttribute(&G->info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, G->dev);
+        cu.cuDeviceGetAttribute(&G->info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, G->dev);
+        cu.cuDeviceGetAttribute(&G->info.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, G->dev);
+        cu.cuMemGetInfo(&G->info.free_mem, &G->info.total_mem);
+        arch_of(G->info.cc_major, G->info.cc_minor, G->info.arch, sizeof G->info.arch);
+    }
+    /* the kernels and the plan */
+    {
+        Diag d;
+        char *msg = NULL;
+        size_t msglen = 0;
+        FILE *mf = open_memstream(&msg, &msglen);
+        diag_init(&d, g->file, NULL, 0, mf);
+        ok = cuda_codegen(g, NULL, &d, &m);
+        fclose(mf);
+        if (!ok) {
+            fail(G, "the model cannot run on the GPU: %s", msg && *msg ? msg : "code generation failed");
+            free(msg);
+            goto out;
+        }
+        free(msg);
+        G->plan = cJSON_Parse(m.plan_json);
+        if (!G->plan) {
+            ok = fail(G, "internal: the generated plan is not JSON");
+            goto out;
+        }
+    }
+    /* memory: plan it all, check it fits, then allocate */
+    {
+        const cJSON *regions = cJSON_GetObjectItemCaseSensitive(G->plan, "regions");
+        for (int r = 0; r < 3; r++)
+            G->region_bytes[r] = align256((size_t)num(cJSON_GetArrayItem(regions, r), "bytes") + 256);
+        int64_t nparams_total = 0;
+        G->numel = calloc((size_t)g->nparams + 1, sizeof *G->numel);
+        G->part_off = calloc((size_t)g->nparams + 1, sizeof *G->part_off);
+        G->sumsq_grid = calloc((size_t)g->nparams + 1, sizeof *G->sumsq_grid);
+        G->wd = calloc((size_t)g->nparams + 1, sizeof *G->wd);
+        for (int p = 0; p < g->nparams; p++) {
+            G->numel[p] = ir_numel(g->params[p]);
+            nparams_total += G->numel[p];
+            int64_t grid = (G->numel[p] + BLOCK - 1) / BLOCK;
+            G->sumsq_grid[p] = (unsigned)(grid > SUMSQ_MAX_GRID ? SUMSQ_MAX_GRID : grid < 1 ? 1 : grid);
+            G->wd[p] = o->param_wd ? o->param_wd[p] : 0;
+            if (ir_has_attr(g->params[p], IR_ATTR_SHARD))
+                G->any_shard = 1;
+        }
+        /* dense gradients' partials first, then the expert shards' */
+        for (int pass = 0; pass < 2; pass++)
+            for (int p = 0; p < g->nparams; p++) {
+                int shard = ir_has_attr(g->params[p], IR_ATTR_SHARD);
+                if (shard != pass)
+                    continue;
+                G->part_off[p] = G->ndense_parts + G->nshard_parts;
+                if (pass)
+                    G->nshard_parts += G->sumsq_grid[p];
+                else
+                    G->ndense_parts += G->sumsq_grid[p];
+            }
+        G->tok_bytes = 0;
+        size_t adam_bytes = align256((size_t)nparams_total * 2 * sizeof(float));
+        size_t other = align256((size_t)(G->ndense_parts + G->nshard_parts + 1) * sizeof(double)) +
+                       align256(NSCALARS * sizeof(double)) + align256((size_t)G->ring * sizeof(float)) +
+                       align256((size_t)G->ring * sizeof(double));
+        /* four allocations: parameters, AdamW state, activations + gradients, and the rest (the batch, the
+         * norm's partials, the step's scalars, the loss ring); the driver hands out whole 2 MiB pages */
+        size_t misc_bytes = G->region_bytes[1] + other;
+        G->info.planned_params = page2m(G->region_bytes[0]);
+        G->info.planned_adam = page2m(adam_bytes);
+        G->info.planned_acts = page2m(G->region_bytes[2]);
+        G->info.planned_other = page2m(misc_bytes);
+        G->info.planned_bytes =
+            G->info.planned_params + G->info.planned_adam + G->info.planned_acts + G->info.planned_other;
+        size_t reserve = (size_t)256 << 20;  /* the module, the context's own needs, NCCL's buffers */
+        if (G->info.planned_bytes + reserve > G->info.free_mem) {
+            char a[32], b[32], c[32], d[32], e[32];
+            human(a, sizeof a, (double)G->info.planned_bytes);
+            human(b, sizeof b, (double)G->info.planned_acts);
+            human(c, sizeof c, (double)(G->info.planned_params + G->info.planned_adam));
+            human(d, sizeof d, (double)G->info.free_mem);
+            human(e, sizeof e, (double)G->info.total_mem);
+            ok = fail(G, "the plan does not fit on %s: it needs %s (activations and gradients %s for batch %lld x "
+                      "seq %lld per rank, parameters and AdamW state %s) and %s of %s is free; reduce --batch or "
+                      "the model's seq, or spread the experts over more GPUs (parallel ep)",
+                      G->info.name, a, b, (long long)g->train.batch, (long long)g->train.seq, c, d, e);
+            goto out;
+        }
+        /* the stream and the kernels first, so that what the allocations take can be measured */
+        ok = CU(G, cuStreamCreate(&G->stream, CU_STREAM_NON_BLOCKING), NULL) && load_module(G, &m, o);
+        if (!ok)
+            goto out;
+        cu.cuMemGetInfo(&G->free_before, &G->info.total_mem);
+        ok = CU(G, cuMemAlloc(&G->region[0], G->region_bytes[0]), "allocating the parameters") &&
+             CU(G, cuMemAlloc(&G->adam, adam_bytes), "allocating the AdamW state") &&
+             CU(G, cuMemAlloc(&G->region[2], G->region_bytes[2]), "allocating the activations") &&
+             CU(G, cuMemAlloc(&G->misc, misc_bytes), "allocating the batch and the optimizer's scratch");
+        if (!ok)
+            goto out;
+        G->region[1] = G->misc;
+        G->partials = G->misc + G->region_bytes[1];
+        G->scalars = G->partials + align256((size_t)(G->ndense_parts + G->nshard_parts + 1) * sizeof(double));
+        G->ring_loss = G->scalars + align256(NSCALARS * sizeof(double));
+        G->ring_norm = G->ring_loss + align256((size_t)G->ring * sizeof(float));
+        /* NaN everywhere a kernel should have written before reading */
+        ok = CU(G, cuMemsetD8Async(G->region[2], 0xFF, G->region_bytes[2], G->stream), NULL) &&
+             CU(G, cuMemsetD8Async(G->adam, 0, adam_bytes, G->stream), NULL) &&
+             CU(G, cuMemsetD8Async(G->scalars, 0, NSCALARS * sizeof(double), G->stream), NULL);
+        if (!ok)
+            goto out;
+        const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(G->plan, "buffers");
+        G->nbufs = cJSON_GetArraySize(bufs);
+        G->buf = calloc((size_t)G->nbufs, sizeof *G->buf);
+        for (int b = 0; b < G->nbufs; b++) {
+            const cJSON *x = cJSON_GetArrayItem(bufs, b);
+            const cJSON *reg = cJSON_GetObjectItemCaseSensitive(x, "region");
+            int r = region_index(cJSON_IsString(reg) ? reg->valuestring : "activations");
+            size_t off = (size_t)num(x, "offset"), bytes = (size_t)num(x, "bytes");
+            if (off + bytes > G->region_bytes[r]) {
+                ok = fail(G, "internal: plan buffer %d lies outside its region", b);
+                goto out;
+            }
+            G->buf[b] = G->region[r] + off;
+        }
+    }
+    if (!build_launches(G, &m)) {
+        ok = 0;
+        goto out;
+    }
+    /* the batch's pinned staging, twice */
+    {
+        const IrNode *tok = NULL, *tgt = NULL;
+        for (int i = 0; i < g->nnodes; i++) {
+            const IrNode *n = g->nodes[i];
+            if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
+                tok = n->src[0];
+            if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
+                tgt = n->src[1];
+        }
+        if (!tok || !tgt) {
+            ok = fail(G, "the model has no token and target inputs");
+            goto out;
+        }
+        G->tok_bytes = (size_t)ir_numel(tok) * sizeof(int32_t);
+        for (int s = 0; s < 2 && ok; s++)
+            ok = CU(G, cuMemAllocHost(&G->stage[s].pinned, 2 * G->tok_bytes + 4 * sizeof(double)), NULL) &&
+                 CU(G, cuEventCreate(&G->stage[s].done, CU_EVENT_DEFAULT), NULL);
+        if (!ok)
+            goto out;
+        /* which inputs: remember their buffers through the nodes' ids */
+        G->info.graph = 0;
+        (void)tgt;
+    }
+    /* staged collectives need host copies of what they touch */
+    if (G->has_collectives && !G->device_comm) {
+        G->host = calloc((size_t)g->nnodes, sizeof *G->host);
+        for (int i = 0; i < G->nlaunches; i++) {
+            const IrNode *n = G->launches[i].node;
+            if (G->launches[i].f)
+                continue;
+            if (!G->host[n->id])
+                G->host[n->id] = malloc((size_t)ir_numel(n) * 4 + 4);
+            for (int s = 0; s < n->nsrc; s++)
+                if (!G->host[n->src[s]->id])
+                    G->host[n->src[s]->id] = malloc((size_t)ir_numel(n->src[s]) * 4 + 4);
+        }
+    }
+    G->ring_loss_h = calloc((size_t)G->ring, sizeof(float));
+    G->ring_norm_h = calloc((size_t)G->ring, sizeof(double));
+    ok = CU(G, cuStreamSynchronize(G->stream), NULL);
+out:
+    cuda_module_free(&m);
+    if (!ok) {
+        snprintf(err, errlen, "%s", G->err);
+        gpu_destroy(G);
+        return NULL;
+    }
+    return G;
+}
+
+void gpu_destroy(Gpu *G)
+{
+    if (!G)
+        return;
+    if (G->ctx) {
+        cu.cuCtxSetCurrent(G->ctx);
+        if (G->stream)
+            cu.cuStreamSynchronize(G->stream);
+        for (int s = 0; s < 2; s++) {
+            if (G->stage[s].graph)
+                cu.cuGraphExecDestroy(G->stage[s].graph);
+            if (G->stage[s].pinned)
+                cu.cuMemFreeHost(G->stage[s].pinned);
+            if (G->stage[s].done)
+                cu.cuEventDestroy(G->stage[s].done);
+        }
+        CUdeviceptr more[] = {G->region[0], G->region[2], G->adam, G->misc};
+        for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+            if (more[i])
+                cu.cuMemFree(more[i]);
+        if (G->mod)
+            cu.cuModuleUnload(G->mod);
+        if (G->stream)
+            cu.cuStreamDestroy(G->stream);
+        cu.cuDevicePrimaryCtxRelease(G->dev);
+    }
+    for (int i = 0; i < G->nlaunches; i++) {
+        free(G->launches[i].args);
+        free(G->launches[i].argp);
+    }
+    free(G->launches);
+    if (G->host)
+        for (int i = 0; i < G->g->nnodes; i++)
+            free(G->host[i]);
+    free(G->host);
+    free(G->buf);
+    free(G->numel);
+    free(G->part_off);
+    free(G->sumsq_grid);
+    free(G->wd);
+    free(G->ring_loss_h);
+    free(G->ring_norm_h);
+    cJSON_Delete(G->plan);
+    free(G);
+}
+
+/* ------------------------------------------------------------ transfers */
+
+static int cur(Gpu *G) { return CU(G, cuCtxSetCurrent(G->ctx), NULL); }
+
+int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
+{
+    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+        return 0;
+    for (int p = 0; p < G->g->nparams; p++)
+        if (!CU(G, cuMemcpyHtoD(G->buf[G->g->params[p]->id], params + param_off[p], (size_t)G->numel[p] * 4),
+                G->g->params[p]->name))
+            return 0;
+    return 1;
+}
+
+int gpu_get_params(Gpu *G, float *params, const int64_t *param_off)
+{
+    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+        return 0;
+    for (int p = 0; p < G->g->nparams; p++)
+        if (!CU(G, cuMemcpyDtoH(params + param_off[p], G->buf[G->g->params[p]->id], (size_t)G->numel[p] * 4),
+                G->g->params[p]->name))
+            return 0;
+    return 1;
+}
+
+int gpu_put_adam(Gpu *G, const float *adam, int64_t nparams_total)
+{
+    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+           CU(G, cuMemcpyHtoD(G->adam, adam, (size_t)nparams_total * 2 * sizeof(float)), "the AdamW state");
+}
+
+int gpu_get_adam(Gpu *G, float *adam, int64_t nparams_total)
+{
+    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+           CU(G, cuMemcpyDtoH(adam, G->adam, (size_t)nparams_total * 2 * sizeof(float)), "the AdamW state");
+}
+
+int gpu_get_grad(Gpu *G, int p, float *out)
+{
+    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+           CU(G, cuMemcpyDtoH(out, G->buf[G->g->grads[p]->id], (size_t)G->numel[p] * 4), G->g->grads[p]->name);
+}
+
+/* ------------------------------------------------------------ the step */
+
+static int run_collective(Gpu *G, const Launch *L)
+{
+    const IrNode *n = L->node;
+    Comm *c = G->comm;
+    if (!c)
+        return fail(G, "%s: a collective in a single-rank run", L->what);
+    CUdeviceptr y = G->buf[n->id];
+    size_t ybytes = (size_t)ir_numel(n) * 4;
+    if (!G->device_comm) {
+        /* host transports (the rank simulator, TCP): through host memory, with the CPU backend's code */
+        if (!CU(G, cuStreamSynchronize(G->stream), L->what))
+            return 0;
+        for (int s = 0; s < n->nsrc; s++)
+            if (!CU(G, cuMemcpyDtoH(G->host[n->src[s]->id], G->buf[n->src[s]->id], (size_t)ir_numel(n->src[s]) * 4),
+                    L->what))
+                return 0;
+        cpu_exec_node_f32(n, G->host, c);
+        return CU(G, cuMemcpyHtoD(y, G->host[n->id], ybytes), L->what);
+    }
+    /* NCCL: device buffers; split sizes come to the host (the transfer sizes need them) */
+    if (!CU(G, cuStreamSynchronize(G->stream), L->what))
+        return 0;
+    int ok = 1;
+    switch (n->op) {
+    case IR_OP_EP_COUNTS: {
+        int64_t ep = ir_attr_i(n, IR_ATTR_EP), El = n->shape[1];
+        size_t b[1024], o[1024];
+        for (int64_t j = 0; j < ep; j++) {
+            b[j] = sizeof(int32_t) * (size_t)El;
+            o[j] = b[j] * (size_t)j;
+        }
+        ok = c->ops->alltoallv(c, COMM_EP, (const void *)(uintptr_t)G->buf[n->src[0]->id], b, o,
+                               (void *)(uintptr_t)y, b, o);
+        break;
+    }
+    case IR_OP_EP_DISPATCH:
+    case IR_OP_EP_COMBINE: {
+        int64_t ep = ir_attr_i(n, IR_ATTR_EP), E = n->src[1]->shape[0], El = E / ep;
+        int64_t d = n->src[0]->rank == 2 ? n->src[0]->shape[1] : 1;
+        size_t rowb = sizeof(float) * (size_t)d;
+        int32_t counts[4096], rc[4096];
+        if (E > 4096 || ep * El > 4096 || ep > 1024)
+            return fail(G, "%s: more than 4096 experts", L->what);
+        if (!CU(G, cuMemcpyDtoH(counts, G->buf[n->src[1]->id], sizeof(int32_t) * (size_t)E), L->what) ||
+            !CU(G, cuMemcpyDtoH(rc, G->buf[n->src[2]->id], sizeof(int32_t) * (size_t)(ep * El)), L->what))
+            return 0;
+        size_t hb[1024], ho[1024], ab[1024], ao[1024], o1 = 0, o2 = 0;
+        for (int64_t j = 0; j < ep; j++) {
+            size_t rows = 0, rows2 = 0;
+            for (int64_t e = j * El; e < (j + 1) * El; e++)
+                rows += (size_t)counts[e];
+            for (int64_t e = 0; e < El; e++)
+                rows2 += (size_t)rc[j * El + e];
+            hb[j] = rows * rowb;
+            ho[j] = o1;
+            o1 += hb[j];
+            ab[j] = rows2 * rowb;
+            ao[j] = o2;
+            o2 += ab[j];
+        }
+        if (!CU(G, cuMemsetD8Async(y, 0, ybytes, G->stream), L->what) || !CU(G, cuStreamSynchronize(G->stream), L->what))
+            return 0;
+        const void *x = (const void *)(uintptr_t)G->buf[n->src[0]->id];
+        ok = n->op == IR_OP_EP_DISPATCH ? c->ops->alltoallv(c, COMM_EP, x, hb, ho, (void *)(uintptr_t)y, ab, ao)
+                                        : c->ops->alltoallv(c, COMM_EP, x, ab, ao, (void *)(uintptr_t)y, hb, ho);
+        break;
+    }
+    case IR_OP_ALL_REDUCE: {
+        CommGroup grp = strcmp(ir_attr_s(n, IR_ATTR_GROUP), "dp") == 0 ? COMM_DP : COMM_WORLD;
+        if (!CU(G, cuMemcpyDtoDAsync(y, G->buf[n->src[0]->id], ybytes, G->stream), L->what) ||
+            !CU(G, cuStreamSynchronize(G->stream), L->what))
+            return 0;
+        ok = c->ops->allreduce_f32(c, grp, (float *)(uintptr_t)y, ir_numel(n));
+        if (ok) {
+            long long nn = ir_numel(n);
+            double f = ir_attr_f(n, IR_ATTR_FACTOR);
+            void *args[] = {&y, &nn, &f};
+            int64_t grid = (nn + BLOCK - 1) / BLOCK;
+            if (!CU(G, cuLaunchKernel(G->k_scale, (unsigned)(grid > 4096 ? 4096 : grid < 1 ? 1 : grid), 1, 1, BLOCK, 1,
+                                      1, 0, G->stream, args, NULL), L->what))
+                return 0;
+        }
+        break;
+    }
+    default:
+        return fail(G, "%s: no GPU implementation", L->what);
+    }
+    if (!ok)
+        return fail(G, "%s failed: %s", L->what, c->error);
+    return 1;
+}
+
+static int run_launches(Gpu *G, int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        Launch *L = &G->launches[i];
+        if (!L->f) {
+            if (!run_collective(G, L))
+                return 0;
+            continue;
+        }
+        if (!CU(G, cuLaunchKernel(L->f, L->grid, 1, 1, L->block, 1, 1, L->shared, G->stream, L->argp, NULL),
+                L->what))
+            return 0;
+    }
+    return 1;
+}
+
+static unsigned grid_for(int64_t n, int64_t max)
+{
+    int64_t g = (n + BLOCK - 1) / BLOCK;
+    return (unsigned)(g > max ? max : g < 1 ? 1 : g);
+}
+
+/* forward + backward + norm + clip + AdamW, reading the staging s */
+static int enqueue_step(Gpu *G, Staging *s)
+{
+    const IrGraph *g = G->g;
+    char *pin = s->pinned;
+    const IrNode *tok = NULL, *tgt = NULL;
+    for (int i = 0; i < g->nnodes && (!tok || !tgt); i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
+            tok = n->src[0];
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
+            tgt = n->src[1];
+    }
+    if (!CU(G, cuMemcpyHtoDAsync(G->buf[tok->id], pin, G->tok_bytes, G->stream), "the batch") ||
+        !CU(G, cuMemcpyHtoDAsync(G->buf[tgt->id], pin + G->tok_bytes, G->tok_bytes, G->stream), "the batch") ||
+        !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step"))
+        return 0;
+    if (!run_launches(G, 0, G->nlaunches))
+        return 0;
+    /* the global gradient norm: sums of squares per block, then per kind */
+    for (int p = 0; p < g->nparams; p++) {
+        CUdeviceptr part = G->partials + (CUdeviceptr)G->part_off[p] * sizeof(double);
+        CUdeviceptr gr = G->buf[g->grads[p]->id];
+        long long n = G->numel[p];
+        void *args[] = {&part, &gr, &n};
+        if (!CU(G, cuLaunchKernel(G->k_sumsq, G->sumsq_grid[p], 1, 1, BLOCK, 1, 1, 0, G->stream, args, NULL),
+                "moec_grad_sumsq"))
+            return 0;
+    }
+    for (int kind = 0; kind < 2; kind++) {
+        CUdeviceptr out = G->scalars + (CUdeviceptr)(5 + kind) * sizeof(double);
+        CUdeviceptr part = G->partials + (CUdeviceptr)(kind ? G->ndense_parts : 0) * sizeof(double);
+        long long n = kind ? G->nshard_parts : G->ndense_parts;
+        void *args[] = {&out, &part, &n};
+        if (!CU(G, cuLaunchKernel(G->k_sum, 1, 1, 1, BLOCK, 1, 1, 0, G->stream, args, NULL), "moec_sum_partials"))
+            return 0;
+    }
+    /* expert shards: their squares add over the expert-parallel group */
+    if (G->any_shard && G->comm && G->comm->ep > 1) {
+        CUdeviceptr ss = G->scalars + 6 * sizeof(double);
+        if (!CU(G, cuStreamSynchronize(G->stream), "the gradient norm"))
+            return 0;
+        if (G->device_comm) {
+            if (!G->comm->ops->allreduce_f64(G->comm, COMM_EP, (double *)(uintptr_t)ss, 1))
+                return fail(G, "the gradient norm's all-reduce failed: %s", G->comm->error);
+        } else {
+            double v;
+            if (!CU(G, cuMemcpyDtoH(&v, ss, sizeof v), NULL))
+                return 0;
+            if (!G->comm->ops->allreduce_f64(G->comm, COMM_EP, &v, 1))
+                return fail(G, "the gradient norm's all-reduce failed: %s", G->comm->error);
+            if (!CU(G, cuMemcpyHtoD(ss, &v, sizeof v), NULL))
+                return 0;
+        }
+    }
+    {
+        double clip = g->train.grad_clip;
+        void *args[] = {&G->scalars, &clip};
+        if (!CU(G, cuLaunchKernel(G->k_clip, 1, 1, 1, 32, 1, 1, 0, G->stream, args, NULL), "moec_clip"))
+            return 0;
+    }
+    int64_t nparams_total = 0;
+    for (int p = 0; p < g->nparams; p++)
+        nparams_total += G->numel[p];
+    int64_t off = 0;
+    for (int p = 0; p < g->nparams; p++) {
+        CUdeviceptr w = G->buf[g->params[p]->id], gr = G->buf[g->grads[p]->id];
+        CUdeviceptr m = G->adam + (CUdeviceptr)off * 4, v = G->adam + (CUdeviceptr)(nparams_total + off) * 4;
+        long long n = G->numel[p];
+        double wd = G->wd[p];
+        void *args[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd};
+        if (!CU(G, cuLaunchKernel(G->k_adamw, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
+                                  NULL), "moec_adamw"))
+            return 0;
+        off += G->numel[p];
+    }
+    return 1;
+}
+
+static Staging *stage_batch(Gpu *G, const int32_t *tokens, const int32_t *targets, const double *sc3)
+{
+    Staging *s = &G->stage[G->parity];
+    G->parity ^= 1;
+    /* the step that last read this staging must have consumed it */
+    if (s->used && !CU(G, cuEventSynchronize(s->done), "waiting for a step"))
+        return NULL;
+    char *pin = s->pinned;
+    memcpy(pin, tokens, G->tok_bytes);
+    memcpy(pin + G->tok_bytes, targets, G->tok_bytes);
+    memcpy(pin + 2 * G->tok_bytes, sc3, 3 * sizeof(double));
+    return s;
+}
+
+int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2)
+{
+    if (!cur(G))
+        return 0;
+    if (G->pending >= G->ring)
+        return fail(G, "internal: %d steps without reading their losses", G->pending);
+    double sc[3] = {lr, bc1, bc2};
+    Staging *s = stage_batch(G, tokens, targets, sc);
+    if (!s)
+        return 0;
+    int graph = G->use_graphs && !G->has_collectives;
+    if (graph && !s->graph) {
+        CUgraph gr;
+        if (!CU(G, cuStreamBeginCapture(G->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the step"))
+            return 0;
+        int ok = enqueue_step(G, s);
+        CUresult r = cu.cuStreamEndCapture(G->stream, &gr);
+        if (!ok)
+            return 0;
+        if (!cu_ok(G, r, "cuStreamEndCapture", "capturing the step") ||
+            !CU(G, cuGraphInstantiate(&s->graph, gr, 0), "instantiating the step's graph"))
+            return 0;
+        cu.cuGraphDestroy(gr);
+        G->info.graph = 1;
+    }
+    if (graph) {
+        if (!CU(G, cuGraphLaunch(s->graph, G->stream), "launching the step's graph"))
+            return 0;
+    } else if (!enqueue_step(G, s)) {
+        return 0;
+    }
+    if (!CU(G, cuEventRecord(s->done, G->stream), NULL))
+        return 0;
+    s->used = 1;
+    /* the loss and the norm into the ring */
+    int slot = (G->slot + G->pending) % G->ring;
+    if (!CU(G, cuMemcpyDtoDAsync(G->ring_loss + (CUdeviceptr)slot * 4, G->buf[G->g->loss->id], 4, G->stream), NULL) ||
+        !CU(G, cuMemcpyDtoDAsync(G->ring_norm + (CUdeviceptr)slot * 8, G->scalars + 4 * sizeof(double), 8, G->stream),
+            NULL))
+        return 0;
+    G->pending++;
+    return 1;
+}
+
+int gpu_read_steps(Gpu *G, double *losses, double *norms, int *n)
+{
+    *n = 0;
+    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), "a training step"))
+        return 0;
+    if (!CU(G, cuMemcpyDtoH(G->ring_loss_h, G->ring_loss, (size_t)G->ring * 4), NULL) ||
+        !CU(G, cuMemcpyDtoH(G->ring_norm_h, G->ring_norm, (size_t)G->ring * 8), NULL))
+        return 0;
+    for (int i = 0; i < G->pending; i++) {
+        int slot = (G->slot + i) % G->ring;
+        losses[i] = G->ring_loss_h[slot];
+        norms[i] = G->ring_norm_h[slot];
+    }
+    *n = G->pending;
+    G->slot = (G->slot + G->pending) % G->ring;
+    G->pending = 0;
+    return 1;
+}
+
+int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss)
+{
+    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+        return 0;
+    const IrGraph *g = G->g;
+    const IrNode *tok = NULL, *tgt = NULL;
+    for (int i = 0; i < g->nnodes && (!tok || !tgt); i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
+            tok = n->src[0];
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
+            tgt = n->src[1];
+    }
+    float l;
+    if (!CU(G, cuMemcpyHtoD(G->buf[tok->id], tokens, G->tok_bytes), "the batch") ||
+        !CU(G, cuMemcpyHtoD(G->buf[tgt->id], targets, G->tok_bytes), "the batch") ||
+        !run_launches(G, 0, G->eval_launches) || !CU(G, cuStreamSynchronize(G->stream), "the forward pass") ||
+        !CU(G, cuMemcpyDtoH(&l, G->buf[g->loss->id], 4), "the loss"))
+        return 0;
+    *loss = l;
+    return 1;
+}
+
+void gpu_measure(Gpu *G)
+{
+    size_t fr = 0, total = 0;
+    if (cur(G) && cu.cuMemGetInfo(&fr, &total) == CUDA_SUCCESS && fr <= G->free_before)
+        G->info.measured_bytes = G->free_before - fr;
+}
+
+/* ------------------------------------------------------------ host data over NCCL */
+
+/* NCCL reduces device memory: stage host values through a device buffer. */
+static int host_scratch(Gpu *G, size_t bytes, CUdeviceptr *d)
+{
+    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) && CU(G, cuMemAlloc(d, bytes ? bytes : 8), NULL);
+}
+
+int gpu_host_allreduce_f64(Gpu *G, Comm *c, int group, double *v, int64_t n)
+{
+    CUdeviceptr d;
+    size_t bytes = (size_t)n * sizeof(double);
+    if (!host_scratch(G, bytes, &d))
+        return comm_fail(c, "%s", G->err);
+    int ok = CU(G, cuMemcpyHtoD(d, v, bytes), NULL) &&
+             c->ops->allreduce_f64(c, (CommGroup)group, (double *)(uintptr_t)d, n) &&
+             CU(G, cuMemcpyDtoH(v, d, bytes), NULL);
+    cu.cuMemFree(d);
+    return ok;
+}
+
+int gpu_host_allgather(Gpu *G, Comm *c, int group, const void *in, void *out, size_t bytes)
+{
+    CUdeviceptr d;
+    int size = comm_group_size(c, (CommGroup)group), rank = comm_group_rank(c, (CommGroup)group);
+    if (!host_scratch(G, bytes * (size_t)size, &d))
+        return comm_fail(c, "%s", G->err);
+    CUdeviceptr mine = d + (CUdeviceptr)(bytes * (size_t)rank);
+    int ok = CU(G, cuMemcpyHtoD(mine, in, bytes), NULL) &&
+             c->ops->allgather(c, (CommGroup)group, (const void *)(uintptr_t)mine, (void *)(uintptr_t)d, bytes) &&
+             CU(G, cuMemcpyDtoH(out, d, bytes * (size_t)size), NULL);
+    cu.cuMemFree(d);
+    return ok;
+}

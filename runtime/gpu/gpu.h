@@ -1,0 +1,100 @@
+/* gpu.h - the GPU backend of the training binary (docs/gpu-runtime.md).
+ *
+ * A Gpu runs one rank's training step on one NVIDIA GPU with the kernels
+ * codegen/ generates for the graph, through the CUDA driver API (loaded at
+ * run time, runtime/gpu/cudrv.h):
+ *   - the kernels: the image embedded in the binary when it was compiled
+ *     for this GPU's architecture and this exact source, else the on-disk
+ *     cache, else NVRTC now (then cached);
+ *   - memory: parameters one allocation (plan.json's params region), AdamW's
+ *     moments one allocation ([m | v], in the trainer's host layout), the
+ *     activations and gradients one arena laid out by the codegen's liveness
+ *     plan, the batch one small region; nothing is allocated during a step.
+ *     The total is checked against the GPU's free memory before anything is
+ *     allocated;
+ *   - a step: the batch's host-to-device copy, plan.json's launches in order
+ *     (collectives through the rank's Comm), the gradient norm, clipping and
+ *     AdamW on the device; the loss and the norm are copied into a ring on
+ *     the device, read by the host only when it logs. Without collectives the
+ *     whole step is captured once in a CUDA graph and replayed.
+ * Several Gpus may share a device (the rank simulator: one per thread). */
+#ifndef MOEC_GPU_H
+#define MOEC_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../ir/ir.h"
+
+struct Comm;
+
+typedef struct GpuOptions {
+    int device;               /* ordinal, or -1: MOEC_LOCAL_RANK % count (0 without it) */
+    /* an image compiled ahead of time (moec compile --arch), or NULL */
+    const void *image;
+    size_t image_size;
+    const char *image_arch;   /* "sm_90a" */
+    uint64_t image_hash;      /* st_hash64 of the source it was compiled from */
+    int graphs;               /* 1: capture the step in a CUDA graph when it has no collectives */
+    int ring;                 /* steps the loss ring holds (>= the trainer's log interval) */
+    int verbose;              /* print where the kernels came from */
+    const double *param_wd;   /* [nparams] each param's weight decay (0 = none) */
+} GpuOptions;
+
+typedef struct GpuInfo {
+    char name[256];
+    int cc_major, cc_minor, sms;
+    size_t total_mem, free_mem;
+    char arch[16];            /* what NVRTC compiles for it: sm_90a */
+    char image_from[4608];    /* "embedded cubin (sm_90a)", "cache ~/.cache/moec/...", "NVRTC 13.0, 2.1 s" */
+    size_t planned_bytes;     /* every allocation of the plan */
+    size_t planned_params, planned_adam, planned_acts, planned_other;
+    size_t measured_bytes;    /* device memory this Gpu took, from cuMemGetInfo (0 when shared) */
+    int nlaunches, ncollectives, graph;
+} GpuInfo;
+
+typedef struct Gpu Gpu;
+
+/* Whether a GPU can be used: 1, or 0 with why in `why` (no driver, no device). */
+int gpu_probe(char *why, size_t n);
+
+/* Generates the kernels of g (after the pass pipeline), gets their image,
+ * plans and allocates memory. comm is the rank's communicator (NULL = one
+ * rank); collectives go through it, staged through host memory unless it
+ * is NCCL (device memory). Returns NULL with a message in err. */
+Gpu *gpu_create(const IrGraph *g, struct Comm *comm, const GpuOptions *o, char *err, size_t errlen);
+void gpu_destroy(Gpu *G);
+const GpuInfo *gpu_info(const Gpu *G);
+
+/* Parameters and AdamW moments to and from the trainer's host layout:
+ * params[param_off[p] ..] (param_off per g->params index); adam = [m | v],
+ * each nparams_total floats in the same layout. Synchronous. */
+int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off);
+int gpu_get_params(Gpu *G, float *params, const int64_t *param_off);
+int gpu_put_adam(Gpu *G, const float *adam, int64_t nparams_total);
+int gpu_get_adam(Gpu *G, float *adam, int64_t nparams_total);
+/* The raw gradient of param p (after the step's backward), synchronous. */
+int gpu_get_grad(Gpu *G, int p, float *out);
+
+/* One training step on tokens/targets ([local batch, seq] i32): forward,
+ * backward, global norm, clipping and AdamW with this lr and bias
+ * corrections. Asynchronous unless the plan has collectives staged
+ * through the host. */
+int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2);
+/* The forward pass only (evaluation); returns the loss (synchronous). */
+int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss);
+/* Waits for the steps since the last call and returns their losses and
+ * gradient norms (oldest first); *n is how many (<= ring). */
+int gpu_read_steps(Gpu *G, double *losses, double *norms, int *n);
+/* After gpu_read_steps: device memory in use now minus before gpu_create. */
+void gpu_measure(Gpu *G);
+
+/* Host-memory collectives for a device transport (NCCL), through a
+ * temporary device buffer; group is a CommGroup. 1, or 0 (c->error). */
+int gpu_host_allreduce_f64(Gpu *G, struct Comm *c, int group, double *v, int64_t n);
+int gpu_host_allgather(Gpu *G, struct Comm *c, int group, const void *in, void *out, size_t bytes);
+
+/* The last error (for messages after a 0 return). */
+const char *gpu_error(const Gpu *G);
+
+#endif

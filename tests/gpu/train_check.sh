@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# tests/gpu/train_check.sh [--build-only | --run-only] [OUTDIR]
+# The training binary on a GPU (runtime/gpu/), against the CPU backend:
+#   step1_*   one training step (mixtral_tiny bf16 and mxfp8, protein_tiny) on the CPU and on the GPU,
+#             both with --dump: loss, every gradient and every updated parameter compared (moec ckpt-diff)
+#   curve_*   30 steps on each backend: per-step losses (tests/train/compare_losses.sh)
+#   graph     the same GPU run with --no-cuda-graph: identical losses; tokens/s of both
+#   ep2, ep4  the rank simulator on one GPU (--simulate-ranks, the model compiled --ep N): losses = ep 1's
+#   resume    20 steps vs 10 + --resume 10 on the GPU: byte-identical checkpoints
+#   cache     a binary without embedded kernels: NVRTC at start-up, then the on-disk cache
+#   nofit     Mixtral-8x7B layers at batch 16 x 4096 on one GPU is refused before allocating, naming what to reduce
+#   mini500   protein_moe_mini, 500 steps on the GPU (loss curve for docs/results/)
+# Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
+# moec, the training binaries (kernels embedded for sm_90a), libcjson.so.1, the FASTA data.
+# Run (the GPU machine: a driver, nothing else) writes OUTDIR/logs and prints a table last.
+set -uo pipefail
+MODE=all
+case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OUT=${1:-$ROOT/build/gpu-train}
+BUILD=${BUILD:-build}
+ARCH=${MOEC_GPU_ARCH:-sm_90a}
+DATA_SRC=${MOEC_DATA:-/usr/share/doc/mmseqs2/example-data/DB.fasta.gz}
+cd "$ROOT"
+if [ "$MODE" != run ]; then
+  set -e
+  make BUILD="$BUILD" -j2 >/dev/null
+  mkdir -p "$OUT/lib" "$OUT/bin" "$OUT/data"
+  cp "$BUILD/moec" "$OUT/bin/moec"
+  cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
+  cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
+  cp tests/train/compare_losses.sh "$OUT/bin/"
+  c() { "$BUILD/moec" compile "$@" >/dev/null; }
+  c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny" --arch "$ARCH"
+  c models/mixtral_tiny.moe --precision mxfp8 -o "$OUT/bin/mixtral_tiny_mxfp8" --arch "$ARCH"
+  c models/protein_tiny.moe -o "$OUT/bin/protein_tiny" --arch "$ARCH"
+  c models/mixtral_tiny.moe --ep 2 -o "$OUT/bin/mixtral_tiny_ep2" --arch "$ARCH"
+  c models/mixtral_tiny.moe --ep 4 -o "$OUT/bin/mixtral_tiny_ep4" --arch "$ARCH"
+  c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny_nvrtc"
+  c tests/gpu/nofit.moe -o "$OUT/bin/nofit"
+  c models/protein_moe_mini.moe -o "$OUT/bin/protein_moe_mini" --arch "$ARCH"
+  set +e
+fi
+[ "$MODE" = build ] && exit 0
+
+export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MOEC_CACHE_DIR="$OUT/cache"
+B=$OUT/bin
+L=$OUT/logs
+rm -rf "$L" "$MOEC_CACHE_DIR"
+mkdir -p "$L"
+DATA=$OUT/data/proteins.fasta.gz
+rows=()
+status=0
+row() { rows+=("$(printf '%-14s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || status=1; }
+tps() { grep -o '"tokens_per_s":[0-9.e+]*' "$1" | tail -n +3 | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.0f", a[int((NR+1)/2)]; else print "?"}'; }
+common=(--data "$DATA" --eval-every 0 --log-every 1)
+
+# one step, CPU vs GPU: loss, gradients, parameters
+for m in mixtral_tiny mixtral_tiny_mxfp8 protein_tiny; do
+  "$B/$m" "${common[@]}" --steps 1 --device cpu --dump "$L/cpu_$m" >"$L/step1_cpu_$m.log" 2>&1
+  "$B/$m" "${common[@]}" --steps 1 --device cuda --dump "$L/gpu_$m" >"$L/step1_gpu_$m.log" 2>&1
+  rc=$?
+  {
+    "$B/moec" ckpt-diff "$L/cpu_$m/step_1.safetensors" "$L/gpu_$m/step_1.safetensors" --prefix loss --rtol 1e-5
+    "$B/moec" ckpt-diff "$L/cpu_$m/step_1.safetensors" "$L/gpu_$m/step_1.safetensors" --prefix grad. --rtol 1e-4
+    "$B/moec" ckpt-diff "$L/cpu_$m/step_1.safetensors" "$L/gpu_$m/step_1.safetensors" --prefix param. --rtol 1e-5
+  } >"$L/step1_diff_$m.log" 2>&1
+  d=$?
+  summ=$(grep -o 'largest relative difference [^ ]* ([^)]*)' "$L/step1_diff_$m.log" | sed 's/largest relative difference //' | paste -sd' ' -)
+  row "step1_$m" "$([ $rc -eq 0 ] && [ $d -eq 0 ] && echo ok || echo FAIL)" "loss/grad/param: $summ"
+done
+
+# 30 steps, CPU vs GPU; the GPU with and without the CUDA graph
+"$B/mixtral_tiny" "${common[@]}" --steps 30 --device cpu --log "$L/curve_cpu.jsonl" >"$L/curve_cpu.log" 2>&1
+"$B/mixtral_tiny" "${common[@]}" --steps 30 --device cuda --log "$L/curve_gpu.jsonl" >"$L/curve_gpu.log" 2>&1
+"$B/compare_losses.sh" "$L/curve_cpu.jsonl" "$L/curve_gpu.jsonl" 1e-3 >"$L/curve_cmp.log" 2>&1
+row curve_30 "$([ $? -eq 0 ] && echo ok || echo FAIL)" "$(tail -1 "$L/curve_cmp.log"); cpu $(tps "$L/curve_cpu.jsonl") tok/s, gpu $(tps "$L/curve_gpu.jsonl") tok/s"
+"$B/mixtral_tiny" "${common[@]}" --steps 30 --device cuda --no-cuda-graph --log "$L/curve_nograph.jsonl" >"$L/curve_nograph.log" 2>&1
+"$B/compare_losses.sh" "$L/curve_gpu.jsonl" "$L/curve_nograph.jsonl" 0 >"$L/graph_cmp.log" 2>&1
+row graph "$([ $? -eq 0 ] && echo ok || echo FAIL)" "$(tail -1 "$L/graph_cmp.log"); graph $(tps "$L/curve_gpu.jsonl") tok/s, no graph $(tps "$L/curve_nograph.jsonl") tok/s"
+grep -h '^memory' "$L/curve_gpu.log" >"$L/memory.txt"
+row memory "$(grep -q 'memory measured' "$L/curve_gpu.log" && echo ok || echo FAIL)" "$(grep -h 'memory measured' "$L/curve_gpu.log" | sed 's/of device memory in use by this run (cuMemGetInfo), //')"
+
+# the rank simulator on one GPU
+"$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --log "$L/ep1.jsonl" >"$L/ep1.log" 2>&1
+for ep in 2 4; do
+  "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 20 --device cuda --simulate-ranks "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
+  rc=$?
+  "$B/compare_losses.sh" "$L/ep1.jsonl" "$L/ep$ep.jsonl" 1e-4 >"$L/ep${ep}_cmp.log" 2>&1
+  row "ep$ep" "$([ $rc -eq 0 ] && [ $? -eq 0 ] && grep -q 'steps compared' "$L/ep${ep}_cmp.log" && ! grep -q 'relative .*)$' "$L/ep${ep}_cmp.log" && echo ok || echo FAIL)" "$(tail -1 "$L/ep${ep}_cmp.log") (vs ep 1 on the GPU)"
+done
+
+# resume on the GPU: bit-identical
+"$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --ckpt-dir "$L/ck_straight" >"$L/resume_a.log" 2>&1
+"$B/mixtral_tiny" "${common[@]}" --steps 10 --device cuda --ckpt-dir "$L/ck_resumed" >"$L/resume_b.log" 2>&1
+"$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --ckpt-dir "$L/ck_resumed" --resume >"$L/resume_c.log" 2>&1
+cmp "$L/ck_straight/checkpoint.safetensors" "$L/ck_resumed/checkpoint.safetensors" >"$L/resume_cmp.log" 2>&1
+row resume "$([ $? -eq 0 ] && echo ok || echo FAIL)" "20 steps vs 10 + resume 10: $(test -s "$L/resume_cmp.log" && cat "$L/resume_cmp.log" || echo 'checkpoints byte-identical')"
+
+# kernels compiled at start-up, then cached
+"$B/mixtral_tiny_nvrtc" "${common[@]}" --steps 2 --device cuda >"$L/cache1.log" 2>&1
+"$B/mixtral_tiny_nvrtc" "${common[@]}" --steps 2 --device cuda >"$L/cache2.log" 2>&1
+"$B/mixtral_tiny" "${common[@]}" --steps 2 --device cuda --batch 4 >"$L/cache3.log" 2>&1
+c1=$(grep -o 'kernels from [^;]*' "$L/cache1.log"); c2=$(grep -o 'kernels from [^;]*' "$L/cache2.log"); c3=$(grep -o 'kernels from [^;]*' "$L/cache3.log")
+row cache "$(grep -q 'NVRTC' <<<"$c1" && grep -q 'cache' <<<"$c2" && grep -q 'other shapes' <<<"$c3" && echo ok || echo FAIL)" "1st: ${c1:0:60}... | 2nd: ${c2:0:40}... | --batch 4: ${c3:0:50}"
+
+# a plan that does not fit
+"$B/nofit" --data "$DATA" --steps 1 --device cuda >"$L/nofit.log" 2>&1
+rc=$?
+row nofit "$([ $rc -ne 0 ] && grep -q 'does not fit' "$L/nofit.log" && echo ok || echo FAIL)" "rc=$rc: $(grep -m1 -o 'does not fit.\{0,150\}' "$L/nofit.log")"
+
+# protein_moe_mini, 500 steps
+timeout 300 "$B/protein_moe_mini" --data "$DATA" --device cuda --eval-every 50 --log-every 10 --log "$L/mini500.jsonl" >"$L/mini500.log" 2>&1
+rc=$?
+row mini500 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $(grep -c '"val_loss"' "$L/mini500.jsonl" 2>/dev/null) evals, last: $(grep '^step' "$L/mini500.log" | tail -1 | tr -s ' ')"
+
+echo
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
+printf '%-14s %-5s %s\n' check ok details
+printf '%s\n' "${rows[@]}"
+exit $status
