@@ -1269,6 +1269,19 @@ static int run_rank(Trainer *t, const char *plan_json)
             tlast += now_s() - tnow;  /* checkpoint time is not training throughput */
         }
     }
+    if (t->gpu && t->world > 1 && is_rank0(t) && t->step > first) {
+        /* how much of the run the exchanges took (rank 0's view) */
+        const GpuInfo *gi = gpu_info(t->gpu);
+        double total = now_s() - t0;
+        printf("collectives: %lld calls took %.2f s of rank 0's %.2f s (%.1f%%; waits for other ranks included)\n",
+               gi->coll_calls, gi->coll_seconds, total, 100.0 * gi->coll_seconds / (total > 0 ? total : 1));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "event", "collectives");
+        cJSON_AddNumberToObject(o, "calls", (double)gi->coll_calls);
+        cJSON_AddNumberToObject(o, "seconds", gi->coll_seconds);
+        cJSON_AddNumberToObject(o, "run_seconds", total);
+        log_json(t, o);
+    }
     if (t->log)
         fclose(t->log);
     t->log = NULL;

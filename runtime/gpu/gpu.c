@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../codegen/cuda.h"
@@ -645,7 +646,29 @@ int gpu_get_grad(Gpu *G, int p, float *out)
 
 /* ------------------------------------------------------------ the step */
 
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int collective(Gpu *G, const Launch *L);
+
+/* A collective, timed from when the kernels before it are done (the wait
+ * for them is compute, not communication) to when its result is usable. */
 static int run_collective(Gpu *G, const Launch *L)
+{
+    if (!CU(G, cuStreamSynchronize(G->stream), L->what))
+        return 0;
+    double t0 = wall();
+    int ok = collective(G, L) && CU(G, cuStreamSynchronize(G->stream), L->what);
+    G->info.coll_seconds += wall() - t0;
+    G->info.coll_calls++;
+    return ok;
+}
+
+static int collective(Gpu *G, const Launch *L)
 {
     const IrNode *n = L->node;
     Comm *c = G->comm;

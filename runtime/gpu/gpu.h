@@ -51,6 +51,8 @@ typedef struct GpuInfo {
     size_t planned_params, planned_adam, planned_acts, planned_other;
     size_t measured_bytes;    /* device memory this Gpu took, from cuMemGetInfo (0 when shared) */
     int nlaunches, ncollectives, graph;
+    double coll_seconds;      /* wall time inside collectives (after the kernels before them finished) */
+    long long coll_calls;
 } GpuInfo;
 
 typedef struct Gpu Gpu;
