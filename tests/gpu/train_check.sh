@@ -116,6 +116,7 @@ timeout 300 "$B/protein_moe_mini" --data "$DATA" --device cuda --eval-every 50 -
 rc=$?
 row mini500 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $(grep -c '"val_loss"' "$L/mini500.jsonl" 2>/dev/null) evals, last: $(grep '^step' "$L/mini500.log" | tail -1 | tr -s ' ')"
 
+tar -C "$OUT" -czf "$OUT/logs.tgz" logs
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
 printf '%-14s %-5s %s\n' check ok details
