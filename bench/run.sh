@@ -89,7 +89,7 @@ if [ "$MODE" != run ]; then
   for c in "${CFG[@]}"; do
     [ -f "bench/models/$c.moe" ] || { echo "bench/run.sh: no bench/models/$c.moe" >&2; exit 1; }
     "$BUILD/moec" check "bench/models/$c.moe"
-    "$BUILD/moec" compile "bench/models/$c.moe" -o "$OUTDIR/bin/$c"
+    "$BUILD/moec" compile "bench/models/$c.moe" -o "$OUTDIR/bin/$c" --arch "$ARCH"  # kernels embedded
     "$BUILD/moec" compile "bench/models/$c.moe" --emit-cuda "$OUTDIR/cuda/$c" --arch "$ARCH"
   done
   commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
