@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/multi_gpu.sh [--build-only | --run-only] [OUTDIR]
 # Training over NCCL, one process per GPU (--nproc N --device cuda), on a machine with N >= 2 GPUs:
-#   epN       mixtral_tiny compiled --ep N, N processes: per-step losses over 50 steps = the single-GPU run's
+#   epN       mixtral_tiny compiled --ep N (2, 4 as the GPUs allow), N processes: per-step losses over 50 steps =
+#             the single-GPU run's
 #   dpN       mixtral_tiny (ep 1) on N processes (data parallel): the same
 #   speed     protein_moe_mini --ep N on N GPUs vs one GPU with the same tokens per GPU: tokens/s per GPU, and the
 #             share of rank 0's time spent in collectives
@@ -27,7 +28,8 @@ if [ "$MODE" != run ]; then
   cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
   cp tests/train/compare_losses.sh "$OUT/bin/"
   for ep in 1 2 4 8; do
-    "$BUILD/moec" compile models/mixtral_tiny.moe --ep $ep -o "$OUT/bin/mixtral_tiny_ep$ep" --arch "$ARCH" >/dev/null
+    # mixtral_tiny has 4 experts: ep 8 uses protein_moe_mini (8 experts) only
+    [ $ep -le 4 ] && "$BUILD/moec" compile models/mixtral_tiny.moe --ep $ep -o "$OUT/bin/mixtral_tiny_ep$ep" --arch "$ARCH" >/dev/null
     "$BUILD/moec" compile models/protein_moe_mini.moe --ep $ep -o "$OUT/bin/mini_ep$ep" --arch "$ARCH" >/dev/null
   done
   set +e
@@ -50,7 +52,7 @@ common=(--data "$DATA" --eval-every 0 --log-every 1 --device cuda)
 [ "$N" -ge 2 ] || { echo "needs 2 or more GPUs, found $N"; exit 1; }
 
 "$B/mixtral_tiny_ep1" "${common[@]}" --steps 50 --log "$L/single.jsonl" >"$L/single.log" 2>&1
-for ep in 2 4 8; do
+for ep in 2 4; do
   [ "$ep" -le "$N" ] || continue
   "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 50 --nproc "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
   rc=$?
