@@ -31,8 +31,20 @@ typedef struct Launch {
     int nargs;
     CUdeviceptr *args;      /* the pointers */
     void **argp;            /* &args[i], for cuLaunchKernel */
+    int bucket;             /* an all_reduce of a final gradient: summed with the others of its bucket after the
+                               backward (-1: run in place) */
     char what[160];
 } Launch;
+
+/* Gradient all-reduces that nothing reads before the optimizer are done together after the backward: their
+ * sources are copied into one buffer per (group, factor), summed by one collective, scaled, copied back. */
+enum { MAX_BUCKETS = 4 };
+typedef struct Bucket {
+    int group;              /* CommGroup */
+    double factor;
+    int64_t numel;
+    CUdeviceptr buf;
+} Bucket;
 
 /* the step's host-side inputs, twice (steps alternate): tokens, targets, 3 scalars */
 typedef struct Staging {
@@ -80,6 +92,9 @@ struct Gpu {
     double *ring_norm_h;
     int use_graphs;
     size_t free_before;
+    int *bucket_of;         /* per node: its bucket, or -1 */
+    Bucket buckets[MAX_BUCKETS];
+    int nbuckets;
 };
 
 static int fail(Gpu *G, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -280,6 +295,43 @@ static void human(char *b, size_t n, double v)
         snprintf(b, n, "%.1f KiB", v / 1024);
 }
 
+static CommGroup allreduce_group(const IrNode *n)
+{
+    return strcmp(ir_attr_s(n, IR_ATTR_GROUP), "dp") == 0 ? COMM_DP : COMM_WORLD;
+}
+
+/* Which all_reduce nodes go into buckets: those whose result no node reads (final gradients, read only by
+ * the optimizer), when the run has ranks to reduce over. */
+static void plan_buckets(Gpu *G)
+{
+    const IrGraph *g = G->g;
+    if (!G->comm)
+        return;
+    char *used = calloc((size_t)g->nnodes, 1);
+    G->bucket_of = malloc(sizeof(int) * (size_t)g->nnodes);
+    for (int i = 0; i < g->nnodes; i++) {
+        G->bucket_of[i] = -1;
+        for (int s = 0; s < g->nodes[i]->nsrc; s++)
+            used[g->nodes[i]->src[s]->id] = 1;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op != IR_OP_ALL_REDUCE || used[i])
+            continue;
+        int grp = (int)allreduce_group(n), b = 0;
+        double f = ir_attr_f(n, IR_ATTR_FACTOR);
+        while (b < G->nbuckets && !(G->buckets[b].group == grp && G->buckets[b].factor == f))
+            b++;
+        if (b == MAX_BUCKETS)
+            continue;  /* stays in place */
+        if (b == G->nbuckets)
+            G->buckets[G->nbuckets++] = (Bucket){grp, f, 0, 0};
+        G->bucket_of[i] = b;
+        G->buckets[b].numel += ir_numel(n);
+    }
+    free(used);
+}
+
 static int build_launches(Gpu *G, const CudaModule *m)
 {
     const IrGraph *g = G->g;
@@ -307,6 +359,7 @@ static int build_launches(Gpu *G, const CudaModule *m)
             L->args[a] = G->buf[b];
             L->argp[a] = &L->args[a];
         }
+        L->bucket = G->bucket_of ? G->bucket_of[node] : -1;
         if (cJSON_IsString(k)) {
             snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k->valuestring, node, L->node->name);
             if (!CU(G, cuModuleGetFunction(&L->f, G->mod, k->valuestring), L->what))
@@ -441,7 +494,11 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
                        align256((size_t)G->ring * sizeof(double));
         /* four allocations: parameters, AdamW state, activations + gradients, and the rest (the batch, the
          * norm's partials, the step's scalars, the loss ring); the driver hands out whole 2 MiB pages */
-        size_t misc_bytes = G->region_bytes[1] + other;
+        plan_buckets(G);
+        size_t bucket_bytes = 0;
+        for (int b = 0; b < G->nbuckets; b++)
+            bucket_bytes += align256((size_t)G->buckets[b].numel * sizeof(float));
+        size_t misc_bytes = G->region_bytes[1] + other + bucket_bytes;
         G->info.planned_params = page2m(G->region_bytes[0]);
         G->info.planned_adam = page2m(adam_bytes);
         G->info.planned_acts = page2m(G->region_bytes[2]);
@@ -478,6 +535,11 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
         G->scalars = G->partials + align256((size_t)(G->ndense_parts + G->nshard_parts + 1) * sizeof(double));
         G->ring_loss = G->scalars + align256(NSCALARS * sizeof(double));
         G->ring_norm = G->ring_loss + align256((size_t)G->ring * sizeof(float));
+        CUdeviceptr bp = G->ring_norm + align256((size_t)G->ring * sizeof(double));
+        for (int b = 0; b < G->nbuckets; b++) {
+            G->buckets[b].buf = bp;
+            bp += align256((size_t)G->buckets[b].numel * sizeof(float));
+        }
         /* NaN everywhere a kernel should have written before reading */
         ok = CU(G, cuMemsetD8Async(G->region[2], 0xFF, G->region_bytes[2], G->stream), NULL) &&
              CU(G, cuMemsetD8Async(G->adam, 0, adam_bytes, G->stream), NULL) &&
@@ -590,6 +652,7 @@ void gpu_destroy(Gpu *G)
             free(G->host[i]);
     free(G->host);
     free(G->buf);
+    free(G->bucket_of);
     free(G->numel);
     free(G->part_off);
     free(G->sumsq_grid);
@@ -760,10 +823,73 @@ static int collective(Gpu *G, const Launch *L)
     return 1;
 }
 
+static unsigned grid_for(int64_t n, int64_t max)
+{
+    int64_t g = (n + BLOCK - 1) / BLOCK;
+    return (unsigned)(g > max ? max : g < 1 ? 1 : g);
+}
+
+/* The bucketed gradient all-reduces, after the backward: gather, one collective per bucket, scale, scatter. */
+static int flush_buckets(Gpu *G)
+{
+    Comm *c = G->comm;
+    for (int b = 0; b < G->nbuckets; b++) {
+        Bucket *bk = &G->buckets[b];
+        CUdeviceptr at = bk->buf;
+        for (int i = 0; i < G->nlaunches; i++) {
+            const Launch *L = &G->launches[i];
+            if (L->f || L->bucket != b)
+                continue;
+            size_t bytes = (size_t)ir_numel(L->node) * sizeof(float);
+            if (!CU(G, cuMemcpyDtoDAsync(at, G->buf[L->node->src[0]->id], bytes, G->stream), L->what))
+                return 0;
+            at += bytes;
+        }
+        if (!CU(G, cuStreamSynchronize(G->stream), "the gradient all-reduce"))
+            return 0;
+        double t0 = wall();
+        int ok;
+        size_t bytes = (size_t)bk->numel * sizeof(float);
+        if (G->device_comm) {
+            ok = c->ops->allreduce_f32(c, (CommGroup)bk->group, (float *)(uintptr_t)bk->buf, bk->numel);
+        } else {
+            float *h = malloc(bytes ? bytes : 4);
+            ok = h && CU(G, cuMemcpyDtoH(h, bk->buf, bytes), NULL) &&
+                 c->ops->allreduce_f32(c, (CommGroup)bk->group, h, bk->numel) && CU(G, cuMemcpyHtoD(bk->buf, h, bytes), NULL);
+            free(h);
+        }
+        G->info.coll_seconds += wall() - t0;
+        G->info.coll_calls++;
+        if (!ok)
+            return fail(G, "the gradient all-reduce failed: %s", c->error[0] ? c->error : G->err);
+        long long nn = bk->numel;
+        void *args[] = {&bk->buf, &nn, &bk->factor};
+        if (!CU(G, cuLaunchKernel(G->k_scale, grid_for(nn, 4096), 1, 1, BLOCK, 1, 1, 0, G->stream, args, NULL),
+                "moec_scale"))
+            return 0;
+        at = bk->buf;
+        for (int i = 0; i < G->nlaunches; i++) {
+            const Launch *L = &G->launches[i];
+            if (L->f || L->bucket != b)
+                continue;
+            size_t nb = (size_t)ir_numel(L->node) * sizeof(float);
+            if (!CU(G, cuMemcpyDtoDAsync(G->buf[L->node->id], at, nb, G->stream), L->what))
+                return 0;
+            at += nb;
+        }
+    }
+    return 1;
+}
+
 static int run_launches(Gpu *G, int from, int to)
 {
+    int bucketed = 0;
     for (int i = from; i < to; i++) {
         Launch *L = &G->launches[i];
+        if (!L->f && L->bucket >= 0) {
+            bucketed = 1;
+            continue;
+        }
         if (!L->f) {
             if (!run_collective(G, L))
                 return 0;
@@ -773,13 +899,7 @@ static int run_launches(Gpu *G, int from, int to)
                 L->what))
             return 0;
     }
-    return 1;
-}
-
-static unsigned grid_for(int64_t n, int64_t max)
-{
-    int64_t g = (n + BLOCK - 1) / BLOCK;
-    return (unsigned)(g > max ? max : g < 1 ? 1 : g);
+    return !bucketed || flush_buckets(G);
 }
 
 /* forward + backward + norm + clip + AdamW, reading the staging s */
