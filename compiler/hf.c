@@ -991,17 +991,6 @@ static int write_file(const char *path, const char *text, size_t len)
     return 1;
 }
 
-static int parse_i64_arg(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return 0;
-    *out = v;
-    return 1;
-}
-
 static int is_keyword(const char *s)
 {
     static const char *const kw[] = {"model", "block", "param", "input", "output", "const", "repeat",
@@ -1067,12 +1056,12 @@ int hf_import_main(int argc, char **argv)
                              name);
         } else if ((strcmp(a, "--seq") == 0 || strcmp(a, "--batch") == 0) && has_val) {
             int64_t v;
-            if (!parse_i64_arg(argv[++i], 1, 1 << 24, &v))
+            if (!parse_i64_in(argv[++i], 1, 1 << 24, &v))
                 return usage("import-hf", "expected a whole number from 1 to 16777216 after this flag, got '%s'",
                              argv[i]);
             *(a[2] == 's' ? &t.seq : &t.batch) = v;
         } else if (strcmp(a, "--steps") == 0 && has_val) {
-            if (!parse_i64_arg(argv[++i], 0, (int64_t)1 << 40, &t.steps))
+            if (!parse_i64_in(argv[++i], 0, (int64_t)1 << 40, &t.steps))
                 return usage("import-hf", "--steps: expected a whole number, got '%s'", argv[i]);
         } else if (strcmp(a, "--lr") == 0 && has_val) {
             char *end;

@@ -1,6 +1,7 @@
 /* util.c - die(), float formatting that round-trips, checked arithmetic. */
 #include "util.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,4 +43,15 @@ int checked_mul_i64(int64_t a, int64_t b, int64_t *out)
 int checked_add_i64(int64_t a, int64_t b, int64_t *out)
 {
     return !__builtin_add_overflow(a, b, out);
+}
+
+int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
 }

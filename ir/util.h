@@ -23,4 +23,8 @@ const char *fmt_double(char buf[32], double d);
 int checked_mul_i64(int64_t a, int64_t b, int64_t *out);
 int checked_add_i64(int64_t a, int64_t b, int64_t *out);
 
+/* A whole decimal integer in [lo, hi] (command-line values, metadata):
+ * 1 and *out, or 0 for anything else (empty, trailing text, overflow). */
+int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
 #endif

@@ -150,17 +150,6 @@ static double rng_normal(Rng *r)
     return sqrt(-2.0 * log(rng_unit(r))) * cos(6.283185307179586 * rng_unit(r));
 }
 
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return 0;
-    *out = v;
-    return 1;
-}
-
 static int usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int usage_error(const char *prog, const char *fmt, ...)
 {
@@ -665,7 +654,7 @@ static int load_checkpoint(Trainer *t, const char *path, int full)
     if (ok && full) {
         const SafeTensor *ls = st_find(&st, "state.train_loader");
         int64_t s = 0;
-        if (!ls || ls->nbytes != sizeof(DataLoaderState) || !step || !parse_i64(step, 0, INT64_MAX, &s)) {
+        if (!ls || ls->nbytes != sizeof(DataLoaderState) || !step || !parse_i64_in(step, 0, INT64_MAX, &s)) {
             fprintf(stderr, "%s: error: %s has no valid training state (step, loader)\n", t->prog, path);
             ok = 0;
         } else {
@@ -861,7 +850,7 @@ static int parse_flags(Trainer *t, int argc, char **argv)
                 if (strcmp(a, ints[k].name) != 0)
                     continue;
                 NEED_VALUE();
-                if (!parse_i64(v, ints[k].lo, ints[k].hi, &x))
+                if (!parse_i64_in(v, ints[k].lo, ints[k].hi, &x))
                     return usage_error(t->prog, "%s takes an integer in [%lld, %lld], not '%s'", a,
                                        (long long)ints[k].lo, (long long)ints[k].hi, v);
                 if (strcmp(a, "--threads") == 0)

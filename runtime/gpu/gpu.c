@@ -92,6 +92,7 @@ struct Gpu {
     double *ring_norm_h;
     int use_graphs;
     size_t free_before;
+    const IrNode *tok, *tgt;  /* the inputs: token ids, targets */
     int *bucket_of;         /* per node: its bucket, or -1 */
     Bucket buckets[MAX_BUCKETS];
     int nbuckets;
@@ -567,6 +568,7 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
     }
     /* the batch's pinned staging, twice */
     {
+        /* the inputs the batch goes to: the token ids fed to the embedding, the targets fed to the loss */
         const IrNode *tok = NULL, *tgt = NULL;
         for (int i = 0; i < g->nnodes; i++) {
             const IrNode *n = g->nodes[i];
@@ -575,6 +577,8 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
             if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
                 tgt = n->src[1];
         }
+        G->tok = tok;
+        G->tgt = tgt;
         if (!tok || !tgt) {
             ok = fail(G, "the model has no token and target inputs");
             goto out;
@@ -907,14 +911,7 @@ static int enqueue_step(Gpu *G, Staging *s)
 {
     const IrGraph *g = G->g;
     char *pin = s->pinned;
-    const IrNode *tok = NULL, *tgt = NULL;
-    for (int i = 0; i < g->nnodes && (!tok || !tgt); i++) {
-        const IrNode *n = g->nodes[i];
-        if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
-            tok = n->src[0];
-        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
-            tgt = n->src[1];
-    }
+    const IrNode *tok = G->tok, *tgt = G->tgt;
     if (!CU(G, cuMemcpyHtoDAsync(G->buf[tok->id], pin, G->tok_bytes, G->stream), "the batch") ||
         !CU(G, cuMemcpyHtoDAsync(G->buf[tgt->id], pin + G->tok_bytes, G->tok_bytes, G->stream), "the batch") ||
         !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step"))
@@ -1063,14 +1060,7 @@ int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss
     if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
         return 0;
     const IrGraph *g = G->g;
-    const IrNode *tok = NULL, *tgt = NULL;
-    for (int i = 0; i < g->nnodes && (!tok || !tgt); i++) {
-        const IrNode *n = g->nodes[i];
-        if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
-            tok = n->src[0];
-        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
-            tgt = n->src[1];
-    }
+    const IrNode *tok = G->tok, *tgt = G->tgt;
     float l;
     if (!CU(G, cuMemcpyHtoD(G->buf[tok->id], tokens, G->tok_bytes), "the batch") ||
         !CU(G, cuMemcpyHtoD(G->buf[tgt->id], targets, G->tok_bytes), "the batch") ||
