@@ -84,7 +84,13 @@ int cg_emit_embedding_dw(Cg *cg, const IrNode *n)
     return 1;
 }
 
-static int64_t gemm_grid(int64_t m, int64_t nn) { return min64(((m + 15) / 16) * ((nn + 15) / 16), 65535); }
+/* moec::GEMM_T in codegen/prelude.cuh: the output tile of moec::gemm */
+enum { GEMM_T = 64 };
+
+static int64_t gemm_grid(int64_t m, int64_t nn)
+{
+    return min64(((m + GEMM_T - 1) / GEMM_T) * ((nn + GEMM_T - 1) / GEMM_T), 65535);
+}
 
 /* linear: x [N, IN], w [OUT, IN] -> [N, OUT]; linear_dx: dy [N, OUT], w ->
  * [N, IN]; linear_dw: dy [N, OUT], x [N, IN] -> [OUT, IN]. */
@@ -94,7 +100,7 @@ int cg_emit_linear(Cg *cg, const IrNode *n)
     int64_t rows = cg_lead(s0);
     switch (n->op) {
     case IR_OP_LINEAR:
-        cg_begin(cg, n, "", "linear: y = x w^T (16 x 16 tiles, fp32 accumulation)");
+        cg_begin(cg, n, "", "linear: y = x w^T (64 x 64 tiles, fp32 accumulation)");
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");

@@ -208,6 +208,14 @@ int cg_emit_combine(Cg *cg, const IrNode *n)
 
 static int64_t group_tiles(int64_t R, int64_t E, int64_t T) { return (R + T - 1) / T + E + 1; }
 
+/* moec::GEMM_T and moec::MLP_TN in codegen/prelude.cuh: the grouped GEMMs'
+ * output tiles are GEMM_T x GEMM_T (GEMM_T-row tiles of each expert group);
+ * the fused MLP keeps 16-row tiles (its workspace rows) and steps through
+ * the columns MLP_TN at a time inside the block. */
+enum { GEMM_T = 64 };
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 /* grouped_linear: x [R, IN], w [E, OUT, IN], splits -> [R, OUT];
  * _dx: dy [R, OUT], w, splits -> [R, IN]; _dw: dy [R, OUT], x [R, IN],
  * splits -> [E, OUT, IN] */
@@ -218,7 +226,8 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
     int64_t E = w->shape[0], OUT = w->shape[1], IN = w->shape[2], R = s0->shape[0];
     switch (n->op) {
     case IR_OP_GROUPED_LINEAR:
-        cg_begin(cg, n, "", "grouped_linear: each expert group's rows times its weight (16-row tiles per group)");
+        cg_begin(cg, n, "",
+                 "grouped_linear: each expert group's rows times its weight (64 x 64 tiles, 64-row tiles per group)");
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
@@ -228,7 +237,7 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
         cg_line(cg, "moec::grouped_gemm<E, R, IN, OUT, OUT * IN, 1, IN>(y, x, w, splits);");
-        cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, 16) * ((OUT + 15) / 16), 65535));
+        cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, GEMM_T) * ceil_div(OUT, GEMM_T), 65535));
         return 1;
     case IR_OP_GROUPED_LINEAR_DX:
         cg_begin(cg, n, "", "grouped_linear_dx: dx = dy w per expert group");
@@ -241,7 +250,7 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
         cg_line(cg, "moec::grouped_gemm<E, R, OUT, IN, OUT * IN, IN, 1>(dx, dy, w, splits);");
-        cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, 16) * ((IN + 15) / 16), 65535));
+        cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, GEMM_T) * ceil_div(IN, GEMM_T), 65535));
         return 1;
     default: /* IR_OP_GROUPED_LINEAR_DW */
         cg_begin(cg, n, "", "grouped_linear_dw: dw[e] = dy^T x over the rows of group e");
@@ -254,7 +263,7 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
         cg_line(cg, "moec::grouped_gemm_wgrad<E, R, OUT, IN>(dw, dy, x, splits);");
-        cg_end(cg, CG_BLOCK, min64(E * ((OUT + 15) / 16) * ((IN + 15) / 16), 65535));
+        cg_end(cg, CG_BLOCK, min64(E * ceil_div(OUT, GEMM_T) * ceil_div(IN, GEMM_T), 65535));
         return 1;
     }
 }
@@ -490,7 +499,8 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
     cg_line(cg, "float *dw1 = out + R * H + R, *dw2 = dw1 + E * 2 * F * H;");
     cg_line(cg, "moec::grouped_gemm_wgrad<E, R, H, F>(dw2, dy, a, splits);");
     cg_line(cg, "moec::grouped_gemm_wgrad<E, R, 2 * F, H>(dw1, dh, xs, splits);");
-    cg_end(cg, CG_BLOCK, min64(E * (((H + 15) / 16) * ((F + 15) / 16) + ((2 * F + 15) / 16) * ((H + 15) / 16)), 65535));
+    cg_end(cg, CG_BLOCK,
+           min64(E * (ceil_div(H, GEMM_T) * ceil_div(F, GEMM_T) + ceil_div(2 * F, GEMM_T) * ceil_div(H, GEMM_T)), 65535));
     return 1;
 }
 

@@ -5,8 +5,9 @@
  * (elementwise ops) or by calling one of the templates below (GEMM tiles,
  * grouped GEMMs, attention, routing). Each template is the GPU counterpart of
  * a function in runtime/cpu/kernels.inc and says how it differs (summation
- * order only). Plain code, written for correctness: 16 x 16 shared-memory
- * tiles, fp32 accumulation in GEMMs, double where kernels.inc uses double
+ * order only). Plain code, written for correctness: register-blocked
+ * shared-memory GEMM tiles whose per-element fp32 sums are those of the
+ * reference 16 x 16 tile bit for bit, double where kernels.inc uses double
  * (norms, softmax, losses, attention), deterministic reductions (fixed trees,
  * no floating-point atomics). A faster kernel for an op replaces its emitter
  * in codegen/cuda.c, not this file.
@@ -79,19 +80,33 @@ template <int NT> __device__ double block_max(double v)
     return m;
 }
 
-/* ---------------------------------------------------------- GEMM tiles */
+/* ---------------------------------------------------------- GEMM tiles
+ * Every GEMM of the generated kernels computes each output element with one
+ * fixed sequence of fp32 operations, whatever the tile shape or the caller:
+ *
+ *     acc = 0.0f;
+ *     for (k = 0; k < K16; k++)        K16 = K rounded up to a multiple of 16
+ *         acc = fmaf(a_k, b_k, acc);   a_k = A[m, k], b_k = B[k, n] for k < K,
+ *                                      both 0.0f past K
+ *
+ * (explicit __fmaf_rn, so no contraction choice of the compiler can differ).
+ * The zero padding is part of the sequence: fmaf(0, 0, -0.0f) is +0.0f, so
+ * dropping it would change the sign of a zero result. Hence every tile
+ * below, of any size, gives bit-identical results, and a fused kernel and
+ * the unfused chain that use them agree bit for bit. */
 
 struct GemmSmem {
     float a[16][17];
     float b[16][17];
 };
 
-/* One 16 x 16 tile of C = A B with 256 threads, one output each:
+/* The reference tile: one 16 x 16 tile of C = A B with 256 threads, one
+ * output each:
  *   C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]
- * for m < mlim, n < nlim, k < K; A, B, C point at the tile's origin. The sum
- * is accumulated in fp32, k ascending in steps of 16 (zero-padded past K),
- * whatever the caller: a fused kernel and the unfused chain that use this
- * function compute bit-identical results. */
+ * for m < mlim, n < nlim, k < K; A, B, C point at the tile's origin, k
+ * ascending in steps of 16 (zero-padded past K). The generated kernels use
+ * gemm_tile below; this one is what it is checked against (tests/codegen/
+ * tile.test, bit for bit). */
 __device__ void gemm_tile16(float *C, long long ldc, const float *A, long long sam, long long sak, const float *B,
                             long long sbk, long long sbn, long long mlim, long long nlim, long long K, GemmSmem &sm)
 {
@@ -102,23 +117,138 @@ __device__ void gemm_tile16(float *C, long long ldc, const float *A, long long s
         sm.b[ty][tx] = k0 + ty < K && tx < nlim ? B[(k0 + ty) * sbk + tx * sbn] : 0.0f;
         __syncthreads();
         for (int kk = 0; kk < 16; kk++)
-            acc += sm.a[ty][kk] * sm.b[kk][tx];
+            acc = __fmaf_rn(sm.a[ty][kk], sm.b[kk][tx], acc);
         __syncthreads();
     }
     if (ty < mlim && tx < nlim)
         C[ty * ldc + tx] = acc;
 }
 
+/* Register-blocked tiles: 256 threads as a TY x TX grid (TX = 256 / TY),
+ * a (TY RM) x (TX RN) tile of C, thread (ty, tx) = (tid / TX, tid % TX)
+ * computing the RM x RN outputs at rows ty RM + i, columns tx RN + j. Per
+ * step of 16 k, A [TY RM x 16] and B [16 x TX RN] go to shared memory (A
+ * transposed, so both are read as rows: float4 / float2 loads); the next
+ * step's values are loaded into registers while this one computes. Global
+ * loads run along whichever of A's (B's) strides is 1, so a warp reads
+ * consecutive floats. Each output's sum is the sequence above: k ascending
+ * from 0, zeros past K up to the next multiple of 16, zeros (never read
+ * memory) for rows or columns outside the tile, one __fmaf_rn per k.
+ * 64 x 64 (TY 16, RM = RN = 4) for the GEMMs; 16 x 128 (TY 4, RM 4, RN 2)
+ * for the fused MLP's 16-row tiles. TY RM and TX RN are multiples of 16. */
+template <int RM, int RN, int TY = 16> struct alignas(16) TileSmem {
+    static_assert(TY * RM % 16 == 0 && 256 / TY * RN % 16 == 0, "tile sides must be multiples of 16");
+    float a[16][TY * RM + 4];       /* a[k][m] */
+    float b[16][256 / TY * RN + 4]; /* b[k][n] */
+};
+
+template <int R> __device__ __forceinline__ void tile_lds(float (&v)[R], const float *p)
+{
+    if constexpr (R == 4) {
+        float4 t = *reinterpret_cast<const float4 *>(p);
+        v[0] = t.x;
+        v[1] = t.y;
+        v[2] = t.z;
+        v[3] = t.w;
+    } else if constexpr (R == 2) {
+        float2 t = *reinterpret_cast<const float2 *>(p);
+        v[0] = t.x;
+        v[1] = t.y;
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            v[r] = p[r];
+    }
+}
+
+template <int RM, int RN, int TY = 16>
+__device__ __forceinline__ void gemm_tile(float *C, long long ldc, const float *A, long long sam, long long sak,
+                                          const float *B, long long sbk, long long sbn, long long mlim,
+                                          long long nlim, long long K, TileSmem<RM, RN, TY> &sm)
+{
+    constexpr int TX = 256 / TY, BM = TY * RM, BN = TX * RN, QA = BM / 16, QB = BN / 16;
+    const int tid = threadIdx.x, ty = tid / TX, tx = tid % TX;
+    /* this thread's share of the loads: element q of A is (am[q], ak[q]) of the tile, of B (bk[q], bn[q]) */
+    int am[QA], ak[QA], bk[QB], bn[QB];
+#pragma unroll
+    for (int q = 0; q < QA; q++) {
+        int e = tid + 256 * q;
+        am[q] = sak == 1 ? e >> 4 : e % BM;
+        ak[q] = sak == 1 ? e & 15 : e / BM;
+    }
+#pragma unroll
+    for (int q = 0; q < QB; q++) {
+        int e = tid + 256 * q;
+        bn[q] = sbn == 1 ? e % BN : e >> 4;
+        bk[q] = sbn == 1 ? e / BN : e & 15;
+    }
+    float acc[RM][RN], ra[QA], rb[QB];
+#pragma unroll
+    for (int i = 0; i < RM; i++)
+#pragma unroll
+        for (int j = 0; j < RN; j++)
+            acc[i][j] = 0.0f;
+    if (K > 0) {
+#pragma unroll
+        for (int q = 0; q < QA; q++)
+            ra[q] = am[q] < mlim && ak[q] < K ? A[am[q] * sam + ak[q] * sak] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < QB; q++)
+            rb[q] = bk[q] < K && bn[q] < nlim ? B[bk[q] * sbk + bn[q] * sbn] : 0.0f;
+    }
+    for (long long k0 = 0; k0 < K; k0 += 16) {
+#pragma unroll
+        for (int q = 0; q < QA; q++)
+            sm.a[ak[q]][am[q]] = ra[q];
+#pragma unroll
+        for (int q = 0; q < QB; q++)
+            sm.b[bk[q]][bn[q]] = rb[q];
+        __syncthreads();
+        long long k1 = k0 + 16;
+        if (k1 < K) {
+#pragma unroll
+            for (int q = 0; q < QA; q++)
+                ra[q] = am[q] < mlim && k1 + ak[q] < K ? A[am[q] * sam + (k1 + ak[q]) * sak] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < QB; q++)
+                rb[q] = k1 + bk[q] < K && bn[q] < nlim ? B[(k1 + bk[q]) * sbk + bn[q] * sbn] : 0.0f;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 16; kk++) {
+            float a[RM], b[RN];
+            tile_lds<RM>(a, &sm.a[kk][ty * RM]);
+            tile_lds<RN>(b, &sm.b[kk][tx * RN]);
+#pragma unroll
+            for (int i = 0; i < RM; i++)
+#pragma unroll
+                for (int j = 0; j < RN; j++)
+                    acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < RM; i++)
+#pragma unroll
+        for (int j = 0; j < RN; j++)
+            if (ty * RM + i < mlim && tx * RN + j < nlim)
+                C[(ty * RM + i) * ldc + tx * RN + j] = acc[i][j];
+}
+
+/* The GEMMs' tile: 64 x 64 (emitters size their grids with it). */
+constexpr int GEMM_T = 64;
+typedef TileSmem<GEMM_T / 16, GEMM_T / 16> GemmTileSmem;
+
 /* C [M, N] = A B over all tiles of the grid (grid-stride over tiles). */
 template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN>
 __device__ void gemm(float *C, const float *A, const float *B)
 {
-    constexpr long long TM = (M + 15) / 16, TN = (N + 15) / 16;
-    __shared__ GemmSmem sm;
+    constexpr long long TM = (M + GEMM_T - 1) / GEMM_T, TN = (N + GEMM_T - 1) / GEMM_T;
+    __shared__ GemmTileSmem sm;
     for (long long t = blockIdx.x; t < TM * TN; t += gridDim.x) {
-        long long m0 = t / TN * 16, n0 = t % TN * 16;
-        gemm_tile16(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN,
-                    M - m0 < 16 ? M - m0 : 16, N - n0 < 16 ? N - n0 : 16, K, sm);
+        long long m0 = t / TN * GEMM_T, n0 = t % TN * GEMM_T;
+        gemm_tile<GEMM_T / 16, GEMM_T / 16>(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN,
+                                            M - m0 < GEMM_T ? M - m0 : GEMM_T, N - n0 < GEMM_T ? N - n0 : GEMM_T, K,
+                                            sm);
     }
 }
 
@@ -164,41 +294,43 @@ template <int E, int T> __device__ int group_tile(const Groups<E> &gr, long long
 
 /* grouped_linear (and its dx): C [R, N] with rows of group e times the
  * group's weight: C[r, n] = sum_k A[r, k] B[e * SBE + k * SBK + n * SBN];
- * padding rows are zero. kernels.inc: grouped_rows / grouped_dx_rows. */
+ * padding rows are zero. 64-row tiles of each group times 64 columns.
+ * kernels.inc: grouped_rows / grouped_dx_rows. */
 template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN>
 __device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits)
 {
-    constexpr long long TN = (N + 15) / 16;
+    constexpr long long TN = (N + GEMM_T - 1) / GEMM_T;
     __shared__ Groups<E> gr;
-    __shared__ GemmSmem sm;
-    load_groups<E, 16>(gr, splits, R);
+    __shared__ GemmTileSmem sm;
+    load_groups<E, GEMM_T>(gr, splits, R);
     for (long long t = blockIdx.x; t < gr.tile[E + 1] * TN; t += gridDim.x) {
-        long long row0, rows, n0 = t % TN * 16, nlim = N - n0 < 16 ? N - n0 : 16;
-        int e = group_tile<E, 16>(gr, t / TN, &row0, &rows);
+        long long row0, rows, n0 = t % TN * GEMM_T, nlim = N - n0 < GEMM_T ? N - n0 : GEMM_T;
+        int e = group_tile<E, GEMM_T>(gr, t / TN, &row0, &rows);
         if (e == E) {
-            int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-            if (ty < rows && tx < nlim)
-                C[(row0 + ty) * N + n0 + tx] = 0.0f;
+            for (long long i = threadIdx.x; i < rows * nlim; i += blockDim.x)
+                C[(row0 + i / nlim) * N + n0 + i % nlim] = 0.0f;
             continue;
         }
-        gemm_tile16(C + row0 * N + n0, N, A + row0 * K, K, 1, B + e * SBE + n0 * SBN, SBK, SBN, rows, nlim, K, sm);
+        gemm_tile<GEMM_T / 16, GEMM_T / 16>(C + row0 * N + n0, N, A + row0 * K, K, 1, B + e * SBE + n0 * SBN, SBK,
+                                            SBN, rows, nlim, K, sm);
     }
 }
 
 /* grouped_linear's weight gradient: dw [E, M, N], dw[e, m, n] = sum over
- * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]).
- * kernels.inc: grouped_dw_items. */
+ * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); 64 x 64
+ * tiles of each expert's dw. kernels.inc: grouped_dw_items. */
 template <int E, long long R, long long M, long long N>
 __device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits)
 {
-    constexpr long long TM = (M + 15) / 16, TN = (N + 15) / 16;
+    constexpr long long TM = (M + GEMM_T - 1) / GEMM_T, TN = (N + GEMM_T - 1) / GEMM_T;
     __shared__ Groups<E> gr;
-    __shared__ GemmSmem sm;
-    load_groups<E, 16>(gr, splits, R);
+    __shared__ GemmTileSmem sm;
+    load_groups<E, GEMM_T>(gr, splits, R);
     for (long long t = blockIdx.x; t < E * TM * TN; t += gridDim.x) {
-        long long e = t / (TM * TN), m0 = t / TN % TM * 16, n0 = t % TN * 16;
-        gemm_tile16(dw + e * M * N + m0 * N + n0, N, dy + gr.start[e] * M + m0, 1, M, x + gr.start[e] * N + n0, N, 1,
-                    M - m0 < 16 ? M - m0 : 16, N - n0 < 16 ? N - n0 : 16, gr.start[e + 1] - gr.start[e], sm);
+        long long e = t / (TM * TN), m0 = t / TN % TM * GEMM_T, n0 = t % TN * GEMM_T;
+        gemm_tile<GEMM_T / 16, GEMM_T / 16>(dw + e * M * N + m0 * N + n0, N, dy + gr.start[e] * M + m0, 1, M,
+                                            x + gr.start[e] * N + n0, N, 1, M - m0 < GEMM_T ? M - m0 : GEMM_T,
+                                            N - n0 < GEMM_T ? N - n0 : GEMM_T, gr.start[e + 1] - gr.start[e], sm);
     }
 }
 
@@ -223,7 +355,13 @@ template <int E, long long R, long long C> __device__ void quantize_grouped(floa
 }
 
 /* ---------------------------------------------------------- the fused expert MLP
- * grouped_mlp: y = grouped_linear(scaled_swiglu(grouped_linear(xs, w1), p), w2)
+ * Its GEMMs are register-blocked 16 x 128 tiles (4 x 2 per thread) over
+ * the block's 16-row tile: the same per-element sequence as every GEMM
+ * tile. */
+constexpr int MLP_TN = 128;
+typedef TileSmem<4, MLP_TN / 64, 4> MlpTileSmem;
+
+/* grouped_mlp: y = grouped_linear(scaled_swiglu(grouped_linear(xs, w1), p), w2)
  * for one expert group's row tile per block iteration, h and a kept in
  * workspace rows only this block touches, so the whole MLP is one launch.
  * MX (mxfp8): xs's rows and a's rows are quantized rowwise in the kernel (the
@@ -235,7 +373,7 @@ __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const f
                                 const float *w2, const int *splits, const float *p)
 {
     __shared__ Groups<E> gr;
-    __shared__ GemmSmem sm;
+    __shared__ MlpTileSmem sm;
     load_groups<E, 16>(gr, splits, R);
     for (long long t = blockIdx.x; t < gr.tile[E + 1]; t += gridDim.x) {
         long long row0, rows;
@@ -252,9 +390,9 @@ __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const f
             __syncthreads();
             x = qx;
         }
-        for (long long n0 = 0; n0 < 2 * F; n0 += 16)
-            gemm_tile16(h + row0 * 2 * F + n0, 2 * F, x + row0 * H, H, 1, w1 + e * 2 * F * H + n0 * H, 1, H, rows,
-                        2 * F - n0 < 16 ? 2 * F - n0 : 16, H, sm);
+        for (long long n0 = 0; n0 < 2 * F; n0 += MLP_TN)
+            gemm_tile<4, MLP_TN / 64, 4>(h + row0 * 2 * F + n0, 2 * F, x + row0 * H, H, 1, w1 + e * 2 * F * H + n0 * H, 1,
+                                      H, rows, 2 * F - n0 < MLP_TN ? 2 * F - n0 : MLP_TN, H, sm);
         __syncthreads();
         for (long long i = threadIdx.x; i < rows * F; i += blockDim.x) {
             long long r = row0 + i / F, f = i % F;
@@ -266,9 +404,9 @@ __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const f
                 moec_mx_fq_block(a + row0 * F + b * 32, a + row0 * F + b * 32, 1, 32);
             __syncthreads();
         }
-        for (long long n0 = 0; n0 < H; n0 += 16)
-            gemm_tile16(y + row0 * H + n0, H, a + row0 * F, F, 1, w2 + e * H * F + n0 * F, 1, F, rows,
-                        H - n0 < 16 ? H - n0 : 16, F, sm);
+        for (long long n0 = 0; n0 < H; n0 += MLP_TN)
+            gemm_tile<4, MLP_TN / 64, 4>(y + row0 * H + n0, H, a + row0 * F, F, 1, w2 + e * H * F + n0 * F, 1, F, rows,
+                                      H - n0 < MLP_TN ? H - n0 : MLP_TN, F, sm);
     }
 }
 
@@ -284,7 +422,7 @@ __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, 
                                      const float *w1c, const float *w2c, const int *splits, const float *p)
 {
     __shared__ Groups<E> gr;
-    __shared__ GemmSmem sm;
+    __shared__ MlpTileSmem sm;
     load_groups<E, 16>(gr, splits, R);
     for (long long t = blockIdx.x; t < gr.tile[E + 1]; t += gridDim.x) {
         long long row0, rows;
@@ -306,13 +444,13 @@ __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, 
             x = qx;
             g = qdy;
         }
-        for (long long n0 = 0; n0 < 2 * F; n0 += 16)
-            gemm_tile16(h + row0 * 2 * F + n0, 2 * F, x + row0 * H, H, 1, w1 + e * 2 * F * H + n0 * H, 1, H, rows,
-                        2 * F - n0 < 16 ? 2 * F - n0 : 16, H, sm);
+        for (long long n0 = 0; n0 < 2 * F; n0 += MLP_TN)
+            gemm_tile<4, MLP_TN / 64, 4>(h + row0 * 2 * F + n0, 2 * F, x + row0 * H, H, 1, w1 + e * 2 * F * H + n0 * H, 1,
+                                      H, rows, 2 * F - n0 < MLP_TN ? 2 * F - n0 : MLP_TN, H, sm);
         /* da[r, f] = sum_j dy[r, j] w2[e, j, f] */
-        for (long long n0 = 0; n0 < F; n0 += 16)
-            gemm_tile16(da + row0 * F + n0, F, g + row0 * H, H, 1, w2c + e * H * F + n0, F, 1, rows,
-                        F - n0 < 16 ? F - n0 : 16, H, sm);
+        for (long long n0 = 0; n0 < F; n0 += MLP_TN)
+            gemm_tile<4, MLP_TN / 64, 4>(da + row0 * F + n0, F, g + row0 * H, H, 1, w2c + e * H * F + n0, F, 1, rows,
+                                      F - n0 < MLP_TN ? F - n0 : MLP_TN, H, sm);
         __syncthreads();
         for (long long i = threadIdx.x; i < rows * F; i += blockDim.x) {
             long long r = row0 + i / F, f = i % F;
@@ -338,9 +476,9 @@ __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, 
             d2 = qdh;
         }
         /* dxs[r, i] = sum_o dh[r, o] w1[e, o, i] */
-        for (long long n0 = 0; n0 < H; n0 += 16)
-            gemm_tile16(dxs + row0 * H + n0, H, d2 + row0 * 2 * F, 2 * F, 1, w1c + e * 2 * F * H + n0, H, 1, rows,
-                        H - n0 < 16 ? H - n0 : 16, 2 * F, sm);
+        for (long long n0 = 0; n0 < H; n0 += MLP_TN)
+            gemm_tile<4, MLP_TN / 64, 4>(dxs + row0 * H + n0, H, d2 + row0 * 2 * F, 2 * F, 1, w1c + e * 2 * F * H + n0,
+                                      H, 1, rows, H - n0 < MLP_TN ? H - n0 : MLP_TN, 2 * F, sm);
     }
 }
 

@@ -61,6 +61,17 @@ inline unsigned __match_any_sync(unsigned mask, int v)
     return m;
 }
 
+/* the GEMM tiles' vector shared-memory loads */
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+/* one rounding, as the GPU's fma.rn.f32 (fmaf is exact whatever the
+ * contraction setting) */
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 [[noreturn]] inline void __trap(void) { abort(); }
