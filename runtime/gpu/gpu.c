@@ -31,13 +31,16 @@ typedef struct Launch {
     int nargs;
     CUdeviceptr *args;      /* the pointers */
     void **argp;            /* &args[i], for cuLaunchKernel */
-    int bucket;             /* an all_reduce of a final gradient: summed with the others of its bucket after the
-                               backward (-1: run in place) */
+    int bucket;             /* an all_reduce of a final gradient: its source is copied into its bucket here, the
+                               sum happens after the backward (-1: run in place) */
+    size_t bucket_off;      /* bytes into the bucket */
     char what[160];
 } Launch;
 
-/* Gradient all-reduces that nothing reads before the optimizer are done together after the backward: their
- * sources are copied into one buffer per (group, factor), summed by one collective, scaled, copied back. */
+/* Gradient all-reduces that nothing reads before the optimizer are done together after the backward: at its
+ * place in the plan (where the plan keeps its source alive) each copies its source into one buffer per
+ * (group, factor); after the backward one collective sums each buffer, one kernel scales it, and the slices
+ * are copied into the nodes' outputs (whose blocks the plan keeps to the end of the step). */
 enum { MAX_BUCKETS = 4 };
 typedef struct Bucket {
     int group;              /* CommGroup */
@@ -340,6 +343,7 @@ static int build_launches(Gpu *G, const CudaModule *m)
     G->nlaunches = cJSON_GetArraySize(ls);
     G->eval_launches = (int)num(G->plan, "eval_launches");
     G->launches = calloc((size_t)G->nlaunches, sizeof *G->launches);
+    size_t bucket_fill[MAX_BUCKETS] = {0};
     (void)m;
     for (int i = 0; i < G->nlaunches; i++) {
         const cJSON *l = cJSON_GetArrayItem(ls, i);
@@ -361,6 +365,10 @@ static int build_launches(Gpu *G, const CudaModule *m)
             L->argp[a] = &L->args[a];
         }
         L->bucket = G->bucket_of ? G->bucket_of[node] : -1;
+        if (L->bucket >= 0) {
+            L->bucket_off = bucket_fill[L->bucket];
+            bucket_fill[L->bucket] += (size_t)ir_numel(L->node) * sizeof(float);
+        }
         if (cJSON_IsString(k)) {
             snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k->valuestring, node, L->node->name);
             if (!CU(G, cuModuleGetFunction(&L->f, G->mod, k->valuestring), L->what))
@@ -839,16 +847,6 @@ static int flush_buckets(Gpu *G)
     Comm *c = G->comm;
     for (int b = 0; b < G->nbuckets; b++) {
         Bucket *bk = &G->buckets[b];
-        CUdeviceptr at = bk->buf;
-        for (int i = 0; i < G->nlaunches; i++) {
-            const Launch *L = &G->launches[i];
-            if (L->f || L->bucket != b)
-                continue;
-            size_t bytes = (size_t)ir_numel(L->node) * sizeof(float);
-            if (!CU(G, cuMemcpyDtoDAsync(at, G->buf[L->node->src[0]->id], bytes, G->stream), L->what))
-                return 0;
-            at += bytes;
-        }
         if (!CU(G, cuStreamSynchronize(G->stream), "the gradient all-reduce"))
             return 0;
         double t0 = wall();
@@ -871,16 +869,15 @@ static int flush_buckets(Gpu *G)
         if (!CU(G, cuLaunchKernel(G->k_scale, grid_for(nn, 4096), 1, 1, BLOCK, 1, 1, 0, G->stream, args, NULL),
                 "moec_scale"))
             return 0;
-        at = bk->buf;
-        for (int i = 0; i < G->nlaunches; i++) {
-            const Launch *L = &G->launches[i];
-            if (L->f || L->bucket != b)
-                continue;
-            size_t nb = (size_t)ir_numel(L->node) * sizeof(float);
-            if (!CU(G, cuMemcpyDtoDAsync(G->buf[L->node->id], at, nb, G->stream), L->what))
-                return 0;
-            at += nb;
-        }
+    }
+    for (int i = 0; i < G->nlaunches; i++) {
+        const Launch *L = &G->launches[i];
+        if (L->f || L->bucket < 0)
+            continue;
+        size_t nb = (size_t)ir_numel(L->node) * sizeof(float);
+        if (!CU(G, cuMemcpyDtoDAsync(G->buf[L->node->id], G->buckets[L->bucket].buf + L->bucket_off, nb, G->stream),
+                L->what))
+            return 0;
     }
     return 1;
 }
@@ -891,6 +888,11 @@ static int run_launches(Gpu *G, int from, int to)
     for (int i = from; i < to; i++) {
         Launch *L = &G->launches[i];
         if (!L->f && L->bucket >= 0) {
+            /* its source is alive here, not necessarily after the backward */
+            size_t nb = (size_t)ir_numel(L->node) * sizeof(float);
+            if (!CU(G, cuMemcpyDtoDAsync(G->buckets[L->bucket].buf + L->bucket_off, G->buf[L->node->src[0]->id], nb,
+                                         G->stream), L->what))
+                return 0;
             bucketed = 1;
             continue;
         }

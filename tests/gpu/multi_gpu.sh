@@ -56,13 +56,13 @@ for ep in 2 4; do
   [ "$ep" -le "$N" ] || continue
   "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 50 --nproc "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
   rc=$?
-  "$B/compare_losses.sh" "$L/single.jsonl" "$L/ep$ep.jsonl" 1e-3 >"$L/ep${ep}_cmp.log" 2>&1
+  "$B/compare_losses.sh" "$L/single.jsonl" "$L/ep$ep.jsonl" 1e-5 >"$L/ep${ep}_cmp.log" 2>&1
   c=$?
   row "ep$ep" "$([ $rc -eq 0 ] && [ $c -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $(tail -1 "$L/ep${ep}_cmp.log") vs 1 GPU; $(grep -o 'collectives: .*' "$L/ep$ep.log")"
 done
 "$B/mixtral_tiny_ep1" "${common[@]}" --steps 50 --nproc "$N" --log "$L/dp$N.jsonl" >"$L/dp$N.log" 2>&1
 rc=$?
-"$B/compare_losses.sh" "$L/single.jsonl" "$L/dp$N.jsonl" 1e-3 >"$L/dp_cmp.log" 2>&1
+"$B/compare_losses.sh" "$L/single.jsonl" "$L/dp$N.jsonl" 1e-5 >"$L/dp_cmp.log" 2>&1
 c=$?
 row "dp$N" "$([ $rc -eq 0 ] && [ $c -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $(tail -1 "$L/dp_cmp.log") vs 1 GPU"
 
