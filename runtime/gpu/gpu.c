@@ -677,6 +677,21 @@ void gpu_destroy(Gpu *G)
 
 /* ------------------------------------------------------------ transfers */
 
+/* Copies between host and device memory, ordered on the rank's stream and
+ * complete on return. (The synchronous cuMemcpyHtoD runs on the legacy
+ * stream, which a non-blocking stream does not wait for, and may return
+ * before a copy from pageable memory has landed: a kernel queued next on
+ * our stream could read the old bytes.) */
+static int h2d(Gpu *G, CUdeviceptr d, const void *h, size_t n, const char *what)
+{
+    return CU(G, cuMemcpyHtoDAsync(d, h, n, G->stream), what) && CU(G, cuStreamSynchronize(G->stream), what);
+}
+
+static int d2h(Gpu *G, void *h, CUdeviceptr d, size_t n, const char *what)
+{
+    return CU(G, cuMemcpyDtoHAsync(h, d, n, G->stream), what) && CU(G, cuStreamSynchronize(G->stream), what);
+}
+
 static int cur(Gpu *G) { return CU(G, cuCtxSetCurrent(G->ctx), NULL); }
 
 int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
@@ -684,7 +699,7 @@ int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
     if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
         return 0;
     for (int p = 0; p < G->g->nparams; p++)
-        if (!CU(G, cuMemcpyHtoD(G->buf[G->g->params[p]->id], params + param_off[p], (size_t)G->numel[p] * 4),
+        if (!h2d(G, G->buf[G->g->params[p]->id], params + param_off[p], (size_t)G->numel[p] * 4,
                 G->g->params[p]->name))
             return 0;
     return 1;
@@ -695,7 +710,7 @@ int gpu_get_params(Gpu *G, float *params, const int64_t *param_off)
     if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
         return 0;
     for (int p = 0; p < G->g->nparams; p++)
-        if (!CU(G, cuMemcpyDtoH(params + param_off[p], G->buf[G->g->params[p]->id], (size_t)G->numel[p] * 4),
+        if (!d2h(G, params + param_off[p], G->buf[G->g->params[p]->id], (size_t)G->numel[p] * 4,
                 G->g->params[p]->name))
             return 0;
     return 1;
@@ -704,19 +719,19 @@ int gpu_get_params(Gpu *G, float *params, const int64_t *param_off)
 int gpu_put_adam(Gpu *G, const float *adam, int64_t nparams_total)
 {
     return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
-           CU(G, cuMemcpyHtoD(G->adam, adam, (size_t)nparams_total * 2 * sizeof(float)), "the AdamW state");
+           h2d(G, G->adam, adam, (size_t)nparams_total * 2 * sizeof(float), "the AdamW state");
 }
 
 int gpu_get_adam(Gpu *G, float *adam, int64_t nparams_total)
 {
     return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
-           CU(G, cuMemcpyDtoH(adam, G->adam, (size_t)nparams_total * 2 * sizeof(float)), "the AdamW state");
+           d2h(G, adam, G->adam, (size_t)nparams_total * 2 * sizeof(float), "the AdamW state");
 }
 
 int gpu_get_grad(Gpu *G, int p, float *out)
 {
     return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
-           CU(G, cuMemcpyDtoH(out, G->buf[G->g->grads[p]->id], (size_t)G->numel[p] * 4), G->g->grads[p]->name);
+           d2h(G, out, G->buf[G->g->grads[p]->id], (size_t)G->numel[p] * 4, G->g->grads[p]->name);
 }
 
 /* ------------------------------------------------------------ the step */
@@ -756,11 +771,11 @@ static int collective(Gpu *G, const Launch *L)
         if (!CU(G, cuStreamSynchronize(G->stream), L->what))
             return 0;
         for (int s = 0; s < n->nsrc; s++)
-            if (!CU(G, cuMemcpyDtoH(G->host[n->src[s]->id], G->buf[n->src[s]->id], (size_t)ir_numel(n->src[s]) * 4),
+            if (!d2h(G, G->host[n->src[s]->id], G->buf[n->src[s]->id], (size_t)ir_numel(n->src[s]) * 4,
                     L->what))
                 return 0;
         cpu_exec_node_f32(n, G->host, c);
-        return CU(G, cuMemcpyHtoD(y, G->host[n->id], ybytes), L->what);
+        return h2d(G, y, G->host[n->id], ybytes, L->what);
     }
     /* NCCL: device buffers; split sizes come to the host (the transfer sizes need them) */
     if (!CU(G, cuStreamSynchronize(G->stream), L->what))
@@ -786,8 +801,8 @@ static int collective(Gpu *G, const Launch *L)
         int32_t counts[4096], rc[4096];
         if (E > 4096 || ep * El > 4096 || ep > 1024)
             return fail(G, "%s: more than 4096 experts", L->what);
-        if (!CU(G, cuMemcpyDtoH(counts, G->buf[n->src[1]->id], sizeof(int32_t) * (size_t)E), L->what) ||
-            !CU(G, cuMemcpyDtoH(rc, G->buf[n->src[2]->id], sizeof(int32_t) * (size_t)(ep * El)), L->what))
+        if (!d2h(G, counts, G->buf[n->src[1]->id], sizeof(int32_t) * (size_t)E, L->what) ||
+            !d2h(G, rc, G->buf[n->src[2]->id], sizeof(int32_t) * (size_t)(ep * El), L->what))
             return 0;
         size_t hb[1024], ho[1024], ab[1024], ao[1024], o1 = 0, o2 = 0;
         for (int64_t j = 0; j < ep; j++) {
@@ -856,8 +871,8 @@ static int flush_buckets(Gpu *G)
             ok = c->ops->allreduce_f32(c, (CommGroup)bk->group, (float *)(uintptr_t)bk->buf, bk->numel);
         } else {
             float *h = malloc(bytes ? bytes : 4);
-            ok = h && CU(G, cuMemcpyDtoH(h, bk->buf, bytes), NULL) &&
-                 c->ops->allreduce_f32(c, (CommGroup)bk->group, h, bk->numel) && CU(G, cuMemcpyHtoD(bk->buf, h, bytes), NULL);
+            ok = h && d2h(G, h, bk->buf, bytes, NULL) &&
+                 c->ops->allreduce_f32(c, (CommGroup)bk->group, h, bk->numel) && h2d(G, bk->buf, h, bytes, NULL);
             free(h);
         }
         G->info.coll_seconds += wall() - t0;
@@ -948,11 +963,11 @@ static int enqueue_step(Gpu *G, Staging *s)
                 return fail(G, "the gradient norm's all-reduce failed: %s", G->comm->error);
         } else {
             double v;
-            if (!CU(G, cuMemcpyDtoH(&v, ss, sizeof v), NULL))
+            if (!d2h(G, &v, ss, sizeof v, NULL))
                 return 0;
             if (!G->comm->ops->allreduce_f64(G->comm, COMM_EP, &v, 1))
                 return fail(G, "the gradient norm's all-reduce failed: %s", G->comm->error);
-            if (!CU(G, cuMemcpyHtoD(ss, &v, sizeof v), NULL))
+            if (!h2d(G, ss, &v, sizeof v, NULL))
                 return 0;
         }
     }
@@ -1043,8 +1058,8 @@ int gpu_read_steps(Gpu *G, double *losses, double *norms, int *n)
     *n = 0;
     if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), "a training step"))
         return 0;
-    if (!CU(G, cuMemcpyDtoH(G->ring_loss_h, G->ring_loss, (size_t)G->ring * 4), NULL) ||
-        !CU(G, cuMemcpyDtoH(G->ring_norm_h, G->ring_norm, (size_t)G->ring * 8), NULL))
+    if (!d2h(G, G->ring_loss_h, G->ring_loss, (size_t)G->ring * 4, NULL) ||
+        !d2h(G, G->ring_norm_h, G->ring_norm, (size_t)G->ring * 8, NULL))
         return 0;
     for (int i = 0; i < G->pending; i++) {
         int slot = (G->slot + i) % G->ring;
@@ -1064,10 +1079,10 @@ int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss
     const IrGraph *g = G->g;
     const IrNode *tok = G->tok, *tgt = G->tgt;
     float l;
-    if (!CU(G, cuMemcpyHtoD(G->buf[tok->id], tokens, G->tok_bytes), "the batch") ||
-        !CU(G, cuMemcpyHtoD(G->buf[tgt->id], targets, G->tok_bytes), "the batch") ||
+    if (!h2d(G, G->buf[tok->id], tokens, G->tok_bytes, "the batch") ||
+        !h2d(G, G->buf[tgt->id], targets, G->tok_bytes, "the batch") ||
         !run_launches(G, 0, G->eval_launches) || !CU(G, cuStreamSynchronize(G->stream), "the forward pass") ||
-        !CU(G, cuMemcpyDtoH(&l, G->buf[g->loss->id], 4), "the loss"))
+        !d2h(G, &l, G->buf[g->loss->id], 4, "the loss"))
         return 0;
     *loss = l;
     return 1;
@@ -1094,9 +1109,9 @@ int gpu_host_allreduce_f64(Gpu *G, Comm *c, int group, double *v, int64_t n)
     size_t bytes = (size_t)n * sizeof(double);
     if (!host_scratch(G, bytes, &d))
         return comm_fail(c, "%s", G->err);
-    int ok = CU(G, cuMemcpyHtoD(d, v, bytes), NULL) &&
+    int ok = h2d(G, d, v, bytes, NULL) &&
              c->ops->allreduce_f64(c, (CommGroup)group, (double *)(uintptr_t)d, n) &&
-             CU(G, cuMemcpyDtoH(v, d, bytes), NULL);
+             d2h(G, v, d, bytes, NULL);
     cu.cuMemFree(d);
     return ok;
 }
@@ -1108,9 +1123,9 @@ int gpu_host_allgather(Gpu *G, Comm *c, int group, const void *in, void *out, si
     if (!host_scratch(G, bytes * (size_t)size, &d))
         return comm_fail(c, "%s", G->err);
     CUdeviceptr mine = d + (CUdeviceptr)(bytes * (size_t)rank);
-    int ok = CU(G, cuMemcpyHtoD(mine, in, bytes), NULL) &&
+    int ok = h2d(G, mine, in, bytes, NULL) &&
              c->ops->allgather(c, (CommGroup)group, (const void *)(uintptr_t)mine, (void *)(uintptr_t)d, bytes) &&
-             CU(G, cuMemcpyDtoH(out, d, bytes * (size_t)size), NULL);
+             d2h(G, out, d, bytes * (size_t)size, NULL);
     cu.cuMemFree(d);
     return ok;
 }
