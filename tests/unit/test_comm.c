@@ -497,7 +497,7 @@ static void test_sim_failures(void)
     if (sim_run(4, 2, deadlock_fn, NULL, args))
         for (int r = 0; r < 4; r++)
             CHECK(args[r].ok, "deadlock: rank %d: %s", r, args[r].error);
-    CHECK(now_s() - t0 < 5, "failures reported promptly (%.1f s)", now_s() - t0);
+    CHECK(now_s() - t0 < 10, "failures reported promptly (%.1f s)", now_s() - t0);
 }
 
 /* ---- TCP: forked ranks ------------------------------------------------------------ */
@@ -564,7 +564,7 @@ static void tcp_run(const TcpRun *t, Result *res)
             close(ready[0]);
             ready_fd = ready[1];
             setenv("MOEC_RENDEZVOUS_TIMEOUT", t->rdv_timeout ? t->rdv_timeout : "10", 1);
-            setenv("MOEC_COMM_TIMEOUT", "20", 1);
+            setenv("MOEC_COMM_TIMEOUT", "20", 1); /* the "promptly" bounds below stay under it: detection, not timeout */
             char err[512] = "";
             Log log = {0};
             Comm *c = comm_tcp_create(r, t->world, t->ep, "127.0.0.1", port, err, sizeof err);
@@ -687,7 +687,7 @@ static void test_tcp_scenario(void)
                   r, res[r].log.len, sim_logs[k][r].len);
             log_free(&res[r].log);
         }
-        CHECK(now_s() - t0 < 10, "tcp world %d ep %d took %.1f s", world, ep, now_s() - t0);
+        CHECK(now_s() - t0 < 20, "tcp world %d ep %d took %.1f s", world, ep, now_s() - t0);
     }
 }
 
@@ -744,7 +744,7 @@ static void test_tcp_failures(void)
               res[r].error);
         log_free(&res[r].log);
     }
-    CHECK(now_s() - t0 < 8, "killed peer noticed promptly (%.1f s)", now_s() - t0);
+    CHECK(now_s() - t0 < 15, "killed peer noticed promptly (%.1f s)", now_s() - t0);
 
     t0 = now_s();
     t = (TcpRun){.world = 3, .ep = 1, .nstart = 3, .fn = tcp_abort_fn, .kill_rank = -1, .limit_s = 15};
@@ -754,7 +754,7 @@ static void test_tcp_failures(void)
         CHECK(!res[r].ok && strstr(res[r].error, want), "aborting peer: rank %d: %s [rank 0: %s]", r, res[r].error,
               res[0].error);
     CHECK(strstr(res[1].error, "rank 1 aborted: injected failure"), "aborting rank: %s", res[1].error);
-    CHECK(now_s() - t0 < 8, "abort noticed promptly (%.1f s)", now_s() - t0);
+    CHECK(now_s() - t0 < 15, "abort noticed promptly (%.1f s)", now_s() - t0);
 
     t = (TcpRun){.world = 2, .ep = 1, .nstart = 2, .fn = tcp_mismatch_fn, .kill_rank = -1, .limit_s = 15};
     tcp_run(&t, res);
@@ -770,7 +770,7 @@ static void test_tcp_failures(void)
     CHECK(!res[0].created && strstr(res[0].error, "timed out after 1 s") && strstr(res[0].error, "rank(s) 2 never"),
           "rendezvous timeout: rank 0: %s", res[0].error);
     CHECK(!res[1].created && strstr(res[1].error, "rank 0"), "rendezvous timeout: rank 1: %s", res[1].error);
-    CHECK(now_s() - t0 < 5, "rendezvous timeout took %.1f s", now_s() - t0);
+    CHECK(now_s() - t0 < 10, "rendezvous timeout took %.1f s", now_s() - t0);
 
     /* nobody listening at all */
     char err[512];
@@ -864,7 +864,7 @@ static void test_launch_local(const char *self)
     CHECK(now_s() - t1 >= 0.9, "rank 0 ignored SIGTERM, so it took the grace period");
     unsetenv("MOEC_LAUNCH_GRACE");
     CHECK(launch_local(0, 1, ok_argv, err, sizeof err) == 1 && strstr(err, "--nproc 0"), "nproc 0: %s", err);
-    CHECK(now_s() - t0 < 12, "launcher tests took %.1f s", now_s() - t0);
+    CHECK(now_s() - t0 < 25, "launcher tests took %.1f s", now_s() - t0);
 }
 
 static void test_launch_env(void)
