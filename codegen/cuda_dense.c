@@ -3,6 +3,7 @@
  * slice. Each mirrors its case in runtime/cpu/kernels.inc expression by
  * expression (double where the CPU uses double); only the order of sums
  * differs (block trees instead of a sequential loop). */
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -84,55 +85,67 @@ int cg_emit_embedding_dw(Cg *cg, const IrNode *n)
     return 1;
 }
 
-/* moec::GEMM_T in codegen/prelude.cuh: the output tile of moec::gemm */
-enum { GEMM_T = 64 };
-
-static int64_t gemm_grid(int64_t m, int64_t nn)
+int64_t cg_gemm_blocks(int64_t batch, int64_t m, int64_t extra, int64_t n, int t)
 {
-    return min64(((m + GEMM_T - 1) / GEMM_T) * ((nn + GEMM_T - 1) / GEMM_T), 65535);
+    return (batch * ((m + t - 1) / t) + extra) * ((n + t - 1) / t);
+}
+
+int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n)
+{
+    int t = CG_GEMM_T;
+    while (t > 16 && cg_gemm_blocks(batch, m, extra, n, t) < CG_GEMM_MIN_BLOCKS)
+        t /= 2;
+    return t;
 }
 
 /* linear: x [N, IN], w [OUT, IN] -> [N, OUT]; linear_dx: dy [N, OUT], w ->
- * [N, IN]; linear_dw: dy [N, OUT], x [N, IN] -> [OUT, IN]. */
+ * [N, IN]; linear_dw: dy [N, OUT], x [N, IN] -> [OUT, IN]. The output's
+ * shape picks the tile (cg_gemm_tile). */
 int cg_emit_linear(Cg *cg, const IrNode *n)
 {
     const IrNode *s0 = n->src[0], *s1 = n->src[1];
     int64_t rows = cg_lead(s0);
+    int64_t m = n->op == IR_OP_LINEAR_DW ? cg_last(s0) : rows;
+    int64_t nn = n->op == IR_OP_LINEAR ? s1->shape[0] : n->op == IR_OP_LINEAR_DX ? s1->shape[1] : cg_last(s1);
+    int t = cg_gemm_tile(1, m, 0, nn);
+    char what[96];
     switch (n->op) {
     case IR_OP_LINEAR:
-        cg_begin(cg, n, "", "linear: y = x w^T (64 x 64 tiles, fp32 accumulation)");
+        snprintf(what, sizeof what, "linear: y = x w^T (%d x %d tiles, fp32 accumulation)", t, t);
+        cg_begin(cg, n, "", what);
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
         cg_const(cg, "ROWS", rows);
         cg_const(cg, "IN", s1->shape[1]);
         cg_const(cg, "OUT", s1->shape[0]);
-        cg_line(cg, "moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN>(y, x, w);");
-        cg_end(cg, CG_BLOCK, gemm_grid(rows, s1->shape[0]));
-        return 1;
+        cg_line(cg, "moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, %d>(y, x, w);", t);
+        break;
     case IR_OP_LINEAR_DX:
-        cg_begin(cg, n, "", "linear_dx: dx = dy w");
+        snprintf(what, sizeof what, "linear_dx: dx = dy w (%d x %d tiles)", t, t);
+        cg_begin(cg, n, "", what);
         cg_out(cg, n, "dx");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "w");
         cg_const(cg, "ROWS", rows);
         cg_const(cg, "IN", s1->shape[1]);
         cg_const(cg, "OUT", s1->shape[0]);
-        cg_line(cg, "moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1>(dx, dy, w);");
-        cg_end(cg, CG_BLOCK, gemm_grid(rows, s1->shape[1]));
-        return 1;
+        cg_line(cg, "moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, %d>(dx, dy, w);", t);
+        break;
     default: /* IR_OP_LINEAR_DW */
-        cg_begin(cg, n, "", "linear_dw: dw = dy^T x");
+        snprintf(what, sizeof what, "linear_dw: dw = dy^T x (%d x %d tiles)", t, t);
+        cg_begin(cg, n, "", what);
         cg_out(cg, n, "dw");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "x");
         cg_const(cg, "ROWS", rows);
         cg_const(cg, "IN", cg_last(s1));
         cg_const(cg, "OUT", cg_last(s0));
-        cg_line(cg, "moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1>(dw, dy, x);");
-        cg_end(cg, CG_BLOCK, gemm_grid(cg_last(s0), cg_last(s1)));
-        return 1;
+        cg_line(cg, "moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, %d>(dw, dy, x);", t);
+        break;
     }
+    cg_end(cg, CG_BLOCK, min64(cg_gemm_blocks(1, m, 0, nn, t), 65535));
+    return 1;
 }
 
 static void rows_consts(Cg *cg, const IrNode *x, const IrNode *n)

@@ -115,6 +115,26 @@ int cg_is_mxfp8(const IrNode *n);              /* grouped_mlp(_bwd) with precisi
 /* Reports a user-level error at the node (codegen cannot handle it). */
 void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* ---- GEMM tiles (cuda_dense.c): moec::gemm, grouped_gemm and
+ * grouped_gemm_wgrad take their tile side T (64, 32 or 16; moec::GEMM_T =
+ * CG_GEMM_T is 64) as a template argument, chosen per launch from its
+ * shape, which is constant. 64 x 64 tiles do the most work per load, but a
+ * small output has few of them: [1024 x 64] is 16 blocks on a GPU of 132
+ * SMs. So a launch keeps 64 only if its grid has at least
+ * CG_GEMM_MIN_BLOCKS blocks, else takes 32 if that has, else 16 (the most
+ * blocks). 264 = 2 x the 132 SMs of an H200: two blocks per SM at least,
+ * so every SM is busy and the last wave is at most half idle. Every T
+ * computes each output with the same fmaf sequence: results do not change
+ * by a bit, only the speed. */
+enum { CG_GEMM_T = 64, CG_GEMM_MIN_BLOCKS = 2 * 132 };
+/* Blocks of a GEMM launch with T x T tiles: (batch ceil(m / T) + extra) x
+ * ceil(n / T), uncapped (dense: batch 1, extra 0; grouped_gemm: m = R,
+ * extra = E + 1, the static bound on the groups' row tiles;
+ * grouped_gemm_wgrad: batch E). */
+int64_t cg_gemm_blocks(int64_t batch, int64_t m, int64_t extra, int64_t n, int t);
+/* The tile side for such a launch (64, 32 or 16), by the rule above. */
+int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n);
+
 /* ---- the emitter table (cuda.c) and the families (cuda_*.c) */
 typedef enum CgKind {
     CG_NONE = 0,     /* no entry: a bug, caught at start-up */

@@ -5,6 +5,7 @@
  * ep_sort, ep_unsort; the all-to-alls themselves are host-side collectives).
  * Routing follows runtime/cpu/kernels.inc exactly (selection, ties, double
  * softmax); GEMMs accumulate in fp32 in 16-wide k steps. */
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -208,11 +209,13 @@ int cg_emit_combine(Cg *cg, const IrNode *n)
 
 static int64_t group_tiles(int64_t R, int64_t E, int64_t T) { return (R + T - 1) / T + E + 1; }
 
-/* moec::GEMM_T and moec::MLP_TN in codegen/prelude.cuh: the grouped GEMMs'
- * output tiles are GEMM_T x GEMM_T (GEMM_T-row tiles of each expert group);
- * the fused MLP keeps 16-row tiles (its workspace rows) and steps through
- * the columns MLP_TN at a time inside the block. */
-enum { GEMM_T = 64 };
+/* moec::GEMM_T and moec::MLP_TN in codegen/prelude.cuh: grouped_gemm and
+ * grouped_gemm_wgrad take T x T output tiles (T-row tiles of each expert
+ * group), T picked per launch by cg_gemm_tile from the static bound on the
+ * tiles; the fused MLP keeps 16-row tiles (its workspace rows) and steps
+ * through the columns MLP_TN at a time inside the block, and its weight
+ * gradients stay on GEMM_T x GEMM_T. */
+enum { GEMM_T = CG_GEMM_T };
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -224,10 +227,18 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
     const IrNode *s0 = n->src[0], *s1 = n->src[1], *sp = n->src[2];
     const IrNode *w = n->op == IR_OP_GROUPED_LINEAR_DW ? n : s1;
     int64_t E = w->shape[0], OUT = w->shape[1], IN = w->shape[2], R = s0->shape[0];
+    /* the output: [R, OUT], [R, IN] or E x [OUT, IN] */
+    int64_t ncols = n->op == IR_OP_GROUPED_LINEAR ? OUT : IN;
+    int t = n->op == IR_OP_GROUPED_LINEAR_DW ? cg_gemm_tile(E, OUT, 0, IN) : cg_gemm_tile(1, R, E + 1, ncols);
+    int64_t blocks = n->op == IR_OP_GROUPED_LINEAR_DW ? cg_gemm_blocks(E, OUT, 0, IN, t)
+                                                      : cg_gemm_blocks(1, R, E + 1, ncols, t);
+    char what[128];
     switch (n->op) {
     case IR_OP_GROUPED_LINEAR:
-        cg_begin(cg, n, "",
-                 "grouped_linear: each expert group's rows times its weight (64 x 64 tiles, 64-row tiles per group)");
+        snprintf(what, sizeof what,
+                 "grouped_linear: each expert group's rows times its weight (%d x %d tiles, %d-row tiles per group)", t,
+                 t, t);
+        cg_begin(cg, n, "", what);
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
@@ -236,11 +247,11 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_const(cg, "R", R);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm<E, R, IN, OUT, OUT * IN, 1, IN>(y, x, w, splits);");
-        cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, GEMM_T) * ceil_div(OUT, GEMM_T), 65535));
-        return 1;
+        cg_line(cg, "moec::grouped_gemm<E, R, IN, OUT, OUT * IN, 1, IN, %d>(y, x, w, splits);", t);
+        break;
     case IR_OP_GROUPED_LINEAR_DX:
-        cg_begin(cg, n, "", "grouped_linear_dx: dx = dy w per expert group");
+        snprintf(what, sizeof what, "grouped_linear_dx: dx = dy w per expert group (%d x %d tiles)", t, t);
+        cg_begin(cg, n, "", what);
         cg_out(cg, n, "dx");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "w");
@@ -249,11 +260,12 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_const(cg, "R", R);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm<E, R, OUT, IN, OUT * IN, IN, 1>(dx, dy, w, splits);");
-        cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, GEMM_T) * ceil_div(IN, GEMM_T), 65535));
-        return 1;
+        cg_line(cg, "moec::grouped_gemm<E, R, OUT, IN, OUT * IN, IN, 1, %d>(dx, dy, w, splits);", t);
+        break;
     default: /* IR_OP_GROUPED_LINEAR_DW */
-        cg_begin(cg, n, "", "grouped_linear_dw: dw[e] = dy^T x over the rows of group e");
+        snprintf(what, sizeof what, "grouped_linear_dw: dw[e] = dy^T x over the rows of group e (%d x %d tiles)", t,
+                 t);
+        cg_begin(cg, n, "", what);
         cg_out(cg, n, "dw");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "x");
@@ -262,10 +274,11 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_const(cg, "R", R);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm_wgrad<E, R, OUT, IN>(dw, dy, x, splits);");
-        cg_end(cg, CG_BLOCK, min64(E * ceil_div(OUT, GEMM_T) * ceil_div(IN, GEMM_T), 65535));
-        return 1;
+        cg_line(cg, "moec::grouped_gemm_wgrad<E, R, OUT, IN, %d>(dw, dy, x, splits);", t);
+        break;
     }
+    cg_end(cg, CG_BLOCK, min64(blocks, 65535));
+    return 1;
 }
 
 /* A kernel that quantizes weights for an MXFP8 GEMM: up to three tensors,

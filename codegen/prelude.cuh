@@ -104,9 +104,10 @@ struct GemmSmem {
  * output each:
  *   C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]
  * for m < mlim, n < nlim, k < K; A, B, C point at the tile's origin, k
- * ascending in steps of 16 (zero-padded past K). The generated kernels use
- * gemm_tile below; this one is what it is checked against (tests/codegen/
- * tile.test, bit for bit). */
+ * ascending in steps of 16 (zero-padded past K). The GEMMs use it for
+ * their 16 x 16 tiles (launches with small grids, GemmTile<16> below) and
+ * gemm_tile otherwise; the register-blocked tiles are checked against it
+ * (tests/codegen/tile.test, bit for bit). */
 __device__ void gemm_tile16(float *C, long long ldc, const float *A, long long sam, long long sak, const float *B,
                             long long sbk, long long sbn, long long mlim, long long nlim, long long K, GemmSmem &sm)
 {
@@ -134,8 +135,9 @@ __device__ void gemm_tile16(float *C, long long ldc, const float *A, long long s
  * consecutive floats. Each output's sum is the sequence above: k ascending
  * from 0, zeros past K up to the next multiple of 16, zeros (never read
  * memory) for rows or columns outside the tile, one __fmaf_rn per k.
- * 64 x 64 (TY 16, RM = RN = 4) for the GEMMs; 16 x 128 (TY 4, RM 4, RN 2)
- * for the fused MLP's 16-row tiles. TY RM and TX RN are multiples of 16. */
+ * 64 x 64 (TY 16, RM = RN = 4) and 32 x 32 (RM = RN = 2) for the GEMMs;
+ * 16 x 128 (TY 4, RM 4, RN 2) for the fused MLP's 16-row tiles. TY RM and
+ * TX RN are multiples of 16. */
 template <int RM, int RN, int TY = 16> struct alignas(16) TileSmem {
     static_assert(TY * RM % 16 == 0 && 256 / TY * RN % 16 == 0, "tile sides must be multiples of 16");
     float a[16][TY * RM + 4];       /* a[k][m] */
@@ -234,21 +236,44 @@ __device__ __forceinline__ void gemm_tile(float *C, long long ldc, const float *
                 C[(ty * RM + i) * ldc + tx * RN + j] = acc[i][j];
 }
 
-/* The GEMMs' tile: 64 x 64 (emitters size their grids with it). */
+/* The GEMMs' tiles: T x T outputs per block, T = 64 (TY 16, RM = RN = 4:
+ * the default), 32 (RM = RN = 2) or 16 (gemm_tile16). The emitters pick T
+ * per launch: 64 unless its grid has fewer blocks than CG_GEMM_MIN_BLOCKS
+ * (codegen/cuda_internal.h), then the largest smaller T that reaches it,
+ * else 16. Every T computes the same sequence per output, so the choice
+ * changes the speed, never a bit of the result. */
 constexpr int GEMM_T = 64;
-typedef TileSmem<GEMM_T / 16, GEMM_T / 16> GemmTileSmem;
+template <int T> struct GemmTile {
+    static_assert(T == 32 || T == 64, "GEMM tiles are 16, 32 or 64");
+    typedef TileSmem<T / 16, T / 16> Smem;
+    static __device__ __forceinline__ void run(float *C, long long ldc, const float *A, long long sam, long long sak,
+                                               const float *B, long long sbk, long long sbn, long long mlim,
+                                               long long nlim, long long K, Smem &sm)
+    {
+        gemm_tile<T / 16, T / 16>(C, ldc, A, sam, sak, B, sbk, sbn, mlim, nlim, K, sm);
+    }
+};
+template <> struct GemmTile<16> {
+    typedef GemmSmem Smem;
+    static __device__ __forceinline__ void run(float *C, long long ldc, const float *A, long long sam, long long sak,
+                                               const float *B, long long sbk, long long sbn, long long mlim,
+                                               long long nlim, long long K, Smem &sm)
+    {
+        gemm_tile16(C, ldc, A, sam, sak, B, sbk, sbn, mlim, nlim, K, sm);
+    }
+};
 
-/* C [M, N] = A B over all tiles of the grid (grid-stride over tiles). */
-template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN>
+/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). */
+template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN,
+          int T = GEMM_T>
 __device__ void gemm(float *C, const float *A, const float *B)
 {
-    constexpr long long TM = (M + GEMM_T - 1) / GEMM_T, TN = (N + GEMM_T - 1) / GEMM_T;
-    __shared__ GemmTileSmem sm;
+    constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
+    __shared__ typename GemmTile<T>::Smem sm;
     for (long long t = blockIdx.x; t < TM * TN; t += gridDim.x) {
-        long long m0 = t / TN * GEMM_T, n0 = t % TN * GEMM_T;
-        gemm_tile<GEMM_T / 16, GEMM_T / 16>(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN,
-                                            M - m0 < GEMM_T ? M - m0 : GEMM_T, N - n0 < GEMM_T ? N - n0 : GEMM_T, K,
-                                            sm);
+        long long m0 = t / TN * T, n0 = t % TN * T;
+        GemmTile<T>::run(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN, M - m0 < T ? M - m0 : T,
+                         N - n0 < T ? N - n0 : T, K, sm);
     }
 }
 
@@ -294,43 +319,42 @@ template <int E, int T> __device__ int group_tile(const Groups<E> &gr, long long
 
 /* grouped_linear (and its dx): C [R, N] with rows of group e times the
  * group's weight: C[r, n] = sum_k A[r, k] B[e * SBE + k * SBK + n * SBN];
- * padding rows are zero. 64-row tiles of each group times 64 columns.
- * kernels.inc: grouped_rows / grouped_dx_rows. */
-template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN>
+ * padding rows are zero. T-row tiles of each group times T columns (T as
+ * for gemm). kernels.inc: grouped_rows / grouped_dx_rows. */
+template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN, int T = GEMM_T>
 __device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits)
 {
-    constexpr long long TN = (N + GEMM_T - 1) / GEMM_T;
+    constexpr long long TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
-    __shared__ GemmTileSmem sm;
-    load_groups<E, GEMM_T>(gr, splits, R);
+    __shared__ typename GemmTile<T>::Smem sm;
+    load_groups<E, T>(gr, splits, R);
     for (long long t = blockIdx.x; t < gr.tile[E + 1] * TN; t += gridDim.x) {
-        long long row0, rows, n0 = t % TN * GEMM_T, nlim = N - n0 < GEMM_T ? N - n0 : GEMM_T;
-        int e = group_tile<E, GEMM_T>(gr, t / TN, &row0, &rows);
+        long long row0, rows, n0 = t % TN * T, nlim = N - n0 < T ? N - n0 : T;
+        int e = group_tile<E, T>(gr, t / TN, &row0, &rows);
         if (e == E) {
             for (long long i = threadIdx.x; i < rows * nlim; i += blockDim.x)
                 C[(row0 + i / nlim) * N + n0 + i % nlim] = 0.0f;
             continue;
         }
-        gemm_tile<GEMM_T / 16, GEMM_T / 16>(C + row0 * N + n0, N, A + row0 * K, K, 1, B + e * SBE + n0 * SBN, SBK,
-                                            SBN, rows, nlim, K, sm);
+        GemmTile<T>::run(C + row0 * N + n0, N, A + row0 * K, K, 1, B + e * SBE + n0 * SBN, SBK, SBN, rows, nlim, K,
+                         sm);
     }
 }
 
 /* grouped_linear's weight gradient: dw [E, M, N], dw[e, m, n] = sum over
- * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); 64 x 64
- * tiles of each expert's dw. kernels.inc: grouped_dw_items. */
-template <int E, long long R, long long M, long long N>
+ * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); T x T
+ * tiles of each expert's dw (T as for gemm). kernels.inc: grouped_dw_items. */
+template <int E, long long R, long long M, long long N, int T = GEMM_T>
 __device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits)
 {
-    constexpr long long TM = (M + GEMM_T - 1) / GEMM_T, TN = (N + GEMM_T - 1) / GEMM_T;
+    constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
-    __shared__ GemmTileSmem sm;
-    load_groups<E, GEMM_T>(gr, splits, R);
+    __shared__ typename GemmTile<T>::Smem sm;
+    load_groups<E, T>(gr, splits, R);
     for (long long t = blockIdx.x; t < E * TM * TN; t += gridDim.x) {
-        long long e = t / (TM * TN), m0 = t / TN % TM * GEMM_T, n0 = t % TN * GEMM_T;
-        gemm_tile<GEMM_T / 16, GEMM_T / 16>(dw + e * M * N + m0 * N + n0, N, dy + gr.start[e] * M + m0, 1, M,
-                                            x + gr.start[e] * N + n0, N, 1, M - m0 < GEMM_T ? M - m0 : GEMM_T,
-                                            N - n0 < GEMM_T ? N - n0 : GEMM_T, gr.start[e + 1] - gr.start[e], sm);
+        long long e = t / (TM * TN), m0 = t / TN % TM * T, n0 = t % TN * T;
+        GemmTile<T>::run(dw + e * M * N + m0 * N + n0, N, dy + gr.start[e] * M + m0, 1, M, x + gr.start[e] * N + n0, N,
+                         1, M - m0 < T ? M - m0 : T, N - n0 < T ? N - n0 : T, gr.start[e + 1] - gr.start[e], sm);
     }
 }
 

@@ -12,8 +12,10 @@
 //    Rows of tiny values make products that round to -0.0f, so the
 //    padding's fmaf(0, 0, -0) = +0 is exercised.
 // 2. moec::gemm in the emitters' three layouts, grouped_gemm (both forms)
-//    and grouped_gemm_wgrad with empty groups and padding rows, against the
-//    GEMMs as they were written with gemm_tile16.
+//    and grouped_gemm_wgrad with empty groups and padding rows, each with
+//    the three tiles the emitters choose from (64 x 64, 32 x 32, 16 x 16),
+//    against the GEMMs as they were written with gemm_tile16, on shapes the
+//    emitters put on either side of their threshold (CG_GEMM_MIN_BLOCKS).
 // 3. The fused MLP's GEMMs (16 x 128 tiles in 16-row tiles) against the
 //    unfused grouped_gemm on the same operands.
 // Prints a summary; exit 1 on any difference.
@@ -146,30 +148,35 @@ static void tile_case(long long M, long long N, long long K, int la, int lb, lon
     }
 }
 
-/* ---- 2. the GEMMs */
+/* ---- 2. the GEMMs, with each tile side the emitters pick from (64, 32, 16) */
 static int gemm_runs;
+static const char *const TILES[] = {"new", "n32", "n16"};
+static const char *const TILE_NAMES[] = {"64 x 64", "32 x 32", "16 x 16"};
+
 static void gemm_case(const char *s, long long M, long long N, long long K)
 {
     const char *forms[] = {"fwd", "dx", "dw"};
     for (int f = 0; f < 3; f++) {
-        std::vector<float> A((size_t)(M * K)), B((size_t)(K * N)), C((size_t)(M * N), sentinel()),
-            Cref((size_t)(M * N), sentinel());
+        std::vector<float> A((size_t)(M * K)), B((size_t)(K * N)), Cref((size_t)(M * N), sentinel());
         for (float &v : A)
             v = value();
         for (float &v : B)
             v = value();
-        char name[64];
-        void *args[3] = {C.data(), A.data(), B.data()};
-        snprintf(name, sizeof name, "new_%s_%s", s, forms[f]);
-        emu_launch(name, 3, 256, args);
-        args[0] = Cref.data();
+        char name[64], what[128];
+        void *args[3] = {Cref.data(), A.data(), B.data()};
         snprintf(name, sizeof name, "ref_%s_%s", s, forms[f]);
         emu_launch(name, 5, 256, args);
-        snprintf(name, sizeof name, "moec::gemm %s_%s", s, forms[f]);
-        check_same(name, C.data(), Cref.data(), M * N);
-        long long sam = f == 2 ? 1 : K, sak = f == 2 ? M : 1, sbk = f == 0 ? 1 : N, sbn = f == 0 ? K : 1;
-        check_seq(name, C.data(), N, A.data(), sam, sak, B.data(), sbk, sbn, M, N, K);
-        gemm_runs++;
+        for (int t = 0; t < 3; t++) {
+            std::vector<float> C((size_t)(M * N), sentinel());
+            args[0] = C.data();
+            snprintf(name, sizeof name, "%s_%s_%s", TILES[t], s, forms[f]);
+            emu_launch(name, 3 + t, 256, args);
+            snprintf(what, sizeof what, "moec::gemm %s_%s (%s)", s, forms[f], TILE_NAMES[t]);
+            check_same(what, C.data(), Cref.data(), M * N);
+            long long sam = f == 2 ? 1 : K, sak = f == 2 ? M : 1, sbk = f == 0 ? 1 : N, sbn = f == 0 ? K : 1;
+            check_seq(what, C.data(), N, A.data(), sam, sak, B.data(), sbk, sbn, M, N, K);
+            gemm_runs++;
+        }
     }
 }
 
@@ -181,40 +188,46 @@ static void grouped_case(const char *s, int E, long long R, long long K, long lo
         start[(size_t)e + 1] = start[(size_t)e] + splits[(size_t)e];
     for (int f = 0; f < 3; f++) {
         long long nc = f == 2 ? E * K * N : R * N;
-        std::vector<float> A((size_t)(R * K)), B((size_t)(f == 2 ? R * N : E * K * N)), C((size_t)nc, sentinel()),
-            Cref((size_t)nc, sentinel());
+        std::vector<float> A((size_t)(R * K)), B((size_t)(f == 2 ? R * N : E * K * N)), Cref((size_t)nc, sentinel());
         for (float &v : A)
             v = value();
         for (float &v : B)
             v = value();
         std::vector<int> sp(splits);
         char name[64], what[160];
-        void *args[4] = {C.data(), A.data(), B.data(), sp.data()};
-        snprintf(name, sizeof name, "new_%s_%s", s, forms[f]);
-        emu_launch(name, 3, 256, args);
-        args[0] = Cref.data();
+        void *args[4] = {Cref.data(), A.data(), B.data(), sp.data()};
         snprintf(name, sizeof name, "ref_%s_%s", s, forms[f]);
         emu_launch(name, 4, 256, args);
-        snprintf(what, sizeof what, "%s %s_%s splits %d %d %d%s", f == 2 ? "grouped_gemm_wgrad" : "grouped_gemm", s,
-                 forms[f], splits[0], splits[1], splits[2], E > 3 ? " ..." : "");
-        check_same(what, C.data(), Cref.data(), nc);
-        for (int e = 0; e < E; e++) {
-            long long r0 = start[(size_t)e], rows = splits[(size_t)e];
-            if (f == 0)
-                check_seq(what, C.data() + r0 * N, N, A.data() + r0 * K, K, 1, B.data() + e * N * K, 1, K, rows, N, K);
-            else if (f == 1)
-                check_seq(what, C.data() + r0 * N, N, A.data() + r0 * K, K, 1, B.data() + e * K * N, N, 1, rows, N, K);
-            else
-                check_seq(what, C.data() + e * K * N, N, A.data() + r0 * K, 1, K, B.data() + r0 * N, N, 1, K, N, rows);
+        for (int t = 0; t < 3; t++) {
+            std::vector<float> C((size_t)nc, sentinel());
+            args[0] = C.data();
+            snprintf(name, sizeof name, "%s_%s_%s", TILES[t], s, forms[f]);
+            emu_launch(name, 3 + t, 256, args);
+            snprintf(what, sizeof what, "%s %s_%s (%s) splits %d %d %d%s",
+                     f == 2 ? "grouped_gemm_wgrad" : "grouped_gemm", s, forms[f], TILE_NAMES[t], splits[0], splits[1],
+                     splits[2], E > 3 ? " ..." : "");
+            check_same(what, C.data(), Cref.data(), nc);
+            for (int e = 0; e < E; e++) {
+                long long r0 = start[(size_t)e], rows = splits[(size_t)e];
+                if (f == 0)
+                    check_seq(what, C.data() + r0 * N, N, A.data() + r0 * K, K, 1, B.data() + e * N * K, 1, K, rows, N,
+                              K);
+                else if (f == 1)
+                    check_seq(what, C.data() + r0 * N, N, A.data() + r0 * K, K, 1, B.data() + e * K * N, N, 1, rows, N,
+                              K);
+                else
+                    check_seq(what, C.data() + e * K * N, N, A.data() + r0 * K, 1, K, B.data() + r0 * N, N, 1, K, N,
+                              rows);
+            }
+            if (f < 2)
+                for (long long i = start[(size_t)E] * N; i < R * N; i++)
+                    if (bits(C[(size_t)i]) != 0) {
+                        fprintf(stderr, "%s: padding element %lld is not +0\n", what, i);
+                        failures++;
+                        break;
+                    }
+            gemm_runs++;
         }
-        if (f < 2)
-            for (long long i = start[(size_t)E] * N; i < R * N; i++)
-                if (bits(C[(size_t)i]) != 0) {
-                    fprintf(stderr, "%s: padding element %lld is not +0\n", what, i);
-                    failures++;
-                    break;
-                }
-        gemm_runs++;
     }
 }
 
@@ -282,6 +295,9 @@ int main(void)
     gemm_case("g3", 1, 15, 1);
     gemm_case("g4", 128, 64, 15);
     gemm_case("g5", 17, 200, 64);
+    gemm_case("g6", 1024, 64, 64);    /* the emitters take 16 x 16 tiles */
+    gemm_case("g7", 600, 480, 17);    /* 32 x 32 (80 blocks of 64 x 64, 285 of 32 x 32) */
+    gemm_case("g8", 1030, 1000, 17);  /* 64 x 64 (272 blocks) */
     grouped_case("q1", 4, 200, 70, 65, {70, 0, 1, 65});
     grouped_case("q1", 4, 200, 70, 65, {0, 0, 0, 0});
     grouped_case("q1", 4, 200, 70, 65, {50, 50, 50, 50});
@@ -289,7 +305,11 @@ int main(void)
     grouped_case("q2", 3, 130, 17, 100, {17, 64, 40});
     grouped_case("q2", 3, 130, 17, 100, {0, 130, 0});
     grouped_case("q2", 3, 130, 17, 100, {1, 1, 1});
-    printf("gemms: %d runs (gemm, grouped_gemm, grouped_gemm_wgrad) against the 16 x 16 reference\n", gemm_runs);
+    grouped_case("q3", 4, 1000, 17, 260, {300, 0, 517, 150});  /* 32 x 32; its wgrad 16 x 16 */
+    grouped_case("q4", 4, 1000, 17, 780, {250, 250, 1, 490}); /* 64 x 64 */
+    printf("gemms: %d runs (gemm, grouped_gemm, grouped_gemm_wgrad; 64 x 64, 32 x 32 and 16 x 16 tiles) against the "
+           "16 x 16 reference\n",
+           gemm_runs);
     mlp_case({30, 0, 50});
     mlp_case({1, 17, 64});
     mlp_case({0, 0, 100});

@@ -90,9 +90,18 @@ K256 t_424(float *C, const float *A, const float *B, const long long *p) { t_new
 K256 t_444(float *C, const float *A, const float *B, const long long *p) { t_new<4, 4, 4>(C, A, B, p); }
 K256 t_248(float *C, const float *A, const float *B, const long long *p) { t_new<2, 4, 8>(C, A, B, p); }
 
-// ---- moec::gemm in the three layouts the emitters use (linear, linear_dx, linear_dw)
+// ---- moec::gemm in the three layouts the emitters use (linear, linear_dx, linear_dw), with each tile the
+// emitters pick from (new_: the default 64 x 64, n32_: 32 x 32, n16_: 16 x 16 through gemm_tile16)
 #define GEMM_PAIR(name, M, N, K, SAM, SAK, SBK, SBN)                                                                   \
     K256 new_##name(float *C, const float *A, const float *B) { moec::gemm<M, N, K, SAM, SAK, SBK, SBN>(C, A, B); }    \
+    K256 n32_##name(float *C, const float *A, const float *B)                                                          \
+    {                                                                                                                  \
+        moec::gemm<M, N, K, SAM, SAK, SBK, SBN, 32>(C, A, B);                                                          \
+    }                                                                                                                  \
+    K256 n16_##name(float *C, const float *A, const float *B)                                                          \
+    {                                                                                                                  \
+        moec::gemm<M, N, K, SAM, SAK, SBK, SBN, 16>(C, A, B);                                                          \
+    }                                                                                                                  \
     K256 ref_##name(float *C, const float *A, const float *B) { ref_gemm<M, N, K, SAM, SAK, SBK, SBN>(C, A, B); }
 #define GEMM_CASES(s, M, N, K)                                                                                         \
     GEMM_PAIR(s##_fwd, M, N, K, K, 1, 1, K)                                                                            \
@@ -103,8 +112,27 @@ GEMM_CASES(g2, 65, 130, 100)
 GEMM_CASES(g3, 1, 15, 1)
 GEMM_CASES(g4, 128, 64, 15)
 GEMM_CASES(g5, 17, 200, 64)
+// shapes on both sides of the emitters' threshold (CG_GEMM_MIN_BLOCKS = 264 blocks): mixtral_tiny's [1024 x 64]
+// (16 x 16 tiles: 16 blocks of 64 x 64), [600 x 480] (32 x 32: 80 of 64 x 64, 285 of 32 x 32), [1030 x 1000]
+// (64 x 64: 272)
+GEMM_CASES(g6, 1024, 64, 64)
+GEMM_CASES(g7, 600, 480, 17)
+GEMM_CASES(g8, 1030, 1000, 17)
 
-// ---- grouped GEMMs (x [R, K] times w [E, N, K]; dx form: w [E, K, N]; wgrad) with run-time splits
+// ---- grouped GEMMs (x [R, K] times w [E, N, K]; dx form: w [E, K, N]; wgrad) with run-time splits, each tile
+#define GROUPED_T(p, s, E, R, K, N, T)                                                                                 \
+    K256 p##_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
+    {                                                                                                                  \
+        moec::grouped_gemm<E, R, K, N, N * K, 1, K, T>(C, A, B, sp);                                                   \
+    }                                                                                                                  \
+    K256 p##_##s##_dx(float *C, const float *A, const float *B, const int *sp)                                         \
+    {                                                                                                                  \
+        moec::grouped_gemm<E, R, K, N, N * K, N, 1, T>(C, A, B, sp);                                                   \
+    }                                                                                                                  \
+    K256 p##_##s##_dw(float *C, const float *A, const float *B, const int *sp)                                         \
+    {                                                                                                                  \
+        moec::grouped_gemm_wgrad<E, R, K, N, T>(C, A, B, sp);                                                          \
+    }
 #define GROUPED_CASES(s, E, R, K, N)                                                                                   \
     K256 new_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
     {                                                                                                                  \
@@ -129,9 +157,16 @@ GEMM_CASES(g5, 17, 200, 64)
     K256 ref_##s##_dw(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
         ref_grouped_gemm_wgrad<E, R, K, N>(C, A, B, sp);                                                               \
-    }
+    }                                                                                                                  \
+    GROUPED_T(n32, s, E, R, K, N, 32)                                                                                  \
+    GROUPED_T(n16, s, E, R, K, N, 16)
 GROUPED_CASES(q1, 4, 200, 70, 65)
 GROUPED_CASES(q2, 3, 130, 17, 100)
+// both sides of the threshold (forward and dx by the static bound on the row tiles, R / T + E + 1): q3's [1000 x 260]
+// with E 4 takes 32 x 32 ((16 + 5) x 5 = 105 blocks of 64 x 64, (32 + 5) x 9 = 333 of 32 x 32), its wgrad
+// 4 x [17 x 260] 16 x 16 (20 blocks of 64 x 64); q4's [1000 x 780] takes 64 x 64 ((16 + 5) x 13 = 273 blocks)
+GROUPED_CASES(q3, 4, 1000, 17, 260)
+GROUPED_CASES(q4, 4, 1000, 17, 780)
 
 // ---- the fused MLP (bf16) against grouped_gemm on the same operands: E 3, R 100, H 70, F 40
 constexpr int ME = 3;

@@ -250,9 +250,10 @@ struct GemmSmem {
  * output each:
  *   C[m * ldc + n] = sum_k A[m * sam + k * sak] * B[k * sbk + n * sbn]
  * for m < mlim, n < nlim, k < K; A, B, C point at the tile's origin, k
- * ascending in steps of 16 (zero-padded past K). The generated kernels use
- * gemm_tile below; this one is what it is checked against (tests/codegen/
- * tile.test, bit for bit). */
+ * ascending in steps of 16 (zero-padded past K). The GEMMs use it for
+ * their 16 x 16 tiles (launches with small grids, GemmTile<16> below) and
+ * gemm_tile otherwise; the register-blocked tiles are checked against it
+ * (tests/codegen/tile.test, bit for bit). */
 __device__ void gemm_tile16(float *C, long long ldc, const float *A, long long sam, long long sak, const float *B,
                             long long sbk, long long sbn, long long mlim, long long nlim, long long K, GemmSmem &sm)
 {
@@ -280,8 +281,9 @@ __device__ void gemm_tile16(float *C, long long ldc, const float *A, long long s
  * consecutive floats. Each output's sum is the sequence above: k ascending
  * from 0, zeros past K up to the next multiple of 16, zeros (never read
  * memory) for rows or columns outside the tile, one __fmaf_rn per k.
- * 64 x 64 (TY 16, RM = RN = 4) for the GEMMs; 16 x 128 (TY 4, RM 4, RN 2)
- * for the fused MLP's 16-row tiles. TY RM and TX RN are multiples of 16. */
+ * 64 x 64 (TY 16, RM = RN = 4) and 32 x 32 (RM = RN = 2) for the GEMMs;
+ * 16 x 128 (TY 4, RM 4, RN 2) for the fused MLP's 16-row tiles. TY RM and
+ * TX RN are multiples of 16. */
 template <int RM, int RN, int TY = 16> struct alignas(16) TileSmem {
     static_assert(TY * RM % 16 == 0 && 256 / TY * RN % 16 == 0, "tile sides must be multiples of 16");
     float a[16][TY * RM + 4];       /* a[k][m] */
@@ -380,21 +382,44 @@ __device__ __forceinline__ void gemm_tile(float *C, long long ldc, const float *
                 C[(ty * RM + i) * ldc + tx * RN + j] = acc[i][j];
 }
 
-/* The GEMMs' tile: 64 x 64 (emitters size their grids with it). */
+/* The GEMMs' tiles: T x T outputs per block, T = 64 (TY 16, RM = RN = 4:
+ * the default), 32 (RM = RN = 2) or 16 (gemm_tile16). The emitters pick T
+ * per launch: 64 unless its grid has fewer blocks than CG_GEMM_MIN_BLOCKS
+ * (codegen/cuda_internal.h), then the largest smaller T that reaches it,
+ * else 16. Every T computes the same sequence per output, so the choice
+ * changes the speed, never a bit of the result. */
 constexpr int GEMM_T = 64;
-typedef TileSmem<GEMM_T / 16, GEMM_T / 16> GemmTileSmem;
+template <int T> struct GemmTile {
+    static_assert(T == 32 || T == 64, "GEMM tiles are 16, 32 or 64");
+    typedef TileSmem<T / 16, T / 16> Smem;
+    static __device__ __forceinline__ void run(float *C, long long ldc, const float *A, long long sam, long long sak,
+                                               const float *B, long long sbk, long long sbn, long long mlim,
+                                               long long nlim, long long K, Smem &sm)
+    {
+        gemm_tile<T / 16, T / 16>(C, ldc, A, sam, sak, B, sbk, sbn, mlim, nlim, K, sm);
+    }
+};
+template <> struct GemmTile<16> {
+    typedef GemmSmem Smem;
+    static __device__ __forceinline__ void run(float *C, long long ldc, const float *A, long long sam, long long sak,
+                                               const float *B, long long sbk, long long sbn, long long mlim,
+                                               long long nlim, long long K, Smem &sm)
+    {
+        gemm_tile16(C, ldc, A, sam, sak, B, sbk, sbn, mlim, nlim, K, sm);
+    }
+};
 
-/* C [M, N] = A B over all tiles of the grid (grid-stride over tiles). */
-template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN>
+/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). */
+template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN,
+          int T = GEMM_T>
 __device__ void gemm(float *C, const float *A, const float *B)
 {
-    constexpr long long TM = (M + GEMM_T - 1) / GEMM_T, TN = (N + GEMM_T - 1) / GEMM_T;
-    __shared__ GemmTileSmem sm;
+    constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
+    __shared__ typename GemmTile<T>::Smem sm;
     for (long long t = blockIdx.x; t < TM * TN; t += gridDim.x) {
-        long long m0 = t / TN * GEMM_T, n0 = t % TN * GEMM_T;
-        gemm_tile<GEMM_T / 16, GEMM_T / 16>(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN,
-                                            M - m0 < GEMM_T ? M - m0 : GEMM_T, N - n0 < GEMM_T ? N - n0 : GEMM_T, K,
-                                            sm);
+        long long m0 = t / TN * T, n0 = t % TN * T;
+        GemmTile<T>::run(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN, M - m0 < T ? M - m0 : T,
+                         N - n0 < T ? N - n0 : T, K, sm);
     }
 }
 
@@ -440,43 +465,42 @@ template <int E, int T> __device__ int group_tile(const Groups<E> &gr, long long
 
 /* grouped_linear (and its dx): C [R, N] with rows of group e times the
  * group's weight: C[r, n] = sum_k A[r, k] B[e * SBE + k * SBK + n * SBN];
- * padding rows are zero. 64-row tiles of each group times 64 columns.
- * kernels.inc: grouped_rows / grouped_dx_rows. */
-template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN>
+ * padding rows are zero. T-row tiles of each group times T columns (T as
+ * for gemm). kernels.inc: grouped_rows / grouped_dx_rows. */
+template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN, int T = GEMM_T>
 __device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits)
 {
-    constexpr long long TN = (N + GEMM_T - 1) / GEMM_T;
+    constexpr long long TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
-    __shared__ GemmTileSmem sm;
-    load_groups<E, GEMM_T>(gr, splits, R);
+    __shared__ typename GemmTile<T>::Smem sm;
+    load_groups<E, T>(gr, splits, R);
     for (long long t = blockIdx.x; t < gr.tile[E + 1] * TN; t += gridDim.x) {
-        long long row0, rows, n0 = t % TN * GEMM_T, nlim = N - n0 < GEMM_T ? N - n0 : GEMM_T;
-        int e = group_tile<E, GEMM_T>(gr, t / TN, &row0, &rows);
+        long long row0, rows, n0 = t % TN * T, nlim = N - n0 < T ? N - n0 : T;
+        int e = group_tile<E, T>(gr, t / TN, &row0, &rows);
         if (e == E) {
             for (long long i = threadIdx.x; i < rows * nlim; i += blockDim.x)
                 C[(row0 + i / nlim) * N + n0 + i % nlim] = 0.0f;
             continue;
         }
-        gemm_tile<GEMM_T / 16, GEMM_T / 16>(C + row0 * N + n0, N, A + row0 * K, K, 1, B + e * SBE + n0 * SBN, SBK,
-                                            SBN, rows, nlim, K, sm);
+        GemmTile<T>::run(C + row0 * N + n0, N, A + row0 * K, K, 1, B + e * SBE + n0 * SBN, SBK, SBN, rows, nlim, K,
+                         sm);
     }
 }
 
 /* grouped_linear's weight gradient: dw [E, M, N], dw[e, m, n] = sum over
- * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); 64 x 64
- * tiles of each expert's dw. kernels.inc: grouped_dw_items. */
-template <int E, long long R, long long M, long long N>
+ * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); T x T
+ * tiles of each expert's dw (T as for gemm). kernels.inc: grouped_dw_items. */
+template <int E, long long R, long long M, long long N, int T = GEMM_T>
 __device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits)
 {
-    constexpr long long TM = (M + GEMM_T - 1) / GEMM_T, TN = (N + GEMM_T - 1) / GEMM_T;
+    constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
-    __shared__ GemmTileSmem sm;
-    load_groups<E, GEMM_T>(gr, splits, R);
+    __shared__ typename GemmTile<T>::Smem sm;
+    load_groups<E, T>(gr, splits, R);
     for (long long t = blockIdx.x; t < E * TM * TN; t += gridDim.x) {
-        long long e = t / (TM * TN), m0 = t / TN % TM * GEMM_T, n0 = t % TN * GEMM_T;
-        gemm_tile<GEMM_T / 16, GEMM_T / 16>(dw + e * M * N + m0 * N + n0, N, dy + gr.start[e] * M + m0, 1, M,
-                                            x + gr.start[e] * N + n0, N, 1, M - m0 < GEMM_T ? M - m0 : GEMM_T,
-                                            N - n0 < GEMM_T ? N - n0 : GEMM_T, gr.start[e + 1] - gr.start[e], sm);
+        long long e = t / (TM * TN), m0 = t / TN % TM * T, n0 = t % TN * T;
+        GemmTile<T>::run(dw + e * M * N + m0 * N + n0, N, dy + gr.start[e] * M + m0, 1, M, x + gr.start[e] * N + n0, N,
+                         1, M - m0 < T ? M - m0 : T, N - n0 < T ? N - n0 : T, gr.start[e + 1] - gr.start[e], sm);
     }
 }
 
@@ -984,25 +1008,25 @@ extern "C" __global__ void __launch_bounds__(256) k11_layers_0_attn_rmsnorm(floa
 }
 
 // node 12: %layers.0.attn.q = linear(%layers.0.attn.rmsnorm, %layers.0.attn.wq) : f32[8, 128, 64]
-// models/mixtral_tiny.moe:21:16: linear: y = x w^T (64 x 64 tiles, fp32 accumulation)
+// models/mixtral_tiny.moe:21:16: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
 // also launched for 3 more nodes: 18 %layers.0.attn.attn_out, 41 %layers.1.attn.q, 47 %layers.1.attn.attn_out
 extern "C" __global__ void __launch_bounds__(256) k12_layers_0_attn_q(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 64;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN>(y, x, w);
+    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
 }
 
 // node 13: %layers.0.attn.k = linear(%layers.0.attn.rmsnorm, %layers.0.attn.wk) : f32[8, 128, 32]
-// models/mixtral_tiny.moe:21:16: linear: y = x w^T (64 x 64 tiles, fp32 accumulation)
+// models/mixtral_tiny.moe:21:16: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
 // also launched for 3 more nodes: 14 %layers.0.attn.v, 42 %layers.1.attn.k, 43 %layers.1.attn.v
 extern "C" __global__ void __launch_bounds__(256) k13_layers_0_attn_k(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 32;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN>(y, x, w);
+    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
 }
 
 // node 15: %layers.0.attn.q_rope = rope(%layers.0.attn.q) {heads = 4, theta = 1000000} : f32[8, 128, 64]
@@ -1073,14 +1097,14 @@ extern "C" __global__ void __launch_bounds__(256) k19_layers_0_attn_add(float *_
 }
 
 // node 25: %layers.0.moe.linear = linear(%layers.0.moe.y, %layers.0.moe.router) : f32[8, 128, 4]
-// models/mixtral_tiny.moe:32:21: linear: y = x w^T (64 x 64 tiles, fp32 accumulation)
+// models/mixtral_tiny.moe:32:21: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
 // also launched for 1 more node: 54 %layers.1.moe.linear
 extern "C" __global__ void __launch_bounds__(256) k25_layers_0_moe_linear(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 4;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN>(y, x, w);
+    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
 }
 
 // node 26: %layers.0.moe.r.experts = topk_experts(%layers.0.moe.linear) {k = 2} : i32[8, 128, 2]
@@ -1207,13 +1231,13 @@ extern "C" __global__ void __launch_bounds__(256) k33_layers_0_moe_combine(float
 }
 
 // node 65: %logits = linear(%rmsnorm, %lm_head) : f32[8, 128, 33]
-// models/mixtral_tiny.moe:43:12: linear: y = x w^T (64 x 64 tiles, fp32 accumulation)
+// models/mixtral_tiny.moe:43:12: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
 extern "C" __global__ void __launch_bounds__(256) k65_logits(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 33;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN>(y, x, w);
+    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
 }
 
 // node 66: %loss = cross_entropy(%logits, %targets) {ignore = -100} : f32[]
@@ -1318,23 +1342,23 @@ extern "C" __global__ void __launch_bounds__(256) k68_loss_cross_entropy_dx_rows
 }
 
 // node 69: %logits.linear_dx = linear_dx(%loss.cross_entropy_dx, %lm_head) : f32[8, 128, 64]
-// models/mixtral_tiny.moe:43:12: linear_dx: dx = dy w
+// models/mixtral_tiny.moe:43:12: linear_dx: dx = dy w (16 x 16 tiles)
 extern "C" __global__ void __launch_bounds__(256) k69_logits_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 33;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1>(dx, dy, w);
+    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
 }
 
 // node 70: %logits.linear_dw = linear_dw(%loss.cross_entropy_dx, %rmsnorm) : f32[33, 64]
-// models/mixtral_tiny.moe:43:12: linear_dw: dw = dy^T x
+// models/mixtral_tiny.moe:43:12: linear_dw: dw = dy^T x (16 x 16 tiles)
 extern "C" __global__ void __launch_bounds__(256) k70_logits_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 33;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1>(dw, dy, x);
+    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
 }
 
 // node 71: %rmsnorm.rmsnorm_dx = rmsnorm_dx(%logits.linear_dx, %layers.1.moe.add, %norm_f) {eps = 1e-05} : f32[8, 128, 64]
@@ -1459,47 +1483,47 @@ extern "C" __global__ void __launch_bounds__(256) k80_layers_1_moe_r_weights_top
 }
 
 // node 82: %layers.1.moe.linear.linear_dx = linear_dx(%layers.1.moe.r.weights.topk_probs_dx, %layers.1.moe.router) : f32[8, 128, 64]
-// models/mixtral_tiny.moe:32:21: linear_dx: dx = dy w
+// models/mixtral_tiny.moe:32:21: linear_dx: dx = dy w (16 x 16 tiles)
 // also launched for 1 more node: 116 %layers.0.moe.linear.linear_dx
 extern "C" __global__ void __launch_bounds__(256) k82_layers_1_moe_linear_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 4;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1>(dx, dy, w);
+    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
 }
 
 // node 84: %layers.1.moe.linear.linear_dw = linear_dw(%layers.1.moe.r.weights.topk_probs_dx, %layers.1.moe.y) : f32[4, 64]
-// models/mixtral_tiny.moe:32:21: linear_dw: dw = dy^T x
+// models/mixtral_tiny.moe:32:21: linear_dw: dw = dy^T x (16 x 16 tiles)
 // also launched for 1 more node: 118 %layers.0.moe.linear.linear_dw
 extern "C" __global__ void __launch_bounds__(256) k84_layers_1_moe_linear_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 4;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1>(dw, dy, x);
+    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
 }
 
 // node 88: %layers.1.attn.attn_out.linear_dx = linear_dx(%layers.1.attn.add.grad_sum, %layers.1.attn.wo) : f32[8, 128, 64]
-// models/mixtral_tiny.moe:21:16: linear_dx: dx = dy w
+// models/mixtral_tiny.moe:21:16: linear_dx: dx = dy w (16 x 16 tiles)
 // also launched for 3 more nodes: 101 %layers.1.attn.q.linear_dx, 122 %layers.0.attn.attn_out.linear_dx, 135 %layers.0.attn.q.linear_dx
 extern "C" __global__ void __launch_bounds__(256) k88_layers_1_attn_attn_out_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 64;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1>(dx, dy, w);
+    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
 }
 
 // node 89: %layers.1.attn.attn_out.linear_dw = linear_dw(%layers.1.attn.add.grad_sum, %layers.1.attn.attn) : f32[64, 64]
-// models/mixtral_tiny.moe:21:16: linear_dw: dw = dy^T x
+// models/mixtral_tiny.moe:21:16: linear_dw: dw = dy^T x (16 x 16 tiles)
 // also launched for 3 more nodes: 103 %layers.1.attn.q.linear_dw, 123 %layers.0.attn.attn_out.linear_dw, 137 %layers.0.attn.q.linear_dw
 extern "C" __global__ void __launch_bounds__(256) k89_layers_1_attn_attn_out_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 64;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1>(dw, dy, x);
+    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
 }
 
 // node 90: %layers.1.attn.attn.sdpa_bwd = sdpa_bwd(%layers.1.attn.attn_out.linear_dx, %layers.1.attn.q_rope, %layers.1.attn.k_rope, %layers.1.attn.v) {heads = 4, kv_heads = 2, causal = true} : f32[8, 128, 128]
@@ -1612,25 +1636,25 @@ extern "C" __global__ void __launch_bounds__(256) k95_layers_1_attn_q_rope_rope_
 }
 
 // node 96: %layers.1.attn.v.linear_dx = linear_dx(%layers.1.attn.attn.slice.2, %layers.1.attn.wv) : f32[8, 128, 64]
-// models/mixtral_tiny.moe:21:16: linear_dx: dx = dy w
+// models/mixtral_tiny.moe:21:16: linear_dx: dx = dy w (16 x 16 tiles)
 // also launched for 3 more nodes: 98 %layers.1.attn.k.linear_dx, 130 %layers.0.attn.v.linear_dx, 132 %layers.0.attn.k.linear_dx
 extern "C" __global__ void __launch_bounds__(256) k96_layers_1_attn_v_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 32;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1>(dx, dy, w);
+    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
 }
 
 // node 97: %layers.1.attn.v.linear_dw = linear_dw(%layers.1.attn.attn.slice.2, %layers.1.attn.rmsnorm) : f32[32, 64]
-// models/mixtral_tiny.moe:21:16: linear_dw: dw = dy^T x
+// models/mixtral_tiny.moe:21:16: linear_dw: dw = dy^T x (16 x 16 tiles)
 // also launched for 3 more nodes: 100 %layers.1.attn.k.linear_dw, 131 %layers.0.attn.v.linear_dw, 134 %layers.0.attn.k.linear_dw
 extern "C" __global__ void __launch_bounds__(256) k97_layers_1_attn_v_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
 {
     constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 32;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1>(dw, dy, x);
+    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
 }
 
 // node 141: %x.embedding_dw = embedding_dw(%x.grad_sum, %tokens, %embed) : f32[33, 64]
