@@ -1073,9 +1073,15 @@ static int run_rank(Trainer *t, const char *plan_json)
         o.ring = (int)(t->f.log_every < 1024 ? t->f.log_every : 1024);
         o.param_wd = t->param_wd;
         t->gpu = gpu_create(g, t->comm, &o, err, sizeof err);
-        if (!t->gpu)
+        /* --device auto falls back to the CPU when the GPU backend cannot start (no NVRTC and no embedded
+         * kernels, a plan that does not fit...), except under NCCL, whose ranks are GPUs */
+        if (!t->gpu && (strcmp(t->f.device, "auto") != 0 || !strcmp(t->comm->ops->name, "nccl")))
             return rank_error(t, "the GPU backend: %s", err);
-    } else {
+        if (!t->gpu && is_rank0(t))
+            printf("device: cpu (the GPU backend could not start: %s; --device cuda makes this an error)\n", err);
+        t->use_gpu = t->gpu != NULL;
+    }
+    if (!t->use_gpu) {
         cpu_plan_init(&t->plan, g, CPU_F32);
         t->plan.comm = t->comm;
         for (int p = 0; p < g->nparams; p++)

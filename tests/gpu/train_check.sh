@@ -8,6 +8,7 @@
 #   ep2, ep4  the rank simulator on one GPU (--simulate-ranks, the model compiled --ep N): losses = ep 1's
 #   resume    20 steps vs 10 + --resume 10 on the GPU: byte-identical checkpoints
 #   cache     a binary without embedded kernels: NVRTC at start-up, then the on-disk cache
+#   fallback  no embedded kernels and no NVRTC: --device auto falls back to the CPU with a notice, cuda fails
 #   nofit     Mixtral-8x7B layers at batch 16 x 4096 on one GPU is refused before allocating, naming what to reduce
 #   mini500   protein_moe_mini, 500 steps on the GPU (loss curve for docs/results/)
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
@@ -105,6 +106,13 @@ row resume "$([ $? -eq 0 ] && echo ok || echo FAIL)" "20 steps vs 10 + resume 10
 "$B/mixtral_tiny" "${common[@]}" --steps 2 --device cuda --batch 4 >"$L/cache3.log" 2>&1
 c1=$(grep -o 'kernels from [^;]*' "$L/cache1.log"); c2=$(grep -o 'kernels from [^;]*' "$L/cache2.log"); c3=$(grep -o 'kernels from [^;]*' "$L/cache3.log")
 row cache "$(grep -q 'NVRTC' <<<"$c1" && grep -q 'cache' <<<"$c2" && grep -q 'other shapes' <<<"$c3" && echo ok || echo FAIL)" "1st: ${c1:0:60}... | 2nd: ${c2:0:40}... | --batch 4: ${c3:0:50}"
+
+# no embedded kernels and no NVRTC: --device auto trains on the CPU and says why; --device cuda is an error
+MOEC_NVRTC_LIB=/nonexistent/libnvrtc.so MOEC_CACHE_DIR="$L/empty-cache" "$B/mixtral_tiny_nvrtc" "${common[@]}" --steps 2 >"$L/fallback.log" 2>&1
+frc=$?
+MOEC_NVRTC_LIB=/nonexistent/libnvrtc.so MOEC_CACHE_DIR="$L/empty-cache" "$B/mixtral_tiny_nvrtc" "${common[@]}" --steps 2 --device cuda >"$L/fallback_cuda.log" 2>&1
+crc=$?
+row fallback "$([ $frc -eq 0 ] && grep -q '^device: cpu (the GPU backend could not start: no kernels' "$L/fallback.log" && grep -q '^step      2/2' "$L/fallback.log" && [ $crc -eq 1 ] && grep -q 'NVRTC is not available' "$L/fallback_cuda.log" && echo ok || echo FAIL)" "auto rc=$frc: $(grep -o '^device: cpu (the GPU backend could not start: .\{0,60\}' "$L/fallback.log")...; cuda rc=$crc"
 
 # a plan that does not fit
 "$B/nofit" --data "$DATA" --steps 1 --device cuda >"$L/nofit.log" 2>&1
