@@ -1072,10 +1072,13 @@ static int run_rank(Trainer *t, const char *plan_json)
         o.graphs = !t->f.no_graphs;
         o.ring = (int)(t->f.log_every < 1024 ? t->f.log_every : 1024);
         o.param_wd = t->param_wd;
+        int no_kernels = 0;
+        o.no_kernels = &no_kernels;
         t->gpu = gpu_create(g, t->comm, &o, err, sizeof err);
-        /* --device auto falls back to the CPU when the GPU backend cannot start (no NVRTC and no embedded
-         * kernels, a plan that does not fit...), except under NCCL, whose ranks are GPUs */
-        if (!t->gpu && (strcmp(t->f.device, "auto") != 0 || !strcmp(t->comm->ops->name, "nccl")))
+        /* --device auto falls back to the CPU when the GPU has no kernels (none embedded for it and no NVRTC),
+         * except under NCCL, whose ranks are GPUs; other failures (a plan that does not fit, a driver error)
+         * stop the run: the CPU would not do better */
+        if (!t->gpu && (!no_kernels || strcmp(t->f.device, "auto") != 0 || !strcmp(t->comm->ops->name, "nccl")))
             return rank_error(t, "the GPU backend: %s", err);
         if (!t->gpu && is_rank0(t))
             printf("device: cpu (the GPU backend could not start: %s; --device cuda makes this an error)\n", err);

@@ -238,10 +238,13 @@ static int get_image(Gpu *G, const CudaModule *m, const GpuOptions *o, void **im
                 closedir(d);
         }
     }
-    if (!have_nvrtc)
+    if (!have_nvrtc) {
+        if (o->no_kernels)
+            *o->no_kernels = 1;
         return fail(G, "no kernels for this GPU (%s): %s, none in the cache, and NVRTC is not available (%s); "
                     "compile the binary with `moec compile MODEL -o OUT --arch %s`", arch, why_not_embedded, err,
                     arch);
+    }
     NvrtcOutput out = probe;
     int ok = nvrtc_compile(m->source, "kernels.cu", arch, &out, err, sizeof err);
     if (!ok) {

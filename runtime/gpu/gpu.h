@@ -39,6 +39,8 @@ typedef struct GpuOptions {
     int ring;                 /* steps the loss ring holds (>= the trainer's log interval) */
     int verbose;              /* print where the kernels came from */
     const double *param_wd;   /* [nparams] each param's weight decay (0 = none) */
+    int *no_kernels;          /* if not NULL, set to 1 when gpu_create failed for want of kernels (no image
+                                 for this GPU and no NVRTC): the one failure --device auto falls back from */
 } GpuOptions;
 
 typedef struct GpuInfo {

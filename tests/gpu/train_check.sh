@@ -117,7 +117,9 @@ row fallback "$([ $frc -eq 0 ] && grep -q '^device: cpu (the GPU backend could n
 # a plan that does not fit
 "$B/nofit" --data "$DATA" --steps 1 --device cuda >"$L/nofit.log" 2>&1
 rc=$?
-row nofit "$([ $rc -ne 0 ] && grep -q 'does not fit' "$L/nofit.log" && echo ok || echo FAIL)" "rc=$rc: $(grep -m1 -o 'does not fit.\{0,150\}' "$L/nofit.log")"
+"$B/nofit" --data "$DATA" --steps 1 >"$L/nofit_auto.log" 2>&1   # auto: no CPU fallback for this
+arc=$?
+row nofit "$([ $rc -eq 1 ] && grep -q 'does not fit' "$L/nofit.log" && [ $arc -eq 1 ] && grep -q 'does not fit' "$L/nofit_auto.log" && echo ok || echo FAIL)" "rc=$rc (auto $arc): $(grep -m1 -o 'does not fit.\{0,150\}' "$L/nofit.log")"
 
 # protein_moe_mini, 500 steps
 timeout 300 "$B/protein_moe_mini" --data "$DATA" --device cuda --eval-every 50 --log-every 10 --log "$L/mini500.jsonl" >"$L/mini500.log" 2>&1
