@@ -18,11 +18,9 @@
  * and compares loss and gradients within 1e-3 normwise. Collectives of an EP
  * plan are made up on the host as rank 0 would see them (fake_collective, as
  * the emulator). Also checks moec_adamw against runtime/train.c bit for bit.
- * The CUDA driver API is loaded with dlopen("libcuda.so.1"); cuda.h gives the
- * types only. One line per compared node; the summary last. Exit 0 when all agree. */
-#include <cuda.h>
+ * The CUDA driver API comes through runtime/gpu/cudrv.h (loaded at run time,
+ * as in the training binary). One line per compared node; the summary last. Exit 0 when all agree. */
 #include <cjson/cJSON.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,52 +29,14 @@
 #include "../../compiler/driver.h"
 #include "../../runtime/cpu/cpu.h"
 #include "../../ir/util.h"
+#include "../../runtime/gpu/cudrv.h"
 
-/* ---- the driver API, through dlopen ---- */
-static CUresult (*p_cuInit)(unsigned);
-static CUresult (*p_cuDeviceGet)(CUdevice *, int);
-static CUresult (*p_cuDeviceGetName)(char *, int, CUdevice);
-static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-static CUresult (*p_cuCtxSetCurrent)(CUcontext);
-static CUresult (*p_cuCtxSynchronize)(void);
-static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
-static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
-static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
-static CUresult (*p_cuMemFree)(CUdeviceptr);
-static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
-static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
-static CUresult (*p_cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
-static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                    CUstream, void **, void **);
-static CUresult (*p_cuGetErrorString)(CUresult, const char **);
-
+/* ---- the driver API: the GPU backend's loader (runtime/gpu/cudrv.h) ---- */
 static void cu_load(void)
 {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        die("cannot load libcuda.so.1: %s", dlerror());
-#define SYM(var, name)                                                     \
-    do {                                                                   \
-        *(void **)&var = dlsym(h, name);                                   \
-        if (!var)                                                          \
-            die("libcuda.so.1 has no %s", name);                           \
-    } while (0)
-    SYM(p_cuInit, "cuInit");
-    SYM(p_cuDeviceGet, "cuDeviceGet");
-    SYM(p_cuDeviceGetName, "cuDeviceGetName");
-    SYM(p_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    SYM(p_cuCtxSetCurrent, "cuCtxSetCurrent");
-    SYM(p_cuCtxSynchronize, "cuCtxSynchronize");
-    SYM(p_cuModuleLoadData, "cuModuleLoadData");
-    SYM(p_cuModuleGetFunction, "cuModuleGetFunction");
-    SYM(p_cuMemAlloc, "cuMemAlloc_v2");
-    SYM(p_cuMemFree, "cuMemFree_v2");
-    SYM(p_cuMemcpyHtoD, "cuMemcpyHtoD_v2");
-    SYM(p_cuMemcpyDtoH, "cuMemcpyDtoH_v2");
-    SYM(p_cuMemsetD8, "cuMemsetD8_v2");
-    SYM(p_cuLaunchKernel, "cuLaunchKernel");
-    SYM(p_cuGetErrorString, "cuGetErrorString");
-#undef SYM
+    char err[512];
+    if (!cudrv_load(err, sizeof err))
+        die("%s", err);
 }
 
 static const char *cu_what = "";
@@ -84,11 +44,11 @@ static void cu_check(CUresult r, const char *call)
 {
     if (r != CUDA_SUCCESS) {
         const char *s = "?";
-        p_cuGetErrorString(r, &s);
+        cu.cuGetErrorString(r, &s);
         die("%s failed: %s (%d)%s%s", call, s, (int)r, *cu_what ? " at " : "", cu_what);
     }
 }
-#define CU(call) cu_check(p_##call, #call)
+#define CU(call) cu_check(cu.call, #call)
 
 #include "../codegen/emu/plan_check.h"
 
@@ -162,8 +122,7 @@ int main(int argc, char **argv)
     CUcontext cuctx;
     CUmodule mod;
     char devname[256];
-    CU(cuInit(0));
-    CU(cuDeviceGet(&dev, 0));
+        CU(cuDeviceGet(&dev, 0));
     CU(cuDeviceGetName(devname, sizeof devname, dev));
     CU(cuDevicePrimaryCtxRetain(&cuctx, dev));
     CU(cuCtxSetCurrent(cuctx));
@@ -183,7 +142,7 @@ int main(int argc, char **argv)
         base[r] = aligned_alloc(256, rbytes[r]);
         memset(base[r], 0xFF, rbytes[r]);
         CU(cuMemAlloc(&dbase[r], rbytes[r]));
-        CU(cuMemsetD8(dbase[r], 0xFF, rbytes[r])); /* NaN floats, -1 ints: what no kernel wrote shows */
+        CU(cuMemsetD8Async(dbase[r], 0xFF, rbytes[r], NULL)); /* NaN floats, -1 ints: what no kernel wrote shows */
     }
     char **ptr = calloc((size_t)nbufs, sizeof(char *));
     CUdeviceptr *dptr = calloc((size_t)nbufs, sizeof(CUdeviceptr));
@@ -434,11 +393,11 @@ int main(int argc, char **argv)
         }
         printf("  adamw: %d of %d elements differ from runtime/train.c's formula\n", adam_diff, N);
         bad += adam_diff != 0;
-        p_cuMemFree(dw);
-        p_cuMemFree(dm);
-        p_cuMemFree(dv);
-        p_cuMemFree(dg);
-        p_cuMemFree(ds);
+        cu.cuMemFree(dw);
+        cu.cuMemFree(dm);
+        cu.cuMemFree(dv);
+        cu.cuMemFree(dg);
+        cu.cuMemFree(ds);
         free(w);
     }
     printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d %s\n", ncompared,
@@ -446,7 +405,7 @@ int main(int argc, char **argv)
     cpu_plan_free(&cpu);
     for (int r = 0; r < 3; r++) {
         free(base[r]);
-        p_cuMemFree(dbase[r]);
+        cu.cuMemFree(dbase[r]);
     }
     free(ptr);
     free(dptr);

@@ -35,7 +35,7 @@ if [ "$MODE" != run ]; then
   set -e
   make -j2 >/dev/null
   mkdir -p "$OUT/lib"
-  cc -std=c11 -D_GNU_SOURCE -O1 -ffp-contract=off -Wall -Wextra -I/usr/local/cuda/include -Ibuild/gen -Icompiler \
+  cc -std=c11 -D_GNU_SOURCE -O1 -ffp-contract=off -Wall -Wextra -Ibuild/gen -Icompiler \
      -c tests/gpu/run_plan.c -o "$OUT/run_plan.o"
   g++ -o "$OUT/run_plan" "$OUT/run_plan.o" build/libmoec.a -lcjson -lz -lm -lpthread -ldl
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
