@@ -18,22 +18,27 @@ CPPFLAGS_BASE = -I$(BUILD)/gen -Icompiler -DMOEC_GIT='"$(GIT_REV)"'
 LDLIBS   = -lcjson -lz -lm -lpthread
 
 GEN      = $(BUILD)/gen
-IR_SRC   = ir/arena.c ir/util.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
+UTIL_SRC = util/util.c
+IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
            passes/expert_parallel.c
-FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c compiler/hf.c
+FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
+PLAN_SRC = plan/payload.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
-           runtime/payload.c runtime/train.c runtime/plot.c runtime/safetensors.c runtime/data.c \
-           runtime/comm.c runtime/comm_sim.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/launch.c \
+           runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c
+DATA_SRC = data/data.c
+FMT_SRC  = formats/safetensors.c formats/plot.c formats/hf.c
+TRAIN_SRC = train/train.c train/launch.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
            codegen/cuda_loss.c codegen/cuda_optim.c codegen/nvrtc.c
 CODEGEN_CUH = codegen/mxfp8.cuh codegen/prelude.cuh
-LIB_SRC  = $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(RT_SRC) $(CODEGEN_SRC)
+LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(RT_SRC) $(DATA_SRC) \
+           $(FMT_SRC) $(TRAIN_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
 PLUGINS  = fuse_grouped_gelu_mlp
 PLUGIN_SO = $(PLUGINS:%=$(BUILD)/plugins/%.so)
@@ -82,9 +87,9 @@ $(BUILD)/libmoec.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 # -rdynamic: pass plugins (--load-pass) link against the IR and pass API in moec
-$(BUILD)/moec: $(BUILD)/obj/compiler/main.o $(BUILD)/libmoec.a
+$(BUILD)/moec: $(BUILD)/obj/cli/main.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -rdynamic -o $@ -Wl,--whole-archive $(BUILD)/libmoec.a -Wl,--no-whole-archive \
-	    $(BUILD)/obj/compiler/main.o $(LDLIBS) -ldl
+	    $(BUILD)/obj/cli/main.o $(LDLIBS) -ldl
 
 # ---- pass plugins (docs/adding-a-pass.md): plugins/NAME.c is $(BUILD)/plugins/NAME.so, loaded with
 # --load-pass. It links nothing of libmoec.a: the IR and pass API resolve against the moec loading it.

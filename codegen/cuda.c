@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 /* ------------------------------------------------------------ strings */
 

@@ -4,7 +4,7 @@
  * recompute the probabilities: dq per query, then dk and dv per key. The
  * templates are moec::sdpa_fwd / sdpa_bwd_dq / sdpa_bwd_dkv in prelude.cuh. */
 #include "cuda_internal.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 enum {
     ATTN_ROWS = 64,   /* queries (forward, dq) or keys (dk, dv) per block: one thread each */

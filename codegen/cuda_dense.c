@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

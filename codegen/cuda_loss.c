@@ -4,7 +4,7 @@
  * rows is per-row work (one block per row) then one block that adds the
  * rows in a fixed tree. */
 #include "cuda_internal.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

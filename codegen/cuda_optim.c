@@ -10,7 +10,7 @@
  * (__dmul_rn, __dadd_rn, ...) so that no multiply-add is contracted: it
  * computes the CPU's formula operation by operation, bit for bit. */
 #include "cuda_internal.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 void cg_emit_optimizer(Cg *cg, Sb *src)
 {

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ir/util.h"
+#include "../util/util.h"
 
 /* ---------------------------------------------------------------- values */
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "../util/util.h"
 
 struct ArenaChunk {
     ArenaChunk *next;

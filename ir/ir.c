@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "../util/util.h"
 
 const IrOpInfo ir_op_info[IR_OP_COUNT] = {
 #define OP(e, name, arity, req, opt, flags) [IR_OP_##e] = {name, arity, req, opt, flags},

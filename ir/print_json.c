@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "ir.h"
-#include "util.h"
+#include "../util/util.h"
 
 enum { IR_JSON_VERSION = 1 };
 

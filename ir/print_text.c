@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ir.h"
-#include "util.h"
+#include "../util/util.h"
 
 static void print_attr(const IrNode *n, int k, FILE *out)
 {

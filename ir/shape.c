@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ir.h"
-#include "util.h"
+#include "../util/util.h"
 
 typedef struct Ctx {
     IrNode *n;

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "pass.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 typedef struct AD {
     IrGraph *g;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "pass.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 int pass_dce(IrGraph *g, PassCtx *ctx)
 {

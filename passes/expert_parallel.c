@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "pass.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 static IrNode *add(IrGraph *g, IrOp op, int nsrc, IrNode *a, IrNode *b, IrNode *c, const IrNode *at,
                    const char *label, int64_t ep, int *pos)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "pass.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 static const Pass builtin_pipeline[] = {
     {"infer-shapes", "recompute every node's dtype and shape from its sources and check them",

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "pass.h"
-#include "../ir/util.h"
+#include "../util/util.h"
 
 typedef struct Memo {
     IrNode *src, *q;

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ir/util.h"
+#include "../util/util.h"
 
 int rewrite_decline(RewriteMatch *m, const char *fmt, ...)
 {

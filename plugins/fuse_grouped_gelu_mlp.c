@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/util.h"
+#include "util/util.h"
 #include "passes/pass.h"
 #include "passes/rewrite.h"
 #include "runtime/cpu/mxfp8.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../ir/util.h"
+#include "../../util/util.h"
 
 static int cpu_threads = 1;
 

@@ -3,8 +3,8 @@
 
 #include "cpu.h"
 #include "mxfp8.h"
-#include "../comm.h"
-#include "../../ir/util.h"
+#include "../comm/comm.h"
+#include "../../util/util.h"
 
 typedef float real;
 #define KFN(name) name##_f32

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../../ir/util.h"
+#include "../../util/util.h"
 
 static uint32_t float_bits(float x)
 {

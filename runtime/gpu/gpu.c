@@ -17,9 +17,9 @@
 
 #include "../../codegen/cuda.h"
 #include "../../codegen/nvrtc.h"
-#include "../comm.h"
+#include "../comm/comm.h"
 #include "../cpu/cpu.h"
-#include "../safetensors.h"
+#include "../../formats/safetensors.h"
 #include "cudrv.h"
 
 enum { BLOCK = 256, SUMSQ_MAX_GRID = 1024, ADAMW_MAX_GRID = 4096, NSCALARS = 7 };

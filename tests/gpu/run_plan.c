@@ -28,7 +28,7 @@
 
 #include "../../compiler/driver.h"
 #include "../../runtime/cpu/cpu.h"
-#include "../../ir/util.h"
+#include "../../util/util.h"
 #include "../../runtime/gpu/cudrv.h"
 
 /* ---- the driver API: the GPU backend's loader (runtime/gpu/cudrv.h) ---- */

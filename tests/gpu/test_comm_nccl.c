@@ -1,8 +1,8 @@
-/* test_comm_nccl.c - the NCCL transport (runtime/comm_nccl.c) on real GPUs.
+/* test_comm_nccl.c - the NCCL transport (runtime/comm/comm_nccl.c) on real GPUs.
  * Not part of `make test`: CI has no GPU. On a machine with N GPUs:
  *
  *   cc -std=c11 -D_GNU_SOURCE -O2 -I/usr/local/cuda/include -o test_comm_nccl tests/gpu/test_comm_nccl.c \
- *      runtime/comm.c runtime/comm_sim.c runtime/comm_tcp.c runtime/comm_nccl.c runtime/launch.c \
+ *      runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c train/launch.c \
  *      -L/usr/local/cuda/lib64 -lcudart -lpthread -ldl -lm
  *   ./test_comm_nccl NPROC EP [id]     (NPROC <= N; `id`: pass the NCCL id in MOEC_NCCL_ID, not over TCP)
  *
@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../runtime/comm.h"
-#include "../../runtime/launch.h"
+#include "../../runtime/comm/comm.h"
+#include "../../train/launch.h"
 
 static int nfail, npass;
 #define CHECK(cond, ...)                                                                   \

@@ -23,9 +23,9 @@
 #include "../../codegen/mxfp8.cuh"
 #include "../../codegen/nvrtc.h"
 #include "../../compiler/driver.h"
-#include "../../ir/util.h"
+#include "../../util/util.h"
 #include "../../runtime/cpu/mxfp8.h"
-#include "../../runtime/payload.h"
+#include "../../plan/payload.h"
 
 static int npass, nfail;
 

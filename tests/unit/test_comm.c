@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../runtime/comm.h"
-#include "../../runtime/launch.h"
+#include "../../runtime/comm/comm.h"
+#include "../../train/launch.h"
 
 static int npass, nfail;
 

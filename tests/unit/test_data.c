@@ -10,8 +10,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../../ir/util.h"
-#include "../../runtime/data.h"
+#include "../../util/util.h"
+#include "../../data/data.h"
 
 static int npass, nfail;
 

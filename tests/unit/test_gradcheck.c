@@ -16,7 +16,7 @@
 
 #include "../../compiler/driver.h"
 #include "../../runtime/cpu/cpu.h"
-#include "../../ir/util.h"
+#include "../../util/util.h"
 
 static int npass, nfail;
 static int op_covered[IR_OP_COUNT];  /* differentiable ops some case exercised */

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../../compiler/hf.h"
-#include "../../runtime/safetensors.h"
+#include "../../formats/hf.h"
+#include "../../formats/safetensors.h"
 
 static int failures, checks;
 

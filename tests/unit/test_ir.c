@@ -10,7 +10,7 @@
 
 #include "../../compiler/driver.h"
 #include "../../ir/ir.h"
-#include "../../ir/util.h"
+#include "../../util/util.h"
 
 static int npass, nfail;
 

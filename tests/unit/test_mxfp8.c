@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../ir/util.h"
+#include "../../util/util.h"
 #include "../../runtime/cpu/mxfp8.h"
 
 static int npass, nfail;

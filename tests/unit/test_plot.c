@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../runtime/plot.h"
+#include "../../formats/plot.h"
 
 static int npass, nfail;
 

@@ -35,7 +35,7 @@
 
 #include "../../compiler/driver.h"
 #include "../../runtime/cpu/cpu.h"
-#include "../../ir/util.h"
+#include "../../util/util.h"
 
 #define PASS_NAME "fuse-grouped-gelu-mlp"
 #define GELU_MODEL "models/variants/mixtral_tiny_gelu.moe"

@@ -19,8 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../ir/util.h"
-#include "../../runtime/safetensors.h"
+#include "../../util/util.h"
+#include "../../formats/safetensors.h"
 
 static int npass, nfail;
 

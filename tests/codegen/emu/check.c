@@ -24,7 +24,7 @@
 
 #include "../../../compiler/driver.h"
 #include "../../../runtime/cpu/cpu.h"
-#include "../../../ir/util.h"
+#include "../../../util/util.h"
 
 int emu_launch(const char *name, long long grid, int block, void **args);
 int emu_adamw(float *w, float *m, float *v, const float *g, long long n, double lr, double wd, double clip,

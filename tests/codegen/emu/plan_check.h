@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "../../../ir/ir.h"
-#include "../../../ir/util.h"
+#include "../../../util/util.h"
 
 static uint64_t rng_state = 42;
 static uint64_t rng_next(void)

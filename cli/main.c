@@ -15,16 +15,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "driver.h"
-#include "hf.h"
-#include "lower.h"
+#include "../compiler/driver.h"
+#include "../formats/hf.h"
+#include "../compiler/lower.h"
 #include "../codegen/cuda.h"
 #include "../codegen/nvrtc.h"
-#include "../ir/util.h"
-#include "../runtime/payload.h"
-#include "../runtime/plot.h"
-#include "../runtime/safetensors.h"
-#include "../runtime/train.h"
+#include "../util/util.h"
+#include "../plan/payload.h"
+#include "../formats/plot.h"
+#include "../formats/safetensors.h"
+#include "../train/train.h"
 
 #ifndef MOEC_VERSION
 #define MOEC_VERSION "0.1.0"

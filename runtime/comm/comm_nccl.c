@@ -5,7 +5,7 @@
  * dlopen, so moec links and starts on machines without them; creating the
  * transport there fails with a message instead. The declarations below are
  * our own for the same reason; `cc -fsyntax-only -DMOEC_NCCL_REAL_HEADERS
- * -I/usr/local/cuda/include runtime/comm_nccl.c` checks every one of them
+ * -I/usr/local/cuda/include runtime/comm/comm_nccl.c` checks every one of them
  * against the real nccl.h and cuda_runtime_api.h.
  *
  * Bootstrap: rank 0 makes the NCCL unique id and sends it to the others

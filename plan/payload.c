@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../ir/util.h"
-#include "safetensors.h"
+#include "../util/util.h"
+#include "../formats/safetensors.h"
 
 static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'P', 'L', 'N', '1'};
 

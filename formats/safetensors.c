@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../ir/util.h"
+#include "../util/util.h"
 
 /* ---- dtypes */
 

@@ -28,14 +28,14 @@
 #include <unistd.h>
 
 #include "../compiler/driver.h"
-#include "../ir/util.h"
-#include "comm.h"
+#include "../util/util.h"
+#include "../runtime/comm/comm.h"
 #include "launch.h"
-#include "cpu/cpu.h"
-#include "data.h"
-#include "gpu/gpu.h"
-#include "payload.h"
-#include "safetensors.h"
+#include "../runtime/cpu/cpu.h"
+#include "../data/data.h"
+#include "../runtime/gpu/gpu.h"
+#include "../plan/payload.h"
+#include "../formats/safetensors.h"
 
 #ifndef MOEC_VERSION
 #define MOEC_VERSION "0.1.0"

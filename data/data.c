@@ -17,7 +17,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../ir/util.h"
+#include "../util/util.h"
 
 /* ---- alphabets ---------------------------------------------------------- */
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../ir/util.h"
+#include "../util/util.h"
 
 /* ---- canvas layout (pixels) ---- */
 enum {

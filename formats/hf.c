@@ -32,9 +32,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "driver.h"
-#include "../ir/util.h"
-#include "../runtime/safetensors.h"
+#include "../compiler/driver.h"
+#include "../util/util.h"
+#include "safetensors.h"
 
 #ifndef MOEC_VERSION
 #define MOEC_VERSION "0.1.0"
