@@ -70,14 +70,6 @@ void sb_free(Sb *b)
     memset(b, 0, sizeof *b);
 }
 
-static char *xstrdup(const char *s)
-{
-    char *p = strdup(s ? s : "");
-    if (!p)
-        die("out of memory");
-    return p;
-}
-
 static void *xrealloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);

@@ -965,7 +965,7 @@ static int save_checkpoint(const ParamList *l, const char *model_name, const cha
     char num[32];
     st_writer_set_metadata(&w, "format", "moec-checkpoint-1");
     st_writer_set_metadata(&w, "model", model_name);
-    snprintf(num, sizeof num, "%016llx", (unsigned long long)st_hash64(text, len));
+    snprintf(num, sizeof num, "%016llx", (unsigned long long)hash64(text, len));
     st_writer_set_metadata(&w, "model_hash", num);
     st_writer_set_metadata(&w, "step", "0");
     st_writer_set_metadata(&w, "source", source);
@@ -1388,7 +1388,7 @@ int hf_export_main(int argc, char **argv)
         free(src);
         goto done;
     }
-    uint64_t hash = st_hash64(src, src_len);
+    uint64_t hash = hash64(src, src_len);
     free(src);
 
     char err[1024];

@@ -73,12 +73,6 @@ static void *xrealloc(void *p, size_t n)
     return p;
 }
 
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    return memcpy(xmalloc(n), s, n);
-}
-
 /* Writes "<path>: <message>" into err; returns 0 so callers can
  * `return st_fail(...)`. */
 __attribute__((format(printf, 4, 5)))
@@ -881,19 +875,3 @@ out:
     return ok;
 }
 
-/* ---- hashing */
-
-uint64_t st_hash64_update(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= UINT64_C(0x100000001b3);
-    }
-    return h;
-}
-
-uint64_t st_hash64(const void *data, size_t n)
-{
-    return st_hash64_update(ST_HASH64_INIT, data, n);
-}

@@ -122,13 +122,4 @@ void st_free(SafeTensors *st);
 const SafeTensor *st_find(const SafeTensors *st, const char *name);   /* NULL if absent */
 const char *st_metadata(const SafeTensors *st, const char *key);      /* NULL if absent */
 
-/* ---- hashing */
-
-/* FNV-1a, 64 bits: not cryptographic, meant for noticing that a model file
- * changed. st_hash64_update continues a hash over more bytes, starting from
- * ST_HASH64_INIT: st_hash64(p, n) == st_hash64_update(ST_HASH64_INIT, p, n). */
-#define ST_HASH64_INIT UINT64_C(0xcbf29ce484222325)
-uint64_t st_hash64(const void *data, size_t n);
-uint64_t st_hash64_update(uint64_t h, const void *data, size_t n);
-
 #endif

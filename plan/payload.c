@@ -176,7 +176,7 @@ char *payload_add_image(const char *json, const char *arch, const char *source, 
     cJSON *o = cJSON_Parse(json);
     char *b64 = payload_base64_encode(image, image_size), hash[32], *out = NULL;
     if (o && b64) {
-        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)st_hash64(source, source_len));
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)hash64(source, source_len));
         cJSON *img = cJSON_AddObjectToObject(o, "image");
         cJSON_AddStringToObject(img, "arch", arch);
         cJSON_AddStringToObject(img, "source_hash", hash);

@@ -34,7 +34,7 @@ char *payload_base64_encode(const void *data, size_t n);
 void *payload_base64_decode(const char *s, size_t *n);
 
 /* The payload JSON plus the kernels' image compiled ahead of time for
- * `arch` from `source` (st_hash64 of it identifies the kernels it fits):
+ * `arch` from `source` (hash64 of it identifies the kernels it fits):
  * {"image": {"arch", "source_hash", "bytes", "base64"}}. Caller frees. */
 char *payload_add_image(const char *json, const char *arch, const char *source, size_t source_len, const void *image,
                         size_t image_size);

@@ -380,7 +380,7 @@ static void init_params(Trainer *t)
          * every ep gives the same initial model */
         int64_t shard = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
         int64_t numel = ir_numel(n), skip = shard > 1 ? numel * comm_ep_rank(t->comm) : 0;
-        Rng r = {st_hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull};
+        Rng r = {hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull};
         const char *init = ir_attr_s(n, IR_ATTR_INIT);
         for (int64_t e = -skip; e < numel; e++) {
             double v = 0;
@@ -919,7 +919,7 @@ static int load_plan(Trainer *t, const char *plan_json, int64_t batch)
                 t->comp.opts.precision = (IrPrecision)i;
             }
     }
-    t->model_hash = st_hash64(t->comp.text, len);
+    t->model_hash = hash64(t->comp.text, len);
     /* kernels compiled ahead of time (moec compile --arch) */
     cJSON *img = cJSON_GetObjectItem(o, "image");
     if (cJSON_IsObject(img)) {

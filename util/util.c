@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void die_at(const char *file, int line, const char *fmt, ...)
 {
@@ -54,4 +55,25 @@ int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out)
         return 0;
     *out = v;
     return 1;
+}
+
+uint64_t hash64_update(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+uint64_t hash64(const void *data, size_t n) { return hash64_update(HASH64_INIT, data, n); }
+
+char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (!d)
+        die("out of memory copying a string of %zu bytes", n);
+    return memcpy(d, s, n);
 }

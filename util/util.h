@@ -6,6 +6,7 @@
 #ifndef MOEC_UTIL_H
 #define MOEC_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
@@ -26,5 +27,16 @@ int checked_add_i64(int64_t a, int64_t b, int64_t *out);
 /* A whole decimal integer in [lo, hi] (command-line values, metadata):
  * 1 and *out, or 0 for anything else (empty, trailing text, overflow). */
 int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/* FNV-1a, 64 bits: identifies a checkpoint's tensors, a kernel source, a
+ * plan document (not cryptographic). hash64_update continues a hash over
+ * more bytes, starting from HASH64_INIT:
+ * hash64(p, n) == hash64_update(HASH64_INIT, p, n). */
+#define HASH64_INIT UINT64_C(0xcbf29ce484222325)
+uint64_t hash64(const void *data, size_t n);
+uint64_t hash64_update(uint64_t h, const void *data, size_t n);
+
+/* strdup that die()s when out of memory. */
+char *xstrdup(const char *s);
 
 #endif

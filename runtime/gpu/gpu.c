@@ -20,6 +20,7 @@
 #include "../comm/comm.h"
 #include "../cpu/cpu.h"
 #include "../../formats/safetensors.h"
+#include "../../util/util.h"
 #include "cudrv.h"
 
 enum { BLOCK = 256, SUMSQ_MAX_GRID = 1024, ADAMW_MAX_GRID = 4096, NSCALARS = 7 };
@@ -192,7 +193,7 @@ static int arch_runs_here(const char *arch, int major, int minor)
 /* The image: embedded, cached, or compiled now (and cached). */
 static int get_image(Gpu *G, const CudaModule *m, const GpuOptions *o, void **image, size_t *size)
 {
-    uint64_t h = st_hash64(m->source, m->source_len);
+    uint64_t h = hash64(m->source, m->source_len);
     const char *arch = G->info.arch;
     if (o->image && o->image_size && arch_runs_here(o->image_arch, G->info.cc_major, G->info.cc_minor) &&
         o->image_hash == h) {

@@ -34,7 +34,7 @@ typedef struct GpuOptions {
     const void *image;
     size_t image_size;
     const char *image_arch;   /* "sm_90a" */
-    uint64_t image_hash;      /* st_hash64 of the source it was compiled from */
+    uint64_t image_hash;      /* hash64 of the source it was compiled from */
     int graphs;               /* 1: capture the step in a CUDA graph when it has no collectives */
     int ring;                 /* steps the loss ring holds (>= the trainer's log interval) */
     int verbose;              /* print where the kernels came from */
