@@ -23,7 +23,7 @@ IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
-           passes/expert_parallel.c
+           passes/expert_parallel.c passes/grad_allreduce.c
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
 PLAN_SRC = plan/payload.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \

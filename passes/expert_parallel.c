@@ -1,5 +1,5 @@
-/* expert_parallel.c - partitions the experts over ranks and inserts the
- * token traffic, then (after autodiff) the gradient all-reduces.
+/* expert_parallel.c - the expert-parallel pass: partitions the experts over
+ * ranks and inserts the token traffic.
  *
  * With `parallel ep = N` (or --ep N) the graph becomes one rank's program:
  * each rank holds E/N experts (the expert weights' first dimension shrinks
@@ -20,10 +20,8 @@
  * a rank or an expert with zero rows is ordinary. Unfused expert chains are
  * not partitioned: that is declined with the reason.
  *
- * grad-allreduce then sums gradients over ranks and divides by the world
- * size (each rank's loss is the mean over its tokens, the global loss the
- * mean of those): dense parameters over all ranks, expert shards over the
- * ranks holding the same experts (the DP group). */
+ * The gradients' sums over ranks are the next pass's job, after autodiff
+ * (passes/grad_allreduce.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -126,32 +124,6 @@ int pass_expert_parallel(IrGraph *g, PassCtx *ctx)
         ir_add_decision_as(g, "expert-parallel", n, 1, "PARTITIONED", NULL, why);
         ctx->counters[0]++;
         i = y->id;
-    }
-    return 0;
-}
-
-int pass_grad_allreduce(IrGraph *g, PassCtx *ctx)
-{
-    int64_t world = g->train.ep * g->train.dp;
-    if (world <= 1 || !g->nparams)
-        return 0;
-    for (int p = 0; p < g->nparams; p++) {
-        IrNode *param = g->params[p], *gr = g->grads[p];
-        int sharded = ir_has_attr(param, IR_ATTR_SHARD);
-        if (sharded && g->train.dp == 1) {
-            /* one replica of each expert: nothing to sum, but still the mean */
-        }
-        IrNode *src[1] = {gr};
-        IrNode *r = ir_node_new(g, IR_OP_ALL_REDUCE, 1, src, param->name, "grad", gr->loc);
-        r->layer = gr->layer;
-        ir_set_attr_s(r, IR_ATTR_GROUP, sharded ? "dp" : "world");
-        ir_set_attr_f(r, IR_ATTR_FACTOR, 1.0 / (double)world);
-        if (!ir_infer_node(r, NULL))
-            die("grad-allreduce: %s", r->name);
-        gr->is_output = 0;
-        r->is_output = 1;
-        g->grads[p] = r;
-        ctx->counters[sharded ? 1 : 0]++;
     }
     return 0;
 }
