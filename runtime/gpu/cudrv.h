@@ -32,7 +32,27 @@ enum {
     CU_STREAM_NON_BLOCKING = 1,
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
     CU_EVENT_DEFAULT = 0,
+    /* for the sm_90 GEMM (codegen/gemm_sm90.cuh): large dynamic shared memory, kernel facts, tensor maps */
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+    CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
+    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
+    CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
+    CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+    CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+    CU_TENSOR_MAP_SWIZZLE_NONE = 0,
+    CU_TENSOR_MAP_SWIZZLE_128B = 3,
+    CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
+    CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
 };
+
+/* CUtensorMap: 128 opaque bytes, 64-byte aligned (cuda.h's layout); a kernel takes it by value as a
+ * `const __grid_constant__` parameter (codegen/sm90.cuh's moec::sm90::TmaDesc). */
+typedef struct CUtensorMap {
+    _Alignas(64) unsigned long long opaque[16];
+} CUtensorMap;
 
 /* X(name, symbol, arguments) */
 #define CUDRV_FUNCS(X)                                                                                          \
@@ -79,7 +99,13 @@ enum {
     X(cuEventElapsedTime, "cuEventElapsedTime_v2", (float *, CUevent, CUevent))                                 \
     X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                                            \
     X(cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                               \
-    X(cuGetErrorString, "cuGetErrorString", (CUresult, const char **))
+    X(cuGetErrorString, "cuGetErrorString", (CUresult, const char **))                                           \
+    X(cuFuncGetAttribute, "cuFuncGetAttribute", (int *, int, CUfunction))                                        \
+    X(cuFuncSetAttribute, "cuFuncSetAttribute", (CUfunction, int, int))                                          \
+    X(cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr, unsigned, size_t, CUstream))                          \
+    X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled",                                                         \
+      (CUtensorMap *, int, unsigned, void *, const unsigned long long *, const unsigned long long *,              \
+       const unsigned *, const unsigned *, int, int, int, int))
 
 typedef struct CuDriver {
 #define CUDRV_FIELD(name, sym, args) CUresult(*name) args;
