@@ -1,0 +1,187 @@
+/* gemm_sm90.cuh - a persistent, warp-specialised bf16 grouped GEMM for Hopper (sm_90a), built on
+ * codegen/sm90.cuh and the tile scheduler of codegen/gemm_sm90_sched.h (paste both first). The
+ * Makefile turns this file into the C string cuda_prelude_gemm_sm90. docs/kernels-sm90.md
+ * describes the design; tests/gpu/gemm_sm90.c checks and times it.
+ *
+ * M-grouped: D[rows of g, N] = A[rows of g, K] . W[g]^T for each group g < E, with
+ *   A  [rows_cap, K]  bf16 row-major (K contiguous)       - through tensor map tma_a
+ *   W  [E, N, K]      bf16, K contiguous (viewed [E*N, K]) - through tensor map tma_b
+ *   D  [rows_cap, N]  bf16 row-major, fp32 accumulation, stored from registers
+ *   offsets [E + 1]   int32 in device memory, offsets[0] = 0, non-decreasing, each a multiple of
+ *                     BLOCK_M (128); group g owns rows [offsets[g], offsets[g+1]).
+ * Rows past a group's real count (padding) are computed like any other row: D there is don't-care
+ * and A there may hold anything (rows are independent). Rows >= offsets[E] are neither read nor
+ * written.
+ *
+ * Block: 384 threads = 3 warpgroups. Warpgroup 0 is the producer: one elected thread issues the TMA
+ * loads of A (BLOCK_M x 64) and B (BLOCK_N x 64) tiles into a STAGES-deep ring of shared-memory
+ * slots, each slot guarded by a `full` mbarrier (TMA transaction bytes) and an `empty` mbarrier
+ * (one arrival per consumer warp). Warpgroups 1 and 2 are the consumers: each owns 64 rows of the
+ * 128-row tile and issues m64nBLOCK_Nk16 wgmma from the slots, keeping one k-block of wgmma in
+ * flight, freeing a slot once the wgmma reading it has completed. The producer gives registers
+ * away (setmaxnreg 40) to the consumers (232). Grid: one block per SM (persistent); tiles are
+ * handed out round-robin in the banded order of moec_sched_tile.
+ *
+ * Accumulator fragment of m64nNk16 (per warpgroup, fp32): thread (warp w of the warpgroup, lane l)
+ * holds d[4j + 2i + c] = D[16 w + l/4 + 8 i][8 j + 2 (l%4) + c] for j < N/8, i, c in {0, 1}. */
+
+namespace moec {
+namespace sm90 {
+
+template <int E, int N, int K, int BLOCK_N, int STAGES, int NARROW_STORE = 0, int BAND = 16> struct GemmMGrouped {
+    static constexpr int BLOCK_M = 128, BLOCK_K = 64, THREADS = 384;
+    static constexpr int A_BYTES = BLOCK_M * BLOCK_K * 2;
+    static constexpr int B_BYTES = BLOCK_N * BLOCK_K * 2;
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    /* 1024 bytes of slack to align the ring to 1024 (128-byte swizzle atoms), the ring, the barriers */
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+    static constexpr int KBLOCKS = K / BLOCK_K;
+    static constexpr int NUM_N = N / BLOCK_N;
+    static constexpr int ACC = BLOCK_N / 2; /* fp32 accumulators per consumer thread */
+    static constexpr int CONSUMER_WARPS = 8;
+    static_assert(K % BLOCK_K == 0, "K must be a multiple of 64");
+    static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
+    static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
+    static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
+    static_assert((long long)E * N < 2147483647ll, "E * N rows of W must fit an int coordinate");
+
+    __device__ static __forceinline__ void mma(float (&acc)[ACC], unsigned long long da, unsigned long long db,
+                                               int accumulate)
+    {
+        if constexpr (BLOCK_N == 256)
+            wgmma_m64n256k16(acc, da, db, accumulate);
+        else
+            wgmma_m64n128k16(acc, da, db, accumulate);
+    }
+
+    __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, unsigned short *d,
+                                               const int *offsets, int rows_cap)
+    {
+        extern __shared__ unsigned char smem_raw[];
+        const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+        const unsigned a_ring = base, b_ring = base + STAGES * A_BYTES;
+        const unsigned full_bar = base + STAGES * STAGE_BYTES, empty_bar = full_bar + STAGES * 8;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < STAGES; s++) {
+                mbar_init(full_bar + 8 * s, 1);
+                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+            }
+            mbar_init_fence();
+        }
+        __syncthreads();
+
+        const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
+        const int tiles = num_m * NUM_N;
+
+        if (wg == 0) {
+            /* producer */
+            setmaxnreg_dec<40>();
+            if (warp == 0 && elect_one()) {
+                tma_prefetch_desc(&tma_a);
+                tma_prefetch_desc(&tma_b);
+                int stage = 0;
+                unsigned phase = 0;
+                for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                    int mb, nb;
+                    moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                    const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
+                    const int brow = g * N + nb * BLOCK_N;
+                    for (int kb = 0; kb < KBLOCKS; kb++) {
+                        mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+                        mbar_arrive_expect_tx(full_bar + 8 * stage, STAGE_BYTES);
+                        tma_load_2d(a_ring + stage * A_BYTES, &tma_a, full_bar + 8 * stage, kb * BLOCK_K, mb * BLOCK_M);
+                        tma_load_2d(b_ring + stage * B_BYTES, &tma_b, full_bar + 8 * stage, kb * BLOCK_K, brow);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+            }
+        } else {
+            /* consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127 */
+            setmaxnreg_inc<232>();
+            const int half = wg - 1, wq = warp % 4;
+            float acc[ACC];
+            int stage = 0;
+            unsigned phase = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                int mb, nb;
+                moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                int prev = 0;
+                for (int kb = 0; kb < KBLOCKS; kb++) {
+                    mbar_wait(full_bar + 8 * stage, phase);
+                    const unsigned a = a_ring + stage * A_BYTES + half * (64 * 128);
+                    const unsigned b = b_ring + stage * B_BYTES;
+                    const unsigned long long da = desc_sw128(a), db = desc_sw128(b);
+                    wgmma_fence();
+#pragma unroll
+                    for (int k = 0; k < BLOCK_K / 16; k++)
+                        mma(acc, da + 2 * k, db + 2 * k, (kb | k) != 0);
+                    wgmma_commit();
+                    /* the previous k-block's wgmma are done: free its slot */
+                    wgmma_wait<1>();
+                    reg_fence(acc);
+                    if (kb > 0 && lane == 0)
+                        mbar_arrive(empty_bar + 8 * prev);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                wgmma_wait<0>();
+                reg_fence(acc);
+                if (lane == 0)
+                    mbar_arrive(empty_bar + 8 * prev);
+
+                /* epilogue: fp32 -> bf16, from the fragment to D in 16-byte stores. For each half
+                 * row (i) and each 4 consecutive 8-column chunks (4c .. 4c+3), the 4 threads of a
+                 * quad hold 2 columns of each chunk; a 4 x 4 transpose across the quad (store_quad)
+                 * gives thread q all 8 columns of chunk 4c+q: one warp store then covers 8 rows x
+                 * 64 contiguous bytes instead of 8 rows x 16. */
+                const long long row0 = (long long)mb * BLOCK_M + half * 64 + wq * 16 + lane / 4;
+                if constexpr (NARROW_STORE) {
+                    /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */
+                    unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; j++) {
+                        st_global_u32(p0 + 8 * j, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
+                        st_global_u32(p0 + 8ll * N + 8 * j, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+                    }
+                } else {
+                    unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 8 * (lane % 4);
+#pragma unroll
+                    for (int i = 0; i < 2; i++)
+#pragma unroll
+                        for (int c = 0; c < BLOCK_N / 32; c++) {
+                            unsigned v[4];
+#pragma unroll
+                            for (int t = 0; t < 4; t++)
+                                v[t] = pack_bf16x2(acc[4 * (4 * c + t) + 2 * i], acc[4 * (4 * c + t) + 2 * i + 1]);
+                            store_quad(p0 + 8ll * i * N + 32 * c, v, lane);
+                        }
+                }
+            }
+        }
+    }
+};
+
+} /* namespace sm90 */
+} /* namespace moec */
+
+/* Instantiates the kernel NAME for one shape. Launch contract: grid (#SMs, 1, 1) (any count works:
+ * blocks loop over the tiles), block (384, 1, 1), dynamic shared memory GemmMGrouped<...>::SMEM_BYTES
+ * (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first); tensor maps: tma_a over A [rows_cap, K]
+ * bf16, box {64, 128}; tma_b over W viewed [E*N, K] bf16, box {64, BLOCK_N}; both 128-byte swizzled.
+ * NARROW_STORE 1 selects the plain 4-byte-store epilogue (for timing comparisons only). */
+#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, NARROW_STORE)                            \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             unsigned short *d, const int *offsets, int rows_cap)                                            \
+    {                                                                                                         \
+        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, NARROW_STORE>::run(tma_a, tma_b, d, offsets, rows_cap); \
+    }
+#define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0)

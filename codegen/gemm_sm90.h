@@ -1,0 +1,38 @@
+/* gemm_sm90.h - host side of the sm_90a bf16 grouped GEMM (codegen/gemm_sm90.cuh,
+ * docs/kernels-sm90.md): the kernel's source for one shape, its launch numbers, its tensor maps.
+ * Standalone for now (tests/gpu/gemm_sm90.c, tests/unit/test_gemm_sm90.c); codegen will call it. */
+#ifndef MOEC_CODEGEN_GEMM_SM90_H
+#define MOEC_CODEGEN_GEMM_SM90_H
+
+#include <stddef.h>
+
+#include "../runtime/gpu/cudrv.h"
+
+/* One instantiation: E groups (experts), D[., N] = A[., K] . W[g]^T; BLOCK_N 128 or 256; STAGES
+ * shared-memory slots (at most 4 for BLOCK_N 256, 6 for 128). BLOCK_M is 128, BLOCK_K 64. */
+typedef struct GemmSm90Shape {
+    int E, N, K;
+    int block_n, stages;
+    int narrow_store; /* 1: the plain 4-byte-store epilogue, for timing comparisons; 0 (default): 16-byte */
+} GemmSm90Shape;
+
+enum { GEMM_SM90_BLOCK_M = 128, GEMM_SM90_BLOCK_K = 64, GEMM_SM90_THREADS = 384 };
+
+/* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N < 2^31, the ring fits in 227 KB. */
+int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
+
+/* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (128 + block_n) * 128 + 16 * stages. */
+int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
+
+/* The CUDA source of kernel `name` for shape s: the scheduler, sm90.cuh, gemm_sm90.cuh and one
+ * MOEC_SM90_GEMM_MGROUPED line (malloc'd; NULL when out of memory). `extra` (may be NULL) is
+ * appended (other kernels of the same module). */
+char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *extra);
+
+/* The two tensor maps of the M-grouped kernel (needs the driver loaded, cudrv_load):
+ * ta over A [rows_cap, K] bf16 at a (16-byte aligned), box {64, 128}; tb over W [E * N, K] bf16
+ * at w, box {64, block_n}; both 128-byte swizzled, 256-byte L2 promotion. 1, or 0 + err. */
+int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w,
+                          CUtensorMap *ta, CUtensorMap *tb, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,64 @@
+/* gemm_sm90_sched.h - the tile scheduler of the sm_90 grouped GEMM (codegen/gemm_sm90.cuh), written
+ * once for both sides: NVRTC pastes it in front of the kernel (it is one of the strings of
+ * $(GEN)/cuda_prelude.c), and C code includes it (tests/unit/test_gemm_sm90.c checks the schedule
+ * with it on the CPU). Plain integer code, no headers, no state.
+ *
+ * M-grouped schedule. Group g (an expert) owns rows [offsets[g], offsets[g+1]) of A and D, with
+ * every offsets[g] a multiple of BLOCK_M (the dispatch pads each group to a multiple of BLOCK_M).
+ * So the M blocks of all groups are simply the blocks 0 .. offsets[E]/BLOCK_M - 1 of the row space,
+ * and no block straddles two groups; an empty group owns none. The output tiles are
+ * num_m x num_n; a persistent block takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... until
+ * they run out, so the tile count is derived on the device from offsets[E] and the host never
+ * reads the offsets.
+ *
+ * Tile order (L2): tiles are numbered in bands of `band` M blocks; inside a band the M index runs
+ * fastest. The ~132 tiles in flight at once then touch `band` M blocks of A and about 132/band
+ * N blocks of B (which are in one or two groups' weights), instead of one row of A against all of
+ * B, so both operands of a wave stay in L2. */
+#ifndef MOEC_GEMM_SM90_SCHED_H
+#define MOEC_GEMM_SM90_SCHED_H
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define MOEC_SCHED_FN static __host__ __device__ __forceinline__
+#else
+#define MOEC_SCHED_FN static inline
+#endif
+
+/* The group owning row `row` (0 <= row < offsets[E]): the largest g with offsets[g] <= row.
+ * Empty groups (offsets[g] == offsets[g+1]) are never returned. Binary search, E + 1 offsets. */
+MOEC_SCHED_FN int moec_sched_group_of(const int *offsets, int E, int row)
+{
+    int lo = 0, hi = E; /* offsets[lo] <= row < offsets[hi] */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) >> 1;
+        if (offsets[mid] <= row)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The M blocks to schedule: offsets[E] / block_m, clamped to the row capacity of A and D (a
+ * corrupt offsets array can then not make the kernel read or write past the buffers). */
+MOEC_SCHED_FN int moec_sched_num_m(const int *offsets, int E, int rows_cap, int block_m)
+{
+    int rows = offsets[E];
+    if (rows > rows_cap)
+        rows = rows_cap;
+    return rows > 0 ? rows / block_m : 0;
+}
+
+/* Tile t (0 <= t < num_m * num_n) of the banded raster: its M block and N block. */
+MOEC_SCHED_FN void moec_sched_tile(int t, int num_m, int num_n, int band, int *m_block, int *n_block)
+{
+    int per_band = band * num_n;
+    int b = t / per_band;
+    int m0 = b * band;
+    int bm = num_m - m0 < band ? num_m - m0 : band;
+    int r = t - b * per_band;
+    *m_block = m0 + r % bm;
+    *n_block = r / bm;
+}
+
+#endif
