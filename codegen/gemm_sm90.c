@@ -10,13 +10,16 @@ extern const char cuda_prelude_sm90_sched[], cuda_prelude_sm90[], cuda_prelude_g
 
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s)
 {
-    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * GEMM_SM90_BLOCK_K * 2 + 16 * s->stages;
+    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * GEMM_SM90_BLOCK_K * 2 +
+           (s->epilogue == GEMM_SM90_EPI_TMA ? 4 * 64 * 64 * 2 : 0) + 16 * s->stages;
 }
 
 int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
 {
     if (s->E < 1 || s->N < 1 || s->K < 1)
         snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
+    else if (s->epilogue < 0 || s->epilogue > 2)
+        snprintf(err, errlen, "epilogue is 0, 1 or 2, not %d", s->epilogue);
     else if (s->block_n != 128 && s->block_n != 256)
         snprintf(err, errlen, "BLOCK_N is 128 or 256, not %d", s->block_n);
     else if (s->K % GEMM_SM90_BLOCK_K)
@@ -37,7 +40,7 @@ char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *ext
 {
     char inst[256];
     snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_MGROUPED_EX(%s, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
-             s->K, s->block_n, s->stages, s->narrow_store ? 1 : 0);
+             s->K, s->block_n, s->stages, s->epilogue);
     const char *parts[] = {cuda_prelude_sm90_sched, cuda_prelude_sm90, cuda_prelude_gemm_sm90, inst,
                            extra ? extra : ""};
     size_t len = 1;
@@ -57,7 +60,7 @@ static int encode(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsign
 {
     unsigned long long dims[2] = {cols, rows};
     unsigned long long strides[1] = {cols * 2}; /* bytes, of dimension 1 */
-    unsigned box[2] = {GEMM_SM90_BLOCK_K, box_rows};
+    unsigned box[2] = {64, box_rows};           /* 64 bf16: one 128-byte swizzle row */
     unsigned estr[2] = {1, 1};
     CUresult r = cu.cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(size_t)p, dims, strides,
                                            box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -71,14 +74,15 @@ static int encode(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsign
     return 1;
 }
 
-int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w,
-                          CUtensorMap *ta, CUtensorMap *tb, char *err, size_t errlen)
+int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
+                          CUtensorMap *ta, CUtensorMap *tb, CUtensorMap *td, char *err, size_t errlen)
 {
-    if ((a | w) & 15) {
-        snprintf(err, errlen, "A and W must be 16-byte aligned");
+    if ((a | w | d) & 15) {
+        snprintf(err, errlen, "A, W and D must be 16-byte aligned");
         return 0;
     }
     return encode(ta, a, (unsigned long long)rows_cap, (unsigned long long)s->K, GEMM_SM90_BLOCK_M, err, errlen) &&
            encode(tb, w, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K,
-                  (unsigned)s->block_n, err, errlen);
+                  (unsigned)s->block_n, err, errlen) &&
+           encode(td, d, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen);
 }

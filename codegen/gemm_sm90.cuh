@@ -28,13 +28,21 @@
 namespace moec {
 namespace sm90 {
 
-template <int E, int N, int K, int BLOCK_N, int STAGES, int NARROW_STORE = 0, int BAND = 16> struct GemmMGrouped {
+/* EPILOGUE: 0 (default) = through shared memory and TMA stores (64 x 64 chunks, two buffers per
+ * consumer warpgroup, asynchronous: the next tile's main loop starts while the last chunks are
+ * written); 1 = 16-byte stores from registers (quad transpose; 32 KB less shared memory);
+ * 2 = plain 4-byte stores from registers (kept for timing comparisons). */
+template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int BAND = 16> struct GemmMGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_K = 64, THREADS = 384;
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K * 2;
     static constexpr int B_BYTES = BLOCK_N * BLOCK_K * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    /* 1024 bytes of slack to align the ring to 1024 (128-byte swizzle atoms), the ring, the barriers */
-    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+    /* TMA-store epilogue: 2 consumer warpgroups x 2 buffers of 64 x 64 bf16 */
+    static constexpr int OUT_CHUNK_BYTES = 64 * 64 * 2;
+    static constexpr int OUT_BYTES = EPILOGUE == 0 ? 4 * OUT_CHUNK_BYTES : 0;
+    /* 1024 bytes of slack to align the ring to 1024 (128-byte swizzle atoms), the ring, the output
+     * buffers, the barriers */
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8;
     static constexpr int KBLOCKS = K / BLOCK_K;
     static constexpr int NUM_N = N / BLOCK_N;
     static constexpr int ACC = BLOCK_N / 2; /* fp32 accumulators per consumer thread */
@@ -54,13 +62,14 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int NARROW_STORE = 0, in
             wgmma_m64n128k16(acc, da, db, accumulate);
     }
 
-    __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, unsigned short *d,
-                                               const int *offsets, int rows_cap)
+    __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
+                                               unsigned short *d, const int *offsets, int rows_cap)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
         const unsigned a_ring = base, b_ring = base + STAGES * A_BYTES;
-        const unsigned full_bar = base + STAGES * STAGE_BYTES, empty_bar = full_bar + STAGES * 8;
+        const unsigned out_buf = base + STAGES * STAGE_BYTES;
+        const unsigned full_bar = out_buf + OUT_BYTES, empty_bar = full_bar + STAGES * 8;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
 
         if (threadIdx.x == 0) {
@@ -143,7 +152,33 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int NARROW_STORE = 0, in
                  * gives thread q all 8 columns of chunk 4c+q: one warp store then covers 8 rows x
                  * 64 contiguous bytes instead of 8 rows x 16. */
                 const long long row0 = (long long)mb * BLOCK_M + half * 64 + wq * 16 + lane / 4;
-                if constexpr (NARROW_STORE) {
+                if constexpr (EPILOGUE == 0) {
+                    /* chunk cc: columns 64 cc .. 64 cc + 63 of this warpgroup's 64 rows, written into
+                     * buffer cc % 2 in the TMA's 128-byte swizzled layout (row r at 128 r, its 16-byte
+                     * unit u at (u ^ r % 8) * 16: conflict-free for the fragment's 8 rows x 4 lanes) */
+                    const int tid = threadIdx.x % 128;
+                    const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
+#pragma unroll
+                    for (int cc = 0; cc < BLOCK_N / 64; cc++) {
+                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                        if (tid == 0)
+                            bulk_wait_read<1>(); /* the store that last read this buffer is done */
+                        named_barrier(1 + half, 128);
+#pragma unroll
+                        for (int jj = 0; jj < 8; jj++) {
+                            const int j = cc * 8 + jj;
+                            const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+                            st_shared_u32(buf + r * 128 + off, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
+                            st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+                        }
+                        fence_proxy_async();
+                        named_barrier(1 + half, 128);
+                        if (tid == 0) {
+                            tma_store_2d(&tma_d, buf, nb * BLOCK_N + cc * 64, mb * BLOCK_M + half * 64);
+                            bulk_commit();
+                        }
+                    }
+                } else if constexpr (EPILOGUE == 2) {
                     /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */
                     unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
 #pragma unroll
@@ -165,6 +200,10 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int NARROW_STORE = 0, in
                         }
                 }
             }
+            if constexpr (EPILOGUE == 0) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
+            }
         }
     }
 };
@@ -174,14 +213,15 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int NARROW_STORE = 0, in
 
 /* Instantiates the kernel NAME for one shape. Launch contract: grid (#SMs, 1, 1) (any count works:
  * blocks loop over the tiles), block (384, 1, 1), dynamic shared memory GemmMGrouped<...>::SMEM_BYTES
- * (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first); tensor maps: tma_a over A [rows_cap, K]
- * bf16, box {64, 128}; tma_b over W viewed [E*N, K] bf16, box {64, BLOCK_N}; both 128-byte swizzled.
- * NARROW_STORE 1 selects the plain 4-byte-store epilogue (for timing comparisons only). */
-#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, NARROW_STORE)                            \
+ * (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first); tensor maps, all bf16 and 128-byte
+ * swizzled: tma_a over A [rows_cap, K] with box {64, 128}; tma_b over W viewed [E*N, K] with box
+ * {64, BLOCK_N}; tma_d over D [rows_cap, N] with box {64, 64} (read only by EPILOGUE 0); d = D's
+ * address (EPILOGUE 1 and 2). MOEC_SM90_GEMM_MGROUPED is the default epilogue (0). */
+#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE)                                \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
-             unsigned short *d, const int *offsets, int rows_cap)                                            \
+             const __grid_constant__ moec::sm90::TmaDesc tma_d, unsigned short *d, const int *offsets, int rows_cap) \
     {                                                                                                         \
-        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, NARROW_STORE>::run(tma_a, tma_b, d, offsets, rows_cap); \
+        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap); \
     }
 #define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0)

@@ -13,15 +13,18 @@
 typedef struct GemmSm90Shape {
     int E, N, K;
     int block_n, stages;
-    int narrow_store; /* 1: the plain 4-byte-store epilogue, for timing comparisons; 0 (default): 16-byte */
+    int epilogue; /* GEMM_SM90_EPI_*: 0 (default) TMA stores through shared memory; 1 16-byte stores
+                     from registers; 2 4-byte stores from registers (for timing comparisons) */
 } GemmSm90Shape;
 
 enum { GEMM_SM90_BLOCK_M = 128, GEMM_SM90_BLOCK_K = 64, GEMM_SM90_THREADS = 384 };
+enum { GEMM_SM90_EPI_TMA = 0, GEMM_SM90_EPI_STORE16 = 1, GEMM_SM90_EPI_STORE4 = 2 };
 
 /* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N < 2^31, the ring fits in 227 KB. */
 int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
 
-/* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (128 + block_n) * 128 + 16 * stages. */
+/* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (128 + block_n) * 128
+ * (+ 32768 for the TMA-store epilogue) + 16 * stages. */
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
 
 /* The CUDA source of kernel `name` for shape s: the scheduler, sm90.cuh, gemm_sm90.cuh and one
@@ -29,10 +32,11 @@ int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
  * appended (other kernels of the same module). */
 char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *extra);
 
-/* The two tensor maps of the M-grouped kernel (needs the driver loaded, cudrv_load):
- * ta over A [rows_cap, K] bf16 at a (16-byte aligned), box {64, 128}; tb over W [E * N, K] bf16
- * at w, box {64, block_n}; both 128-byte swizzled, 256-byte L2 promotion. 1, or 0 + err. */
-int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w,
-                          CUtensorMap *ta, CUtensorMap *tb, char *err, size_t errlen);
+/* The three tensor maps of the M-grouped kernel (needs the driver loaded, cudrv_load), all bf16,
+ * 128-byte swizzled, 256-byte L2 promotion: ta over A [rows_cap, K] at a, box {64, 128}; tb over
+ * W [E * N, K] at w, box {64, block_n}; td over D [rows_cap, N] at d, box {64, 64}. a, w, d 16-byte
+ * aligned. 1, or 0 + err. */
+int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
+                          CUtensorMap *ta, CUtensorMap *tb, CUtensorMap *td, char *err, size_t errlen);
 
 #endif

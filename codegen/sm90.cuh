@@ -100,6 +100,38 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc *map, un
                  "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* Copies shared memory at src (the box layout of the tensor map, 1024-byte aligned for 128-byte
+ * swizzle) to the box at (c0, c1) of the tensor map in global memory; one thread issues it, then
+ * bulk_commit closes the stores issued so far into a bulk group. Before src is written again,
+ * bulk_wait_read<N> (at most N groups still reading shared memory); before the kernel ends,
+ * bulk_wait<0> (all writes done). The writers of src need fence_proxy_async and a barrier first. */
+__device__ __forceinline__ void tma_store_2d(const TmaDesc *map, unsigned src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     (unsigned long long)map),
+                 "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* a barrier among `threads` threads (a multiple of 32) of the block on hardware barrier id (1..15;
+ * __syncthreads uses 0) */
+__device__ __forceinline__ void named_barrier(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /* fetches the descriptor into the TMA unit's cache ahead of the first copy */
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc *map)
 {
@@ -225,6 +257,10 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi)
     return r;
 }
 
+__device__ __forceinline__ void st_shared_u32(unsigned addr, unsigned v)
+{
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
 __device__ __forceinline__ void st_global_u32(void *p, unsigned v)
 {
     asm volatile("st.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
