@@ -34,10 +34,11 @@ typedef enum IrAttrKind { IR_AK_I, IR_AK_F, IR_AK_B, IR_AK_S } IrAttrKind;
 
 #define AT(x) (1u << IR_ATTR_##x)
 
+/* op flags (ops.def says who reads each); bit 2 was OPF_FUSIBLE, never
+ * read and removed, left free so the others keep their values */
 enum {
     OPF_LEAF = 1 << 0,
     OPF_DIFF = 1 << 1,
-    OPF_FUSIBLE = 1 << 2,
     OPF_LOSS = 1 << 3,
     OPF_INDEX = 1 << 4,
 };

@@ -9,6 +9,14 @@
 
 #include "ir.h"
 
+/* ops.def: an index op (OPF_INDEX) has an integer result and no gradient,
+ * so no row may also claim a gradient rule. */
+#define OP(e, name, arity, req, opt, flags)                                  \
+    _Static_assert(!(((flags) & OPF_INDEX) && ((flags) & OPF_DIFF)),        \
+                   "ops.def: " name " is both OPF_INDEX and OPF_DIFF");
+#include "ops.def"
+#undef OP
+
 typedef struct V {
     const IrGraph *g;
     FILE *out;
@@ -85,6 +93,8 @@ int ir_verify(const IrGraph *g, FILE *out)
         for (int d = 0; d < n->rank; d++)
             if (n->shape[d] < 1)
                 bad(&v, n, "dimension %d is %lld", d, (long long)n->shape[d]);
+        if ((info->flags & OPF_INDEX) && n->dtype != IR_I32)
+            bad(&v, n, "an index op's result must be i32, not %s", ir_dtype_name[n->dtype]);
         /* shapes must agree with inference from the sources */
         if (!(info->flags & OPF_LEAF)) {
             IrNode copy = *n;
