@@ -13,20 +13,35 @@
  * (autodiff) emits one fused backward node, so the pass runs before autodiff.
  *
  * A candidate is any grouped_linear fed, through elementwise activations,
- * by another grouped_linear. It is fused only when:
+ * by another grouped_linear. match() checks, in this order, and declines
+ * with the first failure's reason (in the user's names):
  *   - the activation between them is exactly one scaled_swiglu;
  *   - both projections hold the same number of experts and take the same
  *     split sizes;
  *   - h and a each have one user (fusing would otherwise recompute them or
  *     hide a tensor someone reads);
- *   - the gate/up layout is known ([gate | up], gate first);
+ *   - w_down is [E, H, F] with H the width of xs: the fused node returns
+ *     rows as wide as its input, while an unfused chain may project to
+ *     another width (a later linear bringing it back);
  *   - with mxfp8, both reduction dimensions (H and F) are multiples of the
  *     32-element MXFP8 block.
- * Every other candidate is recorded with the reason, in the user's names. */
+ *
+ * The gate/up layout. Like scaled_swiglu, the fused kernel reads
+ * h = [gate | up]: rows [0, F) of w_gate_up along dim 1 feed the gate (the
+ * silu), rows [F, 2F) the up. What the IR can show of that is structural,
+ * and it holds by construction once the chain matched, so it is asserted
+ * here (an internal error, not a decline): scaled_swiglu reads the gate_up
+ * projection's whole output (its source is h itself), so w_gate_up is
+ * [E, 2F, H] with 2F exactly twice a's F. Whether the weight's rows really
+ * are gate then up is in the data, not the IR: it is scaled_swiglu's
+ * definition (ir/ops.def) and the checkpoint importer's order
+ * (formats/hf.c writes w1, then w3). The fused node records it as
+ * layout = "gate_up", which its kernels and gradient rule take as given. */
 #include <stdio.h>
 #include <string.h>
 
 #include "rewrite.h"
+#include "../util/util.h"
 
 static int is_activation(const IrNode *n)
 {
@@ -68,7 +83,7 @@ static int match(const IrGraph *g, IrNode *down, RewriteMatch *m, const PassCtx 
     IrNode *up = find_gate_up(down->src[0], acts, &nacts);
     if (!up)
         return RW_NOT_CANDIDATE;
-    char where[256], users[1024];
+    char users[1024];
     if (nacts != 1 || acts[0]->op != IR_OP_SCALED_SWIGLU) {
         const IrNode *odd = acts[0];
         for (int i = 0; i < nacts; i++)
@@ -94,13 +109,18 @@ static int match(const IrGraph *g, IrNode *down, RewriteMatch *m, const PassCtx 
         return rewrite_decline(m, "the SwiGLU output `%s` also feeds %s", act->label, users);
     }
     int64_t H = up->src[0]->shape[1], F = act->shape[1];
+    if (act->src[0] != up || w1->rank != 3 || w1->shape[1] != 2 * F || w1->shape[2] != H)
+        die("fuse-grouped-mlp: %s does not read all of %s's [gate | up] rows", act->name, up->name);
+    if (w2->rank != 3 || w2->shape[1] != H || w2->shape[2] != F)
+        return rewrite_decline(m, "`%s` is [%lld, %lld, %lld]: the fused kernel returns rows as wide as its input, "
+                               "so it needs [experts, hidden %lld, ffn %lld]", w2->label, (long long)w2->shape[0],
+                               (long long)w2->shape[1], (long long)w2->shape[2], (long long)H, (long long)F);
     if (g->train.precision == IR_PREC_MXFP8) {
         if (H % 32)
             return rewrite_decline(m, "hidden = %lld is not a multiple of the MXFP8 block 32", (long long)H);
         if (F % 32)
             return rewrite_decline(m, "ffn = %lld is not a multiple of the MXFP8 block 32", (long long)F);
     }
-    (void)where;
     m->nodes[0] = down;
     m->nodes[1] = act;
     m->nodes[2] = up;
