@@ -372,3 +372,170 @@ void ir_reinfer_all(IrGraph *g)
             die("node %s (%s) no longer type-checks", n->name, ir_node_op_name(n));
     }
 }
+
+/* ---- custom ops by name ---- */
+
+enum { MAX_CUSTOM_OPS = 64 };
+static const IrCustomOp *custom_ops[MAX_CUSTOM_OPS];
+static int ncustom_ops;
+
+int ir_custom_op_register(const IrCustomOp *op)
+{
+    const IrCustomOp *have = ir_custom_op_find(op->name, strlen(op->name));
+    if (have)
+        return have == op;
+    if (ncustom_ops == MAX_CUSTOM_OPS || ir_op_lookup(op->name) >= 0)
+        return 0;
+    custom_ops[ncustom_ops++] = op;
+    return 1;
+}
+
+const IrCustomOp *ir_custom_op_find(const char *name, size_t len)
+{
+    for (int i = 0; i < ncustom_ops; i++)
+        if (strlen(custom_ops[i]->name) == len && memcmp(custom_ops[i]->name, name, len) == 0)
+            return custom_ops[i];
+    return NULL;
+}
+
+/* ---- name -> node ---- */
+
+static uint64_t hash_mem(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+void ir_node_map_init(IrNodeMap *m, size_t expect)
+{
+    m->cap = 64;
+    while (m->cap < expect * 2)
+        m->cap *= 2;
+    m->len = 0;
+    m->slots = calloc(m->cap, sizeof *m->slots);
+    if (!m->slots)
+        die("out of memory");
+}
+
+void ir_node_map_free(IrNodeMap *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+    m->cap = m->len = 0;
+}
+
+static size_t map_slot(const IrNodeMap *m, const char *name, size_t len)
+{
+    size_t mask = m->cap - 1, i = (size_t)hash_mem(name, len) & mask;
+    while (m->slots[i] && !(strncmp(m->slots[i]->name, name, len) == 0 && m->slots[i]->name[len] == 0))
+        i = (i + 1) & mask;
+    return i;
+}
+
+IrNode *ir_node_map_get(const IrNodeMap *m, const char *name, size_t len)
+{
+    return m->slots[map_slot(m, name, len)];
+}
+
+void ir_node_map_put(IrNodeMap *m, IrNode *n)
+{
+    if ((m->len + 1) * 2 > m->cap) {
+        IrNodeMap bigger;
+        ir_node_map_init(&bigger, m->cap);
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->slots[i])
+                bigger.slots[map_slot(&bigger, m->slots[i]->name, strlen(m->slots[i]->name))] = m->slots[i];
+        bigger.len = m->len;
+        free(m->slots);
+        *m = bigger;
+    }
+    size_t i = map_slot(m, n->name, strlen(n->name));
+    if (!m->slots[i])
+        m->len++;
+    m->slots[i] = n;
+}
+
+/* ---- what a name implies ---- */
+
+static int all_digits(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* The length of name without a unique-making .N suffix. */
+static size_t name_base_len(const char *name)
+{
+    size_t n = strlen(name);
+    const char *dot = strrchr(name, '.');
+    if (dot && dot > name && all_digits(dot + 1, n - (size_t)(dot + 1 - name)))
+        return (size_t)(dot - name);
+    return n;
+}
+
+void ir_name_label(const char *name, IrOp op, size_t *off, size_t *len)
+{
+    size_t base = name_base_len(name), start = base;
+    while (start > 0 && name[start - 1] != '.')
+        start--;
+    /* route_node() in lower.c labels the routing fields R.FIELD */
+    if (start > 0 && (op == IR_OP_TOPK_EXPERTS || op == IR_OP_TOPK_PROBS || op == IR_OP_ROUTE_PLAN ||
+                      op == IR_OP_EXPERT_COUNTS || op == IR_OP_DISPATCH_PROBS || op == IR_OP_AUX_LOSS)) {
+        start--;
+        while (start > 0 && name[start - 1] != '.')
+            start--;
+    }
+    *off = start;
+    *len = base - start;
+}
+
+int ir_name_scope(const char *name, const char *label, size_t *scope_len)
+{
+    size_t base = name_base_len(name), ll = strlen(label), n = strlen(name);
+    /* label may itself end in what looks like a suffix only when the name is exactly scope.label */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t b = pass == 0 ? base : n;
+        if (b == ll && memcmp(name, label, ll) == 0) {
+            *scope_len = 0;
+            return 1;
+        }
+        if (b > ll + 1 && name[b - ll - 1] == '.' && memcmp(name + b - ll, label, ll) == 0) {
+            *scope_len = b - ll - 1;
+            return 1;
+        }
+        if (base == n)
+            break;
+    }
+    return 0;
+}
+
+void ir_name_layer(const char *scope, const IrNodeMap *m, const char **layer, size_t *len)
+{
+    size_t n = strlen(scope);
+    const IrNode *owner = n ? ir_node_map_get(m, scope, n) : NULL;
+    if (owner) {
+        *layer = owner->layer;
+        *len = owner->layer ? strlen(owner->layer) : 0;
+        return;
+    }
+    /* NAME.NUMBER: the scope repeat gives its iterations (layers.3) */
+    const char *dot = strchr(scope, '.');
+    if (dot && dot > scope) {
+        const char *end = dot + 1;
+        while (*end >= '0' && *end <= '9')
+            end++;
+        if (end > dot + 1 && (*end == '.' || *end == 0)) {
+            *layer = scope;
+            *len = (size_t)(end - scope);
+            return;
+        }
+    }
+    *layer = NULL;
+    *len = 0;
+}

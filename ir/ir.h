@@ -190,6 +190,9 @@ struct IrGraph {
     PtrVec decisions;             /* IrDecision *, in the order examined */
     IrTrain train;
     NameSet *names;
+    /* "after PASS" / "before PASS" when read from a snapshot with that
+     * header line (ir_read_text), else NULL: where the pipeline resumes */
+    const char *stage;
 };
 
 IrGraph *ir_graph_new(Arena *arena, const char *model, const char *file);
@@ -254,8 +257,53 @@ int ir_infer_node(IrNode *n, Diag *d);
  * `out` with the node named; returns the number found. */
 int ir_verify(const IrGraph *g, FILE *out);
 
+/* ---- custom ops by name (ir.c) ---- */
+
+/* A plugin registers the ops it defines, so that the IR reader can build
+ * their nodes by name (`moec dump x.mir --load-pass LIB.so`). The
+ * descriptor must stay alive; registering the same one twice is a no-op.
+ * Returns 0 when another descriptor has that name, or the table is full. */
+int ir_custom_op_register(const IrCustomOp *op);
+const IrCustomOp *ir_custom_op_find(const char *name, size_t len);  /* NULL if unknown */
+
+/* ---- names (ir.c): what a node's name implies ---- */
+
+/* name -> node, open addressing over malloc'd slots (the reader's and the
+ * printer's lookups; linear scans were quadratic on large graphs). */
+typedef struct IrNodeMap {
+    IrNode **slots;
+    size_t cap, len;
+} IrNodeMap;
+
+void ir_node_map_init(IrNodeMap *m, size_t expect);
+void ir_node_map_free(IrNodeMap *m);
+IrNode *ir_node_map_get(const IrNodeMap *m, const char *name, size_t len);
+void ir_node_map_put(IrNodeMap *m, IrNode *n);   /* replaces a node of the same name */
+
+/* Nodes are named scope.label, made unique with .N (ir_node_new); the text
+ * dump prints label, scope and layer only where they differ from what the
+ * name implies, so the reader derives them the same way:
+ *  - the label is the name's last component, before a .N suffix (the last
+ *    two for the routing fields, `r.splits`, which lower.c names R.FIELD);
+ *  - the scope is what precedes the label;
+ *  - the layer is that of the node whose name is the scope (a gradient or
+ *    an MXFP8 copy is scoped by the node it belongs to), else the scope's
+ *    first two components when they are NAME.NUMBER (a repeat iteration),
+ *    else none.
+ * ir_name_label sets the label's offset and length within name. */
+void ir_name_label(const char *name, IrOp op, size_t *off, size_t *len);
+/* 1 and *scope_len when name is scope.label[.N] (scope may be empty). */
+int ir_name_scope(const char *name, const char *label, size_t *scope_len);
+/* The default layer for scope (looked up in m): *layer and *len, or
+ * *layer = NULL for none. *layer points at another node's layer or into
+ * scope (then only *len characters of it). */
+void ir_name_layer(const char *scope, const IrNodeMap *m, const char **layer, size_t *len);
+
 /* ---- printers (print_text.c, print_json.c, print_dot.c) ---- */
 
+/* The block scales an MXFP8 copy carries, as the text dump prints them after
+ * its type ("e8m0[2048, 2]"), or "" for other nodes. */
+const char *ir_scales_str(const IrNode *n, char *buf, size_t size);
 void ir_print_text(const IrGraph *g, FILE *out);
 void ir_print_train(const IrTrain *t, FILE *out);
 void ir_print_dot(const IrGraph *g, FILE *out);
@@ -263,5 +311,17 @@ void ir_print_dot(const IrGraph *g, FILE *out);
 struct cJSON *ir_to_json(const IrGraph *g);
 struct cJSON *ir_decisions_json(const IrGraph *g);
 void ir_print_json(const IrGraph *g, FILE *out);
+
+/* ---- reader (read_text.c) ---- */
+
+/* Parses one graph as ir_print_text prints it (docs/ir.md §5): the header
+ * and `# train:` lines, `graph NAME { ... }`, node, output, loss and grad
+ * lines, and an optional `# *** IR after PASS ***` line before them (then
+ * g->stage is "after PASS", or "before PASS"; else NULL). Every non-leaf
+ * node is re-inferred and must have the type printed; the graph is then
+ * verified. Errors in the text are reported through d (located in `path`)
+ * and give NULL; nothing here exits. Custom ops are found by name among
+ * those plugins registered (ir_custom_op_register). */
+IrGraph *ir_read_text(Arena *a, const char *path, const char *text, size_t len, Diag *d);
 
 #endif

@@ -438,5 +438,10 @@ int moec_pass_plugin_init(int api_version, char *err, size_t errlen)
         snprintf(err, errlen, "built for pass API %d, moec has %d", PASS_API_VERSION, api_version);
         return 0;
     }
+    /* by name, so that IR text with this op reads back (moec dump x.mir --load-pass ...) */
+    if (!ir_custom_op_register(&grouped_mlp_gelu)) {
+        snprintf(err, errlen, "another op is named %s", grouped_mlp_gelu.name);
+        return 0;
+    }
     return pass_register(&fuse_grouped_gelu_mlp, "fuse-grouped-mlp", err, errlen);  /* right after it */
 }
