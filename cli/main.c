@@ -2,6 +2,7 @@
  *
  *   moec check FILE        parse, lower, verify; exit 0, or diagnostics and 1
  *   moec dump FILE         print the IR (text, JSON or DOT) after the passes
+ *   moec opt FILE.mir      run passes on IR text, print the IR after them
  *   moec passes            the pass pipeline, one line each
  *   moec ops               the language's ops with their signatures
  *
@@ -48,6 +49,8 @@ typedef struct Options {
     int64_t ep, dp;
     const char *emit_cuda;   /* compile --emit-cuda DIR */
     const char *arch;        /* compile --arch ARCH */
+    int ir;                  /* --ir: FILE is IR text (as a .mir file is) */
+    const char *passes;      /* opt --passes A,B,... */
 } Options;
 
 static const char *const usage_main =
@@ -60,6 +63,8 @@ static const char *const usage_main =
     "  check FILE      parse, lower and verify a model; print a summary\n"
     "  dump FILE       print the IR as lowered (later stages: --print-ir-after)\n"
     "  explain FILE    every fusion candidate: FUSED, or NOT FUSED and why\n"
+    "  opt FILE [--passes A,B]   run passes on the IR (the rest of the pipeline, or\n"
+    "                  those named) and print the IR after them\n"
     "  compile FILE -o OUT   write a standalone training binary (--emit-cuda DIR,\n"
     "                  --arch sm_90a: its CUDA kernels, compiled with NVRTC)\n"
     "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
@@ -79,6 +84,9 @@ static const char *const usage_main =
     "  --disable-pass NAME    skip a pass of the pipeline\n"
     "  --load-pass LIB.so     load a pass plugin (docs/adding-a-pass.md)\n"
     "  --stats         each pass's counters on stderr\n"
+    "  --ir            FILE is IR text as `moec dump` prints it ('-': stdin); a\n"
+    "                  FILE ending in .mir is read as IR text anyway. The front\n"
+    "                  end and the passes that already ran are skipped\n"
     "\n"
     "Run 'moec help COMMAND' for a command's options. The language is described\n"
     "in docs/language.md, the IR in docs/ir.md.\n";
@@ -112,6 +120,21 @@ static const char *const usage_dump =
     "  --print-ir-before PASS|all   print the IR before that pass\n"
     "  --stats                      print each pass's counters on stderr\n"
     "  --no-verify                  skip the verifier between passes\n";
+
+static const char *const usage_opt =
+    "usage: moec opt FILE [--passes NAME,NAME,...] [--format text|json|dot]\n"
+    "                     [--print-ir-after PASS|all] [--print-ir-before PASS|all] [--stats]\n"
+    "\n"
+    "Runs passes on FILE and prints the IR after them, behind the fixed header\n"
+    "line ('# *** IR after autodiff ***'), so that the output reads back in. FILE\n"
+    "is usually IR text (FILE.mir, or --ir FILE; '-' is stdin): without --passes\n"
+    "the pipeline resumes after the stage the text was dumped at (its '# *** IR\n"
+    "after PASS ***' line; a plain dump is after the front end). With --passes\n"
+    "exactly those passes run, in the order given: the way to test a pass IR in,\n"
+    "IR out. A model file (.moe) goes through the front end first.\n"
+    "\n"
+    "  --passes A,B,...             the passes to run (names from 'moec passes')\n"
+    "  --format text|json|dot       the output format (text reads back in)\n";
 
 static const char *const usage_passes =
     "usage: moec passes\n"
@@ -184,6 +207,7 @@ static const char *usage_for(const char *cmd)
     if (strcmp(cmd, "plot") == 0) return usage_plot;
     if (strcmp(cmd, "check") == 0) return usage_check;
     if (strcmp(cmd, "dump") == 0) return usage_dump;
+    if (strcmp(cmd, "opt") == 0) return usage_opt;
     if (strcmp(cmd, "passes") == 0) return usage_passes;
     if (strcmp(cmd, "ops") == 0) return usage_ops;
     return NULL;
@@ -215,7 +239,7 @@ static int option_takes_value(const char *a)
 {
     static const char *const with_value[] = {"--format", "--print-ir-after", "--print-ir-before",
                                              "--disable-pass", "--load-pass", "--precision", "--ep", "--dp",
-                                             "--emit-cuda", "--arch"};
+                                             "--emit-cuda", "--arch", "--passes"};
     for (int i = 0; i < ARRAY_LEN(with_value); i++)
         if (strcmp(a, with_value[i]) == 0)
             return 1;
@@ -282,8 +306,9 @@ static int parse_options(int argc, char **argv, Options *o)
             printf("moec %s (%s)\n", MOEC_VERSION, MOEC_GIT);
             return 0;
         } else if (strcmp(a, "--format") == 0) {
-            if (strcmp(o->command, "dump") != 0 && strcmp(o->command, "explain") != 0)
-                return usage_error(cmdsp, "--format belongs to 'moec dump' and 'moec explain'%s", "");
+            if (strcmp(o->command, "dump") != 0 && strcmp(o->command, "explain") != 0 &&
+                strcmp(o->command, "opt") != 0)
+                return usage_error(cmdsp, "--format belongs to 'moec dump', 'moec opt' and 'moec explain'%s", "");
             if (strcmp(o->command, "explain") == 0 && strcmp(val, "dot") == 0)
                 return usage_error(cmdsp, "--format: explain writes text or json%s", "");
             if (strcmp(val, "text") == 0) o->format = PRINT_TEXT;
@@ -330,6 +355,22 @@ static int parse_options(int argc, char **argv, Options *o)
                 o->emit_cuda = val;
             else
                 o->arch = val;
+        } else if (strcmp(a, "--passes") == 0) {
+            if (strcmp(o->command, "opt") != 0)
+                return usage_error(cmdsp, "--passes belongs to 'moec opt'%s", "");
+            char name[128];
+            for (const char *q = val;;) {
+                size_t n = strcspn(q, ",");
+                snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name - 1 ? n : sizeof name - 1), q);
+                if (!pass_find(name))
+                    return bad_pass_selector(a, name, 0);
+                if (!q[n])
+                    break;
+                q += n + 1;
+            }
+            o->passes = val;
+        } else if (strcmp(a, "--ir") == 0) {
+            o->ir = 1;
         } else if (strcmp(a, "--stats") == 0) {
             o->stats = 1;
         } else if (strcmp(a, "--no-verify") == 0) {
@@ -545,6 +586,113 @@ static void explain(const IrGraph *g, int json)
     (void)fused;
 }
 
+/* ---- IR text in: a .mir file, or FILE with --ir */
+
+static int is_ir_input(const Options *o)
+{
+    size_t n = o->file ? strlen(o->file) : 0;
+    return o->ir || (n > 4 && strcmp(o->file + n - 4, ".mir") == 0);
+}
+
+static const char *last_pass;  /* the last pass that ran: `moec opt` prints the IR after it */
+static Diag pass_diag;         /* errors of passes on IR input, located in the model file */
+
+/* opt --passes A,B: those passes, in that order */
+static int run_pass_list(IrGraph *g, PassCtx *ctx, const char *list)
+{
+    char name[128];
+    for (const char *q = list;;) {
+        size_t n = strcspn(q, ",");
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name - 1 ? n : sizeof name - 1), q);
+        const Pass *p = pass_find(name);  /* checked by parse_options */
+        int rc = pass_run_one(g, ctx, p);
+        if (rc != 0)
+            return rc;
+        if (!pass_is_disabled(ctx, p->name))
+            last_pass = p->name;
+        if (!q[n])
+            return 0;
+        q += n + 1;
+    }
+}
+
+/* Reads c->text as IR text into c->graph and runs the passes after the
+ * stage it was dumped at (or --passes); 0, or 1 after errors. */
+static int run_ir(const Options *o, Compilation *c, PassCtx *ctx, int plain_dump)
+{
+    arena_init(&c->arena);
+    diag_init(&c->diag, o->file, c->text, c->len, stderr);
+    IrGraph *g = ir_read_text(&c->arena, o->file, c->text, c->len, &c->diag);
+    if (!g) {
+        diag_finish(&c->diag);
+        return 1;
+    }
+    if ((o->ep && o->ep != g->train.ep) || (o->dp && o->dp != g->train.dp)) {
+        fprintf(stderr, "moec: error: %s: --ep/--dp cannot change IR text: its shapes are bound for ep %lld, dp %lld "
+                "(compile the model file with them instead)\n", o->file, (long long)g->train.ep,
+                (long long)g->train.dp);
+        return 1;
+    }
+    if (o->has_precision)
+        g->train.precision = o->precision;
+    int first = pass_index(PASS_FRONT_END_LAST) + 1;  /* a plain dump is after the front end */
+    if (g->stage) {
+        int after = strncmp(g->stage, "after ", 6) == 0;
+        const char *name = g->stage + (after ? 6 : 7);
+        int i = pass_index(name);
+        if (i < 0) {
+            fprintf(stderr, "moec: error: %s: the text is a snapshot %s pass '%s', which is not in the pipeline "
+                    "(a plugin's pass needs its --load-pass)\n", o->file, after ? "after" : "before", name);
+            return 1;
+        }
+        first = after ? i + 1 : i;
+    }
+    c->graph = g;
+    if (plain_dump) {
+        /* `moec dump x.mir`: the graph as read; the rest of the pipeline still runs, for its errors */
+        switch (o->format) {
+        case PRINT_TEXT: ir_print_text(g, stdout); break;
+        case PRINT_JSON: ir_print_json(g, stdout); break;
+        case PRINT_DOT: ir_print_dot(g, stdout); break;
+        }
+        ctx->print_after = ctx->print_before = NULL;
+    }
+    /* the passes' errors point at the model the IR was made from (no source line: only the IR is here) */
+    diag_init(&pass_diag, g->file, NULL, 0, stderr);
+    ctx->diag = &pass_diag;
+    int rc = 0;
+    if (o->passes) {
+        rc = run_pass_list(g, ctx, o->passes);
+    } else {
+        rc = pass_run_from(g, ctx, first);
+        for (int i = first; i < pass_count(); i++)
+            if (!pass_is_disabled(ctx, pass_get(i)->name))
+                last_pass = pass_get(i)->name;
+    }
+    if (rc != 0 || pass_diag.nerrors) {
+        diag_finish(&pass_diag);
+        return 1;
+    }
+    return 0;
+}
+
+/* `moec opt`: the IR after the last pass run, behind its header line so that it reads back in */
+static void print_opt(IrGraph *g, PassCtx *ctx)
+{
+    ctx->print_header = 1;
+    if (last_pass) {
+        pass_print_ir(g, ctx, "after", last_pass);
+    } else if (g->stage) {
+        char when[8];
+        const char *sp = strchr(g->stage, ' ');
+        snprintf(when, sizeof when, "%.*s", (int)(sp - g->stage), g->stage);
+        pass_print_ir(g, ctx, when, sp + 1);
+    } else {
+        ctx->print_header = 0;
+        pass_print_ir(g, ctx, "after", "");
+    }
+}
+
 static int run_front(const Options *o)
 {
     if (!o->file) {
@@ -592,7 +740,31 @@ static int run_front(const Options *o)
                 if (!pass_is_disabled(&ctx, pass_get(i)->name))
                     ctx.print_before = pass_get(i)->name;
     }
-    int rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
+    int ir_in = is_ir_input(o), is_opt = strcmp(o->command, "opt") == 0;
+    if (ir_in && strcmp(o->command, "compile") == 0) {
+        /* the training binary recompiles its model from the source it embeds (train/) */
+        fprintf(stderr, "moec: error: %s: compile takes a model file (.moe); a training binary cannot be made "
+                "from IR text yet\n", o->file);
+        compilation_free(&c);
+        return 1;
+    }
+    int rc;
+    if (ir_in) {
+        rc = run_ir(o, &c, &ctx, is_dump && !o->print_after && !o->print_before);
+    } else if (is_opt && o->passes) {
+        /* a model file: the front end, then the passes named */
+        ctx.stop_after = PASS_FRONT_END_LAST;
+        rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
+        if (rc == 0 && (run_pass_list(c.graph, &ctx, o->passes) != 0 || c.diag.nerrors)) {
+            diag_finish(&c.diag);
+            rc = 1;
+        }
+    } else {
+        rc = compilation_run(&c, o->file, c.text, c.len, stderr, &ctx);
+        for (int i = 0; i < pass_count() && is_opt; i++)
+            if (!pass_is_disabled(&ctx, pass_get(i)->name))
+                last_pass = pass_get(i)->name;
+    }
     if (rc == 0) {
         IrGraph *g = c.graph;
         if (strcmp(o->command, "explain") == 0) {
@@ -646,8 +818,10 @@ static int run_front(const Options *o)
                 free(json);
             }
             cuda_module_free(&cm);
+        } else if (is_opt) {
+            print_opt(g, &ctx);
         } else if (strcmp(o->command, "dump") == 0) {
-            if (!o->print_after && !o->print_before && !ctx.print_after && !ctx.print_before) {
+            if (!ir_in && !o->print_after && !o->print_before && !ctx.print_after && !ctx.print_before) {
                 switch (o->format) {
                 case PRINT_TEXT: ir_print_text(g, stdout); break;
                 case PRINT_JSON: ir_print_json(g, stdout); break;
@@ -798,7 +972,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "export-hf") == 0)
         return hf_export_main(argc, argv);
     if (!usage_for(cmd) || cmd[0] == '-') {
-        return usage_error(NULL, "unknown command '%s' (check, dump, explain, compile, plot, ckpt-diff, import-hf, export-hf, passes, ops, help)", cmd);
+        return usage_error(NULL, "unknown command '%s' (check, dump, opt, explain, compile, plot, ckpt-diff, import-hf, export-hf, passes, ops, help)", cmd);
     }
     Options o = {0};
     o.command = cmd;

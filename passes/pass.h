@@ -67,6 +67,14 @@ int pass_is_disabled(const PassCtx *ctx, const char *name);
 /* Runs the whole pipeline; stops at the first failing pass. Returns 0 on
  * success. Internal invariant failures die(). */
 int pass_run_pipeline(IrGraph *g, PassCtx *ctx);
+/* The same from the pipeline's pass number `first` on (IR text read at a
+ * later stage resumes there), up to ctx->stop_after. */
+int pass_run_from(IrGraph *g, PassCtx *ctx, int first);
+/* One pass as the pipeline runs it: skipped when disabled, with its
+ * snapshots, statistics and the verifier after it (`moec opt --passes`). */
+int pass_run_one(IrGraph *g, PassCtx *ctx, const Pass *p);
+/* A pass's position in the pipeline, or -1. */
+int pass_index(const char *name);
 
 /* Prints one snapshot with its fixed header line. */
 void pass_print_ir(const IrGraph *g, PassCtx *ctx, const char *when, const char *pass);

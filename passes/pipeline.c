@@ -177,30 +177,48 @@ int pass_is_disabled(const PassCtx *ctx, const char *name)
     return 0;
 }
 
-int pass_run_pipeline(IrGraph *g, PassCtx *ctx)
+int pass_index(const char *name)
 {
-    for (int i = 0; i < pass_count(); i++) {
-        const Pass *p = &pipeline[i];
-        if (pass_is_disabled(ctx, p->name))
-            continue;
-        if (wants(ctx->print_before, p->name))
-            pass_print_ir(g, ctx, "before", p->name);
-        memset(ctx->counters, 0, sizeof ctx->counters);
-        int rc = p->run(g, ctx);
-        if (ctx->stats)
-            for (int s = 0; s < PASS_MAX_STATS && p->stat_names[s]; s++)
-                fprintf(ctx->stats_out, "stats: %-16s %-24s %ld\n", p->name, p->stat_names[s], ctx->counters[s]);
+    const Pass *p = pass_find(name);
+    return p ? (int)(p - pipeline) : -1;
+}
+
+int pass_run_one(IrGraph *g, PassCtx *ctx, const Pass *p)
+{
+    if (pass_is_disabled(ctx, p->name))
+        return 0;
+    if (wants(ctx->print_before, p->name))
+        pass_print_ir(g, ctx, "before", p->name);
+    memset(ctx->counters, 0, sizeof ctx->counters);
+    int rc = p->run(g, ctx);
+    if (ctx->stats)
+        for (int s = 0; s < PASS_MAX_STATS && p->stat_names[s]; s++)
+            fprintf(ctx->stats_out, "stats: %-16s %-24s %ld\n", p->name, p->stat_names[s], ctx->counters[s]);
+    if (rc != 0)
+        return rc;
+    if (ctx->verify_each) {
+        int nerr = ir_verify(g, stderr);
+        if (nerr)
+            die("the IR is invalid after pass %s (%d problems above)", p->name, nerr);
+    }
+    if (wants(ctx->print_after, p->name))
+        pass_print_ir(g, ctx, "after", p->name);
+    return 0;
+}
+
+int pass_run_from(IrGraph *g, PassCtx *ctx, int first)
+{
+    for (int i = first < 0 ? 0 : first; i < pass_count(); i++) {
+        int rc = pass_run_one(g, ctx, &pipeline[i]);
         if (rc != 0)
             return rc;
-        if (ctx->verify_each) {
-            int nerr = ir_verify(g, stderr);
-            if (nerr)
-                die("the IR is invalid after pass %s (%d problems above)", p->name, nerr);
-        }
-        if (wants(ctx->print_after, p->name))
-            pass_print_ir(g, ctx, "after", p->name);
-        if (ctx->stop_after && strcmp(ctx->stop_after, p->name) == 0)
+        if (ctx->stop_after && strcmp(ctx->stop_after, pipeline[i].name) == 0)
             break;
     }
     return 0;
+}
+
+int pass_run_pipeline(IrGraph *g, PassCtx *ctx)
+{
+    return pass_run_from(g, ctx, 0);
 }
