@@ -33,10 +33,10 @@ DATA_SRC = data/data.c
 FMT_SRC  = formats/safetensors.c formats/plot.c formats/hf.c
 TRAIN_SRC = train/train.c train/launch.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
-# (codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
+# (codegen/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
            codegen/cuda_loss.c codegen/cuda_optim.c codegen/nvrtc.c
-CODEGEN_CUH = codegen/mxfp8.cuh codegen/prelude.cuh
+CODEGEN_CUH = codegen/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh
 LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(RT_SRC) $(DATA_SRC) \
            $(FMT_SRC) $(TRAIN_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
@@ -61,12 +61,12 @@ $(GEN)/lexer.c $(GEN)/lexer.h &: compiler/lexer.l $(BUILD)/.deps-ok
 	@mkdir -p $(GEN)
 	flex --header-file=$(GEN)/lexer.h -o $(GEN)/lexer.c compiler/lexer.l
 
-# each .cuh as one C string, line by line: backslashes and quotes escaped
+# each .cuh as one C string, line by line: backslashes and quotes escaped; e4m3.h goes ahead of mxfp8.cuh
 $(GEN)/cuda_prelude.c: $(CODEGEN_CUH) Makefile
 	@mkdir -p $(GEN)
 	@{ echo '/* generated from $(CODEGEN_CUH) by the Makefile: do not edit */'; \
 	  echo 'const char cuda_prelude_mxfp8[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/mxfp8.cuh; echo ';'; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/e4m3.h codegen/mxfp8.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_lib[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/prelude.cuh; echo ';'; } > $@.tmp
 	@mv $@.tmp $@

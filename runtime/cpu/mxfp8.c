@@ -2,20 +2,15 @@
  * CPU reference. Everything is done with integer arithmetic on the float's
  * bits or with exact power-of-two scaling, so results do not depend on the
  * host's floating-point environment (no division, no log2, no FMA). The
- * rules are written out in docs/mxfp8.md. */
+ * E4M3 encoder and decoder are codegen/e4m3.h's, which the generated
+ * kernels use too. The rules are written out in docs/mxfp8.md. */
 #include "mxfp8.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "../../codegen/e4m3.h"
 #include "../../util/util.h"
-
-static uint32_t float_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
 
 static float bits_float(uint32_t u)
 {
@@ -35,67 +30,11 @@ const char *mxfp8_status_str(int status)
     }
 }
 
-/* E4M3 code layout: s eeee mmm, bias 7. Exponent field 0 is subnormal
- * (m * 2^-9); otherwise (8 + m) * 2^(e - 10). Every finite code is thus an
- * integer n times a quantum 2^q with q = -9 for codes below 16 (subnormals
- * and the first binade share the quantum) and n in [8, 16) above, which
- * gives the encoding code = 8 * (q + 9) + n used below: n == 16 after
- * rounding up lands on the next binade's first code by itself. */
-uint8_t e4m3_from_float(float x)
-{
-    uint32_t u = float_bits(x);
-    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
-    uint32_t a = u & 0x7FFFFFFFu;
+/* E4M3 encoding and decoding are written once, in codegen/e4m3.h, for the
+ * CPU here and for the generated kernels alike (the bits must agree). */
+uint8_t e4m3_from_float(float x) { return (uint8_t)moec_e4m3_encode(x); }
 
-    if (a > 0x7F800000u)
-        return sign | E4M3_NAN;
-    /* Saturation: everything above 448 (the next code, 480, would be NaN in
-     * E4M3FN) and +-Inf become +-448. 0x43E00000 is 448.0f. */
-    if (a > 0x43E00000u)
-        return sign | 0x7E;
-
-    /* |x| = mant * 2^exp2 exactly, mant < 2^24. */
-    int fexp = (int)(a >> 23);
-    uint64_t mant;
-    int exp2;
-    if (fexp == 0) {
-        mant = a;
-        exp2 = -149;
-    } else {
-        mant = (a & 0x7FFFFFu) | 0x800000u;
-        exp2 = fexp - 150;
-    }
-    /* Quantum of the E4M3 code nearest |x|: 2^(floor(log2|x|) - 3), but no
-     * smaller than the subnormal quantum 2^-9. Float subnormals (fexp == 0)
-     * are far below it. */
-    int q = fexp == 0 ? -9 : fexp - 127 - 3;
-    if (q < -9)
-        q = -9;
-    int shift = q - exp2; /* >= 20 since mant has 24 bits and q >= floor(log2|x|) - 3 */
-    uint64_t n;
-    if (shift >= 25) {
-        n = 0; /* |x| < 2^(q-1): below half a quantum */
-    } else {
-        uint64_t half = (uint64_t)1 << (shift - 1);
-        uint64_t rem = mant & ((half << 1) - 1);
-        n = mant >> shift;
-        if (rem > half || (rem == half && (n & 1)))
-            n++;
-    }
-    /* |x| <= 448 here, so the code cannot pass 0x7E. */
-    return sign | (uint8_t)(8 * (q + 9) + (int)n);
-}
-
-float e4m3_to_float(uint8_t code)
-{
-    uint32_t sign = (uint32_t)(code & 0x80) << 24;
-    int e = (code >> 3) & 0xF;
-    int m = code & 7;
-    if ((code & 0x7F) == E4M3_NAN)
-        return bits_float(sign | 0x7FC00000u);
-    float mag = e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
-    return bits_float(sign | float_bits(mag));
-}
+float e4m3_to_float(uint8_t code) { return moec_e4m3_decode(code); }
 
 uint8_t e8m0_from_exponent(int e)
 {

@@ -19,6 +19,7 @@
 #define __CUDACC__ 1
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 #define __shared__ static

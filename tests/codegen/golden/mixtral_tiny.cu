@@ -6,59 +6,80 @@
 // -default-device. Design: docs/codegen.md.
 
 // ======== device library: codegen/mxfp8.cuh ========
-/* mxfp8.cuh - MXFP8 fake quantization for the generated kernels: E4M3
- * encoding (round to nearest even, saturation to +-448), E4M3 decoding, the
- * Transformer Engine scale rule, and one element's quantize-dequantize.
+/* e4m3.h - THE E4M3 encoder and decoder (OCP E4M3FN), one definition for
+ * both sides: the CPU reference includes it (runtime/cpu/mxfp8.c), and the
+ * Makefile pastes it ahead of codegen/mxfp8.cuh into the device library of
+ * every generated kernels.cu, so the GPU encodes with the same lines.
  *
- * Bit-exact with runtime/cpu/mxfp8.c (e4m3_from_float, e4m3_to_float,
- * mxfp8_scale_exponent with MXFP8_SCALE_TE, mxfp8_fake_quant): the same
- * integer arithmetic on the float's bits, and scaling by exact powers of two
- * (one IEEE multiply, which rounds exactly as ldexpf does). The file is
- * written in the common subset of C11 and CUDA C++: moec pastes it into
- * every kernels.cu, and tests/unit/test_codegen.c compiles it as C and checks
- * it against mxfp8.c. No includes: NVRTC compiles it without headers. */
-#ifndef MOEC_MXFP8_CUH
-#define MOEC_MXFP8_CUH
+ * Written in the common subset of C11 and CUDA C++: functions marked
+ * MOEC_HD, which is __host__ __device__ __forceinline__ under a CUDA
+ * compiler (NVRTC, nvcc, the CPU emulator of tests/codegen/emu/) and
+ * static inline in C (not static under CUDA: NVRTC warns about an
+ * unreferenced static function, and the tests treat warnings as errors). No
+ * includes: NVRTC compiles it without headers. Integer arithmetic on the
+ * float's bits and exact power-of-two scaling only, so the result does not
+ * depend on the floating-point environment: the same bits everywhere. The
+ * rules are written out in docs/mxfp8.md. */
+#ifndef MOEC_E4M3_H
+#define MOEC_E4M3_H
 
 #ifdef __CUDACC__
-#define MOEC_MX_FN __device__ __forceinline__
-#define MOEC_MX_F2U(x) __float_as_uint(x)
-#define MOEC_MX_U2F(u) __uint_as_float(u)
+#define MOEC_HD __host__ __device__ __forceinline__
 #else
-#define MOEC_MX_FN static inline
-#define MOEC_MX_F2U(x) moec_mx_f2u(x)
-#define MOEC_MX_U2F(u) moec_mx_u2f(u)
-static inline unsigned moec_mx_f2u(float x)
+#define MOEC_HD static inline
+#endif
+
+/* A float's bits and back: the device's intrinsics when compiling for the
+ * GPU, a union elsewhere (C11 defines type punning through a union). */
+MOEC_HD unsigned moec_mx_f2u(float x)
 {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
     union { float f; unsigned u; } v;
     v.f = x;
     return v.u;
+#endif
 }
-static inline float moec_mx_u2f(unsigned u)
+
+MOEC_HD float moec_mx_u2f(unsigned u)
 {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
     union { float f; unsigned u; } v;
     v.u = u;
     return v.f;
-}
 #endif
+}
 
 /* 2^e exactly, for -149 <= e <= 127 (below -126 a float subnormal). */
-MOEC_MX_FN float moec_mx_pow2(int e)
+MOEC_HD float moec_mx_pow2(int e)
 {
-    return e >= -126 ? MOEC_MX_U2F((unsigned)(e + 127) << 23) : MOEC_MX_U2F(1u << (e + 149));
+    return e >= -126 ? moec_mx_u2f((unsigned)(e + 127) << 23) : moec_mx_u2f(1u << (e + 149));
 }
 
-/* Float to E4M3 code (OCP E4M3FN): RNE, subnormals kept, |x| > 448 and
- * +-Inf saturate to +-448 (0x7E), NaN gives 0x7F with the sign. */
-MOEC_MX_FN unsigned moec_e4m3_encode(float x)
+/* Float to E4M3 code: round to nearest even, subnormals kept, |x| > 448
+ * and +-Inf saturate to +-448 (0x7E), NaN gives 0x7F with the sign.
+ *
+ * Code layout: s eeee mmm, bias 7. Exponent field 0 is subnormal
+ * (m * 2^-9); otherwise (8 + m) * 2^(e - 10). Every finite code is thus an
+ * integer n times a quantum 2^q with q = -9 for codes below 16 (subnormals
+ * and the first binade share the quantum) and n in [8, 16) above, which
+ * gives the encoding code = 8 * (q + 9) + n: n == 16 after rounding up
+ * lands on the next binade's first code by itself. */
+MOEC_HD unsigned moec_e4m3_encode(float x)
 {
-    unsigned u = MOEC_MX_F2U(x);
+    unsigned u = moec_mx_f2u(x);
     unsigned sign = (u >> 24) & 0x80u;
     unsigned a = u & 0x7FFFFFFFu;
     if (a > 0x7F800000u)
         return sign | 0x7Fu;
-    if (a > 0x43E00000u) /* 448.0f */
+    /* everything above 448 (the next code, 480, would be NaN in E4M3FN)
+     * and +-Inf become +-448; 0x43E00000 is 448.0f */
+    if (a > 0x43E00000u)
         return sign | 0x7Eu;
+    /* |x| = mant * 2^exp2 exactly, mant < 2^24 */
     int fexp = (int)(a >> 23);
     unsigned long long mant;
     int exp2;
@@ -69,14 +90,16 @@ MOEC_MX_FN unsigned moec_e4m3_encode(float x)
         mant = (a & 0x7FFFFFu) | 0x800000u;
         exp2 = fexp - 150;
     }
-    /* the quantum of the nearest code: 2^(floor(log2|x|) - 3), at least 2^-9 */
+    /* the quantum of the code nearest |x|: 2^(floor(log2|x|) - 3), but no
+     * smaller than the subnormal quantum 2^-9 (float subnormals, fexp == 0,
+     * are far below it) */
     int q = fexp == 0 ? -9 : fexp - 127 - 3;
     if (q < -9)
         q = -9;
-    int shift = q - exp2;
+    int shift = q - exp2; /* >= 20: mant has 24 bits and q >= floor(log2|x|) - 3 */
     unsigned long long n;
     if (shift >= 25) {
-        n = 0;
+        n = 0; /* |x| < 2^(q-1): below half a quantum */
     } else {
         unsigned long long half = 1ull << (shift - 1);
         unsigned long long rem = mant & ((half << 1) - 1);
@@ -84,28 +107,53 @@ MOEC_MX_FN unsigned moec_e4m3_encode(float x)
         if (rem > half || (rem == half && (n & 1)))
             n++;
     }
+    /* |x| <= 448 here, so the code cannot pass 0x7E */
     return sign | (unsigned)(8 * (q + 9) + (int)n);
 }
 
-/* E4M3 code to float, exact; 0x7F / 0xFF decode to NaN. */
-MOEC_MX_FN float moec_e4m3_decode(unsigned code)
+/* E4M3 code (the low 8 bits) to float, exact; 0x7F / 0xFF decode to NaN. */
+MOEC_HD float moec_e4m3_decode(unsigned code)
 {
     unsigned sign = (code & 0x80u) << 24;
     int e = (int)((code >> 3) & 0xFu), m = (int)(code & 7u);
     if ((code & 0x7Fu) == 0x7Fu)
-        return MOEC_MX_U2F(sign | 0x7FC00000u);
+        return moec_mx_u2f(sign | 0x7FC00000u);
     float mag = e == 0 ? (float)m * moec_mx_pow2(-9) : (float)(8 + m) * moec_mx_pow2(e - 10);
-    return MOEC_MX_U2F(sign | MOEC_MX_F2U(mag));
+    return moec_mx_u2f(sign | moec_mx_f2u(mag));
 }
+
+#endif
+/* mxfp8.cuh - MXFP8 fake quantization for the generated kernels: the
+ * Transformer Engine scale rule and one element's or one block's
+ * quantize-dequantize, on top of the E4M3 encoder and decoder of e4m3.h
+ * (the one definition, which the CPU reference runtime/cpu/mxfp8.c uses
+ * too).
+ *
+ * Bit-exact with runtime/cpu/mxfp8.c (mxfp8_scale_exponent with
+ * MXFP8_SCALE_TE, mxfp8_fake_quant): the same integer arithmetic on the
+ * float's bits, and scaling by exact powers of two (one IEEE multiply,
+ * which rounds exactly as ldexpf does). The file is written in the common
+ * subset of C11 and CUDA C++: moec pastes it into every kernels.cu, and
+ * tests/unit/test_codegen.c compiles it as C and checks it against
+ * mxfp8.c. No includes under NVRTC, which compiles it without headers. */
+#ifndef MOEC_MXFP8_CUH
+#define MOEC_MXFP8_CUH
+
+/* the E4M3 encoder and decoder, and MOEC_HD: in kernels.cu, e4m3.h is
+ * pasted just above (so this include is skipped); compiled as C, it is
+ * included from here */
+#ifndef MOEC_E4M3_H
+#include "e4m3.h"
+#endif
 
 /* The block's scale exponent from its amax (>= 0, NaN ignored by the
  * caller): the smallest e with 448 * 2^e >= amax, clamped to [-127, 127];
  * amax 0 (or NaN) gives -127, an infinite amax 127. */
-MOEC_MX_FN int moec_mx_scale_exp(float amax)
+MOEC_HD int moec_mx_scale_exp(float amax)
 {
     if (!(amax > 0.0f))
         return -127;
-    unsigned u = MOEC_MX_F2U(amax);
+    unsigned u = moec_mx_f2u(amax);
     int fexp = (int)((u >> 23) & 0xFFu);
     if (fexp == 0xFF)
         return 127;
@@ -119,7 +167,7 @@ MOEC_MX_FN int moec_mx_scale_exp(float amax)
 
 /* One element of a block with scale exponent e, quantized and dequantized:
  * what an MXFP8 GEMM reads. */
-MOEC_MX_FN float moec_mx_fq(float x, int e)
+MOEC_HD float moec_mx_fq(float x, int e)
 {
     return moec_e4m3_decode(moec_e4m3_encode(x * moec_mx_pow2(-e))) * moec_mx_pow2(e);
 }
@@ -128,7 +176,7 @@ MOEC_MX_FN float moec_mx_fq(float x, int e)
  * into y (which may be x). n < 32: the block's last 32 - n elements are
  * zero padding (the end of an expert group), which leaves the amax, hence
  * the scale, unchanged; they are neither read nor written. */
-MOEC_MX_FN void moec_mx_fq_block(const float *x, float *y, long long stride, int n)
+MOEC_HD void moec_mx_fq_block(const float *x, float *y, long long stride, int n)
 {
     float amax = 0.0f;
     for (int i = 0; i < n; i++) {
