@@ -36,11 +36,8 @@ int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
     return 0;
 }
 
-char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *extra)
+static char *source_with(const char *inst, const char *extra)
 {
-    char inst[256];
-    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_MGROUPED_EX(%s, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
-             s->K, s->block_n, s->stages, s->epilogue);
     const char *parts[] = {cuda_prelude_sm90_sched, cuda_prelude_sm90, cuda_prelude_gemm_sm90, inst,
                            extra ? extra : ""};
     size_t len = 1;
@@ -53,6 +50,47 @@ char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *ext
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
         strcat(src, parts[i]);
     return src;
+}
+
+char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *extra)
+{
+    char inst[256];
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_MGROUPED_EX(%s, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
+             s->K, s->block_n, s->stages, s->epilogue);
+    return source_with(inst, extra);
+}
+
+char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const char *extra)
+{
+    char inst[256];
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_KGROUPED(%s, %d, %d, %d, %d, %d)\n", name, s->E, s->N, s->K,
+             s->block_n, s->stages);
+    return source_with(inst, extra);
+}
+
+int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s)
+{
+    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * 64 * 2 + 16 * s->stages;
+}
+
+int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
+{
+    if (s->E < 1 || s->N < 1 || s->K < 1)
+        snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
+    else if (s->block_n != 128 && s->block_n != 256)
+        snprintf(err, errlen, "BLOCK_N is 128 or 256, not %d", s->block_n);
+    else if (s->N % 128)
+        snprintf(err, errlen, "N %d is not a multiple of 128", s->N);
+    else if (s->K % s->block_n)
+        snprintf(err, errlen, "K %d is not a multiple of BLOCK_N %d", s->K, s->block_n);
+    else if ((long long)s->E * s->N * s->K >= (1ll << 40))
+        snprintf(err, errlen, "dW of %lld elements is too large", (long long)s->E * s->N * s->K);
+    else if (s->stages < 2 || gemm_sm90_kgrouped_smem_bytes(s) > 232448)
+        snprintf(err, errlen, "%d stages of BLOCK_N %d need %d bytes of shared memory (2..227 KB)", s->stages,
+                 s->block_n, gemm_sm90_kgrouped_smem_bytes(s));
+    else
+        return 1;
+    return 0;
 }
 
 static int encode(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols, unsigned box_rows,
@@ -85,4 +123,15 @@ int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_
            encode(tb, w, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K,
                   (unsigned)s->block_n, err, errlen) &&
            encode(td, d, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen);
+}
+
+int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdeviceptr x, long long rows_cap,
+                                   CUtensorMap *tdy, CUtensorMap *tx, char *err, size_t errlen)
+{
+    if ((dy | x) & 15) {
+        snprintf(err, errlen, "dY and X must be 16-byte aligned");
+        return 0;
+    }
+    return encode(tdy, dy, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen) &&
+           encode(tx, x, (unsigned long long)rows_cap, (unsigned long long)s->K, 64, err, errlen);
 }

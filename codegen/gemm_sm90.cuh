@@ -208,6 +208,160 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int BA
     }
 };
 
+/* K-grouped: dW[g] = dY[rows of g]^T . X[rows of g] for each group g < E (the weight gradient of
+ * the M-grouped product), fp32 out:
+ *   dY [rows_cap, N] bf16 row-major  - tensor map tma_dy, box {64, 64}
+ *   X  [rows_cap, K] bf16 row-major  - tensor map tma_x,  box {64, 64}
+ *   dW [E, N, K]     fp32 row-major, stored from registers (8-byte stores)
+ *   offsets [E + 1]  as for GemmMGrouped (multiples of 64 suffice here); the rows of each group
+ *                    are the reduction. Padding rows must be zero in dY or in X (and finite in
+ *                    both): unlike the M-grouped product they enter every sum. An empty group
+ *                    gets dW[g] = 0.
+ * Both operands are MN-major for wgmma (the reduction index is the row, the strided one): each
+ * stage holds 64 rows; A = dY^T is two 64-wide boxes (one per consumer warpgroup: its 64 n),
+ * B = X is BLOCK_N / 64 boxes side by side (leading byte offset 8 KB). Same pipeline, warp roles
+ * and persistent loop as GemmMGrouped; the tile count E * (N / 128) * (K / BLOCK_N) is fixed. */
+template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16> struct GemmKGrouped {
+    static constexpr int BLOCK_N_OUT = 128; /* rows of dW (n) per tile: 2 consumer warpgroups x 64 */
+    static constexpr int BLOCK_R = 64;      /* reduction rows per stage */
+    static constexpr int BOX_BYTES = 64 * 64 * 2;
+    static constexpr int A_BYTES = 2 * BOX_BYTES;
+    static constexpr int B_BYTES = (BLOCK_N / 64) * BOX_BYTES;
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+    static constexpr int NUM_N = N / BLOCK_N_OUT, NUM_K = K / BLOCK_N;
+    static constexpr int TILES = E * NUM_N * NUM_K;
+    static constexpr int ACC = BLOCK_N / 2;
+    static constexpr int CONSUMER_WARPS = 8;
+    static_assert(N % BLOCK_N_OUT == 0, "N must be a multiple of 128");
+    static_assert(K % BLOCK_N == 0, "K must be a multiple of BLOCK_N");
+    static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
+    static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
+    static_assert((long long)E * N * K < (1ll << 40), "dW too large");
+
+    __device__ static __forceinline__ void mma(float (&acc)[ACC], unsigned long long da, unsigned long long db,
+                                               int accumulate)
+    {
+        if constexpr (BLOCK_N == 256)
+            wgmma_m64n256k16<1, 1>(acc, da, db, accumulate);
+        else
+            wgmma_m64n128k16<1, 1>(acc, da, db, accumulate);
+    }
+
+    __device__ static __forceinline__ int group_rows(const int *offsets, int g, int rows_cap, int *r0)
+    {
+        int a = offsets[g], b = offsets[g + 1];
+        a = a < rows_cap ? a : rows_cap;
+        b = b < rows_cap ? b : rows_cap;
+        *r0 = a;
+        return b > a ? (b - a) / BLOCK_R : 0;
+    }
+
+    __device__ static __forceinline__ void run(const TmaDesc &tma_dy, const TmaDesc &tma_x, float *dw,
+                                               const int *offsets, int rows_cap)
+    {
+        extern __shared__ unsigned char smem_raw[];
+        const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+        const unsigned a_ring = base, b_ring = base + STAGES * A_BYTES;
+        const unsigned full_bar = base + STAGES * STAGE_BYTES, empty_bar = full_bar + STAGES * 8;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < STAGES; s++) {
+                mbar_init(full_bar + 8 * s, 1);
+                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+            }
+            mbar_init_fence();
+        }
+        __syncthreads();
+
+        if (wg == 0) {
+            setmaxnreg_dec<40>();
+            if (warp == 0 && elect_one()) {
+                tma_prefetch_desc(&tma_dy);
+                tma_prefetch_desc(&tma_x);
+                int stage = 0;
+                unsigned phase = 0;
+                for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+                    int g, nb, kb, r0;
+                    moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                    const int steps = group_rows(offsets, g, rows_cap, &r0);
+                    for (int i = 0; i < steps; i++) {
+                        const int r = r0 + i * BLOCK_R;
+                        const unsigned fb = full_bar + 8 * stage;
+                        mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+                        mbar_arrive_expect_tx(fb, STAGE_BYTES);
+                        const unsigned a = a_ring + stage * A_BYTES, b = b_ring + stage * B_BYTES;
+                        tma_load_2d(a, &tma_dy, fb, nb * BLOCK_N_OUT, r);
+                        tma_load_2d(a + BOX_BYTES, &tma_dy, fb, nb * BLOCK_N_OUT + 64, r);
+#pragma unroll
+                        for (int j = 0; j < BLOCK_N / 64; j++)
+                            tma_load_2d(b + j * BOX_BYTES, &tma_x, fb, kb * BLOCK_N + 64 * j, r);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+            }
+        } else {
+            setmaxnreg_inc<232>();
+            const int half = wg - 1, wq = warp % 4;
+            float acc[ACC];
+            int stage = 0;
+            unsigned phase = 0;
+            for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+                int g, nb, kb, r0;
+                moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                const int steps = group_rows(offsets, g, rows_cap, &r0);
+                int prev = 0;
+                for (int i = 0; i < steps; i++) {
+                    mbar_wait(full_bar + 8 * stage, phase);
+                    const unsigned long long da = desc_mn_sw128(a_ring + stage * A_BYTES + half * BOX_BYTES, BOX_BYTES);
+                    const unsigned long long db = desc_mn_sw128(b_ring + stage * B_BYTES, BOX_BYTES);
+                    wgmma_fence();
+#pragma unroll
+                    for (int k = 0; k < BLOCK_R / 16; k++) /* 16 rows = 2048 bytes further */
+                        mma(acc, da + 128 * k, db + 128 * k, (i | k) != 0);
+                    wgmma_commit();
+                    wgmma_wait<1>();
+                    reg_fence(acc);
+                    if (i > 0 && lane == 0)
+                        mbar_arrive(empty_bar + 8 * prev);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                /* epilogue: fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes);
+                 * an empty group's tile is zeros (acc is not touched then: writing it outside wgmma
+                 * would make the compiler serialise the wgmma) */
+                const long long n0 = (long long)nb * BLOCK_N_OUT + half * 64 + wq * 16 + lane / 4;
+                float *p0 = dw + ((long long)g * N + n0) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
+                if (steps > 0) {
+                    wgmma_wait<0>();
+                    reg_fence(acc);
+                    if (lane == 0)
+                        mbar_arrive(empty_bar + 8 * prev);
+#pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; j++) {
+                        st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                        st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                    }
+                } else {
+                    wgmma_wait<0>(); /* nothing pending; lets the compiler see every path waited */
+#pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; j++) {
+                        st_global_f32x2(p0 + 8 * j, 0.0f, 0.0f);
+                        st_global_f32x2(p0 + 8ll * K + 8 * j, 0.0f, 0.0f);
+                    }
+                }
+            }
+        }
+    }
+};
+
 } /* namespace sm90 */
 } /* namespace moec */
 
@@ -225,3 +379,14 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int BA
         moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap); \
     }
 #define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0)
+
+/* The K-grouped kernel NAME (weight gradient, fp32 out). Launch contract: grid (#SMs, 1, 1), block
+ * (384, 1, 1), dynamic shared memory GemmKGrouped<...>::SMEM_BYTES; tensor maps, bf16, 128-byte
+ * swizzled, box {64, 64}: tma_dy over dY [rows_cap, N], tma_x over X [rows_cap, K]. */
+#define MOEC_SM90_GEMM_KGROUPED(NAME, E, N, K, BLOCK_N, STAGES)                                              \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_dy, const __grid_constant__ moec::sm90::TmaDesc tma_x, \
+             float *dw, const int *offsets, int rows_cap)                                                    \
+    {                                                                                                         \
+        moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES>::run(tma_dy, tma_x, dw, offsets, rows_cap);        \
+    }

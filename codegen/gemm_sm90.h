@@ -39,4 +39,16 @@ char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *ext
 int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
                           CUtensorMap *ta, CUtensorMap *tb, CUtensorMap *td, char *err, size_t errlen);
 
+/* ---- K-grouped (weight gradient): dW[g] [N, K] fp32 = dY[rows of g]^T . X[rows of g], the same
+ * offsets. Shape: E, N (a multiple of 128), K (a multiple of block_n), block_n, stages; epilogue is
+ * ignored (fp32 stores from registers). Padding rows must be zero in dY or X, finite in both. */
+int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
+int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s); /* 1024 + stages * (128 + block_n) * 128 + 16 stages */
+/* kernel `name`: MOEC_SM90_GEMM_KGROUPED, parameters (tma_dy, tma_x, float *dw, const int *offsets,
+ * int rows_cap); grid #SMs, block 384 */
+char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const char *extra);
+/* tdy over dY [rows_cap, N] at dy, tx over X [rows_cap, K] at x: bf16, box {64, 64}, 128-byte swizzle */
+int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdeviceptr x, long long rows_cap,
+                                   CUtensorMap *tdy, CUtensorMap *tx, char *err, size_t errlen);
+
 #endif

@@ -19,7 +19,7 @@
 #define MOEC_GEMM_SM90_SCHED_H
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define MOEC_SCHED_FN static __host__ __device__ __forceinline__
+#define MOEC_SCHED_FN inline __host__ __device__
 #else
 #define MOEC_SCHED_FN static inline
 #endif
@@ -59,6 +59,17 @@ MOEC_SCHED_FN void moec_sched_tile(int t, int num_m, int num_n, int band, int *m
     int r = t - b * per_band;
     *m_block = m0 + r % bm;
     *n_block = r / bm;
+}
+
+/* K-grouped schedule (the weight gradient dW_g = dY_g^T . X_g, reduction over each group's rows):
+ * the output tiles are E x num_n x num_k, fixed at compile time; a group's tiles are consecutive
+ * (t / (num_n num_k) = g) so the blocks in flight share that group's rows in L2, and inside a
+ * group the same banded raster. An empty group's tiles are still produced (as zeros). */
+MOEC_SCHED_FN void moec_sched_ktile(int t, int num_n, int num_k, int band, int *group, int *n_block, int *k_block)
+{
+    int per_group = num_n * num_k;
+    *group = t / per_group;
+    moec_sched_tile(t - *group * per_group, num_n, num_k, band, n_block, k_block);
 }
 
 #endif

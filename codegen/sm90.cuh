@@ -189,8 +189,10 @@ __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr)
 }
 
 /* D[64 x 256] (+)= A[64 x 16] * B[256 x 16]^T: bf16 in, fp32 accumulators d[128] (the m64nNk16
- * fragment: see gemm_sm90.cuh), A and B K-major in shared memory, 128-byte swizzled.
- * accumulate = 0 overwrites d (the first K step of a tile). */
+ * fragment: see gemm_sm90.cuh), A and B in shared memory, 128-byte swizzled, K-major (TRANS_A/B 0,
+ * desc_sw128) or MN-major (TRANS_A/B 1, desc_mn_sw128). accumulate = 0 overwrites d (the first K
+ * step of a tile). */
+template <int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long desc_a,
                                                   unsigned long long desc_b, int accumulate)
 {
@@ -204,7 +206,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
                  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
                  "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
                  "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-                 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -221,12 +223,13 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
                    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
                    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
                    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
 
 /* D[64 x 128] (+)= A[64 x 16] * B[128 x 16]^T: bf16 in, fp32 accumulators d[64] (the m64nNk16
  * fragment: see gemm_sm90.cuh), A and B K-major in shared memory, 128-byte swizzled.
  * accumulate = 0 overwrites d (the first K step of a tile). */
+template <int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long desc_a,
                                                   unsigned long long desc_b, int accumulate)
 {
@@ -236,7 +239,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long l
                  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
                  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
                  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -245,7 +248,21 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long l
                    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+/* Shared-memory matrix descriptor for an MN-major tile written by TMA with 128-byte swizzle: each
+ * 128-byte row holds 64 consecutive M (or N) elements of one K index; 8 rows (8 K indices) make a
+ * 1024-byte swizzle atom. Stride byte offset: from one 8-K-row group to the next (1024 when the
+ * rows are consecutive); leading byte offset `lbo`: from one 64-wide M/N block to the next (the
+ * next TMA box). The 16-deep K slice k of a tile starts at addr + 2048 k bytes. */
+__device__ __forceinline__ unsigned long long desc_mn_sw128(unsigned addr, unsigned lbo)
+{
+    unsigned long long d = (unsigned long long)((addr & 0x3FFFFu) >> 4);
+    d |= (unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16; /* leading byte offset: the next 64 M/N */
+    d |= (unsigned long long)(1024 >> 4) << 32;              /* stride byte offset: the next 8 K rows */
+    d |= 1ull << 62;                                         /* layout: 128-byte swizzle */
+    return d;
 }
 
 /* ---------------------------------------------------------- conversion */
@@ -260,6 +277,10 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi)
 __device__ __forceinline__ void st_shared_u32(unsigned addr, unsigned v)
 {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_global_f32x2(float *p, float a, float b)
+{
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
 __device__ __forceinline__ void st_global_u32(void *p, unsigned v)
 {

@@ -1,0 +1,235 @@
+/* test_gemm_sm90.c - CPU checks of the sm_90a grouped GEMM (codegen/gemm_sm90*):
+ *   - the tile scheduler (codegen/gemm_sm90_sched.h, the same code the kernel runs), simulated for
+ *     every block of persistent grids of several sizes over random ragged groups: every output
+ *     tile of every group is produced exactly once, by a block of the right group, no tile past
+ *     the rows of the offsets, empty groups produce nothing, every block's loop ends;
+ *   - NVRTC compiles the kernel for sm_90a, warning-free, for a few shapes and both BLOCK_N
+ *     (skipped without libnvrtc, except in CI or with MOEC_REQUIRE_NVRTC set);
+ *   - the K-grouped (weight-gradient) order: every (group, n, k) tile exactly once, empty groups too;
+ *   - the shape checks refuse what the kernel cannot do.
+ * Run from the repository root. No GPU needed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../codegen/gemm_sm90.h"
+#include "../../codegen/gemm_sm90_sched.h"
+#include "nvrtc.h" /* runtime/gpu/ (codegen/ before the move): both are on the include path */
+
+static int npass, nfail;
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (cond) {                                                                       \
+            npass++;                                                                      \
+        } else {                                                                          \
+            nfail++;                                                                      \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                          \
+        }                                                                                 \
+    } while (0)
+
+static unsigned long long rng = 0x2545F4914F6CDD1Dull;
+static unsigned rnd(unsigned n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (unsigned)(rng % n);
+}
+
+/* One schedule: E groups of the given real row counts, padded to 128; grid blocks; band. */
+static int check_schedule(int E, const int *rows, int num_n, int grid, int band, int rows_cap_slack)
+{
+    const int BM = 128;
+    int *off = malloc(sizeof(int) * (size_t)(E + 1));
+    off[0] = 0;
+    for (int g = 0; g < E; g++)
+        off[g + 1] = off[g] + (rows[g] + BM - 1) / BM * BM;
+    int rows_cap = off[E] + rows_cap_slack;
+    int num_m = moec_sched_num_m(off, E, rows_cap, BM);
+    int bad = 0;
+    if (num_m != off[E] / BM)
+        bad++;
+    int *seen = calloc((size_t)num_m * num_n + 1, sizeof(int));
+    long long produced = 0;
+    for (int b = 0; b < grid; b++) {
+        long long iters = 0;
+        for (int t = b; t < num_m * num_n; t += grid) { /* the kernel's persistent loop */
+            if (++iters > (long long)num_m * num_n)
+                return -1; /* would not terminate */
+            int mb, nb;
+            moec_sched_tile(t, num_m, num_n, band, &mb, &nb);
+            if (mb < 0 || mb >= num_m || nb < 0 || nb >= num_n) {
+                bad++;
+                continue;
+            }
+            int g = moec_sched_group_of(off, E, mb * BM);
+            /* the tile lies inside group g's padded rows, and g is not empty */
+            if (g < 0 || g >= E || off[g] > mb * BM || mb * BM + BM > off[g + 1] || rows[g] == 0)
+                bad++;
+            /* no tile entirely past the group's real rows */
+            if (mb * BM >= off[g] + rows[g])
+                bad++;
+            seen[mb * num_n + nb]++;
+            produced++;
+        }
+    }
+    /* exactly once each; the tiles of each group are the ceil(rows / 128) * num_n expected */
+    long long expected = 0;
+    for (int g = 0; g < E; g++)
+        expected += (long long)(rows[g] + BM - 1) / BM * num_n;
+    for (int i = 0; i < num_m * num_n; i++)
+        bad += seen[i] != 1;
+    bad += produced != expected;
+    free(seen);
+    free(off);
+    return bad;
+}
+
+static void test_scheduler(void)
+{
+    int cases = 0, bad_cases = 0, loops = 0;
+    const int grids[] = {1, 7, 132, 1000};
+    const int bands[] = {1, 3, 16};
+    for (int it = 0; it < 300; it++) {
+        int E = 1 + (int)rnd(40);
+        int rows[64];
+        for (int g = 0; g < E; g++) {
+            unsigned kind = rnd(6);
+            rows[g] = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? 128 * (1 + (int)rnd(4)) : (int)rnd(1500);
+        }
+        int num_n = 1 + (int)rnd(9);
+        for (int gi = 0; gi < 4; gi++)
+            for (int bi = 0; bi < 3; bi++) {
+                int r = check_schedule(E, rows, num_n, grids[gi], bands[bi], (int)rnd(3) * 64);
+                cases++;
+                bad_cases += r != 0;
+                loops += r < 0;
+            }
+    }
+    CHECK(bad_cases == 0, "%d of %d random ragged schedules wrong (%d did not terminate)", bad_cases, cases, loops);
+
+    /* all groups empty: no tile at all; one group of every edge size */
+    int zeros[5] = {0, 0, 0, 0, 0};
+    CHECK(check_schedule(5, zeros, 3, 132, 16, 0) == 0, "all-empty groups");
+    int edge[6] = {0, 1, 127, 128, 129, 4096};
+    CHECK(check_schedule(6, edge, 4, 132, 16, 0) == 0, "edge group sizes");
+    /* offsets past the row capacity are clamped: no tile beyond rows_cap */
+    int off[3] = {0, 256, 1024};
+    CHECK(moec_sched_num_m(off, 2, 512, 128) == 4, "num_m clamped to rows_cap: %d", moec_sched_num_m(off, 2, 512, 128));
+    /* group_of skips empty groups */
+    int off2[6] = {0, 0, 128, 128, 128, 384};
+    CHECK(moec_sched_group_of(off2, 5, 0) == 1 && moec_sched_group_of(off2, 5, 127) == 1 &&
+              moec_sched_group_of(off2, 5, 128) == 4 && moec_sched_group_of(off2, 5, 383) == 4,
+          "group_of with empty groups");
+}
+
+/* the K-grouped order: every (group, n block, k block) exactly once over any grid, empty groups
+ * included (their tiles are written as zeros) */
+static void test_kscheduler(void)
+{
+    int bad = 0;
+    const int grids[] = {1, 5, 132, 4000};
+    for (int it = 0; it < 200; it++) {
+        int E = 1 + (int)rnd(20), nn = 1 + (int)rnd(12), nk = 1 + (int)rnd(12), band = 1 + (int)rnd(16);
+        int tiles = E * nn * nk;
+        int *seen = calloc((size_t)tiles, sizeof(int));
+        for (int gi = 0; gi < 4; gi++) {
+            memset(seen, 0, sizeof(int) * (size_t)tiles);
+            for (int b = 0; b < grids[gi]; b++)
+                for (int t = b; t < tiles; t += grids[gi]) {
+                    int g, n, k;
+                    moec_sched_ktile(t, nn, nk, band, &g, &n, &k);
+                    if (g < 0 || g >= E || n < 0 || n >= nn || k < 0 || k >= nk) {
+                        bad++;
+                        continue;
+                    }
+                    seen[(g * nn + n) * nk + k]++;
+                }
+            for (int i = 0; i < tiles; i++)
+                bad += seen[i] != 1;
+        }
+        free(seen);
+    }
+    CHECK(bad == 0, "K-grouped schedule: %d tiles not produced exactly once", bad);
+}
+
+static void test_shapes(void)
+{
+    char err[256];
+    GemmSm90Shape ok = {8, 4096, 14336, 256, 4, 0};
+    CHECK(gemm_sm90_check_shape(&ok, err, sizeof err), "Mixtral down is a valid shape: %s", err);
+    CHECK(gemm_sm90_smem_bytes(&ok) == 1024 + 4 * 49152 + 32768 + 64, "shared memory %d", gemm_sm90_smem_bytes(&ok));
+    GemmSm90Shape badk = {8, 4096, 100, 256, 4, 0}, badn = {8, 4000, 128, 256, 4, 0}, badst = {8, 4096, 128, 256, 5, 0},
+                  badbn = {8, 4096, 128, 64, 4, 0};
+    CHECK(!gemm_sm90_check_shape(&badk, err, sizeof err) && strstr(err, "multiple of 64"), "K %% 64: %s", err);
+    CHECK(!gemm_sm90_check_shape(&badn, err, sizeof err) && strstr(err, "BLOCK_N"), "N %% BLOCK_N: %s", err);
+    CHECK(!gemm_sm90_check_shape(&badst, err, sizeof err) && strstr(err, "shared memory"), "5 stages: %s", err);
+    CHECK(!gemm_sm90_check_shape(&badbn, err, sizeof err), "BLOCK_N 64 refused");
+}
+
+static void test_nvrtc_compile(void)
+{
+    char err[1024];
+    if (!nvrtc_load(err, sizeof err)) {
+        const char *ci = getenv("CI"), *req = getenv("MOEC_REQUIRE_NVRTC");
+        if ((ci && strcmp(ci, "true") == 0) || (req && *req)) {
+            CHECK(0, "NVRTC is required here: %s", err);
+            return;
+        }
+        printf("test_gemm_sm90: NVRTC not available, its checks skipped: %s\n", err);
+        return;
+    }
+    const GemmSm90Shape shapes[] = {
+        {8, 28672, 4096, 256, 4, 0}, /* Mixtral gate_up */
+        {16, 1024, 2816, 128, 6, 0}, /* bio down, BLOCK_N 128 */
+        {5, 512, 256, 256, 4, 0},    /* the GPU check's ragged shape */
+        {8, 4096, 14336, 256, 4, 1}, /* Mixtral down, 16-byte-store epilogue */
+        {1, 8192, 8192, 128, 6, 2},  /* dense, 4-byte stores */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        char *src = gemm_sm90_source(&shapes[i], "moec_gemm_mgrouped", NULL);
+        NvrtcOutput out;
+        int ok = nvrtc_compile(src, "gemm_sm90.cu", "sm_90a", &out, err, sizeof err);
+        if (!ok && out.log)
+            nvrtc_print_log(stderr, out.log, src, "gemm_sm90.cu");
+        CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
+              "E %d N %d K %d BLOCK_N %d compiles for sm_90a warning-free: %s (%d warnings)", shapes[i].E, shapes[i].N,
+              shapes[i].K, shapes[i].block_n, ok ? "" : err, out.nwarnings);
+        if (ok && out.log && *out.log)
+            fprintf(stderr, "%s\n", out.log);
+        nvrtc_output_free(&out);
+        free(src);
+    }
+    const GemmSm90Shape kshapes[] = {
+        {8, 28672, 4096, 256, 4, 0}, /* Mixtral gate_up weight gradient */
+        {16, 1024, 2816, 128, 6, 0}, /* bio down, BLOCK_N 128 */
+    };
+    for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++) {
+        CHECK(gemm_sm90_kgrouped_check_shape(&kshapes[i], err, sizeof err), "K-grouped shape: %s", err);
+        char *src = gemm_sm90_kgrouped_source(&kshapes[i], "moec_gemm_kgrouped", NULL);
+        NvrtcOutput out;
+        int ok = nvrtc_compile(src, "gemm_sm90.cu", "sm_90a", &out, err, sizeof err);
+        if (!ok && out.log)
+            nvrtc_print_log(stderr, out.log, src, "gemm_sm90.cu");
+        CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
+              "K-grouped E %d N %d K %d BLOCK_N %d compiles for sm_90a warning-free: %s (%d warnings)", kshapes[i].E,
+              kshapes[i].N, kshapes[i].K, kshapes[i].block_n, ok ? "" : err, out.nwarnings);
+        if (ok && out.log && *out.log)
+            fprintf(stderr, "%s\n", out.log);
+        nvrtc_output_free(&out);
+        free(src);
+    }
+}
+
+int main(void)
+{
+    test_scheduler();
+    test_kscheduler();
+    test_shapes();
+    test_nvrtc_compile();
+    printf("test_gemm_sm90: %d passed, %d failed\n", npass, nfail);
+    return nfail != 0;
+}
