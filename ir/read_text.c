@@ -904,7 +904,7 @@ static int grad_line(Reader *r)
     if (!p)
         return 0;
     if (p->op != IR_OP_PARAM)
-        return error_at(r, at, strlen(p->name) + 1, "%%%s is a %s, not a param", p->name, ir_node_op_name(p));
+        return error_at(r, at, strlen(p->name) + 1, "%%%s is not a param (its op is %s)", p->name, ir_node_op_name(p));
     for (int i = 0; i < r->nparams; i++)
         if (r->params[i] == p)
             return error_at(r, at, strlen(p->name) + 1, "a second gradient for %%%s", p->name);

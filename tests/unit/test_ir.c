@@ -388,6 +388,19 @@ static void test_diag_format(void)
     capture_close(&c);
 }
 
+#include "ir_read_check.h"
+
+/* The text dump reads back into the same graph (ir_read_text), fast enough
+ * for the training binary's start-up (ASan builds get more time). */
+static void test_read_back(void)
+{
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    check_read_back_model("models/mixtral_tiny.moe", &ctx, 100);
+    check_read_back_model("models/variants/mixtral_tiny_probe.moe", &ctx, 100);
+    check_read_back_model("models/mixtral_8x7b.moe", &ctx, 100);
+}
+
 int main(void)
 {
     test_tables();
@@ -399,6 +412,7 @@ int main(void)
     test_model_roundtrip();
     test_diag_format();
     test_mixtral_json();
+    test_read_back();
     printf("test_ir: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }

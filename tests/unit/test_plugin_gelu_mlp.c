@@ -400,6 +400,9 @@ static const char *const expert_layer_input =
     "  loss = cross_entropy(linear(combine(grouped_linear(a, w_down, r.splits), r), w), t) }\n"
     "train { batch 5 }\n";
 
+#define CHECK(cond, ...) check((cond) != 0, __VA_ARGS__)
+#include "ir_read_check.h"
+
 int main(void)
 {
     /* the plugin of this build: BUILD/plugins/, beside this executable */
@@ -444,6 +447,11 @@ int main(void)
     gradcheck("expert_layer_input", &si, 40, 1, 9);
     Setup sm = {GELU_MODEL, NULL, 2, 6, 1, 0, CPU_F64, 3};
     gradcheck("mixtral_tiny_gelu", &sm, 12, 2, 20);
+
+    /* the IR text of the fused model reads back, the custom op found by name */
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    check_read_back_model(GELU_MODEL, &ctx, 100);
 
     printf("test_plugin_gelu_mlp: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
