@@ -17,10 +17,11 @@
 #include <sys/stat.h>
 
 #include "../compiler/driver.h"
+#include "../driver/build.h"
 #include "../formats/hf.h"
 #include "../compiler/lower.h"
 #include "../codegen/cuda.h"
-#include "../codegen/nvrtc.h"
+#include "../runtime/gpu/nvrtc.h"
 #include "../util/util.h"
 #include "../plan/payload.h"
 #include "../formats/plot.h"
@@ -470,22 +471,26 @@ static void human_bytes(char *buf, size_t size, double v)
 
 /* compile --emit-cuda / --arch, after the training binary was written;
  * `pre` is the NVRTC result when the binary was already given it */
-static int cuda_outputs(const Options *o, const CudaModule *m, const IrGraph *g, NvrtcOutput *pre)
+static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
 {
     char path[4200];
+    const IrGraph *g = p->graph;
     if (o->emit_cuda) {
         if (!make_dirs(o->emit_cuda)) {
             fprintf(stderr, "moec: error: --emit-cuda %s: cannot create the directory: %s\n", o->emit_cuda,
                     strerror(errno));
             return 1;
         }
-        if (!write_file(o->emit_cuda, "kernels.cu", m->source, m->source_len, path, sizeof path) ||
-            !write_file(o->emit_cuda, "plan.json", m->plan_json, strlen(m->plan_json), path, sizeof path))
+        char *json = plan_to_json(p, 0);
+        int ok = write_file(o->emit_cuda, "kernels.cu", p->cuda_source, p->cuda_source_len, path, sizeof path) &&
+                 write_file(o->emit_cuda, "plan.json", json, strlen(json), path, sizeof path);
+        free(json);
+        if (!ok)
             return 1;
-        printf("%s: wrote %s/kernels.cu (%d kernels for %d launches per step", o->file, o->emit_cuda, m->nkernels,
-               m->nlaunches);
-        if (m->ncollectives)
-            printf(", %d host-side collectives", m->ncollectives);
+        printf("%s: wrote %s/kernels.cu (%d kernels for %d launches per step", o->file, o->emit_cuda,
+               p->nkernels + CUDA_RUNTIME_KERNELS, p->nkernel_launches);
+        if (p->ncollectives)
+            printf(", %d host-side collectives", p->ncollectives);
         printf(") and %s/plan.json\n", o->emit_cuda);
     }
     if (!o->arch)
@@ -496,9 +501,9 @@ static int cuda_outputs(const Options *o, const CudaModule *m, const IrGraph *g,
     if (pre)
         out = *pre, memset(pre, 0, sizeof *pre);
     else
-        ok = nvrtc_compile(m->source, "kernels.cu", o->arch, &out, err, sizeof err);
+        ok = nvrtc_compile(p->cuda_source, "kernels.cu", o->arch, &out, err, sizeof err);
     if (out.log && (out.nwarnings || out.nerrors || !ok))
-        nvrtc_print_log(stderr, out.log, m->source, "kernels.cu");
+        nvrtc_print_log(stderr, out.log, p->cuda_source, "kernels.cu");
     int rc = 0;
     if (!ok) {
         fprintf(stderr, "moec: error: %s\n", err);
@@ -507,13 +512,79 @@ static int cuda_outputs(const Options *o, const CudaModule *m, const IrGraph *g,
         char hb[32];
         human_bytes(hb, sizeof hb, (double)out.image_size);
         printf("%s: NVRTC %d.%d compiled %d kernels of model %s for %s in %.1f s (%s %s), %d warnings\n", o->file,
-               out.major, out.minor, m->nkernels, g->model, o->arch, out.seconds, out.is_ptx ? "PTX" : "cubin", hb,
+               out.major, out.minor, p->nkernels + CUDA_RUNTIME_KERNELS, g->model, o->arch, out.seconds, out.is_ptx ? "PTX" : "cubin", hb,
                out.nwarnings);
         if (o->emit_cuda && !write_file(o->emit_cuda, out.is_ptx ? "kernels.ptx" : "kernels.cubin", out.image,
                                         out.is_ptx ? strlen(out.image) : out.image_size, path, sizeof path))
             rc = 1;
     }
     nvrtc_output_free(&out);
+    return rc;
+}
+
+/* `moec compile`: the plan of the compiled model (c->graph), as a training
+ * binary (-o: this executable with the plan appended), and/or its CUDA
+ * source and plan.json (--emit-cuda) and kernel image (--arch). */
+static int compile_command(const Options *o, Compilation *c)
+{
+    char err[1024];
+    if (o->arch && !nvrtc_check_arch(o->arch, err, sizeof err)) {
+        fprintf(stderr, "moec: error: %s\n", err);
+        return 1;
+    }
+    Diag d;
+    diag_init(&d, o->file, c->text, c->len, stderr);
+    if (o->output && !train_check_alphabet(c->graph, &d))
+        return 1;
+    /* the pass plugins by absolute path: the binary loads them again */
+    char *abs[ARRAY_LEN(plugin_paths)];
+    for (int i = 0; i < nplugin_paths; i++) {
+        abs[i] = realpath(plugin_paths[i], NULL);
+        if (!abs[i])
+            abs[i] = xstrdup(plugin_paths[i]);
+    }
+    Plan *p = driver_make_plan(c, o->file, (const char *const *)abs, nplugin_paths, o->has_precision, o->precision,
+                               o->ep, err, sizeof err);
+    for (int i = 0; i < nplugin_paths; i++)
+        free(abs[i]);
+    if (!p) {
+        fprintf(stderr, "moec: error: %s\n", err);
+        return 1;
+    }
+    int want_cuda = o->emit_cuda || o->arch, rc = 0;
+    if (want_cuda && p->gpu_unsupported) {
+        fputs(p->gpu_unsupported, stderr);
+        plan_free(p);
+        return 1;
+    }
+    NvrtcOutput nv = {0}, *pre = NULL;
+    if (o->output && o->arch) {
+        /* the kernels' image goes into the binary: it starts without NVRTC on that GPU */
+        pre = &nv;
+        if (!nvrtc_compile(p->cuda_source, "kernels.cu", o->arch, &nv, err, sizeof err)) {
+            if (nv.log)
+                nvrtc_print_log(stderr, nv.log, p->cuda_source, "kernels.cu");
+            fprintf(stderr, "moec: error: %s\n", err);
+            rc = 1;
+        } else if (!nv.is_ptx) {
+            plan_set_image(p, o->arch, nv.image, nv.image_size);
+        }
+    }
+    if (rc == 0 && o->output) {
+        char *json = plan_to_json(p, 1);
+        if (!payload_write_binary("/proc/self/exe", o->output, json, strlen(json), err, sizeof err)) {
+            fprintf(stderr, "moec: error: %s\n", err);
+            rc = 1;
+        } else {
+            printf("%s: wrote %s (model %s, %d IR nodes); run '%s --help'\n", o->file, o->output, p->graph->model,
+                   p->graph->nnodes, o->output);
+        }
+        free(json);
+    }
+    if (rc == 0 && want_cuda)
+        rc = cuda_outputs(o, p, pre);
+    nvrtc_output_free(&nv);
+    plan_free(p);
     return rc;
 }
 
@@ -770,54 +841,7 @@ static int run_front(const Options *o)
         if (strcmp(o->command, "explain") == 0) {
             explain(g, o->format == PRINT_JSON);
         } else if (strcmp(o->command, "compile") == 0) {
-            Diag d;
-            diag_init(&d, o->file, c.text, c.len, stderr);
-            char err[1024];
-            CudaModule cm = {0};
-            int want_cuda = o->emit_cuda || o->arch;
-            if (o->arch && !nvrtc_check_arch(o->arch, err, sizeof err)) {
-                fprintf(stderr, "moec: error: %s\n", err);
-                rc = 1;
-            } else if (want_cuda && !cuda_codegen(g, NULL, &d, &cm)) {
-                rc = 1;
-            } else if (!o->output) {
-                rc = cuda_outputs(o, &cm, g, NULL);  /* --emit-cuda / --arch alone: no training binary */
-            } else if (!train_check_alphabet(g, &d)) {
-                rc = 1;
-            } else {
-                char *json = train_plan_json(o->file, c.text, c.len, plugin_paths, nplugin_paths,
-                                             o->has_precision ? ir_precision_name[o->precision] : NULL, o->ep);
-                /* --arch: the kernels' image goes into the binary (it starts without NVRTC on that GPU) */
-                NvrtcOutput nv = {0}, *pre = NULL;
-                if (o->arch) {
-                    int ok = nvrtc_compile(cm.source, "kernels.cu", o->arch, &nv, err, sizeof err);
-                    pre = &nv;
-                    if (ok && !nv.is_ptx) {
-                        char *with = payload_add_image(json, o->arch, cm.source, cm.source_len, nv.image, nv.image_size);
-                        free(json);
-                        json = with;
-                    } else if (!ok) {
-                        rc = 1;
-                    }
-                }
-                if (rc != 0) {
-                    if (nv.log)
-                        nvrtc_print_log(stderr, nv.log, cm.source, "kernels.cu");
-                    fprintf(stderr, "moec: error: %s\n", err);
-                    nvrtc_output_free(&nv);
-                } else if (!payload_write_binary("/proc/self/exe", o->output, json, err, sizeof err)) {
-                    fprintf(stderr, "moec: error: %s\n", err);
-                    rc = 1;
-                } else {
-                    printf("%s: wrote %s (model %s, %d IR nodes); run '%s --help'\n", o->file, o->output, g->model,
-                           g->nnodes, o->output);
-                    if (want_cuda)
-                        rc = cuda_outputs(o, &cm, g, pre);
-                }
-                nvrtc_output_free(&nv);
-                free(json);
-            }
-            cuda_module_free(&cm);
+            rc = compile_command(o, &c);
         } else if (is_opt) {
             print_opt(g, &ctx);
         } else if (strcmp(o->command, "dump") == 0) {
@@ -936,12 +960,38 @@ static int ckpt_diff(int argc, char **argv)
     return bad ? 1 : 0;
 }
 
+/* A training binary: load the pass plugins its plan names (for their ops),
+ * read the plan, train. Nothing here runs the front end or a pass. */
+static int train_binary(char **argv, int argc, const Payload *payload)
+{
+    char what[4200], err[2048];
+    snprintf(what, sizeof what, "the plan embedded in %s", argv[0]);
+    double t0 = wall_seconds();
+    Plan *p = plan_from_json(payload->data, payload->len, what, pass_load_plugin, err, sizeof err);
+    if (!p) {
+        fprintf(stderr, "%s: error: %s\n", argv[0], err);
+        return 1;
+    }
+    if (getenv("MOEC_PRINT_LOAD_TIME"))
+        fprintf(stderr, "plan loaded in %.3f s (%zu bytes, %d IR nodes, %d compilations)\n", wall_seconds() - t0,
+                payload->len, p->graph->nnodes, driver_compilations());
+    int rc = train_main(argc, argv, p);
+    plan_free(p);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* a training binary is this executable with a plan appended */
     Payload payload;
-    if (payload_read("/proc/self/exe", &payload)) {
-        int rc = train_main(argc, argv, payload.json);
+    char perr[2048];
+    int has = payload_read("/proc/self/exe", &payload, perr, sizeof perr);
+    if (has < 0) {
+        fprintf(stderr, "%s: error: %s\n", argv[0], perr);
+        return 1;
+    }
+    if (has > 0) {
+        int rc = train_binary(argv, argc, &payload);
         payload_free(&payload);
         return rc;
     }

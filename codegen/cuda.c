@@ -224,9 +224,17 @@ void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...)
 
 /* ------------------------------------------------------------ buffers */
 
-static const char *node_ctype(const IrNode *n) { return n->dtype == IR_I32 ? "int" : "float"; }
+const char *cg_ctype(PlanStorage s)
+{
+    switch (s) {
+    case PLAN_F32: return "float";
+    case PLAN_F64: return "double";
+    case PLAN_I32: return "int";
+    default: die("codegen: no C type for storage %s", plan_storage_name[s]);
+    }
+}
 
-static int add_buf(Cg *cg, const char *name, int node, CgBufKind kind, const char *ctype, int64_t bytes)
+static int add_buf(Cg *cg, const char *name, int node, PlanBufKind kind, PlanStorage storage, int64_t count)
 {
     if (cg->nbufs == cg->capbufs) {
         cg->capbufs = cg->capbufs ? 2 * cg->capbufs : 256;
@@ -237,19 +245,18 @@ static int add_buf(Cg *cg, const char *name, int node, CgBufKind kind, const cha
     b->name = xstrdup(name);
     b->node = node;
     b->kind = kind;
-    b->ctype = ctype;
-    b->bytes = bytes;
+    b->storage = storage;
+    b->bytes = count * plan_storage_bytes[storage];
     b->alias_of = -1;
     b->block = -1;
     return cg->nbufs++;
 }
 
-int cg_ws(Cg *cg, const IrNode *n, const char *ctype, int64_t count, const char *what)
+int cg_ws(Cg *cg, const IrNode *n, PlanStorage storage, int64_t count, const char *what)
 {
     char name[512];
     snprintf(name, sizeof name, "%s.ws.%s", n->name, what);
-    int64_t size = strcmp(ctype, "double") == 0 ? 8 : 4;
-    return add_buf(cg, name, n->id, CG_BUF_WS, ctype, count * size);
+    return add_buf(cg, name, n->id, PLAN_BUF_WORKSPACE, storage, count);
 }
 
 /* ------------------------------------------------------------ the kernel builder */
@@ -273,7 +280,7 @@ void cg_param(Cg *cg, int buf, int is_out, const char *name)
     if (cg->nargs == CG_MAX_ARGS)
         die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
     sb_printf(&cg->params, "%s%s%s *__restrict__ %s", cg->nargs ? ", " : "", is_out ? "" : "const ",
-              cg->bufs[buf].ctype, name);
+              cg_ctype(cg->bufs[buf].storage), name);
     cg->args[cg->nargs++] = buf;
 }
 
@@ -464,354 +471,6 @@ void cg_collective(Cg *cg, const IrNode *n)
     l->what = xstrdup("host-side collective");
 }
 
-/* ------------------------------------------------------------ the planner */
-
-static int64_t align_up(int64_t v) { return (v + 255) / 256 * 256; }
-
-/* Liveness over the node order, as runtime/cpu/cpu.c plans the CPU's
- * buffers: a node's buffer is taken when it runs and released after its
- * last user ran; the smallest free block that fits is reused, else the
- * largest free one grows, else a new block. Views alias their packed
- * source (a use of a view is a use of the source). A node's workspaces are
- * taken after its output and released when it is done. Params and inputs
- * live in their own regions; outputs (loss, gradients, `output` tensors)
- * keep their buffers to the end. Blocks are laid out one after another,
- * 256-byte aligned: a buffer's offset is its block's. */
-static int64_t plan_buffers(Cg *cg, int *nblocks_out)
-{
-    const IrGraph *g = cg->g;
-    int n = g->nnodes, nb = cg->nbufs;
-    int *last_use = malloc(sizeof(int) * (size_t)n);
-    char *keep = calloc((size_t)n, 1);
-    int64_t *block_size = calloc((size_t)nb + 1, sizeof(int64_t));
-    char *block_free = calloc((size_t)nb + 1, 1);
-    int *ws_first = malloc(sizeof(int) * (size_t)n), *ws_count = calloc((size_t)n, sizeof(int));
-    if (!last_use || !keep || !block_size || !block_free || !ws_first || !ws_count)
-        die("out of memory planning buffers");
-    int nblocks = 0;
-    for (int i = 0; i < n; i++) {
-        last_use[i] = i;
-        ws_first[i] = -1;
-    }
-    for (int b = n; b < nb; b++) {
-        if (ws_first[cg->bufs[b].node] < 0)
-            ws_first[cg->bufs[b].node] = b;
-        ws_count[cg->bufs[b].node]++;
-    }
-#define ROOT(id) (cg->bufs[id].alias_of >= 0 ? cg->bufs[id].alias_of : (id))
-    for (int i = 0; i < n; i++) {
-        const IrNode *node = g->nodes[i];
-        int r = ROOT(i);
-        if (node->is_output || node->op == IR_OP_INPUT || node->op == IR_OP_PARAM)
-            keep[r] = 1;
-        if (last_use[r] < i)
-            last_use[r] = i;
-        for (int s = 0; s < node->nsrc; s++) {
-            int rs = ROOT(node->src[s]->id);
-            if (last_use[rs] < i)
-                last_use[rs] = i;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        const IrNode *node = g->nodes[i];
-        int todo[1 + 64], ntodo = 0;
-        if (node->op != IR_OP_INPUT && node->op != IR_OP_PARAM && cg->bufs[i].alias_of < 0)
-            todo[ntodo++] = i;
-        if (ws_count[i] > 64)
-            die("codegen: node %s has more than 64 workspaces", node->name);
-        for (int w = 0; w < ws_count[i]; w++)
-            todo[ntodo++] = ws_first[i] + w;
-        for (int t = 0; t < ntodo; t++) {
-            CgBuf *buf = &cg->bufs[todo[t]];
-            int best = -1, grow = -1;
-            for (int b = 0; b < nblocks; b++) {
-                if (!block_free[b])
-                    continue;
-                if (block_size[b] >= buf->bytes) {
-                    if (best < 0 || block_size[b] < block_size[best])
-                        best = b;
-                } else if (grow < 0 || block_size[b] > block_size[grow]) {
-                    grow = b;
-                }
-            }
-            if (best < 0)
-                best = grow;
-            if (best < 0) {
-                best = nblocks++;
-                block_size[best] = 0;
-            }
-            if (block_size[best] < buf->bytes)
-                block_size[best] = buf->bytes;
-            block_free[best] = 0;
-            buf->block = best;
-        }
-        /* the workspaces die with the node */
-        for (int w = 0; w < ws_count[i]; w++)
-            block_free[cg->bufs[ws_first[i] + w].block] = 1;
-        for (int s = 0; s <= node->nsrc; s++) {
-            int r = ROOT(s < node->nsrc ? node->src[s]->id : i);
-            if (last_use[r] == i && !keep[r] && cg->bufs[r].block >= 0)
-                block_free[cg->bufs[r].block] = 1;
-        }
-    }
-#undef ROOT
-    int64_t *block_off = calloc((size_t)nblocks + 1, sizeof(int64_t));
-    int64_t total = 0;
-    for (int b = 0; b < nblocks; b++) {
-        block_off[b] = total;
-        total += align_up(block_size[b]);
-    }
-    int64_t poff = 0, ioff = 0;
-    for (int i = 0; i < nb; i++) {
-        CgBuf *buf = &cg->bufs[i];
-        if (buf->alias_of >= 0)
-            continue;
-        if (i < n && g->nodes[i]->op == IR_OP_PARAM) {
-            buf->region = "params";
-            buf->offset = poff;
-            poff += align_up(buf->bytes);
-        } else if (i < n && g->nodes[i]->op == IR_OP_INPUT) {
-            buf->region = "inputs";
-            buf->offset = ioff;
-            ioff += align_up(buf->bytes);
-        } else {
-            buf->region = "activations";
-            buf->offset = block_off[buf->block];
-        }
-    }
-    for (int i = 0; i < nb; i++) {
-        CgBuf *buf = &cg->bufs[i];
-        if (buf->alias_of < 0)
-            continue;
-        const CgBuf *root = &cg->bufs[buf->alias_of];
-        buf->region = root->region;
-        buf->offset = root->offset + buf->alias_offset;
-        buf->block = root->block;
-    }
-    free(last_use);
-    free(keep);
-    free(block_size);
-    free(block_free);
-    free(block_off);
-    free(ws_first);
-    free(ws_count);
-    *nblocks_out = nblocks;
-    return total;
-}
-
-/* ------------------------------------------------------------ the plan */
-
-static cJSON *shape_json(const IrNode *n)
-{
-    cJSON *a = cJSON_CreateArray();
-    for (int i = 0; i < n->rank; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)n->shape[i]));
-    return a;
-}
-
-static int uses_as(const IrGraph *g, const IrNode *p, IrOp op, int src)
-{
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == op && g->nodes[i]->nsrc > src && g->nodes[i]->src[src] == p)
-            return 1;
-    return 0;
-}
-
-static cJSON *dims3(int64_t x)
-{
-    cJSON *a = cJSON_CreateArray();
-    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)x));
-    cJSON_AddItemToArray(a, cJSON_CreateNumber(1));
-    cJSON_AddItemToArray(a, cJSON_CreateNumber(1));
-    return a;
-}
-
-static char *plan_json(Cg *cg, int64_t act_bytes, int nblocks)
-{
-    const IrGraph *g = cg->g;
-    const IrTrain *tr = &g->train;
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", "moec-cuda-plan");
-    cJSON_AddNumberToObject(root, "version", 1);
-    cJSON_AddStringToObject(root, "model", g->model ? g->model : "");
-    cJSON_AddStringToObject(root, "source", g->file ? g->file : "");
-    cJSON_AddStringToObject(root, "kernels_file", "kernels.cu");
-    cJSON_AddStringToObject(root, "precision", ir_precision_name[tr->precision]);
-    cJSON_AddStringToObject(root, "float_storage", "f32");
-    cJSON_AddStringToObject(root, "index_storage", "i32");
-    cJSON *t = cJSON_AddObjectToObject(root, "train");
-    cJSON_AddNumberToObject(t, "batch", (double)tr->batch);
-    cJSON_AddNumberToObject(t, "seq", (double)tr->seq);
-    cJSON_AddNumberToObject(t, "ep", (double)tr->ep);
-    cJSON_AddNumberToObject(t, "dp", (double)tr->dp);
-    cJSON_AddStringToObject(t, "objective", tr->objective ? tr->objective : "");
-
-    int64_t pbytes = 0, ibytes = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        const CgBuf *b = &cg->bufs[i];
-        if (g->nodes[i]->op == IR_OP_PARAM)
-            pbytes = b->offset + align_up(b->bytes) > pbytes ? b->offset + align_up(b->bytes) : pbytes;
-        if (g->nodes[i]->op == IR_OP_INPUT)
-            ibytes = b->offset + align_up(b->bytes) > ibytes ? b->offset + align_up(b->bytes) : ibytes;
-    }
-    cJSON *regions = cJSON_AddArrayToObject(root, "regions");
-    const char *rn[3] = {"params", "inputs", "activations"};
-    int64_t rb[3] = {pbytes, ibytes, act_bytes};
-    for (int r = 0; r < 3; r++) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", rn[r]);
-        cJSON_AddNumberToObject(o, "bytes", (double)rb[r]);
-        if (r == 2)
-            cJSON_AddNumberToObject(o, "blocks", nblocks);
-        cJSON_AddItemToArray(regions, o);
-    }
-    cJSON_AddNumberToObject(root, "alignment", 256);
-
-    cJSON *bufs = cJSON_AddArrayToObject(root, "buffers");
-    for (int i = 0; i < cg->nbufs; i++) {
-        const CgBuf *b = &cg->bufs[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "id", i);
-        cJSON_AddStringToObject(o, "name", b->name);
-        if (b->kind == CG_BUF_WS) {
-            cJSON_AddStringToObject(o, "kind", "workspace");
-            cJSON_AddNumberToObject(o, "node", b->node);
-            cJSON_AddStringToObject(o, "ctype", b->ctype);
-        } else {
-            const IrNode *n = g->nodes[i];
-            const char *kind = n->op == IR_OP_PARAM ? "param" : n->op == IR_OP_INPUT ? "input"
-                               : b->kind == CG_BUF_VIEW ? "view" : "tensor";
-            cJSON_AddStringToObject(o, "kind", kind);
-            cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
-            cJSON_AddStringToObject(o, "dtype", n->dtype == IR_I32 ? "i32" : "f32");
-            cJSON_AddItemToObject(o, "shape", shape_json(n));
-            if (b->kind == CG_BUF_VIEW)
-                cJSON_AddNumberToObject(o, "alias_of", b->alias_of);
-            if (n->is_output)
-                cJSON_AddBoolToObject(o, "output", 1);
-        }
-        cJSON_AddNumberToObject(o, "bytes", (double)b->bytes);
-        cJSON_AddStringToObject(o, "region", b->region);
-        cJSON_AddNumberToObject(o, "offset", (double)b->offset);
-        cJSON_AddItemToArray(bufs, o);
-    }
-
-    cJSON *inputs = cJSON_AddArrayToObject(root, "inputs");
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == IR_OP_INPUT) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "name", g->nodes[i]->name);
-            cJSON_AddNumberToObject(o, "buffer", i);
-            cJSON_AddItemToArray(inputs, o);
-        }
-    cJSON *params = cJSON_AddArrayToObject(root, "params");
-    for (int p = 0; p < g->nparams; p++) {
-        const IrNode *pn = g->params[p];
-        int decay = !((uses_as(g, pn, IR_OP_RMSNORM, 1) && !tr->decay_norms) ||
-                      (uses_as(g, pn, IR_OP_EMBEDDING, 1) && !tr->decay_embeddings));
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", pn->name);
-        cJSON_AddNumberToObject(o, "buffer", pn->id);
-        cJSON_AddNumberToObject(o, "grad", g->grads[p]->id);
-        cJSON_AddNumberToObject(o, "numel", (double)ir_numel(pn));
-        cJSON_AddItemToObject(o, "shape", shape_json(pn));
-        cJSON_AddBoolToObject(o, "weight_decay", decay);
-        if (ir_has_attr(pn, IR_ATTR_SHARD))
-            cJSON_AddNumberToObject(o, "shard", (double)ir_attr_i(pn, IR_ATTR_SHARD));
-        cJSON_AddItemToArray(params, o);
-    }
-    cJSON_AddNumberToObject(root, "loss", g->loss ? g->loss->id : -1);
-    cJSON *outs = cJSON_AddArrayToObject(root, "outputs");
-    for (int i = 0; i < g->nnodes; i++) {
-        int is_grad = 0;
-        for (int p = 0; p < g->nparams; p++)
-            is_grad |= g->grads[p] == g->nodes[i];
-        if (g->nodes[i]->is_output && !is_grad && g->nodes[i] != g->loss)
-            cJSON_AddItemToArray(outs, cJSON_CreateNumber(i));
-    }
-
-    cJSON *kernels = cJSON_AddArrayToObject(root, "kernels");
-    for (int k = 0; k < cg->nkernels; k++) {
-        const CgKernel *kn = &cg->kernels[k];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", kn->name);
-        cJSON_AddNumberToObject(o, "block", kn->block);
-        cJSON *users = cJSON_AddArrayToObject(o, "nodes");
-        for (int u = 0; u < kn->nusers; u++)
-            cJSON_AddItemToArray(users, cJSON_CreateNumber(kn->users[u]));
-        cJSON_AddItemToArray(kernels, o);
-    }
-
-    int eval_launches = 0;
-    cJSON *launches = cJSON_AddArrayToObject(root, "launches");
-    for (int i = 0; i < cg->nlaunches; i++) {
-        const CgLaunch *l = &cg->launches[i];
-        const IrNode *n = g->nodes[l->node];
-        if (g->loss && l->node <= g->loss->id)
-            eval_launches = i + 1;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "node", l->node);
-        cJSON_AddStringToObject(o, "name", n->name);
-        cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
-        cJSON *args = cJSON_CreateArray();
-        for (int a = 0; a < l->nargs; a++)
-            cJSON_AddItemToArray(args, cJSON_CreateNumber(l->args[a]));
-        if (l->kernel >= 0) {
-            cJSON_AddStringToObject(o, "kernel", cg->kernels[l->kernel].name);
-            cJSON_AddItemToObject(o, "grid", dims3(l->grid));
-            cJSON_AddItemToObject(o, "block", dims3(l->block));
-            cJSON_AddNumberToObject(o, "shared_bytes", 0);
-            cJSON_AddItemToObject(o, "args", args);
-            cJSON_AddStringToObject(o, "what", l->what);
-        } else {
-            cJSON_AddStringToObject(o, "collective", ir_node_op_name(n));
-            cJSON_AddItemToObject(o, "args", args);
-            if (ir_has_attr(n, IR_ATTR_EP))
-                cJSON_AddNumberToObject(o, "ep", (double)ir_attr_i(n, IR_ATTR_EP));
-            if (ir_has_attr(n, IR_ATTR_GROUP))
-                cJSON_AddStringToObject(o, "group", ir_attr_s(n, IR_ATTR_GROUP));
-            if (ir_has_attr(n, IR_ATTR_FACTOR))
-                cJSON_AddNumberToObject(o, "factor", ir_attr_f(n, IR_ATTR_FACTOR));
-        }
-        cJSON_AddItemToArray(launches, o);
-    }
-    cJSON_AddNumberToObject(root, "eval_launches", eval_launches);
-
-    cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
-    cJSON_AddStringToObject(opt, "name", tr->optimizer ? tr->optimizer : "adamw");
-    cJSON_AddNumberToObject(opt, "lr", tr->lr);
-    cJSON_AddNumberToObject(opt, "beta1", tr->beta1);
-    cJSON_AddNumberToObject(opt, "beta2", tr->beta2);
-    cJSON_AddNumberToObject(opt, "eps", tr->eps);
-    cJSON_AddNumberToObject(opt, "weight_decay", tr->weight_decay);
-    cJSON_AddNumberToObject(opt, "grad_clip", tr->grad_clip);
-    cJSON_AddStringToObject(opt, "schedule", tr->schedule ? tr->schedule : "");
-    cJSON_AddNumberToObject(opt, "warmup", (double)tr->warmup);
-    cJSON_AddNumberToObject(opt, "min_lr", tr->min_lr);
-    cJSON_AddNumberToObject(opt, "steps", (double)tr->steps);
-    cJSON *ok = cJSON_AddObjectToObject(opt, "kernels");
-    cJSON_AddStringToObject(ok, "sumsq", "moec_grad_sumsq");
-    cJSON_AddStringToObject(ok, "sumsq_args", "partial (double[grid]), grad, numel");
-    cJSON_AddStringToObject(ok, "sum", "moec_sum_partials");
-    cJSON_AddStringToObject(ok, "sum_args", "out (double[1]), partial, count; one block");
-    cJSON_AddStringToObject(ok, "scale", "moec_scale");
-    cJSON_AddStringToObject(ok, "scale_args", "y, numel, factor: y *= factor (an all_reduce's factor)");
-    cJSON_AddStringToObject(ok, "clip", "moec_clip");
-    cJSON_AddStringToObject(ok, "clip_args", "scalars (double[7]), grad_clip; one thread");
-    cJSON_AddStringToObject(ok, "adamw", "moec_adamw");
-    cJSON_AddStringToObject(ok, "adamw_args",
-                            "w, m, v, grad, numel, scalars (double[7]: lr, 1 - beta1^step, 1 - beta2^step, clip, "
-                            "norm, dense sumsq, shard sumsq), weight_decay (0 where the param has none)");
-    cJSON_AddNumberToObject(ok, "block", CG_BLOCK);
-    cJSON_AddNumberToObject(ok, "max_grid", 1024);
-
-    char *s = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!s)
-        die("out of memory printing the CUDA plan");
-    return s;
-}
-
 /* ------------------------------------------------------------ the driver */
 
 static void cg_free(Cg *cg)
@@ -843,9 +502,12 @@ static void check_table(void)
             die("codegen: no CUDA emitter for op %s (add it to cg_emitters in codegen/cuda.c)", ir_op_name((IrOp)op));
 }
 
-int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule *out)
+const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {"moec_grad_sumsq", "moec_sum_partials", "moec_scale",
+                                                                 "moec_clip", "moec_adamw"};
+
+int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
-    memset(out, 0, sizeof *out);
+    const IrGraph *g = p->graph;
     check_table();
     Cg cg;
     memset(&cg, 0, sizeof cg);
@@ -856,9 +518,10 @@ int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule 
         const IrNode *n = g->nodes[i];
         if (n->id != i)
             die("codegen: node %s has id %d at position %d", n->name, n->id, i);
-        CgBufKind kind = n->op == IR_OP_VIEW ? CG_BUF_VIEW : CG_BUF_NODE;
-        int b = add_buf(&cg, n->name, i, kind, node_ctype(n), ir_numel(n) * 4);
-        if (kind == CG_BUF_VIEW) {
+        PlanBufKind kind = n->op == IR_OP_VIEW ? PLAN_BUF_VIEW : PLAN_BUF_TENSOR;
+        /* every floating tensor in fp32 (an e4m3 one as its dequantized values), indices in i32 */
+        int b = add_buf(&cg, n->name, i, kind, n->dtype == IR_I32 ? PLAN_I32 : PLAN_F32, ir_numel(n));
+        if (kind == PLAN_BUF_VIEW) {
             const CgBuf *src = &cg.bufs[n->src[0]->id];
             cg.bufs[b].alias_of = src->alias_of >= 0 ? src->alias_of : n->src[0]->id;
             cg.bufs[b].alias_offset = (src->alias_of >= 0 ? src->alias_offset : 0) + ir_attr_i(n, IR_ATTR_OFFSET) * 4;
@@ -890,8 +553,7 @@ int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule 
         cg_free(&cg);
         return 0;
     }
-    int nblocks = 0;
-    int64_t act_bytes = plan_buffers(&cg, &nblocks);
+    plan_memory(g, cg.bufs, cg.nbufs, 256, &p->memory);
 
     int nkernel_launches = 0, ncollectives = 0;
     for (int i = 0; i < cg.nlaunches; i++) {
@@ -939,32 +601,65 @@ int cuda_codegen(const IrGraph *g, const CudaOptions *opts, Diag *d, CudaModule 
     }
     cg_emit_optimizer(&cg, &src);
 
-    out->source = src.s;
-    out->source_len = src.len;
-    out->plan_json = plan_json(&cg, act_bytes, nblocks);
-    out->nkernels = cg.nkernels + 5;
-    out->nlaunches = nkernel_launches;
-    out->ncollectives = ncollectives;
-    out->kernel_names = calloc((size_t)out->nkernels, sizeof(char *));
-    if (!out->kernel_names)
+    p->cuda_source = src.s;
+    p->cuda_source_len = src.len;
+    p->nkernel_launches = nkernel_launches;
+    p->ncollectives = ncollectives;
+    /* the buffers and launches move into the plan */
+    p->bufs = cg.bufs;
+    p->nbufs = cg.nbufs;
+    cg.bufs = NULL;
+    cg.nbufs = 0;
+    p->launches = calloc((size_t)cg.nlaunches + 1, sizeof *p->launches);
+    if (!p->launches)
+        die("out of memory");
+    for (int i = 0; i < cg.nlaunches; i++) {
+        const CgLaunch *l = &cg.launches[i];
+        PlanLaunch *pl = &p->launches[i];
+        pl->node = l->node;
+        pl->kernel = l->kernel;
+        pl->grid = l->grid;
+        pl->block = l->block;
+        pl->shared_bytes = 0;
+        pl->nargs = l->nargs;
+        pl->args = malloc(sizeof(int) * (size_t)(l->nargs + 1));
+        if (!pl->args)
+            die("out of memory");
+        memcpy(pl->args, l->args, sizeof(int) * (size_t)l->nargs);
+        pl->what = xstrdup(l->what ? l->what : "");
+        if (g->loss && l->node <= g->loss->id)
+            p->eval_launches = i + 1;
+    }
+    p->nlaunches = cg.nlaunches;
+    p->kernel_names = calloc((size_t)cg.nkernels + 1, sizeof(char *));
+    if (!p->kernel_names)
         die("out of memory");
     for (int k = 0; k < cg.nkernels; k++)
-        out->kernel_names[k] = xstrdup(cg.kernels[k].name);
-    out->kernel_names[cg.nkernels] = xstrdup("moec_grad_sumsq");
-    out->kernel_names[cg.nkernels + 1] = xstrdup("moec_sum_partials");
-    out->kernel_names[cg.nkernels + 2] = xstrdup("moec_scale");
-    out->kernel_names[cg.nkernels + 3] = xstrdup("moec_clip");
-    out->kernel_names[cg.nkernels + 4] = xstrdup("moec_adamw");
+        p->kernel_names[k] = xstrdup(cg.kernels[k].name);
+    p->nkernels = cg.nkernels;
     cg_free(&cg);
     return 1;
 }
 
-void cuda_module_free(CudaModule *m)
+void cuda_plan_clear(Plan *p)
 {
-    free(m->source);
-    free(m->plan_json);
-    for (int k = 0; k < m->nkernels && m->kernel_names; k++)
-        free(m->kernel_names[k]);
-    free(m->kernel_names);
-    memset(m, 0, sizeof *m);
+    for (int i = 0; i < p->nbufs; i++)
+        free(p->bufs[i].name);
+    free(p->bufs);
+    for (int i = 0; i < p->nlaunches; i++) {
+        free(p->launches[i].args);
+        free(p->launches[i].what);
+    }
+    free(p->launches);
+    for (int k = 0; k < p->nkernels; k++)
+        free(p->kernel_names[k]);
+    free(p->kernel_names);
+    free(p->cuda_source);
+    p->bufs = NULL;
+    p->launches = NULL;
+    p->kernel_names = NULL;
+    p->cuda_source = NULL;
+    p->nbufs = p->nlaunches = p->nkernels = p->eval_launches = p->nkernel_launches = p->ncollectives = 0;
+    p->cuda_source_len = 0;
+    memset(&p->memory, 0, sizeof p->memory);
 }

@@ -69,7 +69,7 @@ int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n)
         return 0;
     int64_t H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
     int64_t B = q->shape[0], S = q->shape[1], tiles = (S + ATTN_ROWS - 1) / ATTN_ROWS;
-    int stats = cg_ws(cg, n, "double", B * H * S * 3, "stats");
+    int stats = cg_ws(cg, n, PLAN_F64, B * H * S * 3, "stats");
 
     cg_begin(cg, n, "dq", "attention backward 1/2: per (batch, head, 64 queries) recompute the softmax "
                           "statistics, D = rowsum(dO * O) and dq");

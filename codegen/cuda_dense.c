@@ -50,8 +50,8 @@ int cg_emit_embedding_dw(Cg *cg, const IrNode *n)
 {
     const IrNode *dy = n->src[0], *ids = n->src[1];
     int64_t N = ir_numel(ids), V = n->shape[0], D = n->shape[1];
-    int pos = cg_ws(cg, n, "int", N, "pos"), perm = cg_ws(cg, n, "int", N, "perm");
-    int count = cg_ws(cg, n, "int", V + 1, "count"), wcnt = cg_ws(cg, n, "int", 8 * V, "wcnt");
+    int pos = cg_ws(cg, n, PLAN_I32, N, "pos"), perm = cg_ws(cg, n, PLAN_I32, N, "perm");
+    int count = cg_ws(cg, n, PLAN_I32, V + 1, "count"), wcnt = cg_ws(cg, n, PLAN_I32, 8 * V, "wcnt");
 
     cg_begin(cg, n, "sort", "embedding_dw 1/2: stable counting sort of the tokens by id (one block)");
     cg_param(cg, perm, 1, "perm");
@@ -213,7 +213,7 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
     int64_t rows = cg_lead(x), d = cg_last(x);
-    int inv = cg_ws(cg, n, "double", rows, "inv");
+    int inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
     cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
     cg_param(cg, inv, 1, "rinv");
     cg_in(cg, x, "x");

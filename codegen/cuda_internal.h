@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "../ir/ir.h"
+#include "../plan/plan.h"
 
 /* ---- a growable string */
 typedef struct Sb {
@@ -34,20 +35,10 @@ void sb_free(Sb *b);
 
 enum { CG_MAX_ARGS = 24, CG_BLOCK = 256 };
 
-typedef enum CgBufKind { CG_BUF_NODE, CG_BUF_VIEW, CG_BUF_WS } CgBufKind;
-
-typedef struct CgBuf {
-    char *name;          /* the node's name, or node.ws.what */
-    int node;            /* its node (the workspace's owner) */
-    CgBufKind kind;
-    const char *ctype;   /* float, int or double */
-    int64_t bytes;
-    int alias_of;        /* a view: the buffer it aliases (resolved to a non-view), else -1 */
-    int64_t alias_offset;/* bytes into it */
-    const char *region;  /* params | inputs | activations (filled by the planner) */
-    int64_t offset;
-    int block;           /* the planner's block, -1 for params and inputs */
-} CgBuf;
+/* The buffers are the plan's tensor table (plan/plan.h): bufs[i] is node
+ * i's tensor, workspaces follow; plan_memory lays them out. */
+typedef PlanBuf CgBuf;
+const char *cg_ctype(PlanStorage s);           /* float, double, int */
 
 typedef struct CgLaunch {
     int node;
@@ -98,8 +89,8 @@ void cg_begin(Cg *cg, const IrNode *n, const char *suffix, const char *what);
 void cg_param(Cg *cg, int buf, int is_out, const char *name);
 void cg_out(Cg *cg, const IrNode *n, const char *name);
 void cg_in(Cg *cg, const IrNode *src, const char *name);
-/* A workspace of `count` elements of ctype, owned by node n. */
-int cg_ws(Cg *cg, const IrNode *n, const char *ctype, int64_t count, const char *what);
+/* A workspace of `count` elements of `storage`, owned by node n. */
+int cg_ws(Cg *cg, const IrNode *n, PlanStorage storage, int64_t count, const char *what);
 void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long name = v; */
 void cg_line(Cg *cg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cg_end(Cg *cg, int block, int64_t grid);

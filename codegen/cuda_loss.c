@@ -32,7 +32,7 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0], *tg = n->src[1];
     int64_t N = cg_lead(x), V = cg_last(x);
-    int rowloss = cg_ws(cg, n, "double", N, "row_loss"), valid = cg_ws(cg, n, "int", N, "row_counted");
+    int rowloss = cg_ws(cg, n, PLAN_F64, N, "row_loss"), valid = cg_ws(cg, n, PLAN_I32, N, "row_counted");
     cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row (log-sum-exp in double)");
     cg_param(cg, rowloss, 1, "row_loss");
     cg_param(cg, valid, 1, "row_counted");
@@ -80,7 +80,7 @@ int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
 {
     const IrNode *dl = n->src[0], *x = n->src[1], *tg = n->src[2];
     int64_t N = cg_lead(x), V = cg_last(x);
-    int cnt = cg_ws(cg, n, "int", 1, "count");
+    int cnt = cg_ws(cg, n, PLAN_I32, 1, "count");
     cg_begin(cg, n, "count", "cross_entropy_dx 1/2: the number of counted rows, one block");
     cg_param(cg, cnt, 1, "count");
     cg_in(cg, tg, "targets");
@@ -206,7 +206,7 @@ int cg_emit_aux_loss_dx(Cg *cg, const IrNode *n)
     int64_t N = cg_lead(x), E = cg_last(x);
     if (!check_experts(cg, n, E))
         return 0;
-    int fw = cg_ws(cg, n, "double", E, "f");
+    int fw = cg_ws(cg, n, PLAN_F64, E, "f");
     cg_begin(cg, n, "f", "aux_loss_dx 1/2: the fraction of pairs routed to each expert, one block");
     cg_param(cg, fw, 1, "f");
     cg_in(cg, ex, "experts");

@@ -108,7 +108,7 @@ int cg_emit_route_plan(Cg *cg, const IrNode *n)
 {
     const IrNode *ex = n->src[0];
     int64_t E = ir_attr_i(n, IR_ATTR_EXPERTS);
-    int count = cg_ws(cg, n, "int", E + 1, "count"), wcnt = cg_ws(cg, n, "int", 8 * E, "wcnt");
+    int count = cg_ws(cg, n, PLAN_I32, E + 1, "count"), wcnt = cg_ws(cg, n, PLAN_I32, 8 * E, "wcnt");
     cg_begin(cg, n, "", "route_plan: stable counting sort of the (token, slot) pairs by expert, one block");
     cg_out(cg, n, "plan");
     cg_param(cg, count, 1, "count");
@@ -362,12 +362,12 @@ int cg_emit_grouped_mlp(Cg *cg, const IrNode *n)
     int mx = cg_is_mxfp8(n);
     if (mx && !check_mx_dims(cg, n, H, F))
         return 0;
-    int h = cg_ws(cg, n, "float", R * 2 * F, "h"), a = cg_ws(cg, n, "float", R * F, "a");
+    int h = cg_ws(cg, n, PLAN_F32, R * 2 * F, "h"), a = cg_ws(cg, n, PLAN_F32, R * F, "a");
     int qx = -1, q1 = -1, q2 = -1;
     if (mx) {
-        qx = cg_ws(cg, n, "float", R * H, "qx");
-        q1 = cg_ws(cg, n, "float", E * 2 * F * H, "q_w_gate_up");
-        q2 = cg_ws(cg, n, "float", E * H * F, "q_w_down");
+        qx = cg_ws(cg, n, PLAN_F32, R * H, "qx");
+        q1 = cg_ws(cg, n, PLAN_F32, E * 2 * F * H, "q_w_gate_up");
+        q2 = cg_ws(cg, n, PLAN_F32, E * H * F, "q_w_down");
         WeightQ q[2] = {{w1->id, q1, "w1", "q1", 1, E * 2 * F, H, 0}, {w2->id, q2, "w2", "q2", 1, E * H, F, 0}};
         emit_weight_quant(cg, n, q, 2, "grouped_mlp 1/2: MXFP8 copies of the weights, rowwise along the reduction "
                                        "dimension (H for gate_up, F for down)");
@@ -404,22 +404,22 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
     int mx = cg_is_mxfp8(n);
     if (mx && !check_mx_dims(cg, n, H, F))
         return 0;
-    int h = cg_ws(cg, n, "float", R * 2 * F, "h"), a = cg_ws(cg, n, "float", R * F, "a");
-    int da = cg_ws(cg, n, "float", R * F, "da"), dh = cg_ws(cg, n, "float", R * 2 * F, "dh");
+    int h = cg_ws(cg, n, PLAN_F32, R * 2 * F, "h"), a = cg_ws(cg, n, PLAN_F32, R * F, "a");
+    int da = cg_ws(cg, n, PLAN_F32, R * F, "da"), dh = cg_ws(cg, n, PLAN_F32, R * 2 * F, "dh");
     int qx = -1, qdy = -1, qdh = -1, q1 = -1, q1c = -1, q2c = -1, qdyg = -1, qag = -1, qdhg = -1, qxg = -1;
     const char *steps = mx ? "4" : "2";
     char what[256];
     if (mx) {
-        qx = cg_ws(cg, n, "float", R * H, "qx");
-        qdy = cg_ws(cg, n, "float", R * H, "qdy");
-        qdh = cg_ws(cg, n, "float", R * 2 * F, "qdh");
-        q1 = cg_ws(cg, n, "float", E * 2 * F * H, "q_w_gate_up");
-        q1c = cg_ws(cg, n, "float", E * 2 * F * H, "q_w_gate_up_colwise");
-        q2c = cg_ws(cg, n, "float", E * H * F, "q_w_down_colwise");
-        qdyg = cg_ws(cg, n, "float", R * H, "qdy_grouped");
-        qag = cg_ws(cg, n, "float", R * F, "qa_grouped");
-        qdhg = cg_ws(cg, n, "float", R * 2 * F, "qdh_grouped");
-        qxg = cg_ws(cg, n, "float", R * H, "qx_grouped");
+        qx = cg_ws(cg, n, PLAN_F32, R * H, "qx");
+        qdy = cg_ws(cg, n, PLAN_F32, R * H, "qdy");
+        qdh = cg_ws(cg, n, PLAN_F32, R * 2 * F, "qdh");
+        q1 = cg_ws(cg, n, PLAN_F32, E * 2 * F * H, "q_w_gate_up");
+        q1c = cg_ws(cg, n, PLAN_F32, E * 2 * F * H, "q_w_gate_up_colwise");
+        q2c = cg_ws(cg, n, PLAN_F32, E * H * F, "q_w_down_colwise");
+        qdyg = cg_ws(cg, n, PLAN_F32, R * H, "qdy_grouped");
+        qag = cg_ws(cg, n, PLAN_F32, R * F, "qa_grouped");
+        qdhg = cg_ws(cg, n, PLAN_F32, R * 2 * F, "qdh_grouped");
+        qxg = cg_ws(cg, n, PLAN_F32, R * H, "qx_grouped");
         WeightQ q[3] = {{w1->id, q1, "w1", "q1", 1, E * 2 * F, H, 0},
                         {w1->id, q1c, "w1", "q1c", E, 2 * F, H, 1},
                         {w2->id, q2c, "w2", "q2c", E, H, F, 1}};

@@ -65,8 +65,13 @@ int compilation_read(Compilation *c, const char *path, FILE *err_out)
     return 1;
 }
 
+static int ncompilations;
+
+int compilation_count(void) { return ncompilations; }
+
 int compilation_run(Compilation *c, const char *path, const char *text, size_t len, FILE *err_out, PassCtx *ctx)
 {
+    ncompilations++;
     arena_init(&c->arena);
     diag_init(&c->diag, path, text, len, err_out);
     c->graph = NULL;

@@ -23,5 +23,8 @@ int compilation_read(Compilation *c, const char *path, FILE *err_out);
  * the pass pipeline. Returns 0 on success, 1 after user errors. */
 int compilation_run(Compilation *c, const char *path, const char *text, size_t len, FILE *err_out, PassCtx *ctx);
 void compilation_free(Compilation *c);
+/* How many times this process ran compilation_run (for the tests that a
+ * training binary starts without compiling). */
+int compilation_count(void);
 
 #endif

@@ -1,7 +1,6 @@
 /* payload.c - appending a plan to the executable and finding it again. */
 #include "payload.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +9,10 @@
 #include <unistd.h>
 
 #include "../util/util.h"
-#include "../formats/safetensors.h"
 
-static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'P', 'L', 'N', '1'};
+static const char MAGIC[8] = {'M', 'O', 'E', 'C', 'P', 'L', 'N', '2'};
+/* the trailer of training binaries made before plans were documents (moec 0.1 up to the plan format 2) */
+static const char MAGIC_OLD[8] = {'M', 'O', 'E', 'C', 'P', 'L', 'N', '1'};
 
 /* Size of exe without its payload; sets *plen to the payload length. */
 static long exe_body_size(FILE *f, uint64_t *plen)
@@ -26,6 +26,8 @@ static long exe_body_size(FILE *f, uint64_t *plen)
     unsigned char tail[16];
     if (fseek(f, size - 16, SEEK_SET) != 0 || fread(tail, 1, 16, f) != 16)
         return -1;
+    if (memcmp(tail + 8, MAGIC_OLD, 8) == 0)
+        return -2;
     if (memcmp(tail + 8, MAGIC, 8) != 0)
         return size;
     uint64_t len = 0;
@@ -37,7 +39,7 @@ static long exe_body_size(FILE *f, uint64_t *plen)
     return size - 16 - (long)len;
 }
 
-int payload_read(const char *exe, Payload *p)
+int payload_read(const char *exe, Payload *p, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
     FILE *f = fopen(exe, "rb");
@@ -45,18 +47,30 @@ int payload_read(const char *exe, Payload *p)
         return 0;
     uint64_t len;
     long body = exe_body_size(f, &len);
-    if (body < 0 || len == 0 || len > (64u << 20)) {
+    if (body == -2) {
+        fclose(f);
+        snprintf(err, errlen, "this training binary was made by an older moec (its plan is in format 1): compile the model again");
+        return -1;
+    }
+    if (body < 0 || len == 0) {
         fclose(f);
         return 0;
     }
-    p->json = malloc(len + 1);
-    if (!p->json || fseek(f, body, SEEK_SET) != 0 || fread(p->json, 1, len, f) != len) {
-        free(p->json);
-        p->json = NULL;
+    if (len > PAYLOAD_MAX) {
         fclose(f);
-        return 0;
+        snprintf(err, errlen, "%s: the plan appended to it claims %llu bytes: it is damaged", exe,
+                 (unsigned long long)len);
+        return -1;
     }
-    p->json[len] = 0;
+    p->data = malloc(len + 1);
+    if (!p->data || fseek(f, body, SEEK_SET) != 0 || fread(p->data, 1, len, f) != len) {
+        free(p->data);
+        p->data = NULL;
+        fclose(f);
+        snprintf(err, errlen, "%s: cannot read the plan appended to it", exe);
+        return -1;
+    }
+    p->data[len] = 0;
     p->len = len;
     fclose(f);
     return 1;
@@ -64,11 +78,11 @@ int payload_read(const char *exe, Payload *p)
 
 void payload_free(Payload *p)
 {
-    free(p->json);
-    p->json = NULL;
+    free(p->data);
+    p->data = NULL;
 }
 
-int payload_write_binary(const char *exe, const char *out, const char *json, char *err, size_t errlen)
+int payload_write_binary(const char *exe, const char *out, const char *data, size_t len, char *err, size_t errlen)
 {
     FILE *in = fopen(exe, "rb");
     if (!in) {
@@ -93,12 +107,12 @@ int payload_write_binary(const char *exe, const char *out, const char *json, cha
         ok = n > 0 && fwrite(buf, 1, n, o) == n;
         left -= (long)n;
     }
-    size_t jl = strlen(json);
+    size_t jl = len;
     unsigned char tail[16];
     for (int i = 0; i < 8; i++)
         tail[i] = (unsigned char)((uint64_t)jl >> (8 * i));
     memcpy(tail + 8, MAGIC, 8);
-    ok = ok && fwrite(json, 1, jl, o) == jl && fwrite(tail, 1, 16, o) == 16;
+    ok = ok && fwrite(data, 1, jl, o) == jl && fwrite(tail, 1, 16, o) == 16;
     ok = fflush(o) == 0 && ok;
     ok = fsync(fileno(o)) == 0 && ok;
     ok = fclose(o) == 0 && ok;
@@ -166,27 +180,5 @@ void *payload_base64_decode(const char *s, size_t *n)
             out[k++] = (unsigned char)x;
     }
     *n = k;
-    return out;
-}
-
-/* Adds {"image": {"arch", "source_hash", "base64"}} to a payload's JSON. */
-char *payload_add_image(const char *json, const char *arch, const char *source, size_t source_len, const void *image,
-                        size_t image_size)
-{
-    cJSON *o = cJSON_Parse(json);
-    char *b64 = payload_base64_encode(image, image_size), hash[32], *out = NULL;
-    if (o && b64) {
-        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)hash64(source, source_len));
-        cJSON *img = cJSON_AddObjectToObject(o, "image");
-        cJSON_AddStringToObject(img, "arch", arch);
-        cJSON_AddStringToObject(img, "source_hash", hash);
-        cJSON_AddNumberToObject(img, "bytes", (double)image_size);
-        cJSON_AddStringToObject(img, "base64", b64);
-        out = cJSON_PrintUnformatted(o);
-    }
-    cJSON_Delete(o);
-    free(b64);
-    if (!out)
-        die("out of memory embedding the kernels");
     return out;
 }

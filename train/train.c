@@ -27,14 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../compiler/driver.h"
+#include "../driver/build.h"
 #include "../util/util.h"
 #include "../runtime/comm/comm.h"
 #include "launch.h"
 #include "../runtime/cpu/cpu.h"
 #include "../data/data.h"
-#include "../runtime/gpu/gpu.h"
-#include "../plan/payload.h"
+#include "../runtime/backend.h"
 #include "../formats/safetensors.h"
 
 #ifndef MOEC_VERSION
@@ -162,53 +161,6 @@ static int usage_error(const char *prog, const char *fmt, ...)
     return 2;
 }
 
-/* ------------------------------------------------------------ the plan */
-
-char *train_plan_json(const char *model_path, const char *source, size_t len, const char *const *plugins,
-                      int nplugins, const char *precision, int64_t ep)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "moec_plan", 1);
-    cJSON_AddStringToObject(o, "moec_version", MOEC_VERSION);
-    cJSON_AddStringToObject(o, "model_path", model_path);
-    char *src = malloc(len + 1);
-    memcpy(src, source, len);
-    src[len] = 0;
-    cJSON_AddStringToObject(o, "source", src);
-    free(src);
-    if (precision)
-        cJSON_AddStringToObject(o, "precision", precision);
-    if (ep > 0)
-        cJSON_AddNumberToObject(o, "ep", (double)ep);
-    cJSON *pl = cJSON_AddArrayToObject(o, "plugins");
-    for (int i = 0; i < nplugins; i++) {
-        char *abs = realpath(plugins[i], NULL);
-        cJSON_AddItemToArray(pl, cJSON_CreateString(abs ? abs : plugins[i]));
-        free(abs);
-    }
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    char *out = strdup(s);  /* plain malloc for the caller */
-    cJSON_free(s);
-    return out;
-}
-
-static int is_norm_weight(const IrGraph *g, const IrNode *p)
-{
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == IR_OP_RMSNORM && g->nodes[i]->src[1] == p)
-            return 1;
-    return 0;
-}
-
-static int is_embedding_table(const IrGraph *g, const IrNode *p)
-{
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[1] == p)
-            return 1;
-    return 0;
-}
-
 int train_check_alphabet(const IrGraph *g, Diag *d)
 {
     int kind = alphabet_lookup(g->train.alphabet);
@@ -242,8 +194,8 @@ int train_check_alphabet(const IrGraph *g, Diag *d)
 typedef struct Trainer {
     Flags f;
     const char *prog;
-    Compilation comp;
-    IrGraph *g;
+    const Plan *pl;                /* shared by the ranks of this process */
+    const IrGraph *g;              /* pl->graph */
     IrTrain tr;
     const Alphabet *alpha;
     Objective obj;
@@ -252,7 +204,6 @@ typedef struct Trainer {
     float *params, *adam;          /* adam = [m | v] */
     int64_t nparams_total;
     int64_t *param_off;            /* per g->params index */
-    CpuPlan plan;
     IrNode *tokens_in, *targets_in;
     int32_t *tokens, *targets;
     FastaSet data;
@@ -268,16 +219,10 @@ typedef struct Trainer {
     int64_t ep, dp, local_batch;
     int32_t *gtokens, *gtargets;   /* the global batch */
     const FastaSet *shared;        /* the data, read once for all ranks */
-    /* the GPU backend (NULL: the CPU's plan above) */
-    int use_gpu;
-    Gpu *gpu;
-    const void *image;             /* kernels compiled ahead of time, from the payload */
-    size_t image_size;
-    char image_arch[32];
-    uint64_t image_hash;
-    double *param_wd;
+    /* the backend that runs the steps (runtime/backend.h) */
+    const BackendOps *backend;
+    Backend *be;
     int unread;                    /* steps whose losses the host has not read */
-    double gpu_gnorm;
 } Trainer;
 
 static int is_rank0(const Trainer *t) { return t->rank == 0; }
@@ -306,23 +251,12 @@ static int host_allreduce_f64(Trainer *t, CommGroup g, double *v, int64_t n)
 {
     if (t->world == 1)
         return 1;
-    if (t->gpu && strcmp(t->comm->ops->name, "nccl") == 0)
-        return gpu_host_allreduce_f64(t->gpu, t->comm, g, v, n);
-    return t->comm->ops->allreduce_f64(t->comm, g, v, n);
+    return t->be->ops->host_allreduce_f64(t->be, g, v, n);
 }
 
 static int host_allgather(Trainer *t, CommGroup g, const void *in, void *out, size_t bytes)
 {
-    if (t->gpu && strcmp(t->comm->ops->name, "nccl") == 0)
-        return gpu_host_allgather(t->gpu, t->comm, g, in, out, bytes);
-    return t->comm->ops->allgather(t->comm, g, in, out, bytes);
-}
-
-static double allreduce1(Trainer *t, CommGroup g, double v)
-{
-    if (t->world > 1 && !host_allreduce_f64(t, g, &v, 1))
-        die("rank %d: %s", t->rank, t->comm->error);
-    return v;
+    return t->be->ops->host_allgather(t->be, g, in, out, bytes);
 }
 
 static void log_json(Trainer *t, cJSON *o)
@@ -340,7 +274,7 @@ static void log_json(Trainer *t, cJSON *o)
 
 static int find_inputs(Trainer *t)
 {
-    IrGraph *g = t->g;
+    const IrGraph *g = t->g;
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
@@ -372,7 +306,7 @@ static int find_inputs(Trainer *t)
 
 static void init_params(Trainer *t)
 {
-    IrGraph *g = t->g;
+    const IrGraph *g = t->g;
     for (int p = 0; p < g->nparams; p++) {
         IrNode *n = g->params[p];
         float *w = t->params + t->param_off[p];
@@ -413,58 +347,6 @@ static double lr_at(const Trainer *t, int64_t step)
     return lo + 0.5 * (peak - lo) * (1 + cos(3.141592653589793 * progress));
 }
 
-/* A param's weight decay: none for norm weights and embedding tables
- * unless the train section asks for it. */
-static double param_weight_decay(const Trainer *t, int p)
-{
-    IrNode *pn = t->g->params[p];
-    int decay = !((is_norm_weight(t->g, pn) && !t->tr.decay_norms) ||
-                  (is_embedding_table(t->g, pn) && !t->tr.decay_embeddings));
-    return decay ? t->tr.weight_decay : 0.0;
-}
-
-/* Global gradient norm, clipping, AdamW (decoupled weight decay, bias
- * correction), exactly as torch.optim.AdamW with clip_grad_norm_. The GPU
- * backend runs the same formula in moec_clip / moec_adamw. */
-static double optimizer_step(Trainer *t, double lr)
-{
-    IrGraph *g = t->g;
-    double ss = 0, ss_shards = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        const float *gr = cpu_plan_data(&t->plan, g->grads[p]);
-        double s2 = 0;
-        for (int64_t e = 0; e < ir_numel(g->params[p]); e++)
-            s2 += (double)gr[e] * gr[e];
-        if (ir_has_attr(g->params[p], IR_ATTR_SHARD))
-            ss_shards += s2;
-        else
-            ss += s2;
-    }
-    /* dense gradients are the same on every rank after their all-reduce;
-     * expert gradients are shards: their squares add over the EP group */
-    ss += allreduce1(t, COMM_EP, ss_shards);
-    double norm = sqrt(ss), clip = 1.0;
-    if (t->tr.grad_clip > 0 && norm > t->tr.grad_clip)
-        clip = t->tr.grad_clip / (norm + 1e-6);
-    double b1 = t->tr.beta1, b2 = t->tr.beta2;
-    double bc1 = 1 - pow(b1, (double)t->step), bc2 = 1 - pow(b2, (double)t->step);
-    for (int p = 0; p < g->nparams; p++) {
-        IrNode *pn = g->params[p];
-        double wd = param_weight_decay(t, p);
-        const float *gr = cpu_plan_data(&t->plan, g->grads[p]);
-        float *w = t->params + t->param_off[p];
-        float *m = t->adam + t->param_off[p], *v = t->adam + t->nparams_total + t->param_off[p];
-        for (int64_t e = 0; e < ir_numel(pn); e++) {
-            double gv = gr[e] * clip;
-            m[e] = (float)(b1 * m[e] + (1 - b1) * gv);
-            v[e] = (float)(b2 * v[e] + (1 - b2) * gv * gv);
-            double upd = (m[e] / bc1) / (sqrt(v[e] / bc2) + t->tr.eps);
-            w[e] = (float)(w[e] * (1 - lr * wd) - lr * upd);
-        }
-    }
-    return norm;
-}
-
 static int64_t count_targets(const int32_t *tg, int64_t n)
 {
     int64_t c = 0;
@@ -491,13 +373,8 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
         int64_t c = count_targets(t->targets, bs);
         /* every rank runs the plan: its collectives need all of them */
         double loss;
-        if (t->gpu) {
-            if (!gpu_eval(t->gpu, t->tokens, t->targets, &loss))
-                die("rank %d: evaluation on the GPU: %s", t->rank, gpu_error(t->gpu));
-        } else {
-            cpu_plan_run_range(&t->plan, 0, t->g->loss->id + 1);
-            loss = cpu_plan_scalar(&t->plan, t->g->loss);
-        }
+        if (!t->be->ops->eval(t->be, t->tokens, t->targets, &loss))
+            die("rank %d: evaluation on %s: %s", t->rank, t->be->ops->name, t->be->ops->error(t->be));
         if (c) {
             sums[0] += loss * (double)c;
             sums[1] += (double)c;
@@ -545,11 +422,10 @@ static void full_shape(const Trainer *t, const IrNode *n, int64_t *shape)
 static int save_checkpoint(Trainer *t)
 {
     char path[4096], err[512], num[64];
-    IrGraph *g = t->g;
-    if (t->gpu && (!gpu_get_params(t->gpu, t->params, t->param_off) ||
-                   !gpu_get_adam(t->gpu, t->adam, t->nparams_total)))
-        return rank_error(t, "checkpoint at step %lld: reading the GPU's state: %s", (long long)t->step,
-                          gpu_error(t->gpu));
+    const IrGraph *g = t->g;
+    if (!t->be->ops->get_state(t->be, t->params, t->adam))
+        return rank_error(t, "checkpoint at step %lld: reading the %s backend's state: %s", (long long)t->step,
+                          t->be->ops->name, t->be->ops->error(t->be));
     SafeTensorsWriter w;
     st_writer_init(&w);
     char **names = calloc((size_t)g->nparams * 3, sizeof(char *));
@@ -624,7 +500,7 @@ static int load_checkpoint(Trainer *t, const char *path, int full)
                 "`%s`, plan hash %s)\n", t->prog, path, model ? model : "?", hash ? hash : "none", t->g->model, want);
         ok = 0;
     }
-    IrGraph *g = t->g;
+    const IrGraph *g = t->g;
     for (int p = 0; ok && p < g->nparams; p++) {
         IrNode *n = g->params[p];
         static const char *const pre[3] = {"param.", "adam_m.", "adam_v."};
@@ -676,12 +552,14 @@ static int load_checkpoint(Trainer *t, const char *path, int full)
 
 /* Reads the losses and norms of the GPU steps run since the last read:
  * the ranks' mean, the first non-finite one reported with its step. */
-static int gpu_drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, double *last)
+/* The losses of the steps since the last drain: the mean over the ranks
+ * of each step's loss, added to the log interval's sum. */
+static int drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, double *last)
 {
     double losses[1024], norms[1024];
     int n = 0;
-    if (!gpu_read_steps(t->gpu, losses, norms, &n))
-        return rank_error(t, "step %lld on the GPU: %s", (long long)t->step, gpu_error(t->gpu));
+    if (!t->be->ops->read_steps(t->be, losses, norms, &n))
+        return rank_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name, t->be->ops->error(t->be));
     if (t->world > 1 && n > 0 && !host_allreduce_f64(t, COMM_WORLD, losses, n))
         return rank_error(t, "%s", t->comm->error);
     for (int i = 0; i < n; i++) {
@@ -696,18 +574,15 @@ static int gpu_drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, d
     if (n > 0)
         *gnorm = norms[n - 1];
     t->unread = 0;
-    gpu_measure(t->gpu);
     return 1;
 }
 
-/* --dump DIR: the step's batch, loss, raw gradients and updated params,
- * whole tensors (expert shards gathered), written by rank 0. */
 static int dump_step(Trainer *t, double loss, double lr, double gnorm)
 {
-    IrGraph *g = t->g;
+    const IrGraph *g = t->g;
     char path[4096], err[512], num[64];
-    if (t->gpu && !gpu_get_params(t->gpu, t->params, t->param_off))
-        return rank_error(t, "--dump: %s", gpu_error(t->gpu));
+    if (!t->be->ops->get_state(t->be, t->params, NULL))
+        return rank_error(t, "--dump: %s", t->be->ops->error(t->be));
     SafeTensorsWriter w;
     st_writer_init(&w);
     int64_t bs[2] = {t->tr.batch, t->tr.seq};
@@ -727,15 +602,12 @@ static int dump_step(Trainer *t, double loss, double lr, double gnorm)
         int64_t shape[IR_MAX_RANK];
         full_shape(t, n, shape);
         size_t bytes = (size_t)ir_numel(n) * 4 * (ir_has_attr(n, IR_ATTR_SHARD) ? (size_t)t->ep : 1);
-        if (t->gpu) {
-            grads[p] = malloc((size_t)ir_numel(n) * 4);
-            if (!gpu_get_grad(t->gpu, p, grads[p])) {
-                ok = rank_error(t, "--dump: %s", gpu_error(t->gpu));
-                break;
-            }
+        grads[p] = malloc((size_t)ir_numel(n) * 4);
+        if (!grads[p] || !t->be->ops->get_grad(t->be, p, grads[p])) {
+            ok = rank_error(t, "--dump: %s", grads[p] ? t->be->ops->error(t->be) : "out of memory");
+            break;
         }
-        const float *src[2] = {t->gpu ? grads[p] : cpu_plan_data(&t->plan, g->grads[p]),
-                               t->params + t->param_off[p]};
+        const float *src[2] = {grads[p], t->params + t->param_off[p]};
         static const char *const pre[2] = {"grad.", "param."};
         for (int k = 0; k < 2; k++) {
             bufs[p * 2 + k] = full_tensor(t, p, src[k], &owned[p * 2 + k]);
@@ -750,7 +622,7 @@ static int dump_step(Trainer *t, double loss, double lr, double gnorm)
     st_writer_set_metadata(&w, "lr", num);
     snprintf(num, sizeof num, "%.17g", gnorm);
     st_writer_set_metadata(&w, "grad_norm", num);
-    st_writer_set_metadata(&w, "device", t->gpu ? "cuda" : "cpu");
+    st_writer_set_metadata(&w, "device", t->be->ops->name);
     if (ok && is_rank0(t)) {
         snprintf(path, sizeof path, "%s/step_%lld.safetensors", t->f.dump_dir, (long long)t->step);
         if (!st_writer_save(&w, path, err, sizeof err))
@@ -879,83 +751,17 @@ static int parse_flags(Trainer *t, int argc, char **argv)
     return -1;
 }
 
-static int load_plan(Trainer *t, const char *plan_json, int64_t batch)
+static void use_plan(Trainer *t, const Plan *p)
 {
-    cJSON *o = cJSON_Parse(plan_json);
-    cJSON *src = o ? cJSON_GetObjectItem(o, "source") : NULL, *path = o ? cJSON_GetObjectItem(o, "model_path") : NULL;
-    if (!cJSON_IsString(src) || !cJSON_IsString(path)) {
-        fprintf(stderr, "%s: error: the plan embedded in this binary is damaged\n", t->prog);
-        cJSON_Delete(o);
-        return 0;
-    }
-    /* the pass plugins the binary was compiled with run again here */
-    static int plugins_loaded;
-    cJSON *pl = cJSON_GetObjectItem(o, "plugins"), *item;
-    if (!plugins_loaded)
-        cJSON_ArrayForEach(item, pl) {
-            char err[1024];
-            if (!cJSON_IsString(item) || !pass_load_plugin(item->valuestring, err, sizeof err)) {
-                fprintf(stderr, "%s: error: this binary was compiled with the pass plugin %s: %s\n", t->prog,
-                        cJSON_IsString(item) ? item->valuestring : "?", err);
-                cJSON_Delete(o);
-                return 0;
-            }
-        }
-    plugins_loaded = 1;
-    size_t len = strlen(src->valuestring);
-    t->comp.text = malloc(len + 1);
-    memcpy(t->comp.text, src->valuestring, len + 1);
-    t->comp.len = len;
-    t->comp.opts.batch = batch;
-    t->comp.opts.dp = t->dp > 0 ? t->dp : 0;
-    cJSON *epj = cJSON_GetObjectItem(o, "ep");
-    if (cJSON_IsNumber(epj) && epj->valuedouble >= 1)
-        t->comp.opts.ep = (int64_t)epj->valuedouble;
-    cJSON *prec = cJSON_GetObjectItem(o, "precision");
-    if (cJSON_IsString(prec)) {
-        for (int i = 0; i < 3; i++)
-            if (strcmp(prec->valuestring, ir_precision_name[i]) == 0) {
-                t->comp.opts.has_precision = 1;
-                t->comp.opts.precision = (IrPrecision)i;
-            }
-    }
-    t->model_hash = hash64(t->comp.text, len);
-    /* kernels compiled ahead of time (moec compile --arch) */
-    cJSON *img = cJSON_GetObjectItem(o, "image");
-    if (cJSON_IsObject(img)) {
-        cJSON *arch = cJSON_GetObjectItem(img, "arch"), *hash = cJSON_GetObjectItem(img, "source_hash");
-        cJSON *data = cJSON_GetObjectItem(img, "base64");
-        if (cJSON_IsString(arch) && cJSON_IsString(hash) && cJSON_IsString(data)) {
-            t->image = payload_base64_decode(data->valuestring, &t->image_size);
-            snprintf(t->image_arch, sizeof t->image_arch, "%s", arch->valuestring);
-            t->image_hash = strtoull(hash->valuestring, NULL, 16);
-        }
-        if (!t->image) {
-            fprintf(stderr, "%s: error: the kernels embedded in this binary are damaged\n", t->prog);
-            cJSON_Delete(o);
-            return 0;
-        }
-    }
-    char *pathcopy = strdup(path->valuestring);
-    cJSON_Delete(o);
-    PassCtx ctx;
-    pass_ctx_init(&ctx, NULL);
-    int rc = compilation_run(&t->comp, pathcopy, t->comp.text, len, stderr, &ctx);
-    /* the graph keeps pointers into the arena only; the path string is copied there */
-    t->comp.graph = rc == 0 ? t->comp.graph : NULL;
-    if (t->comp.graph)
-        t->comp.graph->file = arena_strdup(&t->comp.arena, pathcopy);
-    free(pathcopy);
-    if (rc != 0)
-        return 0;
-    t->g = t->comp.graph;
-    t->tr = t->g->train;
-    return 1;
+    t->pl = p;
+    t->g = p->graph;
+    t->tr = p->graph->train;
+    t->model_hash = hash64(p->source.text ? p->source.text : "", p->source.len);
 }
 
 static void print_summary(Trainer *t)
 {
-    IrGraph *g = t->g;
+    const IrGraph *g = t->g;
     int64_t experts = 0, E = 0, k = 0;
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
@@ -974,39 +780,33 @@ static void print_summary(Trainer *t)
             experts += ir_numel(n) * copies;
     }
     double active = (double)(total - experts) + (E ? (double)experts * k / E : 0);
-    char a[32], b[32], c[32], d[32], e[32];
+    char a[32], b[32];
     fmt_count(a, sizeof a, (double)total);
     fmt_count(b, sizeof b, active);
-    fmt_bytes(c, sizeof c, (double)t->nparams_total * 4);
-    fmt_bytes(d, sizeof d, (double)t->nparams_total * 8);
-    fmt_bytes(e, sizeof e, (double)t->plan.planned_bytes);
     printf("model %s (%s): %s parameters, %s active per token\n", g->model, g->file, a, b);
-    if (t->gpu) {
-        const GpuInfo *gi = gpu_info(t->gpu);
-        char tm[32], fm[32], pa[32], ad[32], ac[32], ot[32], tot[32];
-        fmt_bytes(tm, sizeof tm, (double)gi->total_mem);
-        fmt_bytes(fm, sizeof fm, (double)gi->free_mem);
-        fmt_bytes(pa, sizeof pa, (double)gi->planned_params);
-        fmt_bytes(ad, sizeof ad, (double)gi->planned_adam);
-        fmt_bytes(ac, sizeof ac, (double)gi->planned_acts);
-        fmt_bytes(ot, sizeof ot, (double)gi->planned_other);
-        fmt_bytes(tot, sizeof tot, (double)gi->planned_bytes);
-        printf("device: cuda: %s (%s, %d SMs, %s, %s free)\n", gi->name, gi->arch, gi->sms, tm, fm);
+    BackendInfo bi;
+    t->be->ops->info(t->be, &bi);
+    char pa[32], ad[32], ac[32], ot[32], tot[32];
+    fmt_bytes(pa, sizeof pa, (double)bi.planned_params);
+    fmt_bytes(ad, sizeof ad, (double)bi.planned_opt);
+    fmt_bytes(ac, sizeof ac, (double)bi.planned_acts);
+    fmt_bytes(ot, sizeof ot, (double)bi.planned_other);
+    fmt_bytes(tot, sizeof tot, (double)bi.planned_total);
+    int mx = g->train.precision == IR_PREC_MXFP8;
+    if (bi.kernels[0]) {
+        /* a backend with kernels: where they came from and how a step launches them */
+        printf("device: %s\n", bi.device);
         printf("plan: %d IR nodes (forward + backward), precision %s (fp32 storage and arithmetic%s); %d kernel "
                "launches per step%s%.0d%s; kernels from %s; %s\n", g->nnodes, ir_precision_name[g->train.precision],
-               g->train.precision == IR_PREC_MXFP8 ? ", MXFP8-quantized expert GEMM operands" : "", gi->nlaunches,
-               gi->ncollectives ? " + " : "", gi->ncollectives, gi->ncollectives ? " collectives" : "", gi->image_from,
-               t->f.no_graphs ? "CUDA graph off (--no-cuda-graph)"
-               : gi->ncollectives ? "no CUDA graph (collectives run between launches)"
-                                  : "the step is replayed as a CUDA graph");
+               mx ? ", MXFP8-quantized expert GEMM operands" : "", bi.nlaunches, bi.ncollectives ? " + " : "",
+               bi.ncollectives, bi.ncollectives ? " collectives" : "", bi.kernels, bi.step);
         printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s, batch and optimizer "
                "scratch %s: %s\n", pa, ad, ac, ot, tot);
     } else {
-    printf("plan: %d IR nodes (forward + backward), precision %s (on the CPU: fp32 arithmetic%s), %d thread%s\n",
-           g->nnodes, ir_precision_name[g->train.precision],
-           g->train.precision == IR_PREC_MXFP8 ? " on MXFP8-quantized expert GEMM operands" : "", cpu_get_threads(),
-           cpu_get_threads() == 1 ? "" : "s");
-    printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", c, d, e);
+        printf("plan: %d IR nodes (forward + backward), precision %s (on the %s: fp32 arithmetic%s), %s\n", g->nnodes,
+               ir_precision_name[g->train.precision], bi.device, mx ? " on MXFP8-quantized expert GEMM operands" : "",
+               bi.step);
+        printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", pa, ad, ac);
     }
     printf("training: %lld steps, batch %lld x seq %lld = %lld tokens/step, lr %g (%s, warmup %lld, min %g), "
            "objective %s\n", (long long)t->tr.steps, (long long)t->tr.batch, (long long)t->tr.seq,
@@ -1028,10 +828,8 @@ static int load_data(FastaSet *data, const Alphabet *alpha, const char *const *f
 
 /* One rank's training run. t arrives with its flags, program name, plan,
  * communicator, rank, world, ep, dp and the shared data. */
-static int run_rank(Trainer *t, const char *plan_json)
+static int run_rank(Trainer *t)
 {
-    if (!load_plan(t, plan_json, t->f.batch))
-        return rank_error(t, "the model does not compile");
     if (t->f.steps >= 0)
         t->tr.steps = t->f.steps;
     if (t->f.lr > 0)
@@ -1043,7 +841,7 @@ static int run_rank(Trainer *t, const char *plan_json)
         return rank_error(t, "the model's inputs do not fit the training binary");
 
     /* parameters and AdamW moments, one allocation each */
-    IrGraph *g = t->g;
+    const IrGraph *g = t->g;
     t->param_off = calloc((size_t)g->nparams + 1, sizeof *t->param_off);
     for (int p = 0; p < g->nparams; p++) {
         t->param_off[p] = t->nparams_total;
@@ -1058,39 +856,27 @@ static int run_rank(Trainer *t, const char *plan_json)
     t->gtargets = calloc((size_t)gsize, sizeof(int32_t));
     if (!t->params || !t->adam || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
         return rank_error(t, "out of memory for %lld parameters", (long long)t->nparams_total);
-    if (t->use_gpu) {
+    {
         char err[2048];
-        t->param_wd = calloc((size_t)g->nparams + 1, sizeof(double));
-        for (int p = 0; p < g->nparams; p++)
-            t->param_wd[p] = param_weight_decay(t, p);
-        GpuOptions o = {0};
-        o.device = -1;  /* MOEC_LOCAL_RANK, else 0: simulated ranks share one GPU */
-        o.image = t->image;
-        o.image_size = t->image_size;
-        o.image_arch = t->image_arch;
-        o.image_hash = t->image_hash;
+        BackendOptions o = {0};
         o.graphs = !t->f.no_graphs;
         o.ring = (int)(t->f.log_every < 1024 ? t->f.log_every : 1024);
-        o.param_wd = t->param_wd;
         int no_kernels = 0;
         o.no_kernels = &no_kernels;
-        t->gpu = gpu_create(g, t->comm, &o, err, sizeof err);
+        t->be = t->backend->create(t->pl, t->comm, &o, err, sizeof err);
         /* --device auto falls back to the CPU when the GPU has no kernels (none embedded for it and no NVRTC),
          * except under NCCL, whose ranks are GPUs; other failures (a plan that does not fit, a driver error)
          * stop the run: the CPU would not do better */
-        if (!t->gpu && (!no_kernels || strcmp(t->f.device, "auto") != 0 || !strcmp(t->comm->ops->name, "nccl")))
-            return rank_error(t, "the GPU backend: %s", err);
-        if (!t->gpu && is_rank0(t))
-            printf("device: cpu (the GPU backend could not start: %s; --device cuda makes this an error)\n", err);
-        t->use_gpu = t->gpu != NULL;
-    }
-    if (!t->use_gpu) {
-        cpu_plan_init(&t->plan, g, CPU_F32);
-        t->plan.comm = t->comm;
-        for (int p = 0; p < g->nparams; p++)
-            cpu_plan_bind(&t->plan, g->params[p], t->params + t->param_off[p]);
-        cpu_plan_bind(&t->plan, t->tokens_in, t->tokens);
-        cpu_plan_bind(&t->plan, t->targets_in, t->targets);
+        if (!t->be && (!no_kernels || strcmp(t->f.device, "auto") != 0 || !strcmp(t->comm->ops->name, "nccl")))
+            return rank_error(t, "the %s backend: %s", t->backend == &backend_cuda ? "GPU" : t->backend->name, err);
+        if (!t->be) {
+            if (is_rank0(t))
+                printf("device: cpu (the GPU backend could not start: %s; --device cuda makes this an error)\n", err);
+            t->backend = &backend_cpu;
+            t->be = t->backend->create(t->pl, t->comm, &o, err, sizeof err);
+            if (!t->be)
+                return rank_error(t, "the cpu backend: %s", err);
+        }
     }
     init_params(t);
 
@@ -1100,8 +886,8 @@ static int run_rank(Trainer *t, const char *plan_json)
         const char *ck = t->f.init_path ? t->f.init_path : ckpt_path(t, path, sizeof path);
         if (!load_checkpoint(t, ck, 0))
             return rank_error(t, "cannot use %s", ck);
-        if (t->gpu && !gpu_put_params(t->gpu, t->params, t->param_off))
-            return rank_error(t, "%s", gpu_error(t->gpu));
+        if (!t->be->ops->put_state(t->be, t->params, NULL))
+            return rank_error(t, "%s", t->be->ops->error(t->be));
         DataOptions o = DATA_OPTIONS_DEFAULT;
         o.val_fraction = 1.0;
         DataLoader l;
@@ -1136,9 +922,8 @@ static int run_rank(Trainer *t, const char *plan_json)
         if (is_rank0(t))
             printf("resumed from %s at step %lld\n", path, (long long)t->step);
     }
-    if (t->gpu && (!gpu_put_params(t->gpu, t->params, t->param_off) ||
-                   !gpu_put_adam(t->gpu, t->adam, t->nparams_total)))
-        return rank_error(t, "%s", gpu_error(t->gpu));
+    if (!t->be->ops->put_state(t->be, t->params, t->adam))
+        return rank_error(t, "%s", t->be->ops->error(t->be));
     if (t->f.dump_dir && is_rank0(t) && mkdir(t->f.dump_dir, 0755) != 0 && errno != EEXIST)
         return rank_error(t, "cannot create --dump directory %s: %s", t->f.dump_dir, strerror(errno));
     if (is_rank0(t) && t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST)
@@ -1189,44 +974,32 @@ static int run_rank(Trainer *t, const char *plan_json)
         int do_log = t->step % t->f.log_every == 0 || t->step == t->tr.steps || do_eval;
         int do_ckpt = t->f.ckpt_dir && (t->step % t->f.ckpt_every == 0 || t->step == t->tr.steps);
         int do_dump = t->f.dump_dir && t->step <= t->f.dump_steps;
-        if (t->gpu) {
-            /* asynchronous: the losses are read when the host needs them */
-            double bc1 = 1 - pow(t->tr.beta1, (double)t->step), bc2 = 1 - pow(t->tr.beta2, (double)t->step);
-            if (!gpu_step(t->gpu, t->tokens, t->targets, lr, bc1, bc2))
-                return rank_error(t, "step %lld on the GPU: %s", (long long)t->step, gpu_error(t->gpu));
-            t->unread++;
-            if (do_log || do_eval || do_ckpt || do_dump || t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024)) {
-                if (!gpu_drain(t, &loss_sum, &loss_n, &gnorm, &step_loss))
-                    return 1;
-                if (!measured && is_rank0(t)) {
-                    /* planned vs what the device lost, once the first steps ran */
-                    const GpuInfo *gi = gpu_info(t->gpu);
-                    char pl[32], me[32];
-                    fmt_bytes(pl, sizeof pl, (double)gi->planned_bytes);
-                    fmt_bytes(me, sizeof me, (double)gi->measured_bytes);
-                    printf("memory measured after step %lld: %s of device memory in use by this run (cuMemGetInfo), "
-                           "planned %s (%+.1f%%)%s\n", (long long)t->step, me, pl,
-                           100.0 * ((double)gi->measured_bytes - (double)gi->planned_bytes) / (double)gi->planned_bytes,
-                           t->world > 1 && !strcmp(t->comm->ops->name, "sim") ? " (all simulated ranks together)" : "");
-                    cJSON *mo = cJSON_CreateObject();
-                    cJSON_AddStringToObject(mo, "event", "gpu_memory");
-                    cJSON_AddNumberToObject(mo, "planned_bytes", (double)gi->planned_bytes);
-                    cJSON_AddNumberToObject(mo, "measured_bytes", (double)gi->measured_bytes);
-                    log_json(t, mo);
-                }
+        /* the step may run asynchronously: its loss is read when the host needs it */
+        if (!t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step))
+            return rank_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
+                              t->be->ops->error(t->be));
+        t->unread++;
+        if (do_log || do_eval || do_ckpt || do_dump || t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024)) {
+            if (!drain(t, &loss_sum, &loss_n, &gnorm, &step_loss))
+                return 1;
+            BackendInfo bi;
+            t->be->ops->info(t->be, &bi);
+            if (!measured && bi.measured && is_rank0(t)) {
+                /* planned vs what the device lost, once the first steps ran */
+                char pl[32], me[32];
+                fmt_bytes(pl, sizeof pl, (double)bi.planned_total);
+                fmt_bytes(me, sizeof me, (double)bi.measured);
+                printf("memory measured after step %lld: %s of device memory in use by this run (cuMemGetInfo), "
+                       "planned %s (%+.1f%%)%s\n", (long long)t->step, me, pl,
+                       100.0 * ((double)bi.measured - (double)bi.planned_total) / (double)bi.planned_total,
+                       t->world > 1 && !strcmp(t->comm->ops->name, "sim") ? " (all simulated ranks together)" : "");
+                cJSON *mo = cJSON_CreateObject();
+                cJSON_AddStringToObject(mo, "event", "gpu_memory");
+                cJSON_AddNumberToObject(mo, "planned_bytes", (double)bi.planned_total);
+                cJSON_AddNumberToObject(mo, "measured_bytes", (double)bi.measured);
+                log_json(t, mo);
                 measured = 1;
             }
-        } else {
-            cpu_plan_run(&t->plan);
-            /* the objective is the mean of the ranks' mean losses */
-            double loss = allreduce1(t, COMM_WORLD, cpu_plan_scalar(&t->plan, g->loss)) / t->world;
-            if (!isfinite(loss))
-                return rank_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
-                                  (long long)t->step);
-            gnorm = optimizer_step(t, lr);
-            loss_sum += loss;
-            loss_n++;
-            step_loss = loss;
         }
         if (do_dump && !dump_step(t, step_loss, lr, gnorm))
             return 1;
@@ -1267,9 +1040,11 @@ static int run_rank(Trainer *t, const char *plan_json)
             tlast += now_s() - tnow;  /* checkpoint time is not training throughput */
         }
     }
-    if (t->gpu && t->world > 1 && is_rank0(t) && t->step > first) {
+    BackendInfo fin;
+    t->be->ops->info(t->be, &fin);
+    const BackendInfo *gi = &fin;
+    if (gi->coll_calls && t->world > 1 && is_rank0(t) && t->step > first) {
         /* how much of the run the exchanges took (rank 0's view) */
-        const GpuInfo *gi = gpu_info(t->gpu);
         double total = now_s() - t0;
         printf("collectives: %lld calls took %.2f s of rank 0's %.2f s (%.1f%%; waits for other ranks included)\n",
                gi->coll_calls, gi->coll_seconds, total, 100.0 * gi->coll_seconds / (total > 0 ? total : 1));
@@ -1290,11 +1065,8 @@ static void trainer_free(Trainer *t)
 {
     if (t->log)
         fclose(t->log);
-    if (t->plan.g)
-        cpu_plan_free(&t->plan);
-    gpu_destroy(t->gpu);
-    free(t->param_wd);
-    free((void *)t->image);
+    if (t->be)
+        t->be->ops->destroy(t->be);
     if (t->train_loader.fs)
         data_loader_free(&t->train_loader);
     if (t->have_val)
@@ -1306,20 +1078,18 @@ static void trainer_free(Trainer *t)
     free(t->targets);
     free(t->gtokens);
     free(t->gtargets);
-    compilation_free(&t->comp);
     free(t);
 }
 
 typedef struct RankArgs {
     Trainer *t;
-    const char *plan_json;
     int rc;
 } RankArgs;
 
 static void *rank_thread(void *arg)
 {
     RankArgs *a = arg;
-    a->rc = run_rank(a->t, a->plan_json);
+    a->rc = run_rank(a->t);
     if (a->rc != 0 && a->t->comm)
         comm_abort(a->t->comm, "exited with an error");
     if (a->t->world > 1 && a->t->comm && strcmp(a->t->comm->ops->name, "sim") == 0)
@@ -1327,7 +1097,7 @@ static void *rank_thread(void *arg)
     return NULL;
 }
 
-int train_main(int argc, char **argv, const char *plan_json)
+int train_main(int argc, char **argv, const Plan *plan)
 {
     const char *slash = strrchr(argv[0], '/');
     const char *prog = slash ? slash + 1 : argv[0];
@@ -1336,10 +1106,7 @@ int train_main(int argc, char **argv, const char *plan_json)
     Trainer *probe = calloc(1, sizeof *probe);
     probe->prog = prog;
     probe->world = 1;
-    if (!load_plan(probe, plan_json, 0)) {
-        trainer_free(probe);
-        return 1;
-    }
+    use_plan(probe, plan);
     int rc = parse_flags(probe, argc, argv);
     Flags f = probe->f;
     IrTrain tr = probe->tr;
@@ -1347,12 +1114,7 @@ int train_main(int argc, char **argv, const char *plan_json)
         trainer_free(probe);
         return rc;
     }
-    Diag d;
-    diag_init(&d, probe->g->file, probe->comp.text, probe->comp.len, stderr);
-    int ok = train_check_alphabet(probe->g, &d);
     trainer_free(probe);
-    if (!ok)
-        return 1;
     /* Where the ranks are: threads of this process, processes this one
      * starts, or this process is one rank of a run started elsewhere. */
     int env_rank = -1, env_world = 0, port = 0;
@@ -1394,7 +1156,7 @@ int train_main(int argc, char **argv, const char *plan_json)
     int use_gpu = 0;
     char why[1024] = "";
     if (strcmp(f.device, "cpu") != 0) {
-        use_gpu = gpu_probe(why, sizeof why);
+        use_gpu = backend_cuda_probe(why, sizeof why);
         if (!use_gpu && strcmp(f.device, "cuda") == 0) {
             fprintf(stderr, "%s: error: --device cuda: %s\n", prog, why);
             return 1;
@@ -1446,6 +1208,25 @@ int train_main(int argc, char **argv, const char *plan_json)
     } else {
         single = comm_single();
     }
+    /* another batch or world size than compiled for: the model is planned again, once for all local ranks */
+    Plan *replanned = NULL;
+    if (batch != plan->batch || world != plan->world) {
+        double t0 = now_s();
+        replanned = driver_replan(plan, batch, world, err, sizeof err);
+        if (!replanned) {
+            fprintf(stderr, "%s: error: %s\n", prog, err);
+            if (comms)
+                comm_sim_free(comms, world);
+            comm_free(single);
+            fasta_set_free(&data);
+            return 1;
+        }
+        if (env_rank <= 0)
+            printf("plan: compiled again for batch %lld over %d rank%s (the binary's plan is for batch %lld over "
+                   "%lld) in %.2f s\n", (long long)batch, world, world == 1 ? "" : "s", (long long)plan->batch,
+                   (long long)plan->world, now_s() - t0);
+        plan = replanned;
+    }
     int nlocal = comms ? world : 1;  /* trainers in this process */
     Trainer **ts = calloc((size_t)nlocal, sizeof *ts);
     RankArgs *args = calloc((size_t)nlocal, sizeof *args);
@@ -1460,8 +1241,9 @@ int train_main(int argc, char **argv, const char *plan_json)
         t->ep = ep;
         t->dp = world / ep;
         t->shared = &data;
-        t->use_gpu = use_gpu;
-        args[r] = (RankArgs){t, plan_json, 0};
+        t->backend = use_gpu ? &backend_cuda : &backend_cpu;
+        use_plan(t, plan);
+        args[r] = (RankArgs){t, 0};
     }
     if (nlocal == 1) {
         rank_thread(&args[0]);
@@ -1482,6 +1264,7 @@ int train_main(int argc, char **argv, const char *plan_json)
         comm_sim_free(comms, world);
     comm_free(single);
     fasta_set_free(&data);
+    plan_free(replanned);
     free(ts);
     free(args);
     free(th);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void die_at(const char *file, int line, const char *fmt, ...)
 {
@@ -76,4 +77,20 @@ char *xstrdup(const char *s)
     if (!d)
         die("out of memory copying a string of %zu bytes", n);
     return memcpy(d, s, n);
+}
+
+#ifndef MOEC_VERSION
+#define MOEC_VERSION "0.1.0"
+#endif
+#ifndef MOEC_GIT
+#define MOEC_GIT "unknown"
+#endif
+
+const char *moec_version(void) { return MOEC_VERSION " (git " MOEC_GIT ")"; }
+
+double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

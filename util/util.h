@@ -39,4 +39,11 @@ uint64_t hash64_update(uint64_t h, const void *data, size_t n);
 /* strdup that die()s when out of memory. */
 char *xstrdup(const char *s);
 
+/* The one version string: "0.1.0 (git abc1234)". Checkpoints, plans and
+ * --version print it; a plan from another version is refused. */
+const char *moec_version(void);
+
+/* Seconds on the monotonic clock (for durations). */
+double wall_seconds(void);
+
 #endif

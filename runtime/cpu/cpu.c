@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../plan/plan.h"
 #include "../../util/util.h"
 
 static int cpu_threads = 1;
@@ -53,11 +54,9 @@ size_t cpu_elem_size(const IrNode *n, CpuPrecision prec)
     return prec == CPU_F64 ? 8 : 4;
 }
 
-static int keeps_buffer(const IrNode *n)
-{
-    return n->is_output || n->op == IR_OP_INPUT || n->op == IR_OP_PARAM;
-}
-
+/* Buffers from the one memory planner (plan/memory.c), with this
+ * backend's element sizes and no GPU workspaces; one allocation holds the
+ * activations and gradients. */
 void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec)
 {
     memset(p, 0, sizeof *p);
@@ -66,77 +65,33 @@ void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec)
     int n = g->nnodes;
     p->buf = calloc((size_t)n, sizeof *p->buf);
     p->bytes = calloc((size_t)n, sizeof *p->bytes);
-    p->blocks = calloc((size_t)n, sizeof *p->blocks);
-    p->block_size = calloc((size_t)n, sizeof *p->block_size);
-    int *last_use = malloc(sizeof(int) * (size_t)n);
-    int *block_of = malloc(sizeof(int) * (size_t)n);
-    char *block_free = calloc((size_t)n, 1);
-    if (!p->buf || !p->bytes || !p->blocks || !p->block_size || !last_use || !block_of || !block_free)
+    PlanBuf *bufs = calloc((size_t)n + 1, sizeof *bufs);
+    if (!p->buf || !p->bytes || !bufs)
         die("out of memory planning buffers");
     for (int i = 0; i < n; i++) {
-        last_use[i] = i;
-        block_of[i] = -1;
-        p->bytes[i] = (size_t)ir_numel(g->nodes[i]) * cpu_elem_size(g->nodes[i], prec);
-    }
-    for (int i = 0; i < n; i++)
-        for (int s = 0; s < g->nodes[i]->nsrc; s++)
-            if (last_use[g->nodes[i]->src[s]->id] < i)
-                last_use[g->nodes[i]->src[s]->id] = i;
-    /* Liveness: a block is free again after its tensor's last user ran.
-     * Best fit among free blocks, growing one when it is too small. */
-    for (int i = 0; i < n; i++) {
         const IrNode *node = g->nodes[i];
-        if (node->op != IR_OP_INPUT && node->op != IR_OP_PARAM) {
-            /* the smallest free block that fits, else the largest free one (grown) */
-            int best = -1, grow = -1;
-            for (int b = 0; b < p->nblocks; b++) {
-                if (!block_free[b])
-                    continue;
-                if (p->block_size[b] >= p->bytes[i]) {
-                    if (best < 0 || p->block_size[b] < p->block_size[best])
-                        best = b;
-                } else if (grow < 0 || p->block_size[b] > p->block_size[grow]) {
-                    grow = b;
-                }
-            }
-            if (best < 0)
-                best = grow;
-            if (best < 0) {
-                best = p->nblocks++;
-                p->block_size[best] = 0;
-            }
-            if (p->block_size[best] < p->bytes[i])
-                p->block_size[best] = p->bytes[i];
-            block_free[best] = 0;
-            block_of[i] = best;
-        }
-        /* release the sources whose last user this was (and dead results) */
-        for (int s = 0; s <= node->nsrc; s++) {
-            const IrNode *x = s < node->nsrc ? node->src[s] : node;
-            if (last_use[x->id] == i && !keeps_buffer(x) && block_of[x->id] >= 0)
-                block_free[block_of[x->id]] = 1;
-        }
+        p->bytes[i] = (size_t)ir_numel(node) * cpu_elem_size(node, prec);
+        bufs[i] = (PlanBuf){.name = NULL, .node = i, .kind = PLAN_BUF_TENSOR,
+                            .storage = node->dtype == IR_I32 ? PLAN_I32 : prec == CPU_F64 ? PLAN_F64 : PLAN_F32,
+                            .bytes = (int64_t)p->bytes[i], .alias_of = -1};
     }
-    for (int b = 0; b < p->nblocks; b++) {
-        p->blocks[b] = calloc(1, p->block_size[b] ? p->block_size[b] : 8);
-        if (!p->blocks[b])
-            die("out of memory: %zu bytes for activations", p->block_size[b]);
-        p->planned_bytes += p->block_size[b];
-    }
+    PlanMemory mem;
+    plan_memory(g, bufs, n, 64, &mem);
+    size_t total = (size_t)mem.region_bytes[PLAN_REGION_ACTIVATIONS];
+    p->arena = aligned_alloc(64, total ? total : 64);
+    if (!p->arena)
+        die("out of memory: %zu bytes for activations", total);
+    memset(p->arena, 0, total);
+    p->planned_bytes = total;
     for (int i = 0; i < n; i++)
-        if (block_of[i] >= 0)
-            p->buf[i] = p->blocks[block_of[i]];
-    free(last_use);
-    free(block_of);
-    free(block_free);
+        if (bufs[i].region == PLAN_REGION_ACTIVATIONS)
+            p->buf[i] = (char *)p->arena + bufs[i].offset;
+    free(bufs);
 }
 
 void cpu_plan_free(CpuPlan *p)
 {
-    for (int b = 0; b < p->nblocks; b++)
-        free(p->blocks[b]);
-    free(p->blocks);
-    free(p->block_size);
+    free(p->arena);
     free(p->buf);
     free(p->bytes);
     memset(p, 0, sizeof *p);

@@ -1,10 +1,11 @@
 /* cpu.h - the CPU reference backend: executes an IR graph with plain C.
  *
- * A CpuPlan gives every node a buffer. Buffers of intermediate tensors are
- * reused once their last user has run (liveness over the node order), so
- * the planned peak is close to what a real allocator would need; inputs and
- * params are bound to caller-owned storage; outputs (the loss, gradients,
- * `output` tensors) keep their buffers to the end. Two precisions: F32 for
+ * A CpuPlan gives every node a buffer, laid out by the one memory planner
+ * (plan/memory.c, the GPU's too): buffers of intermediate tensors are
+ * reused once their last user has run (liveness over the node order), in
+ * one allocation; inputs and params are bound to caller-owned storage;
+ * outputs (the loss, gradients, `output` tensors) keep their buffers to the
+ * end. Two precisions: F32 for
  * training, F64 for the check mode that gradients are verified in. */
 #ifndef MOEC_CPU_H
 #define MOEC_CPU_H
@@ -23,10 +24,8 @@ typedef struct CpuPlan {
     CpuPrecision prec;
     void **buf;          /* [nnodes] */
     size_t *bytes;       /* [nnodes] */
-    void **blocks;       /* owned allocations */
-    size_t *block_size;
-    int nblocks;
-    size_t planned_bytes;  /* sum of the blocks: the activation peak */
+    void *arena;         /* the activations and gradients, one allocation */
+    size_t planned_bytes;  /* its size: the activation peak */
     struct Comm *comm;     /* for the collective ops (expert parallelism); NULL = one rank */
 } CpuPlan;
 

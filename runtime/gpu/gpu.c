@@ -2,7 +2,6 @@
  * driver API (gpu.h; design in docs/gpu-runtime.md). */
 #include "gpu.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -15,11 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../codegen/cuda.h"
-#include "../../codegen/nvrtc.h"
+#include "nvrtc.h"
 #include "../comm/comm.h"
 #include "../cpu/cpu.h"
-#include "../../formats/safetensors.h"
 #include "../../util/util.h"
 #include "cudrv.h"
 
@@ -59,6 +56,7 @@ typedef struct Staging {
 } Staging;
 
 struct Gpu {
+    const Plan *plan;
     const IrGraph *g;
     Comm *comm;
     int device_comm;        /* collectives on device memory (NCCL) */
@@ -69,7 +67,6 @@ struct Gpu {
     CUstream stream;
     CUmodule mod;
     CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale;
-    cJSON *plan;
     CUdeviceptr region[3];  /* params, inputs, activations */
     size_t region_bytes[3];
     CUdeviceptr adam, misc;  /* misc: the inputs region, then partials, scalars, ring_loss, ring_norm */
@@ -191,20 +188,21 @@ static int arch_runs_here(const char *arch, int major, int minor)
 }
 
 /* The image: embedded, cached, or compiled now (and cached). */
-static int get_image(Gpu *G, const CudaModule *m, const GpuOptions *o, void **image, size_t *size)
+static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
 {
-    uint64_t h = hash64(m->source, m->source_len);
+    const Plan *p = G->plan;
+    uint64_t h = hash64(p->cuda_source, p->cuda_source_len);
     const char *arch = G->info.arch;
-    if (o->image && o->image_size && arch_runs_here(o->image_arch, G->info.cc_major, G->info.cc_minor) &&
-        o->image_hash == h) {
-        *image = malloc(o->image_size);
-        memcpy(*image, o->image, o->image_size);
-        *size = o->image_size;
-        snprintf(G->info.image_from, sizeof G->info.image_from, "embedded in the binary (%s)", o->image_arch);
+    if (p->image && p->image_size && arch_runs_here(p->image_arch, G->info.cc_major, G->info.cc_minor) &&
+        p->image_hash == h) {
+        *image = malloc(p->image_size);
+        memcpy(*image, p->image, p->image_size);
+        *size = p->image_size;
+        snprintf(G->info.image_from, sizeof G->info.image_from, "embedded in the binary (%s)", p->image_arch);
         return 1;
     }
-    const char *why_not_embedded = !o->image ? "none embedded"
-                                   : !arch_runs_here(o->image_arch, G->info.cc_major, G->info.cc_minor)
+    const char *why_not_embedded = !p->image ? "none embedded"
+                                   : !arch_runs_here(p->image_arch, G->info.cc_major, G->info.cc_minor)
                                        ? "the embedded one is for another architecture"
                                        : "the embedded one is for other shapes (--batch)";
     char dir[4096], path[4400], err[1024];
@@ -247,10 +245,10 @@ static int get_image(Gpu *G, const CudaModule *m, const GpuOptions *o, void **im
                     arch);
     }
     NvrtcOutput out = probe;
-    int ok = nvrtc_compile(m->source, "kernels.cu", arch, &out, err, sizeof err);
+    int ok = nvrtc_compile(p->cuda_source, "kernels.cu", arch, &out, err, sizeof err);
     if (!ok) {
         if (out.log)
-            nvrtc_print_log(stderr, out.log, m->source, "kernels.cu");
+            nvrtc_print_log(stderr, out.log, p->cuda_source, "kernels.cu");
         nvrtc_output_free(&out);
         return fail(G, "compiling the kernels for %s: %s", arch, err);
     }
@@ -279,17 +277,6 @@ static int get_image(Gpu *G, const CudaModule *m, const GpuOptions *o, void **im
 }
 
 /* ------------------------------------------------------------ set-up */
-
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(x) ? x->valuedouble : -1;
-}
-
-static int region_index(const char *name)
-{
-    return strcmp(name, "params") == 0 ? 0 : strcmp(name, "inputs") == 0 ? 1 : 2;
-}
 
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -340,32 +327,24 @@ static void plan_buckets(Gpu *G)
     free(used);
 }
 
-static int build_launches(Gpu *G, const CudaModule *m)
+static int build_launches(Gpu *G)
 {
     const IrGraph *g = G->g;
-    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(G->plan, "launches");
-    G->nlaunches = cJSON_GetArraySize(ls);
-    G->eval_launches = (int)num(G->plan, "eval_launches");
-    G->launches = calloc((size_t)G->nlaunches, sizeof *G->launches);
+    const Plan *p = G->plan;
+    G->nlaunches = p->nlaunches;
+    G->eval_launches = p->eval_launches;
+    G->launches = calloc((size_t)G->nlaunches + 1, sizeof *G->launches);
     size_t bucket_fill[MAX_BUCKETS] = {0};
-    (void)m;
     for (int i = 0; i < G->nlaunches; i++) {
-        const cJSON *l = cJSON_GetArrayItem(ls, i);
+        const PlanLaunch *l = &p->launches[i];
         Launch *L = &G->launches[i];
-        int node = (int)num(l, "node");
-        if (node < 0 || node >= g->nnodes)
-            return fail(G, "plan launch %d names node %d", i, node);
+        int node = l->node;
         L->node = g->nodes[node];
-        const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, "kernel");
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
-        L->nargs = cJSON_GetArraySize(args);
+        L->nargs = l->nargs;
         L->args = calloc((size_t)L->nargs + 1, sizeof *L->args);
         L->argp = calloc((size_t)L->nargs + 1, sizeof *L->argp);
         for (int a = 0; a < L->nargs; a++) {
-            int b = (int)cJSON_GetArrayItem(args, a)->valuedouble;
-            if (b < 0 || b >= G->nbufs)
-                return fail(G, "plan launch %d: argument %d is buffer %d", i, a, b);
-            L->args[a] = G->buf[b];
+            L->args[a] = G->buf[l->args[a]];
             L->argp[a] = &L->args[a];
         }
         L->bucket = G->bucket_of ? G->bucket_of[node] : -1;
@@ -373,13 +352,14 @@ static int build_launches(Gpu *G, const CudaModule *m)
             L->bucket_off = bucket_fill[L->bucket];
             bucket_fill[L->bucket] += (size_t)ir_numel(L->node) * sizeof(float);
         }
-        if (cJSON_IsString(k)) {
-            snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k->valuestring, node, L->node->name);
-            if (!CU(G, cuModuleGetFunction(&L->f, G->mod, k->valuestring), L->what))
+        if (l->kernel >= 0) {
+            const char *k = p->kernel_names[l->kernel];
+            snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k, node, L->node->name);
+            if (!CU(G, cuModuleGetFunction(&L->f, G->mod, k), L->what))
                 return 0;
-            L->grid = (unsigned)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "grid"), 0)->valuedouble;
-            L->block = (unsigned)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "block"), 0)->valuedouble;
-            L->shared = (unsigned)num(l, "shared_bytes");
+            L->grid = (unsigned)l->grid;
+            L->block = (unsigned)l->block;
+            L->shared = (unsigned)l->shared_bytes;
             G->info.nlaunches++;
         } else {
             snprintf(L->what, sizeof L->what, "collective %s (node %d, %s)", ir_node_op_name(L->node), node,
@@ -395,13 +375,13 @@ static size_t page2m(size_t n) { return (n + ((size_t)2 << 20) - 1) / ((size_t)2
 
 /* The kernels' image (embedded, cached or compiled) loaded as a module.
  * Simulated ranks take turns: the first compiles, the others find the cache. */
-static int load_module(Gpu *G, const CudaModule *m, const GpuOptions *o)
+static int load_module(Gpu *G, const GpuOptions *o)
 {
     static pthread_mutex_t image_lock = PTHREAD_MUTEX_INITIALIZER;
     void *image = NULL;
     size_t image_size = 0;
     pthread_mutex_lock(&image_lock);
-    int ok = get_image(G, m, o, &image, &image_size);
+    int ok = get_image(G, o, &image, &image_size);
     pthread_mutex_unlock(&image_lock);
     ok = ok && CU(G, cuModuleLoadData(&G->mod, image), "loading the kernels") &&
          CU(G, cuModuleGetFunction(&G->k_sumsq, G->mod, "moec_grad_sumsq"), NULL) &&
@@ -413,15 +393,16 @@ static int load_module(Gpu *G, const CudaModule *m, const GpuOptions *o)
     return ok;
 }
 
-Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, size_t errlen)
+Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, size_t errlen)
 {
     Gpu *G = calloc(1, sizeof *G);
+    const IrGraph *g = plan->graph;
+    G->plan = plan;
     G->g = g;
     G->comm = comm && comm->world > 1 ? comm : NULL;
     G->device_comm = G->comm && strcmp(G->comm->ops->name, "nccl") == 0;
     G->ring = o->ring > 0 ? o->ring : 1;
     G->use_graphs = o->graphs;
-    CudaModule m = {0};
     int ok = cudrv_load(G->err, sizeof G->err);
     if (!ok)
         goto out;
@@ -448,32 +429,16 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
         cu.cuMemGetInfo(&G->info.free_mem, &G->info.total_mem);
         arch_of(G->info.cc_major, G->info.cc_minor, G->info.arch, sizeof G->info.arch);
     }
-    /* the kernels and the plan */
-    {
-        Diag d;
-        char *msg = NULL;
-        size_t msglen = 0;
-        FILE *mf = open_memstream(&msg, &msglen);
-        diag_init(&d, g->file, NULL, 0, mf);
-        ok = cuda_codegen(g, NULL, &d, &m);
-        fclose(mf);
-        if (!ok) {
-            fail(G, "the model cannot run on the GPU: %s", msg && *msg ? msg : "code generation failed");
-            free(msg);
-            goto out;
-        }
-        free(msg);
-        G->plan = cJSON_Parse(m.plan_json);
-        if (!G->plan) {
-            ok = fail(G, "internal: the generated plan is not JSON");
-            goto out;
-        }
+    /* the kernels' plan: made by the compiler (moec compile), or why the GPU cannot run this model */
+    if (plan->gpu_unsupported || !plan->cuda_source) {
+        ok = fail(G, "the model cannot run on the GPU: %s",
+                  plan->gpu_unsupported ? plan->gpu_unsupported : "its plan has no GPU kernels");
+        goto out;
     }
     /* memory: plan it all, check it fits, then allocate */
     {
-        const cJSON *regions = cJSON_GetObjectItemCaseSensitive(G->plan, "regions");
-        for (int r = 0; r < 3; r++)
-            G->region_bytes[r] = align256((size_t)num(cJSON_GetArrayItem(regions, r), "bytes") + 256);
+        for (int r = 0; r < PLAN_REGION_COUNT; r++)
+            G->region_bytes[r] = align256((size_t)plan->memory.region_bytes[r] + 256);
         int64_t nparams_total = 0;
         G->numel = calloc((size_t)g->nparams + 1, sizeof *G->numel);
         G->part_off = calloc((size_t)g->nparams + 1, sizeof *G->part_off);
@@ -533,7 +498,7 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
             goto out;
         }
         /* the stream and the kernels first, so that what the allocations take can be measured */
-        ok = CU(G, cuStreamCreate(&G->stream, CU_STREAM_NON_BLOCKING), NULL) && load_module(G, &m, o);
+        ok = CU(G, cuStreamCreate(&G->stream, CU_STREAM_NON_BLOCKING), NULL) && load_module(G, o);
         if (!ok)
             goto out;
         cu.cuMemGetInfo(&G->free_before, &G->info.total_mem);
@@ -559,14 +524,11 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
              CU(G, cuMemsetD8Async(G->scalars, 0, NSCALARS * sizeof(double), G->stream), NULL);
         if (!ok)
             goto out;
-        const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(G->plan, "buffers");
-        G->nbufs = cJSON_GetArraySize(bufs);
+        G->nbufs = plan->nbufs;
         G->buf = calloc((size_t)G->nbufs, sizeof *G->buf);
         for (int b = 0; b < G->nbufs; b++) {
-            const cJSON *x = cJSON_GetArrayItem(bufs, b);
-            const cJSON *reg = cJSON_GetObjectItemCaseSensitive(x, "region");
-            int r = region_index(cJSON_IsString(reg) ? reg->valuestring : "activations");
-            size_t off = (size_t)num(x, "offset"), bytes = (size_t)num(x, "bytes");
+            int r = (int)plan->bufs[b].region;
+            size_t off = (size_t)plan->bufs[b].offset, bytes = (size_t)plan->bufs[b].bytes;
             if (off + bytes > G->region_bytes[r]) {
                 ok = fail(G, "internal: plan buffer %d lies outside its region", b);
                 goto out;
@@ -574,7 +536,7 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
             G->buf[b] = G->region[r] + off;
         }
     }
-    if (!build_launches(G, &m)) {
+    if (!build_launches(G)) {
         ok = 0;
         goto out;
     }
@@ -623,7 +585,6 @@ Gpu *gpu_create(const IrGraph *g, Comm *comm, const GpuOptions *o, char *err, si
     G->ring_norm_h = calloc((size_t)G->ring, sizeof(double));
     ok = CU(G, cuStreamSynchronize(G->stream), NULL);
 out:
-    cuda_module_free(&m);
     if (!ok) {
         snprintf(err, errlen, "%s", G->err);
         gpu_destroy(G);
@@ -675,7 +636,6 @@ void gpu_destroy(Gpu *G)
     free(G->wd);
     free(G->ring_loss_h);
     free(G->ring_norm_h);
-    cJSON_Delete(G->plan);
     free(G);
 }
 

@@ -1,18 +1,18 @@
 /* gpu.h - the GPU backend of the training binary (docs/gpu-runtime.md).
  *
  * A Gpu runs one rank's training step on one NVIDIA GPU with the kernels
- * codegen/ generates for the graph, through the CUDA driver API (loaded at
- * run time, runtime/gpu/cudrv.h):
+ * and the launch list of the plan the compiler made (plan/plan.h), through
+ * the CUDA driver API (loaded at run time, runtime/gpu/cudrv.h):
  *   - the kernels: the image embedded in the binary when it was compiled
  *     for this GPU's architecture and this exact source, else the on-disk
  *     cache, else NVRTC now (then cached);
- *   - memory: parameters one allocation (plan.json's params region), AdamW's
+ *   - memory: parameters one allocation (the plan's params region), AdamW's
  *     moments one allocation ([m | v], in the trainer's host layout), the
  *     activations and gradients one arena laid out by the codegen's liveness
  *     plan, the batch one small region; nothing is allocated during a step.
  *     The total is checked against the GPU's free memory before anything is
  *     allocated;
- *   - a step: the batch's host-to-device copy, plan.json's launches in order
+ *   - a step: the batch's host-to-device copy, the plan's launches in order
  *     (collectives through the rank's Comm), the gradient norm, clipping and
  *     AdamW on the device; the loss and the norm are copied into a ring on
  *     the device, read by the host only when it logs. Without collectives the
@@ -25,16 +25,12 @@
 #include <stdint.h>
 
 #include "../../ir/ir.h"
+#include "../../plan/plan.h"
 
 struct Comm;
 
 typedef struct GpuOptions {
     int device;               /* ordinal, or -1: MOEC_LOCAL_RANK % count (0 without it) */
-    /* an image compiled ahead of time (moec compile --arch), or NULL */
-    const void *image;
-    size_t image_size;
-    const char *image_arch;   /* "sm_90a" */
-    uint64_t image_hash;      /* hash64 of the source it was compiled from */
     int graphs;               /* 1: capture the step in a CUDA graph when it has no collectives */
     int ring;                 /* steps the loss ring holds (>= the trainer's log interval) */
     int verbose;              /* print where the kernels came from */
@@ -62,11 +58,12 @@ typedef struct Gpu Gpu;
 /* Whether a GPU can be used: 1, or 0 with why in `why` (no driver, no device). */
 int gpu_probe(char *why, size_t n);
 
-/* Generates the kernels of g (after the pass pipeline), gets their image,
- * plans and allocates memory. comm is the rank's communicator (NULL = one
+/* Runs plan p (its kernels, tensor table and launch list, plan/plan.h):
+ * gets the kernels' image (embedded in the plan, cached, or NVRTC now),
+ * checks that the plan fits and allocates memory. comm is the rank's communicator (NULL = one
  * rank); collectives go through it, staged through host memory unless it
  * is NCCL (device memory). Returns NULL with a message in err. */
-Gpu *gpu_create(const IrGraph *g, struct Comm *comm, const GpuOptions *o, char *err, size_t errlen);
+Gpu *gpu_create(const Plan *p, struct Comm *comm, const GpuOptions *o, char *err, size_t errlen);
 void gpu_destroy(Gpu *G);
 const GpuInfo *gpu_info(const Gpu *G);
 

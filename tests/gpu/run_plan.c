@@ -20,13 +20,12 @@
  * the emulator). Also checks moec_adamw against runtime/train.c bit for bit.
  * The CUDA driver API comes through runtime/gpu/cudrv.h (loaded at run time,
  * as in the training binary). One line per compared node; the summary last. Exit 0 when all agree. */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../compiler/driver.h"
+#include "../../plan/plan.h"
 #include "../../runtime/cpu/cpu.h"
 #include "../../util/util.h"
 #include "../../runtime/gpu/cudrv.h"
@@ -83,25 +82,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: run_plan MODEL DIR [--precision P] [--ep N] [--disable-pass X] [--chain]\n");
         return 2;
     }
-    Compilation c = {0};
-    if (!compilation_read(&c, model, stderr))
-        return 1;
-    PassCtx ctx;
-    pass_ctx_init(&ctx, NULL);
-    if (disabled)
-        ctx.disabled[ctx.ndisabled++] = disabled;
-    c.opts.has_precision = mxfp8 != 0;
-    c.opts.precision = mxfp8 > 0 ? IR_PREC_MXFP8 : IR_PREC_BF16;
-    c.opts.ep = ep;
-    if (compilation_run(&c, model, c.text, c.len, stderr, &ctx) != 0)
-        return 1;
-    IrGraph *g = c.graph;
-    char path[4096];
+    char path[4096], perr[2048];
     snprintf(path, sizeof path, "%s/plan.json", dir);
     char *pj = read_all(path);
-    cJSON *plan = pj ? cJSON_Parse(pj) : NULL;
+    /* the plan's own graph: the typed reader checks it against the tables */
+    Plan *plan = pj ? plan_from_json(pj, strlen(pj), path, NULL, perr, sizeof perr) : NULL;
     if (!plan)
-        die("cannot read %s", path);
+        die("cannot read %s: %s", path, pj ? perr : "no such file");
+    IrGraph *g = plan->graph;
+    (void)model, (void)mxfp8, (void)ep, (void)disabled;
     snprintf(path, sizeof path, "%s/kernels.cubin", dir);
     char *cubin = NULL;
     {
@@ -128,16 +117,12 @@ int main(int argc, char **argv)
     CU(cuCtxSetCurrent(cuctx));
     CU(cuModuleLoadData(&mod, cubin));
 
-    const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(plan, "buffers");
-    const cJSON *launches = cJSON_GetObjectItemCaseSensitive(plan, "launches");
-    const cJSON *regions = cJSON_GetObjectItemCaseSensitive(plan, "regions");
-    int nbufs = cJSON_GetArraySize(bufs);
+    int nbufs = plan->nbufs;
     char *base[3];
     CUdeviceptr dbase[3];
     size_t rbytes[3];
-    const char *rname[3] = {"params", "inputs", "activations"};
     for (int r = 0; r < 3; r++) {
-        size_t bytes = (size_t)num(cJSON_GetArrayItem(regions, r), "bytes") + 256;
+        size_t bytes = (size_t)plan->memory.region_bytes[r] + 256;
         rbytes[r] = (bytes + 255) / 256 * 256;
         base[r] = aligned_alloc(256, rbytes[r]);
         memset(base[r], 0xFF, rbytes[r]);
@@ -147,13 +132,12 @@ int main(int argc, char **argv)
     char **ptr = calloc((size_t)nbufs, sizeof(char *));
     CUdeviceptr *dptr = calloc((size_t)nbufs, sizeof(CUdeviceptr));
     for (int b = 0; b < nbufs; b++) {
-        const cJSON *o = cJSON_GetArrayItem(bufs, b);
-        const char *reg = cJSON_GetObjectItemCaseSensitive(o, "region")->valuestring;
-        int r = strcmp(reg, rname[0]) == 0 ? 0 : strcmp(reg, rname[1]) == 0 ? 1 : 2;
-        ptr[b] = base[r] + (size_t)num(o, "offset");
-        dptr[b] = dbase[r] + (CUdeviceptr)num(o, "offset");
-        if (b < g->nnodes && (int64_t)num(o, "bytes") != ir_numel(g->nodes[b]) * 4)
-            die("plan buffer %d is %.0f bytes, node %s has %lld elements", b, num(o, "bytes"), g->nodes[b]->name,
+        const PlanBuf *o = &plan->bufs[b];
+        int r = (int)o->region;
+        ptr[b] = base[r] + (size_t)o->offset;
+        dptr[b] = dbase[r] + (CUdeviceptr)o->offset;
+        if (b < g->nnodes && o->bytes != ir_numel(g->nodes[b]) * 4)
+            die("plan buffer %d is %lld bytes, node %s has %lld elements", b, (long long)o->bytes, g->nodes[b]->name,
                 (long long)ir_numel(g->nodes[b]));
     }
 
@@ -194,7 +178,7 @@ int main(int argc, char **argv)
     printf("# %-5s %-40s %-22s %-5s %12s %12s %s\n", "node", "name", "op", "kind", "norm_rel", "max_rel", "status");
     OpStat stat[IR_OP_COUNT];
     memset(stat, 0, sizeof stat);
-    int bad = 0, nl = cJSON_GetArraySize(launches), li = 0, nlaunched = 0, ncompared = 0;
+    int bad = 0, nl = plan->nlaunches, li = 0, nlaunched = 0, ncompared = 0;
     double worst_fp = 0;
     const char *worst_fp_name = "-";
     char *host = NULL;
@@ -205,8 +189,8 @@ int main(int argc, char **argv)
         if (is_collective(n->op)) {
             fake_collective(n, cpu.buf);
             h2d(dptr[i], cpu.buf[i], (size_t)ir_numel(n) * 4);
-            for (; li < nl && (int)num(cJSON_GetArrayItem(launches, li), "node") == i; li++)
-                if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(launches, li), "kernel")))
+            for (; li < nl && plan->launches[li].node == i; li++)
+                if (plan->launches[li].kernel >= 0)
                     die("%s: a collective with a kernel launch", n->name);
             continue;
         }
@@ -218,28 +202,25 @@ int main(int argc, char **argv)
                     h2d(dptr[x->id], cpu_plan_data(&cpu, x), (size_t)ir_numel(x) * 4);
             }
         for (; li < nl; li++) {
-            const cJSON *l = cJSON_GetArrayItem(launches, li);
-            if ((int)num(l, "node") != i)
+            const PlanLaunch *l = &plan->launches[li];
+            if (l->node != i)
                 break;
-            const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, "kernel");
-            if (!cJSON_IsString(k))
+            if (l->kernel < 0)
                 die("%s: a host-side collective where a kernel was expected", n->name);
-            const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
             CUdeviceptr a[32];
             void *pa[32];
-            int na = cJSON_GetArraySize(args);
+            int na = l->nargs;
             if (na > 32)
                 die("%s: %d kernel arguments", n->name, na);
             for (int j = 0; j < na; j++) {
-                a[j] = dptr[(int)cJSON_GetArrayItem(args, j)->valuedouble];
+                a[j] = dptr[l->args[j]];
                 pa[j] = &a[j];
             }
-            const cJSON *gr = cJSON_GetObjectItemCaseSensitive(l, "grid"), *bl = cJSON_GetObjectItemCaseSensitive(l, "block");
-            unsigned gx = (unsigned)cJSON_GetArrayItem(gr, 0)->valuedouble, bx = (unsigned)cJSON_GetArrayItem(bl, 0)->valuedouble;
-            unsigned shm = (unsigned)num(l, "shared_bytes");
+            unsigned gx = (unsigned)l->grid, bx = (unsigned)l->block;
+            unsigned shm = (unsigned)l->shared_bytes;
             CUfunction f;
-            cu_what = k->valuestring;
-            CU(cuModuleGetFunction(&f, mod, k->valuestring));
+            cu_what = plan->kernel_names[l->kernel];
+            CU(cuModuleGetFunction(&f, mod, plan->kernel_names[l->kernel]));
             CU(cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shm, NULL, pa, NULL));
             CU(cuCtxSynchronize());
             cu_what = n->name;
@@ -411,8 +392,8 @@ int main(int argc, char **argv)
     free(dptr);
     free(host);
     free(cubin);
-    cJSON_Delete(plan);
+    plan_free(plan);
     free(pj);
-    compilation_free(&c);
+
     return bad ? 1 : 0;
 }

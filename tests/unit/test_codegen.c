@@ -21,7 +21,8 @@
 
 #include "../../codegen/cuda.h"
 #include "../../codegen/mxfp8.cuh"
-#include "../../codegen/nvrtc.h"
+#include "../../runtime/gpu/nvrtc.h"
+#include "../../plan/plan.h"
 #include "../../compiler/driver.h"
 #include "../../util/util.h"
 #include "../../runtime/cpu/mxfp8.h"
@@ -221,29 +222,25 @@ static void test_table(void)
 }
 
 /* Checks one plan against the graph it came from. */
-static void check_plan(const char *what, const IrGraph *g, const char *json)
+/* The plan's tensor table and launch list, checked from the graph alone
+ * (not from the planner's own bookkeeping): sizes, views, no two live
+ * buffers sharing bytes, launches in node order naming their own buffers. */
+static void check_plan(const char *what, const Plan *p)
 {
-    cJSON *plan = cJSON_Parse(json);
-    CHECK(plan != NULL, "%s: plan.json parses", what);
-    if (!plan)
-        return;
-    const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(plan, "buffers");
-    const cJSON *launches = cJSON_GetObjectItemCaseSensitive(plan, "launches");
-    int nb = cJSON_GetArraySize(bufs), n = g->nnodes, bad = 0;
+    const IrGraph *g = p->graph;
+    int nb = p->nbufs, n = g->nnodes, bad = 0;
     int64_t *off = calloc((size_t)nb, sizeof(int64_t)), *bytes = calloc((size_t)nb, sizeof(int64_t));
     int *region = calloc((size_t)nb, sizeof(int)), *owner = calloc((size_t)nb, sizeof(int));
     int *root = calloc((size_t)nb, sizeof(int)), *first = calloc((size_t)nb, sizeof(int));
     int *last = calloc((size_t)nb, sizeof(int));
     for (int b = 0; b < nb; b++) {
-        const cJSON *o = cJSON_GetArrayItem(bufs, b);
-        off[b] = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "offset")->valuedouble;
-        bytes[b] = (int64_t)cJSON_GetObjectItemCaseSensitive(o, "bytes")->valuedouble;
-        const char *r = cJSON_GetObjectItemCaseSensitive(o, "region")->valuestring;
-        region[b] = strcmp(r, "params") == 0 ? 0 : strcmp(r, "inputs") == 0 ? 1 : 2;
-        const cJSON *nd = cJSON_GetObjectItemCaseSensitive(o, "node");
-        owner[b] = b < n ? b : (int)nd->valuedouble;
-        const cJSON *al = cJSON_GetObjectItemCaseSensitive(o, "alias_of");
-        root[b] = al ? (int)al->valuedouble : b;
+        const PlanBuf *pb = &p->bufs[b];
+        off[b] = pb->offset;
+        bytes[b] = pb->bytes;
+        region[b] = (int)pb->region;
+        owner[b] = b < n ? b : pb->node;
+        int al = pb->alias_of >= 0;
+        root[b] = al ? pb->alias_of : b;
         if (b < n && bytes[b] != ir_numel(g->nodes[b]) * 4 && bad++ < 5)
             fprintf(stderr, "%s: buffer %d has %lld bytes for %s\n", what, b, (long long)bytes[b], g->nodes[b]->name);
         if (al && g->nodes[b]->op != IR_OP_VIEW && bad++ < 5)
@@ -282,16 +279,15 @@ static void check_plan(const char *what, const IrGraph *g, const char *json)
                         what, a, b, first[a], last[a], first[b], last[b]);
         }
     }
-    int nl = cJSON_GetArraySize(launches), prev = -1;
+    int nl = p->nlaunches, prev = -1;
     for (int l = 0; l < nl; l++) {
-        const cJSON *o = cJSON_GetArrayItem(launches, l);
-        int node = (int)cJSON_GetObjectItemCaseSensitive(o, "node")->valuedouble;
+        const PlanLaunch *o = &p->launches[l];
+        int node = o->node;
         if (node < prev && bad++ < 5)
             fprintf(stderr, "%s: launch %d out of node order\n", what, l);
         prev = node;
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "args");
-        for (int a = 0; a < cJSON_GetArraySize(args); a++) {
-            int b = (int)cJSON_GetArrayItem(args, a)->valuedouble;
+        for (int a = 0; a < o->nargs; a++) {
+            int b = o->args[a];
             if ((b < 0 || b >= nb || (owner[b] != node && b >= n)) && bad++ < 5)
                 fprintf(stderr, "%s: launch %d names buffer %d\n", what, l, b);
         }
@@ -304,7 +300,6 @@ static void check_plan(const char *what, const IrGraph *g, const char *json)
     free(root);
     free(first);
     free(last);
-    cJSON_Delete(plan);
 }
 
 static void test_models(void)
@@ -341,28 +336,50 @@ static void test_models(void)
             compilation_free(&c);
             continue;
         }
-        CudaModule m1, m2;
-        int ok = cuda_codegen(g, NULL, NULL, &m1);
+        char perr[256];
+        Plan *pl = plan_create(g, &c.arena, perr, sizeof perr);
+        CHECK(pl != NULL, "%s: a plan (%s)", what, pl ? "" : perr);
+        if (!pl) {
+            compilation_free(&c);
+            continue;
+        }
+        int ok = cuda_codegen(pl, NULL, NULL);
         CHECK(ok, "%s: cuda_codegen", what);
         if (!ok) {
+            plan_free(pl);
             compilation_free(&c);
             continue;
         }
         for (int i = 0; i < g->nnodes; i++)
             seen[g->nodes[i]->op] = 1;
-        check_plan(what, g, m1.plan_json);
-        CHECK(m1.nkernels > 3 && m1.nlaunches > 0 && strstr(m1.source, "moec_adamw"), "%s: %d kernels, %d launches",
-              what, m1.nkernels, m1.nlaunches);
-        CHECK(cuda_codegen(g, NULL, NULL, &m2) && strcmp(m1.source, m2.source) == 0 &&
-                  strcmp(m1.plan_json, m2.plan_json) == 0,
+        check_plan(what, pl);
+        CHECK(pl->nkernels > 3 && pl->nkernel_launches > 0 && strstr(pl->cuda_source, "moec_adamw"),
+              "%s: %d kernels, %d launches", what, pl->nkernels, pl->nkernel_launches);
+        char *src1 = xstrdup(pl->cuda_source), *json1 = plan_to_json(pl, 1);
+        int nk1 = pl->nkernels, nl1 = pl->nkernel_launches;
+        cuda_plan_clear(pl);
+        ok = cuda_codegen(pl, NULL, NULL);
+        char *json2 = plan_to_json(pl, 1);
+        CHECK(ok && strcmp(src1, pl->cuda_source) == 0 && strcmp(json1, json2) == 0,
               "%s: a second run gives the same bytes", what);
-        cuda_module_free(&m2);
+        /* the document reads back to the same document */
+        char err[1024];
+        Plan *back = plan_from_json(json1, strlen(json1), what, NULL, err, sizeof err);
+        char *json3 = back ? plan_to_json(back, 1) : NULL;
+        CHECK(back && strcmp(json1, json3) == 0, "%s: the plan reads back to the same plan%s%s", what, back ? "" : ": ",
+              back ? "" : err);
+        free(json3);
+        plan_free(back);
+        free(src1);
+        free(json1);
+        free(json2);
         /* one kernel per launch without sharing: the same launches */
         CudaOptions no_share = {1};
-        CHECK(cuda_codegen(g, &no_share, NULL, &m2) && m2.nlaunches == m1.nlaunches && m2.nkernels >= m1.nkernels,
-              "%s: without kernel sharing, %d kernels for the same %d launches", what, m2.nkernels, m2.nlaunches);
-        cuda_module_free(&m2);
-        cuda_module_free(&m1);
+        cuda_plan_clear(pl);
+        CHECK(cuda_codegen(pl, &no_share, NULL) && pl->nkernel_launches == nl1 && pl->nkernels >= nk1,
+              "%s: without kernel sharing, %d kernels for the same %d launches", what, pl->nkernels,
+              pl->nkernel_launches);
+        plan_free(pl);
         compilation_free(&c);
     }
     int missing = 0;

@@ -16,13 +16,12 @@
  * A plan with expert parallelism runs as rank 0 with made-up collectives
  * (fake_collective): the local kernels around them are what is checked.
  * Options must repeat the compile's: --precision, --ep, --disable-pass. */
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../compiler/driver.h"
+#include "../../../plan/plan.h"
 #include "../../../runtime/cpu/cpu.h"
 #include "../../../util/util.h"
 
@@ -63,42 +62,28 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: check MODEL PLAN.json [--precision P] [--ep N] [--disable-pass X] [--chain] [--grid-cap N]\n");
         return 2;
     }
-    Compilation c = {0};
-    if (!compilation_read(&c, model, stderr))
-        return 1;
-    PassCtx ctx;
-    pass_ctx_init(&ctx, NULL);
-    if (disabled)
-        ctx.disabled[ctx.ndisabled++] = disabled;
-    c.opts.has_precision = mxfp8 != 0;
-    c.opts.precision = mxfp8 > 0 ? IR_PREC_MXFP8 : IR_PREC_BF16;
-    c.opts.ep = ep;
-    if (compilation_run(&c, model, c.text, c.len, stderr, &ctx) != 0)
-        return 1;
-    IrGraph *g = c.graph;
+    char perr[2048];
     char *pj = read_all(planpath);
-    cJSON *plan = pj ? cJSON_Parse(pj) : NULL;
+    /* the plan's own graph: the typed reader checks it against the tables */
+    Plan *plan = pj ? plan_from_json(pj, strlen(pj), planpath, NULL, perr, sizeof perr) : NULL;
     if (!plan)
-        die("cannot read %s", planpath);
-    const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(plan, "buffers");
-    const cJSON *launches = cJSON_GetObjectItemCaseSensitive(plan, "launches");
-    const cJSON *regions = cJSON_GetObjectItemCaseSensitive(plan, "regions");
-    int nbufs = cJSON_GetArraySize(bufs);
+        die("cannot read %s: %s", planpath, pj ? perr : "no such file");
+    IrGraph *g = plan->graph;
+    (void)model, (void)mxfp8, (void)ep, (void)disabled;
+    int nbufs = plan->nbufs;
     char *base[3];
-    const char *rname[3] = {"params", "inputs", "activations"};
     for (int r = 0; r < 3; r++) {
-        size_t bytes = (size_t)num(cJSON_GetArrayItem(regions, r), "bytes") + 256;
+        size_t bytes = (size_t)plan->memory.region_bytes[r] + 256;
         base[r] = aligned_alloc(256, (bytes + 255) / 256 * 256);
         memset(base[r], 0xFF, bytes); /* NaN floats, -1 ints: what no kernel wrote shows */
     }
     char **ptr = calloc((size_t)nbufs, sizeof(char *));
     for (int b = 0; b < nbufs; b++) {
-        const cJSON *o = cJSON_GetArrayItem(bufs, b);
-        const char *reg = cJSON_GetObjectItemCaseSensitive(o, "region")->valuestring;
-        int r = strcmp(reg, rname[0]) == 0 ? 0 : strcmp(reg, rname[1]) == 0 ? 1 : 2;
-        ptr[b] = base[r] + (size_t)num(o, "offset");
-        if (b < g->nnodes && (int64_t)num(o, "bytes") != ir_numel(g->nodes[b]) * 4)
-            die("plan buffer %d is %.0f bytes, node %s has %lld elements", b, num(o, "bytes"), g->nodes[b]->name,
+        const PlanBuf *o = &plan->bufs[b];
+        int r = (int)o->region;
+        ptr[b] = base[r] + (size_t)o->offset;
+        if (b < g->nnodes && o->bytes != ir_numel(g->nodes[b]) * 4)
+            die("plan buffer %d is %lld bytes, node %s has %lld elements", b, (long long)o->bytes, g->nodes[b]->name,
                 (long long)ir_numel(g->nodes[b]));
     }
 
@@ -134,14 +119,14 @@ int main(int argc, char **argv)
 
     OpStat stat[IR_OP_COUNT];
     memset(stat, 0, sizeof stat);
-    int bad = 0, nl = cJSON_GetArraySize(launches), li = 0, nlaunched = 0;
+    int bad = 0, nl = plan->nlaunches, li = 0, nlaunched = 0;
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         if (is_collective(n->op)) {
             fake_collective(n, cpu.buf);
             memcpy(ptr[i], cpu.buf[i], (size_t)ir_numel(n) * 4);
-            for (; li < nl && (int)num(cJSON_GetArrayItem(launches, li), "node") == i; li++)
-                if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(launches, li), "kernel")))
+            for (; li < nl && plan->launches[li].node == i; li++)
+                if (plan->launches[li].kernel >= 0)
                     die("%s: a collective with a kernel launch", n->name);
             continue;
         }
@@ -153,20 +138,18 @@ int main(int argc, char **argv)
                     memcpy(ptr[x->id], cpu_plan_data(&cpu, x), (size_t)ir_numel(x) * 4);
             }
         for (; li < nl; li++) {
-            const cJSON *l = cJSON_GetArrayItem(launches, li);
-            if ((int)num(l, "node") != i)
+            const PlanLaunch *l = &plan->launches[li];
+            if (l->node != i)
                 break;
-            const cJSON *k = cJSON_GetObjectItemCaseSensitive(l, "kernel");
-            if (!cJSON_IsString(k))
+            if (l->kernel < 0)
                 die("%s: a host-side collective where a kernel was expected", n->name);
-            const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
             void *a[32];
-            int na = cJSON_GetArraySize(args);
+            int na = l->nargs;
             for (int j = 0; j < na && j < 32; j++)
-                a[j] = ptr[(int)cJSON_GetArrayItem(args, j)->valuedouble];
-            long long grid = (long long)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "grid"), 0)->valuedouble;
-            int block = (int)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(l, "block"), 0)->valuedouble;
-            if (!emu_launch(k->valuestring, grid < grid_cap ? grid : grid_cap, block, a))
+                a[j] = ptr[l->args[j]];
+            long long grid = (long long)l->grid;
+            int block = l->block;
+            if (!emu_launch(plan->kernel_names[l->kernel], grid < grid_cap ? grid : grid_cap, block, a))
                 return 1;
             nlaunched++;
         }
@@ -262,9 +245,9 @@ int main(int argc, char **argv)
     for (int r = 0; r < 3; r++)
         free(base[r]);
     free(ptr);
-    cJSON_Delete(plan);
+    plan_free(plan);
     free(pj);
-    compilation_free(&c);
+
     printf("%s\n", bad ? "FAILED" : "all agree");
     return bad ? 1 : 0;
 }

@@ -1,13 +1,12 @@
 /* plan_check.h - what the two kernel checks share: the CPU emulator of the
  * generated CUDA (tests/codegen/emu/check.c) and the GPU run
- * (tests/gpu/run_plan.c) fill the same random inputs, read plan.json the
- * same way, agree on which ops must be bit-exact, and make up the same
+ * (tests/gpu/run_plan.c) fill the same random inputs, read plan.json through
+ * the plan reader (plan/plan_io.c), agree on which ops must be bit-exact, and make up the same
  * collectives, so both compare with the CPU backend on the same terms.
  * Included by exactly one file of each program (static definitions). */
 #ifndef MOEC_PLAN_CHECK_H
 #define MOEC_PLAN_CHECK_H
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,14 +44,6 @@ static char *read_all(const char *path)
     s[n] = 0;
     fclose(f);
     return s;
-}
-
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v))
-        die("plan: no number %s", k);
-    return v->valuedouble;
 }
 
 /* ops whose GPU result must equal the CPU's bit for bit on equal inputs */

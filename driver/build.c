@@ -1,0 +1,70 @@
+/* build.c - compiling a model into a Plan, and compiling it again for
+ * another batch or world size (driver.h). */
+#include "build.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codegen/cuda.h"
+#include "../util/util.h"
+
+Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plugins, int nplugins,
+                       int has_precision, IrPrecision precision, int64_t ep, char *err, size_t errlen)
+{
+    IrGraph *g = c->graph;
+    Plan *p = plan_create(g, &c->arena, err, errlen);
+    if (!p)
+        return NULL;
+    c->graph = NULL;
+    plan_set_source(p, path, c->text, c->len, plugins, nplugins, has_precision, precision, ep);
+    /* the GPU part; a model the GPU cannot run still trains on the CPU */
+    char *msg = NULL;
+    size_t msglen = 0;
+    FILE *mf = open_memstream(&msg, &msglen);
+    if (!mf)
+        die("out of memory");
+    Diag d;
+    diag_init(&d, path, c->text, c->len, mf);
+    int ok = cuda_codegen(p, NULL, &d);
+    fclose(mf);
+    if (!ok)
+        p->gpu_unsupported = msg && *msg ? msg : xstrdup("code generation failed");
+    else
+        free(msg);
+    return p;
+}
+
+Plan *driver_replan(const Plan *p, int64_t batch, int64_t world, char *err, size_t errlen)
+{
+    const PlanSource *s = &p->source;
+    if (!s->text) {
+        snprintf(err, errlen, "the plan carries no model source to compile again");
+        return NULL;
+    }
+    Compilation c = {0};
+    c.text = malloc(s->len + 1);
+    if (!c.text)
+        die("out of memory");
+    memcpy(c.text, s->text, s->len + 1);
+    c.len = s->len;
+    c.opts.batch = batch > 0 ? batch : p->batch;
+    c.opts.has_precision = s->has_precision;
+    c.opts.precision = s->precision;
+    c.opts.ep = s->ep;
+    int64_t ep = s->ep > 0 ? s->ep : p->ep;
+    c.opts.dp = world > 0 && world % ep == 0 ? world / ep : 0;
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    Plan *q = NULL;
+    if (compilation_run(&c, s->path, c.text, c.len, stderr, &ctx) == 0)
+        q = driver_make_plan(&c, s->path, (const char *const *)s->plugins, s->nplugins, s->has_precision,
+                             s->precision, s->ep, err, errlen);
+    else
+        snprintf(err, errlen, "the model does not compile for batch %lld over %lld ranks", (long long)c.opts.batch,
+                 (long long)(world > 0 ? world : 1));
+    compilation_free(&c);
+    return q;
+}
+
+int driver_compilations(void) { return compilation_count(); }

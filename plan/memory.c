@@ -1,0 +1,157 @@
+/* memory.c - the one memory planner: liveness over the node order.
+ *
+ * Both backends lay out their tensors with it: the GPU backend from the
+ * plan's tensor table (codegen adds the kernels' workspaces and the views
+ * that alias packed gradients), the CPU backend from its own element sizes
+ * (f32 for training, f64 for the gradient check). One rule for both, so the
+ * planned peak printed before a run is the one the run allocates. */
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/util.h"
+
+static int64_t align_to(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out)
+{
+    int n = g->nnodes;
+    if (nbufs < n)
+        die("plan_memory: %d buffers for %d nodes", nbufs, n);
+    int *last_use = malloc(sizeof(int) * (size_t)n);
+    char *keep = calloc((size_t)n, 1);
+    int64_t *block_size = calloc((size_t)nbufs + 1, sizeof(int64_t));
+    char *block_free = calloc((size_t)nbufs + 1, 1);
+    int *ws_first = malloc(sizeof(int) * (size_t)n), *ws_count = calloc((size_t)n, sizeof(int));
+    if (!last_use || !keep || !block_size || !block_free || !ws_first || !ws_count)
+        die("out of memory planning buffers");
+    int nblocks = 0;
+    for (int i = 0; i < n; i++) {
+        last_use[i] = i;
+        ws_first[i] = -1;
+    }
+    for (int b = 0; b < nbufs; b++) {
+        bufs[b].block = -1;
+        bufs[b].first = bufs[b].last = b < n ? b : bufs[b].node;
+    }
+    for (int b = n; b < nbufs; b++) {
+        if (bufs[b].kind != PLAN_BUF_WORKSPACE || bufs[b].node < 0 || bufs[b].node >= n)
+            die("plan_memory: buffer %d (%s) is no workspace of a node", b, bufs[b].name);
+        if (ws_first[bufs[b].node] < 0)
+            ws_first[bufs[b].node] = b;
+        else if (ws_first[bufs[b].node] + ws_count[bufs[b].node] != b)
+            die("plan_memory: the workspaces of node %d are not consecutive", bufs[b].node);
+        ws_count[bufs[b].node]++;
+    }
+#define ROOT(id) (bufs[id].alias_of >= 0 ? bufs[id].alias_of : (id))
+    for (int i = 0; i < n; i++) {
+        const IrNode *node = g->nodes[i];
+        int r = ROOT(i);
+        if (node->is_output || node->op == IR_OP_INPUT || node->op == IR_OP_PARAM)
+            keep[r] = 1;
+        if (last_use[r] < i)
+            last_use[r] = i;
+        for (int s = 0; s < node->nsrc; s++) {
+            int rs = ROOT(node->src[s]->id);
+            if (last_use[rs] < i)
+                last_use[rs] = i;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const IrNode *node = g->nodes[i];
+        int todo[1 + 64], ntodo = 0;
+        if (node->op != IR_OP_INPUT && node->op != IR_OP_PARAM && bufs[i].alias_of < 0)
+            todo[ntodo++] = i;
+        if (ws_count[i] > 64)
+            die("plan_memory: node %s has more than 64 workspaces", node->name);
+        for (int w = 0; w < ws_count[i]; w++)
+            todo[ntodo++] = ws_first[i] + w;
+        for (int t = 0; t < ntodo; t++) {
+            PlanBuf *buf = &bufs[todo[t]];
+            int best = -1, grow = -1;
+            for (int b = 0; b < nblocks; b++) {
+                if (!block_free[b])
+                    continue;
+                if (block_size[b] >= buf->bytes) {
+                    if (best < 0 || block_size[b] < block_size[best])
+                        best = b;
+                } else if (grow < 0 || block_size[b] > block_size[grow]) {
+                    grow = b;
+                }
+            }
+            if (best < 0)
+                best = grow;
+            if (best < 0) {
+                best = nblocks++;
+                block_size[best] = 0;
+            }
+            if (block_size[best] < buf->bytes)
+                block_size[best] = buf->bytes;
+            block_free[best] = 0;
+            buf->block = best;
+        }
+        /* the workspaces die with the node */
+        for (int w = 0; w < ws_count[i]; w++)
+            block_free[bufs[ws_first[i] + w].block] = 1;
+        for (int s = 0; s <= node->nsrc; s++) {
+            int r = ROOT(s < node->nsrc ? node->src[s]->id : i);
+            if (last_use[r] == i && !keep[r] && bufs[r].block >= 0)
+                block_free[bufs[r].block] = 1;
+        }
+    }
+    int64_t *block_off = calloc((size_t)nblocks + 1, sizeof(int64_t));
+    if (!block_off)
+        die("out of memory planning buffers");
+    int64_t total = 0;
+    for (int b = 0; b < nblocks; b++) {
+        block_off[b] = total;
+        total += align_to(block_size[b], align);
+    }
+    int64_t poff = 0, ioff = 0;
+    for (int i = 0; i < nbufs; i++) {
+        PlanBuf *buf = &bufs[i];
+        if (buf->alias_of >= 0)
+            continue;
+        if (i < n && g->nodes[i]->op == IR_OP_PARAM) {
+            buf->region = PLAN_REGION_PARAMS;
+            buf->offset = poff;
+            poff += align_to(buf->bytes, align);
+            buf->first = 0;
+            buf->last = n - 1;
+        } else if (i < n && g->nodes[i]->op == IR_OP_INPUT) {
+            buf->region = PLAN_REGION_INPUTS;
+            buf->offset = ioff;
+            ioff += align_to(buf->bytes, align);
+            buf->first = 0;
+            buf->last = n - 1;
+        } else {
+            buf->region = PLAN_REGION_ACTIVATIONS;
+            buf->offset = block_off[buf->block];
+            if (i < n)
+                buf->last = keep[i] ? n - 1 : last_use[i];
+        }
+    }
+    for (int i = 0; i < nbufs; i++) {
+        PlanBuf *buf = &bufs[i];
+        if (buf->alias_of < 0)
+            continue;
+        const PlanBuf *root = &bufs[buf->alias_of];
+        buf->region = root->region;
+        buf->offset = root->offset + buf->alias_offset;
+        buf->block = root->block;
+        buf->last = root->last;
+    }
+#undef ROOT
+    out->region_bytes[PLAN_REGION_PARAMS] = poff;
+    out->region_bytes[PLAN_REGION_INPUTS] = ioff;
+    out->region_bytes[PLAN_REGION_ACTIVATIONS] = total;
+    out->nblocks = nblocks;
+    free(last_use);
+    free(keep);
+    free(block_size);
+    free(block_free);
+    free(block_off);
+    free(ws_first);
+    free(ws_count);
+}

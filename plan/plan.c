@@ -1,0 +1,150 @@
+/* plan.c - making and freeing a Plan: the parallel layout, the parameter
+ * layout (one flat fp32 array, AdamW moments alike) and checkpoint schema,
+ * the inputs the batch goes to. The GPU part comes from codegen. */
+#include "plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/util.h"
+
+const char *const plan_storage_name[PLAN_STORAGE_COUNT] = {"f32", "f64", "i32", "bf16", "e4m3"};
+const int plan_storage_bytes[PLAN_STORAGE_COUNT] = {4, 8, 4, 2, 1};
+const char *const plan_region_name[PLAN_REGION_COUNT] = {"params", "inputs", "activations"};
+const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT] = {"tensor", "view", "workspace"};
+
+int plan_storage_lookup(const char *name)
+{
+    for (int i = 0; i < PLAN_STORAGE_COUNT; i++)
+        if (strcmp(name, plan_storage_name[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int used_as(const IrGraph *g, const IrNode *p, IrOp op, int src)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == op && g->nodes[i]->nsrc > src && g->nodes[i]->src[src] == p)
+            return 1;
+    return 0;
+}
+
+Plan *plan_create(IrGraph *g, Arena *arena, char *err, size_t errlen)
+{
+    if (!g->loss || !g->grads || g->nparams == 0) {
+        snprintf(err, errlen, "model %s has no loss with gradients to train", g->model);
+        return NULL;
+    }
+    Plan *p = calloc(1, sizeof *p);
+    if (!p)
+        die("out of memory");
+    p->arena = *arena;
+    memset(arena, 0, sizeof *arena);
+    g->arena = &p->arena;
+    p->graph = g;
+    const IrTrain *tr = &g->train;
+    p->ep = tr->ep > 0 ? tr->ep : 1;
+    p->dp = tr->dp > 0 ? tr->dp : 1;
+    p->world = p->ep * p->dp;
+    p->batch = tr->batch;
+    p->local_batch = tr->batch / p->world;
+    p->seq = tr->seq;
+    p->tokens = p->targets = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
+            p->tokens = n->src[0]->id;
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
+            p->targets = n->src[1]->id;
+        if (n->op == IR_OP_TOPK_EXPERTS)
+            p->experts = n->src[0]->shape[n->src[0]->rank - 1];
+    }
+    p->local_experts = p->experts ? p->experts / p->ep : 0;
+    p->nparams = g->nparams;
+    p->params = calloc((size_t)g->nparams + 1, sizeof *p->params);
+    if (!p->params)
+        die("out of memory");
+    for (int i = 0; i < g->nparams; i++) {
+        const IrNode *n = g->params[i];
+        PlanParam *pp = &p->params[i];
+        pp->node = n->id;
+        pp->grad = g->grads[i] ? g->grads[i]->id : -1;
+        pp->numel = ir_numel(n);
+        pp->offset = p->nparams_total;
+        p->nparams_total += pp->numel;
+        pp->weight_decay = !((used_as(g, n, IR_OP_RMSNORM, 1) && !tr->decay_norms) ||
+                             (used_as(g, n, IR_OP_EMBEDDING, 1) && !tr->decay_embeddings));
+        pp->shard = ir_has_attr(n, IR_ATTR_SHARD) ? ir_attr_i(n, IR_ATTR_SHARD) : 1;
+        pp->rank = n->rank;
+        for (int d = 0; d < n->rank; d++)
+            pp->full_shape[d] = n->shape[d] * (d == 0 ? pp->shard : 1);
+        if (pp->grad < 0) {
+            snprintf(err, errlen, "parameter %s has no gradient", n->name);
+            plan_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void plan_set_source(Plan *p, const char *path, const char *text, size_t len, const char *const *plugins,
+                     int nplugins, int has_precision, IrPrecision precision, int64_t ep)
+{
+    PlanSource *s = &p->source;
+    s->path = xstrdup(path ? path : "");
+    s->text = malloc(len + 1);
+    if (!s->text)
+        die("out of memory");
+    memcpy(s->text, text, len);
+    s->text[len] = 0;
+    s->len = len;
+    s->plugins = calloc((size_t)nplugins + 1, sizeof(char *));
+    for (int i = 0; i < nplugins; i++)
+        s->plugins[i] = xstrdup(plugins[i]);
+    s->nplugins = nplugins;
+    s->has_precision = has_precision;
+    s->precision = precision;
+    s->ep = ep;
+}
+
+void plan_set_image(Plan *p, const char *arch, const void *image, size_t size)
+{
+    free(p->image);
+    p->image = malloc(size ? size : 1);
+    if (!p->image)
+        die("out of memory");
+    memcpy(p->image, image, size);
+    p->image_size = size;
+    snprintf(p->image_arch, sizeof p->image_arch, "%s", arch);
+    p->image_hash = hash64(p->cuda_source, p->cuda_source_len);
+}
+
+void plan_free(Plan *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->nbufs; i++)
+        free(p->bufs[i].name);
+    free(p->bufs);
+    for (int i = 0; i < p->nlaunches; i++) {
+        free(p->launches[i].args);
+        free(p->launches[i].what);
+    }
+    free(p->launches);
+    for (int k = 0; k < p->nkernels; k++)
+        free(p->kernel_names[k]);
+    free(p->kernel_names);
+    free(p->cuda_source);
+    free(p->gpu_unsupported);
+    free(p->image);
+    free(p->params);
+    free(p->ir_text);
+    free(p->source.text);
+    free(p->source.path);
+    for (int i = 0; i < p->source.nplugins; i++)
+        free(p->source.plugins[i]);
+    free(p->source.plugins);
+    arena_free(&p->arena);
+    free(p);
+}

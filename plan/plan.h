@@ -1,0 +1,186 @@
+/* plan.h - the compiler's output and the training binary's input: one Plan.
+ *
+ * A Plan is everything the run half needs, decided once by the compiler:
+ *   - the graph after the whole pass pipeline (forward, backward, the
+ *     collectives of expert parallelism), carried as IR text and read back
+ *     with ir_read_text, so the binary never runs the front end or a pass;
+ *   - the options it was compiled with, as enums and integers (precision,
+ *     ep, dp, the batch per rank): the parallel layout (ep x dp ranks, the
+ *     experts each rank holds);
+ *   - the parameter layout: every parameter's place in ONE flat fp32 array
+ *     (the AdamW moments use the same offsets), its gradient node, whether
+ *     AdamW decays it, and its checkpoint name and whole shape (a rank
+ *     holding an expert shard saves the whole tensor): the checkpoint schema;
+ *   - the tensor table: every buffer (a node's tensor, a view into another,
+ *     a kernel's workspace) with its storage type, bytes, region, offset
+ *     and lifetime, laid out by the one memory planner (plan_memory);
+ *   - the launch list: kernels with grid, block, shared memory and buffer
+ *     arguments, and host-side collectives in their place; the eval prefix;
+ *   - the GPU kernels' CUDA source, and their image when it was compiled
+ *     ahead of time (moec compile --arch);
+ *   - the model source and compile options, so that a different --batch or
+ *     world size can be re-planned (compiler/driver.h: driver_replan).
+ *
+ * Plans are written and read by plan_io.c (a versioned JSON document with a
+ * checksum). All memory of a Plan belongs to it: plan_free releases it. */
+#ifndef MOEC_PLAN_H
+#define MOEC_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ir/ir.h"
+
+/* The version of the plan format: a plan written by another version of
+ * the format is refused with a message (re-run moec compile). */
+enum { PLAN_FORMAT_VERSION = 2 };
+
+/* ---- storage types: how one element of a buffer is stored ---- */
+typedef enum PlanStorage { PLAN_F32, PLAN_F64, PLAN_I32, PLAN_BF16, PLAN_E4M3, PLAN_STORAGE_COUNT } PlanStorage;
+extern const char *const plan_storage_name[PLAN_STORAGE_COUNT];
+extern const int plan_storage_bytes[PLAN_STORAGE_COUNT];
+int plan_storage_lookup(const char *name);   /* -1 if unknown */
+
+/* ---- the tensor table ---- */
+typedef enum PlanRegion { PLAN_REGION_PARAMS, PLAN_REGION_INPUTS, PLAN_REGION_ACTIVATIONS, PLAN_REGION_COUNT } PlanRegion;
+extern const char *const plan_region_name[PLAN_REGION_COUNT];
+
+typedef enum PlanBufKind { PLAN_BUF_TENSOR, PLAN_BUF_VIEW, PLAN_BUF_WORKSPACE, PLAN_BUF_KIND_COUNT } PlanBufKind;
+extern const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT];
+
+typedef struct PlanBuf {
+    char *name;          /* the node's name, or NODE.ws.WHAT for a workspace */
+    int node;            /* its node (a workspace's: the node whose kernels use it) */
+    PlanBufKind kind;
+    PlanStorage storage;
+    int64_t bytes;
+    int alias_of;        /* a view: the buffer it lies in (never itself a view); else -1 */
+    int64_t alias_offset;/* a view: bytes into alias_of */
+    /* filled by plan_memory */
+    PlanRegion region;
+    int64_t offset;      /* bytes into the region */
+    int block;           /* the planner's block in the activations, -1 elsewhere */
+    int first, last;     /* lifetime: the node positions that take and release it */
+} PlanBuf;
+
+/* The one memory planner (liveness over the node order). bufs[0 .. nnodes)
+ * are the nodes' own buffers (buf i is node i), workspaces follow. A node's
+ * buffer is taken when it runs and released after its last user ran (a use
+ * of a view is a use of what it lies in); a node's workspaces are taken
+ * after its output and released when it is done; params and inputs live in
+ * their own regions; outputs (loss, gradients, `output` tensors) keep their
+ * buffers to the end. The smallest free block that fits is reused, else the
+ * largest free one grows, else a new block; blocks are laid out one after
+ * another, each `align` bytes aligned. Fills region, offset, block, first
+ * and last; returns the activations' bytes and the region sizes. */
+typedef struct PlanMemory {
+    int64_t region_bytes[PLAN_REGION_COUNT];
+    int nblocks;
+} PlanMemory;
+void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
+
+/* ---- the launch list ---- */
+typedef struct PlanLaunch {
+    int node;            /* the IR node it computes */
+    int kernel;          /* index into Plan.kernel_names; -1: a host-side collective */
+    int64_t grid;        /* blocks (x only) */
+    int block;           /* threads per block */
+    int shared_bytes;    /* dynamic shared memory */
+    int nargs;
+    int *args;           /* buffer ids, in the kernel's parameter order */
+    char *what;          /* a line for messages: what this launch does */
+} PlanLaunch;
+
+/* ---- the parameter layout and checkpoint schema ---- */
+typedef struct PlanParam {
+    int node;            /* the param node */
+    int grad;            /* the node holding d loss / d param after the backward */
+    int64_t numel;       /* this rank's elements */
+    int64_t offset;      /* elements into the flat fp32 parameter array (and each AdamW moment) */
+    int weight_decay;    /* AdamW decays it (norm weights and embedding tables not, unless the model says) */
+    int64_t shard;       /* 1, or the ranks the leading (expert) dimension is split over */
+    int rank;
+    int64_t full_shape[IR_MAX_RANK];  /* the checkpoint's (whole) shape */
+} PlanParam;
+
+/* ---- what the plan was made from, for re-planning ---- */
+typedef struct PlanSource {
+    char *text;          /* the model file's text */
+    size_t len;
+    char *path;          /* as given to moec compile */
+    char **plugins;      /* absolute paths of the pass plugins it was compiled with */
+    int nplugins;
+    int has_precision;   /* --precision given at compile time */
+    IrPrecision precision;
+    int64_t ep;          /* --ep given at compile time (0: the model's) */
+} PlanSource;
+
+typedef struct Plan {
+    Arena arena;         /* the graph and its strings */
+    IrGraph *graph;      /* after the pipeline */
+    char *ir_text;       /* the graph as IR text (what plan_io writes) */
+    PlanSource source;
+    /* the parallel layout */
+    int64_t ep, dp, world;        /* world = ep * dp ranks */
+    int64_t batch, local_batch, seq;  /* sequences per step: all ranks, one rank */
+    int64_t experts, local_experts;   /* E, and E / ep on each rank (0 without experts) */
+    /* parameters */
+    PlanParam *params;   /* [graph->nparams], in graph->params order */
+    int nparams;
+    int64_t nparams_total;
+    int tokens, targets; /* the input nodes the batch goes to: token ids (embedding), targets (loss) */
+    /* the GPU part (absent when the graph cannot run on the GPU: gpu_unsupported says why) */
+    char *gpu_unsupported;
+    PlanBuf *bufs;
+    int nbufs;
+    PlanMemory memory;
+    PlanLaunch *launches;
+    int nlaunches;
+    int eval_launches;   /* launches [0, eval_launches) compute the loss (the forward pass) */
+    int nkernel_launches, ncollectives;
+    char **kernel_names; /* in source order; the runtime's own kernels last */
+    int nkernels;
+    char *cuda_source;   /* kernels.cu */
+    size_t cuda_source_len;
+    /* the kernels compiled ahead of time (moec compile --arch), or none */
+    void *image;
+    size_t image_size;
+    char image_arch[16];
+    uint64_t image_hash; /* hash64 of cuda_source: the source the image was compiled from */
+} Plan;
+
+/* Makes a Plan around a graph that went through the whole pipeline (it
+ * takes over the arena holding it; *arena is emptied). Fills the parallel
+ * layout, the parameters and the inputs. The GPU part comes from codegen
+ * (codegen/cuda.h: cuda_codegen_plan). Returns NULL and says why in err
+ * when the graph is no training graph (no loss, no gradients, no inputs). */
+Plan *plan_create(IrGraph *g, Arena *arena, char *err, size_t errlen);
+void plan_free(Plan *p);
+
+/* The source and options the plan was made from (copied). */
+void plan_set_source(Plan *p, const char *path, const char *text, size_t len, const char *const *plugins,
+                     int nplugins, int has_precision, IrPrecision precision, int64_t ep);
+/* Attaches a kernel image compiled for `arch` from p->cuda_source (copied). */
+void plan_set_image(Plan *p, const char *arch, const void *image, size_t size);
+
+/* ---- plan_io.c: the plan as a document ---- */
+
+/* The whole plan as JSON (format "moec-plan", PLAN_FORMAT_VERSION, the moec
+ * version, a checksum of the rest). with_source: include the model source
+ * and the kernels (the payload); without them it is the readable plan.json
+ * of --emit-cuda, which still reads back. Caller frees. */
+char *plan_to_json(const Plan *p, int with_source);
+/* Loads a pass plugin by path: 1, or 0 with a message (passes/pass.h:
+ * pass_load_plugin has this shape). */
+typedef int (*PlanPluginLoader)(const char *path, char *err, size_t errlen);
+
+/* Reads a plan written by plan_to_json: the checksum, the format and its
+ * version, the moec version, and the graph (through the IR reader) are
+ * checked, and the tables against the graph. The pass plugins the plan
+ * names are loaded first with load_plugin (NULL: a plan naming plugins is
+ * refused). `what` names the document in messages ("the plan embedded in
+ * ./train"). Returns NULL with a message in err. */
+Plan *plan_from_json(const char *json, size_t len, const char *what, PlanPluginLoader load_plugin, char *err,
+                     size_t errlen);
+
+#endif

@@ -1,0 +1,84 @@
+/* backend.h - what the trainer asks of a compute backend: a table of
+ * functions, as the transports in runtime/comm/comm.h are.
+ *
+ * A backend runs one rank's part of a Plan: it owns the rank's parameters,
+ * gradients and AdamW state in its own memory (host or device), runs a
+ * training step (forward, backward, the global gradient norm, clipping and
+ * AdamW, with the step's collectives through the rank's Comm) and hands the
+ * step's loss back when asked. The trainer (train/) holds host copies of
+ * the parameters and AdamW state only for initialisation, checkpoints and
+ * dumps, in the plan's flat layout (PlanParam.offset; AdamW as [m | v]).
+ * It never asks which backend it has: everything backend-specific is
+ * behind these functions. Two implement it: runtime/cpu (the reference, plain
+ * C) and runtime/gpu (CUDA). */
+#ifndef MOEC_BACKEND_H
+#define MOEC_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../plan/plan.h"
+#include "comm/comm.h"
+
+typedef struct Backend Backend;
+
+typedef struct BackendOptions {
+    int graphs;          /* CUDA: capture the step in a graph when it has no collectives */
+    int ring;            /* steps whose losses may stay unread (>= the trainer's log interval) */
+    int *no_kernels;     /* CUDA: set to 1 when create failed for want of kernels (--device auto falls back) */
+} BackendOptions;
+
+/* What the trainer prints about the backend and the memory it planned. */
+typedef struct BackendInfo {
+    char device[512];        /* "cpu (2 threads)", "cuda: NVIDIA H200 (sm_90a, 132 SMs, 139.8 GiB, 139.2 GiB free)" */
+    char kernels[4700];      /* where the kernels came from ("" on the CPU) */
+    char step[256];          /* how a step runs: "the step is replayed as a CUDA graph", ... */
+    size_t planned_params, planned_opt, planned_acts, planned_other, planned_total;
+    size_t measured;         /* device memory this backend took (0: not measured) */
+    int nlaunches, ncollectives;
+    double coll_seconds;     /* wall time inside collectives */
+    long long coll_calls;
+} BackendInfo;
+
+typedef struct BackendOps {
+    const char *name;        /* "cpu", "cuda" */
+    /* Sets up the rank's part of plan p (which must outlive the backend).
+     * comm: the rank's communicator. NULL with a message in err. */
+    Backend *(*create)(const Plan *p, Comm *comm, const BackendOptions *o, char *err, size_t errlen);
+    void (*destroy)(Backend *b);
+    /* Parameters and AdamW moments in the plan's flat layout ([m | v], each
+     * nparams_total floats); adam may be NULL (parameters only). */
+    int (*put_state)(Backend *b, const float *params, const float *adam);
+    int (*get_state)(Backend *b, float *params, float *adam);
+    /* The raw gradient of parameter i after the last step (before clipping). */
+    int (*get_grad)(Backend *b, int i, float *out);
+    /* One training step on this rank's batch ([local batch, seq] i32 each):
+     * forward, backward, norm, clipping, AdamW with learning rate lr at
+     * optimizer step `step` (from 1: the bias corrections). May return
+     * before it is done; its loss is read by read_steps. */
+    int (*step)(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step);
+    /* Waits for the steps since the last call; their losses (this rank's)
+     * and global gradient norms, oldest first; *n of them. */
+    int (*read_steps)(Backend *b, double *losses, double *norms, int *n);
+    /* The forward pass only; this rank's loss. */
+    int (*eval)(Backend *b, const int32_t *tokens, const int32_t *targets, double *loss);
+    /* Collectives on host values over the rank's transport (a device
+     * transport such as NCCL stages them through device memory). */
+    int (*host_allreduce_f64)(Backend *b, CommGroup g, double *v, int64_t n);
+    int (*host_allgather)(Backend *b, CommGroup g, const void *in, void *out, size_t bytes);
+    void (*info)(Backend *b, BackendInfo *out);
+    const char *(*error)(const Backend *b);
+} BackendOps;
+
+/* Every backend begins with its ops. */
+struct Backend {
+    const BackendOps *ops;
+};
+
+extern const BackendOps backend_cpu;
+extern const BackendOps backend_cuda;
+
+/* Whether the CUDA backend can start here: 1, or 0 with why (no driver, no GPU). */
+int backend_cuda_probe(char *why, size_t n);
+
+#endif

@@ -1,0 +1,248 @@
+/* backend.c - the CPU reference backend behind runtime/backend.h.
+ *
+ * The plan's graph executed node by node in plain C (cpu.c, kernels.inc),
+ * buffers from the one memory planner; then the global gradient norm,
+ * clipping and AdamW on the host. Bit-identical whatever the thread count:
+ * each output element is computed by one thread. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../util/util.h"
+#include "../backend.h"
+#include "cpu.h"
+
+typedef struct CpuBackend {
+    Backend base;
+    const Plan *p;
+    Comm *comm;           /* NULL or a one-rank communicator: nothing to reduce */
+    CpuPlan run;
+    float *params, *adam; /* [nparams_total], [m | v] */
+    int32_t *tokens, *targets;
+    size_t batch_bytes;
+    double *ring_loss, *ring_norm;
+    int ring, pending;
+    char err[1024];
+} CpuBackend;
+
+static int cpu_fail(CpuBackend *B, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int cpu_fail(CpuBackend *B, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(B->err, sizeof B->err, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+static int multi(const CpuBackend *B) { return B->comm && B->comm->world > 1; }
+
+static int cpu_host_allreduce(Backend *b, CommGroup g, double *v, int64_t n)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    if (!multi(B))
+        return 1;
+    return B->comm->ops->allreduce_f64(B->comm, g, v, n) || cpu_fail(B, "%s", B->comm->error);
+}
+
+static int cpu_host_allgather(Backend *b, CommGroup g, const void *in, void *out, size_t bytes)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    if (!multi(B)) {
+        memcpy(out, in, bytes);
+        return 1;
+    }
+    return B->comm->ops->allgather(B->comm, g, in, out, bytes) || cpu_fail(B, "%s", B->comm->error);
+}
+
+static void cpu_destroy(Backend *b)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    if (!B)
+        return;
+    if (B->run.g)
+        cpu_plan_free(&B->run);
+    free(B->params);
+    free(B->adam);
+    free(B->tokens);
+    free(B->targets);
+    free(B->ring_loss);
+    free(B->ring_norm);
+    free(B);
+}
+
+static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, char *err, size_t errlen)
+{
+    CpuBackend *B = calloc(1, sizeof *B);
+    if (!B)
+        die("out of memory");
+    B->base.ops = &backend_cpu;
+    B->p = p;
+    B->comm = comm;
+    B->ring = o && o->ring > 0 ? o->ring : 1;
+    const IrGraph *g = p->graph;
+    B->batch_bytes = (size_t)ir_numel(g->nodes[p->tokens]) * sizeof(int32_t);
+    B->params = calloc((size_t)p->nparams_total + 1, sizeof(float));
+    B->adam = calloc((size_t)p->nparams_total * 2 + 1, sizeof(float));
+    B->tokens = calloc(B->batch_bytes / 4 + 1, sizeof(int32_t));
+    B->targets = calloc(B->batch_bytes / 4 + 1, sizeof(int32_t));
+    B->ring_loss = calloc((size_t)B->ring, sizeof(double));
+    B->ring_norm = calloc((size_t)B->ring, sizeof(double));
+    if (!B->params || !B->adam || !B->tokens || !B->targets || !B->ring_loss || !B->ring_norm) {
+        snprintf(err, errlen, "out of memory for %lld parameters", (long long)p->nparams_total);
+        cpu_destroy(&B->base);
+        return NULL;
+    }
+    cpu_plan_init(&B->run, g, CPU_F32);
+    B->run.comm = comm;
+    for (int i = 0; i < p->nparams; i++)
+        cpu_plan_bind(&B->run, g->nodes[p->params[i].node], B->params + p->params[i].offset);
+    cpu_plan_bind(&B->run, g->nodes[p->tokens], B->tokens);
+    cpu_plan_bind(&B->run, g->nodes[p->targets], B->targets);
+    return &B->base;
+}
+
+static int cpu_put_state(Backend *b, const float *params, const float *adam)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    memcpy(B->params, params, sizeof(float) * (size_t)B->p->nparams_total);
+    if (adam)
+        memcpy(B->adam, adam, sizeof(float) * 2 * (size_t)B->p->nparams_total);
+    return 1;
+}
+
+static int cpu_get_state(Backend *b, float *params, float *adam)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    if (params)
+        memcpy(params, B->params, sizeof(float) * (size_t)B->p->nparams_total);
+    if (adam)
+        memcpy(adam, B->adam, sizeof(float) * 2 * (size_t)B->p->nparams_total);
+    return 1;
+}
+
+static int cpu_get_grad(Backend *b, int i, float *out)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    const PlanParam *pp = &B->p->params[i];
+    memcpy(out, cpu_plan_data(&B->run, B->p->graph->nodes[pp->grad]), sizeof(float) * (size_t)pp->numel);
+    return 1;
+}
+
+/* Global gradient norm, clipping, AdamW (decoupled weight decay, bias
+ * correction), exactly as torch.optim.AdamW with clip_grad_norm_. The GPU
+ * backend runs the same formula in moec_clip / moec_adamw. */
+static int optimizer_step(CpuBackend *B, double lr, int64_t step, double *norm_out)
+{
+    const Plan *p = B->p;
+    const IrGraph *g = p->graph;
+    const IrTrain *tr = &g->train;
+    double ss = 0, ss_shards = 0;
+    for (int i = 0; i < p->nparams; i++) {
+        const float *gr = cpu_plan_data(&B->run, g->nodes[p->params[i].grad]);
+        double s2 = 0;
+        for (int64_t e = 0; e < p->params[i].numel; e++)
+            s2 += (double)gr[e] * gr[e];
+        if (p->params[i].shard > 1)
+            ss_shards += s2;
+        else
+            ss += s2;
+    }
+    /* dense gradients are the same on every rank after their all-reduce;
+     * expert gradients are shards: their squares add over the EP group */
+    if (!cpu_host_allreduce(&B->base, COMM_EP, &ss_shards, 1))
+        return 0;
+    ss += ss_shards;
+    double norm = sqrt(ss), clip = 1.0;
+    if (tr->grad_clip > 0 && norm > tr->grad_clip)
+        clip = tr->grad_clip / (norm + 1e-6);
+    double b1 = tr->beta1, b2 = tr->beta2;
+    double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
+    for (int i = 0; i < p->nparams; i++) {
+        const PlanParam *pp = &p->params[i];
+        double wd = pp->weight_decay ? tr->weight_decay : 0.0;
+        const float *gr = cpu_plan_data(&B->run, g->nodes[pp->grad]);
+        float *w = B->params + pp->offset;
+        float *m = B->adam + pp->offset, *v = B->adam + p->nparams_total + pp->offset;
+        for (int64_t e = 0; e < pp->numel; e++) {
+            double gv = gr[e] * clip;
+            m[e] = (float)(b1 * m[e] + (1 - b1) * gv);
+            v[e] = (float)(b2 * v[e] + (1 - b2) * gv * gv);
+            double upd = (m[e] / bc1) / (sqrt(v[e] / bc2) + tr->eps);
+            w[e] = (float)(w[e] * (1 - lr * wd) - lr * upd);
+        }
+    }
+    *norm_out = norm;
+    return 1;
+}
+
+static int cpu_step(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    if (B->pending >= B->ring)
+        return cpu_fail(B, "internal: %d steps without reading their losses", B->pending);
+    memcpy(B->tokens, tokens, B->batch_bytes);
+    memcpy(B->targets, targets, B->batch_bytes);
+    cpu_plan_run(&B->run);
+    double loss = cpu_plan_scalar(&B->run, B->p->graph->loss), norm = 0;
+    if (!optimizer_step(B, lr, step, &norm))
+        return 0;
+    B->ring_loss[B->pending] = loss;
+    B->ring_norm[B->pending] = norm;
+    B->pending++;
+    return 1;
+}
+
+static int cpu_read_steps(Backend *b, double *losses, double *norms, int *n)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    memcpy(losses, B->ring_loss, sizeof(double) * (size_t)B->pending);
+    memcpy(norms, B->ring_norm, sizeof(double) * (size_t)B->pending);
+    *n = B->pending;
+    B->pending = 0;
+    return 1;
+}
+
+static int cpu_eval(Backend *b, const int32_t *tokens, const int32_t *targets, double *loss)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    memcpy(B->tokens, tokens, B->batch_bytes);
+    memcpy(B->targets, targets, B->batch_bytes);
+    cpu_plan_run_range(&B->run, 0, B->p->graph->loss->id + 1);
+    *loss = cpu_plan_scalar(&B->run, B->p->graph->loss);
+    return 1;
+}
+
+static void cpu_info(Backend *b, BackendInfo *out)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    memset(out, 0, sizeof *out);
+    int th = cpu_get_threads();
+    snprintf(out->device, sizeof out->device, "CPU");
+    snprintf(out->step, sizeof out->step, "%d thread%s", th, th == 1 ? "" : "s");
+    out->planned_params = (size_t)B->p->nparams_total * 4;
+    out->planned_opt = (size_t)B->p->nparams_total * 8;
+    out->planned_acts = B->run.planned_bytes;
+    out->planned_total = out->planned_params + out->planned_opt + out->planned_acts;
+}
+
+static const char *cpu_error(const Backend *b) { return ((const CpuBackend *)b)->err; }
+
+const BackendOps backend_cpu = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .put_state = cpu_put_state,
+    .get_state = cpu_get_state,
+    .get_grad = cpu_get_grad,
+    .step = cpu_step,
+    .read_steps = cpu_read_steps,
+    .eval = cpu_eval,
+    .host_allreduce_f64 = cpu_host_allreduce,
+    .host_allgather = cpu_host_allgather,
+    .info = cpu_info,
+    .error = cpu_error,
+};

@@ -1,0 +1,181 @@
+/* backend.c - the CUDA backend behind runtime/backend.h: the table of
+ * functions over gpu.c, in the plan's flat parameter layout. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../util/util.h"
+#include "../backend.h"
+#include "gpu.h"
+
+typedef struct CudaBackend {
+    Backend base;
+    const Plan *p;
+    Comm *comm;
+    Gpu *gpu;
+    int64_t *param_off;
+    double *param_wd;
+    int device_comm;      /* the rank's transport works on device memory (NCCL) */
+    int graphs;           /* CUDA graphs allowed (not --no-cuda-graph) */
+    char err[2048];
+} CudaBackend;
+
+int backend_cuda_probe(char *why, size_t n) { return gpu_probe(why, n); }
+
+static void cuda_destroy(Backend *b)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    if (!B)
+        return;
+    gpu_destroy(B->gpu);
+    free(B->param_off);
+    free(B->param_wd);
+    free(B);
+}
+
+static Backend *cuda_create(const Plan *p, Comm *comm, const BackendOptions *o, char *err, size_t errlen)
+{
+    CudaBackend *B = calloc(1, sizeof *B);
+    if (!B)
+        die("out of memory");
+    B->base.ops = &backend_cuda;
+    B->p = p;
+    B->comm = comm;
+    B->device_comm = comm && comm->world > 1 && strcmp(comm->ops->name, "nccl") == 0;
+    B->param_off = calloc((size_t)p->nparams + 1, sizeof *B->param_off);
+    B->param_wd = calloc((size_t)p->nparams + 1, sizeof *B->param_wd);
+    if (!B->param_off || !B->param_wd)
+        die("out of memory");
+    for (int i = 0; i < p->nparams; i++) {
+        B->param_off[i] = p->params[i].offset;
+        B->param_wd[i] = p->params[i].weight_decay ? p->graph->train.weight_decay : 0.0;
+    }
+    GpuOptions go = {0};
+    go.device = -1;  /* MOEC_LOCAL_RANK, else 0: simulated ranks share one GPU */
+    go.graphs = B->graphs = o ? o->graphs : 1;
+    go.ring = o && o->ring > 0 ? o->ring : 1;
+    go.param_wd = B->param_wd;
+    go.no_kernels = o ? o->no_kernels : NULL;
+    B->gpu = gpu_create(p, comm, &go, err, errlen);
+    if (!B->gpu) {
+        cuda_destroy(&B->base);
+        return NULL;
+    }
+    return &B->base;
+}
+
+static int cuda_put_state(Backend *b, const float *params, const float *adam)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    return gpu_put_params(B->gpu, params, B->param_off) &&
+           (!adam || gpu_put_adam(B->gpu, adam, B->p->nparams_total));
+}
+
+static int cuda_get_state(Backend *b, float *params, float *adam)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    return (!params || gpu_get_params(B->gpu, params, B->param_off)) &&
+           (!adam || gpu_get_adam(B->gpu, adam, B->p->nparams_total));
+}
+
+static int cuda_get_grad(Backend *b, int i, float *out) { return gpu_get_grad(((CudaBackend *)b)->gpu, i, out); }
+
+static int cuda_step(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    const IrTrain *tr = &B->p->graph->train;
+    double bc1 = 1 - pow(tr->beta1, (double)step), bc2 = 1 - pow(tr->beta2, (double)step);
+    return gpu_step(B->gpu, tokens, targets, lr, bc1, bc2);
+}
+
+static int cuda_read_steps(Backend *b, double *losses, double *norms, int *n)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    if (!gpu_read_steps(B->gpu, losses, norms, n))
+        return 0;
+    gpu_measure(B->gpu);
+    return 1;
+}
+
+static int cuda_eval(Backend *b, const int32_t *tokens, const int32_t *targets, double *loss)
+{
+    return gpu_eval(((CudaBackend *)b)->gpu, tokens, targets, loss);
+}
+
+static int cuda_host_allreduce(Backend *b, CommGroup g, double *v, int64_t n)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    if (!B->comm || B->comm->world == 1)
+        return 1;
+    if (B->device_comm)
+        return gpu_host_allreduce_f64(B->gpu, B->comm, g, v, n);
+    return B->comm->ops->allreduce_f64(B->comm, g, v, n);
+}
+
+static int cuda_host_allgather(Backend *b, CommGroup g, const void *in, void *out, size_t bytes)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    if (!B->comm || B->comm->world == 1) {
+        memcpy(out, in, bytes);
+        return 1;
+    }
+    if (B->device_comm)
+        return gpu_host_allgather(B->gpu, B->comm, g, in, out, bytes);
+    return B->comm->ops->allgather(B->comm, g, in, out, bytes);
+}
+
+static void human(char *buf, size_t n, double v)
+{
+    if (v >= 1 << 30)
+        snprintf(buf, n, "%.2f GiB", v / (1 << 30));
+    else if (v >= 1 << 20)
+        snprintf(buf, n, "%.1f MiB", v / (1 << 20));
+    else
+        snprintf(buf, n, "%.1f KiB", v / 1024);
+}
+
+static void cuda_info(Backend *b, BackendInfo *out)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    const GpuInfo *gi = gpu_info(B->gpu);
+    memset(out, 0, sizeof *out);
+    char tm[32], fm[32];
+    human(tm, sizeof tm, (double)gi->total_mem);
+    human(fm, sizeof fm, (double)gi->free_mem);
+    snprintf(out->device, sizeof out->device, "cuda: %s (%s, %d SMs, %s, %s free)", gi->name, gi->arch, gi->sms, tm,
+             fm);
+    snprintf(out->kernels, sizeof out->kernels, "%s", gi->image_from);
+    snprintf(out->step, sizeof out->step, "%s",
+             !B->graphs ? "CUDA graph off (--no-cuda-graph)"
+             : gi->ncollectives ? "no CUDA graph (collectives run between launches)"
+                                : "the step is replayed as a CUDA graph");
+    out->planned_params = gi->planned_params;
+    out->planned_opt = gi->planned_adam;
+    out->planned_acts = gi->planned_acts;
+    out->planned_other = gi->planned_other;
+    out->planned_total = gi->planned_bytes;
+    out->measured = gi->measured_bytes;
+    out->nlaunches = gi->nlaunches;
+    out->ncollectives = gi->ncollectives;
+    out->coll_seconds = gi->coll_seconds;
+    out->coll_calls = gi->coll_calls;
+}
+
+static const char *cuda_error(const Backend *b) { return gpu_error(((const CudaBackend *)b)->gpu); }
+
+const BackendOps backend_cuda = {
+    .name = "cuda",
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .put_state = cuda_put_state,
+    .get_state = cuda_get_state,
+    .get_grad = cuda_get_grad,
+    .step = cuda_step,
+    .read_steps = cuda_read_steps,
+    .eval = cuda_eval,
+    .host_allreduce_f64 = cuda_host_allreduce,
+    .host_allgather = cuda_host_allgather,
+    .info = cuda_info,
+    .error = cuda_error,
+};
