@@ -25,19 +25,20 @@ PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
            passes/expert_parallel.c passes/grad_allreduce.c
 FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
-PLAN_SRC = plan/payload.c
-RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c \
+PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c
+DRIVER_SRC = driver/build.c
+RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
-           runtime/gpu/cudrv.c runtime/gpu/gpu.c
+           runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c
 DATA_SRC = data/data.c
 FMT_SRC  = formats/safetensors.c formats/plot.c formats/hf.c
 TRAIN_SRC = train/train.c train/launch.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (codegen/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
-           codegen/cuda_loss.c codegen/cuda_optim.c codegen/nvrtc.c
+           codegen/cuda_loss.c codegen/cuda_optim.c runtime/gpu/nvrtc.c
 CODEGEN_CUH = codegen/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh
-LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(RT_SRC) $(DATA_SRC) \
+LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(DRIVER_SRC) $(RT_SRC) $(DATA_SRC) \
            $(FMT_SRC) $(TRAIN_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
 PLUGINS  = fuse_grouped_gelu_mlp
@@ -134,7 +135,7 @@ $(BUILD)/test_plugin_gelu_mlp: $(BUILD)/obj/tests/unit/test_plugin_gelu_mlp.o $(
 $(BUILD)/test_comm: $(BUILD)/obj/tests/unit/test_comm.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
 
-# -ldl: codegen/nvrtc.c loads libnvrtc with dlopen
+# -ldl: runtime/gpu/nvrtc.c loads libnvrtc with dlopen
 $(BUILD)/test_codegen: $(BUILD)/obj/tests/unit/test_codegen.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
 
