@@ -207,7 +207,7 @@ int64_t cg_last(const IrNode *n) { return n->rank ? n->shape[n->rank - 1] : 1; }
 
 int cg_is_mxfp8(const IrNode *n)
 {
-    return ir_has_attr(n, IR_ATTR_PRECISION) && strcmp(ir_attr_s(n, IR_ATTR_PRECISION), "mxfp8") == 0;
+    return ir_has_attr(n, IR_ATTR_PRECISION) && ir_attr_e(n, IR_ATTR_PRECISION) == IR_PREC_MXFP8;
 }
 
 void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...)
@@ -336,6 +336,9 @@ static void sb_node_desc(Sb *b, const IrNode *n)
             case IR_AK_I: sb_printf(b, "%lld", (long long)n->attr[k].i); break;
             case IR_AK_B: sb_puts(b, n->attr[k].i ? "true" : "false"); break;
             case IR_AK_F: sb_puts(b, fmt_double(db, n->attr[k].f)); break;
+            case IR_AK_E:
+                sb_printf(b, "\"%s\"", ir_attr_e_name(n, (IrAttrKey)k));
+                break;
             case IR_AK_S:
                 sb_puts(b, "\"");
                 sb_comment_text(b, n->attr[k].s);

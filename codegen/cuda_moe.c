@@ -522,7 +522,7 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
 int cg_emit_quantize(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
-    int row = strcmp(ir_attr_s(n, IR_ATTR_AXIS), "rowwise") == 0;
+    int row = ir_attr_e(n, IR_ATTR_AXIS) == IR_AXIS_ROWWISE;
     int64_t cols = cg_last(x), rows = row ? ir_numel(x) / cols : x->shape[x->rank - 2];
     cg_begin(cg, n, "", row ? "quantize_mxfp8 rowwise: one thread per block of 32 along the last dimension"
                             : "quantize_mxfp8 colwise: one thread per block of 32 rows in a column");

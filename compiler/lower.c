@@ -293,7 +293,7 @@ static Value lower_direct(Lower *L, const AstExpr *call, CallArgs *a, const char
         switch (ir_attr_kind[key]) {
         case IR_AK_I: case IR_AK_B: ir_set_attr_i(n, (IrAttrKey)key, kw_i(a, i)); break;
         case IR_AK_F: ir_set_attr_f(n, (IrAttrKey)key, kw_f(a, i)); break;
-        case IR_AK_S: die("string keyword");
+        case IR_AK_S: case IR_AK_E: die("string keyword");
         }
     }
     return node_done(L, n);
@@ -1169,10 +1169,10 @@ static void set_init(Lower *L, Env *env, IrNode *p, const AstExpr *init)
     if (!init) {
         /* defaults: matrices small normal, vectors (norm weights) ones */
         if (p->rank >= 2) {
-            ir_set_attr_s(p, IR_ATTR_INIT, "normal");
+            ir_set_attr_e(p, IR_ATTR_INIT, IR_INIT_NORMAL);
             ir_set_attr_f(p, IR_ATTR_STD, 0.02);
         } else {
-            ir_set_attr_s(p, IR_ATTR_INIT, "ones");
+            ir_set_attr_e(p, IR_ATTR_INIT, IR_INIT_ONES);
         }
         return;
     }
@@ -1190,7 +1190,7 @@ static void set_init(Lower *L, Env *env, IrNode *p, const AstExpr *init)
                        inits[i].needs_arg ? "one number, e.g. normal(0.02)" : "no arguments");
             return;
         }
-        ir_set_attr_s(p, IR_ATTR_INIT, inits[i].name);
+        ir_set_attr_e(p, IR_ATTR_INIT, ir_attr_enum_lookup(IR_ATTR_INIT, inits[i].name, strlen(inits[i].name)));
         if (nargs) {
             const AstExpr *ae = init->args->value;
             Value v = eval(L, env, ae, NULL);

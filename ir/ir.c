@@ -36,6 +36,35 @@ static_assert(IR_DTYPE_COUNT == 6, "update ir_dtype_name");
 
 const char *const ir_precision_name[3] = {"bf16", "mxfp8", "fp8-block"};
 
+static const char *const init_names[] = {"normal", "uniform", "zeros", "ones", "constant", NULL};
+static const char *const precision_names[] = {"bf16", "mxfp8", "fp8-block", NULL};
+static const char *const group_names[] = {"world", "dp", NULL};
+static const char *const axis_names[] = {"rowwise", "colwise", NULL};
+static const char *const layout_names[] = {"gate_up", NULL};
+static_assert(sizeof precision_names / sizeof *precision_names == IR_PREC_FP8_BLOCK + 2, "IrPrecision and its names");
+static_assert(sizeof init_names / sizeof *init_names == IR_INIT_CONSTANT + 2, "IrInit and its names");
+
+const char *const *ir_attr_enum_names(IrAttrKey k)
+{
+    switch (k) {
+    case IR_ATTR_INIT: return init_names;
+    case IR_ATTR_PRECISION: return precision_names;
+    case IR_ATTR_GROUP: return group_names;
+    case IR_ATTR_AXIS: return axis_names;
+    case IR_ATTR_LAYOUT: return layout_names;
+    default: return NULL;
+    }
+}
+
+int ir_attr_enum_lookup(IrAttrKey k, const char *name, size_t n)
+{
+    const char *const *names = ir_attr_enum_names(k);
+    for (int i = 0; names && names[i]; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], name, n) == 0)
+            return i;
+    return -1;
+}
+
 const char *ir_op_name(IrOp op)
 {
     if ((unsigned)op >= IR_OP_COUNT)
@@ -226,6 +255,17 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, int nsrc, IrNode *const *src,
 void ir_set_attr_i(IrNode *n, IrAttrKey k, int64_t v) { n->attr[k].i = v; n->attr_set |= 1u << k; }
 void ir_set_attr_f(IrNode *n, IrAttrKey k, double v) { n->attr[k].f = v; n->attr_set |= 1u << k; }
 void ir_set_attr_s(IrNode *n, IrAttrKey k, const char *v) { n->attr[k].s = v; n->attr_set |= 1u << k; }
+void ir_set_attr_e(IrNode *n, IrAttrKey k, int v)
+{
+    const char *const *names = ir_attr_enum_names(k);
+    int count = 0;
+    while (names && names[count])
+        count++;
+    if (ir_attr_kind[k] != IR_AK_E || v < 0 || v >= count)
+        die("ir_set_attr_e: %s = %d on %s", ir_attr_name[k], v, n->name ? n->name : "?");
+    n->attr[k].i = v;
+    n->attr_set |= 1u << k;
+}
 int ir_has_attr(const IrNode *n, IrAttrKey k) { return (n->attr_set >> k) & 1u; }
 
 static void need_attr(const IrNode *n, IrAttrKey k)
@@ -237,6 +277,8 @@ static void need_attr(const IrNode *n, IrAttrKey k)
 int64_t ir_attr_i(const IrNode *n, IrAttrKey k) { need_attr(n, k); return n->attr[k].i; }
 double ir_attr_f(const IrNode *n, IrAttrKey k) { need_attr(n, k); return n->attr[k].f; }
 const char *ir_attr_s(const IrNode *n, IrAttrKey k) { need_attr(n, k); return n->attr[k].s; }
+int ir_attr_e(const IrNode *n, IrAttrKey k) { need_attr(n, k); return (int)n->attr[k].i; }
+const char *ir_attr_e_name(const IrNode *n, IrAttrKey k) { return ir_attr_enum_names(k)[ir_attr_e(n, k)]; }
 
 int64_t ir_numel(const IrNode *n)
 {

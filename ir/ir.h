@@ -30,7 +30,9 @@ typedef enum IrAttrKey {
     IR_ATTR_COUNT
 } IrAttrKey;
 
-typedef enum IrAttrKind { IR_AK_I, IR_AK_F, IR_AK_B, IR_AK_S } IrAttrKind;
+/* I integer, F float, B bool, S string, E one of a closed set of names
+ * (held as the index: an enum below; printed and read as the name) */
+typedef enum IrAttrKind { IR_AK_I, IR_AK_F, IR_AK_B, IR_AK_S, IR_AK_E } IrAttrKind;
 
 #define AT(x) (1u << IR_ATTR_##x)
 
@@ -136,6 +138,19 @@ struct IrNode {
 typedef enum IrPrecision { IR_PREC_BF16, IR_PREC_MXFP8, IR_PREC_FP8_BLOCK } IrPrecision;
 extern const char *const ir_precision_name[3];
 
+/* The values of the enumerated attributes (kind E in attrs.def); precision
+ * takes IrPrecision. Their names are in ir_attr_enum_names. */
+typedef enum IrInit { IR_INIT_NORMAL, IR_INIT_UNIFORM, IR_INIT_ZEROS, IR_INIT_ONES, IR_INIT_CONSTANT } IrInit;
+typedef enum IrGroup { IR_GROUP_WORLD, IR_GROUP_DP } IrGroup;
+typedef enum IrAxis { IR_AXIS_ROWWISE, IR_AXIS_COLWISE } IrAxis;
+typedef enum IrLayout { IR_LAYOUT_GATE_UP } IrLayout;
+
+/* The names of an enumerated attribute's values in enum order,
+ * NULL-terminated; NULL for an attribute of another kind. */
+const char *const *ir_attr_enum_names(IrAttrKey k);
+/* The value named `name` (n bytes) of enumerated attribute k, or -1. */
+int ir_attr_enum_lookup(IrAttrKey k, const char *name, size_t n);
+
 typedef struct IrTrain {
     const char *optimizer;        /* adamw */
     double lr, beta1, beta2, eps, weight_decay;
@@ -213,10 +228,13 @@ IrNode *ir_node_new(IrGraph *g, IrOp op, int nsrc, IrNode *const *src,
 void ir_set_attr_i(IrNode *n, IrAttrKey k, int64_t v);
 void ir_set_attr_f(IrNode *n, IrAttrKey k, double v);
 void ir_set_attr_s(IrNode *n, IrAttrKey k, const char *v);
+void ir_set_attr_e(IrNode *n, IrAttrKey k, int v);   /* an enumerated attribute: v is its enum's value */
 int ir_has_attr(const IrNode *n, IrAttrKey k);
 int64_t ir_attr_i(const IrNode *n, IrAttrKey k);   /* die()s when absent */
 double ir_attr_f(const IrNode *n, IrAttrKey k);
 const char *ir_attr_s(const IrNode *n, IrAttrKey k);
+int ir_attr_e(const IrNode *n, IrAttrKey k);        /* die()s when absent */
+const char *ir_attr_e_name(const IrNode *n, IrAttrKey k);  /* its value's name */
 
 int64_t ir_numel(const IrNode *n);
 /* "f32[8, 128, 64]" into buf. */

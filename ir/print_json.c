@@ -103,6 +103,7 @@ static cJSON *node_json(const IrGraph *g, const IrNode *n)
         case IR_AK_B: cJSON_AddBoolToObject(at, ir_attr_name[k], n->attr[k].i != 0); break;
         case IR_AK_F: add_double(at, ir_attr_name[k], n->attr[k].f); break;
         case IR_AK_S: cJSON_AddStringToObject(at, ir_attr_name[k], n->attr[k].s); break;
+        case IR_AK_E: cJSON_AddStringToObject(at, ir_attr_name[k], ir_attr_e_name(n, (IrAttrKey)k)); break;
         }
     }
     cJSON_AddStringToObject(o, "dtype", ir_dtype_name[n->dtype]);

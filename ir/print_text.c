@@ -26,6 +26,7 @@ static void print_attr(const IrNode *n, int k, FILE *out)
     case IR_AK_B: fprintf(out, "%s", n->attr[k].i ? "true" : "false"); break;
     case IR_AK_F: fprintf(out, "%s", fmt_double(b, n->attr[k].f)); break;
     case IR_AK_S: fprintf(out, "\"%s\"", n->attr[k].s); break;
+    case IR_AK_E: fprintf(out, "\"%s\"", ir_attr_e_name(n, (IrAttrKey)k)); break;
     }
 }
 
@@ -33,7 +34,7 @@ const char *ir_scales_str(const IrNode *n, char *buf, size_t size)
 {
     char sh_buf[128];
     buf[0] = 0;
-    int row = ir_has_attr(n, IR_ATTR_AXIS) && strcmp(n->attr[IR_ATTR_AXIS].s, "rowwise") == 0;
+    int row = ir_has_attr(n, IR_ATTR_AXIS) && ir_attr_e(n, IR_ATTR_AXIS) == IR_AXIS_ROWWISE;
     if (n->op == IR_OP_QUANTIZE && ir_has_attr(n, IR_ATTR_AXIS) && n->rank >= (row ? 1 : 2)) {
         /* the scales travel with the values: one e8m0 per 32 along the axis */
         int64_t sh[IR_MAX_RANK];

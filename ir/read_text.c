@@ -601,6 +601,18 @@ static int read_attrs(Reader *r, IrNode *n, unsigned allowed, const char *opname
             ir_set_attr_f(n, (IrAttrKey)k, v);
             break;
         }
+        case IR_AK_E: {
+            const char *at, *v;
+            skip_sp(r);
+            at = r->p;
+            if (!read_string(r, &v, key))
+                return 0;
+            int e = ir_attr_enum_lookup((IrAttrKey)k, v, strlen(v));
+            if (e < 0)
+                return error_at(r, at, (size_t)(r->p - at), "%s = \"%s\" is not a value moec knows", key, v);
+            ir_set_attr_e(n, (IrAttrKey)k, e);
+            break;
+        }
         case IR_AK_S: {
             const char *at, *v;
             skip_sp(r);

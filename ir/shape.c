@@ -459,10 +459,8 @@ static int infer_op(IrNode *n, Diag *d)
     }
     case IR_OP_QUANTIZE: {
         IrNode *x = n->src[0];
-        const char *axis = ir_attr_s(n, IR_ATTR_AXIS);
-        int row = strcmp(axis, "rowwise") == 0;
-        if (!row && strcmp(axis, "colwise") != 0)
-            return fail(&c, -1, "axis must be rowwise or colwise, not %s", axis);
+        const char *axis = ir_attr_e_name(n, IR_ATTR_AXIS);
+        int row = ir_attr_e(n, IR_ATTR_AXIS) == IR_AXIS_ROWWISE;
         if (x->rank < (row ? 1 : 2) || (row ? last(x) : x->shape[x->rank - 2]) % 32)
             return fail(&c, -1, "%s MXFP8 blocks of 32 do not tile %s", axis, shp(x, b1));
         copy_shape(n, x);

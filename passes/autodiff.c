@@ -180,8 +180,8 @@ static void backward_node(AD *a, IrNode *n, IrNode *dy)
         IrNode *src[6] = {dy, s[0], s[1], s[2], s[3], s[4]};
         IrNode *b = ir_node_new(a->g, IR_OP_GROUPED_MLP_BWD, 6, src, n->name, "grouped_mlp_bwd", n->loc);
         b->layer = n->layer;
-        ir_set_attr_s(b, IR_ATTR_PRECISION, ir_attr_s(n, IR_ATTR_PRECISION));
-        ir_set_attr_s(b, IR_ATTR_LAYOUT, ir_attr_s(n, IR_ATTR_LAYOUT));
+        ir_set_attr_e(b, IR_ATTR_PRECISION, ir_attr_e(n, IR_ATTR_PRECISION));
+        ir_set_attr_e(b, IR_ATTR_LAYOUT, ir_attr_e(n, IR_ATTR_LAYOUT));
         a->ctx->counters[0]++;
         done(b);
         int64_t off = 0;

@@ -140,8 +140,8 @@ static IrNode *rewrite(IrGraph *g, RewriteMatch *m, PassCtx *ctx)
     n->src_loc[0] = up->src_loc[0];
     n->src_loc[1] = up->src_loc[1];
     n->src_loc[2] = down->src_loc[1];
-    ir_set_attr_s(n, IR_ATTR_PRECISION, ir_precision_name[g->train.precision]);
-    ir_set_attr_s(n, IR_ATTR_LAYOUT, "gate_up");
+    ir_set_attr_e(n, IR_ATTR_PRECISION, (int)g->train.precision);
+    ir_set_attr_e(n, IR_ATTR_LAYOUT, IR_LAYOUT_GATE_UP);
     return n;
 }
 

@@ -22,7 +22,7 @@ int pass_grad_allreduce(IrGraph *g, PassCtx *ctx)
         IrNode *src[1] = {gr};
         IrNode *r = ir_node_new(g, IR_OP_ALL_REDUCE, 1, src, param->name, "grad", gr->loc);
         r->layer = gr->layer;
-        ir_set_attr_s(r, IR_ATTR_GROUP, sharded ? "dp" : "world");
+        ir_set_attr_e(r, IR_ATTR_GROUP, sharded ? IR_GROUP_DP : IR_GROUP_WORLD);
         ir_set_attr_f(r, IR_ATTR_FACTOR, 1.0 / (double)world);
         if (!ir_infer_node(r, NULL))
             die("grad-allreduce: %s", r->name);

@@ -52,7 +52,7 @@ static IrNode *quantized(P *p, IrNode *user, IrNode *x, int kind, IrNode *splits
                             x->name, label, user->loc);
     q->layer = user->layer;
     if (kind < 2)
-        ir_set_attr_s(q, IR_ATTR_AXIS, kind == 0 ? "rowwise" : "colwise");
+        ir_set_attr_e(q, IR_ATTR_AXIS, kind == 0 ? IR_AXIS_ROWWISE : IR_AXIS_COLWISE);
     if (!ir_infer_node(q, NULL))
         die("precision: cannot quantize %s %s", x->name, kind_name[kind]);
     /* place it right before its first user, after every source */

@@ -202,7 +202,7 @@ char *plan_to_json(const Plan *p, int with_source)
                 if (ir_has_attr(n, IR_ATTR_EP))
                     cJSON_AddNumberToObject(o, "ep", (double)ir_attr_i(n, IR_ATTR_EP));
                 if (ir_has_attr(n, IR_ATTR_GROUP))
-                    cJSON_AddStringToObject(o, "group", ir_attr_s(n, IR_ATTR_GROUP));
+                    cJSON_AddStringToObject(o, "group", ir_attr_e_name(n, IR_ATTR_GROUP));
                 if (ir_has_attr(n, IR_ATTR_FACTOR))
                     cJSON_AddNumberToObject(o, "factor", ir_attr_f(n, IR_ATTR_FACTOR));
             }

@@ -161,7 +161,7 @@ static void gm_cpu(const IrNode *n, void *const *buf, int f64)
 {
     const IrNode *xs = n->src[GM_XS], *w1 = n->src[GM_W_UP];
     int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1];
-    int mx = ir_has_attr(n, IR_ATTR_PRECISION) && strcmp(n->attr[IR_ATTR_PRECISION].s, "mxfp8") == 0;
+    int mx = ir_has_attr(n, IR_ATTR_PRECISION) && n->attr[IR_ATTR_PRECISION].i == IR_PREC_MXFP8;
     if (mx && (H % MXFP8_BLOCK || F % MXFP8_BLOCK))
         die("%s: mxfp8 with hidden %lld and ffn %lld (the pass fuses multiples of 32 only)", n->name, (long long)H,
             (long long)F);
@@ -411,7 +411,7 @@ static IrNode *rewrite(IrGraph *g, RewriteMatch *m, PassCtx *ctx)
     n->src_loc[GM_W_DOWN] = down->src_loc[1];
     n->src_loc[GM_SPLITS] = up->src_loc[2];
     n->src_loc[GM_PROBS] = scaled->src_loc[1];
-    ir_set_attr_s(n, IR_ATTR_PRECISION, ir_precision_name[g->train.precision]);
+    ir_set_attr_e(n, IR_ATTR_PRECISION, (int)g->train.precision);
     return n;
 }
 

@@ -315,16 +315,16 @@ static void init_params(Trainer *t)
         int64_t shard = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
         int64_t numel = ir_numel(n), skip = shard > 1 ? numel * comm_ep_rank(t->comm) : 0;
         Rng r = {hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull};
-        const char *init = ir_attr_s(n, IR_ATTR_INIT);
+        IrInit init = (IrInit)ir_attr_e(n, IR_ATTR_INIT);
         for (int64_t e = -skip; e < numel; e++) {
             double v = 0;
-            if (strcmp(init, "normal") == 0)
+            if (init == IR_INIT_NORMAL)
                 v = n->attr[IR_ATTR_STD].f * rng_normal(&r);
-            else if (strcmp(init, "uniform") == 0)
+            else if (init == IR_INIT_UNIFORM)
                 v = n->attr[IR_ATTR_BOUND].f * (2 * rng_unit(&r) - 1);
-            else if (strcmp(init, "constant") == 0)
+            else if (init == IR_INIT_CONSTANT)
                 v = n->attr[IR_ATTR_VALUE].f;
-            else if (strcmp(init, "ones") == 0)
+            else if (init == IR_INIT_ONES)
                 v = 1;
             if (e >= 0)
                 w[e] = (float)v;

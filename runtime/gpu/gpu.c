@@ -292,7 +292,7 @@ static void human(char *b, size_t n, double v)
 
 static CommGroup allreduce_group(const IrNode *n)
 {
-    return strcmp(ir_attr_s(n, IR_ATTR_GROUP), "dp") == 0 ? COMM_DP : COMM_WORLD;
+    return ir_attr_e(n, IR_ATTR_GROUP) == IR_GROUP_DP ? COMM_DP : COMM_WORLD;
 }
 
 /* Which all_reduce nodes go into buckets: those whose result no node reads (final gradients, read only by
@@ -790,7 +790,7 @@ static int collective(Gpu *G, const Launch *L)
         break;
     }
     case IR_OP_ALL_REDUCE: {
-        CommGroup grp = strcmp(ir_attr_s(n, IR_ATTR_GROUP), "dp") == 0 ? COMM_DP : COMM_WORLD;
+        CommGroup grp = ir_attr_e(n, IR_ATTR_GROUP) == IR_GROUP_DP ? COMM_DP : COMM_WORLD;
         if (!CU(G, cuMemcpyDtoDAsync(y, G->buf[n->src[0]->id], ybytes, G->stream), L->what) ||
             !CU(G, cuStreamSynchronize(G->stream), L->what))
             return 0;

@@ -50,7 +50,7 @@ static void check_same_graph(const IrGraph *g, const IrGraph *h, const char *wha
             if (!ir_has_attr(x, (IrAttrKey)k))
                 continue;
             switch (ir_attr_kind[k]) {
-            case IR_AK_I: case IR_AK_B: ok = x->attr[k].i == y->attr[k].i; break;
+            case IR_AK_I: case IR_AK_B: case IR_AK_E: ok = x->attr[k].i == y->attr[k].i; break;
             case IR_AK_F: ok = memcmp(&x->attr[k].f, &y->attr[k].f, sizeof(double)) == 0; break;
             case IR_AK_S: ok = same_str(x->attr[k].s, y->attr[k].s); break;
             }

@@ -66,7 +66,7 @@ static IrNode *leaf(IrGraph *g, IrOp op, const char *name, IrDType t, int rank, 
         n->shape[i] = va_arg(ap, int64_t);
     va_end(ap);
     if (op == IR_OP_PARAM)
-        ir_set_attr_s(n, IR_ATTR_INIT, "ones");
+        ir_set_attr_e(n, IR_ATTR_INIT, IR_INIT_ONES);
     return n;
 }
 
@@ -215,7 +215,7 @@ static void test_verifier(void)
 
     g->nodes[2]->attr_set = 0;
     CHECK(verify_quiet(g) > 0, "missing required attribute is caught");
-    ir_set_attr_s(g->nodes[2], IR_ATTR_INIT, "ones");
+    ir_set_attr_e(g->nodes[2], IR_ATTR_INIT, IR_INIT_ONES);
     ir_set_attr_i(g->nodes[3], IR_ATTR_K, 2);
     CHECK(verify_quiet(g) > 0, "foreign attribute is caught");
     g->nodes[3]->attr_set = 0;
