@@ -415,14 +415,6 @@ static int64_t count_params(const IrGraph *g, int64_t *expert_params)
     return total;
 }
 
-static void human(char *buf, size_t size, double v)
-{
-    if (v >= 1e9) snprintf(buf, size, "%.2f B", v / 1e9);
-    else if (v >= 1e6) snprintf(buf, size, "%.2f M", v / 1e6);
-    else if (v >= 1e3) snprintf(buf, size, "%.1f k", v / 1e3);
-    else snprintf(buf, size, "%.0f", v);
-}
-
 /* mkdir -p: 1, or 0 with errno set */
 static int make_dirs(const char *path)
 {
@@ -450,23 +442,15 @@ static int make_dirs(const char *path)
     return 1;
 }
 
-static int write_file(const char *dir, const char *name, const void *data, size_t len, char *path, size_t pathlen)
+/* DIR/NAME, written atomically (util's write_file); the path is left in path */
+static int write_out(const char *dir, const char *name, const void *data, size_t len, char *path, size_t pathlen)
 {
+    char err[4400];
     snprintf(path, pathlen, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(data, 1, len, f) == len;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    if (!ok)
-        fprintf(stderr, "moec: error: cannot write %s: %s\n", path, strerror(errno));
-    return ok;
-}
-
-static void human_bytes(char *buf, size_t size, double v)
-{
-    if (v >= 1 << 20) snprintf(buf, size, "%.1f MB", v / (1 << 20));
-    else if (v >= 1 << 10) snprintf(buf, size, "%.1f kB", v / (1 << 10));
-    else snprintf(buf, size, "%.0f bytes", v);
+    if (write_file(path, data, len, err, sizeof err))
+        return 1;
+    fprintf(stderr, "moec: error: %s\n", err);
+    return 0;
 }
 
 /* compile --emit-cuda / --arch, after the training binary was written;
@@ -482,8 +466,8 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
             return 1;
         }
         char *json = plan_to_json(p, 0);
-        int ok = write_file(o->emit_cuda, "kernels.cu", p->cuda_source, p->cuda_source_len, path, sizeof path) &&
-                 write_file(o->emit_cuda, "plan.json", json, strlen(json), path, sizeof path);
+        int ok = write_out(o->emit_cuda, "kernels.cu", p->cuda_source, p->cuda_source_len, path, sizeof path) &&
+                 write_out(o->emit_cuda, "plan.json", json, strlen(json), path, sizeof path);
         free(json);
         if (!ok)
             return 1;
@@ -510,11 +494,11 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
         rc = 1;
     } else {
         char hb[32];
-        human_bytes(hb, sizeof hb, (double)out.image_size);
+        fmt_bytes(hb, sizeof hb, (double)out.image_size);
         printf("%s: NVRTC %d.%d compiled %d kernels of model %s for %s in %.1f s (%s %s), %d warnings\n", o->file,
                out.major, out.minor, p->nkernels + CUDA_RUNTIME_KERNELS, g->model, o->arch, out.seconds, out.is_ptx ? "PTX" : "cubin", hb,
                out.nwarnings);
-        if (o->emit_cuda && !write_file(o->emit_cuda, out.is_ptx ? "kernels.ptx" : "kernels.cubin", out.image,
+        if (o->emit_cuda && !write_out(o->emit_cuda, out.is_ptx ? "kernels.ptx" : "kernels.cubin", out.image,
                                         out.is_ptx ? strlen(out.image) : out.image_size, path, sizeof path))
             rc = 1;
     }
@@ -862,8 +846,8 @@ static int run_front(const Options *o)
                 }
             double active = (double)(total - experts) + (E ? (double)experts * (double)k / (double)E : 0);
             char tb[32], ab[32];
-            human(tb, sizeof tb, (double)total);
-            human(ab, sizeof ab, active);
+            fmt_count(tb, sizeof tb, (double)total);
+            fmt_count(ab, sizeof ab, active);
             printf("%s: ok: model %s, %d IR nodes, %s parameters (%s active per token)\n", o->file, g->model,
                    g->nnodes, tb, ab);
         }

@@ -625,7 +625,7 @@ static int weights_add(HfWeights *w, const char *path)
         fprintf(stderr, "%s: error: %s\n", path, err);
         return 0;
     }
-    w->paths[w->nfiles] = strdup(path);
+    w->paths[w->nfiles] = xstrdup(path);
     w->used[w->nfiles] = calloc((size_t)st->ntensors + 1, 1);
     w->nfiles++;
     return 1;
@@ -979,15 +979,15 @@ static int save_checkpoint(const ParamList *l, const char *model_name, const cha
     return ok;
 }
 
-static int write_file(const char *path, const char *text, size_t len)
+/* util's atomic write_file, its error said as errf says errors */
+static int write_text(const char *path, const char *text, size_t len)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return errf(path, "cannot write: %s", strerror(errno));
-    int ok = fwrite(text, 1, len, f) == len;
-    ok &= fclose(f) == 0;
-    if (!ok)
-        return errf(path, "cannot write: %s", strerror(errno));
+    char err[1024];
+    if (!write_file(path, text, len, err, sizeof err))
+    {
+        size_t pl = strlen(path);  /* err is "PATH: cannot write: ...": PATH goes first in errf's way */
+        return errf(path, "%s", strlen(err) > pl + 2 && strncmp(err, path, pl) == 0 ? err + pl + 2 : err);
+    }
     return 1;
 }
 
@@ -1136,7 +1136,7 @@ int hf_import_main(int argc, char **argv)
             ckpt = ckpt_buf;
         }
     }
-    if (!write_file(out, text, len))
+    if (!write_text(out, text, len))
         goto done;
     if (have == 1 && !save_checkpoint(&pl, nbuf, text, len, ckpt, "moec import-hf"))
         goto done;
@@ -1447,7 +1447,7 @@ int hf_export_main(int argc, char **argv)
         Param *p = &pl.p[i];
         char hf[192];
         if (hf_name(p->name, hf, sizeof hf)) {
-            names[nnames] = strdup(hf);
+            names[nnames] = xstrdup(hf);
             add_f32_or_bf16(&w, names[nnames++], p->rank, p->shape, p->data, p->n, bf16, keep, &nkeep);
             continue;
         }
@@ -1458,12 +1458,12 @@ int hf_export_main(int argc, char **argv)
         const char *pre = per_expert ? "block_sparse_moe" : "mlp";
         if (strcmp(what, "router") == 0) {
             snprintf(hf, sizeof hf, "model.layers.%lld.%s.gate.weight", li, pre);
-            names[nnames] = strdup(hf);
+            names[nnames] = xstrdup(hf);
             add_f32_or_bf16(&w, names[nnames++], 2, p->shape, p->data, p->n, bf16, keep, &nkeep);
         } else if (!per_expert) {
             snprintf(hf, sizeof hf, "model.layers.%lld.mlp.experts.%s", li,
                      strcmp(what, "w_gate_up") == 0 ? "gate_up_proj" : "down_proj");
-            names[nnames] = strdup(hf);
+            names[nnames] = xstrdup(hf);
             add_f32_or_bf16(&w, names[nnames++], 3, p->shape, p->data, p->n, bf16, keep, &nkeep);
         } else {
             int64_t F = c.ffn, H = c.hidden;
@@ -1474,7 +1474,7 @@ int hf_export_main(int argc, char **argv)
                     const float *d = p->data + e * 2 * F * H * gate_up + e * H * F * !gate_up + part * F * H;
                     snprintf(hf, sizeof hf, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight", li,
                              (long long)e, gate_up ? (part ? "w3" : "w1") : "w2");
-                    names[nnames] = strdup(hf);
+                    names[nnames] = xstrdup(hf);
                     add_f32_or_bf16(&w, names[nnames++], 2, shape, d, (size_t)(F * H), bf16, keep, &nkeep);
                 }
         }
@@ -1528,7 +1528,7 @@ int hf_export_main(int argc, char **argv)
         die("config.json too long");
     cfg_path = join(out, "config.json");
     size_t jl = (size_t)jn;
-    int wok = write_file(cfg_path, json, jl);
+    int wok = write_text(cfg_path, json, jl);
     if (!wok)
         goto done;
     printf("%s: wrote %s and %s (MixtralForCausalLM: %lld layers, hidden %lld, %lld experts top-%lld, vocab "

@@ -1057,25 +1057,6 @@ static const char *base_name(const char *path)
     return slash && slash[1] ? slash + 1 : path;
 }
 
-static int write_file(const char *path, const char *data, size_t len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        set_err(err, errlen, "%s: cannot write: %s", path, strerror(errno));
-        return -1;
-    }
-    size_t put = fwrite(data, 1, len, f);
-    int werr = put != len ? errno : 0;
-    if (fclose(f) != 0 && !werr)
-        werr = errno ? errno : EIO;
-    if (put != len || werr) {
-        set_err(err, errlen, "%s: write failed: %s", path, strerror(werr ? werr : EIO));
-        unlink(path);
-        return -1;
-    }
-    return 0;
-}
-
 int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *title, char *err, size_t errlen)
 {
     if (err && errlen)
@@ -1108,7 +1089,7 @@ int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *t
         set_err(err, errlen, "%s: out of memory while drawing", svg_path);
         goto out;
     }
-    rc = write_file(svg_path, buf, len, err, errlen);
+    rc = write_file(svg_path, buf, len, err, errlen) ? 0 : -1;
 out:
     free(buf);
     free(m.train.p);

@@ -1,4 +1,5 @@
-/* util.c - die(), float formatting that round-trips, checked arithmetic. */
+/* util.c - die(), float formatting that round-trips, checked arithmetic,
+ * human-readable counts and sizes, atomic file writes. */
 #include "util.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void die_at(const char *file, int line, const char *fmt, ...)
 {
@@ -56,6 +58,51 @@ int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out)
         return 0;
     *out = v;
     return 1;
+}
+
+void fmt_count(char *buf, size_t n, double v)
+{
+    if (v >= 1e9) snprintf(buf, n, "%.2f B", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, n, "%.2f M", v / 1e6);
+    else if (v >= 1e3) snprintf(buf, n, "%.1f k", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
+}
+
+void fmt_bytes(char *buf, size_t n, double v)
+{
+    if (v >= 1 << 30) snprintf(buf, n, "%.2f GiB", v / (1 << 30));
+    else if (v >= 1 << 20) snprintf(buf, n, "%.1f MiB", v / (1 << 20));
+    else snprintf(buf, n, "%.1f KiB", v / 1024);
+}
+
+int write_file(const char *path, const void *data, size_t n, char *err, size_t errlen)
+{
+    /* the temporary file is in path's directory, so rename() does not cross
+     * file systems; the pid keeps two processes from sharing it */
+    size_t len = strlen(path) + 32;
+    char *tmp = malloc(len);
+    if (!tmp)
+        die("out of memory");
+    snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(data, 1, n, f) == n;
+    int e = errno;
+    if (f && fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok) {
+        if (f)
+            unlink(tmp);
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot write: %s", path, strerror(e ? e : EIO));
+    }
+    free(tmp);
+    return ok;
 }
 
 uint64_t hash64_update(uint64_t h, const void *data, size_t n)

@@ -49,7 +49,7 @@ static void remove_scratch(void)
         unlink(scratch[i]);
 }
 
-static const char *write_file(const char *name, const void *data, size_t len)
+static const char *write_scratch(const char *name, const void *data, size_t len)
 {
     const char *path = tmp_path(name);
     FILE *f = fopen(path, "wb");
@@ -60,7 +60,7 @@ static const char *write_file(const char *name, const void *data, size_t len)
 
 static const char *write_text(const char *name, const char *text)
 {
-    return write_file(name, text, strlen(text));
+    return write_scratch(name, text, strlen(text));
 }
 
 /* Sequence i as residue letters. */
@@ -204,7 +204,7 @@ static void test_fasta_small(void)
     for (size_t i = 0; i < big; i++)
         text[hdr + 1 + i] = "ACGT"[i & 3];
     text[hdr + 1 + big] = '\n';
-    const char *long_path = write_file("long.fa", text, hdr + big + 2);
+    const char *long_path = write_scratch("long.fa", text, hdr + big + 2);
     free(text);
     fasta_set_init(&fs);
     CHECK(fasta_read(long_path, d, &fs, err, sizeof err) == 1, "long line: %s", err);
@@ -255,7 +255,7 @@ static void test_fasta_errors(void)
     }
     garbage[0] = 0x7f;  /* not gzip's magic, not '>' */
     garbage[1] = 'E';
-    EXPECT(write_file("garbage.bin", garbage, sizeof garbage), 1, "binary data");
+    EXPECT(write_scratch("garbage.bin", garbage, sizeof garbage), 1, "binary data");
 
     char err[512];
     FastaSet fs;
@@ -288,7 +288,7 @@ static void test_fasta_errors(void)
     if (!gzdata || fread(gzdata, 1, (size_t)size, f) != (size_t)size)
         die("cannot read %s", DB_FASTA);
     fclose(f);
-    const char *half = write_file("half.fasta.gz", gzdata, (size_t)size / 2);
+    const char *half = write_scratch("half.fasta.gz", gzdata, (size_t)size / 2);
     fasta_set_init(&fs);
     CHECK(fasta_read(half, p, &fs, err, sizeof err) == 0, "truncated gzip should fail");
     snprintf(prefix, sizeof prefix, "%s:", half);
@@ -299,7 +299,7 @@ static void test_fasta_errors(void)
     CHECK(fs.nseq == 0 && fs.ntokens == 0, "nothing kept from a truncated file");
     for (long i = size / 2; i < size / 2 + 64; i++)
         gzdata[i] ^= 0x5a;
-    const char *damaged = write_file("damaged.fasta.gz", gzdata, (size_t)size);
+    const char *damaged = write_scratch("damaged.fasta.gz", gzdata, (size_t)size);
     CHECK(fasta_read(damaged, p, &fs, err, sizeof err) == 0 && strstr(err, ": error: corrupt compressed data"),
           "damaged gzip: %s", err);
     fasta_set_free(&fs);
