@@ -1,4 +1,4 @@
-# moec - plain Makefile with explicit object lists (STYLE.md #12).
+# moec - plain Makefile with explicit object lists.
 #
 #   make            build build/moec and the pass plugins (build/plugins/*.so)
 #   make test       CPU test suite (plain build, then ASan+UBSan build)

@@ -10,7 +10,7 @@
     "grouped_mm". One step = zero_grad, forward with labels (loss), backward, clip, optimizer step, timed
     with CUDA events; the median over the steps after the warm-up.
 (b) MoE layer, forward + backward (loss = mean of the squared output), bf16, the shapes of
-    ../shared/ANCHORS.md (small T=256 H=384 F=1536 E=4; bio T=8192 H=1024 F=2816 E=16; Mixtral T=8192
+    the MoE-layer anchors first measured on the H200 on 2026-11-29 (small T=256 H=384 F=1536 E=4; bio T=8192 H=1024 F=2816 E=16; Mixtral T=8192
     H=4096 F=14336 E=8; top-2): MixtralSparseMoeBlock eager and grouped_mm, and a plain PyTorch block on
     torch._grouped_mm with the same weights (checked against the HF block's output).
 

@@ -14,7 +14,8 @@ import statistics
 import subprocess
 import sys
 
-# ../shared/ANCHORS.md, H200, 2026-11-29: MoE layer forward + backward, bf16, ms (eager, grouped_mm, plain)
+# the MoE-layer anchors as first measured on the H200 on 2026-11-29 with PyTorch 2.11 / transformers 5.17 (bench/anchors.py):
+# forward + backward, bf16, ms (eager, grouped_mm, plain)
 ANCHORS_MD_LAYER_MS = {"small": (6.58, 3.45, 2.55), "bio": (19.84, 4.79, 3.85), "mixtral": (58.05, 39.42, 35.01)}
 
 
@@ -206,7 +207,7 @@ def main():
                                                                r.get("status"), r.get("error")))
     layers = (anchors or {}).get("layers", [])
     if layers:
-        md += ["", "## MoE layer forward + backward, bf16, same run (ms, median; ANCHORS.md's figure in brackets)", "",
+        md += ["", "## MoE layer forward + backward, bf16, same run (ms, median; the 2026-11-29 anchor figure in brackets)", "",
                "| layer | HF eager | HF grouped_mm | torch._grouped_mm block | best tokens/s | best TFLOP/s |",
                "|---|---|---|---|---|---|"]
         for L in layers:

@@ -12,7 +12,7 @@
 # toolchain): each binary trains --steps N with --device cuda (log in
 # OUTDIR/moec_NAME.{log,jsonl}); then bench/anchors.py times transformers'
 # MixtralForCausalLM with the same sizes and the MoE-layer anchors of
-# ../shared/ANCHORS.md (OUTDIR/anchors.{json,log}); bench/report.py writes
+# the 2026-11-29 H200 anchors (OUTDIR/anchors.{json,log}); bench/report.py writes
 # OUTDIR/results.json and OUTDIR/summary.md and prints the summary last.
 # A moec binary that fails (or times out) is recorded and the anchors still run.
 # A machine with both does both; else build here, carry OUTDIR, --run-only there.

@@ -562,7 +562,7 @@ static char *model_text(const HfConfig *c, const char *name, const TrainOpts *t)
         strcmp(alpha, "none") == 0
             ? "# vocab is neither the protein alphabet's 33 tokens nor dna's 9: the model checks and compiles\n"
               "# (also to CUDA), but a training binary reads FASTA in one of those two alphabets only.\n"
-            : "# The training binary reads FASTA in this alphabet (runtime/data.h): token ids are its order.\n",
+            : "# The training binary reads FASTA in this alphabet (data/data.h): token ids are its order.\n",
         lr, (long long)warmup, minlr, t->precision, alpha, (long long)t->batch, (long long)t->seq,
         (long long)t->steps, aux);
     if (n < 0 || (size_t)n >= cap)

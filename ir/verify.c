@@ -1,6 +1,6 @@
 /* verify.c - structural invariants of an IR graph.
  *
- * Runs after every pass (STYLE.md: "a verifier runs between passes"). Any
+ * Runs after every pass (docs/decisions.md #7). Any
  * failure here is a bug in moec, not in the user's model: the front end
  * has already rejected bad input with a located error. So problems are
  * printed naming the node and the rule, for the developer. */

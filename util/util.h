@@ -1,6 +1,6 @@
 /* util.h - internal-error reporting and small helpers shared by every module.
  *
- * Two kinds of error (STYLE.md): bad user input goes through diag.h with a
+ * Two kinds of error: bad user input goes through diag.h with a
  * source location and exit status 1; a broken invariant inside moec is a bug
  * and goes through die(), which names the file and line and aborts. */
 #ifndef MOEC_UTIL_H

@@ -1,4 +1,4 @@
-/* test_hf.c - the number conversions of compiler/hf.c, and a writer of
+/* test_hf.c - the number conversions of formats/hf.c, and a writer of
  * small Hugging Face Mixtral folders for the lit tests in tests/hf/.
  *
  *   test_hf                  unit checks (run by tests/run.sh)

@@ -180,7 +180,7 @@ extern "C" int emu_launch(const char *name, long long grid, int block, void **ar
 }
 
 #ifndef EMU_NO_ADAMW /* tile_run.sh builds kernels without the optimizer */
-// the optimizer's AdamW kernel, for the bit-exactness check against runtime/train.c
+// the optimizer's AdamW kernel, for the bit-exactness check against train/train.c
 extern "C" int emu_adamw(float *w, float *m, float *v, const float *g, long long n, double lr, double wd,
                          double clip, double bc1, double bc2)
 {
