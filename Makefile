@@ -31,8 +31,8 @@ RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c
 DATA_SRC = data/data.c
-FMT_SRC  = formats/safetensors.c formats/plot.c formats/hf.c
-TRAIN_SRC = train/train.c train/launch.c
+FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c
+TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (codegen/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \

@@ -141,3 +141,37 @@ double wall_seconds(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+void fmt_count(char *buf, size_t n, double v)
+{
+    if (v >= 1e9)
+        snprintf(buf, n, "%.2f B", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, n, "%.2f M", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(buf, n, "%.1f k", v / 1e3);
+    else
+        snprintf(buf, n, "%.0f", v);
+}
+
+void fmt_bytes(char *buf, size_t n, double v)
+{
+    if (v >= 1 << 30)
+        snprintf(buf, n, "%.2f GiB", v / (1 << 30));
+    else if (v >= 1 << 20)
+        snprintf(buf, n, "%.1f MiB", v / (1 << 20));
+    else
+        snprintf(buf, n, "%.1f KiB", v / 1024);
+}
+
+void fmt_duration(char *buf, size_t n, double s)
+{
+    if (s < 0 || !isfinite(s))
+        snprintf(buf, n, "?");
+    else if (s < 60)
+        snprintf(buf, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}

@@ -59,4 +59,10 @@ const char *moec_version(void);
 /* Seconds on the monotonic clock (for durations). */
 double wall_seconds(void);
 
+/* Human-readable numbers for messages: "15.6 k", "1.23 M", "46.70 B";
+ * bytes: "60.9 KiB", "1.5 MiB", "29.26 GiB"; durations: "42s", "3m07s", "2h05m". */
+void fmt_count(char *buf, size_t n, double v);
+void fmt_bytes(char *buf, size_t n, double v);
+void fmt_duration(char *buf, size_t n, double seconds);
+
 #endif

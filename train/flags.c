@@ -1,0 +1,166 @@
+/* flags.c - the training binary's command line. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../util/util.h"
+#include "trainer.h"
+
+static const char *const usage_train =
+    "usage: %s --data FILE [--data FILE ...] [options]\n"
+    "\n"
+    "Trains the model compiled into this binary (%s) on FASTA sequences.\n"
+    "\n"
+    "  --data FILE        FASTA or FASTA.gz training data (repeatable)\n"
+    "  --steps N          optimizer steps (default: the model file's, %lld)\n"
+    "  --seed N           seed for initialisation, data order and masking (default 1)\n"
+    "  --batch N          sequences per step (default: the model file's, %lld)\n"
+    "  --lr X             peak learning rate (default: the model file's, %g)\n"
+    "  --eval-every N     validation loss every N steps (default 50; 0 = never)\n"
+    "  --val-batches N    batches of the validation split per evaluation (default 16)\n"
+    "  --log-every N      progress line every N steps (default 10)\n"
+    "  --ckpt-dir DIR     write DIR/checkpoint.safetensors\n"
+    "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
+    "  --resume           continue from DIR/checkpoint.safetensors\n"
+    "  --init CKPT        start from a checkpoint's parameters (fresh optimizer)\n"
+    "  --eval FILE        with --resume or --init: print the mean loss over FILE's\n"
+    "                     sequences as {\"eval_loss\": X, \"tokens\": N} and exit\n"
+    "  --log FILE.jsonl   metrics, one JSON object per line\n"
+    "  --device D         auto | cpu | cuda (default auto: the GPU when a driver and a\n"
+    "                     GPU are there, else the CPU, with a notice)\n"
+    "  --no-cuda-graph    launch the step's kernels one by one instead of replaying a\n"
+    "                     captured CUDA graph\n"
+    "  --dump DIR         write DIR/step_<k>.safetensors after steps 1..N: the batch\n"
+    "                     (tokens, targets), loss, grad.<param> (before clipping) and\n"
+    "                     param.<param> (after the update); for comparisons\n"
+    "  --dump-steps N     how many steps --dump writes (default 1)\n"
+    "  --threads N        CPU threads (default: all cores, shared by simulated ranks)\n"
+    "  --simulate-ranks N run N ranks in this process (expert parallelism ep x data\n"
+    "                     parallelism N/ep) with the same semantics as N processes\n"
+    "  --nproc N          start N processes on this host, one rank each (like\n"
+    "                     torchrun); ranks on several hosts join through MOEC_RANK,\n"
+    "                     MOEC_WORLD_SIZE, MOEC_MASTER_ADDR, MOEC_MASTER_PORT\n"
+    "  --help\n";
+
+int trainer_usage_error(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nRun '%s --help' for usage.\n", prog);
+    return 2;
+}
+
+int trainer_parse_flags(Trainer *t, int argc, char **argv)
+{
+    Flags *f = &t->f;
+    f->steps = -1;
+    f->seed = 1;
+    f->batch = 0;
+    f->lr = 0;
+    f->eval_every = 50;
+    f->ckpt_every = 100;
+    f->log_every = 10;
+    f->val_batches = 16;
+    f->device = "auto";
+    f->threads = 0;
+    f->dump_steps = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t x;
+#define NEED_VALUE() do { if (!v) return trainer_usage_error(t->prog, "%s needs a value", a); i++; } while (0)
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf(usage_train, t->prog, t->g->model, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
+            return 0;
+        } else if (strcmp(a, "--data") == 0) {
+            NEED_VALUE();
+            if (f->ndata == MAX_DATA_FILES)
+                return trainer_usage_error(t->prog, "at most %d --data files", MAX_DATA_FILES);
+            f->data[f->ndata++] = v;
+        } else if (strcmp(a, "--resume") == 0) {
+            f->resume = 1;
+        } else if (strcmp(a, "--ckpt-dir") == 0) {
+            NEED_VALUE();
+            f->ckpt_dir = v;
+        } else if (strcmp(a, "--log") == 0) {
+            NEED_VALUE();
+            f->log_path = v;
+        } else if (strcmp(a, "--device") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return trainer_usage_error(t->prog, "--device must be auto, cpu or cuda, not '%s'", v);
+            f->device = v;
+        } else if (strcmp(a, "--dump") == 0) {
+            NEED_VALUE();
+            f->dump_dir = v;
+        } else if (strcmp(a, "--no-cuda-graph") == 0) {
+            f->no_graphs = 1;
+        } else if (strcmp(a, "--eval") == 0) {
+            NEED_VALUE();
+            f->eval_path = v;
+        } else if (strcmp(a, "--init") == 0) {
+            NEED_VALUE();
+            f->init_path = v;
+        } else if (strcmp(a, "--lr") == 0) {
+            NEED_VALUE();
+            char *end;
+            errno = 0;
+            f->lr = strtod(v, &end);
+            if (errno || end == v || *end || !(f->lr > 0) || f->lr > 10)
+                return trainer_usage_error(t->prog, "--lr takes a learning rate in (0, 10], not '%s'", v);
+        } else {
+            static const struct { const char *name; int64_t lo, hi; size_t off; } ints[] = {
+                {"--steps", 0, (int64_t)1 << 40, offsetof(Flags, steps)},
+                {"--seed", 0, INT64_MAX, offsetof(Flags, seed)},
+                {"--batch", 1, 1 << 20, offsetof(Flags, batch)},
+                {"--eval-every", 0, (int64_t)1 << 40, offsetof(Flags, eval_every)},
+                {"--ckpt-every", 1, (int64_t)1 << 40, offsetof(Flags, ckpt_every)},
+                {"--log-every", 1, (int64_t)1 << 40, offsetof(Flags, log_every)},
+                {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
+                {"--dump-steps", 1, (int64_t)1 << 20, offsetof(Flags, dump_steps)},
+                {"--threads", 1, 256, 0},
+                {"--simulate-ranks", 1, 256, 1},
+                {"--nproc", 1, 256, 2},
+            };
+            int matched = 0;
+            for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+                if (strcmp(a, ints[k].name) != 0)
+                    continue;
+                NEED_VALUE();
+                if (!parse_i64_in(v, ints[k].lo, ints[k].hi, &x))
+                    return trainer_usage_error(t->prog, "%s takes an integer in [%lld, %lld], not '%s'", a,
+                                       (long long)ints[k].lo, (long long)ints[k].hi, v);
+                if (strcmp(a, "--threads") == 0)
+                    f->threads = (int)x;
+                else if (strcmp(a, "--simulate-ranks") == 0)
+                    f->simulate_ranks = (int)x;
+                else if (strcmp(a, "--nproc") == 0)
+                    f->nproc = (int)x;
+                else
+                    *(int64_t *)((char *)f + ints[k].off) = x;
+                matched = 1;
+            }
+            if (!matched)
+                return trainer_usage_error(t->prog, "unknown option '%s'", a);
+        }
+#undef NEED_VALUE
+    }
+    if (f->resume && !f->ckpt_dir)
+        return trainer_usage_error(t->prog, "--resume needs --ckpt-dir DIR");
+    if (f->resume && f->init_path)
+        return trainer_usage_error(t->prog, "--resume and --init exclude each other");
+    if (f->eval_path && !f->resume && !f->init_path)
+        return trainer_usage_error(t->prog, "--eval needs trained parameters: add --init CKPT or --resume --ckpt-dir DIR");
+    if (!f->eval_path && f->ndata == 0)
+        return trainer_usage_error(t->prog, "no training data: give --data FILE (FASTA or FASTA.gz)");
+    return -1;
+}

@@ -1,0 +1,431 @@
+/* loop.c - one rank's run: parameters initialised (or loaded), the step
+ * loop with its learning-rate schedule, evaluation on the validation split,
+ * progress lines, checkpoints. Everything that influences a step
+ * (parameters, AdamW moments, the step number, the loader's state) is in
+ * the checkpoint, and nothing else is random, so --resume continues
+ * bit-identically. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../util/util.h"
+#include "trainer.h"
+
+/* splitmix64 streams for parameter initialisation: one per parameter,
+ * keyed by its name, so adding a parameter does not reshuffle the others. */
+typedef struct Rng {
+    uint64_t s;
+} Rng;
+
+static uint64_t rng_u64(Rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(Rng *r) { return ((double)(rng_u64(r) >> 11) + 0.5) / 9007199254740992.0; }
+
+static double rng_normal(Rng *r)
+{
+    return sqrt(-2.0 * log(rng_unit(r))) * cos(6.283185307179586 * rng_unit(r));
+}
+
+
+static int find_inputs(Trainer *t)
+{
+    const IrGraph *g = t->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_EMBEDDING && n->src[0]->op == IR_OP_INPUT)
+            t->tokens_in = n->src[0];
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1]->op == IR_OP_INPUT)
+            t->targets_in = n->src[1];
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_INPUT && n != t->tokens_in && n != t->targets_in) {
+            fprintf(stderr, "%s: error: input `%s` is neither the token ids (fed to embedding) nor the targets "
+                    "(fed to the loss); the training binary feeds only those two\n", t->prog, n->label);
+            return 0;
+        }
+    }
+    if (!t->tokens_in || !t->targets_in) {
+        fprintf(stderr, "%s: error: the model must embed an i32 input of token ids and compute its loss against "
+                "an i32 input of targets\n", t->prog);
+        return 0;
+    }
+    int64_t want = t->local_batch * t->tr.seq;
+    if (ir_numel(t->tokens_in) != want || ir_numel(t->targets_in) != want) {
+        fprintf(stderr, "%s: error: the inputs must be [B, S] (%lld x %lld tokens)\n", t->prog,
+                (long long)t->local_batch, (long long)t->tr.seq);
+        return 0;
+    }
+    return 1;
+}
+
+static void init_params(Trainer *t)
+{
+    const IrGraph *g = t->g;
+    for (int p = 0; p < g->nparams; p++) {
+        IrNode *n = g->params[p];
+        float *w = t->params + t->param_off[p];
+        /* an expert shard takes its slice of the full tensor's values, so
+         * every ep gives the same initial model */
+        int64_t shard = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
+        int64_t numel = ir_numel(n), skip = shard > 1 ? numel * comm_ep_rank(t->comm) : 0;
+        Rng r = {hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull};
+        IrInit init = (IrInit)ir_attr_e(n, IR_ATTR_INIT);
+        for (int64_t e = -skip; e < numel; e++) {
+            double v = 0;
+            if (init == IR_INIT_NORMAL)
+                v = n->attr[IR_ATTR_STD].f * rng_normal(&r);
+            else if (init == IR_INIT_UNIFORM)
+                v = n->attr[IR_ATTR_BOUND].f * (2 * rng_unit(&r) - 1);
+            else if (init == IR_INIT_CONSTANT)
+                v = n->attr[IR_ATTR_VALUE].f;
+            else if (init == IR_INIT_ONES)
+                v = 1;
+            if (e >= 0)
+                w[e] = (float)v;
+        }
+    }
+}
+
+static double lr_at(const Trainer *t, int64_t step)
+{
+    const IrTrain *tr = &t->tr;
+    double peak = tr->lr, lo = tr->min_lr < peak ? tr->min_lr : peak;
+    if (strcmp(tr->schedule, "constant") == 0)
+        return peak;
+    if (step <= tr->warmup)
+        return peak * (double)step / (double)(tr->warmup > 0 ? tr->warmup : 1);
+    int64_t span = tr->steps - tr->warmup;
+    double progress = span > 0 ? (double)(step - tr->warmup) / (double)span : 1.0;
+    if (progress > 1)
+        progress = 1;
+    return lo + 0.5 * (peak - lo) * (1 + cos(3.141592653589793 * progress));
+}
+
+static int64_t count_targets(const int32_t *tg, int64_t n)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++)
+        c += tg[i] != DATA_IGNORE_INDEX;
+    return c;
+}
+
+/* Forward only, over `batches` batches of a loader (all rows when <= 0):
+ * the token-weighted mean loss. */
+static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out)
+{
+    data_loader_reset(l);
+    int64_t rows = data_loader_rows(l);
+    int64_t nb = (rows + t->tr.batch - 1) / t->tr.batch;
+    if (batches > 0 && batches < nb)
+        nb = batches;
+    double sums[2] = {0, 0};  /* loss x tokens, tokens */
+    int64_t bs = t->local_batch * t->tr.seq;
+    for (int64_t b = 0; b < nb; b++) {
+        data_loader_next(l, t->gtokens, t->gtargets);
+        memcpy(t->tokens, t->gtokens + t->rank * bs, sizeof(int32_t) * (size_t)bs);
+        memcpy(t->targets, t->gtargets + t->rank * bs, sizeof(int32_t) * (size_t)bs);
+        int64_t c = count_targets(t->targets, bs);
+        /* every rank runs the plan: its collectives need all of them */
+        double loss;
+        if (!t->be->ops->eval(t->be, t->tokens, t->targets, &loss))
+            die("rank %d: evaluation on %s: %s", t->rank, t->be->ops->name, t->be->ops->error(t->be));
+        if (c) {
+            sums[0] += loss * (double)c;
+            sums[1] += (double)c;
+        }
+    }
+    if (t->world > 1 && !trainer_allreduce_f64(t, COMM_WORLD, sums, 2))
+        die("rank %d: %s", t->rank, t->comm->error);
+    if (tokens_out)
+        *tokens_out = (int64_t)sums[1];
+    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+
+
+
+
+
+/* ------------------------------------------------------------ the GPU's steps */
+
+/* Reads the losses and norms of the GPU steps run since the last read:
+ * the ranks' mean, the first non-finite one reported with its step. */
+/* The losses of the steps since the last drain: the mean over the ranks
+ * of each step's loss, added to the log interval's sum. */
+static int drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, double *last)
+{
+    double losses[1024], norms[1024];
+    int n = 0;
+    if (!t->be->ops->read_steps(t->be, losses, norms, &n))
+        return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name, t->be->ops->error(t->be));
+    if (t->world > 1 && n > 0 && !trainer_allreduce_f64(t, COMM_WORLD, losses, n))
+        return trainer_error(t, "%s", t->comm->error);
+    for (int i = 0; i < n; i++) {
+        double loss = losses[i] / t->world;
+        if (!isfinite(loss))
+            return trainer_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
+                              (long long)(t->step - n + 1 + i));
+        *loss_sum += loss;
+        (*loss_n)++;
+        *last = loss;
+    }
+    if (n > 0)
+        *gnorm = norms[n - 1];
+    t->unread = 0;
+    return 1;
+}
+
+
+/* ------------------------------------------------------------ main */
+
+
+/* One rank's training run. t arrives with its flags, program name, plan,
+ * communicator, rank, world, ep, dp and the shared data. */
+int trainer_run(Trainer *t)
+{
+    if (t->f.steps >= 0)
+        t->tr.steps = t->f.steps;
+    if (t->f.lr > 0)
+        t->tr.lr = t->f.lr;
+    t->alpha = alphabet_get((AlphabetKind)alphabet_lookup(t->tr.alphabet));
+    t->obj = strcmp(t->tr.objective, "masked_lm") == 0 ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
+    t->local_batch = t->tr.batch / t->world;
+    if (!find_inputs(t))
+        return trainer_error(t, "the model's inputs do not fit the training binary");
+
+    /* parameters and AdamW moments, one allocation each */
+    const IrGraph *g = t->g;
+    t->param_off = calloc((size_t)g->nparams + 1, sizeof *t->param_off);
+    for (int p = 0; p < g->nparams; p++) {
+        t->param_off[p] = t->nparams_total;
+        t->nparams_total += ir_numel(g->params[p]);
+    }
+    int64_t gsize = t->tr.batch * t->tr.seq, lsize = t->local_batch * t->tr.seq;
+    t->params = calloc((size_t)t->nparams_total, sizeof(float));
+    t->adam = calloc((size_t)t->nparams_total * 2, sizeof(float));
+    t->tokens = calloc((size_t)lsize, sizeof(int32_t));
+    t->targets = calloc((size_t)lsize, sizeof(int32_t));
+    t->gtokens = calloc((size_t)gsize, sizeof(int32_t));
+    t->gtargets = calloc((size_t)gsize, sizeof(int32_t));
+    if (!t->params || !t->adam || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
+        return trainer_error(t, "out of memory for %lld parameters", (long long)t->nparams_total);
+    {
+        char err[2048];
+        BackendOptions o = {0};
+        o.graphs = !t->f.no_graphs;
+        o.ring = (int)(t->f.log_every < 1024 ? t->f.log_every : 1024);
+        int no_kernels = 0;
+        o.no_kernels = &no_kernels;
+        t->be = t->backend->create(t->pl, t->comm, &o, err, sizeof err);
+        /* --device auto falls back to the CPU when the GPU has no kernels (none embedded for it and no NVRTC),
+         * except under NCCL, whose ranks are GPUs; other failures (a plan that does not fit, a driver error)
+         * stop the run: the CPU would not do better */
+        if (!t->be && (!no_kernels || strcmp(t->f.device, "auto") != 0 || !strcmp(t->comm->ops->name, "nccl")))
+            return trainer_error(t, "the %s backend: %s", t->backend == &backend_cuda ? "GPU" : t->backend->name, err);
+        if (!t->be) {
+            if (is_rank0(t))
+                printf("device: cpu (the GPU backend could not start: %s; --device cuda makes this an error)\n", err);
+            t->backend = &backend_cpu;
+            t->be = t->backend->create(t->pl, t->comm, &o, err, sizeof err);
+            if (!t->be)
+                return trainer_error(t, "the cpu backend: %s", err);
+        }
+    }
+    init_params(t);
+
+    /* --eval FILE: the loss over all its sequences, then exit */
+    if (t->f.eval_path) {
+        char path[4096];
+        const char *ck = t->f.init_path ? t->f.init_path : trainer_ckpt_path(t, path, sizeof path);
+        if (!trainer_load_checkpoint(t, ck, 0))
+            return trainer_error(t, "cannot use %s", ck);
+        if (!t->be->ops->put_state(t->be, t->params, NULL))
+            return trainer_error(t, "%s", t->be->ops->error(t->be));
+        DataOptions o = DATA_OPTIONS_DEFAULT;
+        o.val_fraction = 1.0;
+        DataLoader l;
+        if (!data_loader_init_opts(&l, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+                                   (uint64_t)t->f.seed, t->obj, &o))
+            return trainer_error(t, "%s has no sequences to evaluate", t->f.eval_path);
+        int64_t ntok;
+        double loss = evaluate(t, &l, 0, &ntok);
+        if (is_rank0(t))
+            printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
+        data_loader_free(&l);
+        return 0;
+    }
+
+    if (!data_loader_init(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
+                          (uint64_t)t->f.seed, t->obj))
+        return trainer_error(t, "the training split is empty: give more sequences");
+    t->have_val = data_loader_init(&t->val_loader, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+                                   (uint64_t)t->f.seed, t->obj);
+    DataSplitStats ss[2];
+    data_split_stats(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, ss);
+    t->unigram = data_unigram_entropy(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, DATA_SPLIT_VAL, t->obj);
+
+    if (t->f.init_path && !trainer_load_checkpoint(t, t->f.init_path, 0))
+        return trainer_error(t, "cannot start from %s", t->f.init_path);
+    if (t->f.resume) {
+        char path[4096];
+        if (access(trainer_ckpt_path(t, path, sizeof path), F_OK) != 0)
+            return trainer_error(t, "--resume: no checkpoint at %s", path);
+        if (!trainer_load_checkpoint(t, path, 1))
+            return trainer_error(t, "cannot resume from %s", path);
+        if (is_rank0(t))
+            printf("resumed from %s at step %lld\n", path, (long long)t->step);
+    }
+    if (!t->be->ops->put_state(t->be, t->params, t->adam))
+        return trainer_error(t, "%s", t->be->ops->error(t->be));
+    if (t->f.dump_dir && is_rank0(t) && mkdir(t->f.dump_dir, 0755) != 0 && errno != EEXIST)
+        return trainer_error(t, "cannot create --dump directory %s: %s", t->f.dump_dir, strerror(errno));
+    if (is_rank0(t) && t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST)
+        return trainer_error(t, "cannot create checkpoint directory %s: %s", t->f.ckpt_dir, strerror(errno));
+    if (is_rank0(t) && t->f.log_path) {
+        t->log = fopen(t->f.log_path, t->f.resume ? "a" : "w");
+        if (!t->log)
+            return trainer_error(t, "cannot write %s: %s", t->f.log_path, strerror(errno));
+    }
+
+    if (is_rank0(t)) {
+        trainer_print_summary(t);
+        if (t->world > 1)
+            printf("ranks: %d (expert parallel %lld x data parallel %lld), %lld sequences per rank and step\n",
+                   t->world, (long long)t->ep, (long long)t->dp, (long long)t->local_batch);
+        for (int s = 0; s < 2; s++) {
+            char r[32];
+            fmt_count(r, sizeof r, (double)ss[s].nresidues);
+            printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s\n",
+                   s ? "validation" : "train", (long long)ss[s].nseq, r, (long long)ss[s].nunknown,
+                   t->alpha->tokens[t->alpha->unk]);
+        }
+        printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
+               t->unigram);
+        cJSON *start = cJSON_CreateObject();
+        cJSON_AddStringToObject(start, "event", "start");
+        cJSON_AddStringToObject(start, "model", g->model);
+        cJSON_AddNumberToObject(start, "params", (double)t->nparams_total);
+        cJSON_AddNumberToObject(start, "unigram_entropy", t->unigram);
+        cJSON_AddNumberToObject(start, "start_step", (double)t->step);
+        cJSON_AddNumberToObject(start, "ranks", t->world);
+        trainer_log(t, start);
+        fflush(stdout);
+    }
+
+    double t0 = wall_seconds(), tlast = t0;
+    int64_t first = t->step, tok_per_step = t->tr.batch * t->tr.seq;
+    double loss_sum = 0;
+    int loss_n = 0, measured = 0;
+    while (t->step < t->tr.steps) {
+        t->step++;
+        data_loader_next(&t->train_loader, t->gtokens, t->gtargets);
+        memcpy(t->tokens, t->gtokens + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
+        memcpy(t->targets, t->gtargets + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
+        double lr = lr_at(t, t->step), gnorm = 0, step_loss = NAN;
+        int do_eval = t->have_val && t->f.eval_every > 0 &&
+                      (t->step % t->f.eval_every == 0 || t->step == t->tr.steps);
+        int do_log = t->step % t->f.log_every == 0 || t->step == t->tr.steps || do_eval;
+        int do_ckpt = t->f.ckpt_dir && (t->step % t->f.ckpt_every == 0 || t->step == t->tr.steps);
+        int do_dump = t->f.dump_dir && t->step <= t->f.dump_steps;
+        /* the step may run asynchronously: its loss is read when the host needs it */
+        if (!t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step))
+            return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
+                              t->be->ops->error(t->be));
+        t->unread++;
+        if (do_log || do_eval || do_ckpt || do_dump || t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024)) {
+            if (!drain(t, &loss_sum, &loss_n, &gnorm, &step_loss))
+                return 1;
+            BackendInfo bi;
+            t->be->ops->info(t->be, &bi);
+            if (!measured && bi.measured && is_rank0(t)) {
+                /* planned vs what the device lost, once the first steps ran */
+                char pl[32], me[32];
+                fmt_bytes(pl, sizeof pl, (double)bi.planned_total);
+                fmt_bytes(me, sizeof me, (double)bi.measured);
+                printf("memory measured after step %lld: %s of device memory in use by this run (cuMemGetInfo), "
+                       "planned %s (%+.1f%%)%s\n", (long long)t->step, me, pl,
+                       100.0 * ((double)bi.measured - (double)bi.planned_total) / (double)bi.planned_total,
+                       t->world > 1 && !strcmp(t->comm->ops->name, "sim") ? " (all simulated ranks together)" : "");
+                cJSON *mo = cJSON_CreateObject();
+                cJSON_AddStringToObject(mo, "event", "gpu_memory");
+                cJSON_AddNumberToObject(mo, "planned_bytes", (double)bi.planned_total);
+                cJSON_AddNumberToObject(mo, "measured_bytes", (double)bi.measured);
+                trainer_log(t, mo);
+                measured = 1;
+            }
+        }
+        if (do_dump && !trainer_dump_step(t, step_loss, lr, gnorm))
+            return 1;
+        double val = NAN;
+        if (do_eval)
+            val = evaluate(t, &t->val_loader, t->f.val_batches, NULL);
+        double tnow = wall_seconds();
+        if (do_log && is_rank0(t)) {
+            double tps = (double)(tok_per_step * loss_n) / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
+            double elapsed = tnow - t0, eta = elapsed / (double)(t->step - first) * (double)(t->tr.steps - t->step);
+            char el[32], et[32], vs[48] = "";
+            fmt_duration(el, sizeof el, elapsed);
+            fmt_duration(et, sizeof et, eta);
+            if (do_eval)
+                snprintf(vs, sizeof vs, " | val %.4f", val);
+            printf("step %6lld/%lld | loss %.4f%s | lr %.2e | %7.0f tok/s | elapsed %s | eta %s\n",
+                   (long long)t->step, (long long)t->tr.steps, loss_sum / loss_n, vs, lr, tps, el, et);
+            fflush(stdout);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "step", (double)t->step);
+            cJSON_AddNumberToObject(o, "loss", loss_sum / loss_n);
+            cJSON_AddNumberToObject(o, "lr", lr);
+            cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+            cJSON_AddNumberToObject(o, "grad_norm", gnorm);
+            cJSON_AddNumberToObject(o, "elapsed_s", elapsed);
+            if (do_eval)
+                cJSON_AddNumberToObject(o, "val_loss", val);
+            trainer_log(t, o);
+        }
+        if (do_log) {
+            loss_sum = 0;
+            loss_n = 0;
+            tlast = wall_seconds();
+        }
+        if (do_ckpt) {
+            if (!trainer_save_checkpoint(t))
+                return 1;
+            tlast += wall_seconds() - tnow;  /* checkpoint time is not training throughput */
+        }
+    }
+    BackendInfo fin;
+    t->be->ops->info(t->be, &fin);
+    const BackendInfo *gi = &fin;
+    if (gi->coll_calls && t->world > 1 && is_rank0(t) && t->step > first) {
+        /* how much of the run the exchanges took (rank 0's view) */
+        double total = wall_seconds() - t0;
+        printf("collectives: %lld calls took %.2f s of rank 0's %.2f s (%.1f%%; waits for other ranks included)\n",
+               gi->coll_calls, gi->coll_seconds, total, 100.0 * gi->coll_seconds / (total > 0 ? total : 1));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "event", "collectives");
+        cJSON_AddNumberToObject(o, "calls", (double)gi->coll_calls);
+        cJSON_AddNumberToObject(o, "seconds", gi->coll_seconds);
+        cJSON_AddNumberToObject(o, "run_seconds", total);
+        trainer_log(t, o);
+    }
+    if (t->log)
+        fclose(t->log);
+    t->log = NULL;
+    return 0;
+}
+

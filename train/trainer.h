@@ -1,0 +1,101 @@
+/* trainer.h - what the files of the training binary share: its flags, one
+ * rank's state, and the functions each file gives the others.
+ *
+ *   train.c       the entry: flags checked once, the ranks (threads,
+ *                 processes or one of a launched run), the backend chosen
+ *   flags.c       the command line
+ *   loop.c        one rank's run: parameters, the step loop, evaluation
+ *   checkpoint.c  checkpoints, --init, --resume and --dump
+ *   metrics.c     the summary, progress lines and the JSONL metrics */
+#ifndef MOEC_TRAINER_H
+#define MOEC_TRAINER_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../data/data.h"
+#include "../plan/plan.h"
+#include "../runtime/backend.h"
+#include "../runtime/comm/comm.h"
+
+enum { MAX_DATA_FILES = 64 };
+
+typedef struct Flags {
+    const char *data[MAX_DATA_FILES];
+    int ndata;
+    int64_t steps, seed, batch, eval_every, ckpt_every, log_every, val_batches;
+    double lr;
+    const char *ckpt_dir, *log_path, *device, *eval_path, *init_path;
+    int resume, threads;
+    int simulate_ranks;  /* --simulate-ranks N: N ranks as threads of this process */
+    int nproc;           /* --nproc N: N processes on this host, over TCP */
+    const char *dump_dir;  /* --dump DIR: each step's batch, loss, gradients, params */
+    int64_t dump_steps;
+    int no_graphs;       /* --no-cuda-graph */
+} Flags;
+
+typedef struct Trainer {
+    Flags f;
+    const char *prog;
+    const Plan *pl;                /* shared by the ranks of this process */
+    const IrGraph *g;              /* pl->graph */
+    IrTrain tr;
+    const Alphabet *alpha;
+    Objective obj;
+    uint64_t model_hash;
+    /* parameters: one allocation, AdamW moments: one allocation */
+    float *params, *adam;          /* adam = [m | v] */
+    int64_t nparams_total;
+    int64_t *param_off;            /* per g->params index */
+    IrNode *tokens_in, *targets_in;
+    int32_t *tokens, *targets;
+    FastaSet data;
+    DataLoader train_loader, val_loader;
+    int have_val;
+    int64_t step;
+    FILE *log;
+    double unigram;
+    /* ranks: this one computes rows [rank * local_batch, +local_batch) of
+     * every global batch the loader draws */
+    Comm *comm;
+    int rank, world;
+    int64_t ep, dp, local_batch;
+    int32_t *gtokens, *gtargets;   /* the global batch */
+    const FastaSet *shared;        /* the data, read once for all ranks */
+    /* the backend that runs the steps (runtime/backend.h) */
+    const BackendOps *backend;
+    Backend *be;
+    int unread;                    /* steps whose losses the host has not read */
+} Trainer;
+
+static inline int is_rank0(const Trainer *t) { return t->rank == 0; }
+
+/* train.c */
+/* An error on one rank: printed with the rank, and the others told. Returns 1. */
+int trainer_error(Trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Collectives on host values over the rank's backend and transport. */
+int trainer_allreduce_f64(Trainer *t, CommGroup g, double *v, int64_t n);
+int trainer_allgather(Trainer *t, CommGroup g, const void *in, void *out, size_t bytes);
+
+/* flags.c */
+/* Parses the command line into t->f; -1 to go on, else the exit status (--help: 0, usage errors: 2). */
+int trainer_parse_flags(Trainer *t, int argc, char **argv);
+int trainer_usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* loop.c */
+/* One rank's whole run (t arrives with its flags, plan, communicator, rank, world and data). */
+int trainer_run(Trainer *t);
+
+/* checkpoint.c */
+const char *trainer_ckpt_path(const Trainer *t, char *buf, size_t n);
+int trainer_save_checkpoint(Trainer *t);
+/* Parameters, and with full also AdamW, the step and the loader's state. 1, or 0 after a message. */
+int trainer_load_checkpoint(Trainer *t, const char *path, int full);
+int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm);
+
+/* metrics.c */
+void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */
+void trainer_print_summary(Trainer *t);
+
+#endif
