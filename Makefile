@@ -86,10 +86,6 @@ $(BUILD)/obj/%.o: %.c $(GEN)/parser.h $(GEN)/lexer.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -c -o $@ $<
 
-# train.c still has static copies of util's fmt_count/fmt_bytes: util.h hides its declarations there (drop
-# this line when train.c uses util's)
-$(BUILD)/obj/train/train.o: CPPFLAGS_BASE += -DMOEC_OWN_FMT
-
 # the reference kernels are the CPU training path: let the compiler vectorise
 $(BUILD)/obj/runtime/cpu/kernels_f32.o $(BUILD)/obj/runtime/cpu/kernels_f64.o: OPT := -O3 -g
 

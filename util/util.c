@@ -1,5 +1,5 @@
 /* util.c - die(), float formatting that round-trips, checked arithmetic,
- * human-readable counts and sizes, atomic file writes. */
+ * atomic file writes, human-readable counts, sizes and durations. */
 #include "util.h"
 
 #include <errno.h>
@@ -58,21 +58,6 @@ int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out)
         return 0;
     *out = v;
     return 1;
-}
-
-void fmt_count(char *buf, size_t n, double v)
-{
-    if (v >= 1e9) snprintf(buf, n, "%.2f B", v / 1e9);
-    else if (v >= 1e6) snprintf(buf, n, "%.2f M", v / 1e6);
-    else if (v >= 1e3) snprintf(buf, n, "%.1f k", v / 1e3);
-    else snprintf(buf, n, "%.0f", v);
-}
-
-void fmt_bytes(char *buf, size_t n, double v)
-{
-    if (v >= 1 << 30) snprintf(buf, n, "%.2f GiB", v / (1 << 30));
-    else if (v >= 1 << 20) snprintf(buf, n, "%.1f MiB", v / (1 << 20));
-    else snprintf(buf, n, "%.1f KiB", v / 1024);
 }
 
 int write_file(const char *path, const void *data, size_t n, char *err, size_t errlen)

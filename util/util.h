@@ -28,14 +28,6 @@ int checked_add_i64(int64_t a, int64_t b, int64_t *out);
  * 1 and *out, or 0 for anything else (empty, trailing text, overflow). */
 int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
-/* Human-readable numbers, as the training binary prints them: a count
- * "999", "12.3 k", "1.23 M", "4.56 B"; bytes "0.5 KiB", "12.3 MiB",
- * "1.23 GiB" (powers of 1024, never plain bytes). */
-#ifndef MOEC_OWN_FMT /* train/train.c has its own static copies until it switches: the Makefile sets it there */
-void fmt_count(char *buf, size_t n, double v);
-void fmt_bytes(char *buf, size_t n, double v);
-#endif
-
 /* Writes n bytes to path atomically: a temporary file next to it, then
  * rename over it, so a reader never sees half a file and a failed write
  * leaves the old one. 1, or 0 with "PATH: cannot write: REASON" in err. */
