@@ -70,7 +70,7 @@ int ckpt_open(Ckpt *c, const char *path, char *err, size_t errlen)
         return 0;
     const char *fmt = st_metadata(&c->st, "format");
     if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0) {
-        snprintf(err, errlen, "%s is not a moec checkpoint (no format " CKPT_FORMAT " in its metadata)", path);
+        snprintf(err, errlen, "%s: not a moec checkpoint (no format " CKPT_FORMAT " in its metadata)", path);
         st_free(&c->st);
         return 0;
     }

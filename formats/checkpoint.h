@@ -50,7 +50,7 @@ typedef struct Ckpt {
 } Ckpt;
 
 /* Reads path and checks it is a moec checkpoint. 1, or 0 with a message
- * ("PATH: ..."). */
+ * "PATH: what is wrong" (as st_read's). */
 int ckpt_open(Ckpt *c, const char *path, char *err, size_t errlen);
 void ckpt_close(Ckpt *c);
 /* KIND.name if it is f32 of exactly this shape: the tensor; else NULL with

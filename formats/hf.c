@@ -34,6 +34,7 @@
 
 #include "../compiler/driver.h"
 #include "../util/util.h"
+#include "checkpoint.h"
 #include "safetensors.h"
 
 #ifndef MOEC_VERSION
@@ -953,29 +954,16 @@ static int params_read(ParamList *l, const HfConfig *c, HfWeights *w, const char
 static int save_checkpoint(const ParamList *l, const char *model_name, const char *text, size_t len,
                            const char *path, const char *source)
 {
-    SafeTensorsWriter w;
-    st_writer_init(&w);
-    char (*names)[112] = malloc(sizeof *names * (size_t)(l->n ? l->n : 1));
-    if (!names)
-        die("out of memory");
-    for (int i = 0; i < l->n; i++) {
-        snprintf(names[i], sizeof names[i], "param.%s", l->p[i].name);
-        st_writer_add(&w, names[i], ST_F32, l->p[i].rank, l->p[i].shape, l->p[i].data, l->p[i].n * 4);
-    }
-    char num[32];
-    st_writer_set_metadata(&w, "format", "moec-checkpoint-1");
-    st_writer_set_metadata(&w, "model", model_name);
-    snprintf(num, sizeof num, "%016llx", (unsigned long long)hash64(text, len));
-    st_writer_set_metadata(&w, "model_hash", num);
-    st_writer_set_metadata(&w, "step", "0");
-    st_writer_set_metadata(&w, "source", source);
-    st_writer_set_metadata(&w, "moec_version", MOEC_VERSION);
+    CkptWriter w;
+    ckpt_writer_init(&w, model_name, hash64(text, len), 0);
+    for (int i = 0; i < l->n; i++)
+        ckpt_writer_add(&w, CKPT_PARAM, l->p[i].name, l->p[i].rank, l->p[i].shape, l->p[i].data);
+    ckpt_writer_meta(&w, "source", source);
     char err[1024];
-    int ok = st_writer_save(&w, path, err, sizeof err);
+    int ok = ckpt_writer_save(&w, path, err, sizeof err);
     if (!ok)
         fprintf(stderr, "moec: error: %s\n", err);
-    st_writer_free(&w);
-    free(names);
+    ckpt_writer_free(&w);
     return ok;
 }
 
@@ -1346,7 +1334,7 @@ int hf_export_main(int argc, char **argv)
     int rc = 1;
     Compilation mc = {0}, rc_comp = {0};
     char *ref_text = NULL;
-    SafeTensors st = {0};
+    Ckpt ck = {0};
     SafeTensorsWriter w;
     st_writer_init(&w);
     ParamList pl = {0};
@@ -1392,17 +1380,13 @@ int hf_export_main(int argc, char **argv)
     free(src);
 
     char err[1024];
-    if (!st_read(ckpt, &st, err, sizeof err)) {
-        fprintf(stderr, "%s: error: %s\n", ckpt, err);
+    if (!ckpt_open(&ck, ckpt, err, sizeof err)) {
+        fprintf(stderr, "moec: error: %s\n", err);
         goto done;
     }
-    const char *fmt = st_metadata(&st, "format"), *mh = st_metadata(&st, "model_hash");
-    if (!fmt || strcmp(fmt, "moec-checkpoint-1") != 0) {
-        errf(ckpt, "not a moec checkpoint (no format moec-checkpoint-1 in its metadata)");
-        goto done;
-    }
-    char want[32];
-    snprintf(want, sizeof want, "%016llx", (unsigned long long)hash);
+    const char *mh = ck.model_hash;
+    char want[17];
+    ckpt_hash_text(hash, want);
     if (!mh || strcmp(mh, want) != 0)
         warnf(ckpt, "written for another version of %s (model hash %s, the file's is %s); exporting it, since "
               "every tensor's shape is checked", model, mh ? mh : "none", want);
@@ -1410,8 +1394,8 @@ int hf_export_main(int argc, char **argv)
     for (int i = 0; i < pl.n; i++) {
         Param *p = &pl.p[i];
         char nm[128];
-        snprintf(nm, sizeof nm, "param.%s", p->name);
-        const SafeTensor *x = st_find(&st, nm);
+        snprintf(nm, sizeof nm, "%s%s", ckpt_prefix[CKPT_PARAM], p->name);
+        const SafeTensor *x = st_find(&ck.st, nm);
         int ok = x && x->dtype == ST_F32 && x->rank == p->rank;
         for (int d = 0; ok && d < p->rank; d++)
             ok = x->shape[d] == p->shape[d];
@@ -1544,7 +1528,7 @@ done:
         free(names[i]);
     free(names);
     st_writer_free(&w);
-    st_free(&st);
+    ckpt_close(&ck);
     params_free(&pl);
     free(ref_text);
     free(cfg_path);

@@ -13,7 +13,7 @@
 
 #include "../util/util.h"
 #include "trainer.h"
-#include "../formats/safetensors.h"
+#include "../formats/checkpoint.h"
 
 const char *trainer_ckpt_path(const Trainer *t, char *buf, size_t n)
 {
@@ -51,99 +51,73 @@ int trainer_save_checkpoint(Trainer *t)
     const IrGraph *g = t->g;
     if (!t->be->ops->get_state(t->be, t->params, t->adam))
         return trainer_error(t, "checkpoint at step %lld: reading the %s backend's state: %s", (long long)t->step,
-                          t->be->ops->name, t->be->ops->error(t->be));
-    SafeTensorsWriter w;
-    st_writer_init(&w);
-    char **names = calloc((size_t)g->nparams * 3, sizeof(char *));
-    const float **bufs = calloc((size_t)g->nparams * 3, sizeof(float *));
-    int *owned = calloc((size_t)g->nparams * 3, sizeof(int));
+                             t->be->ops->name, t->be->ops->error(t->be));
+    CkptWriter w;
+    ckpt_writer_init(&w, g->model, t->model_hash, t->step);
+    const float **bufs = calloc((size_t)g->nparams * 3 + 1, sizeof(float *));
+    int *owned = calloc((size_t)g->nparams * 3 + 1, sizeof(int));
+    if (!bufs || !owned)
+        die("out of memory");
     for (int p = 0; p < g->nparams; p++) {
         IrNode *n = g->params[p];
         int64_t shape[IR_MAX_RANK];
         full_shape(t, n, shape);
-        size_t bytes = (size_t)ir_numel(n) * 4 * (ir_has_attr(n, IR_ATTR_SHARD) ? (size_t)t->ep : 1);
-        static const char *const pre[3] = {"param.", "adam_m.", "adam_v."};
-        const float *src[3] = {t->params + t->param_off[p], t->adam + t->param_off[p],
-                               t->adam + t->nparams_total + t->param_off[p]};
-        for (int k = 0; k < 3; k++) {
+        const float *src[CKPT_KIND_COUNT] = {t->params + t->param_off[p], t->adam + t->param_off[p],
+                                             t->adam + t->nparams_total + t->param_off[p]};
+        for (int k = 0; k < CKPT_KIND_COUNT; k++) {
             bufs[p * 3 + k] = full_tensor(t, p, src[k], &owned[p * 3 + k]);
-            names[p * 3 + k] = malloc(strlen(n->name) + 8);
-            sprintf(names[p * 3 + k], "%s%s", pre[k], n->name);
-            st_writer_add(&w, names[p * 3 + k], ST_F32, n->rank, shape, bufs[p * 3 + k], bytes);
+            ckpt_writer_add(&w, (CkptKind)k, n->name, n->rank, shape, bufs[p * 3 + k]);
         }
     }
     DataLoaderState ls;
     data_loader_state_get(&t->train_loader, &ls);
     int64_t ls_shape = (int64_t)sizeof ls;
-    st_writer_add(&w, "state.train_loader", ST_U8, 1, &ls_shape, &ls, sizeof ls);
-    st_writer_set_metadata(&w, "format", "moec-checkpoint-1");
-    st_writer_set_metadata(&w, "model", g->model);
-    snprintf(num, sizeof num, "%016llx", (unsigned long long)t->model_hash);
-    st_writer_set_metadata(&w, "model_hash", num);
-    snprintf(num, sizeof num, "%lld", (long long)t->step);
-    st_writer_set_metadata(&w, "step", num);
+    st_writer_add(&w.st, "state.train_loader", ST_U8, 1, &ls_shape, &ls, sizeof ls);
     snprintf(num, sizeof num, "%lld", (long long)t->f.seed);
-    st_writer_set_metadata(&w, "seed", num);
-    st_writer_set_metadata(&w, "moec_version", moec_version());
+    ckpt_writer_meta(&w, "seed", num);
     int ok = 1;
     if (is_rank0(t)) {
-        ok = st_writer_save(&w, trainer_ckpt_path(t, path, sizeof path), err, sizeof err);
+        ok = ckpt_writer_save(&w, trainer_ckpt_path(t, path, sizeof path), err, sizeof err);
         if (!ok)
             trainer_error(t, "checkpoint at step %lld not written: %s", (long long)t->step, err);
     }
-    st_writer_free(&w);
-    for (int i = 0; i < g->nparams * 3; i++) {
-        free(names[i]);
+    ckpt_writer_free(&w);
+    for (int i = 0; i < g->nparams * 3; i++)
         if (owned[i])
             free((void *)bufs[i]);
-    }
-    free(names);
     free(bufs);
     free(owned);
     return ok;
 }
 
-/* Loads parameters (and, for a resume, the optimizer and loader state). */
 int trainer_load_checkpoint(Trainer *t, const char *path, int full)
 {
-    SafeTensors st;
-    char err[512];
-    if (!st_read(path, &st, err, sizeof err)) {
+    Ckpt c;
+    char err[1024];
+    if (!ckpt_open(&c, path, err, sizeof err)) {
         fprintf(stderr, "%s: error: %s\n", t->prog, err);
         return 0;
     }
     int ok = 1;
-    const char *fmt = st_metadata(&st, "format"), *hash = st_metadata(&st, "model_hash");
-    const char *step = st_metadata(&st, "step"), *model = st_metadata(&st, "model");
-    char want[32];
-    snprintf(want, sizeof want, "%016llx", (unsigned long long)t->model_hash);
-    if (!fmt || strcmp(fmt, "moec-checkpoint-1") != 0) {
-        fprintf(stderr, "%s: error: %s is not a moec checkpoint (no format moec-checkpoint-1 in its metadata)\n",
-                t->prog, path);
-        ok = 0;
-    } else if (!hash || strcmp(hash, want) != 0) {
+    char want[17];
+    ckpt_hash_text(t->model_hash, want);
+    if (!c.model_hash || strcmp(c.model_hash, want) != 0) {
         fprintf(stderr, "%s: error: %s was written for another model (model `%s`, plan hash %s; this binary is "
-                "`%s`, plan hash %s)\n", t->prog, path, model ? model : "?", hash ? hash : "none", t->g->model, want);
+                "`%s`, plan hash %s)\n", t->prog, path, c.model ? c.model : "?", c.model_hash ? c.model_hash : "none",
+                t->g->model, want);
         ok = 0;
     }
     const IrGraph *g = t->g;
     for (int p = 0; ok && p < g->nparams; p++) {
         IrNode *n = g->params[p];
-        static const char *const pre[3] = {"param.", "adam_m.", "adam_v."};
-        float *dst[3] = {t->params + t->param_off[p], t->adam + t->param_off[p],
-                         t->adam + t->nparams_total + t->param_off[p]};
-        for (int k = 0; ok && k < (full ? 3 : 1); k++) {
-            char name[1024];
-            snprintf(name, sizeof name, "%s%s", pre[k], n->name);
-            const SafeTensor *x = st_find(&st, name);
+        float *dst[CKPT_KIND_COUNT] = {t->params + t->param_off[p], t->adam + t->param_off[p],
+                                       t->adam + t->nparams_total + t->param_off[p]};
+        for (int k = 0; ok && k < (full ? CKPT_KIND_COUNT : 1); k++) {
             int64_t shape[IR_MAX_RANK];
             full_shape(t, n, shape);
-            int shape_ok = x && x->dtype == ST_F32 && x->rank == n->rank;
-            for (int d = 0; shape_ok && d < n->rank; d++)
-                shape_ok = x->shape[d] == shape[d];
-            if (!shape_ok) {
-                fprintf(stderr, "%s: error: %s: tensor %s is %s\n", t->prog, path, name,
-                        x ? "of another dtype or shape" : "missing");
+            const SafeTensor *x = ckpt_tensor(&c, (CkptKind)k, n->name, n->rank, shape, err, sizeof err);
+            if (!x) {
+                fprintf(stderr, "%s: error: %s: %s\n", t->prog, path, err);
                 ok = 0;
                 break;
             }
@@ -154,9 +128,8 @@ int trainer_load_checkpoint(Trainer *t, const char *path, int full)
         }
     }
     if (ok && full) {
-        const SafeTensor *ls = st_find(&st, "state.train_loader");
-        int64_t s = 0;
-        if (!ls || ls->nbytes != sizeof(DataLoaderState) || !step || !parse_i64_in(step, 0, INT64_MAX, &s)) {
+        const SafeTensor *ls = st_find(&c.st, "state.train_loader");
+        if (!ls || ls->nbytes != sizeof(DataLoaderState) || c.step < 0) {
             fprintf(stderr, "%s: error: %s has no valid training state (step, loader)\n", t->prog, path);
             ok = 0;
         } else {
@@ -167,10 +140,10 @@ int trainer_load_checkpoint(Trainer *t, const char *path, int full)
                         "resume with the same --data and --seed\n", t->prog, path);
                 ok = 0;
             }
-            t->step = s;
+            t->step = c.step;
         }
     }
-    st_free(&st);
+    ckpt_close(&c);
     return ok;
 }
 
