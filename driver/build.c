@@ -63,6 +63,16 @@ Plan *driver_replan(const Plan *p, int64_t batch, int64_t world, char *err, size
     else
         snprintf(err, errlen, "the model does not compile for batch %lld over %lld ranks", (long long)c.opts.batch,
                  (long long)(world > 0 ? world : 1));
+    /* the image compiled for the old shapes goes along: the GPU backend then says why it compiles anew */
+    if (q && p->image) {
+        q->image = malloc(p->image_size);
+        if (!q->image)
+            die("out of memory");
+        memcpy(q->image, p->image, p->image_size);
+        q->image_size = p->image_size;
+        memcpy(q->image_arch, p->image_arch, sizeof q->image_arch);
+        q->image_hash = p->image_hash;
+    }
     compilation_free(&c);
     return q;
 }
