@@ -1525,7 +1525,7 @@ static void lower_train(Lower *L, const AstModel *m)
             const char *w = train_word(L, t, opts);
             if (!w)
                 continue;
-            tr->schedule = w;
+            tr->schedule = (IrSchedule)ir_name_index(ir_schedule_name, w, strlen(w));
             if (t->value->kind == AST_CALL) {
                 static const char *const names[] = {"warmup", "min_lr"};
                 double warm = (double)tr->warmup;
@@ -1550,7 +1550,7 @@ static void lower_train(Lower *L, const AstModel *m)
             static const char *const opts[] = {"protein", "dna", "none", NULL};
             const char *w = train_word(L, t, opts);
             if (w)
-                tr->alphabet = w;
+                tr->alphabet = (IrAlphabet)ir_name_index(ir_alphabet_name, w, strlen(w));
         } else if (strcmp(key, "ep") == 0 || strcmp(key, "dp") == 0) {
             if (train_int(L, t->value, key, 1, 4096, &i64))
                 *(key[0] == 'e' ? &tr->ep : &tr->dp) = i64;
@@ -1689,7 +1689,7 @@ IrGraph *lower_model(Arena *arena, Diag *diag, const AstModel *m, const char *pa
     L.g->loss = ln;
     for (int i = 0; i < L.g->nnodes; i++)
         if (L.g->nodes[i]->op == IR_OP_MASKED_LM_LOSS)
-            L.g->train.objective = "masked_lm";
+            L.g->train.objective = IR_OBJ_MASKED_LM;
 
     /* parameters nobody reads are almost always a typo */
     ir_count_uses(L.g);

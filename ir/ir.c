@@ -98,16 +98,29 @@ int ir_dtype_lookup(const char *name)
 
 int ir_dtype_is_float(IrDType t) { return t != IR_I32; }
 
+const char *const ir_optimizer_name[] = {"adamw", NULL};
+const char *const ir_schedule_name[] = {"warmup_cosine", "constant", NULL};
+const char *const ir_alphabet_name[] = {"protein", "dna", "none", NULL};
+const char *const ir_objective_name[] = {"causal_lm", "masked_lm", NULL};
+
+int ir_name_index(const char *const *names, const char *name, size_t n)
+{
+    for (int i = 0; names[i]; i++)
+        if (strlen(names[i]) == n && memcmp(names[i], name, n) == 0)
+            return i;
+    return -1;
+}
+
 void ir_train_defaults(IrTrain *t)
 {
     memset(t, 0, sizeof *t);
-    t->optimizer = "adamw";
+    t->optimizer = IR_OPT_ADAMW;
     t->lr = 3e-4;
     t->beta1 = 0.9;
     t->beta2 = 0.95;
     t->eps = 1e-8;
     t->weight_decay = 0.1;
-    t->schedule = "warmup_cosine";
+    t->schedule = IR_SCHED_WARMUP_COSINE;
     t->warmup = 100;
     t->min_lr = 3e-5;
     t->precision = IR_PREC_BF16;
@@ -117,8 +130,8 @@ void ir_train_defaults(IrTrain *t)
     t->seq = 128;
     t->grad_clip = 1.0;
     t->steps = 1000;
-    t->alphabet = "none";
-    t->objective = "causal_lm";
+    t->alphabet = IR_ALPHABET_NONE;
+    t->objective = IR_OBJ_CAUSAL_LM;
     t->aux_loss_coef = 0.0;
 }
 

@@ -151,10 +151,24 @@ const char *const *ir_attr_enum_names(IrAttrKey k);
 /* The value named `name` (n bytes) of enumerated attribute k, or -1. */
 int ir_attr_enum_lookup(IrAttrKey k, const char *name, size_t n);
 
+/* The train section's closed choices, as enums; their names (NULL-
+ * terminated, in enum order) are what the language, the dumps and the IR
+ * reader use. */
+typedef enum IrOptimizer { IR_OPT_ADAMW } IrOptimizer;
+typedef enum IrSchedule { IR_SCHED_WARMUP_COSINE, IR_SCHED_CONSTANT } IrSchedule;
+typedef enum IrAlphabet { IR_ALPHABET_PROTEIN, IR_ALPHABET_DNA, IR_ALPHABET_NONE } IrAlphabet;
+typedef enum IrObjective { IR_OBJ_CAUSAL_LM, IR_OBJ_MASKED_LM } IrObjective;
+extern const char *const ir_optimizer_name[];
+extern const char *const ir_schedule_name[];
+extern const char *const ir_alphabet_name[];
+extern const char *const ir_objective_name[];
+/* The index of `name` (n bytes) in a NULL-terminated name table, or -1. */
+int ir_name_index(const char *const *names, const char *name, size_t n);
+
 typedef struct IrTrain {
-    const char *optimizer;        /* adamw */
+    IrOptimizer optimizer;
     double lr, beta1, beta2, eps, weight_decay;
-    const char *schedule;         /* warmup_cosine | constant */
+    IrSchedule schedule;
     int64_t warmup;
     double min_lr;
     IrPrecision precision;
@@ -162,8 +176,8 @@ typedef struct IrTrain {
     int64_t batch, seq;
     double grad_clip;
     int64_t steps;
-    const char *alphabet;         /* protein | dna | none */
-    const char *objective;        /* causal_lm | masked_lm (from the loss op) */
+    IrAlphabet alphabet;
+    IrObjective objective;        /* from the loss op */
     double aux_loss_coef;
     int decay_norms, decay_embeddings;  /* AdamW weight decay on norm weights / embedding tables (default off) */
 } IrTrain;

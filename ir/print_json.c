@@ -55,7 +55,7 @@ static cJSON *train_json(const IrTrain *t)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *opt = cJSON_AddObjectToObject(o, "optimizer");
-    cJSON_AddStringToObject(opt, "name", t->optimizer);
+    cJSON_AddStringToObject(opt, "name", ir_optimizer_name[t->optimizer]);
     add_double(opt, "lr", t->lr);
     cJSON *betas = cJSON_AddArrayToObject(opt, "betas");
     char b[32];
@@ -69,7 +69,7 @@ static cJSON *train_json(const IrTrain *t)
     if (!t->decay_embeddings)
         cJSON_AddItemToArray(nd, cJSON_CreateString("embeddings"));
     cJSON *sch = cJSON_AddObjectToObject(o, "schedule");
-    cJSON_AddStringToObject(sch, "name", t->schedule);
+    cJSON_AddStringToObject(sch, "name", ir_schedule_name[t->schedule]);
     add_int(sch, "warmup", t->warmup);
     add_double(sch, "min_lr", t->min_lr);
     cJSON_AddStringToObject(o, "precision", ir_precision_name[t->precision]);
@@ -80,8 +80,8 @@ static cJSON *train_json(const IrTrain *t)
     add_double(o, "grad_clip", t->grad_clip);
     add_int(o, "steps", t->steps);
     add_double(o, "aux_loss", t->aux_loss_coef);
-    cJSON_AddStringToObject(o, "alphabet", t->alphabet);
-    cJSON_AddStringToObject(o, "objective", t->objective);
+    cJSON_AddStringToObject(o, "alphabet", ir_alphabet_name[t->alphabet]);
+    cJSON_AddStringToObject(o, "objective", ir_objective_name[t->objective]);
     return o;
 }
 

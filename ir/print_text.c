@@ -68,15 +68,15 @@ static void print_naming(const IrNode *n, const IrNodeMap *byname, FILE *out)
 void ir_print_train(const IrTrain *t, FILE *out)
 {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32];
-    fprintf(out, "# train: optimizer %s(lr = %s, betas = (%s, %s), eps = %s, weight_decay = %s)\n", t->optimizer,
+    fprintf(out, "# train: optimizer %s(lr = %s, betas = (%s, %s), eps = %s, weight_decay = %s)\n", ir_optimizer_name[t->optimizer],
             fmt_double(a, t->lr), fmt_double(b, t->beta1), fmt_double(c, t->beta2), fmt_double(d, t->eps),
             fmt_double(e, t->weight_decay));
-    fprintf(out, "#        schedule %s(warmup = %lld, min_lr = %s), precision %s, ep %lld, dp %lld\n", t->schedule,
+    fprintf(out, "#        schedule %s(warmup = %lld, min_lr = %s), precision %s, ep %lld, dp %lld\n", ir_schedule_name[t->schedule],
             (long long)t->warmup, fmt_double(f, t->min_lr), ir_precision_name[t->precision], (long long)t->ep,
             (long long)t->dp);
     fprintf(out, "#        batch %lld, seq %lld, grad_clip %s, steps %lld, aux_loss %s, alphabet %s, objective %s\n",
             (long long)t->batch, (long long)t->seq, fmt_double(g, t->grad_clip), (long long)t->steps,
-            fmt_double(a, t->aux_loss_coef), t->alphabet, t->objective);
+            fmt_double(a, t->aux_loss_coef), ir_alphabet_name[t->alphabet], ir_objective_name[t->objective]);
     if (t->decay_norms || t->decay_embeddings)
         fprintf(out, "#        weight decay also on:%s%s\n", t->decay_norms ? " norms" : "",
                 t->decay_embeddings ? " embeddings" : "");

@@ -299,17 +299,23 @@ static int read_word_in(Reader *r, const char **out, const char *what, const cha
     return 1;
 }
 
-static const char *const optimizers[] = {"adamw", NULL};
-static const char *const schedules[] = {"warmup_cosine", "constant", NULL};
-static const char *const alphabets[] = {"protein", "dna", "none", NULL};
-static const char *const objectives[] = {"causal_lm", "masked_lm", NULL};
+/* One of a train enum's names (ir_*_name) into *out. */
+#define read_enum_in(r, out, what, names) read_enum_at(r, (int *)(out), what, names)
+static int read_enum_at(Reader *r, int *out, const char *what, const char *const *names)
+{
+    const char *w = NULL;
+    if (!read_word_in(r, &w, what, names))
+        return 0;
+    *out = ir_name_index(names, w, strlen(w));
+    return 1;
+}
 
 /* The lines ir_print_train writes; r->p is after "# train:" or "#". */
 static int train_line(Reader *r)
 {
     IrTrain *t = &r->g->train;
     if (accept_word(r, "optimizer")) {
-        return read_word_in(r, &t->optimizer, "optimizer", optimizers) && expect(r, "(", "'('") &&
+        return read_enum_in(r, &t->optimizer, "optimizer", ir_optimizer_name) && expect(r, "(", "'('") &&
                expect(r, "lr =", "'lr ='") && read_float(r, &t->lr, "lr") && expect(r, ",", "','") &&
                expect(r, "betas = (", "'betas = ('") && read_float(r, &t->beta1, "beta1") && expect(r, ",", "','") &&
                read_float(r, &t->beta2, "beta2") && expect(r, "),", "'),'") && expect(r, "eps =", "'eps ='") &&
@@ -320,7 +326,7 @@ static int train_line(Reader *r)
     if (accept_word(r, "schedule")) {
         const char *w;
         size_t n;
-        if (!read_word_in(r, &t->schedule, "schedule", schedules) || !expect(r, "(", "'('") ||
+        if (!read_enum_in(r, &t->schedule, "schedule", ir_schedule_name) || !expect(r, "(", "'('") ||
             !expect(r, "warmup =", "'warmup ='") || !read_int(r, 0, INT64_MAX, &t->warmup, "warmup") ||
             !expect(r, ",", "','") || !expect(r, "min_lr =", "'min_lr ='") ||
             !read_float(r, &t->min_lr, "min_lr") || !expect(r, "),", "'),'") ||
@@ -346,8 +352,8 @@ static int train_line(Reader *r)
                read_int(r, 0, INT64_MAX, &t->steps, "steps") && expect(r, ",", "','") &&
                expect(r, "aux_loss", "'aux_loss'") && read_float(r, &t->aux_loss_coef, "aux_loss") &&
                expect(r, ",", "','") && expect(r, "alphabet", "'alphabet'") &&
-               read_word_in(r, &t->alphabet, "alphabet", alphabets) && expect(r, ",", "','") &&
-               expect(r, "objective", "'objective'") && read_word_in(r, &t->objective, "objective", objectives) &&
+               read_enum_in(r, &t->alphabet, "alphabet", ir_alphabet_name) && expect(r, ",", "','") &&
+               expect(r, "objective", "'objective'") && read_enum_in(r, &t->objective, "objective", ir_objective_name) &&
                end_of_line(r);
     }
     if (accept(r, "weight decay also on:")) {

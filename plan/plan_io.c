@@ -232,7 +232,7 @@ char *plan_to_json(const Plan *p, int with_source)
      * its kernels' arguments, for readers of kernels.cu */
     const IrTrain *tr = &g->train;
     cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
-    cJSON_AddStringToObject(opt, "name", tr->optimizer ? tr->optimizer : "adamw");
+    cJSON_AddStringToObject(opt, "name", ir_optimizer_name[tr->optimizer]);
     cJSON_AddNumberToObject(opt, "lr", tr->lr);
     cJSON_AddNumberToObject(opt, "beta1", tr->beta1);
     cJSON_AddNumberToObject(opt, "beta2", tr->beta2);

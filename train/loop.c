@@ -103,7 +103,7 @@ static double lr_at(const Trainer *t, int64_t step)
 {
     const IrTrain *tr = &t->tr;
     double peak = tr->lr, lo = tr->min_lr < peak ? tr->min_lr : peak;
-    if (strcmp(tr->schedule, "constant") == 0)
+    if (tr->schedule == IR_SCHED_CONSTANT)
         return peak;
     if (step <= tr->warmup)
         return peak * (double)step / (double)(tr->warmup > 0 ? tr->warmup : 1);
@@ -202,8 +202,8 @@ int trainer_run(Trainer *t)
         t->tr.steps = t->f.steps;
     if (t->f.lr > 0)
         t->tr.lr = t->f.lr;
-    t->alpha = alphabet_get((AlphabetKind)alphabet_lookup(t->tr.alphabet));
-    t->obj = strcmp(t->tr.objective, "masked_lm") == 0 ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
+    t->alpha = alphabet_get(t->tr.alphabet == IR_ALPHABET_DNA ? ALPHABET_DNA : ALPHABET_PROTEIN);
+    t->obj = t->tr.objective == IR_OBJ_MASKED_LM ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
     t->local_batch = t->tr.batch / t->world;
     if (!find_inputs(t))
         return trainer_error(t, "the model's inputs do not fit the training binary");

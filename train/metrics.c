@@ -77,6 +77,6 @@ void trainer_print_summary(Trainer *t)
     }
     printf("training: %lld steps, batch %lld x seq %lld = %lld tokens/step, lr %g (%s, warmup %lld, min %g), "
            "objective %s\n", (long long)t->tr.steps, (long long)t->tr.batch, (long long)t->tr.seq,
-           (long long)(t->tr.batch * t->tr.seq), t->tr.lr, t->tr.schedule, (long long)t->tr.warmup, t->tr.min_lr,
+           (long long)(t->tr.batch * t->tr.seq), t->tr.lr, ir_schedule_name[t->tr.schedule], (long long)t->tr.warmup, t->tr.min_lr,
            t->obj == OBJECTIVE_MASKED ? "masked LM (15%)" : "causal LM");
 }

@@ -37,14 +37,13 @@
 
 int train_check_alphabet(const IrGraph *g, Diag *d)
 {
-    int kind = alphabet_lookup(g->train.alphabet);
     SrcLoc none = {0, 0, 0};
-    if (kind < 0) {
+    if (g->train.alphabet == IR_ALPHABET_NONE) {
         diag_error(d, none, "model `%s` has no alphabet: add `alphabet protein` or `alphabet dna` to its train "
                    "section to train it on FASTA data", g->model);
         return 0;
     }
-    const Alphabet *a = alphabet_get((AlphabetKind)kind);
+    const Alphabet *a = alphabet_get(g->train.alphabet == IR_ALPHABET_DNA ? ALPHABET_DNA : ALPHABET_PROTEIN);
     int ok = 1;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
@@ -244,7 +243,7 @@ int train_main(int argc, char **argv, const Plan *plan)
 
     /* the data, read once */
     FastaSet data;
-    const Alphabet *alpha = alphabet_get((AlphabetKind)alphabet_lookup(tr.alphabet));
+    const Alphabet *alpha = alphabet_get(tr.alphabet == IR_ALPHABET_DNA ? ALPHABET_DNA : ALPHABET_PROTEIN);
     if (!(f.eval_path ? load_data(&data, alpha, &f.eval_path, 1) : load_data(&data, alpha, f.data, f.ndata))) {
         fasta_set_free(&data);
         return 1;

@@ -66,11 +66,11 @@ static void check_same_graph(const IrGraph *g, const IrGraph *h, const char *wha
         pg = g->params[p]->id == h->params[p]->id && g->grads[p]->id == h->grads[p]->id;
     CHECK(pg, "%s: params/grads (%d, %d read)", what, g->nparams, h->nparams);
     const IrTrain *s = &g->train, *t = &h->train;
-    CHECK(same_str(s->optimizer, t->optimizer) && s->lr == t->lr && s->beta1 == t->beta1 && s->beta2 == t->beta2 &&
-          s->eps == t->eps && s->weight_decay == t->weight_decay && same_str(s->schedule, t->schedule) &&
+    CHECK(s->optimizer == t->optimizer && s->lr == t->lr && s->beta1 == t->beta1 && s->beta2 == t->beta2 &&
+          s->eps == t->eps && s->weight_decay == t->weight_decay && s->schedule == t->schedule &&
           s->warmup == t->warmup && s->min_lr == t->min_lr && s->precision == t->precision && s->ep == t->ep &&
           s->dp == t->dp && s->batch == t->batch && s->seq == t->seq && s->grad_clip == t->grad_clip &&
-          s->steps == t->steps && same_str(s->alphabet, t->alphabet) && same_str(s->objective, t->objective) &&
+          s->steps == t->steps && s->alphabet == t->alphabet && s->objective == t->objective &&
           s->aux_loss_coef == t->aux_loss_coef && s->decay_norms == t->decay_norms &&
           s->decay_embeddings == t->decay_embeddings, "%s: the train section", what);
     int dd = g->decisions.len == h->decisions.len;
