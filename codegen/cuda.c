@@ -644,25 +644,3 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     return 1;
 }
 
-void cuda_plan_clear(Plan *p)
-{
-    for (int i = 0; i < p->nbufs; i++)
-        free(p->bufs[i].name);
-    free(p->bufs);
-    for (int i = 0; i < p->nlaunches; i++) {
-        free(p->launches[i].args);
-        free(p->launches[i].what);
-    }
-    free(p->launches);
-    for (int k = 0; k < p->nkernels; k++)
-        free(p->kernel_names[k]);
-    free(p->kernel_names);
-    free(p->cuda_source);
-    p->bufs = NULL;
-    p->launches = NULL;
-    p->kernel_names = NULL;
-    p->cuda_source = NULL;
-    p->nbufs = p->nlaunches = p->nkernels = p->eval_launches = p->nkernel_launches = p->ncollectives = 0;
-    p->cuda_source_len = 0;
-    memset(&p->memory, 0, sizeof p->memory);
-}

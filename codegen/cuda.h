@@ -35,10 +35,9 @@ typedef struct CudaOptions {
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be
  * NULL) why the graph cannot run on the GPU (a custom op from a plugin).
- * opts may be NULL. Internal errors die(). */
+ * opts may be NULL. Internal errors die(). p must have no GPU part yet
+ * (plan_clear_gpu removes one). */
 int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d);
-/* Removes p's GPU part (before generating it again). */
-void cuda_plan_clear(Plan *p);
 
 /* Whether the emitter table covers op (for the tests): 1 launches kernels,
  * 2 no launch (leaf or alias), 3 host-side collective, 4 refused, 0 none. */

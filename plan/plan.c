@@ -120,10 +120,8 @@ void plan_set_image(Plan *p, const char *arch, const void *image, size_t size)
     p->image_hash = hash64(p->cuda_source, p->cuda_source_len);
 }
 
-void plan_free(Plan *p)
+void plan_clear_gpu(Plan *p)
 {
-    if (!p)
-        return;
     for (int i = 0; i < p->nbufs; i++)
         free(p->bufs[i].name);
     free(p->bufs);
@@ -137,6 +135,20 @@ void plan_free(Plan *p)
     free(p->kernel_names);
     free(p->cuda_source);
     free(p->gpu_unsupported);
+    p->bufs = NULL;
+    p->launches = NULL;
+    p->kernel_names = NULL;
+    p->cuda_source = p->gpu_unsupported = NULL;
+    p->nbufs = p->nlaunches = p->nkernels = p->eval_launches = p->nkernel_launches = p->ncollectives = 0;
+    p->cuda_source_len = 0;
+    memset(&p->memory, 0, sizeof p->memory);
+}
+
+void plan_free(Plan *p)
+{
+    if (!p)
+        return;
+    plan_clear_gpu(p);
     free(p->image);
     free(p->params);
     free(p->ir_text);

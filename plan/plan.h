@@ -156,6 +156,8 @@ typedef struct Plan {
  * when the graph is no training graph (no loss, no gradients, no inputs). */
 Plan *plan_create(IrGraph *g, Arena *arena, char *err, size_t errlen);
 void plan_free(Plan *p);
+/* Removes the GPU part (tensor table, launches, kernels), e.g. before codegen fills it again. */
+void plan_clear_gpu(Plan *p);
 
 /* The source and options the plan was made from (copied). */
 void plan_set_source(Plan *p, const char *path, const char *text, size_t len, const char *const *plugins,

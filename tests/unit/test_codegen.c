@@ -357,7 +357,7 @@ static void test_models(void)
               "%s: %d kernels, %d launches", what, pl->nkernels, pl->nkernel_launches);
         char *src1 = xstrdup(pl->cuda_source), *json1 = plan_to_json(pl, 1);
         int nk1 = pl->nkernels, nl1 = pl->nkernel_launches;
-        cuda_plan_clear(pl);
+        plan_clear_gpu(pl);
         ok = cuda_codegen(pl, NULL, NULL);
         char *json2 = plan_to_json(pl, 1);
         CHECK(ok && strcmp(src1, pl->cuda_source) == 0 && strcmp(json1, json2) == 0,
@@ -375,7 +375,7 @@ static void test_models(void)
         free(json2);
         /* one kernel per launch without sharing: the same launches */
         CudaOptions no_share = {1};
-        cuda_plan_clear(pl);
+        plan_clear_gpu(pl);
         CHECK(cuda_codegen(pl, &no_share, NULL) && pl->nkernel_launches == nl1 && pl->nkernels >= nk1,
               "%s: without kernel sharing, %d kernels for the same %d launches", what, pl->nkernels,
               pl->nkernel_launches);
