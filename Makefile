@@ -34,10 +34,10 @@ DATA_SRC = data/data.c
 FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c
 TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
-# (codegen/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
+# (util/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
            codegen/cuda_loss.c codegen/cuda_optim.c runtime/gpu/nvrtc.c
-CODEGEN_CUH = codegen/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh
+CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh
 LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(DRIVER_SRC) $(RT_SRC) $(DATA_SRC) \
            $(FMT_SRC) $(TRAIN_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
@@ -67,7 +67,7 @@ $(GEN)/cuda_prelude.c: $(CODEGEN_CUH) Makefile
 	@mkdir -p $(GEN)
 	@{ echo '/* generated from $(CODEGEN_CUH) by the Makefile: do not edit */'; \
 	  echo 'const char cuda_prelude_mxfp8[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/e4m3.h codegen/mxfp8.cuh; echo ';'; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' util/e4m3.h codegen/mxfp8.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_lib[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/prelude.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_sm90_sched[] ='; \

@@ -28,13 +28,6 @@
 #include "../formats/safetensors.h"
 #include "../train/train.h"
 
-#ifndef MOEC_VERSION
-#define MOEC_VERSION "0.1.0"
-#endif
-#ifndef MOEC_GIT
-#define MOEC_GIT "unknown"
-#endif
-
 typedef struct Options {
     const char *command;
     const char *file;
@@ -304,7 +297,7 @@ static int parse_options(int argc, char **argv, Options *o)
             fputs(usage_for(o->command), stdout);
             return 0;
         } else if (strcmp(a, "--version") == 0) {
-            printf("moec %s (%s)\n", MOEC_VERSION, MOEC_GIT);
+            printf("moec %s\n", moec_version());
             return 0;
         } else if (strcmp(a, "--format") == 0) {
             if (strcmp(o->command, "dump") != 0 && strcmp(o->command, "explain") != 0 &&
@@ -989,7 +982,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("moec %s (%s)\n", MOEC_VERSION, MOEC_GIT);
+        printf("moec %s\n", moec_version());
         return 0;
     }
     if (strcmp(cmd, "help") == 0) {

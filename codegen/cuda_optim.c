@@ -1,6 +1,6 @@
 /* cuda_optim.c - the optimizer's kernels, appended to every kernels.cu:
  * the gradient norm (sums of squares per block, then one block adding the
- * partials) and the AdamW step of runtime/train.c optimizer_step: decoupled
+ * partials) and the AdamW step of runtime/cpu/backend.c optimizer_step: decoupled
  * weight decay, bias correction, gradient clipping. The betas and eps are
  * the train section's, as constants; the param's weight decay (0 for norms
  * and embeddings unless the model asks) is an argument; lr (from the
@@ -16,7 +16,7 @@ void cg_emit_optimizer(Cg *cg, Sb *src)
 {
     const IrTrain *t = &cg->g->train;
     char b1[64], b2[64], eps[64];
-    sb_puts(src, "\n// ======== the optimizer: AdamW (runtime/train.c optimizer_step) ========\n\n");
+    sb_puts(src, "\n// ======== the optimizer: AdamW (runtime/cpu/backend.c optimizer_step) ========\n\n");
     sb_puts(src,
             "// gradient norm 1/2: the sum of squares of a gradient, one partial per block (grid <= 1024);\n"
             "// launched for every gradient, into its own slice of the partials\n"

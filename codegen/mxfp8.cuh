@@ -18,7 +18,7 @@
  * pasted just above (so this include is skipped); compiled as C, it is
  * included from here */
 #ifndef MOEC_E4M3_H
-#include "e4m3.h"
+#include "../util/e4m3.h"
 #endif
 
 /* The block's scale exponent from its amax (>= 0, NaN ignored by the

@@ -37,9 +37,6 @@
 #include "checkpoint.h"
 #include "safetensors.h"
 
-#ifndef MOEC_VERSION
-#define MOEC_VERSION "0.1.0"
-#endif
 
 const char hf_usage_import[] =
     "usage: moec import-hf DIR -o MODEL.moe [--ckpt CKPT] [--seq N] [--batch N] [--steps N]\n"

@@ -2,14 +2,14 @@
  * CPU reference. Everything is done with integer arithmetic on the float's
  * bits or with exact power-of-two scaling, so results do not depend on the
  * host's floating-point environment (no division, no log2, no FMA). The
- * E4M3 encoder and decoder are codegen/e4m3.h's, which the generated
+ * E4M3 encoder and decoder are util/e4m3.h's, which the generated
  * kernels use too. The rules are written out in docs/mxfp8.md. */
 #include "mxfp8.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "../../codegen/e4m3.h"
+#include "../../util/e4m3.h"
 #include "../../util/util.h"
 
 static float bits_float(uint32_t u)
@@ -30,7 +30,7 @@ const char *mxfp8_status_str(int status)
     }
 }
 
-/* E4M3 encoding and decoding are written once, in codegen/e4m3.h, for the
+/* E4M3 encoding and decoding are written once, in util/e4m3.h, for the
  * CPU here and for the generated kernels alike (the bits must agree). */
 uint8_t e4m3_from_float(float x) { return (uint8_t)moec_e4m3_encode(x); }
 

@@ -17,7 +17,7 @@
  * --chain runs the launches on their own outputs (activations start as NaN)
  * and compares loss and gradients within 1e-3 normwise. Collectives of an EP
  * plan are made up on the host as rank 0 would see them (fake_collective, as
- * the emulator). Also checks moec_adamw against runtime/train.c bit for bit.
+ * the emulator). Also checks moec_adamw against the CPU backend's (runtime/cpu/backend.c) bit for bit.
  * The CUDA driver API comes through runtime/gpu/cudrv.h (loaded at run time,
  * as in the training binary). One line per compared node; the summary last. Exit 0 when all agree. */
 #include <math.h>
@@ -328,7 +328,7 @@ int main(int argc, char **argv)
         printf("  loss: gpu %.9g, cpu %.9g\n", l, cpu_plan_scalar(&cpu, g->loss));
     }
 
-    /* AdamW: the kernel against runtime/train.c's formula, bit for bit */
+    /* AdamW: the kernel against the CPU backend's formula (runtime/cpu/backend.c), bit for bit */
     int adam_diff = 0;
     {
         enum { N = 4099 };
@@ -372,7 +372,7 @@ int main(int argc, char **argv)
             w[e] = (float)(w[e] * (1 - lr * wd) - lr * upd);
             adam_diff += memcmp(&w[e], &w2[e], 4) != 0 || memcmp(&m[e], &m2[e], 4) != 0 || memcmp(&v[e], &v2[e], 4) != 0;
         }
-        printf("  adamw: %d of %d elements differ from runtime/train.c's formula\n", adam_diff, N);
+        printf("  adamw: %d of %d elements differ from the CPU backend's formula (runtime/cpu/backend.c)\n", adam_diff, N);
         bad += adam_diff != 0;
         cu.cuMemFree(dw);
         cu.cuMemFree(dm);

@@ -12,7 +12,7 @@
  * outputs, as the GPU will, which checks the buffer planner (activations
  * start as NaN, so a buffer reused too early shows), and compares the loss
  * and every gradient within 1e-3. Also checks the AdamW kernel against
- * the formula of runtime/train.c bit for bit. Exit 0 when all agree.
+ * the formula of the CPU backend's (runtime/cpu/backend.c) bit for bit. Exit 0 when all agree.
  * A plan with expert parallelism runs as rank 0 with made-up collectives
  * (fake_collective): the local kernels around them are what is checked.
  * Options must repeat the compile's: --precision, --ep, --disable-pass. */
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
     if (g->loss)
         printf("  loss: gpu %.9g, cpu %.9g\n", *(float *)ptr[g->loss->id], cpu_plan_scalar(&cpu, g->loss));
 
-    /* AdamW: the kernel against runtime/train.c's formula, bit for bit */
+    /* AdamW: the kernel against the CPU backend's formula (runtime/cpu/backend.c), bit for bit */
     {
         enum { N = 4099 };
         float *w = malloc(sizeof(float) * N * 8), *m = w + N, *v = m + N, *gr = v + N;
@@ -237,7 +237,7 @@ int main(int argc, char **argv)
             w[e] = (float)(w[e] * (1 - lr * wd) - lr * upd);
             diff += memcmp(&w[e], &w2[e], 4) != 0 || memcmp(&m[e], &m2[e], 4) != 0 || memcmp(&v[e], &v2[e], 4) != 0;
         }
-        printf("  adamw: %d of %d elements differ from runtime/train.c's formula\n", diff, N);
+        printf("  adamw: %d of %d elements differ from the CPU backend's formula (runtime/cpu/backend.c)\n", diff, N);
         bad += diff != 0;
         free(w);
     }

@@ -143,7 +143,7 @@ MOEC_HD float moec_e4m3_decode(unsigned code)
  * pasted just above (so this include is skipped); compiled as C, it is
  * included from here */
 #ifndef MOEC_E4M3_H
-#include "e4m3.h"
+#include "../util/e4m3.h"
 #endif
 
 /* The block's scale exponent from its amax (>= 0, NaN ignored by the
@@ -1732,7 +1732,7 @@ extern "C" __global__ void __launch_bounds__(256) k141_x_embedding_dw_sum(float 
     }
 }
 
-// ======== the optimizer: AdamW (runtime/train.c optimizer_step) ========
+// ======== the optimizer: AdamW (runtime/cpu/backend.c optimizer_step) ========
 
 // gradient norm 1/2: the sum of squares of a gradient, one partial per block (grid <= 1024);
 // launched for every gradient, into its own slice of the partials
