@@ -389,25 +389,6 @@ static int parse_options(int argc, char **argv, Options *o)
 /* Expert weights are the [experts, ...] parameters; whether a grouped_linear,
  * a fused grouped_mlp, a quantize copy or a plugin's op reads them does not
  * matter. A shard of an ep-partitioned graph stands for ep of them. */
-static int64_t count_params(const IrGraph *g, int64_t *expert_params)
-{
-    int64_t total = 0, E = 0;
-    *expert_params = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == IR_OP_TOPK_EXPERTS)
-            E = g->nodes[i]->src[0]->shape[g->nodes[i]->src[0]->rank - 1];
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        if (n->op != IR_OP_PARAM)
-            continue;
-        int64_t copies = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
-        total += ir_numel(n) * copies;
-        if (E > 1 && n->rank >= 3 && n->shape[0] * copies == E)
-            *expert_params += ir_numel(n) * copies;
-    }
-    return total;
-}
-
 /* mkdir -p: 1, or 0 with errno set */
 static int make_dirs(const char *path)
 {
@@ -830,14 +811,9 @@ static int run_front(const Options *o)
                 }
             }
         } else {
-            int64_t experts, total = count_params(g, &experts);
-            int64_t E = 0, k = 0;
-            for (int i = 0; i < g->nnodes; i++)
-                if (g->nodes[i]->op == IR_OP_TOPK_EXPERTS) {
-                    k = ir_attr_i(g->nodes[i], IR_ATTR_K);
-                    E = g->nodes[i]->src[0]->shape[g->nodes[i]->src[0]->rank - 1];
-                }
-            double active = (double)(total - experts) + (E ? (double)experts * (double)k / (double)E : 0);
+            int64_t total;
+            double active;
+            ir_param_counts(g, &total, &active);
             char tb[32], ab[32];
             fmt_count(tb, sizeof tb, (double)total);
             fmt_count(ab, sizeof ab, active);

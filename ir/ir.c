@@ -594,3 +594,24 @@ void ir_name_layer(const char *scope, const IrNodeMap *m, const char **layer, si
     *layer = NULL;
     *len = 0;
 }
+
+void ir_param_counts(const IrGraph *g, int64_t *total, double *active)
+{
+    int64_t experts = 0, E = 0, k = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_TOPK_EXPERTS) {
+            k = ir_attr_i(g->nodes[i], IR_ATTR_K);
+            E = g->nodes[i]->src[0]->shape[g->nodes[i]->src[0]->rank - 1];
+        }
+    *total = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op != IR_OP_PARAM)
+            continue;
+        int64_t copies = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
+        *total += ir_numel(n) * copies;
+        if (E > 1 && n->rank >= 3 && n->shape[0] * copies == E)
+            experts += ir_numel(n) * copies;
+    }
+    *active = (double)(*total - experts) + (E ? (double)experts * (double)k / (double)E : 0);
+}

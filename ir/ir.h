@@ -251,6 +251,10 @@ int ir_attr_e(const IrNode *n, IrAttrKey k);        /* die()s when absent */
 const char *ir_attr_e_name(const IrNode *n, IrAttrKey k);  /* its value's name */
 
 int64_t ir_numel(const IrNode *n);
+/* The whole model's parameters (a rank holding expert shards counts every
+ * shard), and those a token uses: the expert tensors ([E, ...], E the
+ * router's width) count k/E. */
+void ir_param_counts(const IrGraph *g, int64_t *total, double *active);
 /* "f32[8, 128, 64]" into buf. */
 const char *ir_type_str(const IrNode *n, char *buf, size_t size);
 const char *ir_shape_str(int rank, const int64_t *shape, char *buf, size_t size);
