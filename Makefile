@@ -145,10 +145,11 @@ $(BUILD)/test_hf: $(BUILD)/obj/tests/unit/test_hf.o $(BUILD)/libmoec.a
 $(BUILD)/test_util: $(BUILD)/obj/tests/unit/test_util.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
 
-# the sm_90a grouped GEMM (codegen/gemm_sm90.c, not in libmoec.a yet) and only what it uses:
-# NVRTC, the driver table, the device-library strings (-ldl: both load their library with dlopen)
-GEMM_SM90_OBJ = $(BUILD)/obj/codegen/gemm_sm90.o $(filter %/nvrtc.o,$(LIB_OBJ)) $(BUILD)/obj/runtime/gpu/cudrv.o \
-           $(GEN)/cuda_prelude.o
+# the sm_90a grouped GEMM (its configuration plan/gemm_sm90.c, its source codegen/gemm_sm90.c, its tensor maps
+# runtime/gpu/tma.c; not in libmoec.a yet) and only what it uses: NVRTC, the driver table, the device-library
+# strings (-ldl: both load their library with dlopen)
+GEMM_SM90_OBJ = $(BUILD)/obj/plan/gemm_sm90.o $(BUILD)/obj/codegen/gemm_sm90.o $(BUILD)/obj/runtime/gpu/tma.o \
+           $(filter %/nvrtc.o,$(LIB_OBJ)) $(BUILD)/obj/runtime/gpu/cudrv.o $(GEN)/cuda_prelude.o
 $(BUILD)/obj/tests/unit/test_gemm_sm90.o: CPPFLAGS_BASE += -Iruntime/gpu -Icodegen
 $(BUILD)/test_gemm_sm90: $(BUILD)/obj/tests/unit/test_gemm_sm90.o $(GEMM_SM90_OBJ)
 	$(CC) $(SANITIZE) -o $@ $^ -lpthread -ldl

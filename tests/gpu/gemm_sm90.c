@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "../../codegen/gemm_sm90.h"
+#include "../../runtime/gpu/tma.h"
 #include "nvrtc.h" /* runtime/gpu/ (codegen/ before the move): both are on the include path */
 #include "../../runtime/gpu/cudrv.h"
 

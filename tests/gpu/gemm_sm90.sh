@@ -22,8 +22,8 @@ cd "$ROOT"
 if [ "$MODE" != run ]; then
   set -e
   nvrtc_dir=runtime/gpu; [ -f runtime/gpu/nvrtc.c ] || nvrtc_dir=codegen
-  objs=("$BUILD/obj/codegen/gemm_sm90.o" "$BUILD/obj/$nvrtc_dir/nvrtc.o" "$BUILD/obj/runtime/gpu/cudrv.o"
-        "$BUILD/gen/cuda_prelude.o")
+  objs=("$BUILD/obj/plan/gemm_sm90.o" "$BUILD/obj/codegen/gemm_sm90.o" "$BUILD/obj/runtime/gpu/tma.o"
+        "$BUILD/obj/$nvrtc_dir/nvrtc.o" "$BUILD/obj/runtime/gpu/cudrv.o" "$BUILD/gen/cuda_prelude.o")
   make -j2 BUILD="$BUILD" "${objs[@]}" >/dev/null
   mkdir -p "$OUT"
   cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra ${WERROR:+-Werror} -I"$nvrtc_dir" -c tests/gpu/gemm_sm90.c \

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../../codegen/gemm_sm90.h"
+#include "../../runtime/gpu/tma.h"
 #include "../../codegen/gemm_sm90_sched.h"
 #include "nvrtc.h" /* runtime/gpu/ (codegen/ before the move): both are on the include path */
 

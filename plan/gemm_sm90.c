@@ -1,0 +1,57 @@
+/* gemm_sm90.c - what an sm_90a grouped GEMM configuration can do and needs (gemm_sm90.h). */
+#include "gemm_sm90.h"
+
+#include <stdio.h>
+
+int gemm_sm90_smem_bytes(const GemmSm90Shape *s)
+{
+    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * GEMM_SM90_BLOCK_K * 2 +
+           (s->epilogue == GEMM_SM90_EPI_TMA ? 4 * 64 * 64 * 2 : 0) + 16 * s->stages;
+}
+
+int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
+{
+    if (s->E < 1 || s->N < 1 || s->K < 1)
+        snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
+    else if (s->epilogue < 0 || s->epilogue > 2)
+        snprintf(err, errlen, "epilogue is 0, 1 or 2, not %d", s->epilogue);
+    else if (s->block_n != 128 && s->block_n != 256)
+        snprintf(err, errlen, "BLOCK_N is 128 or 256, not %d", s->block_n);
+    else if (s->K % GEMM_SM90_BLOCK_K)
+        snprintf(err, errlen, "K %d is not a multiple of %d", s->K, GEMM_SM90_BLOCK_K);
+    else if (s->N % s->block_n)
+        snprintf(err, errlen, "N %d is not a multiple of BLOCK_N %d", s->N, s->block_n);
+    else if ((long long)s->E * s->N >= 2147483647ll)
+        snprintf(err, errlen, "E * N = %lld rows of W do not fit an int", (long long)s->E * s->N);
+    else if (s->stages < 2 || gemm_sm90_smem_bytes(s) > 232448)
+        snprintf(err, errlen, "%d stages of BLOCK_N %d need %d bytes of shared memory (2..227 KB)", s->stages,
+                 s->block_n, gemm_sm90_smem_bytes(s));
+    else
+        return 1;
+    return 0;
+}
+
+int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s)
+{
+    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * 64 * 2 + 16 * s->stages;
+}
+
+int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
+{
+    if (s->E < 1 || s->N < 1 || s->K < 1)
+        snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
+    else if (s->block_n != 128 && s->block_n != 256)
+        snprintf(err, errlen, "BLOCK_N is 128 or 256, not %d", s->block_n);
+    else if (s->N % 128)
+        snprintf(err, errlen, "N %d is not a multiple of 128", s->N);
+    else if (s->K % s->block_n)
+        snprintf(err, errlen, "K %d is not a multiple of BLOCK_N %d", s->K, s->block_n);
+    else if ((long long)s->E * s->N * s->K >= (1ll << 40))
+        snprintf(err, errlen, "dW of %lld elements is too large", (long long)s->E * s->N * s->K);
+    else if (s->stages < 2 || gemm_sm90_kgrouped_smem_bytes(s) > 232448)
+        snprintf(err, errlen, "%d stages of BLOCK_N %d need %d bytes of shared memory (2..227 KB)", s->stages,
+                 s->block_n, gemm_sm90_kgrouped_smem_bytes(s));
+    else
+        return 1;
+    return 0;
+}

@@ -1,0 +1,36 @@
+/* gemm_sm90.h - the configuration of one sm_90a grouped GEMM instantiation
+ * (codegen/gemm_sm90.cuh, docs/kernels-sm90.md): its shape and tile, the
+ * checks of what the kernel can do, and the shared memory it needs. A
+ * kernel's configuration is plan data: codegen writes the source for it,
+ * the GPU runtime makes its tensor maps and launches it with it. */
+#ifndef MOEC_PLAN_GEMM_SM90_H
+#define MOEC_PLAN_GEMM_SM90_H
+
+#include <stddef.h>
+
+/* One instantiation: E groups (experts), D[., N] = A[., K] . W[g]^T; BLOCK_N 128 or 256; STAGES
+ * shared-memory slots (at most 4 for BLOCK_N 256, 6 for 128). BLOCK_M is 128, BLOCK_K 64. */
+typedef struct GemmSm90Shape {
+    int E, N, K;
+    int block_n, stages;
+    int epilogue; /* GEMM_SM90_EPI_*: 0 (default) TMA stores through shared memory; 1 16-byte stores
+                     from registers; 2 4-byte stores from registers (for timing comparisons) */
+} GemmSm90Shape;
+
+enum { GEMM_SM90_BLOCK_M = 128, GEMM_SM90_BLOCK_K = 64, GEMM_SM90_THREADS = 384 };
+enum { GEMM_SM90_EPI_TMA = 0, GEMM_SM90_EPI_STORE16 = 1, GEMM_SM90_EPI_STORE4 = 2 };
+
+/* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N < 2^31, the ring fits in 227 KB. */
+int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
+
+/* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (128 + block_n) * 128
+ * (+ 32768 for the TMA-store epilogue) + 16 * stages. */
+int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
+
+/* ---- K-grouped (weight gradient): dW[g] [N, K] fp32 = dY[rows of g]^T . X[rows of g], the same
+ * offsets. Shape: E, N (a multiple of 128), K (a multiple of block_n), block_n, stages; epilogue is
+ * ignored (fp32 stores from registers). Padding rows must be zero in dY or X, finite in both. */
+int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
+int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s); /* 1024 + stages * (128 + block_n) * 128 + 16 stages */
+
+#endif

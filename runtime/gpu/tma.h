@@ -1,0 +1,23 @@
+/* tma.h - the tensor maps of the sm_90a grouped GEMM (plan/gemm_sm90.h),
+ * made on the host with cuTensorMapEncodeTiled (the driver must be loaded:
+ * cudrv_load). Arena addresses never move, so a plan's maps are made once. */
+#ifndef MOEC_GPU_TMA_H
+#define MOEC_GPU_TMA_H
+
+#include <stddef.h>
+
+#include "../../plan/gemm_sm90.h"
+#include "cudrv.h"
+
+/* The three tensor maps of the M-grouped kernel (needs the driver loaded, cudrv_load), all bf16,
+ * 128-byte swizzled, 256-byte L2 promotion: ta over A [rows_cap, K] at a, box {64, 128}; tb over
+ * W [E * N, K] at w, box {64, block_n}; td over D [rows_cap, N] at d, box {64, 64}. a, w, d 16-byte
+ * aligned. 1, or 0 + err. */
+int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
+                          CUtensorMap *ta, CUtensorMap *tb, CUtensorMap *td, char *err, size_t errlen);
+
+/* tdy over dY [rows_cap, N] at dy, tx over X [rows_cap, K] at x: bf16, box {64, 64}, 128-byte swizzle */
+int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdeviceptr x, long long rows_cap,
+                                   CUtensorMap *tdy, CUtensorMap *tx, char *err, size_t errlen);
+
+#endif
