@@ -24,9 +24,9 @@ IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
            passes/expert_parallel.c passes/grad_allreduce.c
-FE_SRC   = compiler/parse.c compiler/lower.c compiler/driver.c
+FE_SRC   = compiler/parse.c compiler/lower.c
 PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c
-DRIVER_SRC = driver/build.c
+DRIVER_SRC = driver/compile.c driver/build.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c

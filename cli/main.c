@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../compiler/driver.h"
+#include "../driver/compile.h"
 #include "../driver/build.h"
 #include "../formats/hf.h"
 #include "../compiler/lower.h"

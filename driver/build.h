@@ -8,7 +8,7 @@
 #ifndef MOEC_DRIVER_BUILD_H
 #define MOEC_DRIVER_BUILD_H
 
-#include "../compiler/driver.h"
+#include "compile.h"
 #include "../plan/plan.h"
 
 /* Makes the Plan of a compiled model: c->graph after the whole pipeline

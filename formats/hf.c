@@ -32,7 +32,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../compiler/driver.h"
+#include "../driver/compile.h"
 #include "../util/util.h"
 #include "checkpoint.h"
 #include "safetensors.h"

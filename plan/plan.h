@@ -19,7 +19,7 @@
  *   - the GPU kernels' CUDA source, and their image when it was compiled
  *     ahead of time (moec compile --arch);
  *   - the model source and compile options, so that a different --batch or
- *     world size can be re-planned (compiler/driver.h: driver_replan).
+ *     world size can be re-planned (driver/build.h: driver_replan).
  *
  * Plans are written and read by plan_io.c (a versioned JSON document with a
  * checksum). All memory of a Plan belongs to it: plan_free releases it. */

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../../compiler/driver.h"
+#include "../../driver/compile.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -23,7 +23,7 @@
 #include "../../codegen/mxfp8.cuh"
 #include "../../runtime/gpu/nvrtc.h"
 #include "../../plan/plan.h"
-#include "../../compiler/driver.h"
+#include "../../driver/compile.h"
 #include "../../util/util.h"
 #include "../../runtime/cpu/mxfp8.h"
 #include "../../plan/payload.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../compiler/driver.h"
+#include "../../driver/compile.h"
 #include "../../runtime/cpu/cpu.h"
 #include "../../util/util.h"
 
@@ -41,7 +41,7 @@ typedef struct Case {
     Compilation c;
     CpuPlan plan;
     double **param_data;
-    int32_t **input_data;
+    void **input_data;   /* i32 ids, or doubles for a float input (fp64 mode only) */
 } Case;
 
 static const char *disable_pass;  /* for the next setup(): run without this pass */
@@ -79,7 +79,7 @@ static int setup(Case *k, const char *name, const char *src, const char *path, i
     IrGraph *g = k->c.graph;
     cpu_plan_init(&k->plan, g, CPU_F64);
     k->param_data = calloc((size_t)g->nnodes, sizeof(double *));
-    k->input_data = calloc((size_t)g->nnodes, sizeof(int32_t *));
+    k->input_data = calloc((size_t)g->nnodes, sizeof(void *));
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         int64_t numel = ir_numel(n);
@@ -89,6 +89,13 @@ static int setup(Case *k, const char *name, const char *src, const char *path, i
             for (int64_t e = 0; e < numel; e++)
                 d[e] = is_norm ? 1.0 + 0.3 * rng_normal() : 0.4 * rng_normal();
             k->param_data[i] = d;
+            cpu_plan_bind(&k->plan, n, d);
+        } else if (n->op == IR_OP_INPUT && ir_dtype_is_float(n->dtype)) {
+            /* a float input (the layer benchmark's activations x): N(0, 1) */
+            double *d = malloc(sizeof(double) * (size_t)numel);
+            for (int64_t e = 0; e < numel; e++)
+                d[e] = rng_normal();
+            k->input_data[i] = d;
             cpu_plan_bind(&k->plan, n, d);
         } else if (n->op == IR_OP_INPUT) {
             int32_t *d = malloc(sizeof(int32_t) * (size_t)numel);
@@ -257,6 +264,13 @@ static const char *const cases[][2] = {
      "model m { input ids : i32[B, S]  input t : i32[B, S]  param table : [9, 6]  param w : [9, 6]\n"
      "  loss = masked_lm_loss(linear(embedding(ids, table), w), t) }\n"
      "train { batch 2, seq 6 }\n"},
+    {"mean_square_layer",  /* the MoE layer benchmark's model: f32 input, loss = mean(y^2) */
+     "model m { input x : f32[B, 6]  param router : [4, 6]\n"
+     "  param w_gate_up : [4, 8, 6]  param w_down : [4, 6, 4]  param s : [B, 6]\n"
+     "  r = route_topk(linear(x, router), k = 2)\n"
+     "  a = scaled_swiglu(grouped_linear(dispatch(x, r), w_gate_up, r.splits), r.probs)\n"
+     "  loss = mean_square(combine(grouped_linear(a, w_down, r.splits), r)) + 0.5 * mean_square(s) }\n"
+     "train { batch 5 }\n"},
     {"train_aux_loss",
      "model m { input t : i32[B]  param x : [B, 6]  param router : [4, 6]\n"
      "  param w_gate_up : [4, 8, 6]  param w_down : [4, 6, 4]  param w : [5, 6]\n"

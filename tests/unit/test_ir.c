@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../compiler/driver.h"
+#include "../../driver/compile.h"
 #include "../../ir/ir.h"
 #include "../../util/util.h"
 

@@ -33,7 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../compiler/driver.h"
+#include "../../driver/compile.h"
 #include "../../runtime/cpu/cpu.h"
 #include "../../util/util.h"
 

@@ -1,9 +1,9 @@
-/* driver.h - the front half as one call: read, parse, lower, run passes. */
-#ifndef MOEC_DRIVER_H
-#define MOEC_DRIVER_H
+/* compile.h - the front half as one call: read, parse, lower, run passes. */
+#ifndef MOEC_DRIVER_COMPILE_H
+#define MOEC_DRIVER_COMPILE_H
 
 #include "../passes/pass.h"
-#include "lower.h"
+#include "../compiler/lower.h"
 
 enum { DRIVER_MAX_FILE = 64 << 20 };  /* larger model files are refused */
 

@@ -1,14 +1,14 @@
-/* driver.c - reading a model file and running the front half on it. Shared
+/* compile.c - reading a model file and running the front half on it. Shared
  * by the CLI, the tests and the fuzz target, so none of it exits. */
-#include "driver.h"
+#include "compile.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ast.h"
-#include "lower.h"
+#include "../compiler/ast.h"
+#include "../compiler/lower.h"
 
 int compilation_read(Compilation *c, const char *path, FILE *err_out)
 {
