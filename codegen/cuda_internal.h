@@ -182,6 +182,8 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n);
 int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n);
 int cg_emit_aux_loss(Cg *cg, const IrNode *n);
 int cg_emit_aux_loss_dx(Cg *cg, const IrNode *n);
+int cg_emit_mean_square(Cg *cg, const IrNode *n);
+int cg_emit_mean_square_dx(Cg *cg, const IrNode *n);
 /* cuda_optim.c: the AdamW step and gradient norm (not tied to a node) */
 void cg_emit_optimizer(Cg *cg, Sb *src);
 

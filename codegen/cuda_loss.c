@@ -1,6 +1,6 @@
 /* cuda_loss.c - emitters for the objectives and their gradients:
- * cross-entropy (also the masked-LM loss) and the Switch load-balancing
- * loss. Softmax statistics and sums in double, as kernels.inc; a mean over
+ * cross-entropy (also the masked-LM loss), the Switch load-balancing
+ * loss and the mean square (the layer benchmark's). Softmax statistics and sums in double, as kernels.inc; a mean over
  * rows is per-row work (one block per row) then one block that adds the
  * rows in a fixed tree. */
 #include "cuda_internal.h"
@@ -232,6 +232,64 @@ int cg_emit_aux_loss_dx(Cg *cg, const IrNode *n)
     cg_line(cg, "    for (int e = 0; e < E; e++)");
     cg_line(cg, "        dx[t * E + e] = (float)(dl * (double)E / (double)N * p[e] * (f[e] - fp));");
     cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(N, CG_BLOCK));
+    return 1;
+}
+
+/* mean of x^2 over all N elements (the layer benchmark's objective): P
+ * fixed slices (slice b: elements b * 256 + t, stride P * 256), each summed
+ * in double by one block into partial[b], the blocks striding over the
+ * slices as cross-entropy's over rows, so which thread adds which element
+ * never depends on the launch's grid; then one block adds the P partials
+ * in a fixed tree. No atomics: the same bits every run. */
+int cg_emit_mean_square(Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[0];
+    int64_t N = ir_numel(x), P = min64(cg_grid(N, CG_BLOCK), 1024);
+    int part = cg_ws(cg, n, PLAN_F64, P, "partial");
+    cg_begin(cg, n, "partial", "mean_square 1/2: P slices' sums of x^2 in double, one block per slice");
+    cg_param(cg, part, 1, "partial");
+    cg_in(cg, x, "x");
+    cg_const(cg, "N", N);
+    cg_const(cg, "P", P);
+    cg_line(cg, "for (long long b = blockIdx.x; b < P; b += gridDim.x) {");
+    cg_line(cg, "    double s = 0.0;");
+    cg_line(cg, "    for (long long i = b * %d + threadIdx.x; i < N; i += P * %d)", CG_BLOCK, CG_BLOCK);
+    cg_line(cg, "        s += (double)x[i] * (double)x[i];");
+    cg_line(cg, "    s = moec::block_sum<%d>(s);", CG_BLOCK);
+    cg_line(cg, "    if (threadIdx.x == 0)");
+    cg_line(cg, "        partial[b] = s;");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, P);
+
+    cg_begin(cg, n, "mean", "mean_square 2/2: the P partials added in a fixed tree, one block");
+    cg_out(cg, n, "loss");
+    cg_param(cg, part, 0, "partial");
+    cg_const(cg, "N", N);
+    cg_const(cg, "P", P);
+    cg_line(cg, "double s = 0.0;");
+    cg_line(cg, "for (long long b = threadIdx.x; b < P; b += blockDim.x)");
+    cg_line(cg, "    s += partial[b];");
+    cg_line(cg, "s = moec::block_sum<%d>(s);", CG_BLOCK);
+    cg_line(cg, "if (threadIdx.x == 0)");
+    cg_line(cg, "    loss[0] = (float)(s / (double)N);");
+    cg_end(cg, CG_BLOCK, 1);
+    return 1;
+}
+
+/* dl [], x -> 2 dl x / N, elementwise, as kernels.inc (bit for bit) */
+int cg_emit_mean_square_dx(Cg *cg, const IrNode *n)
+{
+    const IrNode *dl = n->src[0], *x = n->src[1];
+    int64_t N = ir_numel(x);
+    cg_begin(cg, n, "", "mean_square_dx: 2 dl x / N, elementwise");
+    cg_out(cg, n, "dx");
+    cg_in(cg, dl, "dloss");
+    cg_in(cg, x, "x");
+    cg_const(cg, "N", N);
+    cg_line(cg, "double dl = dloss[0];");
+    cg_line(cg, "MOEC_FOR(i, N)");
+    cg_line(cg, "    dx[i] = (float)(2.0 * dl * (double)x[i] / (double)N);");
     cg_end(cg, CG_BLOCK, cg_grid(N, CG_BLOCK));
     return 1;
 }

@@ -601,6 +601,8 @@ static const Builtin builtins[] = {
      "mean token cross-entropy (causal LM); targets equal to ignore are skipped"},
     {"masked_lm_loss", {"logits", "targets"}, {{"ignore", 'i', "-100"}}, lower_direct, IR_OP_MASKED_LM_LOSS,
      "mean cross-entropy over masked positions; marks the model as a masked LM (15% masking in the data)"},
+    {"mean_square", {"x"}, {{0}}, lower_direct, IR_OP_MEAN_SQUARE,
+     "mean of x^2 over all elements -> [] (the MoE layer benchmark's loss, as (y ** 2).mean())"},
 };
 
 int lower_builtin_count(void) { return ARRAY_LEN(builtins); }

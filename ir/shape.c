@@ -384,6 +384,12 @@ static int infer_op(IrNode *n, Diag *d)
         set_shape(n, IR_F32, 0, NULL);
         return 1;
     }
+    case IR_OP_MEAN_SQUARE:
+        /* any rank, a scalar too: the mean of x^2 over all elements */
+        if (!need_float(&c, 0, "input"))
+            return 0;
+        set_shape(n, IR_F32, 0, NULL);
+        return 1;
     /* ---- gradient ops: their shapes follow from the forward op they
      * differentiate; a mismatch here is a bug in autodiff, not user input,
      * so the checks are terse. */
@@ -438,6 +444,7 @@ static int infer_op(IrNode *n, Diag *d)
     case IR_OP_TOPK_PROBS_DX:
     case IR_OP_AUX_LOSS_DX:
     case IR_OP_CROSS_ENTROPY_DX:
+    case IR_OP_MEAN_SQUARE_DX:
         copy_shape(n, n->src[1]);
         n->dtype = IR_F32;
         return 1;

@@ -223,6 +223,10 @@ static void backward_node(AD *a, IrNode *n, IrNode *dy)
     case IR_OP_MASKED_LM_LOSS:
         acc(a, s[0], done(mk(a, n, IR_OP_CROSS_ENTROPY_DX, 3, dy, s[0], s[1], NULL)));
         return;
+    case IR_OP_MEAN_SQUARE:
+        /* d mean(x^2) / dx = 2 x / numel(x), times the incoming dl */
+        acc(a, s[0], done(mk(a, n, IR_OP_MEAN_SQUARE_DX, 2, dy, s[0], NULL, NULL)));
+        return;
     default:
         if (ir_op_info[n->op].flags & OPF_DIFF)
             die("autodiff: %s is marked differentiable but has no gradient rule", ir_op_name(n->op));

@@ -56,7 +56,7 @@ static int exact_op(IrOp op)
     case IR_OP_QUANTIZE_GROUPED: case IR_OP_EP_SORT: case IR_OP_EP_UNSORT: case IR_OP_TOPK_EXPERTS:
     case IR_OP_TOPK_PROBS: case IR_OP_TOPK_PROBS_DX: case IR_OP_SILU: case IR_OP_GELU: case IR_OP_SILU_DX:
     case IR_OP_GELU_DX: case IR_OP_SWIGLU: case IR_OP_SCALED_SWIGLU: case IR_OP_SWIGLU_DX:
-    case IR_OP_SCALED_SWIGLU_DH: case IR_OP_ROPE: case IR_OP_ROPE_DX:
+    case IR_OP_SCALED_SWIGLU_DH: case IR_OP_ROPE: case IR_OP_ROPE_DX: case IR_OP_MEAN_SQUARE_DX:
         return 1;
     default:
         return 0;
