@@ -13,6 +13,8 @@
     the MoE-layer anchors first measured on the H200 on 2026-11-29 (small T=256 H=384 F=1536 E=4; bio T=8192 H=1024 F=2816 E=16; Mixtral T=8192
     H=4096 F=14336 E=8; top-2): MixtralSparseMoeBlock eager and grouped_mm, and a plain PyTorch block on
     torch._grouped_mm with the same weights (checked against the HF block's output).
+    --layer-models FILE... takes the shapes from moec's layer models instead (bench/models/layer/*.moe:
+    the anchors' three and a sweep of experts and top-k at bio shapes), as bench/layer.sh does.
 
 Everything that can fail (an implementation missing from this transformers, out of memory, ...) is
 recorded in the JSON as {"status": "error", "error": ...} and the rest still runs. Python is used here
@@ -59,18 +61,35 @@ def _eval_const(expr, env):
     return v
 
 
-def parse_moe(path):
-    """The sizes of a Mixtral-shaped .moe model: its consts, batch and seq, rope theta, norm eps."""
-    src = open(path).read()
-    text = "\n".join(line.split("#", 1)[0] for line in src.splitlines())
-    m = re.search(r"\bmodel\s+(\w+)", text)
-    name = m.group(1) if m else os.path.splitext(os.path.basename(path))[0]
+def _consts(text):
+    """The `const` definitions of a .moe text (comments removed), evaluated in order."""
     env = {}
     for m in re.finditer(r"^\s*const\s+(.+)$", text, re.M):
         for item in m.group(1).split(","):
             if "=" in item:
                 k, v = item.split("=", 1)
                 env[k.strip()] = _eval_const(v, env)
+    return env
+
+
+def parse_layer_moe(path):
+    """The shape of a layer model (bench/models/layer/*.moe: consts T, hidden, ffn, experts, top_k), as a
+    LAYER_SHAPES entry named after the model without its layer_ prefix."""
+    text = "\n".join(line.split("#", 1)[0] for line in open(path).read().splitlines())
+    m = re.search(r"\bmodel\s+(\w+)", text)
+    name = m.group(1) if m else os.path.splitext(os.path.basename(path))[0]
+    env = _consts(text)
+    return {"shape": name[len("layer_"):] if name.startswith("layer_") else name, "T": env["T"],
+            "H": env["hidden"], "F": env["ffn"], "E": env["experts"], "k": env["top_k"], "source": path}
+
+
+def parse_moe(path):
+    """The sizes of a Mixtral-shaped .moe model: its consts, batch and seq, rope theta, norm eps."""
+    src = open(path).read()
+    text = "\n".join(line.split("#", 1)[0] for line in src.splitlines())
+    m = re.search(r"\bmodel\s+(\w+)", text)
+    name = m.group(1) if m else os.path.splitext(os.path.basename(path))[0]
+    env = _consts(text)
     train = text[text.find("train"):] if re.search(r"^\s*train\s*\{", text, re.M) else ""
     batch = re.search(r"\bbatch\s+(\d+)", train)
     seq = re.search(r"\bseq\s+(\d+)", train)
@@ -376,6 +395,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     ap.add_argument("--layer-reps", type=int, default=30)
     ap.add_argument("--no-layers", action="store_true", help="skip the MoE-layer anchors")
+    ap.add_argument("--layer-models", nargs="+", metavar="MOE", default=None,
+                    help="time the MoE-layer anchors at these layer models' shapes (bench/models/layer/*.moe, "
+                         "the files bench/layer.sh times moec on) instead of the built-in three")
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--impls", default="eager,grouped_mm")
     ap.add_argument("--quick", action="store_true", help="3 timed steps, 5 layer reps (smoke test)")
@@ -450,8 +472,17 @@ def main():
                 else:
                     log("  model %-12s %-4s %-10s %s: %s" % (s["name"], dt, impl, r["status"], r.get("error")))
                 save()
+    shapes = LAYER_SHAPES
+    if a.layer_models:
+        shapes = []
+        for path in a.layer_models:
+            try:
+                shapes.append(parse_layer_moe(path))
+            except Exception as e:  # noqa: BLE001
+                res["layers"].append({"shape": os.path.basename(path), "source": path, "status": "error",
+                                      "error": "cannot read its shape: " + err_text(e)})
     if not a.no_layers:
-        for sh in LAYER_SHAPES:
+        for sh in shapes:
             try:
                 res["layers"].append(bench_layer(sh, a.warmup, a.layer_reps, torch, transformers))
             except Exception as e:  # noqa: BLE001

@@ -1,0 +1,410 @@
+/* layer.c - moec's side of the MoE layer benchmark: times ONE MoE block
+ * (router, dispatch, expert MLP, combine; loss = mean_square(y)), forward
+ * + backward, as bench/anchors.py times the PyTorch blocks at the same
+ * shapes (bench/models/layer_*.moe; bench/layer.sh runs both).
+ *
+ *   layer DIR [--name S] [--reps N] [--warmup N] [--cpu-check] [--max-gib G] [--no-graph]
+ *
+ * DIR is `moec compile MODEL --emit-cuda DIR --arch sm_90a`: DIR/plan.json
+ * (read with plan_from_json) and DIR/kernels.cubin, loaded as
+ * tests/gpu/run_plan.c does, through the driver loader runtime/gpu/cudrv.h.
+ * Parameters get their model's init (normal(0.02) in the layer models, as
+ * anchors.py's p.normal_(0, 0.02)), the f32 input x N(0, 1) (anchors.py's
+ * torch.randn), from a fixed seed. A weight larger than 2^24 elements
+ * repeats a pool of 2^24 drawn values (drawing Mixtral's 1.4 G weights one
+ * by one takes half a minute on the host; the fp32 kernels' time does not
+ * depend on the weights' values, and routing depends on the router and x,
+ * which are drawn in full).
+ *
+ * One iteration is the plan's launches [0, nlaunches): the forward and the
+ * backward, no optimizer (the anchors time forward + backward too), replayed
+ * as one CUDA graph as the training binary does (--no-graph: plain launches).
+ * After --warmup iterations, --reps iterations each between its own pair
+ * of CUDA events; the median is reported. FLOPs are counted exactly as
+ * anchors.py counts them: 3 (forward + 2 backward) x 2 T k x 3 H F (the
+ * gate, up and down GEMMs of the k experts of each token), so the TFLOP/s
+ * of both sides divide the same number.
+ *
+ * The loss must be finite; with --cpu-check the CPU reference backend
+ * (runtime/cpu, fp32) runs the same step on the same values and the loss
+ * must agree within 1e-4 relative (the gradients' normwise errors are
+ * printed). Plans whose memory (params + inputs + activations, from
+ * plan->memory.region_bytes) exceeds --max-gib, or the GPU's free memory,
+ * are skipped with a message (exit 0, a SKIP line).
+ *
+ * Output: a few lines, the last one
+ *   RESULT name=S T=.. H=.. F=.. E=.. k=.. ms=.. tokens_per_s=.. tflops=.. loss=.. cpu=ok|-|FAILED
+ * which bench/layer.sh reads. Exit 1 when the loss is not finite or the CPU
+ * check fails, 2 for usage errors. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../plan/plan.h"
+#include "../runtime/cpu/cpu.h"
+#include "../runtime/gpu/cudrv.h"
+#include "../util/util.h"
+
+/* errors in the input or the machine: a message and exit 1 (die() is for bugs) */
+static _Noreturn void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "layer: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static const char *cu_what = "";
+static void cu_check(CUresult r, const char *call)
+{
+    if (r != CUDA_SUCCESS) {
+        char buf[160];
+        fail("%s failed: %s%s%s", call, cudrv_error(r, buf, sizeof buf), *cu_what ? " at " : "", cu_what);
+    }
+}
+#define CU(call) cu_check(cu.call, #call)
+
+/* splitmix64 and Box-Muller: a fixed seed, reproducible values */
+static uint64_t rng_state = 20261201;
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
+static double rng_normal(void)
+{
+    double u = rng_uniform() + 1e-300, v = rng_uniform();
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!s || fread(s, 1, (size_t)n, f) != (size_t)n)
+        fail("cannot read %s", path);
+    fclose(f);
+    s[n] = 0;
+    *len = (size_t)n;
+    return s;
+}
+
+enum { POOL = 1 << 24 };
+
+/* A parameter's values by its init attribute (the model's `init`). */
+static void init_param(const IrNode *n, float *d, int64_t numel)
+{
+    IrInit init = (IrInit)ir_attr_e(n, IR_ATTR_INIT);
+    double a = init == IR_INIT_NORMAL ? ir_attr_f(n, IR_ATTR_STD)
+               : init == IR_INIT_UNIFORM ? ir_attr_f(n, IR_ATTR_BOUND)
+               : init == IR_INIT_CONSTANT ? ir_attr_f(n, IR_ATTR_VALUE)
+               : init == IR_INIT_ONES ? 1.0 : 0.0;
+    if (init != IR_INIT_NORMAL && init != IR_INIT_UNIFORM) {
+        for (int64_t e = 0; e < numel; e++)
+            d[e] = (float)a;
+        return;
+    }
+    int64_t drawn = numel < POOL ? numel : POOL;
+    for (int64_t e = 0; e < drawn; e++)
+        d[e] = (float)(init == IR_INIT_NORMAL ? a * rng_normal() : a * (2 * rng_uniform() - 1));
+    for (int64_t e = drawn; e < numel; e += drawn) /* see the file's comment: a pool past 2^24 */
+        memcpy(d + e, d, sizeof(float) * (size_t)(numel - e < drawn ? numel - e : drawn));
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: layer DIR [--name S] [--reps N] [--warmup N] [--cpu-check] [--max-gib G] [--no-graph]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *name = NULL;
+    int reps = 10, warmup = 2, cpu_check = 0, use_graph = 1;
+    double max_gib = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
+            warmup = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--name") == 0 && i + 1 < argc)
+            name = argv[++i];
+        else if (strcmp(argv[i], "--max-gib") == 0 && i + 1 < argc)
+            max_gib = atof(argv[++i]);
+        else if (strcmp(argv[i], "--cpu-check") == 0)
+            cpu_check = 1;
+        else if (strcmp(argv[i], "--no-graph") == 0)
+            use_graph = 0;
+        else if (argv[i][0] == '-' || dir)
+            usage();
+        else
+            dir = argv[i];
+    }
+    if (!dir || reps < 1 || warmup < 0)
+        usage();
+
+    char path[4096], perr[2048];
+    size_t len;
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    char *pj = read_file(path, &len);
+    Plan *plan = pj ? plan_from_json(pj, len, path, NULL, perr, sizeof perr) : NULL;
+    if (!plan)
+        fail("cannot read %s: %s", path, pj ? perr : "no such file");
+    IrGraph *g = plan->graph;
+    if (!name)
+        name = g->model;
+
+    /* the shape, from the graph: x [.., H] the input, E and k from the
+     * routing, F from the expert weight [E, 2F, H] */
+    const IrNode *x = NULL;
+    int64_t T = 0, H = 0, F = 0, E = 0, k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_INPUT) {
+            if (x || !ir_dtype_is_float(n->dtype) || n->rank < 1)
+                fail("%s: a layer model has one float input x [T, H] (model %s)", path, g->model);
+            x = n;
+            H = n->shape[n->rank - 1];
+            T = ir_numel(n) / H;
+        } else if (n->op == IR_OP_TOPK_EXPERTS && !E) {
+            E = n->src[0]->shape[n->src[0]->rank - 1];
+            k = ir_attr_i(n, IR_ATTR_K);
+        } else if ((n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_LINEAR) && !F) {
+            F = n->src[1]->shape[1] / 2;
+        }
+    }
+    if (!x || !E || !F || !g->loss || g->loss->op != IR_OP_MEAN_SQUARE)
+        fail("%s: not a layer model (one f32 input x, route_topk, the expert MLP, loss = mean_square(y))", path);
+    double flop = 3.0 * 2.0 * (double)T * (double)k * 3.0 * (double)H * (double)F;
+    double bytes = 0;
+    for (int r = 0; r < PLAN_REGION_COUNT; r++)
+        bytes += (double)plan->memory.region_bytes[r];
+    printf("# %s: T %lld, H %lld, F %lld, E %lld, k %lld; %d launches; plan memory %.2f GiB "
+           "(params %.2f, inputs %.2f, activations %.2f)\n",
+           name, (long long)T, (long long)H, (long long)F, (long long)E, (long long)k, plan->nlaunches,
+           bytes / 1073741824.0, plan->memory.region_bytes[PLAN_REGION_PARAMS] / 1073741824.0,
+           plan->memory.region_bytes[PLAN_REGION_INPUTS] / 1073741824.0,
+           plan->memory.region_bytes[PLAN_REGION_ACTIVATIONS] / 1073741824.0);
+    fflush(stdout);
+    if (max_gib > 0 && bytes > max_gib * 1073741824.0) {
+        printf("SKIP name=%s: the plan needs %.2f GiB, above --max-gib %.2f\n", name, bytes / 1073741824.0, max_gib);
+        return 0;
+    }
+
+    char err[512];
+    if (!cudrv_load(err, sizeof err))
+        fail("%s", err);
+    CUdevice dev;
+    CUcontext ctx;
+    char devname[256];
+    CU(cuDeviceGet(&dev, 0));
+    CU(cuDeviceGetName(devname, sizeof devname, dev));
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+    size_t free_b = 0, total_b = 0;
+    CU(cuMemGetInfo(&free_b, &total_b));
+    if (bytes + (256 << 20) > (double)free_b) {
+        printf("SKIP name=%s: the plan needs %.2f GiB, the GPU has %.2f GiB free\n", name, bytes / 1073741824.0,
+               free_b / 1073741824.0);
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/kernels.cubin", dir);
+    char *cubin = read_file(path, &len);
+    if (!cubin)
+        fail("cannot read %s", path);
+    CUmodule mod;
+    CU(cuModuleLoadData(&mod, cubin));
+
+    CUdeviceptr base[PLAN_REGION_COUNT];
+    for (int r = 0; r < PLAN_REGION_COUNT; r++) {
+        CU(cuMemAlloc(&base[r], (size_t)plan->memory.region_bytes[r] + 256));
+        CU(cuMemsetD8Async(base[r], 0xFF, (size_t)plan->memory.region_bytes[r] + 256, NULL));
+    }
+    CUdeviceptr *dptr = calloc((size_t)plan->nbufs, sizeof *dptr);
+    for (int b = 0; b < plan->nbufs; b++)
+        dptr[b] = base[plan->bufs[b].region] + (CUdeviceptr)plan->bufs[b].offset;
+
+    /* params and the input, on the host (kept for the CPU check) and uploaded */
+    float **host = calloc((size_t)g->nnodes, sizeof *host);
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op != IR_OP_PARAM && n->op != IR_OP_INPUT)
+            continue;
+        int64_t numel = ir_numel(n);
+        if (plan->bufs[i].bytes != numel * 4)
+            die("%s: buffer of %lld bytes for %lld f32 elements", n->name, (long long)plan->bufs[i].bytes,
+                (long long)numel);
+        host[i] = malloc(sizeof(float) * (size_t)numel);
+        if (!host[i])
+            die("out of memory for %s", n->name);
+        if (n->op == IR_OP_PARAM) {
+            init_param(n, host[i], numel);
+        } else {
+            for (int64_t e = 0; e < numel; e++)
+                host[i][e] = (float)rng_normal();
+        }
+        CU(cuMemcpyHtoD(dptr[i], host[i], (size_t)numel * 4));
+    }
+    CU(cuCtxSynchronize()); /* the memsets and copies are done before the step's stream starts */
+
+    CUstream stream;
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUfunction *fn = calloc((size_t)plan->nlaunches + 1, sizeof *fn);
+    CUdeviceptr(*args)[32] = calloc((size_t)plan->nlaunches + 1, sizeof *args);
+    void *(*pargs)[32] = calloc((size_t)plan->nlaunches + 1, sizeof *pargs);
+    for (int li = 0; li < plan->nlaunches; li++) {
+        const PlanLaunch *l = &plan->launches[li];
+        if (l->kernel < 0)
+            die("%s: a host-side collective in a layer plan", g->nodes[l->node]->name);
+        if (l->nargs > 32)
+            die("%s: %d kernel arguments", g->nodes[l->node]->name, l->nargs);
+        cu_what = plan->kernel_names[l->kernel];
+        CU(cuModuleGetFunction(&fn[li], mod, plan->kernel_names[l->kernel]));
+        if (l->shared_bytes > 48 * 1024)
+            CU(cuFuncSetAttribute(fn[li], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l->shared_bytes));
+        for (int j = 0; j < l->nargs; j++) {
+            args[li][j] = dptr[l->args[j]];
+            pargs[li][j] = &args[li][j];
+        }
+    }
+    cu_what = "";
+
+    /* one step: forward + backward */
+#define LAUNCH_ALL()                                                                                                \
+    for (int li = 0; li < plan->nlaunches; li++) {                                                                  \
+        const PlanLaunch *l = &plan->launches[li];                                                                  \
+        CU(cuLaunchKernel(fn[li], (unsigned)l->grid, 1, 1, (unsigned)l->block, 1, 1, (unsigned)l->shared_bytes,     \
+                          stream, pargs[li], NULL));                                                                \
+    }
+    CUgraphExec exec = NULL;
+    CUgraph graph = NULL;
+    if (use_graph) {
+        CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+        LAUNCH_ALL();
+        CU(cuStreamEndCapture(stream, &graph));
+        CU(cuGraphInstantiate(&exec, graph, 0));
+    }
+#define STEP()                                                                                                      \
+    do {                                                                                                            \
+        if (exec)                                                                                                   \
+            CU(cuGraphLaunch(exec, stream));                                                                        \
+        else {                                                                                                      \
+            LAUNCH_ALL();                                                                                           \
+        }                                                                                                           \
+    } while (0)
+
+    STEP();
+    CU(cuStreamSynchronize(stream));
+    float loss_gpu;
+    CU(cuMemcpyDtoH(&loss_gpu, dptr[g->loss->id], 4));
+    for (int w = 0; w < warmup; w++)
+        STEP();
+    CU(cuStreamSynchronize(stream));
+    CUevent *ev = calloc(2 * (size_t)reps, sizeof *ev);
+    for (int r = 0; r < 2 * reps; r++)
+        CU(cuEventCreate(&ev[r], CU_EVENT_DEFAULT));
+    for (int r = 0; r < reps; r++) {
+        CU(cuEventRecord(ev[2 * r], stream));
+        STEP();
+        CU(cuEventRecord(ev[2 * r + 1], stream));
+    }
+    CU(cuStreamSynchronize(stream));
+    float *ms = malloc(sizeof(float) * (size_t)reps);
+    for (int r = 0; r < reps; r++)
+        CU(cuEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
+    qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
+    double med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+    float loss_last;
+    CU(cuMemcpyDtoH(&loss_last, dptr[g->loss->id], 4));
+    printf("# %s on %s: %s, %d warm-up, %d timed: median %.3f ms (min %.3f, max %.3f)\n", name, devname,
+           exec ? "one CUDA graph per step" : "plain launches", warmup, reps, med, ms[0], ms[reps - 1]);
+    int bad = 0;
+    if (!isfinite(loss_gpu) || loss_gpu != loss_last) {
+        fprintf(stderr, "%s: loss %.9g on the first step, %.9g on the last: %s\n", name, loss_gpu, loss_last,
+                isfinite(loss_gpu) ? "the same inputs must give the same bits" : "not finite");
+        bad = 1;
+    }
+
+    const char *cpu_status = "-";
+    if (cpu_check) {
+        CpuPlan cpu;
+        cpu_plan_init(&cpu, g, CPU_F32);
+        for (int i = 0; i < g->nnodes; i++)
+            if (host[i])
+                cpu_plan_bind(&cpu, g->nodes[i], host[i]);
+        cpu_plan_run(&cpu);
+        double lc = cpu_plan_scalar(&cpu, g->loss), rel = fabs(loss_gpu - lc) / fmax(fabs(lc), 1e-30);
+        printf("# cpu check: loss gpu %.9g, cpu %.9g, relative difference %.2e (within 1e-4: %s)\n", loss_gpu, lc,
+               rel, rel < 1e-4 ? "yes" : "NO");
+        int ok = rel < 1e-4;
+        for (int p = 0; p < g->nparams; p++) {
+            const IrNode *gn = g->grads[p];
+            int64_t numel = ir_numel(gn);
+            float *got = malloc(sizeof(float) * (size_t)numel);
+            CU(cuMemcpyDtoH(got, dptr[gn->id], (size_t)numel * 4));
+            const float *want = cpu_plan_data(&cpu, gn);
+            double sd = 0, sw = 0;
+            for (int64_t e = 0; e < numel; e++) {
+                double d = (double)got[e] - want[e];
+                sd += d * d;
+                sw += (double)want[e] * want[e];
+            }
+            double nr = sw > 0 ? sqrt(sd / sw) : sqrt(sd);
+            printf("# cpu check: d loss / d %-12s normwise relative difference %.2e%s\n", g->params[p]->name, nr,
+                   nr < 1e-3 ? "" : " (above 1e-3)");
+            ok &= nr < 1e-3;
+            free(got);
+        }
+        cpu_status = ok ? "ok" : "FAILED";
+        bad |= !ok;
+        cpu_plan_free(&cpu);
+    }
+    printf("RESULT name=%s T=%lld H=%lld F=%lld E=%lld k=%lld ms=%.4f tokens_per_s=%.0f tflops=%.3f loss=%.9g cpu=%s\n",
+           name, (long long)T, (long long)H, (long long)F, (long long)E, (long long)k, med, (double)T / (med / 1e3),
+           flop / (med / 1e3) / 1e12, loss_gpu, cpu_status);
+
+    for (int r = 0; r < 2 * reps; r++)
+        cu.cuEventDestroy(ev[r]);
+    if (exec) {
+        cu.cuGraphExecDestroy(exec);
+        cu.cuGraphDestroy(graph);
+    }
+    cu.cuStreamDestroy(stream);
+    for (int r = 0; r < PLAN_REGION_COUNT; r++)
+        cu.cuMemFree(base[r]);
+    cu.cuModuleUnload(mod);
+    for (int i = 0; i < g->nnodes; i++)
+        free(host[i]);
+    free(host);
+    free(ev);
+    free(ms);
+    free(fn);
+    free(args);
+    free(pargs);
+    free(dptr);
+    free(cubin);
+    plan_free(plan);
+    free(pj);
+    return bad;
+}
