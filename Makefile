@@ -31,7 +31,8 @@ RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c
 DATA_SRC = data/data.c
-FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c
+FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c formats/hf_import.c \
+           formats/hf_export.c
 TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (util/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
@@ -93,10 +94,14 @@ $(BUILD)/libmoec.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
+# the moec command (cli/): main() and the commands, outside libmoec.a
+CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c
+CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+
 # -rdynamic: pass plugins (--load-pass) link against the IR and pass API in moec
-$(BUILD)/moec: $(BUILD)/obj/cli/main.o $(BUILD)/libmoec.a
+$(BUILD)/moec: $(CLI_OBJ) $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -rdynamic -o $@ -Wl,--whole-archive $(BUILD)/libmoec.a -Wl,--no-whole-archive \
-	    $(BUILD)/obj/cli/main.o $(LDLIBS) -ldl
+	    $(CLI_OBJ) $(LDLIBS) -ldl
 
 # ---- pass plugins (docs/adding-a-pass.md): plugins/NAME.c is $(BUILD)/plugins/NAME.so, loaded with
 # --load-pass. It links nothing of libmoec.a: the IR and pass API resolve against the moec loading it.
