@@ -25,7 +25,7 @@ PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
            passes/expert_parallel.c passes/grad_allreduce.c
 FE_SRC   = compiler/parse.c compiler/lower.c
-PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c
+PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c plan/cost.c
 DRIVER_SRC = driver/compile.c driver/build.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
@@ -150,6 +150,10 @@ $(BUILD)/test_hf: $(BUILD)/obj/tests/unit/test_hf.o $(BUILD)/libmoec.a
 $(BUILD)/test_util: $(BUILD)/obj/tests/unit/test_util.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
 
+# -ldl: the plans it compiles go through codegen (NVRTC is loaded with dlopen, though not called)
+$(BUILD)/test_cost: $(BUILD)/obj/tests/unit/test_cost.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
+
 # the sm_90a grouped GEMM (its configuration plan/gemm_sm90.c, its source codegen/gemm_sm90.c, its tensor maps
 # runtime/gpu/tma.c; not in libmoec.a yet) and only what it uses: NVRTC, the driver table, the device-library
 # strings (-ldl: both load their library with dlopen)
@@ -160,7 +164,7 @@ $(BUILD)/test_gemm_sm90: $(BUILD)/obj/tests/unit/test_gemm_sm90.o $(GEMM_SM90_OB
 	$(CC) $(SANITIZE) -o $@ $^ -lpthread -ldl
 
 UNIT_TESTS = test_util test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm \
-             test_codegen test_hf test_gemm_sm90
+             test_codegen test_hf test_gemm_sm90 test_cost
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 
 test-plain: $(TEST_BINS)

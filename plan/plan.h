@@ -185,4 +185,16 @@ typedef int (*PlanPluginLoader)(const char *path, char *err, size_t errlen);
 Plan *plan_from_json(const char *json, size_t len, const char *what, PlanPluginLoader load_plugin, char *err,
                      size_t errlen);
 
+/* ---- cost.c: the work of a node, from its shapes and storage types ---- */
+
+/* What a node must compute and move (conventions in cost.c): --profile
+ * divides them by the measured time. */
+typedef struct PlanCost {
+    double flops;        /* floating-point operations of its GEMMs (a multiply-add is 2); 0 for other ops */
+    double bytes;        /* its sources read and its result written once, at their storage sizes */
+    int gemm;            /* a matmul-like op (linear, grouped_linear, grouped_mlp, sdpa and their gradients) */
+} PlanCost;
+/* p may be NULL or lack the GPU part: element sizes then come from the IR dtypes. */
+PlanCost plan_node_cost(const Plan *p, const IrNode *n);
+
 #endif

@@ -1,0 +1,232 @@
+/* test_cost.c - the cost model of plan/cost.c (what --profile divides by the
+ * measured time) on compiled graphs: FLOPs of every matmul-like family
+ * against the formulas written out here from the shapes, hand-computed
+ * numbers for mixtral_tiny's nodes, and bytes at the plan's storage sizes.
+ * Run from the repository root. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../driver/compile.h"
+#include "../../driver/build.h"
+#include "../../plan/plan.h"
+
+static int npass, nfail;
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (cond) {                                                                       \
+            npass++;                                                                      \
+        } else {                                                                          \
+            nfail++;                                                                      \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                          \
+        }                                                                                 \
+    } while (0)
+
+static Plan *make_plan(const char *path, int mxfp8)
+{
+    Compilation c;
+    memset(&c, 0, sizeof c);
+    if (!compilation_read(&c, path, stderr))
+        return NULL;
+    PassCtx ctx;
+    pass_ctx_init(&ctx, NULL);
+    if (mxfp8) {
+        c.opts.has_precision = 1;
+        c.opts.precision = IR_PREC_MXFP8;
+    }
+    if (compilation_run(&c, path, c.text, c.len, stderr, &ctx) != 0) {
+        compilation_free(&c);
+        return NULL;
+    }
+    char err[1024];
+    Plan *p = driver_make_plan(&c, path, NULL, 0, mxfp8, mxfp8 ? IR_PREC_MXFP8 : IR_PREC_BF16, 0, err, sizeof err);
+    if (!p)
+        fprintf(stderr, "%s: %s\n", path, err);
+    compilation_free(&c);
+    return p;
+}
+
+static double numel(const IrNode *n) { return (double)ir_numel(n); }
+static double last(const IrNode *n) { return (double)n->shape[n->rank - 1]; }
+static double lead(const IrNode *n) { return numel(n) / last(n); }
+
+static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b) + 1e-9; }
+
+/* the formula of each family, written from the op's documented shapes (ir/ops.def) */
+static double want_flops(const IrNode *n)
+{
+    const IrNode *s0 = n->src[0], *s1 = n->nsrc > 1 ? n->src[1] : NULL;
+    switch (n->op) {
+    case IR_OP_LINEAR:            /* x [N,in], w [out,in] */
+        return 2 * lead(s0) * last(s0) * s1->shape[0];
+    case IR_OP_LINEAR_DX:         /* dy [N,out], w [out,in] */
+        return 2 * lead(s0) * s1->shape[0] * s1->shape[1];
+    case IR_OP_LINEAR_DW:         /* dy [N,out], x [N,in] */
+        return 2 * lead(s0) * last(s0) * last(s1);
+    case IR_OP_GROUPED_LINEAR:    /* x [R,in], w [E,out,in] */
+        return 2 * lead(s0) * s1->shape[1] * s1->shape[2];
+    case IR_OP_GROUPED_LINEAR_DX: /* dy [R,out], w [E,out,in] */
+        return 2 * lead(s0) * s1->shape[1] * s1->shape[2];
+    case IR_OP_GROUPED_LINEAR_DW: /* dy [R,out], x [R,in] */
+        return 2 * lead(s0) * last(s0) * last(s1);
+    case IR_OP_GROUPED_MLP: {     /* xs [R,H], w_down [E,H,F] */
+        double R = lead(s0), H = last(s0), F = n->src[2]->shape[2];
+        return 2 * R * H * 2 * F + 2 * R * F * H;
+    }
+    case IR_OP_GROUPED_MLP_BWD: { /* dy, xs [R,H], w_gate_up, w_down [E,H,F]: recompute + dx + dw */
+        double R = lead(s1), H = last(s1), F = n->src[3]->shape[2];
+        return 3 * (2 * R * H * 2 * F) + 2 * (2 * R * F * H);
+    }
+    case IR_OP_SDPA:
+    case IR_OP_SDPA_BWD: {        /* q [B,S,h*hd] */
+        const IrNode *q = n->op == IR_OP_SDPA ? s0 : s1;
+        double B = q->shape[0], S = q->shape[1], W = q->shape[2];
+        double f = 4 * B * S * S * W * (n->attr[IR_ATTR_CAUSAL].i ? 0.5 : 1);
+        return n->op == IR_OP_SDPA ? f : 2.5 * f;
+    }
+    default:
+        return 0;
+    }
+}
+
+static void test_families(const char *what, const Plan *p)
+{
+    const IrGraph *g = p->graph;
+    int seen[IR_OP_COUNT] = {0};
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        PlanCost c = plan_node_cost(p, n);
+        double w = want_flops(n);
+        seen[n->op]++;
+        CHECK(close_to(c.flops, w), "%s: %s (%s): %.0f FLOPs, want %.0f", what, n->name, ir_node_op_name(n), c.flops,
+              w);
+        CHECK(c.gemm == (w > 0), "%s: %s (%s): gemm %d", what, n->name, ir_node_op_name(n), c.gemm);
+        CHECK(c.bytes >= 0 && isfinite(c.bytes), "%s: %s: bytes %g", what, n->name, c.bytes);
+        if (n->op == IR_OP_ADD || n->op == IR_OP_MUL) {
+            double want = 0;
+            for (int s = 0; s < n->nsrc + 1; s++) {
+                const IrNode *t = s < n->nsrc ? n->src[s] : n;
+                want += numel(t) * plan_storage_bytes[p->bufs[t->id].storage];
+            }
+            CHECK(close_to(c.bytes, want), "%s: %s: %.0f bytes, want %.0f (inputs + output)", what, n->name,
+                  c.bytes, want);
+        }
+        if (n->op == IR_OP_INPUT || n->op == IR_OP_PARAM)
+            CHECK(c.bytes == 0 && c.flops == 0, "%s: %s: a leaf costs nothing", what, n->name);
+    }
+    CHECK(seen[IR_OP_LINEAR] && seen[IR_OP_LINEAR_DX] && seen[IR_OP_LINEAR_DW] && seen[IR_OP_GROUPED_MLP] &&
+              seen[IR_OP_GROUPED_MLP_BWD] && seen[IR_OP_SDPA] && seen[IR_OP_SDPA_BWD],
+          "%s: every matmul-like family appears", what);
+}
+
+/* mixtral_tiny: batch 8 x seq 128 = 1024 tokens, d 64, ffn 128, 4 experts top-2 (R = 2048 rows), 4 heads of 16,
+ * causal; the numbers worked out by hand */
+static void test_mixtral_tiny_numbers(const Plan *p)
+{
+    const IrGraph *g = p->graph;
+    int found = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        PlanCost c = plan_node_cost(p, n);
+        if (n->op == IR_OP_LINEAR && n->src[1]->op == IR_OP_PARAM && strcmp(n->src[1]->label, "lm_head") == 0) {
+            /* [1024, 64] x [33, 64]^T: 2 * 1024 * 64 * 33 */
+            CHECK(c.flops == 4325376.0, "lm_head: %.0f FLOPs", c.flops);
+            /* x, w, y in fp32: (1024*64 + 33*64 + 1024*33) * 4 */
+            CHECK(c.bytes == (1024.0 * 64 + 33 * 64 + 1024 * 33) * 4, "lm_head: %.0f bytes", c.bytes);
+            found |= 1;
+        }
+        if (n->op == IR_OP_GROUPED_MLP) {
+            /* 2*2048*64*256 + 2*2048*128*64 */
+            CHECK(c.flops == 100663296.0, "grouped_mlp: %.0f FLOPs", c.flops);
+            found |= 2;
+        }
+        if (n->op == IR_OP_GROUPED_MLP_BWD) {
+            CHECK(c.flops == 268435456.0, "grouped_mlp_bwd: %.0f FLOPs", c.flops);
+            found |= 4;
+        }
+        if (n->op == IR_OP_SDPA) {
+            /* 4 * 8 * 128 * 128 * 64 / 2 (causal) */
+            CHECK(c.flops == 16777216.0, "sdpa: %.0f FLOPs", c.flops);
+            found |= 8;
+        }
+        if (n->op == IR_OP_SDPA_BWD) {
+            CHECK(c.flops == 41943040.0, "sdpa_bwd: %.0f FLOPs", c.flops);
+            found |= 16;
+        }
+    }
+    CHECK(found == 31, "mixtral_tiny: lm_head, grouped_mlp(_bwd), sdpa(_bwd) found (%d)", found);
+}
+
+/* Without the GPU part (or without a plan) the IR dtypes give the sizes: the same numbers for fp32 storage. */
+static void test_without_plan(const Plan *p)
+{
+    const IrGraph *g = p->graph;
+    int same = 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        PlanCost a = plan_node_cost(p, n), b = plan_node_cost(NULL, n);
+        int fp32 = 1;
+        for (int s = 0; s < n->nsrc; s++)
+            fp32 &= p->bufs[n->src[s]->id].storage == PLAN_F32 || p->bufs[n->src[s]->id].storage == PLAN_I32;
+        if (fp32 && (p->bufs[n->id].storage == PLAN_F32 || p->bufs[n->id].storage == PLAN_I32))
+            same &= a.bytes == b.bytes && a.flops == b.flops;
+    }
+    CHECK(same, "the plan's storage sizes and the dtypes' agree for fp32 tensors");
+}
+
+int main(void)
+{
+    Plan *p = make_plan("models/mixtral_tiny.moe", 0);
+    CHECK(p != NULL, "mixtral_tiny compiles");
+    if (p) {
+        test_families("mixtral_tiny", p);
+        test_mixtral_tiny_numbers(p);
+        test_without_plan(p);
+        plan_free(p);
+    }
+    p = make_plan("models/mixtral_tiny.moe", 1);
+    CHECK(p != NULL, "mixtral_tiny --precision mxfp8 compiles");
+    if (p) {
+        test_families("mixtral_tiny mxfp8", p);
+        plan_free(p);
+    }
+    /* an unfused model: grouped_linear and its gradients */
+    Compilation c;
+    memset(&c, 0, sizeof c);
+    p = NULL;
+    if (compilation_read(&c, "models/mixtral_tiny.moe", stderr)) {
+        PassCtx ctx;
+        pass_ctx_init(&ctx, NULL);
+        ctx.disabled[ctx.ndisabled++] = "fuse-grouped-mlp";
+        char err[1024];
+        if (compilation_run(&c, "models/mixtral_tiny.moe", c.text, c.len, stderr, &ctx) == 0)
+            p = driver_make_plan(&c, "models/mixtral_tiny.moe", NULL, 0, 0, IR_PREC_BF16, 0, err, sizeof err);
+        compilation_free(&c);
+    }
+    CHECK(p != NULL, "mixtral_tiny without fusion compiles");
+    if (p) {
+        const IrGraph *g = p->graph;
+        int gl = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            const IrNode *n = g->nodes[i];
+            PlanCost k = plan_node_cost(p, n);
+            if (n->op == IR_OP_GROUPED_LINEAR || n->op == IR_OP_GROUPED_LINEAR_DX ||
+                n->op == IR_OP_GROUPED_LINEAR_DW) {
+                gl++;
+                CHECK(close_to(k.flops, want_flops(n)) && k.gemm, "%s: %.0f FLOPs, want %.0f", n->name, k.flops,
+                      want_flops(n));
+                /* each of the two expert GEMMs: 2048 rows x (64 x 256) or (128 x 64) */
+                CHECK(k.flops == 2.0 * 2048 * 64 * 256 || k.flops == 2.0 * 2048 * 128 * 64, "%s: %.0f FLOPs",
+                      n->name, k.flops);
+            }
+        }
+        CHECK(gl >= 6, "grouped_linear, _dx and _dw appear (%d nodes)", gl);
+        plan_free(p);
+    }
+    printf("test_cost: %d passed, %d failed\n", npass, nfail);
+    return nfail != 0;
+}
