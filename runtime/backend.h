@@ -40,6 +40,33 @@ typedef struct BackendInfo {
     long long coll_calls;
 } BackendInfo;
 
+/* --profile: where a training step's time goes, per IR node. The trainer
+ * zeroes a BackendProfile (node: nnodes entries of the plan's graph) once,
+ * and each profiled step adds to it. */
+enum { BACKEND_PROFILE_KERNELS = 200 };
+typedef struct BackendProfileRow {
+    double seconds;          /* summed over the profiled steps */
+    int64_t launches;        /* kernels, copies or collective calls, summed */
+    char kernels[BACKEND_PROFILE_KERNELS];  /* what ran, comma-separated ("" on the CPU: the node's C code) */
+} BackendProfileRow;
+
+/* work that belongs to no IR node */
+typedef enum BackendProfileExtra {
+    BACKEND_PROFILE_OPTIMIZER,  /* the global gradient norm, clipping, AdamW */
+    BACKEND_PROFILE_BUCKETS,    /* the bucketed gradient all-reduce after the backward (GPU) */
+    BACKEND_PROFILE_BATCH,      /* the batch into the backend's memory */
+    BACKEND_PROFILE_NEXTRA
+} BackendProfileExtra;
+
+typedef struct BackendProfile {
+    int nnodes;
+    BackendProfileRow *node;                     /* [nnodes], by node id; caller-owned */
+    BackendProfileRow extra[BACKEND_PROFILE_NEXTRA];
+    double step_seconds;     /* the whole steps, from the batch's copy to the last update, summed */
+    int steps;
+    char clock[64];          /* how it was timed: "CUDA events", "CLOCK_MONOTONIC" */
+} BackendProfile;
+
 typedef struct BackendOps {
     const char *name;        /* "cpu", "cuda" */
     /* Sets up the rank's part of plan p (which must outlive the backend).
@@ -57,6 +84,12 @@ typedef struct BackendOps {
      * optimizer step `step` (from 1: the bias corrections). May return
      * before it is done; its loss is read by read_steps. */
     int (*step)(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step);
+    /* A training step exactly as step() (same arguments, same results: the
+     * loss curve goes on; its loss is read by read_steps), with each launch
+     * timed and added to prof. Synchronous: it returns when the step is done.
+     * The GPU runs it launch by launch, never as a CUDA graph. */
+    int (*profile_step)(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
+                        BackendProfile *prof);
     /* Waits for the steps since the last call; their losses (this rank's)
      * and global gradient norms, oldest first; *n of them. */
     int (*read_steps)(Backend *b, double *losses, double *norms, int *n);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../util/util.h"
@@ -179,21 +180,72 @@ static int optimizer_step(CpuBackend *B, double lr, int64_t step, double *norm_o
     return 1;
 }
 
-static int cpu_step(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step)
+static double now(void)
 {
-    CpuBackend *B = (CpuBackend *)b;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void prof_add(BackendProfileRow *r, double seconds)
+{
+    r->seconds += seconds;
+    r->launches++;
+}
+
+/* A step; with prof, every node timed on its own (the same code in the same
+ * order: the results do not change). Inputs and params are bound, not run. */
+static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
+                    BackendProfile *prof)
+{
     if (B->pending >= B->ring)
         return cpu_fail(B, "internal: %d steps without reading their losses", B->pending);
+    const IrGraph *g = B->p->graph;
+    double t0 = prof ? now() : 0;
     memcpy(B->tokens, tokens, B->batch_bytes);
     memcpy(B->targets, targets, B->batch_bytes);
-    cpu_plan_run(&B->run);
-    double loss = cpu_plan_scalar(&B->run, B->p->graph->loss), norm = 0;
+    if (!prof) {
+        cpu_plan_run(&B->run);
+    } else {
+        if (prof->nnodes != g->nnodes)
+            die("cpu backend: a profile of %d nodes for a graph of %d", prof->nnodes, g->nnodes);
+        double t = now();
+        prof_add(&prof->extra[BACKEND_PROFILE_BATCH], t - t0);
+        for (int i = 0; i < g->nnodes; i++) {
+            int leaf = g->nodes[i]->op == IR_OP_INPUT || g->nodes[i]->op == IR_OP_PARAM;
+            cpu_plan_run_range(&B->run, i, i + 1);
+            double t2 = now();
+            if (!leaf)
+                prof_add(&prof->node[i], t2 - t);
+            t = t2;
+        }
+    }
+    double loss = cpu_plan_scalar(&B->run, g->loss), norm = 0;
+    double t_opt = prof ? now() : 0;
     if (!optimizer_step(B, lr, step, &norm))
         return 0;
+    if (prof) {
+        double t_end = now();
+        prof_add(&prof->extra[BACKEND_PROFILE_OPTIMIZER], t_end - t_opt);
+        prof->step_seconds += t_end - t0;
+        prof->steps++;
+        snprintf(prof->clock, sizeof prof->clock, "CLOCK_MONOTONIC around each node");
+    }
     B->ring_loss[B->pending] = loss;
     B->ring_norm[B->pending] = norm;
     B->pending++;
     return 1;
+}
+
+static int cpu_step(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step)
+{
+    return run_step((CpuBackend *)b, tokens, targets, lr, step, NULL);
+}
+
+static int cpu_profile_step(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
+                            BackendProfile *prof)
+{
+    return run_step((CpuBackend *)b, tokens, targets, lr, step, prof);
 }
 
 static int cpu_read_steps(Backend *b, double *losses, double *norms, int *n)
@@ -239,6 +291,7 @@ const BackendOps backend_cpu = {
     .get_state = cpu_get_state,
     .get_grad = cpu_get_grad,
     .step = cpu_step,
+    .profile_step = cpu_profile_step,
     .read_steps = cpu_read_steps,
     .eval = cpu_eval,
     .host_allreduce_f64 = cpu_host_allreduce,

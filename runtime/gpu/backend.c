@@ -18,6 +18,7 @@ typedef struct CudaBackend {
     double *param_wd;
     int device_comm;      /* the rank's transport works on device memory (NCCL) */
     int graphs;           /* CUDA graphs allowed (not --no-cuda-graph) */
+    GpuProfile prof;      /* --profile: one step's times, moved into the trainer's BackendProfile */
     char err[2048];
 } CudaBackend;
 
@@ -31,6 +32,8 @@ static void cuda_destroy(Backend *b)
     gpu_destroy(B->gpu);
     free(B->param_off);
     free(B->param_wd);
+    free(B->prof.node_seconds);
+    free(B->prof.node_launches);
     free(B);
 }
 
@@ -87,6 +90,73 @@ static int cuda_step(Backend *b, const int32_t *tokens, const int32_t *targets, 
     const IrTrain *tr = &B->p->graph->train;
     double bc1 = 1 - pow(tr->beta1, (double)step), bc2 = 1 - pow(tr->beta2, (double)step);
     return gpu_step(B->gpu, tokens, targets, lr, bc1, bc2);
+}
+
+/* Appends kernel name k to a row's list unless it is there already. */
+static void add_kernel(BackendProfileRow *r, const char *k)
+{
+    size_t len = strlen(r->kernels), kl = strlen(k);
+    for (const char *p = r->kernels; (p = strstr(p, k)); p += kl)
+        if ((p == r->kernels || p[-1] == ' ') && (p[kl] == ',' || p[kl] == 0))
+            return;
+    if (len + kl + 3 >= sizeof r->kernels) {
+        if (len + 4 < sizeof r->kernels && !strstr(r->kernels, "..."))
+            snprintf(r->kernels + len, sizeof r->kernels - len, "...");
+        return;
+    }
+    snprintf(r->kernels + len, sizeof r->kernels - len, "%s%s", len ? ", " : "", k);
+}
+
+static void move_row(BackendProfileRow *r, double *seconds, int64_t *launches)
+{
+    r->seconds += *seconds;
+    r->launches += *launches;
+    *seconds = 0;
+    *launches = 0;
+}
+
+static int cuda_profile_step(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
+                             BackendProfile *prof)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    const Plan *p = B->p;
+    int nn = p->graph->nnodes;
+    if (prof->nnodes != nn)
+        die("cuda backend: a profile of %d nodes for a graph of %d", prof->nnodes, nn);
+    if (!B->prof.node_seconds) {
+        B->prof.node_seconds = calloc((size_t)nn + 1, sizeof(double));
+        B->prof.node_launches = calloc((size_t)nn + 1, sizeof(int64_t));
+        if (!B->prof.node_seconds || !B->prof.node_launches)
+            die("out of memory");
+    }
+    if (prof->steps == 0) {
+        /* what each row runs: the plan's kernel names */
+        for (int i = 0; i < p->nlaunches; i++) {
+            const PlanLaunch *l = &p->launches[i];
+            add_kernel(&prof->node[l->node], l->kernel >= 0 ? p->kernel_names[l->kernel]
+                                             : B->device_comm ? "nccl (host-driven)" : "host collective");
+        }
+        snprintf(prof->extra[BACKEND_PROFILE_OPTIMIZER].kernels, BACKEND_PROFILE_KERNELS,
+                 "moec_grad_sumsq, moec_sum_partials, moec_clip, moec_adamw");
+        snprintf(prof->extra[BACKEND_PROFILE_BUCKETS].kernels, BACKEND_PROFILE_KERNELS, "%s, moec_scale",
+                 B->device_comm ? "nccl all_reduce" : "host all_reduce");
+        snprintf(prof->extra[BACKEND_PROFILE_BATCH].kernels, BACKEND_PROFILE_KERNELS, "cuMemcpyHtoDAsync");
+        snprintf(prof->clock, sizeof prof->clock, "CUDA events around each launch");
+    }
+    const IrTrain *tr = &p->graph->train;
+    double bc1 = 1 - pow(tr->beta1, (double)step), bc2 = 1 - pow(tr->beta2, (double)step);
+    GpuProfile *g = &B->prof;
+    if (!gpu_profile_step(B->gpu, tokens, targets, lr, bc1, bc2, g))
+        return 0;
+    for (int i = 0; i < nn; i++)
+        move_row(&prof->node[i], &g->node_seconds[i], &g->node_launches[i]);
+    move_row(&prof->extra[BACKEND_PROFILE_BATCH], &g->batch_seconds, &g->batch_copies);
+    move_row(&prof->extra[BACKEND_PROFILE_OPTIMIZER], &g->opt_seconds, &g->opt_launches);
+    move_row(&prof->extra[BACKEND_PROFILE_BUCKETS], &g->bucket_seconds, &g->bucket_calls);
+    prof->step_seconds += g->step_seconds;
+    g->step_seconds = 0;
+    prof->steps++;
+    return 1;
 }
 
 static int cuda_read_steps(Backend *b, double *losses, double *norms, int *n)
@@ -172,6 +242,7 @@ const BackendOps backend_cuda = {
     .get_state = cuda_get_state,
     .get_grad = cuda_get_grad,
     .step = cuda_step,
+    .profile_step = cuda_profile_step,
     .read_steps = cuda_read_steps,
     .eval = cuda_eval,
     .host_allreduce_f64 = cuda_host_allreduce,

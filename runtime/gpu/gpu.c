@@ -47,6 +47,14 @@ typedef struct Bucket {
     CUdeviceptr buf;
 } Bucket;
 
+/* --profile: one pair of events around a launch (or the batch's copy, the optimizer, the step) and where its
+ * time goes: a node id, or one of the PROF_ slots */
+enum { PROF_BATCH = -1, PROF_OPT = -2, PROF_BUCKETS = -3, PROF_STEP = -4, PROF_SPANS_EXTRA = 4 };
+typedef struct ProfSpan {
+    int slot;
+    int ev0, ev1;
+} ProfSpan;
+
 /* the step's host-side inputs, twice (steps alternate): tokens, targets, 3 scalars */
 typedef struct Staging {
     void *pinned;           /* [tokens | targets | lr, bc1, bc2] */
@@ -97,6 +105,12 @@ struct Gpu {
     int *bucket_of;         /* per node: its bucket, or -1 */
     Bucket buckets[MAX_BUCKETS];
     int nbuckets;
+    /* --profile: set during gpu_profile_step only; events made at its first call */
+    GpuProfile *prof;
+    CUevent *pev;
+    int npev, pev_used;
+    ProfSpan *spans;
+    int nspans;
 };
 
 static int fail(Gpu *G, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -601,6 +615,9 @@ void gpu_destroy(Gpu *G)
         cu.cuCtxSetCurrent(G->ctx);
         if (G->stream)
             cu.cuStreamSynchronize(G->stream);
+        for (int e = 0; e < G->npev; e++)
+            if (G->pev[e])
+                cu.cuEventDestroy(G->pev[e]);
         for (int s = 0; s < 2; s++) {
             if (G->stage[s].graph)
                 cu.cuGraphExecDestroy(G->stage[s].graph);
@@ -636,6 +653,8 @@ void gpu_destroy(Gpu *G)
     free(G->wd);
     free(G->ring_loss_h);
     free(G->ring_norm_h);
+    free(G->pev);
+    free(G->spans);
     free(G);
 }
 
@@ -861,11 +880,37 @@ static int flush_buckets(Gpu *G)
     return 1;
 }
 
+/* --profile: an event recorded on the stream where a timed span begins (nothing when not profiling) */
+static int prof_begin(Gpu *G, int *ev)
+{
+    *ev = -1;
+    if (!G->prof)
+        return 1;
+    if (G->pev_used == G->npev)
+        return fail(G, "internal: more timed spans than the profile's %d events", G->npev);
+    *ev = G->pev_used++;
+    return CU(G, cuEventRecord(G->pev[*ev], G->stream), "profiling");
+}
+
+/* ... and where it ends: the pair's elapsed time goes to slot (a node id or a PROF_ slot) */
+static int prof_end(Gpu *G, int ev0, int slot)
+{
+    int ev1;
+    if (!G->prof)
+        return 1;
+    if (!prof_begin(G, &ev1))
+        return 0;
+    G->spans[G->nspans++] = (ProfSpan){slot, ev0, ev1};
+    return 1;
+}
+
 static int run_launches(Gpu *G, int from, int to)
 {
-    int bucketed = 0;
+    int bucketed = 0, ev;
     for (int i = from; i < to; i++) {
         Launch *L = &G->launches[i];
+        if (!prof_begin(G, &ev))
+            return 0;
         if (!L->f && L->bucket >= 0) {
             /* its source is alive here, not necessarily after the backward */
             size_t nb = (size_t)ir_numel(L->node) * sizeof(float);
@@ -873,18 +918,19 @@ static int run_launches(Gpu *G, int from, int to)
                                          G->stream), L->what))
                 return 0;
             bucketed = 1;
-            continue;
-        }
-        if (!L->f) {
+        } else if (!L->f) {
             if (!run_collective(G, L))
                 return 0;
-            continue;
+        } else if (!CU(G, cuLaunchKernel(L->f, L->grid, 1, 1, L->block, 1, 1, L->shared, G->stream, L->argp, NULL),
+                       L->what)) {
+            return 0;
         }
-        if (!CU(G, cuLaunchKernel(L->f, L->grid, 1, 1, L->block, 1, 1, L->shared, G->stream, L->argp, NULL),
-                L->what))
+        if (!prof_end(G, ev, L->node->id))
             return 0;
     }
-    return !bucketed || flush_buckets(G);
+    if (!bucketed)
+        return 1;
+    return prof_begin(G, &ev) && flush_buckets(G) && prof_end(G, ev, PROF_BUCKETS);
 }
 
 /* forward + backward + norm + clip + AdamW, reading the staging s */
@@ -893,11 +939,16 @@ static int enqueue_step(Gpu *G, Staging *s)
     const IrGraph *g = G->g;
     char *pin = s->pinned;
     const IrNode *tok = G->tok, *tgt = G->tgt;
-    if (!CU(G, cuMemcpyHtoDAsync(G->buf[tok->id], pin, G->tok_bytes, G->stream), "the batch") ||
+    int ev;
+    if (!prof_begin(G, &ev) ||
+        !CU(G, cuMemcpyHtoDAsync(G->buf[tok->id], pin, G->tok_bytes, G->stream), "the batch") ||
         !CU(G, cuMemcpyHtoDAsync(G->buf[tgt->id], pin + G->tok_bytes, G->tok_bytes, G->stream), "the batch") ||
-        !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step"))
+        !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step") ||
+        !prof_end(G, ev, PROF_BATCH))
         return 0;
     if (!run_launches(G, 0, G->nlaunches))
+        return 0;
+    if (!prof_begin(G, &ev))
         return 0;
     /* the global gradient norm: sums of squares per block, then per kind */
     for (int p = 0; p < g->nparams; p++) {
@@ -956,7 +1007,7 @@ static int enqueue_step(Gpu *G, Staging *s)
             return 0;
         off += G->numel[p];
     }
-    return 1;
+    return prof_end(G, ev, PROF_OPT);
 }
 
 static Staging *stage_batch(Gpu *G, const int32_t *tokens, const int32_t *targets, const double *sc3)
@@ -972,6 +1023,8 @@ static Staging *stage_batch(Gpu *G, const int32_t *tokens, const int32_t *target
     memcpy(pin + 2 * G->tok_bytes, sc3, 3 * sizeof(double));
     return s;
 }
+
+static int finish_step(Gpu *G, Staging *s);
 
 int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2)
 {
@@ -1004,6 +1057,12 @@ int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, d
     } else if (!enqueue_step(G, s)) {
         return 0;
     }
+    return finish_step(G, s);
+}
+
+/* After a step's launches: its staging released when they are done, its loss and norm into the ring. */
+static int finish_step(Gpu *G, Staging *s)
+{
     if (!CU(G, cuEventRecord(s->done, G->stream), NULL))
         return 0;
     s->used = 1;
@@ -1014,6 +1073,66 @@ int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, d
             NULL))
         return 0;
     G->pending++;
+    return 1;
+}
+
+int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2,
+                     GpuProfile *prof)
+{
+    if (!cur(G))
+        return 0;
+    if (G->pending >= G->ring)
+        return fail(G, "internal: %d steps without reading their losses", G->pending);
+    if (!G->pev) {
+        /* two events per span: each launch, the batch, the optimizer, the buckets, the step */
+        G->npev = 2 * (G->nlaunches + PROF_SPANS_EXTRA);
+        G->pev = calloc((size_t)G->npev, sizeof *G->pev);
+        G->spans = calloc((size_t)G->npev / 2, sizeof *G->spans);
+        if (!G->pev || !G->spans)
+            die("out of memory");
+        for (int e = 0; e < G->npev; e++)
+            if (!CU(G, cuEventCreate(&G->pev[e], CU_EVENT_DEFAULT), "profiling"))
+                return 0;
+    }
+    double sc[3] = {lr, bc1, bc2};
+    Staging *s = stage_batch(G, tokens, targets, sc);
+    if (!s)
+        return 0;
+    G->prof = prof;
+    G->pev_used = 0;
+    G->nspans = 0;
+    int ev;
+    int ok = prof_begin(G, &ev) && enqueue_step(G, s) && prof_end(G, ev, PROF_STEP);
+    G->prof = NULL;
+    if (!ok || !finish_step(G, s) || !CU(G, cuStreamSynchronize(G->stream), "a profiled step"))
+        return 0;
+    for (int i = 0; i < G->nspans; i++) {
+        const ProfSpan *sp = &G->spans[i];
+        float ms = 0;
+        if (!CU(G, cuEventElapsedTime(&ms, G->pev[sp->ev0], G->pev[sp->ev1]), "profiling"))
+            return 0;
+        double sec = 1e-3 * ms;
+        switch (sp->slot) {
+        case PROF_BATCH:
+            prof->batch_seconds += sec;
+            prof->batch_copies += 3;
+            break;
+        case PROF_OPT:
+            prof->opt_seconds += sec;
+            prof->opt_launches += 2 * (int64_t)G->g->nparams + 3;
+            break;
+        case PROF_BUCKETS:
+            prof->bucket_seconds += sec;
+            prof->bucket_calls += G->nbuckets;
+            break;
+        case PROF_STEP:
+            prof->step_seconds += sec;
+            break;
+        default:
+            prof->node_seconds[sp->slot] += sec;
+            prof->node_launches[sp->slot]++;
+        }
+    }
     return 1;
 }
 

@@ -84,6 +84,19 @@ int gpu_get_grad(Gpu *G, int p, float *out);
 int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2);
 /* The forward pass only (evaluation); returns the loss (synchronous). */
 int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss);
+/* --profile: what gpu_profile_step adds its times (seconds) and launch counts to. */
+typedef struct GpuProfile {
+    double *node_seconds;     /* [nnodes], by node id */
+    int64_t *node_launches;   /* [nnodes] */
+    double batch_seconds, opt_seconds, bucket_seconds, step_seconds;
+    int64_t batch_copies, opt_launches, bucket_calls;
+} GpuProfile;
+/* gpu_step launch by launch, never as a CUDA graph (the same launches in
+ * the same order: the same results), with a CUDA event recorded before and
+ * after each launch, collective, the batch's copy, the optimizer and the
+ * whole step; waits for the step and adds the events' elapsed times to prof. */
+int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2,
+                     GpuProfile *prof);
 /* Waits for the steps since the last call and returns their losses and
  * gradient norms (oldest first); *n is how many (<= ring). */
 int gpu_read_steps(Gpu *G, double *losses, double *norms, int *n);
