@@ -40,6 +40,11 @@ static const char *const usage_train =
     "                     (tokens, targets), loss, grad.<param> (before clipping) and\n"
     "                     param.<param> (after the update); for comparisons\n"
     "  --dump-steps N     how many steps --dump writes (default 1)\n"
+    "  --profile N        time N training steps per IR node (after one warm-up step\n"
+    "                     when the run has more than N steps left), then print where a\n"
+    "                     step's time goes: per node its kernels, launches, ms, share,\n"
+    "                     TFLOP/s and GB/s (rows also in --log as {\"event\": \"profile\"});\n"
+    "                     the timed steps are real steps: training goes on\n"
     "  --threads N        CPU threads (default: all cores, shared by simulated ranks)\n"
     "  --simulate-ranks N run N ranks in this process (expert parallelism ep x data\n"
     "                     parallelism N/ep) with the same semantics as N processes\n"
@@ -127,6 +132,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 {"--log-every", 1, (int64_t)1 << 40, offsetof(Flags, log_every)},
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
                 {"--dump-steps", 1, (int64_t)1 << 20, offsetof(Flags, dump_steps)},
+                {"--profile", 1, (int64_t)1 << 20, offsetof(Flags, profile)},
                 {"--threads", 1, 256, 0},
                 {"--simulate-ranks", 1, 256, 1},
                 {"--nproc", 1, 256, 2},

@@ -331,6 +331,7 @@ int trainer_run(Trainer *t)
     int64_t first = t->step, tok_per_step = t->tr.batch * t->tr.seq;
     double loss_sum = 0;
     int loss_n = 0, measured = 0;
+    trainer_profile_begin(t, first);
     while (t->step < t->tr.steps) {
         t->step++;
         data_loader_next(&t->train_loader, t->gtokens, t->gtargets);
@@ -342,8 +343,11 @@ int trainer_run(Trainer *t)
         int do_log = t->step % t->f.log_every == 0 || t->step == t->tr.steps || do_eval;
         int do_ckpt = t->f.ckpt_dir && (t->step % t->f.ckpt_every == 0 || t->step == t->tr.steps);
         int do_dump = t->f.dump_dir && t->step <= t->f.dump_steps;
-        /* the step may run asynchronously: its loss is read when the host needs it */
-        if (!t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step))
+        /* the step may run asynchronously: its loss is read when the host needs it. A profiled step
+         * (--profile) is the same step, each launch timed */
+        int profiled = trainer_profile_wants(t, t->step);
+        if (!(profiled ? t->be->ops->profile_step(t->be, t->tokens, t->targets, lr, t->step, &t->prof->acc)
+                       : t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step)))
             return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
                               t->be->ops->error(t->be));
         t->unread++;
@@ -407,7 +411,11 @@ int trainer_run(Trainer *t)
                 return 1;
             tlast += wall_seconds() - tnow;  /* checkpoint time is not training throughput */
         }
+        if (profiled && t->step == t->prof->last)
+            trainer_profile_report(t);
     }
+    trainer_profile_report(t);  /* a run that ended inside the profiled steps: what ran */
+    trainer_profile_free(t);
     BackendInfo fin;
     t->be->ops->info(t->be, &fin);
     const BackendInfo *gi = &fin;

@@ -33,7 +33,16 @@ typedef struct Flags {
     const char *dump_dir;  /* --dump DIR: each step's batch, loss, gradients, params */
     int64_t dump_steps;
     int no_graphs;       /* --no-cuda-graph */
+    int64_t profile;     /* --profile N: time N steps per IR node (0: off) */
 } Flags;
+
+/* --profile N (metrics.c): the steps it times and what they took */
+typedef struct TrainerProfile {
+    BackendProfile acc;            /* summed over the profiled steps (runtime/backend.h) */
+    int64_t first, last;           /* the profiled steps, inclusive */
+    int warmup;                    /* a step ran before them */
+    int reported;
+} TrainerProfile;
 
 typedef struct Trainer {
     Flags f;
@@ -67,6 +76,7 @@ typedef struct Trainer {
     const BackendOps *backend;
     Backend *be;
     int unread;                    /* steps whose losses the host has not read */
+    TrainerProfile *prof;          /* --profile, or NULL */
 } Trainer;
 
 static inline int is_rank0(const Trainer *t) { return t->rank == 0; }
@@ -97,5 +107,12 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm);
 /* metrics.c */
 void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */
 void trainer_print_summary(Trainer *t);
+/* --profile: sets t->prof for a run whose loop starts after step `start` (NULL without --profile). */
+void trainer_profile_begin(Trainer *t, int64_t start);
+/* Whether `step` is one to time (with the backend's profile_step instead of step). */
+int trainer_profile_wants(const Trainer *t, int64_t step);
+/* The table on stdout and the rows in the --log JSONL (rank 0), once. */
+void trainer_profile_report(Trainer *t);
+void trainer_profile_free(Trainer *t);
 
 #endif
