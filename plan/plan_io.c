@@ -388,9 +388,11 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
     }
     const char *mv = get_str(r, o, "moec_version");
     if (!r->failed && strcmp(mv, moec_version()) != 0) {
+        /* the message first: mv lives in o */
+        bad(r, "the plan was made by moec %s, this is moec %s: compile the model again with this moec", mv,
+            moec_version());
         cJSON_Delete(o);
-        return bad(r, "the plan was made by moec %s, this is moec %s: compile the model again with this moec", mv,
-                   moec_version()), NULL;
+        return NULL;
     }
     if (r->failed) {
         cJSON_Delete(o);

@@ -391,6 +391,88 @@ static void test_models(void)
     CHECK(missing == 0, "the test models exercise every op with a kernel or a host call (%d missing)", missing);
 }
 
+/* Writes the checksum a plan document should have (as plan_io.c does: hash64 of the document with its 16
+ * digits as zeros), so a test can change a field and still pass the checksum. */
+static void reseal(char *doc)
+{
+    char *d = strstr(doc, "\"checksum\":");
+    d = d ? strchr(d + 11, '"') : NULL;
+    if (!d)
+        return;
+    d++;
+    memset(d, '0', 16);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash64(doc, strlen(doc)));
+    memcpy(d, hex, 16);
+}
+
+/* A plan document that is damaged, of another format version or from another moec is refused with a
+ * message saying which; the reader never crashes on a truncated or garbled one. */
+static void test_plan_refusals(void)
+{
+    Compilation c;
+    IrGraph *g = compile_model(&c, "models/mixtral_tiny.moe", NULL, 0, NULL);
+    char err[1024];
+    Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+    CHECK(p && cuda_codegen(p, NULL, NULL), "mixtral_tiny: a plan");
+    if (!p) {
+        compilation_free(&c);
+        return;
+    }
+    char *doc = plan_to_json(p, 1);
+    size_t n = strlen(doc);
+    Plan *q = plan_from_json(doc, n, "plan", NULL, err, sizeof err);
+    CHECK(q != NULL, "the plan reads: %s", q ? "" : err);
+    plan_free(q);
+
+    char *bad = xstrdup(doc);
+    bad[n / 2] ^= 1;
+    q = plan_from_json(bad, n, "plan", NULL, err, sizeof err);
+    CHECK(!q && strstr(err, "the plan is damaged (checksum"), "one flipped bit: %s", err);
+    plan_free(q);
+
+    /* another moec */
+    free(bad);
+    bad = xstrdup(doc);
+    char *v = strstr(bad, "\"moec_version\":\"");
+    CHECK(v != NULL, "the document names its moec version");
+    if (v) {
+        v += strlen("\"moec_version\":\"");
+        v[0] = v[0] == '9' ? '8' : '9';  /* 0.1.0 -> 9.1.0 */
+        reseal(bad);
+        q = plan_from_json(bad, n, "plan", NULL, err, sizeof err);
+        CHECK(!q && strstr(err, "the plan was made by moec 9") && strstr(err, "compile the model again"),
+              "a plan of another moec: %s", err);
+        plan_free(q);
+    }
+    /* another format version */
+    free(bad);
+    bad = xstrdup(doc);
+    char *ver = strstr(bad, "\"version\":2,");
+    CHECK(ver != NULL, "the document says its format version");
+    if (ver) {
+        ver[10] = '7';
+        reseal(bad);
+        q = plan_from_json(bad, n, "plan", NULL, err, sizeof err);
+        CHECK(!q && strstr(err, "plan format version 7") && strstr(err, "reads version 2"), "format 7: %s", err);
+        plan_free(q);
+    }
+    /* not a plan at all, and every truncation of one */
+    q = plan_from_json("{\"format\":\"pt\"}", 16, "plan", NULL, err, sizeof err);
+    CHECK(!q, "a foreign JSON document is refused: %s", err);
+    int crashed_or_read = 0;
+    for (size_t cut = 0; cut < n; cut += n / 97 + 1) {
+        q = plan_from_json(doc, cut, "plan", NULL, err, sizeof err);
+        crashed_or_read += q != NULL;
+        plan_free(q);
+    }
+    CHECK(crashed_or_read == 0, "no truncation of a plan reads as a plan (%d did)", crashed_or_read);
+    free(bad);
+    free(doc);
+    plan_free(p);
+    compilation_free(&c);
+}
+
 static void test_log_context(void)
 {
     const char *src = "line one\nline two\nline three\nline four\nline five\nline six\nline seven\nline eight\n";
@@ -464,6 +546,7 @@ int main(void)
     test_fake_quant_blocks();
     test_table();
     test_models();
+    test_plan_refusals();
     test_log_context();
     test_nvrtc();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);
