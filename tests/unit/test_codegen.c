@@ -460,6 +460,10 @@ static void test_plan_refusals(void)
     /* not a plan at all, and every truncation of one */
     q = plan_from_json("{\"format\":\"pt\"}", 16, "plan", NULL, err, sizeof err);
     CHECK(!q, "a foreign JSON document is refused: %s", err);
+    char foreign[] = "{\"format\":\"pt\",\"checksum\":\"0000000000000000\"}";
+    reseal(foreign);
+    q = plan_from_json(foreign, strlen(foreign), "plan", NULL, err, sizeof err);
+    CHECK(!q && strstr(err, "not a moec plan (format \"pt\")"), "a sealed foreign document: %s", err);
     int crashed_or_read = 0;
     for (size_t cut = 0; cut < n; cut += n / 97 + 1) {
         q = plan_from_json(doc, cut, "plan", NULL, err, sizeof err);
