@@ -85,8 +85,6 @@ char *plan_to_json(const Plan *p, int with_source)
     cJSON_AddStringToObject(root, "model", g->model ? g->model : "");
     cJSON_AddStringToObject(root, "file", g->file ? g->file : "");
     cJSON_AddStringToObject(root, "precision", ir_precision_name[g->train.precision]);
-    if (p->source.kernels != PLAN_KERNELS_REFERENCE)
-        cJSON_AddStringToObject(root, "kernels", plan_kernels_name[p->source.kernels]);
 
     cJSON *par = cJSON_AddObjectToObject(root, "parallel");
     cJSON_AddNumberToObject(par, "ep", (double)p->ep);
@@ -197,27 +195,8 @@ char *plan_to_json(const Plan *p, int with_source)
                 cJSON_AddStringToObject(o, "collective", ir_node_op_name(n));
             }
             cJSON *args = cJSON_AddArrayToObject(o, "args");
-            for (int a = 0; a < l->nargs; a++) {
-                const PlanArg *t = l->targs ? &l->targs[a] : NULL;
-                if (!t || t->kind == PLAN_ARG_BUF) {
-                    cJSON_AddItemToArray(args, cJSON_CreateNumber(l->args[a]));
-                    continue;
-                }
-                /* typed arguments (only fast plans have them): {"tmap": buf, rows, cols, box} or {"i32": v} */
-                cJSON *ta = cJSON_CreateObject();
-                if (t->kind == PLAN_ARG_TMAP) {
-                    cJSON_AddNumberToObject(ta, "tmap", t->buf);
-                    cJSON_AddNumberToObject(ta, "rows", (double)t->rows);
-                    cJSON_AddNumberToObject(ta, "cols", (double)t->cols);
-                    cJSON_AddNumberToObject(ta, "box_rows", t->box_rows);
-                    cJSON_AddNumberToObject(ta, "box_cols", t->box_cols);
-                } else {
-                    cJSON_AddNumberToObject(ta, "i32", (double)t->value);
-                }
-                cJSON_AddItemToArray(args, ta);
-            }
-            if (l->impl)
-                cJSON_AddStringToObject(o, "impl", l->impl);
+            for (int a = 0; a < l->nargs; a++)
+                cJSON_AddItemToArray(args, cJSON_CreateNumber(l->args[a]));
             if (l->kernel < 0 && !brief) {
                 /* what the collective does, for readers (the runtime takes it from the node) */
                 if (ir_has_attr(n, IR_ATTR_EP))
@@ -516,7 +495,7 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
                     l->kernel = j;
             if (l->kernel < 0)
                 return bad(r, "launch %d names kernel %s, which the plan does not list", i, k->valuestring);
-            l->grid = get_int(r, o, "grid", PLAN_GRID_ALL_SMS, INT32_MAX);
+            l->grid = get_int(r, o, "grid", 1, INT32_MAX);
             l->block = (int)get_int(r, o, "block", 1, 1024);
             l->shared_bytes = (int)get_int(r, o, "shared_bytes", 0, 1 << 20);
             p->nkernel_launches++;
@@ -530,22 +509,10 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         l->args = calloc((size_t)l->nargs + 1, sizeof(int));
         const cJSON *x = args->child;
         for (int a = 0; a < l->nargs; a++, x = x->next) {
-            if (cJSON_IsObject(x) && l->kernel >= 0) {
-                if (!read_typed_arg(r, p, l, i, a, x))
-                    return 0;
-                continue;
-            }
             if (!cJSON_IsNumber(x) || x->valueint < 0 || x->valueint >= p->nbufs)
                 return bad(r, "launch %d: argument %d is no buffer of the plan", i, a);
             l->args[a] = x->valueint;
-            if (l->targs) {
-                l->targs[a].kind = PLAN_ARG_BUF;
-                l->targs[a].buf = x->valueint;
-            }
         }
-        const cJSON *impl = cJSON_GetObjectItemCaseSensitive(o, "impl");
-        if (cJSON_IsString(impl))
-            l->impl = xstrdup(impl->valuestring);
         const cJSON *what = cJSON_GetObjectItemCaseSensitive(o, "what");
         l->what = xstrdup(cJSON_IsString(what) ? what->valuestring : "");
     }
