@@ -195,24 +195,14 @@ static int cuda_host_allgather(Backend *b, CommGroup g, const void *in, void *ou
     return B->comm->ops->allgather(B->comm, g, in, out, bytes);
 }
 
-static void human(char *buf, size_t n, double v)
-{
-    if (v >= 1 << 30)
-        snprintf(buf, n, "%.2f GiB", v / (1 << 30));
-    else if (v >= 1 << 20)
-        snprintf(buf, n, "%.1f MiB", v / (1 << 20));
-    else
-        snprintf(buf, n, "%.1f KiB", v / 1024);
-}
-
 static void cuda_info(Backend *b, BackendInfo *out)
 {
     CudaBackend *B = (CudaBackend *)b;
     const GpuInfo *gi = gpu_info(B->gpu);
     memset(out, 0, sizeof *out);
     char tm[32], fm[32];
-    human(tm, sizeof tm, (double)gi->total_mem);
-    human(fm, sizeof fm, (double)gi->free_mem);
+    fmt_bytes(tm, sizeof tm, (double)gi->total_mem);
+    fmt_bytes(fm, sizeof fm, (double)gi->free_mem);
     snprintf(out->device, sizeof out->device, "cuda: %s (%s, %d SMs, %s, %s free)", gi->name, gi->arch, gi->sms, tm,
              fm);
     snprintf(out->kernels, sizeof out->kernels, "%s", gi->image_from);
