@@ -25,11 +25,11 @@ PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
            passes/expert_parallel.c passes/grad_allreduce.c
 FE_SRC   = compiler/parse.c compiler/lower.c
-PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c plan/cost.c
+PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c plan/cost.c plan/gemm_sm90.c
 DRIVER_SRC = driver/compile.c driver/build.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
-           runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c
+           runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
 DATA_SRC = data/data.c
 FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c
@@ -37,8 +37,9 @@ TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/me
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (util/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
-           codegen/cuda_loss.c codegen/cuda_optim.c runtime/gpu/nvrtc.c
-CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh
+           codegen/cuda_loss.c codegen/cuda_optim.c codegen/cuda_moe_fast.c runtime/gpu/nvrtc.c
+CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh \
+           codegen/moe_fast_offsets.h codegen/moe_fast.cuh
 LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(DRIVER_SRC) $(RT_SRC) $(DATA_SRC) \
            $(FMT_SRC) $(TRAIN_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
@@ -76,7 +77,9 @@ $(GEN)/cuda_prelude.c: $(CODEGEN_CUH) Makefile
 	  echo 'const char cuda_prelude_sm90[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/sm90.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_gemm_sm90[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/gemm_sm90.cuh; echo ';'; } > $@.tmp
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/gemm_sm90.cuh; echo ';'; \
+	  echo 'const char cuda_prelude_moe_fast[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/moe_fast_offsets.h codegen/moe_fast.cuh; echo ';'; } > $@.tmp
 	@mv $@.tmp $@
 
 # generated code is not held to -Wextra (flex emits unused functions)

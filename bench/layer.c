@@ -46,6 +46,7 @@
 #include "../plan/plan.h"
 #include "../runtime/cpu/cpu.h"
 #include "../runtime/gpu/cudrv.h"
+#include "../runtime/gpu/plan_args.h"
 #include "../util/util.h"
 
 /* errors in the input or the machine: a message and exit 1 (die() is for bugs) */
@@ -271,8 +272,10 @@ int main(int argc, char **argv)
     CUstream stream;
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     CUfunction *fn = calloc((size_t)plan->nlaunches + 1, sizeof *fn);
-    CUdeviceptr(*args)[32] = calloc((size_t)plan->nlaunches + 1, sizeof *args);
-    void *(*pargs)[32] = calloc((size_t)plan->nlaunches + 1, sizeof *pargs);
+    GpuArgs *gargs = calloc((size_t)plan->nlaunches + 1, sizeof *gargs);
+    unsigned *grid = calloc((size_t)plan->nlaunches + 1, sizeof *grid);
+    int sms = 0;
+    CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
     for (int li = 0; li < plan->nlaunches; li++) {
         const PlanLaunch *l = &plan->launches[li];
         if (l->kernel < 0)
@@ -283,10 +286,11 @@ int main(int argc, char **argv)
         CU(cuModuleGetFunction(&fn[li], mod, plan->kernel_names[l->kernel]));
         if (l->shared_bytes > 48 * 1024)
             CU(cuFuncSetAttribute(fn[li], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l->shared_bytes));
-        for (int j = 0; j < l->nargs; j++) {
-            args[li][j] = dptr[l->args[j]];
-            pargs[li][j] = &args[li][j];
-        }
+        /* buffers, and the fast kernels' tensor maps and ints (runtime/gpu/plan_args.h, as the backend) */
+        char aerr[512];
+        if (!gpu_args_build(l, dptr, &gargs[li], aerr, sizeof aerr))
+            die("%s: %s", g->nodes[l->node]->name, aerr);
+        grid[li] = gpu_launch_grid(l, sms);
     }
     cu_what = "";
 
@@ -294,8 +298,8 @@ int main(int argc, char **argv)
 #define LAUNCH_ALL()                                                                                                \
     for (int li = 0; li < plan->nlaunches; li++) {                                                                  \
         const PlanLaunch *l = &plan->launches[li];                                                                  \
-        CU(cuLaunchKernel(fn[li], (unsigned)l->grid, 1, 1, (unsigned)l->block, 1, 1, (unsigned)l->shared_bytes,     \
-                          stream, pargs[li], NULL));                                                                \
+        CU(cuLaunchKernel(fn[li], grid[li], 1, 1, (unsigned)l->block, 1, 1, (unsigned)l->shared_bytes,              \
+                          stream, gargs[li].argp, NULL));                                                           \
     }
     CUgraphExec exec = NULL;
     CUgraph graph = NULL;
@@ -400,8 +404,10 @@ int main(int argc, char **argv)
     free(ev);
     free(ms);
     free(fn);
-    free(args);
-    free(pargs);
+    for (int li = 0; li < plan->nlaunches; li++)
+        gpu_args_free(&gargs[li]);
+    free(gargs);
+    free(grid);
     free(dptr);
     free(cubin);
     plan_free(plan);

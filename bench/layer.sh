@@ -17,6 +17,10 @@
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
+# --kernels fast: also compile each layer model with moec compile --kernels fast (DIR/cuda/NAME_fast) and time
+# both (the fast rows are named NAME_fast)
+KERNELS_FAST=
+if [ "${1:-}" = --kernels ]; then [ "${2:-}" = fast ] && KERNELS_FAST=1; shift 2; fi
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 BUILD=${BUILD:-build}
@@ -51,6 +55,11 @@ if [ "$MODE" != run ]; then
     name=${s%%|*}
     rm -rf "${OUT:?}/cuda/$name"
     "$BUILD/moec" compile "bench/models/layer/layer_$name.moe" --emit-cuda "$OUT/cuda/$name" --arch "$ARCH" >/dev/null
+    if [ -n "$KERNELS_FAST" ]; then
+      rm -rf "${OUT:?}/cuda/${name}_fast"
+      "$BUILD/moec" compile "bench/models/layer/layer_$name.moe" --kernels fast --emit-cuda "$OUT/cuda/${name}_fast" \
+          --arch "$ARCH" >/dev/null
+    fi
   done
   echo "bench/layer.sh: built $OUT (layer, lib/, cuda/: ${#SHAPES[@]} layer models for $ARCH)"
   set +e
@@ -61,7 +70,9 @@ export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
 declare -A MOEC
 start=$SECONDS
-for s in "${SHAPES[@]}"; do
+RUN_SHAPES=("${SHAPES[@]}")
+if [ -n "$KERNELS_FAST" ]; then for s in "${SHAPES[@]}"; do RUN_SHAPES+=("${s%%|*}_fast|${s#*|}"); done; fi
+for s in "${RUN_SHAPES[@]}"; do
   IFS='|' read -r name warm reps tmo extra <<<"$s"
   left=$((BUDGET - (SECONDS - start)))
   if [ "$left" -le 5 ]; then
@@ -105,17 +116,17 @@ arc=${PIPESTATUS[0]}
 # one line per anchor run in anchors.log: "  layer SHAPE IMPL MS ms ..."
 anchor_ms() { awk -v s="$1" -v i="$2" '$1 == "layer" && $2 == s && $3 == i && $5 == "ms" {print $4}' "$OUT/anchors.log" | tail -1; }
 echo
-printf '%-9s | %10s | %11s | %16s | %26s | %s\n' shape "moec ms" "HF eager ms" "HF grouped_mm ms" \
+printf '%-9s | %10s | %12s | %11s | %16s | %26s | %s\n' shape "moec ms" "moec fast ms" "HF eager ms" "HF grouped_mm ms" \
     "torch._grouped_mm block ms" "moec / best"
 for s in "${SHAPES[@]}"; do
   name=${s%%|*}
-  m=${MOEC[$name]:-"-"}
+  m=${MOEC[$name]:-"-"}; mf=${MOEC[${name}_fast]:-"-"}
   e=$(anchor_ms "$name" eager); g=$(anchor_ms "$name" grouped_mm); t=$(anchor_ms "$name" torch_grouped_mm)
   ratio=$(awk -v m="$m" -v a="${e:-}" -v b="${g:-}" -v c="${t:-}" 'BEGIN {
       best = 0; n = split(a " " b " " c, v, " ");
       for (j = 1; j <= n; j++) if (v[j] + 0 > 0 && (best == 0 || v[j] + 0 < best)) best = v[j] + 0;
       if (m ~ /^[0-9.]+$/ && best > 0) printf "%.2f", m / best; else print "-" }')
-  printf '%-9s | %10s | %11s | %16s | %26s | %s\n' "$name" "$m" "${e:--}" "${g:--}" "${t:--}" "$ratio"
+  printf '%-9s | %10s | %12s | %11s | %16s | %26s | %s\n' "$name" "$m" "$mf" "${e:--}" "${g:--}" "${t:--}" "$ratio"
 done
 echo "(ms per forward + backward, median; moec fp32 SIMT kernels, the anchors bf16; moec / best = moec's time"
 echo " over the fastest anchor's. skip: the plan does not fit; budget/timeout: not measured in time.)"

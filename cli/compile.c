@@ -77,6 +77,14 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
         if (p->ncollectives)
             printf(", %d host-side collectives", p->ncollectives);
         printf(") and %s/plan.json\n", o->emit_cuda);
+        /* --kernels fast: which implementation each node with a choice got, and why */
+        for (int i = 0; i < p->nlaunches; i++) {
+            const PlanLaunch *l = &p->launches[i];
+            if (!l->impl || (i > 0 && p->launches[i - 1].node == l->node))
+                continue;
+            printf("%s: node %d %s (%s): %s\n", o->file, l->node, g->nodes[l->node]->name,
+                   ir_node_op_name(g->nodes[l->node]), l->impl);
+        }
     }
     if (!o->arch)
         return 0;

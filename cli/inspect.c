@@ -210,6 +210,7 @@ int cli_run_front(const Options *o)
     c.opts.precision = o->precision;
     c.opts.ep = o->ep;
     c.opts.dp = o->dp;
+    c.kernels = o->kernels;
     for (int i = 0; i < o->ndisabled; i++)
         if ((o->print_after && strcmp(o->print_after, o->disabled[i]) == 0) ||
             (o->print_before && strcmp(o->print_before, o->disabled[i]) == 0))

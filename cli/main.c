@@ -159,6 +159,10 @@ static const char *const usage_compile =
     "                    Loads libnvrtc from the CUDA toolkit at run time\n"
     "                    (MOEC_NVRTC_LIB overrides). OUT still trains on the CPU:\n"
     "                    running these kernels is not done yet.\n"
+    "  --kernels K       reference (default: fp32 SIMT kernels) or fast: the sm_90a\n"
+    "                    bf16 tensor-core GEMMs for grouped_mlp(_bwd) nodes whose\n"
+    "                    shapes qualify (docs/kernels-sm90.md); --emit-cuda prints\n"
+    "                    which nodes got them and why not\n"
     "Without -o only the CUDA code is generated, and the model needs no alphabet.\n";
 
 static const char *const usage_plot =

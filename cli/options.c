@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../driver/compile.h"
+#include "../plan/plan.h"
 #include "../util/util.h"
 #include "cli.h"
 
@@ -35,7 +36,7 @@ static int option_takes_value(const char *a)
 {
     static const char *const with_value[] = {"--format", "--print-ir-after", "--print-ir-before",
                                              "--disable-pass", "--load-pass", "--precision", "--ep", "--dp",
-                                             "--emit-cuda", "--arch", "--passes"};
+                                             "--emit-cuda", "--arch", "--passes", "--kernels"};
     for (int i = 0; i < ARRAY_LEN(with_value); i++)
         if (strcmp(a, with_value[i]) == 0)
             return 1;
@@ -151,6 +152,12 @@ int cli_parse_options(int argc, char **argv, Options *o)
                 o->emit_cuda = val;
             else
                 o->arch = val;
+        } else if (strcmp(a, "--kernels") == 0) {
+            if (strcmp(o->command, "compile") != 0)
+                return cli_usage_error(cmdsp, "--kernels belongs to 'moec compile'%s", "");
+            if (strcmp(val, "reference") == 0) o->kernels = PLAN_KERNELS_REFERENCE;
+            else if (strcmp(val, "fast") == 0) o->kernels = PLAN_KERNELS_FAST;
+            else return cli_usage_error(cmdsp, "--kernels: '%s' is not one of fast, reference", val);
         } else if (strcmp(a, "--passes") == 0) {
             if (strcmp(o->command, "opt") != 0)
                 return cli_usage_error(cmdsp, "--passes belongs to 'moec opt'%s", "");

@@ -232,6 +232,7 @@ const char *cg_ctype(PlanStorage s)
     case PLAN_F32: return "float";
     case PLAN_F64: return "double";
     case PLAN_I32: return "int";
+    case PLAN_BF16: return "unsigned short"; /* raw bf16 bits (the fast kernels) */
     default: die("codegen: no C type for storage %s", plan_storage_name[s]);
     }
 }
@@ -275,6 +276,9 @@ void cg_begin(Cg *cg, const IrNode *n, const char *suffix, const char *what)
     sb_puts(&cg->params, "");
     sb_puts(&cg->body, "");
     cg->nargs = 0;
+    cg->typed = 0;
+    cg->shared_bytes = 0;
+    cg->all_sms = 0;
 }
 
 void cg_param(Cg *cg, int buf, int is_out, const char *name)
@@ -283,7 +287,48 @@ void cg_param(Cg *cg, int buf, int is_out, const char *name)
         die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
     sb_printf(&cg->params, "%s%s%s *__restrict__ %s", cg->nargs ? ", " : "", is_out ? "" : "const ",
               cg_ctype(cg->bufs[buf].storage), name);
+    cg->targs[cg->nargs] = (PlanArg){.kind = PLAN_ARG_BUF, .buf = buf};
     cg->args[cg->nargs++] = buf;
+}
+
+void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name)
+{
+    if (cg->nargs == CG_MAX_ARGS)
+        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
+    if (cg->bufs[buf].storage != PLAN_BF16 || rows * cols * 2 > cg->bufs[buf].bytes)
+        die("codegen: tensor map %s of %s over a buffer that is no bf16 [%lld x %lld]", name, cg->node->name,
+            (long long)rows, (long long)cols);
+    sb_printf(&cg->params, "%sconst __grid_constant__ moec::sm90::TmaDesc %s", cg->nargs ? ", " : "", name);
+    cg->targs[cg->nargs] =
+        (PlanArg){.kind = PLAN_ARG_TMAP, .buf = buf, .rows = rows, .cols = cols, .box_rows = box_rows, .box_cols = 64};
+    cg->args[cg->nargs++] = buf;
+    cg->typed = 1;
+}
+
+void cg_i32(Cg *cg, int64_t value, const char *name)
+{
+    if (cg->nargs == CG_MAX_ARGS)
+        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
+    sb_printf(&cg->params, "%sint %s", cg->nargs ? ", " : "", name);
+    cg->targs[cg->nargs] = (PlanArg){.kind = PLAN_ARG_I32, .buf = -1, .value = value};
+    cg->args[cg->nargs++] = -1;
+    cg->typed = 1;
+}
+
+void cg_launch_extra(Cg *cg, int shared, int all_sms)
+{
+    cg->shared_bytes = shared;
+    cg->all_sms = all_sms;
+}
+
+void cg_impl(Cg *cg, const char *impl)
+{
+    if (!impl) {
+        cg->impl = NULL;
+        return;
+    }
+    snprintf(cg->impl_buf, sizeof cg->impl_buf, "%s", impl);
+    cg->impl = cg->impl_buf;
 }
 
 void cg_out(Cg *cg, const IrNode *n, const char *name) { cg_param(cg, n->id, 1, name); }
@@ -460,11 +505,16 @@ void cg_end(Cg *cg, int block, int64_t grid)
     add_user(&cg->kernels[k], n->id);
     CgLaunch *l = new_launch(cg, n);
     l->kernel = k;
-    l->grid = grid < 1 ? 1 : grid;
+    l->grid = cg->all_sms ? PLAN_GRID_ALL_SMS : grid < 1 ? 1 : grid;
     l->block = block;
     l->nargs = cg->nargs;
     memcpy(l->args, cg->args, sizeof(int) * (size_t)cg->nargs);
     l->what = xstrdup(cg->what);
+    l->typed = cg->typed;
+    if (cg->typed)
+        memcpy(l->targs, cg->targs, sizeof(PlanArg) * (size_t)cg->nargs);
+    l->shared_bytes = cg->shared_bytes;
+    l->impl = cg->impl ? xstrdup(cg->impl) : NULL;
 }
 
 void cg_collective(Cg *cg, const IrNode *n)
@@ -483,8 +533,10 @@ static void cg_free(Cg *cg)
     for (int i = 0; i < cg->nbufs; i++)
         free(cg->bufs[i].name);
     free(cg->bufs);
-    for (int i = 0; i < cg->nlaunches; i++)
+    for (int i = 0; i < cg->nlaunches; i++) {
         free(cg->launches[i].what);
+        free(cg->launches[i].impl);
+    }
     free(cg->launches);
     for (int k = 0; k < cg->nkernels; k++) {
         free(cg->kernels[k].name);
@@ -519,6 +571,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     cg.g = g;
     cg.diag = d;
     cg.dedup = !(opts && opts->no_dedup);
+    cg.kernel_choice = p->source.kernels;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
         if (n->id != i)
@@ -540,6 +593,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         case CG_ALIAS:
             break;
         case CG_KERNELS:
+            cg.impl = NULL;
             if (!em->fn(&cg, n))
                 cg.errors += cg.errors ? 0 : 1;
             break;
@@ -586,6 +640,15 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     sb_puts(&src, cuda_prelude_mxfp8);
     sb_puts(&src, "\n// ======== device library: codegen/prelude.cuh ========\n");
     sb_puts(&src, cuda_prelude_lib);
+    if (cg.fast_used) {
+        /* only plans with fast kernels (moec compile --kernels fast): the sm_90a device code */
+        sb_puts(&src, "\n// ======== sm_90a: codegen/gemm_sm90_sched.h, sm90.cuh, gemm_sm90.cuh ========\n");
+        sb_puts(&src, cuda_prelude_sm90_sched);
+        sb_puts(&src, cuda_prelude_sm90);
+        sb_puts(&src, cuda_prelude_gemm_sm90);
+        sb_puts(&src, "\n// ======== sm_90a: codegen/moe_fast_offsets.h, moe_fast.cuh ========\n");
+        sb_puts(&src, cuda_prelude_moe_fast);
+    }
     sb_puts(&src, "\n// ======== the kernels, in launch order ========\n");
     for (int k = 0; k < cg.nkernels; k++) {
         const CgKernel *kn = &cg.kernels[k];
@@ -625,13 +688,20 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         pl->kernel = l->kernel;
         pl->grid = l->grid;
         pl->block = l->block;
-        pl->shared_bytes = 0;
+        pl->shared_bytes = l->shared_bytes;
         pl->nargs = l->nargs;
         pl->args = malloc(sizeof(int) * (size_t)(l->nargs + 1));
         if (!pl->args)
             die("out of memory");
         memcpy(pl->args, l->args, sizeof(int) * (size_t)l->nargs);
+        if (l->typed) {
+            pl->targs = malloc(sizeof(PlanArg) * (size_t)(l->nargs + 1));
+            if (!pl->targs)
+                die("out of memory");
+            memcpy(pl->targs, l->targs, sizeof(PlanArg) * (size_t)l->nargs);
+        }
         pl->what = xstrdup(l->what ? l->what : "");
+        pl->impl = l->impl ? xstrdup(l->impl) : NULL;
         if (g->loss && l->node <= g->loss->id)
             p->eval_launches = i + 1;
     }

@@ -39,6 +39,12 @@ typedef struct CudaOptions {
  * (plan_clear_gpu removes one). */
 int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d);
 
+/* The rule for the fast grouped MLP (moec compile --kernels fast, codegen/cuda_moe_fast.c): 1 if the
+ * grouped_mlp or grouped_mlp_bwd node n can run on the sm_90a bf16 GEMMs, else 0 with the reason in why
+ * (precision bf16, not mxfp8 or fp8-block; H % 128 == 0, F % 128 == 0 (which makes every GEMM's K a
+ * multiple of 64 and N a multiple of its BLOCK_N); the padded rows R + 128 E and E * 2F under 2^31). */
+int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len);
+
 /* Whether the emitter table covers op (for the tests): 1 launches kernels,
  * 2 no launch (leaf or alias), 3 host-side collective, 4 refused, 0 none. */
 int cuda_op_handling(IrOp op);

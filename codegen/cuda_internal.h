@@ -48,6 +48,10 @@ typedef struct CgLaunch {
     int nargs;
     int args[CG_MAX_ARGS];
     char *what;
+    int typed;           /* targs hold typed arguments (a tensor map, an int) */
+    PlanArg targs[CG_MAX_ARGS];
+    int shared_bytes;    /* dynamic shared memory */
+    char *impl;          /* the node's implementation choice, or NULL */
 } CgLaunch;
 
 typedef struct CgKernel {
@@ -80,6 +84,14 @@ typedef struct Cg {
     int nargs;
     int launch_index;    /* launches of this node so far */
     int errors;
+    /* typed arguments and launch settings of the kernel being built (cg_tmap, cg_i32, cg_launch_extra) */
+    int typed;
+    PlanArg targs[CG_MAX_ARGS];
+    int shared_bytes, all_sms;
+    const char *impl;    /* set by an emitter with a choice for all the node's launches (cg_impl) */
+    char impl_buf[320];
+    PlanKernels kernel_choice; /* the plan's --kernels */
+    int fast_used;       /* a kernel needs the sm_90a device code (moe_fast.cuh and the GEMM) */
 } Cg;
 
 /* ---- the builder */
@@ -92,6 +104,14 @@ void cg_in(Cg *cg, const IrNode *src, const char *name);
 /* A workspace of `count` elements of `storage`, owned by node n. */
 int cg_ws(Cg *cg, const IrNode *n, PlanStorage storage, int64_t count, const char *what);
 void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long name = v; */
+/* Typed parameters (plan.h PlanArg): `const __grid_constant__ moec::sm90::TmaDesc name`, a bf16 tensor
+ * map over buffer buf viewed as [rows, cols] with box {64, box_rows}; `int name` passed as value. */
+void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name);
+void cg_i32(Cg *cg, int64_t value, const char *name);
+/* The launch being built: `shared` bytes of dynamic shared memory, and (all_sms) one block per SM. */
+void cg_launch_extra(Cg *cg, int shared, int all_sms);
+/* Names the implementation the node's following launches are (plan.json "impl"); NULL: none. */
+void cg_impl(Cg *cg, const char *impl);
 void cg_line(Cg *cg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cg_end(Cg *cg, int block, int64_t grid);
 /* A host-side collective: no kernel, a plan entry with its buffers. */
@@ -173,6 +193,9 @@ int cg_emit_combine(Cg *cg, const IrNode *n);
 int cg_emit_grouped_linear(Cg *cg, const IrNode *n); /* grouped_linear, _dx, _dw */
 int cg_emit_grouped_mlp(Cg *cg, const IrNode *n);
 int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n);
+/* cuda_moe_fast.c: the fast (sm_90a bf16 tensor-core) grouped_mlp and its backward; 1 on success */
+int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n);
+int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n);
 int cg_emit_quantize(Cg *cg, const IrNode *n);
 int cg_emit_quantize_grouped(Cg *cg, const IrNode *n);
 int cg_emit_ep_local_splits(Cg *cg, const IrNode *n);
@@ -191,5 +214,7 @@ void cg_emit_optimizer(Cg *cg, Sb *src);
  * as C strings, made by the Makefile). */
 extern const char cuda_prelude_mxfp8[];
 extern const char cuda_prelude_lib[];
+/* the sm_90a part, pasted only into plans with fast kernels */
+extern const char cuda_prelude_sm90_sched[], cuda_prelude_sm90[], cuda_prelude_gemm_sm90[], cuda_prelude_moe_fast[];
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "cuda_internal.h"
 #include "../util/util.h"
 
@@ -354,12 +355,25 @@ static int check_mx_dims(Cg *cg, const IrNode *n, int64_t H, int64_t F)
     return 1;
 }
 
+/* --kernels fast: 1 if the node qualifies for the fast kernels, else 0 with the reason as its "impl" */
+static int fast_or_why(Cg *cg, const IrNode *n)
+{
+    char why[256], impl[300];
+    if (cuda_fast_mlp_ok(n, why, sizeof why))
+        return 1;
+    snprintf(impl, sizeof impl, "reference: %s", why);
+    cg_impl(cg, impl);
+    return 0;
+}
+
 /* xs [R, H], w_gate_up [E, 2F, H], w_down [E, H, F], splits [E], probs [R] -> [R, H] */
 int cg_emit_grouped_mlp(Cg *cg, const IrNode *n)
 {
     const IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
     int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
     int mx = cg_is_mxfp8(n);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && fast_or_why(cg, n))
+        return cg_emit_grouped_mlp_fast(cg, n);
     if (mx && !check_mx_dims(cg, n, H, F))
         return 0;
     int h = cg_ws(cg, n, PLAN_F32, R * 2 * F, "h"), a = cg_ws(cg, n, PLAN_F32, R * F, "a");
@@ -402,6 +416,8 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
     const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3], *sp = n->src[4], *p = n->src[5];
     int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
     int mx = cg_is_mxfp8(n);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && fast_or_why(cg, n))
+        return cg_emit_grouped_mlp_bwd_fast(cg, n);
     if (mx && !check_mx_dims(cg, n, H, F))
         return 0;
     int h = cg_ws(cg, n, PLAN_F32, R * 2 * F, "h"), a = cg_ws(cg, n, PLAN_F32, R * F, "a");

@@ -18,6 +18,7 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
         return NULL;
     c->graph = NULL;
     plan_set_source(p, path, c->text, c->len, plugins, nplugins, has_precision, precision, ep);
+    p->source.kernels = (PlanKernels)c->kernels;
     /* the GPU part; a model the GPU cannot run still trains on the CPU */
     char *msg = NULL;
     size_t msglen = 0;
@@ -52,6 +53,7 @@ Plan *driver_replan(const Plan *p, int64_t batch, int64_t world, char *err, size
     c.opts.has_precision = s->has_precision;
     c.opts.precision = s->precision;
     c.opts.ep = s->ep;
+    c.kernels = (int)s->kernels;
     int64_t ep = s->ep > 0 ? s->ep : p->ep;
     c.opts.dp = world > 0 && world % ep == 0 ? world / ep : 0;
     PassCtx ctx;

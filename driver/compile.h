@@ -14,6 +14,7 @@ typedef struct Compilation {
     size_t len;
     IrGraph *graph;      /* NULL after errors */
     LowerOptions opts;   /* set before compilation_run; zero = as the file says */
+    int kernels;         /* PlanKernels for driver_make_plan (moec compile --kernels; 0 reference) */
 } Compilation;
 
 /* Reads `path` ("-" is stdin). Reports a missing/unreadable/oversized file

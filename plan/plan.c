@@ -13,6 +13,8 @@ const char *const plan_storage_name[PLAN_STORAGE_COUNT] = {"f32", "f64", "i32", 
 const int plan_storage_bytes[PLAN_STORAGE_COUNT] = {4, 8, 4, 2, 1};
 const char *const plan_region_name[PLAN_REGION_COUNT] = {"params", "inputs", "activations"};
 const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT] = {"tensor", "view", "workspace"};
+const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT] = {"buf", "tmap", "i32"};
+const char *const plan_kernels_name[PLAN_KERNELS_COUNT] = {"reference", "fast"};
 
 int plan_storage_lookup(const char *name)
 {
@@ -127,7 +129,9 @@ void plan_clear_gpu(Plan *p)
     free(p->bufs);
     for (int i = 0; i < p->nlaunches; i++) {
         free(p->launches[i].args);
+        free(p->launches[i].targs);
         free(p->launches[i].what);
+        free(p->launches[i].impl);
     }
     free(p->launches);
     for (int k = 0; k < p->nkernels; k++)

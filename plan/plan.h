@@ -80,6 +80,22 @@ typedef struct PlanMemory {
 void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
 
 /* ---- the launch list ---- */
+/* A kernel argument beyond a buffer pointer (the sm_90a kernels, docs/kernels-sm90.md): a launch whose
+ * targs is NULL passes only buffers (args); else targs[i] says what parameter i is, args[i] its buffer
+ * (-1 for a constant). A tensor map is 2-D bf16, 128-byte swizzled, over buffer `buf` viewed as
+ * [rows, cols] (row-major, cols contiguous) with box {box_cols, box_rows}: the runtime encodes it once
+ * (arena addresses never move) and passes it by value (a 64-byte-aligned CUtensorMap). */
+typedef enum PlanArgKind { PLAN_ARG_BUF, PLAN_ARG_TMAP, PLAN_ARG_I32, PLAN_ARG_KIND_COUNT } PlanArgKind;
+extern const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT];
+typedef struct PlanArg {
+    PlanArgKind kind;
+    int buf;             /* BUF, TMAP: the buffer; I32: -1 */
+    int64_t rows, cols;  /* TMAP */
+    int box_rows, box_cols;
+    int64_t value;       /* I32 */
+} PlanArg;
+enum { PLAN_GRID_ALL_SMS = 0 }; /* grid 0: one block per SM of the device (persistent kernels) */
+
 typedef struct PlanLaunch {
     int node;            /* the IR node it computes */
     int kernel;          /* index into Plan.kernel_names; -1: a host-side collective */
@@ -87,8 +103,10 @@ typedef struct PlanLaunch {
     int block;           /* threads per block */
     int shared_bytes;    /* dynamic shared memory */
     int nargs;
-    int *args;           /* buffer ids, in the kernel's parameter order */
+    int *args;           /* buffer ids, in the kernel's parameter order (-1: a constant, see targs) */
+    PlanArg *targs;      /* NULL: every argument a buffer pointer; else [nargs] typed arguments */
     char *what;          /* a line for messages: what this launch does */
+    char *impl;          /* NULL, or which implementation a node with a choice got and why ("fast", "reference: ...") */
 } PlanLaunch;
 
 /* ---- the parameter layout and checkpoint schema ---- */
@@ -103,6 +121,14 @@ typedef struct PlanParam {
     int64_t full_shape[IR_MAX_RANK];  /* the checkpoint's (whole) shape */
 } PlanParam;
 
+/* ---- which kernels codegen uses where it has a choice (moec compile --kernels) ---- */
+typedef enum PlanKernels {
+    PLAN_KERNELS_REFERENCE, /* the fp32 SIMT kernels everywhere (the default, the oracle) */
+    PLAN_KERNELS_FAST,      /* the sm_90a bf16 tensor-core kernels where a node qualifies (codegen/cuda_moe_fast.c) */
+    PLAN_KERNELS_COUNT
+} PlanKernels;
+extern const char *const plan_kernels_name[PLAN_KERNELS_COUNT];
+
 /* ---- what the plan was made from, for re-planning ---- */
 typedef struct PlanSource {
     char *text;          /* the model file's text */
@@ -113,6 +139,7 @@ typedef struct PlanSource {
     int has_precision;   /* --precision given at compile time */
     IrPrecision precision;
     int64_t ep;          /* --ep given at compile time (0: the model's) */
+    PlanKernels kernels; /* --kernels (codegen reads it; written as "kernels" only when not reference) */
 } PlanSource;
 
 typedef struct Plan {

@@ -85,6 +85,8 @@ char *plan_to_json(const Plan *p, int with_source)
     cJSON_AddStringToObject(root, "model", g->model ? g->model : "");
     cJSON_AddStringToObject(root, "file", g->file ? g->file : "");
     cJSON_AddStringToObject(root, "precision", ir_precision_name[g->train.precision]);
+    if (p->source.kernels != PLAN_KERNELS_REFERENCE)
+        cJSON_AddStringToObject(root, "kernels", plan_kernels_name[p->source.kernels]);
 
     cJSON *par = cJSON_AddObjectToObject(root, "parallel");
     cJSON_AddNumberToObject(par, "ep", (double)p->ep);
@@ -195,8 +197,27 @@ char *plan_to_json(const Plan *p, int with_source)
                 cJSON_AddStringToObject(o, "collective", ir_node_op_name(n));
             }
             cJSON *args = cJSON_AddArrayToObject(o, "args");
-            for (int a = 0; a < l->nargs; a++)
-                cJSON_AddItemToArray(args, cJSON_CreateNumber(l->args[a]));
+            for (int a = 0; a < l->nargs; a++) {
+                const PlanArg *t = l->targs ? &l->targs[a] : NULL;
+                if (!t || t->kind == PLAN_ARG_BUF) {
+                    cJSON_AddItemToArray(args, cJSON_CreateNumber(l->args[a]));
+                    continue;
+                }
+                /* typed arguments (only fast plans have them): {"tmap": buf, rows, cols, box} or {"i32": v} */
+                cJSON *ta = cJSON_CreateObject();
+                if (t->kind == PLAN_ARG_TMAP) {
+                    cJSON_AddNumberToObject(ta, "tmap", t->buf);
+                    cJSON_AddNumberToObject(ta, "rows", (double)t->rows);
+                    cJSON_AddNumberToObject(ta, "cols", (double)t->cols);
+                    cJSON_AddNumberToObject(ta, "box_rows", t->box_rows);
+                    cJSON_AddNumberToObject(ta, "box_cols", t->box_cols);
+                } else {
+                    cJSON_AddNumberToObject(ta, "i32", (double)t->value);
+                }
+                cJSON_AddItemToArray(args, ta);
+            }
+            if (l->impl)
+                cJSON_AddStringToObject(o, "impl", l->impl);
             if (l->kernel < 0 && !brief) {
                 /* what the collective does, for readers (the runtime takes it from the node) */
                 if (ir_has_attr(n, IR_ATTR_EP))
@@ -402,6 +423,45 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
     return o;
 }
 
+/* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"} or
+ * {"i32": v}. A tensor map must lie inside a bf16 buffer, with a box the runtime can encode (a 128-byte
+ * inner box for the 128-byte swizzle, at most 256 rows). */
+static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const cJSON *x)
+{
+    if (!l->targs) {
+        l->targs = calloc((size_t)l->nargs + 1, sizeof *l->targs);
+        if (!l->targs)
+            die("out of memory");
+        for (int b = 0; b < a; b++) {
+            l->targs[b].kind = PLAN_ARG_BUF;
+            l->targs[b].buf = l->args[b];
+        }
+    }
+    PlanArg *t = &l->targs[a];
+    if (cJSON_GetObjectItemCaseSensitive(x, "i32")) {
+        t->kind = PLAN_ARG_I32;
+        t->buf = -1;
+        t->value = get_int(r, x, "i32", INT32_MIN, INT32_MAX);
+        l->args[a] = -1;
+        return !r->failed;
+    }
+    t->kind = PLAN_ARG_TMAP;
+    t->buf = (int)get_int(r, x, "tmap", 0, p->nbufs - 1);
+    t->rows = get_int(r, x, "rows", 1, INT32_MAX);
+    t->cols = get_int(r, x, "cols", 8, INT32_MAX);
+    t->box_rows = (int)get_int(r, x, "box_rows", 1, 256);
+    t->box_cols = (int)get_int(r, x, "box_cols", 64, 64);
+    if (r->failed)
+        return 0;
+    const PlanBuf *b = &p->bufs[t->buf];
+    if (b->storage != PLAN_BF16 || t->cols % 8 || t->rows * t->cols * 2 > b->bytes)
+        return bad(r, "launch %d: argument %d: a tensor map [%lld x %lld] over buffer %d (%s, %lld bytes), which is "
+                      "no bf16 buffer that large with 16-byte rows", i, a, (long long)t->rows, (long long)t->cols,
+                   t->buf, plan_storage_name[b->storage], (long long)b->bytes);
+    l->args[a] = t->buf;
+    return 1;
+}
+
 static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
 {
     const IrGraph *g = p->graph;
@@ -495,7 +555,7 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
                     l->kernel = j;
             if (l->kernel < 0)
                 return bad(r, "launch %d names kernel %s, which the plan does not list", i, k->valuestring);
-            l->grid = get_int(r, o, "grid", 1, INT32_MAX);
+            l->grid = get_int(r, o, "grid", PLAN_GRID_ALL_SMS, INT32_MAX);
             l->block = (int)get_int(r, o, "block", 1, 1024);
             l->shared_bytes = (int)get_int(r, o, "shared_bytes", 0, 1 << 20);
             p->nkernel_launches++;
@@ -509,10 +569,22 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         l->args = calloc((size_t)l->nargs + 1, sizeof(int));
         const cJSON *x = args->child;
         for (int a = 0; a < l->nargs; a++, x = x->next) {
+            if (cJSON_IsObject(x) && l->kernel >= 0) {
+                if (!read_typed_arg(r, p, l, i, a, x))
+                    return 0;
+                continue;
+            }
             if (!cJSON_IsNumber(x) || x->valueint < 0 || x->valueint >= p->nbufs)
                 return bad(r, "launch %d: argument %d is no buffer of the plan", i, a);
             l->args[a] = x->valueint;
+            if (l->targs) {
+                l->targs[a].kind = PLAN_ARG_BUF;
+                l->targs[a].buf = x->valueint;
+            }
         }
+        const cJSON *impl = cJSON_GetObjectItemCaseSensitive(o, "impl");
+        if (cJSON_IsString(impl))
+            l->impl = xstrdup(impl->valuestring);
         const cJSON *what = cJSON_GetObjectItemCaseSensitive(o, "what");
         l->what = xstrdup(cJSON_IsString(what) ? what->valuestring : "");
     }
@@ -641,6 +713,17 @@ Plan *plan_from_json(const char *json, size_t len, const char *what, PlanPluginL
             plan_set_source(p, path, text, strlen(text), plugins, npl, has_prec, pr,
                             cJSON_IsNumber(ep) ? (int64_t)ep->valuedouble : 0);
         free(plugins);
+    }
+    {
+        const cJSON *kn = cJSON_GetObjectItemCaseSensitive(o, "kernels");
+        p->source.kernels = PLAN_KERNELS_REFERENCE;
+        for (int i = 0; cJSON_IsString(kn) && i < PLAN_KERNELS_COUNT; i++)
+            if (strcmp(kn->valuestring, plan_kernels_name[i]) == 0)
+                p->source.kernels = (PlanKernels)i;
+        if (kn && !(cJSON_IsString(kn) && strcmp(kn->valuestring, plan_kernels_name[p->source.kernels]) == 0)) {
+            bad(&r, "field \"kernels\" is not one of reference, fast");
+            goto out;
+        }
     }
 out:
     cJSON_Delete(o);

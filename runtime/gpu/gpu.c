@@ -19,6 +19,7 @@
 #include "../cpu/cpu.h"
 #include "../../util/util.h"
 #include "cudrv.h"
+#include "plan_args.h"
 
 enum { BLOCK = 256, SUMSQ_MAX_GRID = 1024, ADAMW_MAX_GRID = 4096, NSCALARS = 7 };
 
@@ -27,8 +28,8 @@ typedef struct Launch {
     CUfunction f;           /* NULL: a collective */
     unsigned grid, block, shared;
     int nargs;
-    CUdeviceptr *args;      /* the pointers */
-    void **argp;            /* &args[i], for cuLaunchKernel */
+    GpuArgs args;           /* the parameters (pointers, tensor maps, ints) and their addresses for cuLaunchKernel */
+    void **argp;            /* args.argp */
     int bucket;             /* an all_reduce of a final gradient: its source is copied into its bucket here, the
                                sum happens after the backward (-1: run in place) */
     size_t bucket_off;      /* bytes into the bucket */
@@ -355,11 +356,11 @@ static int build_launches(Gpu *G)
         int node = l->node;
         L->node = g->nodes[node];
         L->nargs = l->nargs;
-        L->args = calloc((size_t)L->nargs + 1, sizeof *L->args);
-        L->argp = calloc((size_t)L->nargs + 1, sizeof *L->argp);
-        for (int a = 0; a < L->nargs; a++) {
-            L->args[a] = G->buf[l->args[a]];
-            L->argp[a] = &L->args[a];
+        {
+            char err[512];
+            if (!gpu_args_build(l, G->buf, &L->args, err, sizeof err))
+                return fail(G, "launch %d (node %d, %s): %s", i, node, L->node->name, err);
+            L->argp = L->args.argp;
         }
         L->bucket = G->bucket_of ? G->bucket_of[node] : -1;
         if (L->bucket >= 0) {
@@ -371,9 +372,14 @@ static int build_launches(Gpu *G)
             snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k, node, L->node->name);
             if (!CU(G, cuModuleGetFunction(&L->f, G->mod, k), L->what))
                 return 0;
-            L->grid = (unsigned)l->grid;
+            L->grid = gpu_launch_grid(l, G->info.sms);
             L->block = (unsigned)l->block;
             L->shared = (unsigned)l->shared_bytes;
+            /* above 48 KB of dynamic shared memory a kernel must ask first (once per function) */
+            if (L->shared > 48 * 1024 &&
+                !CU(G, cuFuncSetAttribute(L->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)L->shared),
+                    L->what))
+                return 0;
             G->info.nlaunches++;
         } else {
             snprintf(L->what, sizeof L->what, "collective %s (node %d, %s)", ir_node_op_name(L->node), node,
@@ -637,8 +643,7 @@ void gpu_destroy(Gpu *G)
         cu.cuDevicePrimaryCtxRelease(G->dev);
     }
     for (int i = 0; i < G->nlaunches; i++) {
-        free(G->launches[i].args);
-        free(G->launches[i].argp);
+        gpu_args_free(&G->launches[i].args);
     }
     free(G->launches);
     if (G->host)

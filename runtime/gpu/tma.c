@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-static int encode(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols, unsigned box_rows,
+int tma_encode_bf16_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols, unsigned box_rows,
                   char *err, size_t errlen)
 {
     unsigned long long dims[2] = {cols, rows};
@@ -29,10 +29,10 @@ int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_
         snprintf(err, errlen, "A, W and D must be 16-byte aligned");
         return 0;
     }
-    return encode(ta, a, (unsigned long long)rows_cap, (unsigned long long)s->K, GEMM_SM90_BLOCK_M, err, errlen) &&
-           encode(tb, w, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K,
+    return tma_encode_bf16_2d(ta, a, (unsigned long long)rows_cap, (unsigned long long)s->K, GEMM_SM90_BLOCK_M, err, errlen) &&
+           tma_encode_bf16_2d(tb, w, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K,
                   (unsigned)s->block_n, err, errlen) &&
-           encode(td, d, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen);
+           tma_encode_bf16_2d(td, d, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen);
 }
 
 int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdeviceptr x, long long rows_cap,
@@ -42,6 +42,6 @@ int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdev
         snprintf(err, errlen, "dY and X must be 16-byte aligned");
         return 0;
     }
-    return encode(tdy, dy, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen) &&
-           encode(tx, x, (unsigned long long)rows_cap, (unsigned long long)s->K, 64, err, errlen);
+    return tma_encode_bf16_2d(tdy, dy, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen) &&
+           tma_encode_bf16_2d(tx, x, (unsigned long long)rows_cap, (unsigned long long)s->K, 64, err, errlen);
 }

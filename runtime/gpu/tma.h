@@ -9,6 +9,11 @@
 #include "../../plan/gemm_sm90.h"
 #include "cudrv.h"
 
+/* One bf16 tensor map over [rows, cols] at p (row-major, 16-byte aligned), box {64, box_rows}, 128-byte
+ * swizzle, 256-byte L2 promotion. 1, or 0 + err. */
+int tma_encode_bf16_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols,
+                       unsigned box_rows, char *err, size_t errlen);
+
 /* The three tensor maps of the M-grouped kernel (needs the driver loaded, cudrv_load), all bf16,
  * 128-byte swizzled, 256-byte L2 promotion: ta over A [rows_cap, K] at a, box {64, 128}; tb over
  * W [E * N, K] at w, box {64, block_n}; td over D [rows_cap, N] at d, box {64, 64}. a, w, d 16-byte

@@ -29,6 +29,7 @@
 #include "../../runtime/cpu/cpu.h"
 #include "../../util/util.h"
 #include "../../runtime/gpu/cudrv.h"
+#include "../../runtime/gpu/plan_args.h"
 
 /* ---- the driver API: the GPU backend's loader (runtime/gpu/cudrv.h) ---- */
 static void cu_load(void)
@@ -59,6 +60,29 @@ typedef struct OpStat {
 static void h2d(CUdeviceptr d, const void *h, size_t n) { CU(cuMemcpyHtoD(d, h, n)); }
 static void d2h(void *h, CUdeviceptr d, size_t n) { CU(cuMemcpyDtoH(h, d, n)); }
 
+/* --kernels fast: the normwise tolerance of a node on the bf16 tensor-core kernels (docs/kernels-sm90.md) */
+#define FAST_TOL 1e-2
+
+/* grouped_mlp_bwd on the fast kernels: the normwise error of each part of [dxs | dprobs | dw_gate_up | dw_down] */
+static void fast_parts(const IrNode *n, const float *want, const float *got)
+{
+    const IrNode *xs = n->src[1], *w1 = n->src[2];
+    int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
+    int64_t len[4] = {R * H, R, E * 2 * F * H, E * H * F}, off = 0;
+    const char *name[4] = {"dxs", "dprobs", "dw_gate_up", "dw_down"};
+    printf("  %-5s %s:", "", n->name);
+    for (int p = 0; p < 4; p++) {
+        double sd = 0, sw = 0;
+        for (int64_t e = off; e < off + len[p]; e++) {
+            double d = (double)got[e] - want[e];
+            sd += d * d;
+            sw += (double)want[e] * want[e];
+        }
+        printf(" %s %.3e%s", name[p], sw > 0 ? sqrt(sd / sw) : sqrt(sd), p < 3 ? "," : "\n");
+        off += len[p];
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *model = NULL, *dir = NULL;
@@ -73,6 +97,8 @@ int main(int argc, char **argv)
             ep = atoi(argv[++i]);
         else if (strcmp(argv[i], "--disable-pass") == 0 && i + 1 < argc)
             disabled = argv[++i];
+        else if (strcmp(argv[i], "--kernels") == 0 && i + 1 < argc)
+            i++; /* the plan says which (its launches' "impl") */
         else if (!model)
             model = argv[i];
         else
@@ -116,6 +142,8 @@ int main(int argc, char **argv)
     CU(cuDevicePrimaryCtxRetain(&cuctx, dev));
     CU(cuCtxSetCurrent(cuctx));
     CU(cuModuleLoadData(&mod, cubin));
+    int sms = 0;
+    CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
 
     int nbufs = plan->nbufs;
     char *base[3];
@@ -183,6 +211,7 @@ int main(int argc, char **argv)
     const char *worst_fp_name = "-";
     char *host = NULL;
     size_t host_cap = 0;
+    int fast_node = -1;
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         cu_what = n->name;
@@ -207,22 +236,22 @@ int main(int argc, char **argv)
                 break;
             if (l->kernel < 0)
                 die("%s: a host-side collective where a kernel was expected", n->name);
-            CUdeviceptr a[32];
-            void *pa[32];
-            int na = l->nargs;
-            if (na > 32)
-                die("%s: %d kernel arguments", n->name, na);
-            for (int j = 0; j < na; j++) {
-                a[j] = dptr[l->args[j]];
-                pa[j] = &a[j];
-            }
-            unsigned gx = (unsigned)l->grid, bx = (unsigned)l->block;
+            GpuArgs ga;
+            char aerr[512];
+            if (!gpu_args_build(l, dptr, &ga, aerr, sizeof aerr))
+                die("%s: %s", n->name, aerr);
+            unsigned gx = gpu_launch_grid(l, sms), bx = (unsigned)l->block;
             unsigned shm = (unsigned)l->shared_bytes;
             CUfunction f;
             cu_what = plan->kernel_names[l->kernel];
             CU(cuModuleGetFunction(&f, mod, plan->kernel_names[l->kernel]));
-            CU(cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shm, NULL, pa, NULL));
+            if (shm > 48 * 1024)
+                CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shm));
+            if (l->impl && strncmp(l->impl, "fast", 4) == 0)
+                fast_node = i;
+            CU(cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shm, NULL, ga.argp, NULL));
             CU(cuCtxSynchronize());
+            gpu_args_free(&ga);
             cu_what = n->name;
             nlaunched++;
         }
@@ -279,7 +308,10 @@ int main(int argc, char **argv)
             }
             norm_rel = sw > 0 ? sqrt(sd) / sqrt(sw) : sqrt(sd);
         }
-        double tol = chain ? 1e-3 : 1e-5;
+        /* the fast (bf16 tensor-core) kernels: bf16 operands and intermediates, docs/kernels-sm90.md */
+        double tol = fast_node == i ? FAST_TOL : chain ? 1e-3 : 1e-5;
+        if (fast_node == i && n->op == IR_OP_GROUPED_MLP_BWD)
+            fast_parts(n, (const float *)want, (const float *)got);
         int fail = exact || n->dtype == IR_I32 ? ndiff > 0 : !(norm_rel < tol);
         ncompared++;
         OpStat *st = &stat[n->op];

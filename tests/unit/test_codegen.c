@@ -21,6 +21,7 @@
 
 #include "../../codegen/cuda.h"
 #include "../../codegen/mxfp8.cuh"
+#include "../../codegen/moe_fast_offsets.h"
 #include "../../runtime/gpu/nvrtc.h"
 #include "../../plan/plan.h"
 #include "../../driver/compile.h"
@@ -542,6 +543,111 @@ static void test_base64(void)
     CHECK(payload_base64_decode("b=9lYw==", &m) == NULL, "padding in the middle is refused");
 }
 
+/* --kernels fast: the padded offsets (the device code's own C), the qualification rule, a fast plan
+ * (typed launch arguments, "impl", "kernels") written and read back */
+static void test_fast_mlp(void)
+{
+    /* ragged groups, an empty one, padding rows past start[E] */
+    int splits[5] = {1, 0, 128, 129, 5}, padded[6], start[6];
+    CHECK(moec_fast_offsets(splits, 5, 300, padded, start) == 0, "offsets of splits adding up to 263 <= 300");
+    const int want_p[6] = {0, 128, 128, 256, 512, 640}, want_s[6] = {0, 1, 1, 129, 258, 263};
+    int ok = 1;
+    for (int g = 0; g <= 5; g++)
+        ok &= padded[g] == want_p[g] && start[g] == want_s[g];
+    CHECK(ok, "padded offsets 0 128 128 256 512 640, starts 0 1 1 129 258 263");
+    CHECK(padded[5] <= moec_fast_rows_cap(300, 5), "padded rows within R + 128 E");
+    CHECK(moec_fast_offsets(splits, 5, 262, padded, start) == -1, "splits past R are refused");
+    int negative[2] = {3, -1};
+    CHECK(moec_fast_offsets(negative, 2, 10, padded, start) == -1, "a negative split is refused");
+    /* random splits: every group starts at a multiple of 128 and holds its rows, the bound holds */
+    for (int trial = 0; trial < 1000; trial++) {
+        int E = 1 + (int)(rnd() % 64), sp[64];
+        long long R = (long long)(rnd() % 5000), left = R;
+        for (int g = 0; g < E; g++) {
+            sp[g] = left > 0 ? (int)(rnd() % (uint64_t)(left + 1)) : 0;
+            left -= sp[g];
+        }
+        int pd[65], st[65];
+        int good = moec_fast_offsets(sp, E, R, pd, st) == 0 && pd[E] <= moec_fast_rows_cap(R, E);
+        for (int g = 0; g < E && good; g++)
+            good = pd[g] % 128 == 0 && pd[g + 1] - pd[g] >= sp[g] && pd[g + 1] - pd[g] < sp[g] + 128 &&
+                   st[g + 1] - st[g] == sp[g];
+        if (!good) {
+            CHECK(0, "random splits (trial %d, E %d, R %lld)", trial, E, R);
+            break;
+        }
+    }
+
+    /* the rule, on the nodes of real plans */
+    const struct {
+        const char *path, *precision;
+        int fast;
+    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1},
+                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0},
+                 {"models/mixtral_tiny.moe", NULL, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        Compilation c;
+        IrGraph *g = compile_model(&c, cases[k].path, cases[k].precision, 0, NULL);
+        char err[1024];
+        Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+        if (p)
+            p->source.kernels = PLAN_KERNELS_FAST;
+        CHECK(p && cuda_codegen(p, NULL, NULL), "%s: a fast plan", cases[k].path);
+        if (!p) {
+            compilation_free(&c);
+            continue;
+        }
+        int nodes = 0, fast = 0, typed = 0, impl_ok = 1;
+        for (int i = 0; i < p->graph->nnodes; i++) {
+            const IrNode *n = p->graph->nodes[i];
+            if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
+                continue;
+            char why[256];
+            nodes++;
+            fast += cuda_fast_mlp_ok(n, why, sizeof why);
+        }
+        for (int i = 0; i < p->nlaunches; i++) {
+            const PlanLaunch *l = &p->launches[i];
+            typed += l->targs != NULL;
+            const IrNode *n = p->graph->nodes[l->node];
+            int mlp = n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD;
+            if (mlp != (l->impl != NULL) ||
+                (l->impl && strncmp(l->impl, cases[k].fast ? "fast: " : "reference: ", cases[k].fast ? 6 : 11)))
+                impl_ok = 0;
+        }
+        CHECK(nodes > 0 && fast == (cases[k].fast ? nodes : 0), "%s%s%s: %d of %d grouped_mlp nodes qualify",
+              cases[k].path, cases[k].precision ? " " : "", cases[k].precision ? cases[k].precision : "", fast,
+              nodes);
+        CHECK(impl_ok, "%s: every grouped_mlp launch says its implementation", cases[k].path);
+        CHECK(cases[k].fast ? typed == 2 * 2 + 2 * 5 : typed == 0, "%s: %d launches with typed arguments",
+              cases[k].path, typed);
+        CHECK(cases[k].fast == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
+              "%s: the sm_90a device code only when used", cases[k].path);
+        for (int with_source = 0; with_source < 2; with_source++) {
+            char *doc = plan_to_json(p, with_source);
+            Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+            CHECK(q != NULL, "%s: the fast plan reads back: %s", cases[k].path, q ? "" : err);
+            if (q) {
+                int same = q->nlaunches == p->nlaunches && q->source.kernels == PLAN_KERNELS_FAST;
+                for (int i = 0; same && i < p->nlaunches; i++) {
+                    const PlanLaunch *a = &p->launches[i], *b = &q->launches[i];
+                    same = a->grid == b->grid && a->shared_bytes == b->shared_bytes && a->nargs == b->nargs &&
+                           !a->targs == !b->targs && !a->impl == !b->impl;
+                    for (int j = 0; same && a->targs && j < a->nargs; j++)
+                        same = memcmp(&a->targs[j], &b->targs[j], sizeof a->targs[j]) == 0 &&
+                               a->args[j] == b->args[j];
+                }
+                CHECK(same, "%s: launches, typed arguments, impl and --kernels survive the document (%s)",
+                      cases[k].path, with_source ? "payload" : "plan.json");
+                plan_free(q);
+            }
+            free(doc);
+        }
+        plan_free(p);
+        compilation_free(&c);
+    }
+}
+
 int main(void)
 {
     test_base64();
@@ -551,6 +657,7 @@ int main(void)
     test_table();
     test_models();
     test_plan_refusals();
+    test_fast_mlp();
     test_log_context();
     test_nvrtc();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);

@@ -16,6 +16,12 @@ case "$(basename "$BUILD")" in *asan*) printf "emulation skipped under the sanit
 command -v g++ >/dev/null || { echo "emulation needs g++" >&2; exit 1; }
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
 moec compile "$MODEL" "${COMPILE_OPTS[@]}" --emit-cuda "$SCRATCH" >/dev/null
+# the emulator runs CUDA C on the CPU: it cannot run wgmma, TMA or mbarriers (the sm_90a fast kernels)
+if grep -Eq '"kernels":[[:space:]]*"fast"' "$SCRATCH/plan.json"; then
+  echo "emulation refused: $MODEL was compiled with --kernels fast, whose sm_90a kernels (wgmma, TMA) only a" \
+       "Hopper GPU runs; check it with tests/gpu/fast_mlp.sh (the emulator checks reference plans)" >&2
+  exit 3
+fi
 # every node kernel (the optimizer's take scalars; emu_runtime.cc calls moec_adamw itself)
 grep -o '__launch_bounds__([0-9]*) k[0-9A-Za-z_]*' "$SCRATCH/kernels.cu" | awk '{print "EMU_K(" $2 ")"}' > "$SCRATCH/table.inc"
 g++ -std=c++17 -O1 -ffp-contract=off -w -I"$HERE" -DKERNELS_CU="\"$SCRATCH/kernels.cu\"" \

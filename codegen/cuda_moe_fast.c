@@ -1,0 +1,301 @@
+/* cuda_moe_fast.c - the fast grouped MLP (moec compile --kernels fast): grouped_mlp and grouped_mlp_bwd
+ * as launch sequences around the sm_90a bf16 grouped GEMMs (codegen/gemm_sm90.cuh,
+ * docs/kernels-sm90.md); the device code around them is codegen/moe_fast.cuh. The reference kernels
+ * (cuda_moe.c) stay the default and the oracle; cuda_fast_mlp_ok is the one rule for which nodes
+ * qualify.
+ *
+ * Every node's rows are copied into zero-padded bf16 buffers of R + 128 E rows, each expert group
+ * starting at a multiple of 128 (the offsets are computed on the device: no host sync), the GEMMs run
+ * over the padded rows, and the results are copied back to the graph's row order in fp32. The weights
+ * are converted to bf16 (and transposed for the backward's data gradients) in every step for now:
+ * keeping bf16 copies in the optimizer is a later change. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../plan/gemm_sm90.h"
+#include "cuda.h"
+#include "cuda_internal.h"
+#include "moe_fast_offsets.h"
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* the sm_90a M-grouped kernel's configuration for D [., N] = A [., K] W[g]^T: BLOCK_N 256 (4 stages)
+ * where N allows, else 128 (6 stages); the TMA-store epilogue */
+static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K)
+{
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, N % 256 == 0 ? 256 : 128, N % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA};
+    return s;
+}
+/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K */
+static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K)
+{
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA};
+    return s;
+}
+
+int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
+{
+    if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD) {
+        snprintf(why, len, "not a grouped_mlp node");
+        return 0;
+    }
+    if (ir_has_attr(n, IR_ATTR_PRECISION) && ir_attr_e(n, IR_ATTR_PRECISION) != IR_PREC_BF16) {
+        snprintf(why, len, "precision %s (the fast kernels are bf16)",
+                 ir_precision_name[ir_attr_e(n, IR_ATTR_PRECISION)]);
+        return 0;
+    }
+    const IrNode *xs = n->src[n->op == IR_OP_GROUPED_MLP ? 0 : 1], *w1 = n->src[n->op == IR_OP_GROUPED_MLP ? 1 : 2];
+    int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
+    if (H % 128 || F % 128) {
+        snprintf(why, len, "H %lld and F %lld must be multiples of 128", (long long)H, (long long)F);
+        return 0;
+    }
+    if (moec_fast_rows_cap(R, (int)E) >= ((int64_t)1 << 31) || E * 2 * F * H >= ((int64_t)1 << 40)) {
+        snprintf(why, len, "too large: R + 128 E = %lld rows", (long long)moec_fast_rows_cap(R, (int)E));
+        return 0;
+    }
+    GemmSm90Shape m[4] = {mgrouped_shape(E, 2 * F, H), mgrouped_shape(E, H, F), mgrouped_shape(E, F, H),
+                          mgrouped_shape(E, H, 2 * F)};
+    GemmSm90Shape k[2] = {kgrouped_shape(E, H, F), kgrouped_shape(E, 2 * F, H)};
+    char err[200];
+    for (int i = 0; i < 4; i++)
+        if (!gemm_sm90_check_shape(&m[i], err, sizeof err)) {
+            snprintf(why, len, "GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
+            return 0;
+        }
+    for (int i = 0; i < 2; i++)
+        if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
+            snprintf(why, len, "weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
+            return 0;
+        }
+    snprintf(why, len, "bf16, H %lld and F %lld multiples of 128", (long long)H, (long long)F);
+    return 1;
+}
+
+typedef struct Fast {
+    const IrNode *n;
+    int64_t R, H, E, F, rcap;
+    int ofs;   /* int [2E + 2]: padded offsets, then group starts */
+    int step, steps;
+    const char *op;
+} Fast;
+
+static void fast_begin(Cg *cg, Fast *f, const char *suffix, const char *what)
+{
+    char w[400];
+    snprintf(w, sizeof w, "%s (fast) %d/%d: %s", f->op, ++f->step, f->steps, what);
+    cg_begin(cg, f->n, suffix, w);
+}
+
+static void fast_consts(Cg *cg, const Fast *f)
+{
+    cg_line(cg, "[[maybe_unused]] constexpr int E = %lld;", (long long)f->E);
+    cg_line(cg, "[[maybe_unused]] constexpr long long R = %lld, H = %lld, F = %lld;", (long long)f->R, (long long)f->H,
+            (long long)f->F);
+}
+
+/* grid for the one-block-per-row kernels */
+static int64_t row_grid(int64_t rows) { return min64(rows, 2048); }
+
+static void emit_offsets(Cg *cg, Fast *f, const IrNode *splits)
+{
+    fast_begin(cg, f, "fast_ofs", "padded group offsets (each group from a multiple of 128 rows) and the group "
+                                  "starts, on the device");
+    cg_param(cg, f->ofs, 1, "ofs");
+    cg_in(cg, splits, "splits");
+    fast_consts(cg, f);
+    cg_line(cg, "moec::fast::offsets<E, R>(ofs, splits);");
+    cg_end(cg, 32, 1);
+}
+
+/* D [rcap, N] = A [rcap, K] . W[g]^T over the padded groups */
+static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N, int64_t K)
+{
+    GemmSm90Shape s = mgrouped_shape(f->E, N, K);
+    fast_begin(cg, f, suffix, what);
+    cg_tmap(cg, a, f->rcap, K, GEMM_SM90_BLOCK_M, "tma_a");
+    cg_tmap(cg, w, f->E * N, K, s.block_n, "tma_b");
+    cg_tmap(cg, d, f->rcap, N, 64, "tma_d");
+    cg_param(cg, d, 1, "d");
+    cg_param(cg, f->ofs, 0, "offsets");
+    cg_i32(cg, f->rcap, "rows_cap");
+    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap);",
+            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue);
+    cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
+    cg_end(cg, GEMM_SM90_THREADS, 1);
+    cg->fast_used = 1;
+}
+
+/* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group */
+static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
+                       int64_t K)
+{
+    GemmSm90Shape s = kgrouped_shape(f->E, N, K);
+    fast_begin(cg, f, suffix, what);
+    cg_tmap(cg, dy, f->rcap, N, 64, "tma_dy");
+    cg_tmap(cg, x, f->rcap, K, 64, "tma_x");
+    cg_out(cg, f->n, "out");
+    cg_param(cg, f->ofs, 0, "offsets");
+    cg_i32(cg, f->rcap, "rows_cap");
+    cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d>::run(tma_dy, tma_x, out + %lld, offsets, rows_cap);", s.E,
+            s.N, s.K, s.block_n, s.stages, (long long)off);
+    cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
+    cg_end(cg, GEMM_SM90_THREADS, 1);
+    cg->fast_used = 1;
+}
+
+static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const IrNode *w1, int steps)
+{
+    memset(f, 0, sizeof *f);
+    f->n = n;
+    f->R = xs->shape[0];
+    f->H = xs->shape[1];
+    f->E = w1->shape[0];
+    f->F = w1->shape[1] / 2;
+    f->rcap = moec_fast_rows_cap(f->R, (int)f->E);
+    f->steps = steps;
+    f->op = ir_node_op_name(n);
+    char why[256], impl[300];
+    cuda_fast_mlp_ok(n, why, sizeof why);
+    snprintf(impl, sizeof impl, "fast: %s", why);
+    cg_impl(cg, impl);
+    f->ofs = cg_ws(cg, n, PLAN_I32, 2 * f->E + 2, "fast_offsets");
+}
+
+int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
+{
+    const IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
+    Fast f;
+    fast_init(cg, &f, n, xs, w1, 7);
+    int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
+    int xp = cg_ws(cg, n, PLAN_BF16, rc * H, "xs_padded"), pp = cg_ws(cg, n, PLAN_F32, rc, "probs_padded");
+    int w1b = cg_ws(cg, n, PLAN_BF16, E * 2 * F * H, "w_gate_up_bf16"), w2b = cg_ws(cg, n, PLAN_BF16, E * H * F,
+                                                                                  "w_down_bf16");
+    int hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded"), ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
+    int yp = cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
+    (void)R;
+
+    emit_offsets(cg, &f, sp);
+
+    fast_begin(cg, &f, "fast_gather", "xs and probs into zero-padded groups (xs as bf16)");
+    cg_param(cg, xp, 1, "xp");
+    cg_param(cg, pp, 1, "pp");
+    cg_in(cg, xs, "xs");
+    cg_in(cg, p, "p");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(rc));
+
+    fast_begin(cg, &f, "fast_weights", "bf16 copies of w_gate_up and w_down (every step for now)");
+    cg_param(cg, w1b, 1, "w1b");
+    cg_param(cg, w2b, 1, "w2b");
+    cg_in(cg, w1, "w1");
+    cg_in(cg, w2, "w2");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::convert<E * 2 * F * H>(w1b, w1);");
+    cg_line(cg, "moec::fast::convert<E * H * F>(w2b, w2);");
+    cg_end(cg, CG_BLOCK, min64(cg_grid(E * 2 * F * H / 4, CG_BLOCK), 132 * 16));
+
+    emit_mgemm(cg, &f, "fast_gate_up", "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM)", xp, w1b, hp, 2 * F,
+               H);
+
+    fast_begin(cg, &f, "fast_swiglu", "a = silu(gate) up probs (bf16)");
+    cg_param(cg, ap, 1, "ap");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::swiglu<E, F>(ap, hp, pp, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(rc));
+
+    emit_mgemm(cg, &f, "fast_down", "y = a w_down^T per group (sm_90a bf16 M-grouped GEMM)", ap, w2b, yp, H, F);
+
+    fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "y");
+    cg_param(cg, yp, 0, "yp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(f.R));
+    return 1;
+}
+
+int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
+{
+    const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3], *sp = n->src[4], *p = n->src[5];
+    Fast f;
+    fast_init(cg, &f, n, xs, w1, 10);
+    int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
+    int xp = cg_ws(cg, n, PLAN_BF16, rc * H, "xs_padded"), pp = cg_ws(cg, n, PLAN_F32, rc, "probs_padded");
+    int dyp = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_padded");
+    int w1b = cg_ws(cg, n, PLAN_BF16, E * 2 * F * H, "w_gate_up_bf16");
+    int w2t = cg_ws(cg, n, PLAN_BF16, E * F * H, "w_down_t_bf16");
+    int w1t = cg_ws(cg, n, PLAN_BF16, E * H * 2 * F, "w_gate_up_t_bf16");
+    int hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded"), dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
+    int dhp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_padded"), ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
+    int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded"), dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
+
+    emit_offsets(cg, &f, sp);
+
+    fast_begin(cg, &f, "fast_gather", "xs, probs and dy into zero-padded groups (xs, dy as bf16)");
+    cg_param(cg, xp, 1, "xp");
+    cg_param(cg, pp, 1, "pp");
+    cg_param(cg, dyp, 1, "dyp");
+    cg_in(cg, xs, "xs");
+    cg_in(cg, p, "p");
+    cg_in(cg, dy, "dy");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
+    cg_line(cg, "moec::fast::gather<E, H>(dyp, nullptr, dy, nullptr, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(rc));
+
+    fast_begin(cg, &f, "fast_weights", "bf16 copies of w_gate_up, and of w_down and w_gate_up transposed per expert "
+                                       "(the data gradients' K-major operands; every step for now)");
+    cg_param(cg, w1b, 1, "w1b");
+    cg_param(cg, w2t, 1, "w2t");
+    cg_param(cg, w1t, 1, "w1t");
+    cg_in(cg, w1, "w1");
+    cg_in(cg, w2, "w2");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::convert<E * 2 * F * H>(w1b, w1);");
+    cg_line(cg, "moec::fast::transpose<E, H, F>(w2t, w2);");
+    cg_line(cg, "moec::fast::transpose<E, 2 * F, H>(w1t, w1);");
+    cg_end(cg, CG_BLOCK, min64(cg_grid(E * 2 * F * H / 4, CG_BLOCK), 132 * 16));
+
+    emit_mgemm(cg, &f, "fast_gate_up", "recompute h = xs w_gate_up^T per group (M-grouped GEMM)", xp, w1b, hp, 2 * F,
+               H);
+    emit_mgemm(cg, &f, "fast_da", "da = dy w_down per group (M-grouped GEMM on w_down transposed)", dyp, w2t, dap, F,
+               H);
+
+    fast_begin(cg, &f, "fast_dswiglu", "dh = dSwiGLU(da probs), a = silu(gate) up probs, dprobs = sum da silu(gate) "
+                                       "up per row (fixed order)");
+    cg_param(cg, dhp, 1, "dhp");
+    cg_param(cg, ap, 1, "ap");
+    cg_param(cg, dpp, 1, "dpp");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, dap, 0, "dap");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::dswiglu<E, F>(dhp, ap, dpp, hp, dap, pp, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(rc));
+
+    emit_mgemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (M-grouped GEMM on w_gate_up transposed)", dhp, w1t,
+               dxp, H, 2 * F);
+    emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (K-grouped GEMM, fp32 out)", dyp, ap,
+               R * H + R + E * 2 * F * H, H, F);
+    emit_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (K-grouped GEMM, fp32 out)", dhp, xp,
+               R * H + R, 2 * F, H);
+
+    fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "out");
+    cg_param(cg, dxp, 0, "dxp");
+    cg_param(cg, dpp, 0, "dpp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(R));
+    return 1;
+}

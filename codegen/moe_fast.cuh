@@ -1,0 +1,151 @@
+/* moe_fast.cuh - device code of the fast grouped MLP (codegen/cuda_moe_fast.c, docs/kernels-sm90.md):
+ * everything around the sm_90a GEMMs (gemm_sm90.cuh). Pasted into a plan's kernels.cu only when a node
+ * got the fast kernels, after moe_fast_offsets.h, gemm_sm90_sched.h, sm90.cuh and gemm_sm90.cuh.
+ *
+ * ofs, the node's int workspace [2E + 2]: ofs[0 .. E] the padded offsets (the GEMMs' `offsets`),
+ * ofs[E + 1 .. 2E + 1] the graph's group starts. Padded row pr < ofs[E] of group g is graph row
+ * start[g] + (pr - ofs[g]) when pr - ofs[g] < splits[g], else a zero row. Rows past ofs[E] are never
+ * read by any GEMM and are left as they are. Storage: bf16 as unsigned short (raw bits). */
+namespace moec {
+namespace fast {
+
+/* round to nearest even; NaN stays NaN */
+__device__ __forceinline__ unsigned short f2bf(float x)
+{
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float bf2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
+__device__ __forceinline__ unsigned pack2(float lo, float hi)
+{
+    return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
+}
+
+template <int E, long long R> __device__ void offsets(int *ofs, const int *splits)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0 && moec_fast_offsets(splits, E, R, ofs, ofs + E + 1) != 0)
+        __trap(); /* split sizes past the rows: the CPU backend stops here too */
+}
+
+/* dst [., C] bf16 padded rows <- src [R, C] f32 graph rows; pdst [.] <- psrc [R] (if psrc). One block
+ * per padded row, 4 columns per thread. C % 4 == 0. */
+template <int E, long long C>
+__device__ void gather(unsigned short *dst, float *pdst, const float *src, const float *psrc, const int *ofs)
+{
+    const int total = ofs[E];
+    for (int pr = blockIdx.x; pr < total; pr += gridDim.x) {
+        const int g = moec_sched_group_of(ofs, E, pr), k = pr - ofs[g];
+        const int live = k < ofs[E + 2 + g] - ofs[E + 1 + g];
+        const long long row = (long long)ofs[E + 1 + g] + k;
+        for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+            float4 v = live ? *(const float4 *)(src + row * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+            *(uint2 *)(dst + (long long)pr * C + c) = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+        }
+        if (psrc && threadIdx.x == 0)
+            pdst[pr] = live ? psrc[row] : 0.0f;
+    }
+}
+
+/* dst [R, C] f32 graph rows <- src [., C] bf16 padded rows; rows past start[E] are zeros. pdst [R] <-
+ * psrc [.] f32 (if psrc). One block per graph row. */
+template <int E, long long R, long long C>
+__device__ void scatter(float *dst, float *pdst, const unsigned short *src, const float *psrc, const int *ofs)
+{
+    const int *start = ofs + E + 1;
+    for (long long r = blockIdx.x; r < R; r += gridDim.x) {
+        const int live = r < start[E];
+        long long pr = 0;
+        if (live) {
+            const int g = moec_sched_group_of(start, E, (int)r);
+            pr = ofs[g] + (r - start[g]);
+        }
+        for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (live) {
+                uint2 u = *(const uint2 *)(src + pr * C + c);
+                v = make_float4(bf2f((unsigned short)(u.x & 0xffffu)), bf2f((unsigned short)(u.x >> 16)),
+                                bf2f((unsigned short)(u.y & 0xffffu)), bf2f((unsigned short)(u.y >> 16)));
+            }
+            *(float4 *)(dst + r * C + c) = v;
+        }
+        if (psrc && threadIdx.x == 0)
+            pdst[r] = live ? psrc[pr] : 0.0f;
+    }
+}
+
+/* bf16 copy of N floats (N % 4 == 0) */
+template <long long N> __device__ void convert(unsigned short *dst, const float *src)
+{
+    for (long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < N;
+         i += 4ll * gridDim.x * blockDim.x) {
+        float4 v = *(const float4 *)(src + i);
+        *(uint2 *)(dst + i) = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+    }
+}
+
+/* dst [E, COLS, ROWS] bf16 = src [E, ROWS, COLS] f32 transposed per group; 32 x 32 tiles through shared
+ * memory, 256 threads (32 x 8). ROWS % 32 == COLS % 32 == 0. */
+template <int E, long long ROWS, long long COLS> __device__ void transpose(unsigned short *dst, const float *src)
+{
+    __shared__ float t[32][33];
+    constexpr long long TR = ROWS / 32, TC = COLS / 32;
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    for (long long b = blockIdx.x; b < E * TR * TC; b += gridDim.x) {
+        const long long e = b / (TR * TC), r0 = b / TC % TR * 32, c0 = b % TC * 32;
+        __syncthreads();
+        for (int i = ty; i < 32; i += 8)
+            t[i][tx] = src[(e * ROWS + r0 + i) * COLS + c0 + tx];
+        __syncthreads();
+        for (int i = ty; i < 32; i += 8)
+            dst[(e * COLS + c0 + i) * ROWS + r0 + tx] = f2bf(t[tx][i]);
+    }
+}
+
+/* a [., F] = silu(gate) * up * p over the padded rows of h [., 2F] (bf16), p [.] f32; the arithmetic in
+ * float. One block per padded row. */
+template <int E, long long F> __device__ void swiglu(unsigned short *a, const unsigned short *h, const float *p,
+                                                     const int *ofs)
+{
+    const int total = ofs[E];
+    for (int pr = blockIdx.x; pr < total; pr += gridDim.x) {
+        const float pp = p[pr];
+        const unsigned short *hr = h + (long long)pr * 2 * F;
+        for (long long f = threadIdx.x; f < F; f += blockDim.x) {
+            const float g = bf2f(hr[f]), u = bf2f(hr[F + f]);
+            a[(long long)pr * F + f] = f2bf(g / (1.0f + __expf(-g)) * u * pp);
+        }
+    }
+}
+
+/* The backward's row step over the padded rows: from h [., 2F], da [., F] (bf16) and p [.]:
+ * dh = [d up silu'(gate) | d silu(gate)] with d = da p (bf16), a = silu(gate) up p (bf16, for dW_down)
+ * and dp [pr] = sum_f da silu(gate) up (f32; double partials, the block's fixed-order tree, no atomics).
+ * One block of 256 threads per padded row. */
+template <int E, long long F>
+__device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const unsigned short *h,
+                        const unsigned short *da, const float *p, const int *ofs)
+{
+    const int total = ofs[E];
+    for (int pr = blockIdx.x; pr < total; pr += gridDim.x) {
+        const float pp = p[pr];
+        const unsigned short *hr = h + (long long)pr * 2 * F;
+        double s = 0.0;
+        for (long long f = threadIdx.x; f < F; f += blockDim.x) {
+            const float g = bf2f(hr[f]), u = bf2f(hr[F + f]), d_a = bf2f(da[(long long)pr * F + f]);
+            const float sg = 1.0f / (1.0f + __expf(-g)), sl = g * sg, d = d_a * pp;
+            dh[(long long)pr * 2 * F + f] = f2bf(d * u * (sg * (1.0f + g * (1.0f - sg))));
+            dh[(long long)pr * 2 * F + F + f] = f2bf(d * sl);
+            a[(long long)pr * F + f] = f2bf(sl * u * pp);
+            s += (double)d_a * sl * u;
+        }
+        s = block_sum<256>(s);
+        if (threadIdx.x == 0)
+            dp[pr] = (float)s;
+    }
+}
+
+} /* namespace fast */
+} /* namespace moec */

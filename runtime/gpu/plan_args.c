@@ -1,0 +1,58 @@
+/* plan_args.c - a plan launch's kernel parameters (plan_args.h). */
+#include "plan_args.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tma.h"
+
+enum { SLOT = 128 }; /* one CUtensorMap; pointers and ints use a slot too (a handful per launch) */
+
+int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char *err, size_t errlen)
+{
+    memset(a, 0, sizeof *a);
+    a->nargs = l->nargs;
+    a->mem = aligned_alloc(64, (size_t)SLOT * (size_t)(l->nargs + 1));
+    a->argp = calloc((size_t)l->nargs + 1, sizeof *a->argp);
+    if (!a->mem || !a->argp) {
+        snprintf(err, errlen, "out of memory");
+        return 0;
+    }
+    memset(a->mem, 0, (size_t)SLOT * (size_t)(l->nargs + 1));
+    for (int i = 0; i < l->nargs; i++) {
+        unsigned char *slot = (unsigned char *)a->mem + (size_t)SLOT * (size_t)i;
+        a->argp[i] = slot;
+        PlanArgKind k = l->targs ? l->targs[i].kind : PLAN_ARG_BUF;
+        if (k == PLAN_ARG_BUF) {
+            CUdeviceptr p = buf[l->args[i]];
+            memcpy(slot, &p, sizeof p);
+        } else if (k == PLAN_ARG_I32) {
+            int v = (int)l->targs[i].value;
+            memcpy(slot, &v, sizeof v);
+        } else {
+            const PlanArg *t = &l->targs[i];
+            CUdeviceptr p = buf[t->buf];
+            if (p & 15) {
+                snprintf(err, errlen, "argument %d: a tensor map over a buffer that is not 16-byte aligned", i);
+                return 0;
+            }
+            if (!tma_encode_bf16_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
+                                    (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+void gpu_args_free(GpuArgs *a)
+{
+    free(a->mem);
+    free(a->argp);
+    memset(a, 0, sizeof *a);
+}
+
+unsigned gpu_launch_grid(const PlanLaunch *l, int sms)
+{
+    return l->grid == PLAN_GRID_ALL_SMS ? (unsigned)(sms > 0 ? sms : 1) : (unsigned)l->grid;
+}

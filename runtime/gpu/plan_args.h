@@ -1,0 +1,26 @@
+/* plan_args.h - a plan launch's kernel parameters as cuLaunchKernel wants them (plan.h PlanLaunch):
+ * buffer pointers, tensor maps (encoded once here: arena addresses never move) and ints. Used by the
+ * GPU backend (gpu.c) and the GPU plan check (tests/gpu/run_plan.c). */
+#ifndef MOEC_GPU_PLAN_ARGS_H
+#define MOEC_GPU_PLAN_ARGS_H
+
+#include <stddef.h>
+
+#include "../../plan/plan.h"
+#include "cudrv.h"
+
+typedef struct GpuArgs {
+    void *mem;       /* the values: 64-byte-aligned slots (a CUtensorMap is 128 bytes, 64-byte aligned) */
+    void **argp;     /* [nargs] pointers into mem, for cuLaunchKernel */
+    int nargs;
+} GpuArgs;
+
+/* Fills a for launch l with buffer b at address buf[b]; tensor maps with cuTensorMapEncodeTiled (the
+ * driver must be loaded). 1, or 0 with the reason in err. */
+int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char *err, size_t errlen);
+void gpu_args_free(GpuArgs *a);
+
+/* A launch's grid for a device of `sms` SMs (PLAN_GRID_ALL_SMS: one block per SM). */
+unsigned gpu_launch_grid(const PlanLaunch *l, int sms);
+
+#endif

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# tests/gpu/fast_mlp.sh [--build-only | --run-only] [OUTDIR]
+# The fast grouped MLP (moec compile --kernels fast, codegen/cuda_moe_fast.c) on a real GPU:
+#  1. tests/gpu/run_plan.c on tests/gpu/fast_mlp.moe compiled with --kernels fast: every node on the CPU's
+#     inputs, the fast grouped_mlp / grouped_mlp_bwd within 1e-2 normwise of the CPU reference (fp32), each
+#     part of the backward's packed output printed; every other node as strictly as run_plan.sh checks it;
+#  2. 30 training steps of fast_mlp.moe, --kernels fast against the reference kernels: every step's loss
+#     within 1%;
+#  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward.
+# Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
+set -uo pipefail
+MODE=all
+case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=${BUILD:-build}
+OUT=${1:-$ROOT/$BUILD/gpu-fast-mlp}
+ARCH=${MOEC_GPU_ARCH:-sm_90a}
+DATA_SRC=${MOEC_DATA:-/usr/share/doc/mmseqs2/example-data/DB.fasta.gz}
+LAYERS=${MOEC_FAST_LAYERS:-bio}
+cd "$ROOT"
+if [ "$MODE" != run ]; then
+  set -e
+  make -j2 BUILD="$BUILD" "$BUILD/moec" "$BUILD/libmoec.a" >/dev/null
+  mkdir -p "$OUT/lib" "$OUT/bin" "$OUT/data" "$OUT/cuda"
+  for t in run_plan:tests/gpu/run_plan.c layer:bench/layer.c; do
+    cc -std=c11 -D_GNU_SOURCE -O1 -ffp-contract=off -Wall -Wextra -Werror -I"$BUILD/gen" -Icompiler \
+       -c "${t#*:}" -o "$OUT/${t%%:*}.o"
+    g++ -o "$OUT/bin/${t%%:*}" "$OUT/${t%%:*}.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
+    rm "$OUT/${t%%:*}.o"
+  done
+  cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
+  cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
+  m=tests/gpu/fast_mlp.moe
+  rm -rf "$OUT/cuda/fast_mlp"
+  "$BUILD/moec" compile $m --kernels fast --emit-cuda "$OUT/cuda/fast_mlp" --arch "$ARCH"
+  cp $m "$OUT/fast_mlp.moe"
+  "$BUILD/moec" compile $m --kernels fast -o "$OUT/bin/train_fast" --arch "$ARCH" >/dev/null
+  "$BUILD/moec" compile $m -o "$OUT/bin/train_ref" --arch "$ARCH" >/dev/null
+  for l in $LAYERS; do
+    rm -rf "$OUT/cuda/layer_$l" "$OUT/cuda/layer_${l}_fast"
+    "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --emit-cuda "$OUT/cuda/layer_$l" --arch "$ARCH" >/dev/null
+    "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast --emit-cuda "$OUT/cuda/layer_${l}_fast" \
+        --arch "$ARCH" >/dev/null
+  done
+  set +e
+fi
+[ "$MODE" = build ] && exit 0
+
+export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MOEC_CACHE_DIR="$OUT/cache"
+B=$OUT/bin
+L=${LOGS:-$OUT/logs}
+mkdir -p "$L"
+status=0
+rows=()
+row() { rows+=("$(printf '%-26s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || status=1; }
+
+"$B/run_plan" "$OUT/fast_mlp.moe" "$OUT/cuda/fast_mlp" >"$L/run_plan.log" 2>&1
+rc=$?
+grep -E "grouped_mlp|SUMMARY|FAIL" "$L/run_plan.log" | head -20
+row run_plan_fast "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan.log" | tail -1 | cut -c1-150)"
+
+common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cuda)
+"$B/train_ref" "${common[@]}" --log "$L/ref.jsonl" >"$L/train_ref.log" 2>&1; r1=$?
+"$B/train_fast" "${common[@]}" --log "$L/fast.jsonl" >"$L/train_fast.log" 2>&1; r2=$?
+losses() { grep -o '"loss":[-0-9.e+]*' "$1" | cut -d: -f2; }
+worst=$(paste <(losses "$L/ref.jsonl") <(losses "$L/fast.jsonl") | awk '
+  {n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) {w = d; s = n}} END {printf "%d %.3e %d", n, w, s}')
+read -r nsteps wrel wstep <<<"$worst"
+ok=$([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ "${nsteps:-0}" -ge 30 ] && awk -v w="$wrel" 'BEGIN {exit !(w < 0.01)}' && echo ok || echo FAIL)
+row train_30_steps "$ok" "steps $nsteps, worst loss rel diff $wrel (step $wstep); first/last ref $(losses "$L/ref.jsonl" | head -1)/$(losses "$L/ref.jsonl" | tail -1) fast $(losses "$L/fast.jsonl" | head -1)/$(losses "$L/fast.jsonl" | tail -1)"
+[ $r2 -ne 0 ] && tail -5 "$L/train_fast.log"
+
+for l in $LAYERS; do
+  for v in "" _fast; do
+    timeout 120 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 >"$L/layer_$l$v.log" 2>&1
+    rc=$?
+    r=$(grep '^RESULT' "$L/layer_$l$v.log" | tail -1)
+    [ -z "$r" ] && tail -3 "$L/layer_$l$v.log"
+    row "layer_$l$v" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
+  done
+done
+echo
+printf '%s\n' "${rows[@]}"
+exit $status
