@@ -27,8 +27,10 @@
  *
  * The loss must be finite; with --cpu-check the CPU reference backend
  * (runtime/cpu, fp32) runs the same step on the same values and the loss
- * must agree within 1e-4 relative (the gradients' normwise errors are
- * printed). Plans whose memory (params + inputs + activations, from
+ * must agree within 1e-4 relative and every gradient within 1e-3 normwise
+ * for the fp32 reference kernels; for a --kernels fast plan (bf16 operands
+ * and intermediates) within 1e-2 both, the bound docs/kernels-sm90.md
+ * justifies. Plans whose memory (params + inputs + activations, from
  * plan->memory.region_bytes) exceeds --max-gib, or the GPU's free memory,
  * are skipped with a message (exit 0, a SKIP line).
  *
@@ -359,9 +361,11 @@ int main(int argc, char **argv)
                 cpu_plan_bind(&cpu, g->nodes[i], host[i]);
         cpu_plan_run(&cpu);
         double lc = cpu_plan_scalar(&cpu, g->loss), rel = fabs(loss_gpu - lc) / fmax(fabs(lc), 1e-30);
-        printf("# cpu check: loss gpu %.9g, cpu %.9g, relative difference %.2e (within 1e-4: %s)\n", loss_gpu, lc,
-               rel, rel < 1e-4 ? "yes" : "NO");
-        int ok = rel < 1e-4;
+        int fast = plan->source.kernels == PLAN_KERNELS_FAST;
+        double tol_loss = fast ? 1e-2 : 1e-4, tol_grad = fast ? 1e-2 : 1e-3;
+        printf("# cpu check: loss gpu %.9g, cpu %.9g, relative difference %.2e (within %.0e: %s)\n", loss_gpu, lc,
+               rel, tol_loss, rel < tol_loss ? "yes" : "NO");
+        int ok = rel < tol_loss;
         for (int p = 0; p < g->nparams; p++) {
             const IrNode *gn = g->grads[p];
             int64_t numel = ir_numel(gn);
@@ -376,8 +380,8 @@ int main(int argc, char **argv)
             }
             double nr = sw > 0 ? sqrt(sd / sw) : sqrt(sd);
             printf("# cpu check: d loss / d %-12s normwise relative difference %.2e%s\n", g->params[p]->name, nr,
-                   nr < 1e-3 ? "" : " (above 1e-3)");
-            ok &= nr < 1e-3;
+                   nr < tol_grad ? "" : " (above the bound)");
+            ok &= nr < tol_grad;
             free(got);
         }
         cpu_status = ok ? "ok" : "FAILED";

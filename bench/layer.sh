@@ -116,18 +116,20 @@ arc=${PIPESTATUS[0]}
 # one line per anchor run in anchors.log: "  layer SHAPE IMPL MS ms ..."
 anchor_ms() { awk -v s="$1" -v i="$2" '$1 == "layer" && $2 == s && $3 == i && $5 == "ms" {print $4}' "$OUT/anchors.log" | tail -1; }
 echo
-printf '%-9s | %10s | %12s | %11s | %16s | %26s | %s\n' shape "moec ms" "moec fast ms" "HF eager ms" "HF grouped_mm ms" \
-    "torch._grouped_mm block ms" "moec / best"
+printf '%-9s | %10s | %12s | %11s | %16s | %26s | %11s | %s\n' shape "moec ms" "moec fast ms" "HF eager ms" \
+    "HF grouped_mm ms" "torch._grouped_mm block ms" "moec / best" "fast / best"
 for s in "${SHAPES[@]}"; do
   name=${s%%|*}
   m=${MOEC[$name]:-"-"}; mf=${MOEC[${name}_fast]:-"-"}
   e=$(anchor_ms "$name" eager); g=$(anchor_ms "$name" grouped_mm); t=$(anchor_ms "$name" torch_grouped_mm)
-  ratio=$(awk -v m="$m" -v a="${e:-}" -v b="${g:-}" -v c="${t:-}" 'BEGIN {
+  over_best() { awk -v m="$1" -v a="${e:-}" -v b="${g:-}" -v c="${t:-}" 'BEGIN {
       best = 0; n = split(a " " b " " c, v, " ");
       for (j = 1; j <= n; j++) if (v[j] + 0 > 0 && (best == 0 || v[j] + 0 < best)) best = v[j] + 0;
-      if (m ~ /^[0-9.]+$/ && best > 0) printf "%.2f", m / best; else print "-" }')
-  printf '%-9s | %10s | %12s | %11s | %16s | %26s | %s\n' "$name" "$m" "$mf" "${e:--}" "${g:--}" "${t:--}" "$ratio"
+      if (m ~ /^[0-9.]+$/ && best > 0) printf "%.2f", m / best; else print "-" }'; }
+  printf '%-9s | %10s | %12s | %11s | %16s | %26s | %11s | %s\n' "$name" "$m" "$mf" "${e:--}" "${g:--}" "${t:--}" \
+      "$(over_best "$m")" "$(over_best "$mf")"
 done
-echo "(ms per forward + backward, median; moec fp32 SIMT kernels, the anchors bf16; moec / best = moec's time"
-echo " over the fastest anchor's. skip: the plan does not fit; budget/timeout: not measured in time.)"
+echo "(ms per forward + backward, median; moec: the fp32 SIMT reference kernels, moec fast: --kernels fast (the"
+echo " expert MLP on the sm_90a bf16 GEMMs), the anchors bf16; X / best = X's time over the fastest anchor's."
+echo " skip: the plan does not fit; budget/timeout: not measured in time.)"
 exit $status
