@@ -28,20 +28,8 @@
 #include "../../util/util.h"
 #include "../../runtime/cpu/mxfp8.h"
 #include "../../plan/payload.h"
+#include "check.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (cond) {                                                                       \
-            npass++;                                                                      \
-        } else {                                                                          \
-            nfail++;                                                                      \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
 
 static uint32_t fbits(float x)
 {

@@ -31,20 +31,8 @@
 
 #include "../../runtime/comm/comm.h"
 #include "../../train/launch.h"
+#include "check.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (cond) {                                                      \
-            npass++;                                                     \
-        } else {                                                         \
-            nfail++;                                                     \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fputc('\n', stderr);                                         \
-        }                                                                \
-    } while (0)
 
 static double now_s(void)
 {

@@ -11,20 +11,8 @@
 #include "../../driver/compile.h"
 #include "../../driver/build.h"
 #include "../../plan/plan.h"
+#include "check.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (cond) {                                                                       \
-            npass++;                                                                      \
-        } else {                                                                          \
-            nfail++;                                                                      \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
 
 static Plan *make_plan(const char *path, int mxfp8)
 {

@@ -12,20 +12,8 @@
 
 #include "../../util/util.h"
 #include "../../data/data.h"
+#include "check.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (cond) {                                                      \
-            npass++;                                                     \
-        } else {                                                         \
-            nfail++;                                                     \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fputc('\n', stderr);                                         \
-        }                                                                \
-    } while (0)
 
 #define DB_FASTA "/usr/share/doc/mmseqs2/example-data/DB.fasta.gz"           /* mmseqs2-examples */
 #define GOLD_16S "/usr/share/microbiomeutil-data/RESOURCES/rRNA16S.gold.fasta" /* microbiomeutil-data */

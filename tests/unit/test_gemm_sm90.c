@@ -15,21 +15,9 @@
 #include "../../codegen/gemm_sm90.h"
 #include "../../runtime/gpu/tma.h"
 #include "../../codegen/gemm_sm90_sched.h"
+#include "check.h"
 #include "nvrtc.h" /* runtime/gpu/ (codegen/ before the move): both are on the include path */
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (cond) {                                                                       \
-            npass++;                                                                      \
-        } else {                                                                          \
-            nfail++;                                                                      \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
 
 static unsigned long long rng = 0x2545F4914F6CDD1Dull;
 static unsigned rnd(unsigned n)

@@ -11,20 +11,8 @@
 #include "../../driver/compile.h"
 #include "../../ir/ir.h"
 #include "../../util/util.h"
+#include "check.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (cond) {                                                      \
-            npass++;                                                     \
-        } else {                                                         \
-            nfail++;                                                     \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fputc('\n', stderr);                                         \
-        }                                                                \
-    } while (0)
 
 /* A Diag writing into a memory buffer, so messages can be inspected. */
 typedef struct Capture {

@@ -21,20 +21,8 @@
 
 #include "../../util/util.h"
 #include "../../formats/safetensors.h"
+#include "check.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (cond) {                                                      \
-            npass++;                                                     \
-        } else {                                                         \
-            nfail++;                                                     \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fputc('\n', stderr);                                         \
-        }                                                                \
-    } while (0)
 
 static char scratch[64];   /* this run's directory under /tmp */
 

@@ -10,20 +10,8 @@
 #include <unistd.h>
 
 #include "../../util/util.h"
+#include "check.h"
 
-static int npass, nfail;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (cond) {                                                                       \
-            npass++;                                                                      \
-        } else {                                                                          \
-            nfail++;                                                                      \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
 
 static void check_count(double v, const char *want)
 {
