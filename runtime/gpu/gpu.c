@@ -295,16 +295,6 @@ static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
 
 static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-static void human(char *b, size_t n, double v)
-{
-    if (v >= 1 << 30)
-        snprintf(b, n, "%.2f GiB", v / (1 << 30));
-    else if (v >= 1 << 20)
-        snprintf(b, n, "%.1f MiB", v / (1 << 20));
-    else
-        snprintf(b, n, "%.1f KiB", v / 1024);
-}
-
 static CommGroup allreduce_group(const IrNode *n)
 {
     return ir_attr_e(n, IR_ATTR_GROUP) == IR_GROUP_DP ? COMM_DP : COMM_WORLD;
@@ -506,11 +496,11 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         size_t reserve = (size_t)256 << 20;  /* the module, the context's own needs, NCCL's buffers */
         if (G->info.planned_bytes + reserve > G->info.free_mem) {
             char a[32], b[32], c[32], d[32], e[32];
-            human(a, sizeof a, (double)G->info.planned_bytes);
-            human(b, sizeof b, (double)G->info.planned_acts);
-            human(c, sizeof c, (double)(G->info.planned_params + G->info.planned_adam));
-            human(d, sizeof d, (double)G->info.free_mem);
-            human(e, sizeof e, (double)G->info.total_mem);
+            fmt_bytes(a, sizeof a, (double)G->info.planned_bytes);
+            fmt_bytes(b, sizeof b, (double)G->info.planned_acts);
+            fmt_bytes(c, sizeof c, (double)(G->info.planned_params + G->info.planned_adam));
+            fmt_bytes(d, sizeof d, (double)G->info.free_mem);
+            fmt_bytes(e, sizeof e, (double)G->info.total_mem);
             ok = fail(G, "the plan does not fit on %s: it needs %s (activations and gradients %s for batch %lld x "
                       "seq %lld per rank, parameters and AdamW state %s) and %s of %s is free; reduce --batch or "
                       "the model's seq, or spread the experts over more GPUs (parallel ep)",
