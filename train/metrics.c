@@ -29,24 +29,10 @@ void trainer_log(Trainer *t, cJSON *o)
 void trainer_print_summary(Trainer *t)
 {
     const IrGraph *g = t->g;
-    int64_t experts = 0, E = 0, k = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        IrNode *n = g->nodes[i];
-        if (n->op == IR_OP_TOPK_EXPERTS) {
-            k = ir_attr_i(n, IR_ATTR_K);
-            E = n->src[0]->shape[n->src[0]->rank - 1];
-        }
-    }
     /* the whole model's counts: a rank holding expert shards stands for all of them */
-    int64_t total = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        IrNode *n = g->params[p];
-        int64_t copies = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
-        total += ir_numel(n) * copies;
-        if (E > 1 && n->rank >= 3 && n->shape[0] * copies == E)
-            experts += ir_numel(n) * copies;
-    }
-    double active = (double)(total - experts) + (E ? (double)experts * k / E : 0);
+    int64_t total;
+    double active;
+    ir_param_counts(g, &total, &active);
     char a[32], b[32];
     fmt_count(a, sizeof a, (double)total);
     fmt_count(b, sizeof b, active);
