@@ -270,6 +270,12 @@ int main(int argc, char **argv)
         CU(cuMemcpyHtoD(dptr[i], host[i], (size_t)numel * 4));
     }
     CU(cuCtxSynchronize()); /* the memsets and copies are done before the step's stream starts */
+    {
+        /* the params' bf16 working copies, as the backend writes them when it loads parameters */
+        char cerr[512];
+        if (gpu_fill_copies(plan, mod, dptr, NULL, cerr, sizeof cerr) < 0)
+            fail("%s", cerr);
+    }
 
     CUstream stream;
     CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));

@@ -251,6 +251,7 @@ static int add_buf(Cg *cg, const char *name, int node, PlanBufKind kind, PlanSto
     b->storage = storage;
     b->bytes = count * plan_storage_bytes[storage];
     b->alias_of = -1;
+    b->until = -1;
     b->block = -1;
     return cg->nbufs++;
 }
@@ -260,6 +261,37 @@ int cg_ws(Cg *cg, const IrNode *n, PlanStorage storage, int64_t count, const cha
     char name[512];
     snprintf(name, sizeof name, "%s.ws.%s", n->name, what);
     return add_buf(cg, name, n->id, PLAN_BUF_WORKSPACE, storage, count);
+}
+
+int cg_ws_kept(Cg *cg, const IrNode *n, const IrNode *until, PlanStorage storage, int64_t count, const char *what)
+{
+    if (until->id <= n->id)
+        die("codegen: workspace %s of %s kept for %s, which runs before it", what, n->name, until->name);
+    int b = cg_ws(cg, n, storage, count, what);
+    cg->bufs[b].until = until->id;
+    return b;
+}
+
+int cg_find_ws(Cg *cg, const IrNode *n, const char *what)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s.ws.%s", n->name, what);
+    for (int b = cg->g->nnodes; b < cg->nbufs; b++)
+        if (cg->bufs[b].kind == PLAN_BUF_WORKSPACE && cg->bufs[b].node == n->id && strcmp(cg->bufs[b].name, name) == 0)
+            return b;
+    return -1;
+}
+
+int cg_param_copy(Cg *cg, const IrNode *param)
+{
+    if (param->op != IR_OP_PARAM)
+        die("codegen: a working copy of %s, which is no param", param->name);
+    for (int b = cg->g->nnodes; b < cg->nbufs; b++)
+        if (cg->bufs[b].kind == PLAN_BUF_COPY && cg->bufs[b].node == param->id)
+            return b;
+    char name[512];
+    snprintf(name, sizeof name, "%s.bf16", param->name);
+    return add_buf(cg, name, param->id, PLAN_BUF_COPY, PLAN_BF16, ir_numel(param));
 }
 
 /* ------------------------------------------------------------ the kernel builder */
@@ -559,8 +591,8 @@ static void check_table(void)
             die("codegen: no CUDA emitter for op %s (add it to cg_emitters in codegen/cuda.c)", ir_op_name((IrOp)op));
 }
 
-const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {"moec_grad_sumsq", "moec_sum_partials", "moec_scale",
-                                                                 "moec_clip", "moec_adamw"};
+const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {
+    "moec_grad_sumsq", "moec_sum_partials", "moec_scale", "moec_clip", "moec_adamw", "moec_adamw_bf16", "moec_to_bf16"};
 
 int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
@@ -627,7 +659,8 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     sb_puts(&src, " (model ");
     sb_comment_text(&src, g->model ? g->model : "");
     sb_puts(&src, "). Do not edit.\n");
-    sb_printf(&src, "// %d kernels (5 of them the runtime's) for %d launches per training step", cg.nkernels + 5,
+    sb_printf(&src, "// %d kernels (%d of them the runtime's) for %d launches per training step",
+              cg.nkernels + CUDA_RUNTIME_KERNELS, CUDA_RUNTIME_KERNELS,
               nkernel_launches);
     if (ncollectives)
         sb_printf(&src, " and %d host-side collectives", ncollectives);

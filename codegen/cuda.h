@@ -26,7 +26,7 @@
 #include "../plan/plan.h"
 
 /* The runtime's own kernels, after the nodes' in every kernels.cu. */
-enum { CUDA_RUNTIME_KERNELS = 5 };
+enum { CUDA_RUNTIME_KERNELS = 7 };
 extern const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS];
 
 typedef struct CudaOptions {

@@ -103,6 +103,13 @@ void cg_out(Cg *cg, const IrNode *n, const char *name);
 void cg_in(Cg *cg, const IrNode *src, const char *name);
 /* A workspace of `count` elements of `storage`, owned by node n. */
 int cg_ws(Cg *cg, const IrNode *n, PlanStorage storage, int64_t count, const char *what);
+/* The same, kept until node `until` (later than n) has run: what n writes there, `until` reads. */
+int cg_ws_kept(Cg *cg, const IrNode *n, const IrNode *until, PlanStorage storage, int64_t count, const char *what);
+/* Node n's workspace `what`, or -1. */
+int cg_find_ws(Cg *cg, const IrNode *n, const char *what);
+/* The bf16 working copy of a param (plan.h PLAN_BUF_COPY), made on first use: written by the
+ * optimizer's step and when the parameters are loaded, never by a node's kernels. */
+int cg_param_copy(Cg *cg, const IrNode *param);
 void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long name = v; */
 /* Typed parameters (plan.h PlanArg): `const __grid_constant__ moec::sm90::TmaDesc name`, a bf16 tensor
  * map over buffer buf viewed as [rows, cols] with box {64, box_rows}; `int name` passed as value. */

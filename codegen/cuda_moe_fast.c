@@ -6,13 +6,21 @@
  *
  * Every node's rows are copied into zero-padded bf16 buffers of R + 128 E rows, each expert group
  * starting at a multiple of 128 (the offsets are computed on the device: no host sync), the GEMMs run
- * over the padded rows, and the results are copied back to the graph's row order in fp32. The weights
- * are converted to bf16 (and transposed for the backward's data gradients) in every step for now:
- * keeping bf16 copies in the optimizer is a later change. */
+ * over the padded rows, and the results are copied back to the graph's row order in fp32.
+ *
+ * The weights: a param's bf16 working copy (plan.h PLAN_BUF_COPY), written by the optimizer's step in
+ * the same pass as the update, so no step converts them; the backward's data gradients read the same
+ * copies through the GEMM's trans_b mode (no transposed copy). A weight that is no param (none in
+ * moec's models today) is converted in each node instead.
+ *
+ * The forward keeps what its backward needs (the padded offsets, xs and probs in bf16 padding, h =
+ * xs w_gate_up^T) in workspaces kept until the backward node (cg_ws_kept): the backward neither
+ * gathers xs again nor recomputes h. A forward with no backward (an inference plan) keeps nothing. */
 #include <stdio.h>
 #include <string.h>
 
 #include "../plan/gemm_sm90.h"
+#include "../util/util.h"
 #include "cuda.h"
 #include "cuda_internal.h"
 #include "moe_fast_offsets.h"
@@ -21,15 +29,16 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* the sm_90a M-grouped kernel's configuration for D [., N] = A [., K] W[g]^T: BLOCK_N 256 (4 stages)
  * where N allows, else 128 (6 stages); the TMA-store epilogue */
-static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K)
+static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, N % 256 == 0 ? 256 : 128, N % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA};
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, N % 256 == 0 ? 256 : 128, N % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA,
+                       trans_b};
     return s;
 }
 /* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K */
 static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA};
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA, 0};
     return s;
 }
 
@@ -54,8 +63,8 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
         snprintf(why, len, "too large: R + 128 E = %lld rows", (long long)moec_fast_rows_cap(R, (int)E));
         return 0;
     }
-    GemmSm90Shape m[4] = {mgrouped_shape(E, 2 * F, H), mgrouped_shape(E, H, F), mgrouped_shape(E, F, H),
-                          mgrouped_shape(E, H, 2 * F)};
+    GemmSm90Shape m[4] = {mgrouped_shape(E, 2 * F, H, 0), mgrouped_shape(E, H, F, 0), mgrouped_shape(E, F, H, 1),
+                          mgrouped_shape(E, H, 2 * F, 1)};
     GemmSm90Shape k[2] = {kgrouped_shape(E, H, F), kgrouped_shape(E, 2 * F, H)};
     char err[200];
     for (int i = 0; i < 4; i++)
@@ -108,19 +117,23 @@ static void emit_offsets(Cg *cg, Fast *f, const IrNode *splits)
     cg_end(cg, 32, 1);
 }
 
-/* D [rcap, N] = A [rcap, K] . W[g]^T over the padded groups */
-static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N, int64_t K)
+/* D [rcap, N] = A [rcap, K] . W[g]^T over the padded groups, W [E, N, K]; trans_b: D = A . W[g], W [E, K, N] */
+static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N, int64_t K,
+                       int trans_b)
 {
-    GemmSm90Shape s = mgrouped_shape(f->E, N, K);
+    GemmSm90Shape s = mgrouped_shape(f->E, N, K, trans_b);
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, a, f->rcap, K, GEMM_SM90_BLOCK_M, "tma_a");
-    cg_tmap(cg, w, f->E * N, K, s.block_n, "tma_b");
+    if (trans_b)
+        cg_tmap(cg, w, f->E * K, N, 64, "tma_b");
+    else
+        cg_tmap(cg, w, f->E * N, K, s.block_n, "tma_b");
     cg_tmap(cg, d, f->rcap, N, 64, "tma_d");
     cg_param(cg, d, 1, "d");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap);",
-            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue);
+    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap);",
+            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
     cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -159,21 +172,80 @@ static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const 
     cuda_fast_mlp_ok(n, why, sizeof why);
     snprintf(impl, sizeof impl, "fast: %s", why);
     cg_impl(cg, impl);
-    f->ofs = cg_ws(cg, n, PLAN_I32, 2 * f->E + 2, "fast_offsets");
+}
+
+/* The backward node of forward n (the same xs, weights, splits and probs) if it gets the fast kernels
+ * too, else NULL. */
+static const IrNode *fast_backward_of(Cg *cg, const IrNode *n)
+{
+    char why[256];
+    for (int i = n->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *b = cg->g->nodes[i];
+        if (b->op == IR_OP_GROUPED_MLP_BWD && b->src[1] == n->src[0] && b->src[2] == n->src[1] &&
+            b->src[3] == n->src[2] && b->src[4] == n->src[3] && b->src[5] == n->src[4] &&
+            cuda_fast_mlp_ok(b, why, sizeof why))
+            return b;
+    }
+    return NULL;
+}
+
+/* The forward node whose kept workspaces backward n reads, else NULL (it then recomputes). */
+static const IrNode *fast_forward_of(Cg *cg, const IrNode *n)
+{
+    for (int i = n->id - 1; i >= 0; i--) {
+        const IrNode *f = cg->g->nodes[i];
+        if (f->op == IR_OP_GROUPED_MLP && n->src[1] == f->src[0] && n->src[2] == f->src[1] &&
+            n->src[3] == f->src[2] && n->src[4] == f->src[3] && n->src[5] == f->src[4]) {
+            int h = cg_find_ws(cg, f, "h_padded");
+            return h >= 0 && cg->bufs[h].until == n->id ? f : NULL;
+        }
+    }
+    return NULL;
+}
+
+/* a workspace of the forward, kept for its backward bwd when there is one */
+static int fwd_ws(Cg *cg, const Fast *f, const IrNode *bwd, PlanStorage st, int64_t count, const char *what)
+{
+    return bwd ? cg_ws_kept(cg, f->n, bwd, st, count, what) : cg_ws(cg, f->n, st, count, what);
+}
+
+/* The bf16 weights the GEMMs read: the param's working copy, or (a weight that is no param) a
+ * workspace converted in this node; *convert says whether it must be. */
+static int weight_bf16(Cg *cg, const Fast *f, const IrNode *w, const char *what, int *convert)
+{
+    if (w->op == IR_OP_PARAM) {
+        *convert = 0;
+        return cg_param_copy(cg, w);
+    }
+    *convert = 1;
+    return cg_ws(cg, f->n, PLAN_BF16, ir_numel(w), what);
+}
+
+static void emit_convert(Cg *cg, Fast *f, const IrNode *w, int wb, const char *name)
+{
+    char what[200];
+    snprintf(what, sizeof what, "a bf16 copy of %s (no param: converted in every step)", name);
+    fast_begin(cg, f, "fast_weights", what);
+    cg_param(cg, wb, 1, "wb");
+    cg_in(cg, w, "w");
+    cg_line(cg, "moec::fast::convert<%lldll>(wb, w);", (long long)ir_numel(w));
+    cg_end(cg, CG_BLOCK, min64(cg_grid(ir_numel(w) / 4, CG_BLOCK), 132 * 16));
 }
 
 int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
 {
     const IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
     Fast f;
-    fast_init(cg, &f, n, xs, w1, 7);
-    int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
-    int xp = cg_ws(cg, n, PLAN_BF16, rc * H, "xs_padded"), pp = cg_ws(cg, n, PLAN_F32, rc, "probs_padded");
-    int w1b = cg_ws(cg, n, PLAN_BF16, E * 2 * F * H, "w_gate_up_bf16"), w2b = cg_ws(cg, n, PLAN_BF16, E * H * F,
-                                                                                  "w_down_bf16");
-    int hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded"), ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
-    int yp = cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
-    (void)R;
+    int cv1, cv2;
+    fast_init(cg, &f, n, xs, w1, 0);
+    const IrNode *bwd = fast_backward_of(cg, n);
+    int64_t H = f.H, F = f.F, rc = f.rcap;
+    f.ofs = fwd_ws(cg, &f, bwd, PLAN_I32, 2 * f.E + 2, "fast_offsets");
+    int xp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * H, "xs_padded"), pp = fwd_ws(cg, &f, bwd, PLAN_F32, rc, "probs_padded");
+    int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
+    int ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded"), yp = cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
+    int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1), w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2);
+    f.steps = 6 + cv1 + cv2;
 
     emit_offsets(cg, &f, sp);
 
@@ -187,18 +259,15 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
     cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
-    fast_begin(cg, &f, "fast_weights", "bf16 copies of w_gate_up and w_down (every step for now)");
-    cg_param(cg, w1b, 1, "w1b");
-    cg_param(cg, w2b, 1, "w2b");
-    cg_in(cg, w1, "w1");
-    cg_in(cg, w2, "w2");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::convert<E * 2 * F * H>(w1b, w1);");
-    cg_line(cg, "moec::fast::convert<E * H * F>(w2b, w2);");
-    cg_end(cg, CG_BLOCK, min64(cg_grid(E * 2 * F * H / 4, CG_BLOCK), 132 * 16));
+    if (cv1)
+        emit_convert(cg, &f, w1, w1b, "w_gate_up");
+    if (cv2)
+        emit_convert(cg, &f, w2, w2b, "w_down");
 
-    emit_mgemm(cg, &f, "fast_gate_up", "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM)", xp, w1b, hp, 2 * F,
-               H);
+    emit_mgemm(cg, &f, "fast_gate_up",
+               bwd ? "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM; h kept for the backward)"
+                   : "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM)",
+               xp, w1b, hp, 2 * F, H, 0);
 
     fast_begin(cg, &f, "fast_swiglu", "a = silu(gate) up probs (bf16)");
     cg_param(cg, ap, 1, "ap");
@@ -209,7 +278,7 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
     cg_line(cg, "moec::fast::swiglu<E, F>(ap, hp, pp, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
-    emit_mgemm(cg, &f, "fast_down", "y = a w_down^T per group (sm_90a bf16 M-grouped GEMM)", ap, w2b, yp, H, F);
+    emit_mgemm(cg, &f, "fast_down", "y = a w_down^T per group (sm_90a bf16 M-grouped GEMM)", ap, w2b, yp, H, F, 0);
 
     fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
     cg_out(cg, n, "y");
@@ -225,49 +294,65 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
 {
     const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3], *sp = n->src[4], *p = n->src[5];
     Fast f;
-    fast_init(cg, &f, n, xs, w1, 10);
+    int cv1, cv2;
+    fast_init(cg, &f, n, xs, w1, 0);
+    const IrNode *fwd = fast_forward_of(cg, n);
     int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
-    int xp = cg_ws(cg, n, PLAN_BF16, rc * H, "xs_padded"), pp = cg_ws(cg, n, PLAN_F32, rc, "probs_padded");
+    int xp, pp, hp;
+    if (fwd) {
+        /* what the forward kept */
+        f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
+        xp = cg_find_ws(cg, fwd, "xs_padded");
+        pp = cg_find_ws(cg, fwd, "probs_padded");
+        hp = cg_find_ws(cg, fwd, "h_padded");
+        if (f.ofs < 0 || xp < 0 || pp < 0 || hp < 0)
+            die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
+    } else {
+        f.ofs = cg_ws(cg, n, PLAN_I32, 2 * E + 2, "fast_offsets");
+        xp = cg_ws(cg, n, PLAN_BF16, rc * H, "xs_padded");
+        pp = cg_ws(cg, n, PLAN_F32, rc, "probs_padded");
+        hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded");
+    }
     int dyp = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_padded");
-    int w1b = cg_ws(cg, n, PLAN_BF16, E * 2 * F * H, "w_gate_up_bf16");
-    int w2t = cg_ws(cg, n, PLAN_BF16, E * F * H, "w_down_t_bf16");
-    int w1t = cg_ws(cg, n, PLAN_BF16, E * H * 2 * F, "w_gate_up_t_bf16");
-    int hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded"), dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
+    int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
     int dhp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_padded"), ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
     int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded"), dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
+    int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1), w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2);
+    f.steps = 7 + (fwd ? 0 : 2) + cv1 + cv2;
 
-    emit_offsets(cg, &f, sp);
+    if (!fwd)
+        emit_offsets(cg, &f, sp);
 
-    fast_begin(cg, &f, "fast_gather", "xs, probs and dy into zero-padded groups (xs, dy as bf16)");
-    cg_param(cg, xp, 1, "xp");
-    cg_param(cg, pp, 1, "pp");
+    fast_begin(cg, &f, "fast_gather",
+               fwd ? "dy into zero-padded groups as bf16 (xs, probs: kept by the forward)"
+                   : "xs, probs and dy into zero-padded groups (xs, dy as bf16)");
+    if (!fwd) {
+        cg_param(cg, xp, 1, "xp");
+        cg_param(cg, pp, 1, "pp");
+    }
     cg_param(cg, dyp, 1, "dyp");
-    cg_in(cg, xs, "xs");
-    cg_in(cg, p, "p");
+    if (!fwd) {
+        cg_in(cg, xs, "xs");
+        cg_in(cg, p, "p");
+    }
     cg_in(cg, dy, "dy");
     cg_param(cg, f.ofs, 0, "ofs");
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
+    if (!fwd)
+        cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
     cg_line(cg, "moec::fast::gather<E, H>(dyp, nullptr, dy, nullptr, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
-    fast_begin(cg, &f, "fast_weights", "bf16 copies of w_gate_up, and of w_down and w_gate_up transposed per expert "
-                                       "(the data gradients' K-major operands; every step for now)");
-    cg_param(cg, w1b, 1, "w1b");
-    cg_param(cg, w2t, 1, "w2t");
-    cg_param(cg, w1t, 1, "w1t");
-    cg_in(cg, w1, "w1");
-    cg_in(cg, w2, "w2");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::convert<E * 2 * F * H>(w1b, w1);");
-    cg_line(cg, "moec::fast::transpose<E, H, F>(w2t, w2);");
-    cg_line(cg, "moec::fast::transpose<E, 2 * F, H>(w1t, w1);");
-    cg_end(cg, CG_BLOCK, min64(cg_grid(E * 2 * F * H / 4, CG_BLOCK), 132 * 16));
+    if (cv1)
+        emit_convert(cg, &f, w1, w1b, "w_gate_up");
+    if (cv2)
+        emit_convert(cg, &f, w2, w2b, "w_down");
 
-    emit_mgemm(cg, &f, "fast_gate_up", "recompute h = xs w_gate_up^T per group (M-grouped GEMM)", xp, w1b, hp, 2 * F,
-               H);
-    emit_mgemm(cg, &f, "fast_da", "da = dy w_down per group (M-grouped GEMM on w_down transposed)", dyp, w2t, dap, F,
-               H);
+    if (!fwd)
+        emit_mgemm(cg, &f, "fast_gate_up", "recompute h = xs w_gate_up^T per group (no forward kept it)", xp, w1b, hp,
+                   2 * F, H, 0);
+    emit_mgemm(cg, &f, "fast_da", "da = dy w_down per group (M-grouped GEMM, trans_b: w_down as it is)", dyp, w2b, dap,
+               F, H, 1);
 
     fast_begin(cg, &f, "fast_dswiglu", "dh = dSwiGLU(da probs), a = silu(gate) up probs, dprobs = sum da silu(gate) "
                                        "up per row (fixed order)");
@@ -282,8 +367,8 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     cg_line(cg, "moec::fast::dswiglu<E, F>(dhp, ap, dpp, hp, dap, pp, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
-    emit_mgemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (M-grouped GEMM on w_gate_up transposed)", dhp, w1t,
-               dxp, H, 2 * F);
+    emit_mgemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (M-grouped GEMM, trans_b: w_gate_up as it is)", dhp,
+               w1b, dxp, H, 2 * F, 1);
     emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (K-grouped GEMM, fp32 out)", dyp, ap,
                R * H + R + E * 2 * F * H, H, F);
     emit_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (K-grouped GEMM, fp32 out)", dhp, xp,

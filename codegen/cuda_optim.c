@@ -66,22 +66,43 @@ void cg_emit_optimizer(Cg *cg, Sb *src)
               "// adamw(betas = (%s, %s), eps = %s): one parameter tensor of n elements; wd is the param's weight\n"
               "// decay (0 where it has none); lr, the bias corrections and the clip factor are read from s.\n",
               cg_dbl(b1, t->beta1), cg_dbl(b2, t->beta2), cg_dbl(eps, t->eps));
+    /* moec_adamw and moec_adamw_bf16 (which also writes the param's bf16 working copy, plan.h
+     * PLAN_BUF_COPY, in the same pass) from one text: the same formula */
+    for (int copy = 0; copy < 2; copy++) {
+        sb_printf(src,
+                  "extern \"C\" __global__ void __launch_bounds__(256) moec_adamw%s(float *__restrict__ w, "
+                  "float *__restrict__ m, float *__restrict__ v, const float *__restrict__ g, long long n, "
+                  "const double *__restrict__ s, double wd%s)\n"
+                  "{\n",
+                  copy ? "_bf16" : "", copy ? ", unsigned short *__restrict__ w16" : "");
+        sb_printf(src, "    constexpr double B1 = %s, B2 = %s, EPS = %s;\n", b1, b2, eps);
+        sb_puts(src,
+                "    const double lr = s[0], bc1 = s[1], bc2 = s[2], clip = s[3];\n"
+                "    MOEC_FOR(i, n) {\n"
+                "        double gv = __dmul_rn((double)g[i], clip);\n"
+                "        m[i] = (float)__dadd_rn(__dmul_rn(B1, (double)m[i]), __dmul_rn(1.0 - B1, gv));\n"
+                "        v[i] = (float)__dadd_rn(__dmul_rn(B2, (double)v[i]), __dmul_rn(__dmul_rn(1.0 - B2, gv), gv));\n"
+                "        double upd = __ddiv_rn(__ddiv_rn((double)m[i], bc1), __dadd_rn(__dsqrt_rn(__ddiv_rn((double)v[i], "
+                "bc2)), EPS));\n");
+        if (copy)
+            sb_puts(src,
+                    "        const float nw = (float)__dsub_rn(__dmul_rn((double)w[i], __dsub_rn(1.0, __dmul_rn(lr, wd))), "
+                    "__dmul_rn(lr, upd));\n"
+                    "        w[i] = nw;\n"
+                    "        w16[i] = moec::bf16_bits(nw);\n");
+        else
+            sb_puts(src,
+                    "        w[i] = (float)__dsub_rn(__dmul_rn((double)w[i], __dsub_rn(1.0, __dmul_rn(lr, wd))), "
+                    "__dmul_rn(lr, upd));\n");
+        sb_puts(src, "    }\n}\n\n");
+    }
     sb_puts(src,
-            "extern \"C\" __global__ void __launch_bounds__(256) moec_adamw(float *__restrict__ w, "
-            "float *__restrict__ m, float *__restrict__ v, const float *__restrict__ g, long long n, "
-            "const double *__restrict__ s, double wd)\n"
-            "{\n");
-    sb_printf(src, "    constexpr double B1 = %s, B2 = %s, EPS = %s;\n", b1, b2, eps);
-    sb_puts(src,
-            "    const double lr = s[0], bc1 = s[1], bc2 = s[2], clip = s[3];\n"
-            "    MOEC_FOR(i, n) {\n"
-            "        double gv = __dmul_rn((double)g[i], clip);\n"
-            "        m[i] = (float)__dadd_rn(__dmul_rn(B1, (double)m[i]), __dmul_rn(1.0 - B1, gv));\n"
-            "        v[i] = (float)__dadd_rn(__dmul_rn(B2, (double)v[i]), __dmul_rn(__dmul_rn(1.0 - B2, gv), gv));\n"
-            "        double upd = __ddiv_rn(__ddiv_rn((double)m[i], bc1), __dadd_rn(__dsqrt_rn(__ddiv_rn((double)v[i], "
-            "bc2)), EPS));\n"
-            "        w[i] = (float)__dsub_rn(__dmul_rn((double)w[i], __dsub_rn(1.0, __dmul_rn(lr, wd))), "
-            "__dmul_rn(lr, upd));\n"
-            "    }\n"
+            "// a param's bf16 working copy from its fp32 values (after the parameters are loaded; the optimizer's\n"
+            "// steps keep it current with moec_adamw_bf16)\n"
+            "extern \"C\" __global__ void __launch_bounds__(256) moec_to_bf16(unsigned short *__restrict__ dst, "
+            "const float *__restrict__ src, long long n)\n"
+            "{\n"
+            "    MOEC_FOR(i, n)\n"
+            "        dst[i] = moec::bf16_bits(src[i]);\n"
             "}\n");
 }

@@ -9,6 +9,11 @@
  *   D  [rows_cap, N]  bf16 row-major, fp32 accumulation, stored from registers
  *   offsets [E + 1]   int32 in device memory, offsets[0] = 0, non-decreasing, each a multiple of
  *                     BLOCK_M (128); group g owns rows [offsets[g], offsets[g+1]).
+ * TRANS_B 1 takes W the other way round, D = A . W[g] with
+ *   W  [E, K, N]      bf16, N contiguous (viewed [E*K, N]) - through tensor map tma_b, box {64, 64}
+ * (the data gradients of the forward's products, on the same weights: no transposed copy). Its B
+ * tile is MN-major for wgmma, BLOCK_N / 64 boxes of 64 k-rows x 64 n side by side, as the
+ * K-grouped kernel's X operand below.
  * Rows past a group's real count (padding) are computed like any other row: D there is don't-care
  * and A there may hold anything (rows are independent). Rows >= offsets[E] are neither read nor
  * written.
@@ -32,8 +37,10 @@ namespace sm90 {
  * consumer warpgroup, asynchronous: the next tile's main loop starts while the last chunks are
  * written); 1 = 16-byte stores from registers (quad transpose; 32 KB less shared memory);
  * 2 = plain 4-byte stores from registers (kept for timing comparisons). */
-template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int BAND = 16> struct GemmMGrouped {
+template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int BAND = 16>
+struct GemmMGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_K = 64, THREADS = 384;
+    static constexpr int BOX_BYTES = 64 * 64 * 2; /* TRANS_B: one 64 x 64 box of the B tile */
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K * 2;
     static constexpr int B_BYTES = BLOCK_N * BLOCK_K * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
@@ -51,15 +58,15 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int BA
     static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
-    static_assert((long long)E * N < 2147483647ll, "E * N rows of W must fit an int coordinate");
+    static_assert((long long)E * (N > K ? N : K) < 2147483647ll, "the rows of W must fit an int coordinate");
 
     __device__ static __forceinline__ void mma(float (&acc)[ACC], unsigned long long da, unsigned long long db,
                                                int accumulate)
     {
         if constexpr (BLOCK_N == 256)
-            wgmma_m64n256k16(acc, da, db, accumulate);
+            wgmma_m64n256k16<0, TRANS_B>(acc, da, db, accumulate);
         else
-            wgmma_m64n128k16(acc, da, db, accumulate);
+            wgmma_m64n128k16<0, TRANS_B>(acc, da, db, accumulate);
     }
 
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
@@ -101,7 +108,15 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int BA
                         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
                         mbar_arrive_expect_tx(full_bar + 8 * stage, STAGE_BYTES);
                         tma_load_2d(a_ring + stage * A_BYTES, &tma_a, full_bar + 8 * stage, kb * BLOCK_K, mb * BLOCK_M);
-                        tma_load_2d(b_ring + stage * B_BYTES, &tma_b, full_bar + 8 * stage, kb * BLOCK_K, brow);
+                        if constexpr (TRANS_B) {
+                            /* W[g] rows k (64 of them), columns n: BLOCK_N / 64 boxes side by side */
+#pragma unroll
+                            for (int j = 0; j < BLOCK_N / 64; j++)
+                                tma_load_2d(b_ring + stage * B_BYTES + j * BOX_BYTES, &tma_b, full_bar + 8 * stage,
+                                            nb * BLOCK_N + 64 * j, g * K + kb * BLOCK_K);
+                        } else {
+                            tma_load_2d(b_ring + stage * B_BYTES, &tma_b, full_bar + 8 * stage, kb * BLOCK_K, brow);
+                        }
                         if (++stage == STAGES) {
                             stage = 0;
                             phase ^= 1;
@@ -124,11 +139,13 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int BA
                     mbar_wait(full_bar + 8 * stage, phase);
                     const unsigned a = a_ring + stage * A_BYTES + half * (64 * 128);
                     const unsigned b = b_ring + stage * B_BYTES;
-                    const unsigned long long da = desc_sw128(a), db = desc_sw128(b);
+                    const unsigned long long da = desc_sw128(a);
+                    /* K-major B: the k-th 16-wide slice 32 bytes further; MN-major B: 16 k-rows = 2048 bytes */
+                    const unsigned long long db = TRANS_B ? desc_mn_sw128(b, BOX_BYTES) : desc_sw128(b);
                     wgmma_fence();
 #pragma unroll
                     for (int k = 0; k < BLOCK_K / 16; k++)
-                        mma(acc, da + 2 * k, db + 2 * k, (kb | k) != 0);
+                        mma(acc, da + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
                     wgmma_commit();
                     /* the previous k-block's wgmma are done: free its slot */
                     wgmma_wait<1>();
@@ -370,15 +387,16 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16> struct Ge
  * (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first); tensor maps, all bf16 and 128-byte
  * swizzled: tma_a over A [rows_cap, K] with box {64, 128}; tma_b over W viewed [E*N, K] with box
  * {64, BLOCK_N}; tma_d over D [rows_cap, N] with box {64, 64} (read only by EPILOGUE 0); d = D's
- * address (EPILOGUE 1 and 2). MOEC_SM90_GEMM_MGROUPED is the default epilogue (0). */
-#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE)                                \
+ * address (EPILOGUE 1 and 2); TRANS_B 1: tma_b over W viewed [E*K, N] with box {64, 64}. MOEC_SM90_GEMM_MGROUPED is the default epilogue (0). */
+#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B)                       \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              const __grid_constant__ moec::sm90::TmaDesc tma_d, unsigned short *d, const int *offsets, int rows_cap) \
     {                                                                                                         \
-        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap); \
+        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B>::run(tma_a, tma_b, tma_d, d, offsets, \
+                                                                                  rows_cap);                 \
     }
-#define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0)
+#define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0, 0)
 
 /* The K-grouped kernel NAME (weight gradient, fp32 out). Launch contract: grid (#SMs, 1, 1), block
  * (384, 1, 1), dynamic shared memory GemmKGrouped<...>::SMEM_BYTES; tensor maps, bf16, 128-byte

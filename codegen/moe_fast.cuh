@@ -9,15 +9,8 @@
 namespace moec {
 namespace fast {
 
-/* round to nearest even; NaN stays NaN */
-__device__ __forceinline__ unsigned short f2bf(float x)
-{
-    unsigned u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
+/* round to nearest even; NaN stays NaN (prelude.cuh) */
+__device__ __forceinline__ unsigned short f2bf(float x) { return bf16_bits(x); }
 __device__ __forceinline__ float bf2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }
 __device__ __forceinline__ unsigned pack2(float lo, float hi)
 {
@@ -83,24 +76,6 @@ template <long long N> __device__ void convert(unsigned short *dst, const float 
          i += 4ll * gridDim.x * blockDim.x) {
         float4 v = *(const float4 *)(src + i);
         *(uint2 *)(dst + i) = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
-    }
-}
-
-/* dst [E, COLS, ROWS] bf16 = src [E, ROWS, COLS] f32 transposed per group; 32 x 32 tiles through shared
- * memory, 256 threads (32 x 8). ROWS % 32 == COLS % 32 == 0. */
-template <int E, long long ROWS, long long COLS> __device__ void transpose(unsigned short *dst, const float *src)
-{
-    __shared__ float t[32][33];
-    constexpr long long TR = ROWS / 32, TC = COLS / 32;
-    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    for (long long b = blockIdx.x; b < E * TR * TC; b += gridDim.x) {
-        const long long e = b / (TR * TC), r0 = b / TC % TR * 32, c0 = b % TC * 32;
-        __syncthreads();
-        for (int i = ty; i < 32; i += 8)
-            t[i][tx] = src[(e * ROWS + r0 + i) * COLS + c0 + tx];
-        __syncthreads();
-        for (int i = ty; i < 32; i += 8)
-            dst[(e * COLS + c0 + i) * ROWS + r0 + tx] = f2bf(t[tx][i]);
     }
 }
 

@@ -23,6 +23,17 @@ namespace moec {
 
 __device__ __forceinline__ double neg_inf() { return -__longlong_as_double(0x7ff0000000000000ll); }
 
+/* fp32 -> bf16 bits, round to nearest even, NaN stays a (quiet) NaN: the rounding of every bf16 value
+ * moec stores (the params' working copies, the fast kernels' operands), and of the CPU's bf16 */
+__device__ __forceinline__ unsigned short bf16_bits(float x)
+{
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
 /* ---------------------------------------------------------- activations
  * as kernels.inc: in double */
 __device__ __forceinline__ double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }

@@ -21,8 +21,11 @@ int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
         snprintf(err, errlen, "K %d is not a multiple of %d", s->K, GEMM_SM90_BLOCK_K);
     else if (s->N % s->block_n)
         snprintf(err, errlen, "N %d is not a multiple of BLOCK_N %d", s->N, s->block_n);
-    else if ((long long)s->E * s->N >= 2147483647ll)
-        snprintf(err, errlen, "E * N = %lld rows of W do not fit an int", (long long)s->E * s->N);
+    else if (s->trans_b != 0 && s->trans_b != 1)
+        snprintf(err, errlen, "trans_b is 0 or 1, not %d", s->trans_b);
+    else if ((long long)s->E * (s->trans_b ? s->K : s->N) >= 2147483647ll)
+        snprintf(err, errlen, "E * %s = %lld rows of W do not fit an int", s->trans_b ? "K" : "N",
+                 (long long)s->E * (s->trans_b ? s->K : s->N));
     else if (s->stages < 2 || gemm_sm90_smem_bytes(s) > 232448)
         snprintf(err, errlen, "%d stages of BLOCK_N %d need %d bytes of shared memory (2..227 KB)", s->stages,
                  s->block_n, gemm_sm90_smem_bytes(s));

@@ -8,19 +8,22 @@
 
 #include <stddef.h>
 
-/* One instantiation: E groups (experts), D[., N] = A[., K] . W[g]^T; BLOCK_N 128 or 256; STAGES
- * shared-memory slots (at most 4 for BLOCK_N 256, 6 for 128). BLOCK_M is 128, BLOCK_K 64. */
+/* One instantiation: E groups (experts), D[., N] = A[., K] . W[g]^T with W [E, N, K] (trans_b 0), or
+ * D = A . W[g] with W [E, K, N] (trans_b 1: the data gradient on the forward's weights, no transposed
+ * copy); BLOCK_N 128 or 256; STAGES shared-memory slots (at most 4 for BLOCK_N 256, 6 for 128).
+ * BLOCK_M is 128, BLOCK_K 64. */
 typedef struct GemmSm90Shape {
     int E, N, K;
     int block_n, stages;
     int epilogue; /* GEMM_SM90_EPI_*: 0 (default) TMA stores through shared memory; 1 16-byte stores
                      from registers; 2 4-byte stores from registers (for timing comparisons) */
+    int trans_b;  /* 0: W [E, N, K] (K contiguous); 1: W [E, K, N] (N contiguous) */
 } GemmSm90Shape;
 
 enum { GEMM_SM90_BLOCK_M = 128, GEMM_SM90_BLOCK_K = 64, GEMM_SM90_THREADS = 384 };
 enum { GEMM_SM90_EPI_TMA = 0, GEMM_SM90_EPI_STORE16 = 1, GEMM_SM90_EPI_STORE4 = 2 };
 
-/* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N < 2^31, the ring fits in 227 KB. */
+/* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N (E * K with trans_b) < 2^31, the ring fits in 227 KB. */
 int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
 
 /* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (128 + block_n) * 128

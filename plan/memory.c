@@ -24,20 +24,36 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
     int64_t *block_size = calloc((size_t)nbufs + 1, sizeof(int64_t));
     char *block_free = calloc((size_t)nbufs + 1, 1);
     int *ws_first = malloc(sizeof(int) * (size_t)n), *ws_count = calloc((size_t)n, sizeof(int));
-    if (!last_use || !keep || !block_size || !block_free || !ws_first || !ws_count)
+    /* workspaces kept past their node: released after node `until` (a list per node) */
+    int *rel_head = malloc(sizeof(int) * (size_t)n), *rel_next = malloc(sizeof(int) * ((size_t)nbufs + 1));
+    if (!last_use || !keep || !block_size || !block_free || !ws_first || !ws_count || !rel_head || !rel_next)
         die("out of memory planning buffers");
     int nblocks = 0;
     for (int i = 0; i < n; i++) {
         last_use[i] = i;
         ws_first[i] = -1;
+        rel_head[i] = -1;
     }
     for (int b = 0; b < nbufs; b++) {
         bufs[b].block = -1;
         bufs[b].first = bufs[b].last = b < n ? b : bufs[b].node;
     }
     for (int b = n; b < nbufs; b++) {
+        if (bufs[b].kind == PLAN_BUF_COPY) {
+            if (bufs[b].node < 0 || bufs[b].node >= n || g->nodes[bufs[b].node]->op != IR_OP_PARAM)
+                die("plan_memory: copy %d (%s) is no copy of a param", b, bufs[b].name);
+            continue;
+        }
         if (bufs[b].kind != PLAN_BUF_WORKSPACE || bufs[b].node < 0 || bufs[b].node >= n)
             die("plan_memory: buffer %d (%s) is no workspace of a node", b, bufs[b].name);
+        if (bufs[b].until >= 0 && (bufs[b].until < bufs[b].node || bufs[b].until >= n))
+            die("plan_memory: workspace %d (%s) kept until node %d, before its node %d or past the graph", b,
+                bufs[b].name, bufs[b].until, bufs[b].node);
+        if (bufs[b].until > bufs[b].node) {
+            bufs[b].last = bufs[b].until;
+            rel_next[b] = rel_head[bufs[b].until];
+            rel_head[bufs[b].until] = b;
+        }
         if (ws_first[bufs[b].node] < 0)
             ws_first[bufs[b].node] = b;
         else if (ws_first[bufs[b].node] + ws_count[bufs[b].node] != b)
@@ -91,9 +107,12 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
             block_free[best] = 0;
             buf->block = best;
         }
-        /* the workspaces die with the node */
+        /* the workspaces die with the node, or after the node they were kept for */
         for (int w = 0; w < ws_count[i]; w++)
-            block_free[bufs[ws_first[i] + w].block] = 1;
+            if (bufs[ws_first[i] + w].until <= i)
+                block_free[bufs[ws_first[i] + w].block] = 1;
+        for (int b = rel_head[i]; b >= 0; b = rel_next[b])
+            block_free[bufs[b].block] = 1;
         for (int s = 0; s <= node->nsrc; s++) {
             int r = ROOT(s < node->nsrc ? node->src[s]->id : i);
             if (last_use[r] == i && !keep[r] && bufs[r].block >= 0)
@@ -113,7 +132,7 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
         PlanBuf *buf = &bufs[i];
         if (buf->alias_of >= 0)
             continue;
-        if (i < n && g->nodes[i]->op == IR_OP_PARAM) {
+        if ((i < n && g->nodes[i]->op == IR_OP_PARAM) || buf->kind == PLAN_BUF_COPY) {
             buf->region = PLAN_REGION_PARAMS;
             buf->offset = poff;
             poff += align_to(buf->bytes, align);
@@ -154,4 +173,6 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
     free(block_off);
     free(ws_first);
     free(ws_count);
+    free(rel_head);
+    free(rel_next);
 }

@@ -33,7 +33,7 @@
 
 /* The version of the plan format: a plan written by another version of
  * the format is refused with a message (re-run moec compile). */
-enum { PLAN_FORMAT_VERSION = 2 };
+enum { PLAN_FORMAT_VERSION = 3 };
 
 /* ---- storage types: how one element of a buffer is stored ---- */
 typedef enum PlanStorage { PLAN_F32, PLAN_F64, PLAN_I32, PLAN_BF16, PLAN_E4M3, PLAN_STORAGE_COUNT } PlanStorage;
@@ -45,7 +45,16 @@ int plan_storage_lookup(const char *name);   /* -1 if unknown */
 typedef enum PlanRegion { PLAN_REGION_PARAMS, PLAN_REGION_INPUTS, PLAN_REGION_ACTIVATIONS, PLAN_REGION_COUNT } PlanRegion;
 extern const char *const plan_region_name[PLAN_REGION_COUNT];
 
-typedef enum PlanBufKind { PLAN_BUF_TENSOR, PLAN_BUF_VIEW, PLAN_BUF_WORKSPACE, PLAN_BUF_KIND_COUNT } PlanBufKind;
+/* COPY: a parameter's bf16 working copy (its node is the param, its storage bf16, the param's shape):
+ * written from the fp32 master by the optimizer's step (moec_adamw_bf16) and whenever the parameters
+ * are loaded (moec_to_bf16), read by the fast kernels instead of converting the weights each step. */
+typedef enum PlanBufKind {
+    PLAN_BUF_TENSOR,
+    PLAN_BUF_VIEW,
+    PLAN_BUF_WORKSPACE,
+    PLAN_BUF_COPY,
+    PLAN_BUF_KIND_COUNT
+} PlanBufKind;
 extern const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT];
 
 typedef struct PlanBuf {
@@ -56,6 +65,9 @@ typedef struct PlanBuf {
     int64_t bytes;
     int alias_of;        /* a view: the buffer it lies in (never itself a view); else -1 */
     int64_t alias_offset;/* a view: bytes into alias_of */
+    int until;           /* a workspace: the node position after which it is released; -1: its own node.
+                            A later one keeps what the node wrote for that node (the fast grouped MLP's
+                            forward keeps its bf16 intermediates for its backward: no recomputation) */
     /* filled by plan_memory */
     PlanRegion region;
     int64_t offset;      /* bytes into the region */
@@ -64,11 +76,12 @@ typedef struct PlanBuf {
 } PlanBuf;
 
 /* The one memory planner (liveness over the node order). bufs[0 .. nnodes)
- * are the nodes' own buffers (buf i is node i), workspaces follow. A node's
- * buffer is taken when it runs and released after its last user ran (a use
- * of a view is a use of what it lies in); a node's workspaces are taken
- * after its output and released when it is done; params and inputs live in
- * their own regions; outputs (loss, gradients, `output` tensors) keep their
+ * are the nodes' own buffers (buf i is node i), workspaces and copies follow.
+ * A node's buffer is taken when it runs and released after its last user ran
+ * (a use of a view is a use of what it lies in); a node's workspaces are
+ * taken after its output and released when it is done (or after node
+ * `until`); params and their working copies and inputs live in their own
+ * regions; outputs (loss, gradients, `output` tensors) keep their
  * buffers to the end. The smallest free block that fits is reused, else the
  * largest free one grows, else a new block; blocks are laid out one after
  * another, each `align` bytes aligned. Fills region, offset, block, first

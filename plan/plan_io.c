@@ -146,7 +146,7 @@ char *plan_to_json(const Plan *p, int with_source)
             cJSON *o = cJSON_CreateObject();
             if (!brief)
                 cJSON_AddNumberToObject(o, "id", i);
-            if (!brief || b->kind == PLAN_BUF_WORKSPACE)
+            if (!brief || b->kind == PLAN_BUF_WORKSPACE || b->kind == PLAN_BUF_COPY)
                 cJSON_AddStringToObject(o, "name", b->name);
             cJSON_AddStringToObject(o, "kind", b->kind == PLAN_BUF_TENSOR && g->nodes[i]->op == IR_OP_PARAM ? "param"
                                                : b->kind == PLAN_BUF_TENSOR && g->nodes[i]->op == IR_OP_INPUT
@@ -154,7 +154,9 @@ char *plan_to_json(const Plan *p, int with_source)
                                                    : plan_buf_kind_name[b->kind]);
             cJSON_AddNumberToObject(o, "node", b->node);
             cJSON_AddStringToObject(o, "storage", plan_storage_name[b->storage]);
-            if (b->kind != PLAN_BUF_WORKSPACE && !brief) {
+            if (b->kind == PLAN_BUF_WORKSPACE && b->until > b->node)
+                cJSON_AddNumberToObject(o, "until", b->until);
+            if (b->kind != PLAN_BUF_WORKSPACE && b->kind != PLAN_BUF_COPY && !brief) {
                 const IrNode *n = g->nodes[i];
                 cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
                 cJSON_AddItemToObject(o, "shape", int_array(n->shape, n->rank));
@@ -273,6 +275,10 @@ char *plan_to_json(const Plan *p, int with_source)
     cJSON_AddStringToObject(ok, "adamw_args",
                             "w, m, v, grad, numel, scalars (double[7]: lr, 1 - beta1^step, 1 - beta2^step, clip, "
                             "norm, dense sumsq, shard sumsq), weight_decay (0 where the param has none)");
+    cJSON_AddStringToObject(ok, "adamw_bf16", "moec_adamw_bf16");
+    cJSON_AddStringToObject(ok, "adamw_bf16_args", "as adamw, then w16: the param's copy (bf16 of the new w)");
+    cJSON_AddStringToObject(ok, "to_bf16", "moec_to_bf16");
+    cJSON_AddStringToObject(ok, "to_bf16_args", "dst (the copy), src (the param), numel: after loading parameters");
     if (with_source) {
         const PlanSource *s = &p->source;
         cJSON *so = cJSON_AddObjectToObject(root, "source");
@@ -500,8 +506,17 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         else
             return bad(r, "workspace buffer %d has no name", i);
         const char *kind = get_str(r, o, "kind");
-        b->kind = strcmp(kind, "view") == 0 ? PLAN_BUF_VIEW : strcmp(kind, "workspace") == 0 ? PLAN_BUF_WORKSPACE
-                                                                                               : PLAN_BUF_TENSOR;
+        b->kind = strcmp(kind, "view") == 0        ? PLAN_BUF_VIEW
+                  : strcmp(kind, "workspace") == 0 ? PLAN_BUF_WORKSPACE
+                  : strcmp(kind, "copy") == 0      ? PLAN_BUF_COPY
+                                                   : PLAN_BUF_TENSOR;
+        if ((b->kind == PLAN_BUF_WORKSPACE || b->kind == PLAN_BUF_COPY) && i < nn)
+            return bad(r, "buffer %d is a %s, but the first %d buffers are the nodes'", i, kind, nn);
+        if (b->kind != PLAN_BUF_WORKSPACE && b->kind != PLAN_BUF_COPY && i >= nn)
+            return bad(r, "buffer %d past the nodes' is a %s, not a workspace or a copy", i, kind);
+        b->until = -1;
+        if (b->kind == PLAN_BUF_WORKSPACE && cJSON_GetObjectItemCaseSensitive(o, "until"))
+            b->until = (int)get_int(r, o, "until", b->node, nn - 1);
         int st = plan_storage_lookup(get_str(r, o, "storage"));
         if (st < 0)
             return bad(r, "buffer %d: unknown storage type", i);
@@ -522,6 +537,10 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         b->first = cJSON_IsArray(live) && cJSON_GetArraySize(live) == 2 ? live->child->valueint : 0;
         b->last = cJSON_IsArray(live) && cJSON_GetArraySize(live) == 2 ? live->child->next->valueint : nn - 1;
         b->block = -1;
+        if (b->kind == PLAN_BUF_COPY && !r->failed &&
+            (g->nodes[b->node]->op != IR_OP_PARAM || b->storage != PLAN_BF16 ||
+             b->bytes != ir_numel(g->nodes[b->node]) * 2))
+            return bad(r, "buffer %d (%s) is no bf16 copy of a param", i, b->name);
         if (i < nn && b->kind != PLAN_BUF_WORKSPACE &&
             b->bytes != ir_numel(g->nodes[i]) * plan_storage_bytes[b->storage])
             return bad(r, "buffer %d (%s) is %lld bytes, its node holds %lld elements of %s", i, b->name,

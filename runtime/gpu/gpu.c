@@ -75,7 +75,7 @@ struct Gpu {
     CUcontext ctx;
     CUstream stream;
     CUmodule mod;
-    CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale;
+    CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale, k_adamw16, k_to16;
     CUdeviceptr region[3];  /* params, inputs, activations */
     size_t region_bytes[3];
     CUdeviceptr adam, misc;  /* misc: the inputs region, then partials, scalars, ring_loss, ring_norm */
@@ -86,6 +86,7 @@ struct Gpu {
     int nlaunches, eval_launches, has_collectives;
     /* the optimizer: per param */
     int64_t *numel, *part_off;
+    CUdeviceptr *copy;      /* the param's bf16 working copy (plan.h PLAN_BUF_COPY), or 0 */
     unsigned *sumsq_grid;
     double *wd;
     int64_t ndense_parts, nshard_parts;
@@ -398,6 +399,8 @@ static int load_module(Gpu *G, const GpuOptions *o)
          CU(G, cuModuleGetFunction(&G->k_sum, G->mod, "moec_sum_partials"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_clip, G->mod, "moec_clip"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_adamw, G->mod, "moec_adamw"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_adamw16, G->mod, "moec_adamw_bf16"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_to16, G->mod, "moec_to_bf16"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL);
     free(image);
     return ok;
@@ -545,6 +548,13 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
             }
             G->buf[b] = G->region[r] + off;
         }
+        /* the params' bf16 working copies */
+        G->copy = calloc((size_t)g->nparams + 1, sizeof *G->copy);
+        for (int b = 0; b < G->nbufs; b++)
+            if (plan->bufs[b].kind == PLAN_BUF_COPY)
+                for (int p = 0; p < g->nparams; p++)
+                    if (g->params[p]->id == plan->bufs[b].node)
+                        G->copy[p] = G->buf[b];
     }
     if (!build_launches(G)) {
         ok = 0;
@@ -643,6 +653,7 @@ void gpu_destroy(Gpu *G)
     free(G->buf);
     free(G->bucket_of);
     free(G->numel);
+    free(G->copy);
     free(G->part_off);
     free(G->sumsq_grid);
     free(G->wd);
@@ -672,14 +683,27 @@ static int d2h(Gpu *G, void *h, CUdeviceptr d, size_t n, const char *what)
 
 static int cur(Gpu *G) { return CU(G, cuCtxSetCurrent(G->ctx), NULL); }
 
+static unsigned grid_for(int64_t n, int64_t max);
+
 int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
 {
     if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
         return 0;
-    for (int p = 0; p < G->g->nparams; p++)
+    for (int p = 0; p < G->g->nparams; p++) {
         if (!h2d(G, G->buf[G->g->params[p]->id], params + param_off[p], (size_t)G->numel[p] * 4,
                 G->g->params[p]->name))
             return 0;
+        if (G->copy[p]) {
+            /* its bf16 working copy, from the values just loaded */
+            CUdeviceptr dst = G->copy[p], src = G->buf[G->g->params[p]->id];
+            long long n = G->numel[p];
+            void *args[] = {&dst, &src, &n};
+            if (!CU(G, cuLaunchKernel(G->k_to16, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
+                                      NULL), "moec_to_bf16") ||
+                !CU(G, cuStreamSynchronize(G->stream), G->g->params[p]->name))
+                return 0;
+        }
+    }
     return 1;
 }
 
@@ -996,9 +1020,11 @@ static int enqueue_step(Gpu *G, Staging *s)
         CUdeviceptr m = G->adam + (CUdeviceptr)off * 4, v = G->adam + (CUdeviceptr)(nparams_total + off) * 4;
         long long n = G->numel[p];
         double wd = G->wd[p];
-        void *args[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd};
-        if (!CU(G, cuLaunchKernel(G->k_adamw, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
-                                  NULL), "moec_adamw"))
+        CUdeviceptr w16 = G->copy[p];
+        void *args[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd, &w16};
+        /* a param with a bf16 working copy gets it written in the same pass */
+        if (!CU(G, cuLaunchKernel(w16 ? G->k_adamw16 : G->k_adamw, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0,
+                                  G->stream, args, NULL), w16 ? "moec_adamw_bf16" : "moec_adamw"))
             return 0;
         off += G->numel[p];
     }

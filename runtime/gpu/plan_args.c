@@ -56,3 +56,36 @@ unsigned gpu_launch_grid(const PlanLaunch *l, int sms)
 {
     return l->grid == PLAN_GRID_ALL_SMS ? (unsigned)(sms > 0 ? sms : 1) : (unsigned)l->grid;
 }
+
+int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen)
+{
+    CUfunction f = NULL;
+    int n = 0;
+    char b[200];
+    for (int i = 0; i < p->nbufs; i++) {
+        const PlanBuf *c = &p->bufs[i];
+        if (c->kind != PLAN_BUF_COPY)
+            continue;
+        CUresult r = CUDA_SUCCESS;
+        if (!f)
+            r = cu.cuModuleGetFunction(&f, mod, "moec_to_bf16");
+        CUdeviceptr dst = buf[i], src = buf[c->node];
+        long long numel = c->bytes / 2;
+        long long grid = (numel + 255) / 256;
+        void *args[] = {&dst, &src, &numel};
+        if (r == CUDA_SUCCESS)
+            r = cu.cuLaunchKernel(f, (unsigned)(grid > 4096 ? 4096 : grid < 1 ? 1 : grid), 1, 1, 256, 1, 1, 0, stream,
+                                  args, NULL);
+        if (r != CUDA_SUCCESS) {
+            snprintf(err, errlen, "the working copy %s: %s", c->name, cudrv_error(r, b, sizeof b));
+            return -1;
+        }
+        n++;
+    }
+    CUresult r = cu.cuStreamSynchronize(stream);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, errlen, "writing the working copies: %s", cudrv_error(r, b, sizeof b));
+        return -1;
+    }
+    return n;
+}

@@ -67,44 +67,52 @@ typedef struct Cfg {
 #define U16(r) {r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r}
 static const Cfg cfgs[] = {
     /* the default: BLOCK_N 256, 4 stages, TMA-store epilogue (0) */
-    {"ragged_bn256", {6, 512, 512, 256, 4, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"ragged_bio_up", {16, 5632, 1024, 256, 4, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
-    {"ragged_mixtral_down", {8, 4096, 14336, 256, 4, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
-    {"mixtral_gate_up", {8, 28672, 4096, 256, 4, 0}, 1, 0, U8(2048)},
-    {"mixtral_down", {8, 4096, 14336, 256, 4, 0}, 1, 0, U8(2048)},
-    {"bio_up", {16, 5632, 1024, 256, 4, 0}, 1, 0, U16(1024)},
-    {"bio_down", {16, 1024, 2816, 256, 4, 0}, 1, 0, U16(1024)},
+    {"ragged_bn256", {6, 512, 512, 256, 4, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"ragged_mixtral_down", {8, 4096, 14336, 256, 4, 0, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
+    {"mixtral_gate_up", {8, 28672, 4096, 256, 4, 0, 0}, 1, 0, U8(2048)},
+    {"mixtral_down", {8, 4096, 14336, 256, 4, 0, 0}, 1, 0, U8(2048)},
+    {"bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 1, 0, U16(1024)},
+    {"bio_down", {16, 1024, 2816, 256, 4, 0, 0}, 1, 0, U16(1024)},
     /* dense (E = 1): a check with a ragged row count, and 8192^3 against torch.matmul */
-    {"dense_check", {1, 1024, 1024, 256, 4, 0}, 0, 1, {1000}},
-    {"dense_8192", {1, 8192, 8192, 256, 4, 0}, 1, 0, {8192}},
+    {"dense_check", {1, 1024, 1024, 256, 4, 0, 0}, 0, 1, {1000}},
+    {"dense_8192", {1, 8192, 8192, 256, 4, 0, 0}, 1, 0, {8192}},
     /* BLOCK_N 128 (6 stages, TMA stores) */
-    {"ragged_bn128", {6, 512, 512, 128, 6, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"mixtral_gate_up_bn128", {8, 28672, 4096, 128, 6, 0}, 1, 0, U8(2048)},
-    {"mixtral_down_bn128", {8, 4096, 14336, 128, 6, 0}, 1, 0, U8(2048)},
-    {"bio_up_bn128", {16, 5632, 1024, 128, 6, 0}, 1, 0, U16(1024)},
-    {"bio_down_bn128", {16, 1024, 2816, 128, 6, 0}, 1, 0, U16(1024)},
+    {"ragged_bn128", {6, 512, 512, 128, 6, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"mixtral_gate_up_bn128", {8, 28672, 4096, 128, 6, 0, 0}, 1, 0, U8(2048)},
+    {"mixtral_down_bn128", {8, 4096, 14336, 128, 6, 0, 0}, 1, 0, U8(2048)},
+    {"bio_up_bn128", {16, 5632, 1024, 128, 6, 0, 0}, 1, 0, U16(1024)},
+    {"bio_down_bn128", {16, 1024, 2816, 128, 6, 0, 0}, 1, 0, U16(1024)},
     /* 16-byte stores from registers (1), 4-byte stores (2) */
-    {"ragged_bn256_st16", {6, 512, 512, 256, 4, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"ragged_bn128_st16", {6, 512, 512, 128, 6, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"mixtral_gate_up_st16", {8, 28672, 4096, 256, 4, 1}, 1, 0, U8(2048)},
-    {"mixtral_down_st16", {8, 4096, 14336, 256, 4, 1}, 1, 0, U8(2048)},
-    {"bio_up_st16", {16, 5632, 1024, 256, 4, 1}, 1, 0, U16(1024)},
-    {"bio_down_st16", {16, 1024, 2816, 256, 4, 1}, 1, 0, U16(1024)},
-    {"mixtral_gate_up_st4", {8, 28672, 4096, 256, 4, 2}, 1, 0, U8(2048)},
-    {"bio_up_st4", {16, 5632, 1024, 256, 4, 2}, 1, 0, U16(1024)},
+    {"ragged_bn256_st16", {6, 512, 512, 256, 4, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bn128_st16", {6, 512, 512, 128, 6, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"mixtral_gate_up_st16", {8, 28672, 4096, 256, 4, 1, 0}, 1, 0, U8(2048)},
+    {"mixtral_down_st16", {8, 4096, 14336, 256, 4, 1, 0}, 1, 0, U8(2048)},
+    {"bio_up_st16", {16, 5632, 1024, 256, 4, 1, 0}, 1, 0, U16(1024)},
+    {"bio_down_st16", {16, 1024, 2816, 256, 4, 1, 0}, 1, 0, U16(1024)},
+    {"mixtral_gate_up_st4", {8, 28672, 4096, 256, 4, 2, 0}, 1, 0, U8(2048)},
+    {"bio_up_st4", {16, 5632, 1024, 256, 4, 2, 0}, 1, 0, U16(1024)},
+    /* trans_b: D = A . W[g], W [E, K, N] (the data gradients of the fused MLP on the forward's weights) */
+    {"ragged_bn256_tb", {6, 512, 768, 256, 4, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bn128_tb", {6, 512, 768, 128, 6, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bio_dxs_tb", {16, 1024, 5632, 256, 4, 0, 1}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"mixtral_da_tb", {8, 14336, 4096, 256, 4, 0, 1}, 1, 0, U8(2048)},
+    {"mixtral_dxs_tb", {8, 4096, 28672, 256, 4, 0, 1}, 1, 0, U8(2048)},
+    {"bio_da_tb", {16, 2816, 1024, 256, 4, 0, 1}, 1, 0, U16(1024)},
+    {"bio_dxs_tb", {16, 1024, 5632, 256, 4, 0, 1}, 1, 0, U16(1024)},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
 
 /* K-grouped (weight gradient, fp32 dW [E, N, K] = dY^T X per group): N = the forward's N (dY's
  * width), K = the forward's K (X's width) */
 static const Cfg kcfgs[] = {
-    {"wgrad_ragged", {6, 256, 512, 256, 4, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bn128", {6, 256, 512, 128, 6, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bio_up", {16, 5632, 1024, 256, 4, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
-    {"wgrad_mixtral_gate_up", {8, 28672, 4096, 256, 4, 0}, 1, 0, U8(2048)},
-    {"wgrad_mixtral_down", {8, 4096, 14336, 256, 4, 0}, 1, 0, U8(2048)},
-    {"wgrad_bio_up", {16, 5632, 1024, 256, 4, 0}, 1, 0, U16(1024)},
-    {"wgrad_bio_down", {16, 1024, 2816, 256, 4, 0}, 1, 0, U16(1024)},
+    {"wgrad_ragged", {6, 256, 512, 256, 4, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bn128", {6, 256, 512, 128, 6, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"wgrad_mixtral_gate_up", {8, 28672, 4096, 256, 4, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_mixtral_down", {8, 4096, 14336, 256, 4, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 1, 0, U16(1024)},
+    {"wgrad_bio_down", {16, 1024, 2816, 256, 4, 0, 0}, 1, 0, U16(1024)},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
@@ -250,6 +258,12 @@ static void fill(CUdeviceptr p, unsigned long long n, unsigned seed, int shift)
     ck(cu.cuLaunchKernel(fill_fn, 132 * 8, 1, 1, 256, 1, 1, 0, NULL, args, NULL), "fill launch");
 }
 
+/* the index of W[g] element (n, k): W [E, N, K], or [E, K, N] with trans_b */
+static unsigned long long widx(const GemmSm90Shape *s, int g, int n, int k)
+{
+    return s->trans_b ? ((unsigned long long)g * s->K + k) * s->N + n : ((unsigned long long)g * s->N + n) * s->K + k;
+}
+
 static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Result *res)
 {
     char err[512], path[1024];
@@ -352,10 +366,10 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
         for (int g = 0; g < E; g++)
             for (int r = off[g]; r < off[g] + c->rows[g]; r++)
                 for (int n = 0; n < N; n++) {
-                    const float *ar = a + (size_t)r * K, *wr = w + ((size_t)g * N + n) * K;
+                    const float *ar = a + (size_t)r * K;
                     double sum = 0, sa = 0;
                     for (int k = 0; k < K; k++) {
-                        double p = (double)ar[k] * wr[k];
+                        double p = (double)ar[k] * w[widx(s, g, n, k)];
                         sum += p;
                         sa += fabs(p);
                     }
@@ -381,8 +395,7 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
                     int n = ncols == N ? j : (int)(rng_next() % (unsigned long long)N);
                     double sum = 0, sa = 0;
                     for (int k = 0; k < K; k++) {
-                        double p = (double)ar[k] *
-                                   bf2f(moec_hash_bf16(seed_w, ((unsigned long long)g * N + n) * K + k, SHIFT_W));
+                        double p = (double)ar[k] * bf2f(moec_hash_bf16(seed_w, widx(s, g, n, k), SHIFT_W));
                         sum += p;
                         sa += fabs(p);
                     }
@@ -400,7 +413,7 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
             double sum = 0, sa = 0;
             for (int k = 0; k < K; k++) {
                 double p = (double)bf2f(moec_hash_bf16(seed_a, (unsigned long long)r * K + k, SHIFT_A)) *
-                           bf2f(moec_hash_bf16(seed_w, ((unsigned long long)g * N + n) * K + k, SHIFT_W));
+                           bf2f(moec_hash_bf16(seed_w, widx(s, g, n, k), SHIFT_W));
                 sum += p;
                 sa += fabs(p);
             }
@@ -413,8 +426,8 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
     res->checked = 1;
     double normwise = st.ref2 > 0 ? sqrt(st.err2 / st.ref2) : 0;
     res->pass = st.bad == 0 && normwise <= ldexp(1.0, -8) && res->deterministic;
-    printf("%-22s E %2d N %5d K %5d BN %d epilogue %d: rows %lld (padded %d), regs %d, local %d B, smem %d B\n", c->name, E, N, K,
-           s->block_n, s->epilogue, real, off[E], res->regs, res->local, smem);
+    printf("%-22s E %2d N %5d K %5d BN %d epilogue %d trans_b %d: rows %lld (padded %d), regs %d, local %d B, smem %d B\n", c->name, E, N, K,
+           s->block_n, s->epilogue, s->trans_b, real, off[E], res->regs, res->local, smem);
     printf("  check %lld elements: %lld over tolerance, %lld NaN; max abs %.3g, max rel %.3g, max err/tol %.3f, "
            "normwise %.3g; two runs bit-identical: %s -> %s\n",
            st.n, st.bad, st.nan, st.max_abs, st.max_rel, st.max_ratio, normwise, same ? "yes" : "NO",

@@ -60,5 +60,10 @@ for a in mixtral_gate_up mixtral_down bio_up bio_down; do
   r=$(awk -v x="${m:-0}" -v t="${t:-0}" 'BEGIN{if (t>0 && x>0) printf "%.3f", x/t; else print "-"}')
   printf '%-22s %11s %11s %9s\n' "wgrad_$a" "${m:--}" "${t:--}" "$r"
 done
+printf '%-22s %11s\n' "data gradient (trans_b)" "moec TFLOP/s"
+for a in mixtral_da_tb mixtral_dxs_tb bio_da_tb bio_dxs_tb; do
+  m=$(awk -v n="$a" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/gemm.log")
+  printf '%-22s %11s\n' "$a" "${m:--}"
+done
 echo "checks: $(grep -c 'PASS$' "$OUT/gemm.log" 2>/dev/null) passed, $(grep -c -- '-> FAIL' "$OUT/gemm.log") failed (rc $rc); seed $SEED"
 exit $rc

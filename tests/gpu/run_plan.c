@@ -201,6 +201,13 @@ int main(int argc, char **argv)
         }
     }
 
+    {
+        char cerr[512];
+        if (gpu_fill_copies(plan, mod, dptr, NULL, cerr, sizeof cerr) < 0) {
+            fprintf(stderr, "run_plan: %s\n", cerr);
+            return 1;
+        }
+    }
     printf("# %s on %s: %s, %s\n", model, devname, mxfp8 > 0 ? "mxfp8" : "bf16",
            chain ? "chained, as in training" : "each node on the CPU's inputs");
     printf("# %-5s %-40s %-22s %-5s %12s %12s %s\n", "node", "name", "op", "kind", "norm_rel", "max_rel", "status");

@@ -210,10 +210,13 @@ static void test_table(void)
     CHECK(cuda_op_handling(IR_OP_VIEW) == 2 && cuda_op_handling(IR_OP_PARAM) == 2, "views alias, leaves are bound");
 }
 
-/* Checks one plan against the graph it came from. */
-/* The plan's tensor table and launch list, checked from the graph alone
- * (not from the planner's own bookkeeping): sizes, views, no two live
- * buffers sharing bytes, launches in node order naming their own buffers. */
+/* The plan's tensor table and launch list, checked from the graph and the
+ * launches (not from the planner's own bookkeeping): sizes, views, no two
+ * live buffers sharing bytes (a workspace lives from its node to the last
+ * launch naming it: a forward's kept workspace to its backward), params
+ * and their bf16 working copies disjoint, launches in node order naming
+ * their own buffers, another node's workspace only where it was kept for
+ * them, a copy only of a param. */
 static void check_plan(const char *what, const Plan *p)
 {
     const IrGraph *g = p->graph;
@@ -230,6 +233,11 @@ static void check_plan(const char *what, const Plan *p)
         owner[b] = b < n ? b : pb->node;
         int al = pb->alias_of >= 0;
         root[b] = al ? pb->alias_of : b;
+        if (pb->kind == PLAN_BUF_COPY &&
+            (b < n || g->nodes[pb->node]->op != IR_OP_PARAM || pb->storage != PLAN_BF16 ||
+             pb->bytes != ir_numel(g->nodes[pb->node]) * 2 || pb->region != PLAN_REGION_PARAMS) &&
+            bad++ < 5)
+            fprintf(stderr, "%s: buffer %d (%s) is no bf16 copy of a param in the params region\n", what, b, pb->name);
         if (b < n && bytes[b] != ir_numel(g->nodes[b]) * 4 && bad++ < 5)
             fprintf(stderr, "%s: buffer %d has %lld bytes for %s\n", what, b, (long long)bytes[b], g->nodes[b]->name);
         if (al && g->nodes[b]->op != IR_OP_VIEW && bad++ < 5)
@@ -257,6 +265,20 @@ static void check_plan(const char *what, const Plan *p)
         if (last[root[i]] < i)
             last[root[i]] = i;
     }
+    for (int l = 0; l < p->nlaunches; l++)
+        for (int a = 0; a < p->launches[l].nargs; a++) {
+            int b = p->launches[l].args[a];
+            if (b >= n && b < nb && last[b] < p->launches[l].node)
+                last[b] = p->launches[l].node;
+        }
+    for (int a = 0; a < nb && bad < 5; a++) { /* params and copies: all live at once */
+        if (region[a] != 0 || root[a] != a)
+            continue;
+        for (int b = a + 1; b < nb; b++)
+            if (region[b] == 0 && root[b] == b && bytes[a] && bytes[b] && off[a] < off[b] + bytes[b] &&
+                off[b] < off[a] + bytes[a] && bad++ < 5)
+                fprintf(stderr, "%s: params region: buffers %d and %d share bytes\n", what, a, b);
+    }
     for (int a = 0; a < nb && bad < 5; a++) {
         if (root[a] != a || region[a] != 2)
             continue;
@@ -277,7 +299,11 @@ static void check_plan(const char *what, const Plan *p)
         prev = node;
         for (int a = 0; a < o->nargs; a++) {
             int b = o->args[a];
-            if ((b < 0 || b >= nb || (owner[b] != node && b >= n)) && bad++ < 5)
+            if (b == -1 && o->targs && o->targs[a].kind == PLAN_ARG_I32)
+                continue;
+            int other = b >= n && b < nb && owner[b] != node;
+            if ((b < 0 || b >= nb ||
+                 (other && !(p->bufs[b].kind == PLAN_BUF_COPY || p->bufs[b].until == node))) && bad++ < 5)
                 fprintf(stderr, "%s: launch %d names buffer %d\n", what, l, b);
         }
     }
@@ -437,13 +463,13 @@ static void test_plan_refusals(void)
     /* another format version */
     free(bad);
     bad = xstrdup(doc);
-    char *ver = strstr(bad, "\"version\":2,");
+    char *ver = strstr(bad, "\"version\":3,");
     CHECK(ver != NULL, "the document says its format version");
     if (ver) {
         ver[10] = '7';
         reseal(bad);
         q = plan_from_json(bad, n, "plan", NULL, err, sizeof err);
-        CHECK(!q && strstr(err, "plan format version 7") && strstr(err, "reads version 2"), "format 7: %s", err);
+        CHECK(!q && strstr(err, "plan format version 7") && strstr(err, "reads version 3"), "format 7: %s", err);
         plan_free(q);
     }
     /* not a plan at all, and every truncation of one */
@@ -607,8 +633,18 @@ static void test_fast_mlp(void)
               cases[k].path, cases[k].precision ? " " : "", cases[k].precision ? cases[k].precision : "", fast,
               nodes);
         CHECK(impl_ok, "%s: every grouped_mlp launch says its implementation", cases[k].path);
-        CHECK(cases[k].fast ? typed == 2 * 2 + 2 * 5 : typed == 0, "%s: %d launches with typed arguments",
+        /* forward: 2 GEMMs; backward: 2 M-grouped (no recomputation of h) + 2 K-grouped */
+        CHECK(cases[k].fast ? typed == 2 * 2 + 2 * 4 : typed == 0, "%s: %d launches with typed arguments",
               cases[k].path, typed);
+        check_plan(cases[k].path, p);
+        int copies = 0, kept = 0;
+        for (int b = 0; b < p->nbufs; b++) {
+            copies += p->bufs[b].kind == PLAN_BUF_COPY;
+            kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node;
+        }
+        /* per layer: copies of w_gate_up and w_down; offsets, xs, probs and h kept for the backward */
+        CHECK(cases[k].fast ? copies == 2 * nodes / 2 && kept == 4 * nodes / 2 : copies == 0 && kept == 0,
+              "%s: %d working copies, %d kept workspaces for %d grouped_mlp nodes", cases[k].path, copies, kept, nodes);
         CHECK(cases[k].fast == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
               "%s: the sm_90a device code only when used", cases[k].path);
         for (int with_source = 0; with_source < 2; with_source++) {
@@ -616,7 +652,12 @@ static void test_fast_mlp(void)
             Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
             CHECK(q != NULL, "%s: the fast plan reads back: %s", cases[k].path, q ? "" : err);
             if (q) {
-                int same = q->nlaunches == p->nlaunches && q->source.kernels == PLAN_KERNELS_FAST;
+                int same = q->nlaunches == p->nlaunches && q->source.kernels == PLAN_KERNELS_FAST &&
+                           q->nbufs == p->nbufs;
+                for (int b = 0; same && b < p->nbufs; b++)
+                    same = q->bufs[b].kind == p->bufs[b].kind && q->bufs[b].until == p->bufs[b].until &&
+                           q->bufs[b].offset == p->bufs[b].offset && q->bufs[b].region == p->bufs[b].region &&
+                           q->bufs[b].storage == p->bufs[b].storage;
                 for (int i = 0; same && i < p->nlaunches; i++) {
                     const PlanLaunch *a = &p->launches[i], *b = &q->launches[i];
                     same = a->grid == b->grid && a->shared_bytes == b->shared_bytes && a->nargs == b->nargs &&
@@ -625,7 +666,8 @@ static void test_fast_mlp(void)
                         same = memcmp(&a->targs[j], &b->targs[j], sizeof a->targs[j]) == 0 &&
                                a->args[j] == b->args[j];
                 }
-                CHECK(same, "%s: launches, typed arguments, impl and --kernels survive the document (%s)",
+                CHECK(same, "%s: buffers (copies, kept workspaces), launches, typed arguments, impl and --kernels "
+                      "survive the document (%s)",
                       cases[k].path, with_source ? "payload" : "plan.json");
                 plan_free(q);
             }

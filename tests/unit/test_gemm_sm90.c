@@ -148,15 +148,20 @@ static void test_kscheduler(void)
 static void test_shapes(void)
 {
     char err[256];
-    GemmSm90Shape ok = {8, 4096, 14336, 256, 4, 0};
+    GemmSm90Shape ok = {8, 4096, 14336, 256, 4, 0, 0};
     CHECK(gemm_sm90_check_shape(&ok, err, sizeof err), "Mixtral down is a valid shape: %s", err);
     CHECK(gemm_sm90_smem_bytes(&ok) == 1024 + 4 * 49152 + 32768 + 64, "shared memory %d", gemm_sm90_smem_bytes(&ok));
-    GemmSm90Shape badk = {8, 4096, 100, 256, 4, 0}, badn = {8, 4000, 128, 256, 4, 0}, badst = {8, 4096, 128, 256, 5, 0},
-                  badbn = {8, 4096, 128, 64, 4, 0};
+    GemmSm90Shape badk = {8, 4096, 100, 256, 4, 0, 0}, badn = {8, 4000, 128, 256, 4, 0, 0}, badst = {8, 4096, 128, 256, 5, 0, 0},
+                  badbn = {8, 4096, 128, 64, 4, 0, 0};
     CHECK(!gemm_sm90_check_shape(&badk, err, sizeof err) && strstr(err, "multiple of 64"), "K %% 64: %s", err);
     CHECK(!gemm_sm90_check_shape(&badn, err, sizeof err) && strstr(err, "BLOCK_N"), "N %% BLOCK_N: %s", err);
     CHECK(!gemm_sm90_check_shape(&badst, err, sizeof err) && strstr(err, "shared memory"), "5 stages: %s", err);
     CHECK(!gemm_sm90_check_shape(&badbn, err, sizeof err), "BLOCK_N 64 refused");
+    GemmSm90Shape tb = {8, 4096, 28672, 256, 4, 0, 1}, badtb = {8, 4096, 28672, 256, 4, 0, 2},
+                  bigk = {1024, 4096, 1 << 21, 256, 4, 0, 1};
+    CHECK(gemm_sm90_check_shape(&tb, err, sizeof err), "trans_b Mixtral dxs is a valid shape: %s", err);
+    CHECK(!gemm_sm90_check_shape(&badtb, err, sizeof err) && strstr(err, "trans_b"), "trans_b 2: %s", err);
+    CHECK(!gemm_sm90_check_shape(&bigk, err, sizeof err) && strstr(err, "E * K"), "E * K rows: %s", err);
 }
 
 static void test_nvrtc_compile(void)
@@ -172,11 +177,13 @@ static void test_nvrtc_compile(void)
         return;
     }
     const GemmSm90Shape shapes[] = {
-        {8, 28672, 4096, 256, 4, 0}, /* Mixtral gate_up */
-        {16, 1024, 2816, 128, 6, 0}, /* bio down, BLOCK_N 128 */
-        {5, 512, 256, 256, 4, 0},    /* the GPU check's ragged shape */
-        {8, 4096, 14336, 256, 4, 1}, /* Mixtral down, 16-byte-store epilogue */
-        {1, 8192, 8192, 128, 6, 2},  /* dense, 4-byte stores */
+        {8, 28672, 4096, 256, 4, 0, 0}, /* Mixtral gate_up */
+        {16, 1024, 2816, 128, 6, 0, 0}, /* bio down, BLOCK_N 128 */
+        {5, 512, 256, 256, 4, 0, 0},    /* the GPU check's ragged shape */
+        {8, 4096, 14336, 256, 4, 1, 0}, /* Mixtral down, 16-byte-store epilogue */
+        {1, 8192, 8192, 128, 6, 2, 0},  /* dense, 4-byte stores */
+        {8, 14336, 4096, 256, 4, 0, 1}, /* trans_b: Mixtral da = dy w_down */
+        {16, 1024, 5632, 128, 6, 0, 1}, /* trans_b: bio dxs = dh w_gate_up, BLOCK_N 128 */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         char *src = gemm_sm90_source(&shapes[i], "moec_gemm_mgrouped", NULL);
@@ -193,8 +200,8 @@ static void test_nvrtc_compile(void)
         free(src);
     }
     const GemmSm90Shape kshapes[] = {
-        {8, 28672, 4096, 256, 4, 0}, /* Mixtral gate_up weight gradient */
-        {16, 1024, 2816, 128, 6, 0}, /* bio down, BLOCK_N 128 */
+        {8, 28672, 4096, 256, 4, 0, 0}, /* Mixtral gate_up weight gradient */
+        {16, 1024, 2816, 128, 6, 0, 0}, /* bio down, BLOCK_N 128 */
     };
     for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++) {
         CHECK(gemm_sm90_kgrouped_check_shape(&kshapes[i], err, sizeof err), "K-grouped shape: %s", err);
