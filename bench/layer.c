@@ -137,14 +137,15 @@ static int cmp_float(const void *a, const void *b)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: layer DIR [--name S] [--reps N] [--warmup N] [--cpu-check] [--max-gib G] [--no-graph]\n");
+    fprintf(stderr, "usage: layer DIR [--name S] [--reps N] [--warmup N] [--cpu-check] [--max-gib G] [--no-graph] "
+                    "[--launches]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *name = NULL;
-    int reps = 10, warmup = 2, cpu_check = 0, use_graph = 1;
+    int reps = 10, warmup = 2, cpu_check = 0, use_graph = 1, per_launch = 0;
     double max_gib = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
@@ -159,6 +160,8 @@ int main(int argc, char **argv)
             cpu_check = 1;
         else if (strcmp(argv[i], "--no-graph") == 0)
             use_graph = 0;
+        else if (strcmp(argv[i], "--launches") == 0)
+            per_launch = 1;
         else if (argv[i][0] == '-' || dir)
             usage();
         else
@@ -356,6 +359,48 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: loss %.9g on the first step, %.9g on the last: %s\n", name, loss_gpu, loss_last,
                 isfinite(loss_gpu) ? "the same inputs must give the same bits" : "not finite");
         bad = 1;
+    }
+
+    if (per_launch) {
+        /* each launch between its own events, plain launches (no graph), the median of `reps` steps:
+         * where a step's time goes (the sum exceeds the graph's step by the launch gaps) */
+        int nl = plan->nlaunches;
+        CUevent *le = calloc((size_t)nl + 1, sizeof *le);
+        float *lt = calloc((size_t)nl * (size_t)reps + 1, sizeof *lt), *col = calloc((size_t)reps + 1, sizeof *col);
+        for (int li = 0; li <= nl; li++)
+            CU(cuEventCreate(&le[li], CU_EVENT_DEFAULT));
+        for (int r = 0; r < reps; r++) {
+            CU(cuEventRecord(le[0], stream));
+            for (int li = 0; li < nl; li++) {
+                const PlanLaunch *l = &plan->launches[li];
+                CU(cuLaunchKernel(fn[li], grid[li], 1, 1, (unsigned)l->block, 1, 1, (unsigned)l->shared_bytes, stream,
+                                  gargs[li].argp, NULL));
+                CU(cuEventRecord(le[li + 1], stream));
+            }
+            CU(cuStreamSynchronize(stream));
+            for (int li = 0; li < nl; li++)
+                CU(cuEventElapsedTime(&lt[(size_t)li * reps + r], le[li], le[li + 1]));
+        }
+        double total = 0;
+        printf("# per launch (median of %d, plain launches): ms, share, kernel: what\n", reps);
+        for (int li = 0; li < nl; li++) {
+            memcpy(col, &lt[(size_t)li * reps], sizeof(float) * (size_t)reps);
+            qsort(col, (size_t)reps, sizeof *col, cmp_float);
+            double m = reps % 2 ? col[reps / 2] : 0.5 * (col[reps / 2 - 1] + col[reps / 2]);
+            lt[(size_t)li * reps] = (float)m;
+            total += m;
+        }
+        for (int li = 0; li < nl; li++) {
+            const PlanLaunch *l = &plan->launches[li];
+            printf("LAUNCH %3d %9.4f ms %5.1f%% %s: %.90s\n", li, lt[(size_t)li * reps], 100.0 * lt[(size_t)li * reps] / total,
+                   plan->kernel_names[l->kernel], l->what);
+        }
+        printf("# per launch: %.4f ms in all\n", total);
+        for (int li = 0; li <= nl; li++)
+            cu.cuEventDestroy(le[li]);
+        free(le);
+        free(lt);
+        free(col);
     }
 
     const char *cpu_status = "-";

@@ -682,6 +682,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         sb_puts(&src, "\n// ======== sm_90a: codegen/moe_fast_offsets.h, moe_fast.cuh ========\n");
         sb_puts(&src, cuda_prelude_moe_fast);
     }
+    if (cg.dense_fast_used) {
+        sb_puts(&src, "\n// ======== fast dense kernels: codegen/dense_fast.cuh ========\n");
+        sb_puts(&src, cuda_prelude_dense_fast);
+    }
     sb_puts(&src, "\n// ======== the kernels, in launch order ========\n");
     for (int k = 0; k < cg.nkernels; k++) {
         const CgKernel *kn = &cg.kernels[k];

@@ -101,8 +101,77 @@ int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n)
 /* linear: x [N, IN], w [OUT, IN] -> [N, OUT]; linear_dx: dy [N, OUT], w ->
  * [N, IN]; linear_dw: dy [N, OUT], x [N, IN] -> [OUT, IN]. The output's
  * shape picks the tile (cg_gemm_tile). */
+/* --kernels fast: a linear with at most 32 outputs (the router) and K % 128 == 0 runs on the skinny
+ * memory-bound kernels of dense_fast.cuh instead of the reference's 16 x 16 tiles (a handful of blocks for
+ * [T x E] outputs; a handful of outputs per block for dw). fp32 sums reassociated, deterministic. */
+static int skinny_linear(Cg *cg, const IrNode *n)
+{
+    const IrNode *s0 = n->src[0], *s1 = n->src[1];
+    const IrNode *w = n->op == IR_OP_LINEAR_DW ? NULL : s1;
+    int64_t rows = cg_lead(s0);
+    int64_t N = w ? w->shape[0] : cg_last(s0), K = w ? w->shape[1] : cg_last(s1);
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || N < 1 || N > 32 || K % 128 || rows < 1)
+        return 0;
+    /* dx, dw: TB threads of 4 columns each per block; K / (4 TB) column slabs */
+    int tb = 256;
+    while ((K / 4) % tb)
+        tb -= 32; /* K % 128 == 0: 32 always divides K / 4 */
+    char impl[160];
+    snprintf(impl, sizeof impl, "fast: skinny (%lld outputs, K %lld): memory-bound kernels, not 16 x 16 tiles",
+             (long long)N, (long long)K);
+    cg_impl(cg, impl);
+    int64_t slabs = K / (4 * tb);
+    switch (n->op) {
+    case IR_OP_LINEAR: {
+        int rw = N <= 8 ? 8 : N <= 16 ? 4 : 2;
+        cg_begin(cg, n, "skinny", "linear: y = x w^T, few outputs: a warp per row group, butterfly sums (fast)");
+        cg_out(cg, n, "y");
+        cg_in(cg, s0, "x");
+        cg_in(cg, s1, "w");
+        cg_line(cg, "moec::fast::skinny_linear<%lldll, %lld, %lldll, %d>(y, x, w);", (long long)rows, (long long)N,
+                (long long)K, rw);
+        cg_end(cg, CG_BLOCK, min64((rows + 8 * rw - 1) / (8 * rw), 132 * 16));
+        break;
+    }
+    case IR_OP_LINEAR_DX:
+        cg_begin(cg, n, "skinny", "linear_dx: dx = dy w, few inputs: 4 columns per thread, w in registers (fast)");
+        cg_out(cg, n, "dx");
+        cg_in(cg, s0, "dy");
+        cg_in(cg, s1, "w");
+        /* here w [N, K] is the forward's weight [OUT, IN]: dx [rows, IN], N = OUT */
+        cg_line(cg, "moec::fast::skinny_linear_dx<%lldll, %lld, %lldll, %d>(dx, dy, w);", (long long)rows,
+                (long long)N, (long long)K, tb);
+        cg_end(cg, tb, slabs * min64((rows + 63) / 64, (264 + slabs - 1) / slabs));
+        break;
+    default: { /* IR_OP_LINEAR_DW: dw [N, K] = dy [rows, N]^T x [rows, K] */
+        int64_t chunks = min64((264 + slabs - 1) / slabs, (rows + 63) / 64);
+        int64_t ch = (rows + chunks - 1) / chunks;
+        chunks = (rows + ch - 1) / ch;
+        int part = cg_ws(cg, n, PLAN_F32, chunks * N * K, "partials");
+        cg_begin(cg, n, "skinny_part", "linear_dw 1/2: row chunks' partial dy^T x, 4 columns per thread (fast)");
+        cg_param(cg, part, 1, "part");
+        cg_in(cg, s0, "dy");
+        cg_in(cg, s1, "x");
+        cg_line(cg, "moec::fast::skinny_linear_dw_part<%lldll, %lld, %lldll, %lldll, %d>(part, dy, x);",
+                (long long)rows, (long long)N, (long long)K, (long long)ch, tb);
+        cg_end(cg, tb, chunks * slabs);
+        cg_begin(cg, n, "skinny_sum", "linear_dw 2/2: the chunks' partials added in chunk order (fast)");
+        cg_out(cg, n, "dw");
+        cg_param(cg, part, 0, "part");
+        cg_line(cg, "moec::fast::skinny_linear_dw_sum<%lld, %lldll, %lldll>(dw, part);", (long long)N, (long long)K,
+                (long long)chunks);
+        cg_end(cg, CG_BLOCK, cg_grid(N * K, CG_BLOCK));
+        break;
+    }
+    }
+    cg->dense_fast_used = 1;
+    return 1;
+}
+
 int cg_emit_linear(Cg *cg, const IrNode *n)
 {
+    if (skinny_linear(cg, n))
+        return 1;
     const IrNode *s0 = n->src[0], *s1 = n->src[1];
     int64_t rows = cg_lead(s0);
     int64_t m = n->op == IR_OP_LINEAR_DW ? cg_last(s0) : rows;

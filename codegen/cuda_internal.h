@@ -92,6 +92,7 @@ typedef struct Cg {
     char impl_buf[320];
     PlanKernels kernel_choice; /* the plan's --kernels */
     int fast_used;       /* a kernel needs the sm_90a device code (moe_fast.cuh and the GEMM) */
+    int dense_fast_used; /* a kernel needs dense_fast.cuh (the skinny linears) */
 } Cg;
 
 /* ---- the builder */
@@ -223,5 +224,7 @@ extern const char cuda_prelude_mxfp8[];
 extern const char cuda_prelude_lib[];
 /* the sm_90a part, pasted only into plans with fast kernels */
 extern const char cuda_prelude_sm90_sched[], cuda_prelude_sm90[], cuda_prelude_gemm_sm90[], cuda_prelude_moe_fast[];
+/* the fast dense kernels (no sm_90a feature), pasted only when used */
+extern const char cuda_prelude_dense_fast[];
 
 #endif

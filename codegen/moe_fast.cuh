@@ -79,8 +79,23 @@ template <long long N> __device__ void convert(unsigned short *dst, const float 
     }
 }
 
+/* 8 bf16 (16 bytes) <-> 8 floats */
+__device__ __forceinline__ void unpack8(uint4 u, float (&f)[8])
+{
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8])
+{
+    return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+
 /* a [., F] = silu(gate) * up * p over the padded rows of h [., 2F] (bf16), p [.] f32; the arithmetic in
- * float. One block per padded row. */
+ * float. One block per padded row, 8 columns (16-byte loads and stores) per thread. F % 8 == 0. */
 template <int E, long long F> __device__ void swiglu(unsigned short *a, const unsigned short *h, const float *p,
                                                      const int *ofs)
 {
@@ -88,9 +103,14 @@ template <int E, long long F> __device__ void swiglu(unsigned short *a, const un
     for (int pr = blockIdx.x; pr < total; pr += gridDim.x) {
         const float pp = p[pr];
         const unsigned short *hr = h + (long long)pr * 2 * F;
-        for (long long f = threadIdx.x; f < F; f += blockDim.x) {
-            const float g = bf2f(hr[f]), u = bf2f(hr[F + f]);
-            a[(long long)pr * F + f] = f2bf(g / (1.0f + __expf(-g)) * u * pp);
+        for (long long f = 8 * threadIdx.x; f < F; f += 8 * blockDim.x) {
+            float g[8], u[8], o[8];
+            unpack8(*(const uint4 *)(hr + f), g);
+            unpack8(*(const uint4 *)(hr + F + f), u);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                o[i] = g[i] / (1.0f + __expf(-g[i])) * u[i] * pp;
+            *(uint4 *)(a + (long long)pr * F + f) = pack8(o);
         }
     }
 }
@@ -98,7 +118,7 @@ template <int E, long long F> __device__ void swiglu(unsigned short *a, const un
 /* The backward's row step over the padded rows: from h [., 2F], da [., F] (bf16) and p [.]:
  * dh = [d up silu'(gate) | d silu(gate)] with d = da p (bf16), a = silu(gate) up p (bf16, for dW_down)
  * and dp [pr] = sum_f da silu(gate) up (f32; double partials, the block's fixed-order tree, no atomics).
- * One block of 256 threads per padded row. */
+ * One block of 256 threads per padded row, 8 columns (16-byte loads and stores) per thread. */
 template <int E, long long F>
 __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const unsigned short *h,
                         const unsigned short *da, const float *p, const int *ofs)
@@ -108,13 +128,24 @@ __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const 
         const float pp = p[pr];
         const unsigned short *hr = h + (long long)pr * 2 * F;
         double s = 0.0;
-        for (long long f = threadIdx.x; f < F; f += blockDim.x) {
-            const float g = bf2f(hr[f]), u = bf2f(hr[F + f]), d_a = bf2f(da[(long long)pr * F + f]);
-            const float sg = 1.0f / (1.0f + __expf(-g)), sl = g * sg, d = d_a * pp;
-            dh[(long long)pr * 2 * F + f] = f2bf(d * u * (sg * (1.0f + g * (1.0f - sg))));
-            dh[(long long)pr * 2 * F + F + f] = f2bf(d * sl);
-            a[(long long)pr * F + f] = f2bf(sl * u * pp);
-            s += (double)d_a * sl * u;
+        for (long long f = 8 * threadIdx.x; f < F; f += 8 * blockDim.x) {
+            float g[8], u[8], d_a[8], dg[8], du[8], o[8];
+            unpack8(*(const uint4 *)(hr + f), g);
+            unpack8(*(const uint4 *)(hr + F + f), u);
+            unpack8(*(const uint4 *)(da + (long long)pr * F + f), d_a);
+            float part = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float sg = 1.0f / (1.0f + __expf(-g[i])), sl = g[i] * sg, d = d_a[i] * pp;
+                dg[i] = d * u[i] * (sg * (1.0f + g[i] * (1.0f - sg)));
+                du[i] = d * sl;
+                o[i] = sl * u[i] * pp;
+                part += d_a[i] * sl * u[i];
+            }
+            *(uint4 *)(dh + (long long)pr * 2 * F + f) = pack8(dg);
+            *(uint4 *)(dh + (long long)pr * 2 * F + F + f) = pack8(du);
+            *(uint4 *)(a + (long long)pr * F + f) = pack8(o);
+            s += (double)part;
         }
         s = block_sum<256>(s);
         if (threadIdx.x == 0)

@@ -595,10 +595,10 @@ static void test_fast_mlp(void)
     /* the rule, on the nodes of real plans */
     const struct {
         const char *path, *precision;
-        int fast;
-    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1},
-                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0},
-                 {"models/mixtral_tiny.moe", NULL, 0}};
+        int fast, skinny; /* grouped MLPs on the fast kernels; skinny router launches (K % 128 == 0) */
+    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1, 8},
+                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 8},
+                 {"models/mixtral_tiny.moe", NULL, 0, 0}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         Compilation c;
         IrGraph *g = compile_model(&c, cases[k].path, cases[k].precision, 0, NULL);
@@ -611,7 +611,7 @@ static void test_fast_mlp(void)
             compilation_free(&c);
             continue;
         }
-        int nodes = 0, fast = 0, typed = 0, impl_ok = 1;
+        int nodes = 0, fast = 0, typed = 0, impl_ok = 1, skinny = 0;
         for (int i = 0; i < p->graph->nnodes; i++) {
             const IrNode *n = p->graph->nodes[i];
             if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
@@ -625,6 +625,14 @@ static void test_fast_mlp(void)
             typed += l->targs != NULL;
             const IrNode *n = p->graph->nodes[l->node];
             int mlp = n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD;
+            int lin = n->op == IR_OP_LINEAR || n->op == IR_OP_LINEAR_DX || n->op == IR_OP_LINEAR_DW;
+            if (lin && l->impl) {
+                /* the router's skinny kernels: a fast plan, at most 32 outputs */
+                skinny++;
+                if (strncmp(l->impl, "fast: skinny", 12))
+                    impl_ok = 0;
+                continue;
+            }
             if (mlp != (l->impl != NULL) ||
                 (l->impl && strncmp(l->impl, cases[k].fast ? "fast: " : "reference: ", cases[k].fast ? 6 : 11)))
                 impl_ok = 0;
@@ -633,6 +641,10 @@ static void test_fast_mlp(void)
               cases[k].path, cases[k].precision ? " " : "", cases[k].precision ? cases[k].precision : "", fast,
               nodes);
         CHECK(impl_ok, "%s: every grouped_mlp launch says its implementation", cases[k].path);
+        /* a router with K % 128 == 0 and at most 32 experts: linear, linear_dx, 2 x linear_dw per layer */
+        CHECK(skinny == cases[k].skinny, "%s: %d skinny router launches", cases[k].path, skinny);
+        CHECK(!!cases[k].skinny == (strstr(p->cuda_source, "skinny_linear_dw_part<") != NULL),
+              "%s: the fast dense code only when used", cases[k].path);
         /* forward: 2 GEMMs; backward: 2 M-grouped (no recomputation of h) + 2 K-grouped */
         CHECK(cases[k].fast ? typed == 2 * 2 + 2 * 4 : typed == 0, "%s: %d launches with typed arguments",
               cases[k].path, typed);
