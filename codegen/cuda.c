@@ -644,6 +644,22 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         cg_free(&cg);
         return 0;
     }
+    /* a launch that reads a node's buffer after its last graph user (a fast kernel reading through an
+     * elided node) keeps it alive until then */
+    for (int i = 0; i < cg.nlaunches; i++)
+        for (int a = 0; a < cg.launches[i].nargs; a++) {
+            int b = cg.launches[i].args[a];
+            if (b < 0 || b >= g->nnodes)
+                continue;
+            const IrNode *user = g->nodes[cg.launches[i].node];
+            int graph_user = b == user->id;
+            for (int s = 0; s < user->nsrc && !graph_user; s++)
+                graph_user = user->src[s]->id == b;
+            if (cg.bufs[b].alias_of >= 0)
+                b = cg.bufs[b].alias_of;
+            if (!graph_user && cg.launches[i].node > b && cg.bufs[b].until < cg.launches[i].node)
+                cg.bufs[b].until = cg.launches[i].node;
+        }
     plan_memory(g, cg.bufs, cg.nbufs, 256, &p->memory);
 
     int nkernel_launches = 0, ncollectives = 0;

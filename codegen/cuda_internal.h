@@ -204,6 +204,12 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n);
 /* cuda_moe_fast.c: the fast (sm_90a bf16 tensor-core) grouped_mlp and its backward; 1 on success */
 int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n);
 int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n);
+/* 1 if the fast kernels read through dispatch node d (its consumers gather from its source): d then
+ * launches nothing */
+int cg_fast_reads_through(Cg *cg, const IrNode *d);
+/* combine(y, plan) of a fast grouped_mlp's y straight from its padded bf16 rows (the forward then
+ * writes no y): 1 when it emitted that, 0 to use the reference kernel */
+int cg_emit_combine_fast(Cg *cg, const IrNode *n);
 int cg_emit_quantize(Cg *cg, const IrNode *n);
 int cg_emit_quantize_grouped(Cg *cg, const IrNode *n);
 int cg_emit_ep_local_splits(Cg *cg, const IrNode *n);

@@ -150,6 +150,10 @@ int cg_emit_dispatch(Cg *cg, const IrNode *n)
     switch (n->op) {
     case IR_OP_DISPATCH: {
         int64_t T = cg_lead(plan), K = cg_last(plan), D = cg_last(x);
+        if (cg_fast_reads_through(cg, n)) {
+            cg->bufs[n->id].elided = 1;
+            return 1; /* the fast grouped MLP gathers through it (cuda_moe_fast.c): no launch */
+        }
         cg_begin(cg, n, "", "dispatch: copy each token to its k rows of the expert-major layout");
         cg_out(cg, n, "y");
         cg_in(cg, x, "x");
@@ -188,6 +192,8 @@ int cg_emit_dispatch(Cg *cg, const IrNode *n)
 /* y [R, D], plan [N, k] -> [N, D]: each token sums its k rows, slot order */
 int cg_emit_combine(Cg *cg, const IrNode *n)
 {
+    if (cg_emit_combine_fast(cg, n))
+        return 1;
     const IrNode *y = n->src[0], *plan = n->src[1];
     int64_t T = cg_lead(plan), K = cg_last(plan), D = cg_last(n);
     cg_begin(cg, n, "", "combine: each token sums its k expert rows");

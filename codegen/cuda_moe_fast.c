@@ -203,6 +203,69 @@ static const IrNode *fast_forward_of(Cg *cg, const IrNode *n)
     return NULL;
 }
 
+/* A dispatch node the fast kernels read through: xs = dispatch(x, plan) whose every consumer is a fast
+ * grouped_mlp with a fast backward (which keeps its padded xs, so reads xs only through this node) or that
+ * backward, or dy = dispatch(dout, plan) read only by a fast grouped_mlp_bwd as its dy. Then the fast
+ * kernels gather the token rows straight from the dispatch's source into their padded bf16 groups (one
+ * read of each token row, its k rows written), and the dispatch itself launches nothing: its expert-major
+ * fp32 rows are never materialised. --kernels fast only. */
+int cg_fast_reads_through(Cg *cg, const IrNode *d)
+{
+    char why[256];
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || d->op != IR_OP_DISPATCH)
+        return 0;
+    int users = 0;
+    for (int i = d->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *u = cg->g->nodes[i];
+        for (int s = 0; s < u->nsrc; s++) {
+            if (u->src[s] != d)
+                continue;
+            if (u->op == IR_OP_VIEW && s > 0)
+                continue; /* a view's later sources give its shape only: no read */
+            users++;
+            if (u->is_output)
+                return 0;
+            if (u->op == IR_OP_GROUPED_MLP && s == 0 && cuda_fast_mlp_ok(u, why, sizeof why) && fast_backward_of(cg, u))
+                continue;
+            if (u->op == IR_OP_GROUPED_MLP_BWD && (s == 0 || s == 1) && cuda_fast_mlp_ok(u, why, sizeof why)) {
+                /* as xs: only when its forward keeps xs (found by the same rule as the emitters) */
+                if (s == 1) {
+                    int kept = 0;
+                    for (int j = u->id - 1; j >= 0 && !kept; j--) {
+                        const IrNode *f = cg->g->nodes[j];
+                        kept = f->op == IR_OP_GROUPED_MLP && f->src[0] == d && fast_backward_of(cg, f) == u;
+                    }
+                    if (!kept)
+                        return 0;
+                }
+                continue;
+            }
+            return 0;
+        }
+    }
+    return users > 0 && !d->is_output;
+}
+
+/* The combine that reads forward n's output straight from its padded bf16 rows: y = n is read by
+ * exactly one node, combine(y, plan), and is no graph output. Then the forward keeps y_padded for it
+ * and writes no y (its buffer is elided). */
+static const IrNode *fast_combine_of(Cg *cg, const IrNode *n)
+{
+    if (n->is_output)
+        return NULL;
+    const IrNode *c = NULL;
+    for (int i = n->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *u = cg->g->nodes[i];
+        for (int s = 0; s < u->nsrc; s++)
+            if (u->src[s] == n) {
+                if (c || u->op != IR_OP_COMBINE || s != 0)
+                    return NULL;
+                c = u;
+            }
+    }
+    return c;
+}
+
 /* a workspace of the forward, kept for its backward bwd when there is one */
 static int fwd_ws(Cg *cg, const Fast *f, const IrNode *bwd, PlanStorage st, int64_t count, const char *what)
 {
@@ -243,21 +306,42 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
     f.ofs = fwd_ws(cg, &f, bwd, PLAN_I32, 2 * f.E + 2, "fast_offsets");
     int xp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * H, "xs_padded"), pp = fwd_ws(cg, &f, bwd, PLAN_F32, rc, "probs_padded");
     int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
-    int ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded"), yp = cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
+    const IrNode *comb = fast_combine_of(cg, n);
+    int ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
+    int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1), w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2);
-    f.steps = 6 + cv1 + cv2;
+    f.steps = 6 - (comb != NULL) + cv1 + cv2;
+    if (comb && !bwd)
+        f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * f.E + 2, "fast_offsets_c");
 
     emit_offsets(cg, &f, sp);
 
-    fast_begin(cg, &f, "fast_gather", "xs and probs into zero-padded groups (xs as bf16)");
-    cg_param(cg, xp, 1, "xp");
-    cg_param(cg, pp, 1, "pp");
-    cg_in(cg, xs, "xs");
-    cg_in(cg, p, "p");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(rc));
+    if (cg_fast_reads_through(cg, xs)) {
+        /* xs = dispatch(x, plan) is never materialised: the token rows straight into the padded groups */
+        const IrNode *x = xs->src[0], *rp = xs->src[1];
+        fast_begin(cg, &f, "fast_gather", "token rows into zero-padded groups as bf16, through the dispatch (which "
+                                          "launches nothing), and probs");
+        cg_param(cg, xp, 1, "xp");
+        cg_param(cg, pp, 1, "pp");
+        cg_in(cg, x, "x");
+        cg_in(cg, rp, "plan");
+        cg_in(cg, p, "p");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fast::gather_tokens<E, H, %lldll, %lld>(xp, pp, x, plan, p, ofs);", (long long)cg_lead(rp),
+                (long long)cg_last(rp));
+        cg_end(cg, CG_BLOCK, min64(cg_lead(rp) + 128 * f.E, 132 * 16));
+    } else {
+        fast_begin(cg, &f, "fast_gather", "xs and probs into zero-padded groups (xs as bf16)");
+        cg_param(cg, xp, 1, "xp");
+        cg_param(cg, pp, 1, "pp");
+        cg_in(cg, xs, "xs");
+        cg_in(cg, p, "p");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
+        cg_end(cg, CG_BLOCK, row_grid(rc));
+    }
 
     if (cv1)
         emit_convert(cg, &f, w1, w1b, "w_gate_up");
@@ -280,6 +364,10 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
 
     emit_mgemm(cg, &f, "fast_down", "y = a w_down^T per group (sm_90a bf16 M-grouped GEMM)", ap, w2b, yp, H, F, 0);
 
+    if (comb) {
+        cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
+        return 1;
+    }
     fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
     cg_out(cg, n, "y");
     cg_param(cg, yp, 0, "yp");
@@ -287,6 +375,33 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
     fast_consts(cg, &f);
     cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(f.R));
+    return 1;
+}
+
+int cg_emit_combine_fast(Cg *cg, const IrNode *n)
+{
+    const IrNode *y = n->src[0], *plan = n->src[1];
+    if (y->op != IR_OP_GROUPED_MLP || !cg->bufs[y->id].elided)
+        return 0;
+    int yp = cg_find_ws(cg, y, "y_padded"), ofs = cg_find_ws(cg, y, "fast_offsets");
+    if (ofs < 0)
+        ofs = cg_find_ws(cg, y, "fast_offsets_c");
+    if (yp < 0 || ofs < 0 || cg->bufs[yp].until != n->id)
+        die("codegen: %s: the fast forward %s kept no padded rows for it", n->name, y->name);
+    int64_t T = cg_lead(plan), K = cg_last(plan), D = cg_last(n), E = y->src[1]->shape[0];
+    char impl[200];
+    snprintf(impl, sizeof impl, "fast: the expert rows read from %s's padded bf16 rows (no fp32 copy)", y->name);
+    cg_impl(cg, impl);
+    cg_begin(cg, n, "fast", "combine: each token sums its k expert rows, read from the fast MLP's padded bf16 rows "
+                            "(slot order, as the reference)");
+    cg_out(cg, n, "out");
+    cg_param(cg, yp, 0, "yp");
+    cg_in(cg, plan, "plan");
+    cg_param(cg, ofs, 0, "ofs");
+    cg_line(cg, "moec::fast::combine_padded<%lld, %lldll, %lld, %lldll>(out, yp, plan, ofs);", (long long)E,
+            (long long)T, (long long)K, (long long)D);
+    cg_end(cg, CG_BLOCK, min64(T, 132 * 16));
+    cg->fast_used = 1;
     return 1;
 }
 
@@ -318,30 +433,50 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     int dhp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_padded"), ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
     int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded"), dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
     int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1), w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2);
-    f.steps = 7 + (fwd ? 0 : 2) + cv1 + cv2;
+    f.steps = 7 + (fwd ? 0 : 2) + (!fwd && cg_fast_reads_through(cg, dy)) + cv1 + cv2;
 
     if (!fwd)
         emit_offsets(cg, &f, sp);
 
-    fast_begin(cg, &f, "fast_gather",
-               fwd ? "dy into zero-padded groups as bf16 (xs, probs: kept by the forward)"
-                   : "xs, probs and dy into zero-padded groups (xs, dy as bf16)");
-    if (!fwd) {
-        cg_param(cg, xp, 1, "xp");
-        cg_param(cg, pp, 1, "pp");
+    int dy_through = cg_fast_reads_through(cg, dy);
+    if (!fwd || !dy_through) {
+        fast_begin(cg, &f, "fast_gather",
+                   fwd ? "dy into zero-padded groups as bf16 (xs, probs: kept by the forward)"
+                       : "xs, probs and dy into zero-padded groups (xs, dy as bf16)");
+        if (!fwd) {
+            cg_param(cg, xp, 1, "xp");
+            cg_param(cg, pp, 1, "pp");
+        }
+        if (!dy_through)
+            cg_param(cg, dyp, 1, "dyp");
+        if (!fwd) {
+            cg_in(cg, xs, "xs");
+            cg_in(cg, p, "p");
+        }
+        if (!dy_through)
+            cg_in(cg, dy, "dy");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fast_consts(cg, &f);
+        if (!fwd)
+            cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
+        if (!dy_through)
+            cg_line(cg, "moec::fast::gather<E, H>(dyp, nullptr, dy, nullptr, ofs);");
+        cg_end(cg, CG_BLOCK, row_grid(rc));
     }
-    cg_param(cg, dyp, 1, "dyp");
-    if (!fwd) {
-        cg_in(cg, xs, "xs");
-        cg_in(cg, p, "p");
+    if (dy_through) {
+        /* dy = dispatch(dout, plan) is never materialised */
+        const IrNode *dout = dy->src[0], *rp = dy->src[1];
+        fast_begin(cg, &f, "fast_gather_dy", "dy's token rows into zero-padded groups as bf16, through the dispatch "
+                                             "(which launches nothing)");
+        cg_param(cg, dyp, 1, "dyp");
+        cg_in(cg, dout, "dout");
+        cg_in(cg, rp, "plan");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fast::gather_tokens<E, H, %lldll, %lld>(dyp, nullptr, dout, plan, nullptr, ofs);",
+                (long long)cg_lead(rp), (long long)cg_last(rp));
+        cg_end(cg, CG_BLOCK, min64(cg_lead(rp) + 128 * f.E, 132 * 16));
     }
-    cg_in(cg, dy, "dy");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    if (!fwd)
-        cg_line(cg, "moec::fast::gather<E, H>(xp, pp, xs, p, ofs);");
-    cg_line(cg, "moec::fast::gather<E, H>(dyp, nullptr, dy, nullptr, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(rc));
 
     if (cv1)
         emit_convert(cg, &f, w1, w1b, "w_gate_up");

@@ -42,6 +42,91 @@ __device__ void gather(unsigned short *dst, float *pdst, const float *src, const
     }
 }
 
+/* dst [., C] bf16 padded rows <- the token rows x [T, C] f32 through a dispatch plan [T, KS] (the
+ * expert-major row of each token's slot): padded row ofs[g] + row - start[g] of group g holding `row`
+ * gets token t's row; pdst [.] <- p [row] (p expert-major, if p); the padding rows of every group zero.
+ * Items: the T tokens (one block reads its token row once and writes its KS rows), then E x 128
+ * padding slots. C % 4 == 0. */
+template <int E, long long C, long long T, int KS>
+__device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, const int *plan, const float *p,
+                              const int *ofs)
+{
+    static_assert(KS >= 1 && KS <= 16, "top-k up to 16");
+    const int *start = ofs + E + 1;
+    const long long items = T + (long long)E * 128;
+    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
+        if (it < T) {
+            long long pr[KS];
+#pragma unroll
+            for (int j = 0; j < KS; j++) {
+                const int row = plan[it * KS + j];
+                pr[j] = -1;
+                if (row >= 0 && row < start[E]) {
+                    const int g = moec_sched_group_of(start, E, row);
+                    pr[j] = (long long)ofs[g] + (row - start[g]);
+                }
+            }
+            for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+                const float4 v = *(const float4 *)(x + it * C + c);
+                const uint2 b = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+#pragma unroll
+                for (int j = 0; j < KS; j++)
+                    if (pr[j] >= 0)
+                        *(uint2 *)(dst + pr[j] * C + c) = b;
+            }
+#pragma unroll
+            for (int j = 0; j < KS; j++)
+                if (pdst && threadIdx.x == j && pr[j] >= 0)
+                    pdst[pr[j]] = p[plan[it * KS + j]];
+        } else {
+            const int g = (int)((it - T) / 128), q = (int)((it - T) % 128);
+            const long long pr = (long long)ofs[g] + (start[g + 1] - start[g]) + q;
+            if (pr >= ofs[g + 1])
+                continue;
+            for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x)
+                *(uint2 *)(dst + pr * C + c) = make_uint2(0u, 0u);
+            if (pdst && threadIdx.x == 0)
+                pdst[pr] = 0.0f;
+        }
+    }
+}
+
+/* out [T, D] f32: token t sums its KS expert rows, read from the padded bf16 rows yp [., D] (row ->
+ * padded row as in gather_tokens), in slot order from 0.0f as the reference combine: the same values
+ * (the reference reads the fp32 copy of the same bf16), the same sums. One block per token, 4 columns
+ * per thread. D % 4 == 0. */
+template <int E, long long T, int KS, long long D>
+__device__ void combine_padded(float *out, const unsigned short *yp, const int *plan, const int *ofs)
+{
+    const int *start = ofs + E + 1;
+    for (long long t = blockIdx.x; t < T; t += gridDim.x) {
+        long long pr[KS];
+#pragma unroll
+        for (int j = 0; j < KS; j++) {
+            const int row = plan[t * KS + j];
+            pr[j] = -1;
+            if (row >= 0 && row < start[E]) {
+                const int g = moec_sched_group_of(start, E, row);
+                pr[j] = (long long)ofs[g] + (row - start[g]);
+            }
+        }
+        for (long long c = 4 * threadIdx.x; c < D; c += 4 * blockDim.x) {
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int j = 0; j < KS; j++) {
+                if (pr[j] < 0)
+                    continue; /* a row past the groups: the reference reads a zero row there */
+                const uint2 u = *(const uint2 *)(yp + pr[j] * D + c);
+                acc.x += bf2f((unsigned short)(u.x & 0xffffu));
+                acc.y += bf2f((unsigned short)(u.x >> 16));
+                acc.z += bf2f((unsigned short)(u.y & 0xffffu));
+                acc.w += bf2f((unsigned short)(u.y >> 16));
+            }
+            *(float4 *)(out + t * D + c) = acc;
+        }
+    }
+}
+
 /* dst [R, C] f32 graph rows <- src [., C] bf16 padded rows; rows past start[E] are zeros. pdst [R] <-
  * psrc [.] f32 (if psrc). One block per graph row. */
 template <int E, long long R, long long C>

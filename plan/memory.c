@@ -66,6 +66,8 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
         int r = ROOT(i);
         if (node->is_output || node->op == IR_OP_INPUT || node->op == IR_OP_PARAM)
             keep[r] = 1;
+        if (bufs[i].until > i && bufs[i].until < n && last_use[r] < bufs[i].until)
+            last_use[r] = bufs[i].until; /* read by a later launch than its graph users */
         if (last_use[r] < i)
             last_use[r] = i;
         for (int s = 0; s < node->nsrc; s++) {

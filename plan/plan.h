@@ -65,9 +65,15 @@ typedef struct PlanBuf {
     int64_t bytes;
     int alias_of;        /* a view: the buffer it lies in (never itself a view); else -1 */
     int64_t alias_offset;/* a view: bytes into alias_of */
-    int until;           /* a workspace: the node position after which it is released; -1: its own node.
-                            A later one keeps what the node wrote for that node (the fast grouped MLP's
-                            forward keeps its bf16 intermediates for its backward: no recomputation) */
+    int elided;          /* a node's buffer that no kernel writes: the fast kernels read through the node
+                            (a dispatch gathered straight from its source, a grouped_mlp whose combine reads
+                            its padded rows); its contents are undefined */
+    int until;           /* the node position until which it lives at least; -1: no such constraint. A
+                            workspace is otherwise released after its own node: a later one keeps what the
+                            node wrote for that node (the fast grouped MLP's forward keeps its bf16
+                            intermediates for its backward: no recomputation). A node's buffer otherwise
+                            dies after its last graph user: a later one is a launch that reads it without
+                            being its graph user (a fast kernel reading through an elided node) */
     /* filled by plan_memory */
     PlanRegion region;
     int64_t offset;      /* bytes into the region */

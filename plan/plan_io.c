@@ -154,8 +154,10 @@ char *plan_to_json(const Plan *p, int with_source)
                                                    : plan_buf_kind_name[b->kind]);
             cJSON_AddNumberToObject(o, "node", b->node);
             cJSON_AddStringToObject(o, "storage", plan_storage_name[b->storage]);
-            if (b->kind == PLAN_BUF_WORKSPACE && b->until > b->node)
+            if ((b->kind == PLAN_BUF_WORKSPACE || b->kind == PLAN_BUF_TENSOR) && b->until > b->node)
                 cJSON_AddNumberToObject(o, "until", b->until);
+            if (b->elided)
+                cJSON_AddBoolToObject(o, "elided", 1);
             if (b->kind != PLAN_BUF_WORKSPACE && b->kind != PLAN_BUF_COPY && !brief) {
                 const IrNode *n = g->nodes[i];
                 cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
@@ -515,7 +517,10 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         if (b->kind != PLAN_BUF_WORKSPACE && b->kind != PLAN_BUF_COPY && i >= nn)
             return bad(r, "buffer %d past the nodes' is a %s, not a workspace or a copy", i, kind);
         b->until = -1;
-        if (b->kind == PLAN_BUF_WORKSPACE && cJSON_GetObjectItemCaseSensitive(o, "until"))
+        b->elided = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "elided"));
+        if (b->elided && (i >= nn || b->kind != PLAN_BUF_TENSOR))
+            return bad(r, "buffer %d is elided but is no node's tensor", i);
+        if ((b->kind == PLAN_BUF_WORKSPACE || b->kind == PLAN_BUF_TENSOR) && cJSON_GetObjectItemCaseSensitive(o, "until"))
             b->until = (int)get_int(r, o, "until", b->node, nn - 1);
         int st = plan_storage_lookup(get_str(r, o, "storage"));
         if (st < 0)

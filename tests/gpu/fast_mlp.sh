@@ -4,6 +4,7 @@
 #  1. tests/gpu/run_plan.c on tests/gpu/fast_mlp.moe compiled with --kernels fast: every node on the CPU's
 #     inputs, the fast grouped_mlp / grouped_mlp_bwd within 1e-2 normwise of the CPU reference (fp32), each
 #     part of the backward's packed output printed; every other node as strictly as run_plan.sh checks it;
+#     then --chain (the launches on their own outputs, the gradients and loss compared);
 #  2. 30 training steps of fast_mlp.moe, --kernels fast against the reference kernels: every step's loss
 #     within 1%;
 #  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward.
@@ -60,6 +61,12 @@ row() { rows+=("$(printf '%-26s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || sta
 rc=$?
 grep -E "grouped_mlp|SUMMARY|FAIL" "$L/run_plan.log" | head -20
 row run_plan_fast "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan.log" | tail -1 | cut -c1-150)"
+# chained: the kernels on their own outputs in the planned buffers, so a buffer the plan frees too early (a
+# fast kernel reading through an elided node) shows in the gradients; Adam's updates do not show a scale
+"$B/run_plan" "$OUT/fast_mlp.moe" "$OUT/cuda/fast_mlp" --chain >"$L/run_plan_chain.log" 2>&1
+rc=$?
+grep -E "SUMMARY|FAIL" "$L/run_plan_chain.log" | head -10
+row run_plan_fast_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_chain.log" | tail -1 | cut -c1-150)"
 
 common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cuda)
 "$B/train_ref" "${common[@]}" --log "$L/ref.jsonl" >"$L/train_ref.log" 2>&1; r1=$?

@@ -62,6 +62,10 @@ static void d2h(void *h, CUdeviceptr d, size_t n) { CU(cuMemcpyDtoH(h, d, n)); }
 
 /* --kernels fast: the normwise tolerance of a node on the bf16 tensor-core kernels (docs/kernels-sm90.md) */
 #define FAST_TOL 1e-2
+/* --chain on a fast plan: every node downstream of a fast one inherits its bf16 error, compounded through
+ * the layers (tests/gpu/fast_mlp.moe, 2 layers: 3.1e-2 worst measured, the layer-0 weight gradients);
+ * a stale buffer or a wrong index gives O(1) (a buffer freed too early gave 0.45-0.51) */
+#define FAST_CHAIN_TOL 5e-2
 
 /* grouped_mlp_bwd on the fast kernels: the normwise error of each part of [dxs | dprobs | dw_gate_up | dw_down] */
 static void fast_parts(const IrNode *n, const float *want, const float *got)
@@ -264,6 +268,11 @@ int main(int argc, char **argv)
         }
         if (n->op == IR_OP_INPUT || n->op == IR_OP_PARAM)
             continue;
+        if (plan->bufs[i].elided) {
+            /* the fast kernels read through this node: its buffer is never written */
+            printf("  %-5d %-40s %-22s elided (read through by the fast kernels)\n", i, n->name, ir_node_op_name(n));
+            continue;
+        }
         int is_grad = 0;
         for (int p = 0; p < g->nparams; p++)
             is_grad |= g->grads[p] == n;
@@ -280,7 +289,7 @@ int main(int argc, char **argv)
         d2h(host, dptr[i], nb);
         const void *want = cpu_plan_data(&cpu, n);
         const void *got = host;
-        int exact = (n->dtype == IR_I32 || exact_op(n->op)) && !chain;
+        int exact = (n->dtype == IR_I32 || exact_op(n->op)) && !chain && fast_node != i;
         double norm_rel = 0, max_rel = 0;
         int64_t at = -1, ndiff = 0;
         if (n->dtype == IR_I32) {
@@ -316,7 +325,9 @@ int main(int argc, char **argv)
             norm_rel = sw > 0 ? sqrt(sd) / sqrt(sw) : sqrt(sd);
         }
         /* the fast (bf16 tensor-core) kernels: bf16 operands and intermediates, docs/kernels-sm90.md */
-        double tol = fast_node == i ? FAST_TOL : chain ? 1e-3 : 1e-5;
+        /* chained through a fast plan, every later node inherits the bf16 error of the fast kernels */
+        int fast_chain = chain && plan->source.kernels == PLAN_KERNELS_FAST;
+        double tol = fast_chain ? FAST_CHAIN_TOL : fast_node == i ? FAST_TOL : chain ? 1e-3 : 1e-5;
         if (fast_node == i && n->op == IR_OP_GROUPED_MLP_BWD)
             fast_parts(n, (const float *)want, (const float *)got);
         int fail = exact || n->dtype == IR_I32 ? ndiff > 0 : !(norm_rel < tol);
