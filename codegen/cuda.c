@@ -282,16 +282,21 @@ int cg_find_ws(Cg *cg, const IrNode *n, const char *what)
     return -1;
 }
 
-int cg_param_copy(Cg *cg, const IrNode *param)
+int cg_param_copy(Cg *cg, const IrNode *param, int64_t glu_f)
 {
     if (param->op != IR_OP_PARAM)
         die("codegen: a working copy of %s, which is no param", param->name);
     for (int b = cg->g->nnodes; b < cg->nbufs; b++)
-        if (cg->bufs[b].kind == PLAN_BUF_COPY && cg->bufs[b].node == param->id)
+        if (cg->bufs[b].kind == PLAN_BUF_COPY && cg->bufs[b].node == param->id) {
+            if (cg->bufs[b].glu_f != glu_f)
+                die("codegen: %s's working copy wanted in two layouts", param->name);
             return b;
+        }
     char name[512];
-    snprintf(name, sizeof name, "%s.bf16", param->name);
-    return add_buf(cg, name, param->id, PLAN_BUF_COPY, PLAN_BF16, ir_numel(param));
+    snprintf(name, sizeof name, "%s.bf16%s", param->name, glu_f ? "_glu" : "");
+    int b = add_buf(cg, name, param->id, PLAN_BUF_COPY, PLAN_BF16, ir_numel(param));
+    cg->bufs[b].glu_f = glu_f;
+    return b;
 }
 
 /* ------------------------------------------------------------ the kernel builder */

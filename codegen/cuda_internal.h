@@ -109,8 +109,9 @@ int cg_ws_kept(Cg *cg, const IrNode *n, const IrNode *until, PlanStorage storage
 /* Node n's workspace `what`, or -1. */
 int cg_find_ws(Cg *cg, const IrNode *n, const char *what);
 /* The bf16 working copy of a param (plan.h PLAN_BUF_COPY), made on first use: written by the
- * optimizer's step and when the parameters are loaded, never by a node's kernels. */
-int cg_param_copy(Cg *cg, const IrNode *param);
+ * optimizer's step and when the parameters are loaded, never by a node's kernels. glu_f: its layout
+ * (PlanBuf.glu_f: 0 the param's, F the gate/up-interleaved one). */
+int cg_param_copy(Cg *cg, const IrNode *param, int64_t glu_f);
 void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long name = v; */
 /* Typed parameters (plan.h PlanArg): `const __grid_constant__ moec::sm90::TmaDesc name`, a bf16 tensor
  * map over buffer buf viewed as [rows, cols] with box {64, box_rows}; `int name` passed as value. */

@@ -118,10 +118,21 @@ static void emit_offsets(Cg *cg, Fast *f, const IrNode *splits)
 }
 
 /* D [rcap, N] = A [rcap, K] . W[g]^T over the padded groups, W [E, N, K]; trans_b: D = A . W[g], W [E, K, N] */
+static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N,
+                           int64_t K, int trans_b, int act, int probs);
 static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N, int64_t K,
                        int trans_b)
 {
+    emit_mgemm_glu(cg, f, suffix, what, a, w, d, N, K, trans_b, -1, -1);
+}
+
+/* act >= 0: the SwiGLU epilogue also writes act [rcap, N / 2] = silu(gate) up probs (W's rows interleaved) */
+static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N,
+                           int64_t K, int trans_b, int act, int probs)
+{
     GemmSm90Shape s = mgrouped_shape(f->E, N, K, trans_b);
+    if (act >= 0)
+        s.epilogue = GEMM_SM90_EPI_GLU;
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, a, f->rcap, K, GEMM_SM90_BLOCK_M, "tma_a");
     if (trans_b)
@@ -129,11 +140,15 @@ static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     else
         cg_tmap(cg, w, f->E * N, K, s.block_n, "tma_b");
     cg_tmap(cg, d, f->rcap, N, 64, "tma_d");
+    if (act >= 0)
+        cg_tmap(cg, act, f->rcap, N / 2, 64, "tma_act");
     cg_param(cg, d, 1, "d");
+    if (act >= 0)
+        cg_param(cg, probs, 0, "probs");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap);",
-            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
+    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap%s);",
+            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b, act >= 0 ? ", &tma_act, probs" : "");
     cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -141,7 +156,7 @@ static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
 
 /* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group */
 static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
-                       int64_t K)
+                       int64_t K, int64_t glu_f)
 {
     GemmSm90Shape s = kgrouped_shape(f->E, N, K);
     fast_begin(cg, f, suffix, what);
@@ -150,8 +165,9 @@ static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     cg_out(cg, f->n, "out");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d>::run(tma_dy, tma_x, out + %lld, offsets, rows_cap);", s.E,
-            s.N, s.K, s.block_n, s.stages, (long long)off);
+    cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 16, %lld>::run(tma_dy, tma_x, out + %lld, offsets, "
+            "rows_cap);",
+            s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
     cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -274,11 +290,11 @@ static int fwd_ws(Cg *cg, const Fast *f, const IrNode *bwd, PlanStorage st, int6
 
 /* The bf16 weights the GEMMs read: the param's working copy, or (a weight that is no param) a
  * workspace converted in this node; *convert says whether it must be. */
-static int weight_bf16(Cg *cg, const Fast *f, const IrNode *w, const char *what, int *convert)
+static int weight_bf16(Cg *cg, const Fast *f, const IrNode *w, const char *what, int *convert, int64_t glu_f)
 {
     if (w->op == IR_OP_PARAM) {
         *convert = 0;
-        return cg_param_copy(cg, w);
+        return cg_param_copy(cg, w, glu_f);
     }
     *convert = 1;
     return cg_ws(cg, f->n, PLAN_BF16, ir_numel(w), what);
@@ -309,8 +325,11 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
     const IrNode *comb = fast_combine_of(cg, n);
     int ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
-    int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1), w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2);
-    f.steps = 6 - (comb != NULL) + cv1 + cv2;
+    /* w_gate_up a param: its copy gate/up-interleaved, SwiGLU in the GEMM's epilogue */
+    const int glu = w1->op == IR_OP_PARAM;
+    int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1, glu ? F : 0);
+    int w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2, 0);
+    f.steps = 6 - (comb != NULL) - glu + cv1 + cv2;
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * f.E + 2, "fast_offsets_c");
 
@@ -348,19 +367,27 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
     if (cv2)
         emit_convert(cg, &f, w2, w2b, "w_down");
 
-    emit_mgemm(cg, &f, "fast_gate_up",
-               bwd ? "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM; h kept for the backward)"
-                   : "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM)",
-               xp, w1b, hp, 2 * F, H, 0);
-
-    fast_begin(cg, &f, "fast_swiglu", "a = silu(gate) up probs (bf16)");
-    cg_param(cg, ap, 1, "ap");
-    cg_param(cg, hp, 0, "hp");
-    cg_param(cg, pp, 0, "pp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::swiglu<E, F>(ap, hp, pp, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(rc));
+    if (glu) {
+        emit_mgemm_glu(cg, &f, "fast_gate_up",
+                       bwd ? "h = xs w_gate_up^T per group, and a = silu(gate) up probs in its epilogue (sm_90a bf16 "
+                             "M-grouped GEMM on the gate/up-interleaved copy; h kept for the backward)"
+                           : "h = xs w_gate_up^T per group, and a = silu(gate) up probs in its epilogue (sm_90a bf16 "
+                             "M-grouped GEMM on the gate/up-interleaved copy)",
+                       xp, w1b, hp, 2 * F, H, 0, ap, pp);
+    } else {
+        emit_mgemm(cg, &f, "fast_gate_up",
+                   bwd ? "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM; h kept for the backward)"
+                       : "h = xs w_gate_up^T per group (sm_90a bf16 M-grouped GEMM)",
+                   xp, w1b, hp, 2 * F, H, 0);
+        fast_begin(cg, &f, "fast_swiglu", "a = silu(gate) up probs (bf16)");
+        cg_param(cg, ap, 1, "ap");
+        cg_param(cg, hp, 0, "hp");
+        cg_param(cg, pp, 0, "pp");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fast::swiglu<E, F>(ap, hp, pp, ofs);");
+        cg_end(cg, CG_BLOCK, row_grid(rc));
+    }
 
     emit_mgemm(cg, &f, "fast_down", "y = a w_down^T per group (sm_90a bf16 M-grouped GEMM)", ap, w2b, yp, H, F, 0);
 
@@ -432,7 +459,9 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
     int dhp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_padded"), ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
     int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded"), dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
-    int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1), w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2);
+    const int glu = w1->op == IR_OP_PARAM; /* as the forward: h, dh and the copy gate/up-interleaved */
+    int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1, glu ? F : 0);
+    int w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2, 0);
     f.steps = 7 + (fwd ? 0 : 2) + (!fwd && cg_fast_reads_through(cg, dy)) + cv1 + cv2;
 
     if (!fwd)
@@ -499,15 +528,18 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::dswiglu<E, F>(dhp, ap, dpp, hp, dap, pp, ofs);");
+    cg_line(cg, "moec::fast::dswiglu<E, F, %d>(dhp, ap, dpp, hp, dap, pp, ofs);", glu);
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
     emit_mgemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (M-grouped GEMM, trans_b: w_gate_up as it is)", dhp,
                w1b, dxp, H, 2 * F, 1);
     emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (K-grouped GEMM, fp32 out)", dyp, ap,
-               R * H + R + E * 2 * F * H, H, F);
-    emit_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (K-grouped GEMM, fp32 out)", dhp, xp,
-               R * H + R, 2 * F, H);
+               R * H + R + E * 2 * F * H, H, F, 0);
+    emit_kgemm(cg, &f, "fast_dw_gate_up",
+               glu ? "dw_gate_up = dh^T xs per group (K-grouped GEMM, fp32 out; dh's interleaved gate/up row blocks "
+                     "written to their rows)"
+                   : "dw_gate_up = dh^T xs per group (K-grouped GEMM, fp32 out)",
+               dhp, xp, R * H + R, 2 * F, H, glu ? F : 0);
 
     fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
     cg_out(cg, n, "out");

@@ -74,7 +74,8 @@ void cg_emit_optimizer(Cg *cg, Sb *src)
                   "float *__restrict__ m, float *__restrict__ v, const float *__restrict__ g, long long n, "
                   "const double *__restrict__ s, double wd%s)\n"
                   "{\n",
-                  copy ? "_bf16" : "", copy ? ", unsigned short *__restrict__ w16" : "");
+                  copy ? "_bf16" : "",
+                  copy ? ", unsigned short *__restrict__ w16, long long glu_f, long long cols" : "");
         sb_printf(src, "    constexpr double B1 = %s, B2 = %s, EPS = %s;\n", b1, b2, eps);
         sb_puts(src,
                 "    const double lr = s[0], bc1 = s[1], bc2 = s[2], clip = s[3];\n"
@@ -89,7 +90,7 @@ void cg_emit_optimizer(Cg *cg, Sb *src)
                     "        const float nw = (float)__dsub_rn(__dmul_rn((double)w[i], __dsub_rn(1.0, __dmul_rn(lr, wd))), "
                     "__dmul_rn(lr, upd));\n"
                     "        w[i] = nw;\n"
-                    "        w16[i] = moec::bf16_bits(nw);\n");
+                    "        w16[moec::glu_index(i, glu_f, cols)] = moec::bf16_bits(nw);\n");
         else
             sb_puts(src,
                     "        w[i] = (float)__dsub_rn(__dmul_rn((double)w[i], __dsub_rn(1.0, __dmul_rn(lr, wd))), "
@@ -100,9 +101,9 @@ void cg_emit_optimizer(Cg *cg, Sb *src)
             "// a param's bf16 working copy from its fp32 values (after the parameters are loaded; the optimizer's\n"
             "// steps keep it current with moec_adamw_bf16)\n"
             "extern \"C\" __global__ void __launch_bounds__(256) moec_to_bf16(unsigned short *__restrict__ dst, "
-            "const float *__restrict__ src, long long n)\n"
+            "const float *__restrict__ src, long long n, long long glu_f, long long cols)\n"
             "{\n"
             "    MOEC_FOR(i, n)\n"
-            "        dst[i] = moec::bf16_bits(src[i]);\n"
+            "        dst[moec::glu_index(i, glu_f, cols)] = moec::bf16_bits(src[i]);\n"
             "}\n");
 }

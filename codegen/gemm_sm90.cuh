@@ -36,7 +36,12 @@ namespace sm90 {
 /* EPILOGUE: 0 (default) = through shared memory and TMA stores (64 x 64 chunks, two buffers per
  * consumer warpgroup, asynchronous: the next tile's main loop starts while the last chunks are
  * written); 1 = 16-byte stores from registers (quad transpose; 32 KB less shared memory);
- * 2 = plain 4-byte stores from registers (kept for timing comparisons). */
+ * 2 = plain 4-byte stores from registers (kept for timing comparisons);
+ * 3 = SwiGLU (GLU): as 0, and then a = silu(gate) * up * probs[row] into a second output through
+ * tensor map tma_act (box {64, 64}): with W's rows interleaved in blocks of 128 (plan.h PlanBuf.glu_f)
+ * a 256-wide tile of D holds gate columns 128t .. 128t + 127 in its first half and the matching up
+ * columns in its second, so each thread holds both factors of its 64 outputs of a (BLOCK_N 256 only;
+ * a [rows, N / 2], its columns 128 nb ..). */
 template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int BAND = 16>
 struct GemmMGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_K = 64, THREADS = 384;
@@ -46,7 +51,7 @@ struct GemmMGrouped {
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
     /* TMA-store epilogue: 2 consumer warpgroups x 2 buffers of 64 x 64 bf16 */
     static constexpr int OUT_CHUNK_BYTES = 64 * 64 * 2;
-    static constexpr int OUT_BYTES = EPILOGUE == 0 ? 4 * OUT_CHUNK_BYTES : 0;
+    static constexpr int OUT_BYTES = EPILOGUE == 0 || EPILOGUE == 3 ? 4 * OUT_CHUNK_BYTES : 0;
     /* 1024 bytes of slack to align the ring to 1024 (128-byte swizzle atoms), the ring, the output
      * buffers, the barriers */
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8;
@@ -57,6 +62,7 @@ struct GemmMGrouped {
     static_assert(K % BLOCK_K == 0, "K must be a multiple of 64");
     static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
+    static_assert(EPILOGUE != 3 || BLOCK_N == 256, "the SwiGLU epilogue takes 256-wide tiles");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * (N > K ? N : K) < 2147483647ll, "the rows of W must fit an int coordinate");
 
@@ -70,7 +76,8 @@ struct GemmMGrouped {
     }
 
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
-                                               unsigned short *d, const int *offsets, int rows_cap)
+                                               unsigned short *d, const int *offsets, int rows_cap,
+                                               const TmaDesc *tma_act = nullptr, const float *probs = nullptr)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -169,7 +176,7 @@ struct GemmMGrouped {
                  * gives thread q all 8 columns of chunk 4c+q: one warp store then covers 8 rows x
                  * 64 contiguous bytes instead of 8 rows x 16. */
                 const long long row0 = (long long)mb * BLOCK_M + half * 64 + wq * 16 + lane / 4;
-                if constexpr (EPILOGUE == 0) {
+                if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
                     /* chunk cc: columns 64 cc .. 64 cc + 63 of this warpgroup's 64 rows, written into
                      * buffer cc % 2 in the TMA's 128-byte swizzled layout (row r at 128 r, its 16-byte
                      * unit u at (u ^ r % 8) * 16: conflict-free for the fragment's 8 rows x 4 lanes) */
@@ -195,6 +202,39 @@ struct GemmMGrouped {
                             bulk_commit();
                         }
                     }
+                    if constexpr (EPILOGUE == 3) {
+                        /* a = silu(gate) up p from the fp32 accumulators: gate chunk j (< 16), up chunk j + 16;
+                         * two 64-wide chunks of a, through the same two buffers (the h chunks used buffers
+                         * 0, 1, 0, 1, so these continue with 0, 1) */
+                        const long long prow = (long long)mb * BLOCK_M + half * 64 + r;
+                        const float p0 = probs[prow], p1 = probs[prow + 8];
+#pragma unroll
+                        for (int cc = 0; cc < 2; cc++) {
+                            const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                            if (tid == 0)
+                                bulk_wait_read<1>();
+                            named_barrier(1 + half, 128);
+#pragma unroll
+                            for (int jj = 0; jj < 8; jj++) {
+                                const int j = cc * 8 + jj, u = j + 16;
+                                float v[4];
+#pragma unroll
+                                for (int e = 0; e < 4; e++) {
+                                    const float gt = acc[4 * j + e];
+                                    v[e] = gt / (1.0f + __expf(-gt)) * acc[4 * u + e] * (e < 2 ? p0 : p1);
+                                }
+                                const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+                                st_shared_u32(buf + r * 128 + off, pack_bf16x2(v[0], v[1]));
+                                st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(v[2], v[3]));
+                            }
+                            fence_proxy_async();
+                            named_barrier(1 + half, 128);
+                            if (tid == 0) {
+                                tma_store_2d(tma_act, buf, nb * (BLOCK_N / 2) + cc * 64, mb * BLOCK_M + half * 64);
+                                bulk_commit();
+                            }
+                        }
+                    }
                 } else if constexpr (EPILOGUE == 2) {
                     /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */
                     unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
@@ -217,7 +257,7 @@ struct GemmMGrouped {
                         }
                 }
             }
-            if constexpr (EPILOGUE == 0) {
+            if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
@@ -238,7 +278,7 @@ struct GemmMGrouped {
  * stage holds 64 rows; A = dY^T is two 64-wide boxes (one per consumer warpgroup: its 64 n),
  * B = X is BLOCK_N / 64 boxes side by side (leading byte offset 8 KB). Same pipeline, warp roles
  * and persistent loop as GemmMGrouped; the tile count E * (N / 128) * (K / BLOCK_N) is fixed. */
-template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16> struct GemmKGrouped {
+template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F = 0> struct GemmKGrouped {
     static constexpr int BLOCK_N_OUT = 128; /* rows of dW (n) per tile: 2 consumer warpgroups x 64 */
     static constexpr int BLOCK_R = 64;      /* reduction rows per stage */
     static constexpr int BOX_BYTES = 64 * 64 * 2;
@@ -255,6 +295,17 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16> struct Ge
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
+    static_assert(GLU_F == 0 || (N == 2 * GLU_F && GLU_F % 128 == 0), "GLU_F: dY's columns are [E, 2F] interleaved");
+
+    /* dW's row of the tile's first row: nb * 128, or with GLU_F (dY's columns interleaved in blocks of 128
+     * as the gate_up weight's working copy, plan.h PlanBuf.glu_f) the gate or up row block it came from */
+    __device__ static __forceinline__ long long out_row0(int nb)
+    {
+        if constexpr (GLU_F > 0)
+            return (nb & 1) ? GLU_F + 128ll * (nb / 2) : 128ll * (nb / 2);
+        else
+            return (long long)nb * BLOCK_N_OUT;
+    }
 
     __device__ static __forceinline__ void mma(float (&acc)[ACC], unsigned long long da, unsigned long long db,
                                                int accumulate)
@@ -354,7 +405,7 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16> struct Ge
                 /* epilogue: fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes);
                  * an empty group's tile is zeros (acc is not touched then: writing it outside wgmma
                  * would make the compiler serialise the wgmma) */
-                const long long n0 = (long long)nb * BLOCK_N_OUT + half * 64 + wq * 16 + lane / 4;
+                const long long n0 = out_row0(nb) + half * 64 + wq * 16 + lane / 4;
                 float *p0 = dw + ((long long)g * N + n0) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
                 if (steps > 0) {
                     wgmma_wait<0>();

@@ -204,7 +204,7 @@ template <int E, long long F> __device__ void swiglu(unsigned short *a, const un
  * dh = [d up silu'(gate) | d silu(gate)] with d = da p (bf16), a = silu(gate) up p (bf16, for dW_down)
  * and dp [pr] = sum_f da silu(gate) up (f32; double partials, the block's fixed-order tree, no atomics).
  * One block of 256 threads per padded row, 8 columns (16-byte loads and stores) per thread. */
-template <int E, long long F>
+template <int E, long long F, int GLU = 0>
 __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const unsigned short *h,
                         const unsigned short *da, const float *p, const int *ofs)
 {
@@ -214,9 +214,12 @@ __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const 
         const unsigned short *hr = h + (long long)pr * 2 * F;
         double s = 0.0;
         for (long long f = 8 * threadIdx.x; f < F; f += 8 * blockDim.x) {
+            /* h and dh: gate column f and up column F + f, or with GLU (interleaved in blocks of 128)
+             * 256 (f / 128) + f % 128 and 128 further */
+            const long long gc = GLU ? 256 * (f / 128) + f % 128 : f, uc = GLU ? gc + 128 : F + f;
             float g[8], u[8], d_a[8], dg[8], du[8], o[8];
-            unpack8(*(const uint4 *)(hr + f), g);
-            unpack8(*(const uint4 *)(hr + F + f), u);
+            unpack8(*(const uint4 *)(hr + gc), g);
+            unpack8(*(const uint4 *)(hr + uc), u);
             unpack8(*(const uint4 *)(da + (long long)pr * F + f), d_a);
             float part = 0.0f;
 #pragma unroll
@@ -227,8 +230,8 @@ __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const 
                 o[i] = sl * u[i] * pp;
                 part += d_a[i] * sl * u[i];
             }
-            *(uint4 *)(dh + (long long)pr * 2 * F + f) = pack8(dg);
-            *(uint4 *)(dh + (long long)pr * 2 * F + F + f) = pack8(du);
+            *(uint4 *)(dh + (long long)pr * 2 * F + gc) = pack8(dg);
+            *(uint4 *)(dh + (long long)pr * 2 * F + uc) = pack8(du);
             *(uint4 *)(a + (long long)pr * F + f) = pack8(o);
             s += (double)part;
         }

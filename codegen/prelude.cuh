@@ -23,6 +23,18 @@ namespace moec {
 
 __device__ __forceinline__ double neg_inf() { return -__longlong_as_double(0x7ff0000000000000ll); }
 
+/* The index in a param's working copy of its element i (plan.h PlanBuf.glu_f): i itself, or for a
+ * gate_up weight [E, 2F, K] with glu_f = F, rows interleaved in blocks of 128 (gate block t at rows
+ * 256t .., up block t at 256t + 128 ..). */
+__device__ __forceinline__ long long glu_index(long long i, long long F, long long K)
+{
+    if (F == 0)
+        return i;
+    const long long per = 2 * F * K, e = i / per, rem = i % per, r = rem / K, k = rem % K;
+    const long long rr = r < F ? 256 * (r / 128) + r % 128 : 256 * ((r - F) / 128) + 128 + (r - F) % 128;
+    return e * per + rr * K + k;
+}
+
 /* fp32 -> bf16 bits, round to nearest even, NaN stays a (quiet) NaN: the rounding of every bf16 value
  * moec stores (the params' working copies, the fast kernels' operands), and of the CPU's bf16 */
 __device__ __forceinline__ unsigned short bf16_bits(float x)

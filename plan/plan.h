@@ -65,6 +65,11 @@ typedef struct PlanBuf {
     int64_t bytes;
     int alias_of;        /* a view: the buffer it lies in (never itself a view); else -1 */
     int64_t alias_offset;/* a view: bytes into alias_of */
+    int64_t glu_f;       /* a copy: 0, the param's layout; F > 0: a gate_up weight [E, 2F, K] with its rows
+                            interleaved in blocks of 128 (gate rows 128t .. 128t + 127, then up rows 128t ..,
+                            for t = 0 .. F/128 - 1), so that one 256-wide GEMM tile holds a gate column and its
+                            up column (the fast MLP's SwiGLU epilogue): copy row 256t + c is gate row 128t + c,
+                            256t + 128 + c is up row F + 128t + c (codegen/prelude.cuh glu_index) */
     int elided;          /* a node's buffer that no kernel writes: the fast kernels read through the node
                             (a dispatch gathered straight from its source, a grouped_mlp whose combine reads
                             its padded rows); its contents are undefined */

@@ -158,6 +158,8 @@ char *plan_to_json(const Plan *p, int with_source)
                 cJSON_AddNumberToObject(o, "until", b->until);
             if (b->elided)
                 cJSON_AddBoolToObject(o, "elided", 1);
+            if (b->kind == PLAN_BUF_COPY && b->glu_f)
+                cJSON_AddNumberToObject(o, "glu_f", (double)b->glu_f);
             if (b->kind != PLAN_BUF_WORKSPACE && b->kind != PLAN_BUF_COPY && !brief) {
                 const IrNode *n = g->nodes[i];
                 cJSON_AddStringToObject(o, "op", ir_node_op_name(n));
@@ -278,9 +280,11 @@ char *plan_to_json(const Plan *p, int with_source)
                             "w, m, v, grad, numel, scalars (double[7]: lr, 1 - beta1^step, 1 - beta2^step, clip, "
                             "norm, dense sumsq, shard sumsq), weight_decay (0 where the param has none)");
     cJSON_AddStringToObject(ok, "adamw_bf16", "moec_adamw_bf16");
-    cJSON_AddStringToObject(ok, "adamw_bf16_args", "as adamw, then w16: the param's copy (bf16 of the new w)");
+    cJSON_AddStringToObject(ok, "adamw_bf16_args", "as adamw, then w16: the param's copy (bf16 of the new w), glu_f, "
+                                                   "cols (the copy's layout: glu_f 0 plain, else interleaved)");
     cJSON_AddStringToObject(ok, "to_bf16", "moec_to_bf16");
-    cJSON_AddStringToObject(ok, "to_bf16_args", "dst (the copy), src (the param), numel: after loading parameters");
+    cJSON_AddStringToObject(ok, "to_bf16_args",
+                            "dst (the copy), src (the param), numel, glu_f, cols: after loading parameters");
     if (with_source) {
         const PlanSource *s = &p->source;
         cJSON *so = cJSON_AddObjectToObject(root, "source");
@@ -518,6 +522,9 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
             return bad(r, "buffer %d past the nodes' is a %s, not a workspace or a copy", i, kind);
         b->until = -1;
         b->elided = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "elided"));
+        b->glu_f = 0;
+        if (b->kind == PLAN_BUF_COPY && cJSON_GetObjectItemCaseSensitive(o, "glu_f"))
+            b->glu_f = get_int(r, o, "glu_f", 128, INT64_C(1) << 40);
         if (b->elided && (i >= nn || b->kind != PLAN_BUF_TENSOR))
             return bad(r, "buffer %d is elided but is no node's tensor", i);
         if ((b->kind == PLAN_BUF_WORKSPACE || b->kind == PLAN_BUF_TENSOR) && cJSON_GetObjectItemCaseSensitive(o, "until"))
@@ -544,7 +551,9 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         b->block = -1;
         if (b->kind == PLAN_BUF_COPY && !r->failed &&
             (g->nodes[b->node]->op != IR_OP_PARAM || b->storage != PLAN_BF16 ||
-             b->bytes != ir_numel(g->nodes[b->node]) * 2))
+             b->bytes != ir_numel(g->nodes[b->node]) * 2 ||
+             (b->glu_f && (b->glu_f % 128 || g->nodes[b->node]->rank != 3 ||
+                           g->nodes[b->node]->shape[1] != 2 * b->glu_f))))
             return bad(r, "buffer %d (%s) is no bf16 copy of a param", i, b->name);
         if (i < nn && b->kind != PLAN_BUF_WORKSPACE &&
             b->bytes != ir_numel(g->nodes[i]) * plan_storage_bytes[b->storage])

@@ -87,6 +87,7 @@ struct Gpu {
     /* the optimizer: per param */
     int64_t *numel, *part_off;
     CUdeviceptr *copy;      /* the param's bf16 working copy (plan.h PLAN_BUF_COPY), or 0 */
+    long long *copy_glu, *copy_cols; /* its layout (PlanBuf.glu_f) and the param's last dimension */
     unsigned *sumsq_grid;
     double *wd;
     int64_t ndense_parts, nshard_parts;
@@ -550,11 +551,17 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         }
         /* the params' bf16 working copies */
         G->copy = calloc((size_t)g->nparams + 1, sizeof *G->copy);
+        G->copy_glu = calloc((size_t)g->nparams + 1, sizeof *G->copy_glu);
+        G->copy_cols = calloc((size_t)g->nparams + 1, sizeof *G->copy_cols);
         for (int b = 0; b < G->nbufs; b++)
             if (plan->bufs[b].kind == PLAN_BUF_COPY)
                 for (int p = 0; p < g->nparams; p++)
-                    if (g->params[p]->id == plan->bufs[b].node)
+                    if (g->params[p]->id == plan->bufs[b].node) {
+                        const IrNode *pn = g->params[p];
                         G->copy[p] = G->buf[b];
+                        G->copy_glu[p] = plan->bufs[b].glu_f;
+                        G->copy_cols[p] = pn->rank ? pn->shape[pn->rank - 1] : 1;
+                    }
     }
     if (!build_launches(G)) {
         ok = 0;
@@ -654,6 +661,8 @@ void gpu_destroy(Gpu *G)
     free(G->bucket_of);
     free(G->numel);
     free(G->copy);
+    free(G->copy_glu);
+    free(G->copy_cols);
     free(G->part_off);
     free(G->sumsq_grid);
     free(G->wd);
@@ -697,7 +706,7 @@ int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
             /* its bf16 working copy, from the values just loaded */
             CUdeviceptr dst = G->copy[p], src = G->buf[G->g->params[p]->id];
             long long n = G->numel[p];
-            void *args[] = {&dst, &src, &n};
+            void *args[] = {&dst, &src, &n, &G->copy_glu[p], &G->copy_cols[p]};
             if (!CU(G, cuLaunchKernel(G->k_to16, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
                                       NULL), "moec_to_bf16") ||
                 !CU(G, cuStreamSynchronize(G->stream), G->g->params[p]->name))
@@ -1021,7 +1030,7 @@ static int enqueue_step(Gpu *G, Staging *s)
         long long n = G->numel[p];
         double wd = G->wd[p];
         CUdeviceptr w16 = G->copy[p];
-        void *args[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd, &w16};
+        void *args[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd, &w16, &G->copy_glu[p], &G->copy_cols[p]};
         /* a param with a bf16 working copy gets it written in the same pass */
         if (!CU(G, cuLaunchKernel(w16 ? G->k_adamw16 : G->k_adamw, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0,
                                   G->stream, args, NULL), w16 ? "moec_adamw_bf16" : "moec_adamw"))

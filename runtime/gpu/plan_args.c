@@ -70,9 +70,10 @@ int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstrea
         if (!f)
             r = cu.cuModuleGetFunction(&f, mod, "moec_to_bf16");
         CUdeviceptr dst = buf[i], src = buf[c->node];
-        long long numel = c->bytes / 2;
+        const IrNode *pn = p->graph->nodes[c->node];
+        long long numel = c->bytes / 2, glu_f = c->glu_f, cols = pn->rank ? pn->shape[pn->rank - 1] : 1;
         long long grid = (numel + 255) / 256;
-        void *args[] = {&dst, &src, &numel};
+        void *args[] = {&dst, &src, &numel, &glu_f, &cols};
         if (r == CUDA_SUCCESS)
             r = cu.cuLaunchKernel(f, (unsigned)(grid > 4096 ? 4096 : grid < 1 ? 1 : grid), 1, 1, 256, 1, 1, 0, stream,
                                   args, NULL);

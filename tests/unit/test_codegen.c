@@ -662,9 +662,15 @@ static void test_fast_mlp(void)
         CHECK(cases[k].fast ? typed == 6 * nodes / 2 : typed == 0, "%s: %d launches with typed arguments",
               cases[k].path, typed);
         check_plan(cases[k].path, p);
-        int copies = 0, kept = 0, elided = 0;
+        int copies = 0, kept = 0, elided = 0, glu_ok = 1;
         for (int b = 0; b < p->nbufs; b++) {
             copies += p->bufs[b].kind == PLAN_BUF_COPY;
+            if (p->bufs[b].kind == PLAN_BUF_COPY) {
+                /* w_gate_up's copy gate/up-interleaved (the SwiGLU epilogue), w_down's plain */
+                const IrNode *w = p->graph->nodes[p->bufs[b].node];
+                int gate_up = w->rank == 3 && strstr(w->name, "gate_up") != NULL;
+                glu_ok &= gate_up ? p->bufs[b].glu_f == w->shape[1] / 2 : p->bufs[b].glu_f == 0;
+            }
             kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node;
             elided += p->bufs[b].elided;
         }
@@ -674,6 +680,7 @@ static void test_fast_mlp(void)
                             : copies == 0 && kept == 0 && elided == 0,
               "%s: %d working copies, %d kept workspaces, %d elided buffers for %d grouped_mlp nodes", cases[k].path,
               copies, kept, elided, nodes);
+        CHECK(glu_ok, "%s: the copies' layouts (gate_up interleaved for the SwiGLU epilogue)", cases[k].path);
         CHECK(cases[k].fast == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
               "%s: the sm_90a device code only when used", cases[k].path);
         for (int with_source = 0; with_source < 2; with_source++) {
@@ -685,7 +692,7 @@ static void test_fast_mlp(void)
                            q->nbufs == p->nbufs;
                 for (int b = 0; same && b < p->nbufs; b++)
                     same = q->bufs[b].kind == p->bufs[b].kind && q->bufs[b].until == p->bufs[b].until &&
-                           q->bufs[b].elided == p->bufs[b].elided &&
+                           q->bufs[b].elided == p->bufs[b].elided && q->bufs[b].glu_f == p->bufs[b].glu_f &&
                            q->bufs[b].offset == p->bufs[b].offset && q->bufs[b].region == p->bufs[b].region &&
                            q->bufs[b].storage == p->bufs[b].storage;
                 for (int i = 0; same && i < p->nlaunches; i++) {

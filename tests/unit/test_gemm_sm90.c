@@ -160,6 +160,8 @@ static void test_shapes(void)
     GemmSm90Shape tb = {8, 4096, 28672, 256, 4, 0, 1}, badtb = {8, 4096, 28672, 256, 4, 0, 2},
                   bigk = {1024, 4096, 1 << 21, 256, 4, 0, 1};
     CHECK(gemm_sm90_check_shape(&tb, err, sizeof err), "trans_b Mixtral dxs is a valid shape: %s", err);
+    GemmSm90Shape glu128 = {16, 5632, 1024, 128, 6, 3, 0};
+    CHECK(!gemm_sm90_check_shape(&glu128, err, sizeof err) && strstr(err, "SwiGLU"), "GLU with BLOCK_N 128: %s", err);
     CHECK(!gemm_sm90_check_shape(&badtb, err, sizeof err) && strstr(err, "trans_b"), "trans_b 2: %s", err);
     CHECK(!gemm_sm90_check_shape(&bigk, err, sizeof err) && strstr(err, "E * K"), "E * K rows: %s", err);
 }
@@ -184,6 +186,7 @@ static void test_nvrtc_compile(void)
         {1, 8192, 8192, 128, 6, 2, 0},  /* dense, 4-byte stores */
         {8, 14336, 4096, 256, 4, 0, 1}, /* trans_b: Mixtral da = dy w_down */
         {16, 1024, 5632, 128, 6, 0, 1}, /* trans_b: bio dxs = dh w_gate_up, BLOCK_N 128 */
+        {16, 5632, 1024, 256, 4, 3, 0}, /* the SwiGLU epilogue: bio gate_up */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         char *src = gemm_sm90_source(&shapes[i], "moec_gemm_mgrouped", NULL);
