@@ -133,6 +133,11 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
     GemmSm90Shape s = mgrouped_shape(f->E, N, K, trans_b);
     if (act >= 0)
         s.epilogue = GEMM_SM90_EPI_GLU;
+    /* the kernel's name carries its configuration (what --profile and the SASS tools print) */
+    char sfx[96];
+    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s", suffix, s.block_n, s.stages, act >= 0 ? "_glu" : "",
+             trans_b ? "_tb" : "");
+    suffix = sfx;
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, a, f->rcap, K, GEMM_SM90_BLOCK_M, "tma_a");
     if (trans_b)
@@ -159,6 +164,9 @@ static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
                        int64_t K, int64_t glu_f)
 {
     GemmSm90Shape s = kgrouped_shape(f->E, N, K);
+    char sfx[96];
+    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s", suffix, s.block_n, s.stages, glu_f ? "_glu" : "");
+    suffix = sfx;
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, dy, f->rcap, N, 64, "tma_dy");
     cg_tmap(cg, x, f->rcap, K, 64, "tma_x");

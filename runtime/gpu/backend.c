@@ -93,6 +93,15 @@ static int cuda_step(Backend *b, const int32_t *tokens, const int32_t *targets, 
 }
 
 /* Appends kernel name k to a row's list unless it is there already. */
+/* 1 if some param has a bf16 working copy (its optimizer launch is moec_adamw_bf16) */
+static int has_copies(const Plan *p)
+{
+    for (int b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].kind == PLAN_BUF_COPY)
+            return 1;
+    return 0;
+}
+
 static void add_kernel(BackendProfileRow *r, const char *k)
 {
     size_t len = strlen(r->kernels), kl = strlen(k);
@@ -137,7 +146,8 @@ static int cuda_profile_step(Backend *b, const int32_t *tokens, const int32_t *t
                                              : B->device_comm ? "nccl (host-driven)" : "host collective");
         }
         snprintf(prof->extra[BACKEND_PROFILE_OPTIMIZER].kernels, BACKEND_PROFILE_KERNELS,
-                 "moec_grad_sumsq, moec_sum_partials, moec_clip, moec_adamw");
+                 "moec_grad_sumsq, moec_sum_partials, moec_clip, moec_adamw%s",
+                 has_copies(p) ? ", moec_adamw_bf16" : "");
         snprintf(prof->extra[BACKEND_PROFILE_BUCKETS].kernels, BACKEND_PROFILE_KERNELS, "%s, moec_scale",
                  B->device_comm ? "nccl all_reduce" : "host all_reduce");
         snprintf(prof->extra[BACKEND_PROFILE_BATCH].kernels, BACKEND_PROFILE_KERNELS, "cuMemcpyHtoDAsync");

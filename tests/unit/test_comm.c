@@ -820,9 +820,20 @@ static int launch_child(int argc, char **argv)
         sleep(30);
         status = 5;
     } else if (!strcmp(mode, "signal")) {  /* rank 1 dies by SIGKILL; rank 0 ignores SIGTERM */
-        if (rank == 1)
+        /* rank 1 dies only once rank 0 ignores SIGTERM (a marker file): else, on a loaded machine, the
+         * launcher's SIGTERM could reach rank 0 first and end it before the grace period */
+        const char *ready = getenv("MOEC_TEST_READY");
+        if (rank == 1) {
+            for (int i = 0; ready && i < 500 && access(ready, F_OK) != 0; i++)
+                usleep(10000);
             raise(SIGKILL);
+        }
         signal(SIGTERM, SIG_IGN);
+        if (ready) {
+            FILE *f = fopen(ready, "w");
+            if (f)
+                fclose(f);
+        }
         sleep(30);
         status = 5;
     }
@@ -845,11 +856,17 @@ static void test_launch_local(const char *self)
           err);
 
     char *sig_argv[] = {(char *)self, "--launch-child", "signal", "--nproc", "2", NULL};
+    char ready[64];
+    snprintf(ready, sizeof ready, "/tmp/moec_test_comm_ready.%d", (int)getpid());
+    unlink(ready);
+    setenv("MOEC_TEST_READY", ready, 1);
     double t1 = now_s();
     rc = launch_local(2, 5, sig_argv, err, sizeof err);
     CHECK(rc == 128 + SIGKILL && strstr(err, "rank 1 (pid ") && strstr(err, "killed by signal 9"),
           "launch signal: %d: %s", rc, err);
     CHECK(now_s() - t1 >= 0.9, "rank 0 ignored SIGTERM, so it took the grace period");
+    unlink(ready);
+    unsetenv("MOEC_TEST_READY");
     unsetenv("MOEC_LAUNCH_GRACE");
     CHECK(launch_local(0, 1, ok_argv, err, sizeof err) == 1 && strstr(err, "--nproc 0"), "nproc 0: %s", err);
     CHECK(now_s() - t0 < 25, "launcher tests took %.1f s", now_s() - t0);
