@@ -35,11 +35,25 @@ static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b
                        trans_b};
     return s;
 }
-/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K */
-static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K)
+/* The K-grouped (weight-gradient) kernel's epilogue in fast plans unless CudaOptions says otherwise:
+ * GEMM_SM90_KEPI_REGS (fp32 stores from registers) until the TMA-store epilogue (GEMM_SM90_KEPI_TMA) has been
+ * measured faster on the GPU (tests/gpu/gemm_sm90.c times both; docs/kernels-sm90.md). */
+static const int FAST_KGEMM_EPILOGUE = GEMM_SM90_KEPI_REGS;
+
+/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K. tma: the TMA-store epilogue, taken only where dW
+ * starts 16-byte aligned in its buffer (dw_byte_offset % 16 == 0: a tensor map needs it), else the stores
+ * from registers. */
+static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA, 0};
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6,
+                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0};
     return s;
+}
+
+static int kgemm_tma(const Cg *cg)
+{
+    return cg->kgemm_epilogue == CUDA_KGEMM_TMA ||
+           (cg->kgemm_epilogue == CUDA_KGEMM_DEFAULT && FAST_KGEMM_EPILOGUE == GEMM_SM90_KEPI_TMA);
 }
 
 int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
@@ -65,14 +79,16 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
     }
     GemmSm90Shape m[4] = {mgrouped_shape(E, 2 * F, H, 0), mgrouped_shape(E, H, F, 0), mgrouped_shape(E, F, H, 1),
                           mgrouped_shape(E, H, 2 * F, 1)};
-    GemmSm90Shape k[2] = {kgrouped_shape(E, H, F), kgrouped_shape(E, 2 * F, H)};
+    /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
+    GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
+                          kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_sm90_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
             return 0;
@@ -139,19 +155,26 @@ static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     cg->fast_used = 1;
 }
 
-/* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group */
+/* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group; the TMA-store epilogue (an fp32
+ * tensor map over dW viewed [E N, K]) where out + off is 16-byte aligned */
 static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
                        int64_t K)
 {
-    GemmSm90Shape s = kgrouped_shape(f->E, N, K);
+    GemmSm90Shape s = kgrouped_shape(f->E, N, K, kgemm_tma(cg), off * 4);
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, dy, f->rcap, N, 64, "tma_dy");
     cg_tmap(cg, x, f->rcap, K, 64, "tma_x");
+    if (s.epilogue == GEMM_SM90_KEPI_TMA)
+        cg_tmap_f32(cg, f->n->id, off, f->E * N, K, 64, "tma_dw");
     cg_out(cg, f->n, "out");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d>::run(tma_dy, tma_x, out + %lld, offsets, rows_cap);", s.E,
-            s.N, s.K, s.block_n, s.stages, (long long)off);
+    if (s.epilogue == GEMM_SM90_KEPI_TMA)
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0>::run(tma_dy, tma_x, tma_dw, out + %lld, offsets, "
+                    "rows_cap);", s.E, s.N, s.K, s.block_n, s.stages, (long long)off);
+    else
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1>::run(tma_dy, tma_x, out + %lld, offsets, rows_cap);",
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)off);
     cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
