@@ -342,6 +342,21 @@ void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const ch
     cg->typed = 1;
 }
 
+void cg_tmap_f32(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name)
+{
+    if (cg->nargs == CG_MAX_ARGS)
+        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
+    if (cg->bufs[buf].storage != PLAN_F32 || (offset + rows * cols) * 4 > cg->bufs[buf].bytes || (offset * 4) % 16 ||
+        (cols * 4) % 16)
+        die("codegen: fp32 tensor map %s of %s over a buffer that is no fp32 [%lld x %lld] from element %lld (16-byte "
+            "aligned)", name, cg->node->name, (long long)rows, (long long)cols, (long long)offset);
+    sb_printf(&cg->params, "%sconst __grid_constant__ moec::sm90::TmaDesc %s", cg->nargs ? ", " : "", name);
+    cg->targs[cg->nargs] = (PlanArg){.kind = PLAN_ARG_TMAP_F32, .buf = buf, .rows = rows, .cols = cols,
+                                     .box_rows = box_rows, .box_cols = 32, .offset = offset};
+    cg->args[cg->nargs++] = buf;
+    cg->typed = 1;
+}
+
 void cg_i32(Cg *cg, int64_t value, const char *name)
 {
     if (cg->nargs == CG_MAX_ARGS)
@@ -608,6 +623,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     cg.g = g;
     cg.diag = d;
     cg.dedup = !(opts && opts->no_dedup);
+    cg.kgemm_epilogue = opts ? opts->kgemm_epilogue : CUDA_KGEMM_DEFAULT;
     cg.kernel_choice = p->source.kernels;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];

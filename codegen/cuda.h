@@ -29,8 +29,14 @@
 enum { CUDA_RUNTIME_KERNELS = 7 };
 extern const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS];
 
+/* The weight-gradient (K-grouped) GEMMs' epilogue in fast plans (docs/kernels-sm90.md): the default
+ * (codegen/cuda_moe_fast.c FAST_KGEMM_EPILOGUE), or forced either way (A/B timing, the tests). The TMA-store
+ * epilogue is used only where the launch's dW starts 16-byte aligned; elsewhere the register stores. */
+typedef enum CudaKgemmEpilogue { CUDA_KGEMM_DEFAULT, CUDA_KGEMM_TMA, CUDA_KGEMM_REGS } CudaKgemmEpilogue;
+
 typedef struct CudaOptions {
     int no_dedup;          /* one kernel per launch even when identical (default: share) */
+    CudaKgemmEpilogue kgemm_epilogue;
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be

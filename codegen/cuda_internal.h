@@ -21,6 +21,7 @@
 
 #include "../ir/ir.h"
 #include "../plan/plan.h"
+#include "cuda.h"
 
 /* ---- a growable string */
 typedef struct Sb {
@@ -93,6 +94,7 @@ typedef struct Cg {
     PlanKernels kernel_choice; /* the plan's --kernels */
     int fast_used;       /* a kernel needs the sm_90a device code (moe_fast.cuh and the GEMM) */
     int dense_fast_used; /* a kernel needs dense_fast.cuh (the skinny linears) */
+    CudaKgemmEpilogue kgemm_epilogue; /* CudaOptions.kgemm_epilogue */
 } Cg;
 
 /* ---- the builder */
@@ -116,6 +118,9 @@ void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long 
 /* Typed parameters (plan.h PlanArg): `const __grid_constant__ moec::sm90::TmaDesc name`, a bf16 tensor
  * map over buffer buf viewed as [rows, cols] with box {64, box_rows}; `int name` passed as value. */
 void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name);
+/* The same for an fp32 tensor map over buffer buf from element `offset` on (16-byte aligned), box
+ * {32, box_rows} (plan.h PLAN_ARG_TMAP_F32). */
+void cg_tmap_f32(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name);
 void cg_i32(Cg *cg, int64_t value, const char *name);
 /* The launch being built: `shared` bytes of dynamic shared memory, and (all_sms) one block per SM. */
 void cg_launch_extra(Cg *cg, int shared, int all_sms);

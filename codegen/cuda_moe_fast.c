@@ -35,11 +35,26 @@ static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b
                        trans_b};
     return s;
 }
-/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K */
-static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K)
+/* The K-grouped (weight-gradient) kernel's epilogue in fast plans unless CudaOptions says otherwise: the
+ * TMA-store one, measured on the H200 in the layer benchmark against the stores from registers (2026-12-01,
+ * bench/layer.c --launches, the same run): bio dw_down 0.177 -> 0.162 ms, dw_gate_up 0.340 -> 0.315; Mixtral
+ * 3.35 -> 3.20, 6.45 -> 6.35 (docs/kernels-sm90.md). */
+static const int FAST_KGEMM_EPILOGUE = GEMM_SM90_KEPI_TMA;
+
+/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K. tma: the TMA-store epilogue, taken only where dW
+ * starts 16-byte aligned in its buffer (dw_byte_offset % 16 == 0: a tensor map needs it), else the stores
+ * from registers. */
+static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA, 0};
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6,
+                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0};
     return s;
+}
+
+static int kgemm_tma(const Cg *cg)
+{
+    return cg->kgemm_epilogue == CUDA_KGEMM_TMA ||
+           (cg->kgemm_epilogue == CUDA_KGEMM_DEFAULT && FAST_KGEMM_EPILOGUE == GEMM_SM90_KEPI_TMA);
 }
 
 int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
@@ -65,14 +80,16 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
     }
     GemmSm90Shape m[4] = {mgrouped_shape(E, 2 * F, H, 0), mgrouped_shape(E, H, F, 0), mgrouped_shape(E, F, H, 1),
                           mgrouped_shape(E, H, 2 * F, 1)};
-    GemmSm90Shape k[2] = {kgrouped_shape(E, H, F), kgrouped_shape(E, 2 * F, H)};
+    /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
+    GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
+                          kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_sm90_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
             return 0;
@@ -159,23 +176,32 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
     cg->fast_used = 1;
 }
 
-/* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group */
+/* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group; the TMA-store epilogue (an fp32
+ * tensor map over dW viewed [E N, K]) where out + off is 16-byte aligned */
 static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
                        int64_t K, int64_t glu_f)
 {
-    GemmSm90Shape s = kgrouped_shape(f->E, N, K);
+    GemmSm90Shape s = kgrouped_shape(f->E, N, K, kgemm_tma(cg), off * 4);
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s", suffix, s.block_n, s.stages, glu_f ? "_glu" : "");
+    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s", suffix, s.block_n, s.stages, glu_f ? "_glu" : "",
+             s.epilogue == GEMM_SM90_KEPI_TMA ? "_tma" : "");
     suffix = sfx;
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, dy, f->rcap, N, 64, "tma_dy");
     cg_tmap(cg, x, f->rcap, K, 64, "tma_x");
+    if (s.epilogue == GEMM_SM90_KEPI_TMA)
+        cg_tmap_f32(cg, f->n->id, off, f->E * N, K, 64, "tma_dw");
     cg_out(cg, f->n, "out");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 16, %lld>::run(tma_dy, tma_x, out + %lld, offsets, "
-            "rows_cap);",
-            s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
+    if (s.epilogue == GEMM_SM90_KEPI_TMA)
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld>::run(tma_dy, tma_x, tma_dw, out + %lld, "
+                    "offsets, rows_cap);",
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
+    else
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld>::run(tma_dy, tma_x, out + %lld, offsets, "
+                    "rows_cap);",
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
     cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;

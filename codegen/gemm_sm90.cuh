@@ -269,7 +269,8 @@ struct GemmMGrouped {
  * the M-grouped product), fp32 out:
  *   dY [rows_cap, N] bf16 row-major  - tensor map tma_dy, box {64, 64}
  *   X  [rows_cap, K] bf16 row-major  - tensor map tma_x,  box {64, 64}
- *   dW [E, N, K]     fp32 row-major, stored from registers (8-byte stores)
+ *   dW [E, N, K]     fp32 row-major (viewed [E*N, K]) - EPILOGUE 0: through tensor map tma_dw (fp32,
+ *                    128-byte swizzle, box {32, 64}); EPILOGUE 1: stored from registers at dw
  *   offsets [E + 1]  as for GemmMGrouped (multiples of 64 suffice here); the rows of each group
  *                    are the reduction. Padding rows must be zero in dY or in X (and finite in
  *                    both): unlike the M-grouped product they enter every sum. An empty group
@@ -277,15 +278,31 @@ struct GemmMGrouped {
  * Both operands are MN-major for wgmma (the reduction index is the row, the strided one): each
  * stage holds 64 rows; A = dY^T is two 64-wide boxes (one per consumer warpgroup: its 64 n),
  * B = X is BLOCK_N / 64 boxes side by side (leading byte offset 8 KB). Same pipeline, warp roles
- * and persistent loop as GemmMGrouped; the tile count E * (N / 128) * (K / BLOCK_N) is fixed. */
-template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F = 0> struct GemmKGrouped {
+ * and persistent loop as GemmMGrouped; the tile count E * (N / 128) * (K / BLOCK_N) is fixed.
+ *
+ * EPILOGUE: 0 = asynchronous TMA stores: each consumer warpgroup writes its 64 x BLOCK_N fp32 in
+ * 64 x 32 chunks (8 KB: one 128-byte swizzle row per dW row) into two staging buffers in shared
+ * memory and one thread stores each chunk with cp.async.bulk.tensor; the next tile's main loop
+ * starts while they drain (32 KB more shared memory); 1 = 8-byte stores straight from the
+ * accumulator fragment, waited for (the original; kept for A/B timing and for a dW whose address
+ * is not 16-byte aligned, which a tensor map cannot take).
+ *
+ * GLU_F > 0: dY's columns (the rows of dW) come interleaved in blocks of 128 as the gate_up weight's
+ * working copy (plan.h PlanBuf.glu_f): each 128-row block of dW is written to the gate or up rows it
+ * stands for (dst_row0), so the gradient keeps the param's layout. */
+template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 1, int BAND = 16, int GLU_F = 0>
+struct GemmKGrouped {
     static constexpr int BLOCK_N_OUT = 128; /* rows of dW (n) per tile: 2 consumer warpgroups x 64 */
     static constexpr int BLOCK_R = 64;      /* reduction rows per stage */
     static constexpr int BOX_BYTES = 64 * 64 * 2;
     static constexpr int A_BYTES = 2 * BOX_BYTES;
     static constexpr int B_BYTES = (BLOCK_N / 64) * BOX_BYTES;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+    /* TMA-store epilogue: 2 consumer warpgroups x 2 buffers of 64 rows x 32 fp32 (128 bytes a row) */
+    static constexpr int OUT_COLS = 32;
+    static constexpr int OUT_CHUNK_BYTES = 64 * OUT_COLS * 4;
+    static constexpr int OUT_BYTES = EPILOGUE == 0 ? 4 * OUT_CHUNK_BYTES : 0;
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8;
     static constexpr int NUM_N = N / BLOCK_N_OUT, NUM_K = K / BLOCK_N;
     static constexpr int TILES = E * NUM_N * NUM_K;
     static constexpr int ACC = BLOCK_N / 2;
@@ -293,18 +310,21 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F
     static_assert(N % BLOCK_N_OUT == 0, "N must be a multiple of 128");
     static_assert(K % BLOCK_N == 0, "K must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
+    static_assert(EPILOGUE == 0 || EPILOGUE == 1, "EPILOGUE is 0 (TMA stores) or 1 (stores from registers)");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
+    static_assert(EPILOGUE != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
     static_assert(GLU_F == 0 || (N == 2 * GLU_F && GLU_F % 128 == 0), "GLU_F: dY's columns are [E, 2F] interleaved");
 
-    /* dW's row of the tile's first row: nb * 128, or with GLU_F (dY's columns interleaved in blocks of 128
-     * as the gate_up weight's working copy, plan.h PlanBuf.glu_f) the gate or up row block it came from */
-    __device__ static __forceinline__ long long out_row0(int nb)
+    /* The first row of dW (viewed [E * N, K]) that tile (group g, n block nb) writes: its 128 rows are
+     * dst_row0 .. dst_row0 + 127 (consumer warpgroup h: + 64 h). Both epilogues take the destination
+     * from here and nowhere else, so a remapped row order is a change of this one line. */
+    __device__ static __forceinline__ long long dst_row0(int g, int nb)
     {
         if constexpr (GLU_F > 0)
-            return (nb & 1) ? GLU_F + 128ll * (nb / 2) : 128ll * (nb / 2);
+            return (long long)g * N + ((nb & 1) ? GLU_F + 128ll * (nb / 2) : 128ll * (nb / 2));
         else
-            return (long long)nb * BLOCK_N_OUT;
+            return (long long)g * N + (long long)nb * BLOCK_N_OUT;
     }
 
     __device__ static __forceinline__ void mma(float (&acc)[ACC], unsigned long long da, unsigned long long db,
@@ -325,13 +345,28 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F
         return b > a ? (b - a) / BLOCK_R : 0;
     }
 
+    /* either epilogue (EPILOGUE 1 ignores tma_dw) */
+    __device__ static __forceinline__ void run(const TmaDesc &tma_dy, const TmaDesc &tma_x, const TmaDesc &tma_dw,
+                                               float *dw, const int *offsets, int rows_cap)
+    {
+        body(&tma_dy, &tma_x, &tma_dw, dw, offsets, rows_cap);
+    }
+    /* EPILOGUE 1 (no tensor map over dW) */
     __device__ static __forceinline__ void run(const TmaDesc &tma_dy, const TmaDesc &tma_x, float *dw,
                                                const int *offsets, int rows_cap)
+    {
+        static_assert(EPILOGUE == 1, "the TMA-store epilogue needs tma_dw");
+        body(&tma_dy, &tma_x, nullptr, dw, offsets, rows_cap);
+    }
+
+    __device__ static __forceinline__ void body(const TmaDesc *tma_dy, const TmaDesc *tma_x, const TmaDesc *tma_dw,
+                                                float *dw, const int *offsets, int rows_cap)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
         const unsigned a_ring = base, b_ring = base + STAGES * A_BYTES;
-        const unsigned full_bar = base + STAGES * STAGE_BYTES, empty_bar = full_bar + STAGES * 8;
+        const unsigned out_buf = base + STAGES * STAGE_BYTES;
+        const unsigned full_bar = out_buf + OUT_BYTES, empty_bar = full_bar + STAGES * 8;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
 
         if (threadIdx.x == 0) {
@@ -346,8 +381,10 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F
         if (wg == 0) {
             setmaxnreg_dec<40>();
             if (warp == 0 && elect_one()) {
-                tma_prefetch_desc(&tma_dy);
-                tma_prefetch_desc(&tma_x);
+                tma_prefetch_desc(tma_dy);
+                tma_prefetch_desc(tma_x);
+                if constexpr (EPILOGUE == 0)
+                    tma_prefetch_desc(tma_dw);
                 int stage = 0;
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
@@ -360,11 +397,11 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F
                         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
                         mbar_arrive_expect_tx(fb, STAGE_BYTES);
                         const unsigned a = a_ring + stage * A_BYTES, b = b_ring + stage * B_BYTES;
-                        tma_load_2d(a, &tma_dy, fb, nb * BLOCK_N_OUT, r);
-                        tma_load_2d(a + BOX_BYTES, &tma_dy, fb, nb * BLOCK_N_OUT + 64, r);
+                        tma_load_2d(a, tma_dy, fb, nb * BLOCK_N_OUT, r);
+                        tma_load_2d(a + BOX_BYTES, tma_dy, fb, nb * BLOCK_N_OUT + 64, r);
 #pragma unroll
                         for (int j = 0; j < BLOCK_N / 64; j++)
-                            tma_load_2d(b + j * BOX_BYTES, &tma_x, fb, kb * BLOCK_N + 64 * j, r);
+                            tma_load_2d(b + j * BOX_BYTES, tma_x, fb, kb * BLOCK_N + 64 * j, r);
                         if (++stage == STAGES) {
                             stage = 0;
                             phase ^= 1;
@@ -402,29 +439,70 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F
                         phase ^= 1;
                     }
                 }
-                /* epilogue: fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes);
-                 * an empty group's tile is zeros (acc is not touched then: writing it outside wgmma
+                /* an empty group's tile is zeros (acc is not touched then: writing it outside wgmma
                  * would make the compiler serialise the wgmma) */
-                const long long n0 = out_row0(nb) + half * 64 + wq * 16 + lane / 4;
-                float *p0 = dw + ((long long)g * N + n0) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
+                wgmma_wait<0>(); /* (nothing pending for an empty group; lets the compiler see every path waited) */
                 if (steps > 0) {
-                    wgmma_wait<0>();
                     reg_fence(acc);
                     if (lane == 0)
                         mbar_arrive(empty_bar + 8 * prev);
+                }
+                const long long row0 = dst_row0(g, nb) + half * 64; /* this warpgroup's 64 rows of dW */
+                if constexpr (EPILOGUE == 0) {
+                    /* chunk cc: columns 32 cc .. 32 cc + 31 of the warpgroup's 64 rows (128 bytes a row),
+                     * into buffer cc % 2 in the TMA's 128-byte swizzled layout: row r at 128 r, its
+                     * 16-byte unit u at (u ^ r % 8) * 16. Thread (r = 16 wq + lane/4 [+ 8], q = lane % 4)
+                     * holds columns 8 jj + 2 q, +1 of each 8-column group jj: 8 bytes in unit 2 jj + q/2,
+                     * at 8 (q % 2) inside it. A warp's 8 rows x 4 lanes x 8 bytes then cover every bank
+                     * exactly twice: two wavefronts, the minimum for 256 bytes. */
+                    const int tid = threadIdx.x % 128, q = lane % 4;
+                    const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
 #pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; j++) {
-                        st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                        st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                    for (int cc = 0; cc < BLOCK_N / OUT_COLS; cc++) {
+                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                        if (tid == 0)
+                            bulk_wait_read<1>(); /* the store that last read this buffer is done */
+                        named_barrier(1 + half, 128);
+#pragma unroll
+                        for (int jj = 0; jj < OUT_COLS / 8; jj++) {
+                            const int j = cc * (OUT_COLS / 8) + jj;
+                            const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (r & 7)) * 16) + 8 * (q & 1));
+                            if (steps > 0) {
+                                st_shared_f32x2(buf + r * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
+                                st_shared_f32x2(buf + (r + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
+                            } else {
+                                st_shared_f32x2(buf + r * 128 + off, 0.0f, 0.0f);
+                                st_shared_f32x2(buf + (r + 8) * 128 + off, 0.0f, 0.0f);
+                            }
+                        }
+                        fence_proxy_async();
+                        named_barrier(1 + half, 128);
+                        if (tid == 0) {
+                            tma_store_2d(tma_dw, buf, kb * BLOCK_N + cc * OUT_COLS, (int)row0);
+                            bulk_commit();
+                        }
                     }
                 } else {
-                    wgmma_wait<0>(); /* nothing pending; lets the compiler see every path waited */
+                    /* fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes) */
+                    float *p0 = dw + (row0 + wq * 16 + lane / 4) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
+                    if (steps > 0) {
 #pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; j++) {
-                        st_global_f32x2(p0 + 8 * j, 0.0f, 0.0f);
-                        st_global_f32x2(p0 + 8ll * K + 8 * j, 0.0f, 0.0f);
+                        for (int j = 0; j < BLOCK_N / 8; j++) {
+                            st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                            st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < BLOCK_N / 8; j++) {
+                            st_global_f32x2(p0 + 8 * j, 0.0f, 0.0f);
+                            st_global_f32x2(p0 + 8ll * K + 8 * j, 0.0f, 0.0f);
+                        }
                     }
                 }
+            }
+            if constexpr (EPILOGUE == 0) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
         }
     }
@@ -449,13 +527,24 @@ template <int E, int N, int K, int BLOCK_N, int STAGES, int BAND = 16, int GLU_F
     }
 #define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0, 0)
 
-/* The K-grouped kernel NAME (weight gradient, fp32 out). Launch contract: grid (#SMs, 1, 1), block
- * (384, 1, 1), dynamic shared memory GemmKGrouped<...>::SMEM_BYTES; tensor maps, bf16, 128-byte
- * swizzled, box {64, 64}: tma_dy over dY [rows_cap, N], tma_x over X [rows_cap, K]. */
+/* The K-grouped kernel NAME (weight gradient, fp32 out), register-store epilogue (1). Launch
+ * contract: grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory GemmKGrouped<...>::SMEM_BYTES;
+ * tensor maps, bf16, 128-byte swizzled, box {64, 64}: tma_dy over dY [rows_cap, N], tma_x over
+ * X [rows_cap, K]. */
 #define MOEC_SM90_GEMM_KGROUPED(NAME, E, N, K, BLOCK_N, STAGES)                                              \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_dy, const __grid_constant__ moec::sm90::TmaDesc tma_x, \
              float *dw, const int *offsets, int rows_cap)                                                    \
     {                                                                                                         \
-        moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES>::run(tma_dy, tma_x, dw, offsets, rows_cap);        \
+        moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES, 1>::run(tma_dy, tma_x, dw, offsets, rows_cap);     \
+    }
+/* The same with a choice of epilogue and a third tensor map: tma_dw over dW viewed [E * N, K], fp32,
+ * 128-byte swizzle, box {32, 64} (read only by EPILOGUE 0; dw only by EPILOGUE 1). */
+#define MOEC_SM90_GEMM_KGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE)                                 \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_dy, const __grid_constant__ moec::sm90::TmaDesc tma_x, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const int *offsets, int rows_cap)  \
+    {                                                                                                         \
+        moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE>::run(tma_dy, tma_x, tma_dw, dw, offsets,     \
+                                                                          rows_cap);                          \
     }

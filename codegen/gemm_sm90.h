@@ -12,7 +12,8 @@
  * appended (other kernels of the same module). */
 char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *extra);
 
-/* kernel `name`: MOEC_SM90_GEMM_KGROUPED, parameters (tma_dy, tma_x, float *dw, const int *offsets,
- * int rows_cap); grid #SMs, block 384 */
+/* kernel `name`: epilogue GEMM_SM90_KEPI_REGS: MOEC_SM90_GEMM_KGROUPED, parameters (tma_dy, tma_x,
+ * float *dw, const int *offsets, int rows_cap); GEMM_SM90_KEPI_TMA: MOEC_SM90_GEMM_KGROUPED_EX,
+ * parameters (tma_dy, tma_x, tma_dw, float *dw, const int *offsets, int rows_cap); grid #SMs, block 384 */
 char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const char *extra);
 #endif

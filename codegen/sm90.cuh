@@ -278,6 +278,12 @@ __device__ __forceinline__ void st_shared_u32(unsigned addr, unsigned v)
 {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+/* 8 bytes (two fp32, lo at the lower address) to shared memory at addr (8-byte aligned): the fp32
+ * TMA-store epilogue's writes into its 128-byte-swizzled staging buffers */
+__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float lo, float hi)
+{
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(lo), "f"(hi) : "memory");
+}
 __device__ __forceinline__ void st_global_f32x2(float *p, float a, float b)
 {
     asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");

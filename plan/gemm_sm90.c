@@ -38,7 +38,8 @@ int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
 
 int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s)
 {
-    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * 64 * 2 + 16 * s->stages;
+    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * 64 * 2 +
+           (s->epilogue == GEMM_SM90_KEPI_TMA ? 4 * 64 * 32 * 4 : 0) + 16 * s->stages;
 }
 
 int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
@@ -47,8 +48,14 @@ int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t err
         snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
     else if (s->block_n != 128 && s->block_n != 256)
         snprintf(err, errlen, "BLOCK_N is 128 or 256, not %d", s->block_n);
+    else if (s->epilogue != GEMM_SM90_KEPI_TMA && s->epilogue != GEMM_SM90_KEPI_REGS)
+        snprintf(err, errlen, "the K-grouped epilogue is 0 (TMA stores) or 1 (stores from registers), not %d",
+                 s->epilogue);
     else if (s->N % 128)
         snprintf(err, errlen, "N %d is not a multiple of 128", s->N);
+    else if (s->epilogue == GEMM_SM90_KEPI_TMA && (long long)s->E * s->N >= 2147483647ll)
+        snprintf(err, errlen, "E * N = %lld rows of dW do not fit a tensor map's int coordinate",
+                 (long long)s->E * s->N);
     else if (s->K % s->block_n)
         snprintf(err, errlen, "K %d is not a multiple of BLOCK_N %d", s->K, s->block_n);
     else if ((long long)s->E * s->N * s->K >= (1ll << 40))

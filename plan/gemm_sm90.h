@@ -32,9 +32,13 @@ int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
 
 /* ---- K-grouped (weight gradient): dW[g] [N, K] fp32 = dY[rows of g]^T . X[rows of g], the same
- * offsets. Shape: E, N (a multiple of 128), K (a multiple of block_n), block_n, stages; epilogue is
- * ignored (fp32 stores from registers). Padding rows must be zero in dY or X, finite in both. */
+ * offsets. Shape: E, N (a multiple of 128), K (a multiple of block_n), block_n, stages, epilogue
+ * (GEMM_SM90_KEPI_*: 0 TMA stores through shared memory, asynchronous, needs dW 16-byte aligned and
+ * E * N < 2^31; 1 8-byte stores from registers); trans_b is ignored. Padding rows must be zero in
+ * dY or X, finite in both. */
+enum { GEMM_SM90_KEPI_TMA = 0, GEMM_SM90_KEPI_REGS = 1 };
 int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
-int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s); /* 1024 + stages * (128 + block_n) * 128 + 16 stages */
+/* 1024 + stages * (128 + block_n) * 128 + 16 stages (+ 32768 for the TMA-store epilogue) */
+int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s);
 
 #endif

@@ -106,16 +106,25 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
 /* ---- the launch list ---- */
 /* A kernel argument beyond a buffer pointer (the sm_90a kernels, docs/kernels-sm90.md): a launch whose
  * targs is NULL passes only buffers (args); else targs[i] says what parameter i is, args[i] its buffer
- * (-1 for a constant). A tensor map is 2-D bf16, 128-byte swizzled, over buffer `buf` viewed as
- * [rows, cols] (row-major, cols contiguous) with box {box_cols, box_rows}: the runtime encodes it once
- * (arena addresses never move) and passes it by value (a 64-byte-aligned CUtensorMap). */
-typedef enum PlanArgKind { PLAN_ARG_BUF, PLAN_ARG_TMAP, PLAN_ARG_I32, PLAN_ARG_KIND_COUNT } PlanArgKind;
+ * (-1 for a constant). A tensor map is 2-D, 128-byte swizzled, over buffer `buf` from element `offset`
+ * on (of the map's type; 0 for TMAP), viewed as [rows, cols] (row-major, cols contiguous) with box
+ * {box_cols, box_rows}, box_cols elements being one 128-byte swizzle row: TMAP bf16 (box_cols 64),
+ * TMAP_F32 fp32 (box_cols 32; the K-grouped kernel's fp32 dW). The runtime encodes it once (arena
+ * addresses never move) and passes it by value (a 64-byte-aligned CUtensorMap). */
+typedef enum PlanArgKind {
+    PLAN_ARG_BUF,
+    PLAN_ARG_TMAP,
+    PLAN_ARG_I32,
+    PLAN_ARG_TMAP_F32,
+    PLAN_ARG_KIND_COUNT
+} PlanArgKind;
 extern const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT];
 typedef struct PlanArg {
     PlanArgKind kind;
-    int buf;             /* BUF, TMAP: the buffer; I32: -1 */
-    int64_t rows, cols;  /* TMAP */
+    int buf;             /* BUF, TMAP, TMAP_F32: the buffer; I32: -1 */
+    int64_t rows, cols;  /* TMAP, TMAP_F32 */
     int box_rows, box_cols;
+    int64_t offset;      /* TMAP_F32: elements from the buffer's start (16-byte aligned); TMAP: 0 */
     int64_t value;       /* I32 */
 } PlanArg;
 enum { PLAN_GRID_ALL_SMS = 0 }; /* grid 0: one block per SM of the device (persistent kernels) */

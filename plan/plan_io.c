@@ -209,10 +209,13 @@ char *plan_to_json(const Plan *p, int with_source)
                     cJSON_AddItemToArray(args, cJSON_CreateNumber(l->args[a]));
                     continue;
                 }
-                /* typed arguments (only fast plans have them): {"tmap": buf, rows, cols, box} or {"i32": v} */
+                /* typed arguments (only fast plans have them): {"tmap": buf, rows, cols, box},
+                 * {"tmap_f32": buf, "offset", rows, cols, box} or {"i32": v} */
                 cJSON *ta = cJSON_CreateObject();
-                if (t->kind == PLAN_ARG_TMAP) {
-                    cJSON_AddNumberToObject(ta, "tmap", t->buf);
+                if (t->kind == PLAN_ARG_TMAP || t->kind == PLAN_ARG_TMAP_F32) {
+                    cJSON_AddNumberToObject(ta, t->kind == PLAN_ARG_TMAP ? "tmap" : "tmap_f32", t->buf);
+                    if (t->kind == PLAN_ARG_TMAP_F32)
+                        cJSON_AddNumberToObject(ta, "offset", (double)t->offset);
                     cJSON_AddNumberToObject(ta, "rows", (double)t->rows);
                     cJSON_AddNumberToObject(ta, "cols", (double)t->cols);
                     cJSON_AddNumberToObject(ta, "box_rows", t->box_rows);
@@ -435,9 +438,10 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
     return o;
 }
 
-/* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"} or
- * {"i32": v}. A tensor map must lie inside a bf16 buffer, with a box the runtime can encode (a 128-byte
- * inner box for the 128-byte swizzle, at most 256 rows). */
+/* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"},
+ * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie
+ * inside a buffer of its type (bf16, fp32), 16-byte aligned, with a box the runtime can encode (a
+ * 128-byte inner box for the 128-byte swizzle, at most 256 rows). */
 static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const cJSON *x)
 {
     if (!l->targs) {
@@ -457,19 +461,24 @@ static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const
         l->args[a] = -1;
         return !r->failed;
     }
-    t->kind = PLAN_ARG_TMAP;
-    t->buf = (int)get_int(r, x, "tmap", 0, p->nbufs - 1);
+    int f32 = cJSON_GetObjectItemCaseSensitive(x, "tmap_f32") != NULL;
+    int64_t esize = f32 ? 4 : 2;
+    t->kind = f32 ? PLAN_ARG_TMAP_F32 : PLAN_ARG_TMAP;
+    t->buf = (int)get_int(r, x, f32 ? "tmap_f32" : "tmap", 0, p->nbufs - 1);
+    t->offset = f32 ? get_int(r, x, "offset", 0, (int64_t)1 << 50) : 0;
     t->rows = get_int(r, x, "rows", 1, INT32_MAX);
     t->cols = get_int(r, x, "cols", 8, INT32_MAX);
     t->box_rows = (int)get_int(r, x, "box_rows", 1, 256);
-    t->box_cols = (int)get_int(r, x, "box_cols", 64, 64);
+    t->box_cols = (int)get_int(r, x, "box_cols", 128 / esize, 128 / esize);
     if (r->failed)
         return 0;
     const PlanBuf *b = &p->bufs[t->buf];
-    if (b->storage != PLAN_BF16 || t->cols % 8 || t->rows * t->cols * 2 > b->bytes)
-        return bad(r, "launch %d: argument %d: a tensor map [%lld x %lld] over buffer %d (%s, %lld bytes), which is "
-                      "no bf16 buffer that large with 16-byte rows", i, a, (long long)t->rows, (long long)t->cols,
-                   t->buf, plan_storage_name[b->storage], (long long)b->bytes);
+    if (b->storage != (f32 ? PLAN_F32 : PLAN_BF16) || (t->cols * esize) % 16 || (t->offset * esize) % 16 ||
+        t->offset + t->rows * t->cols > b->bytes / esize)
+        return bad(r, "launch %d: argument %d: a tensor map [%lld x %lld] from element %lld of buffer %d (%s, %lld "
+                      "bytes), which is no %s buffer that large with 16-byte rows and a 16-byte-aligned start",
+                   i, a, (long long)t->rows, (long long)t->cols, (long long)t->offset, t->buf,
+                   plan_storage_name[b->storage], (long long)b->bytes, f32 ? "f32" : "bf16");
     l->args[a] = t->buf;
     return 1;
 }

@@ -37,8 +37,18 @@ int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char
                 snprintf(err, errlen, "argument %d: a tensor map over a buffer that is not 16-byte aligned", i);
                 return 0;
             }
-            if (!tma_encode_bf16_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
-                                    (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
+            if (k == PLAN_ARG_TMAP_F32) {
+                p += (CUdeviceptr)t->offset * 4;
+                if (p & 15) {
+                    snprintf(err, errlen, "argument %d: an fp32 tensor map from an offset that is not 16-byte aligned",
+                             i);
+                    return 0;
+                }
+                if (!tma_encode_f32_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
+                                       (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
+                    return 0;
+            } else if (!tma_encode_bf16_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
+                                           (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
                 return 0;
         }
     }

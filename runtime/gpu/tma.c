@@ -3,23 +3,36 @@
 
 #include <stdio.h>
 
-int tma_encode_bf16_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols, unsigned box_rows,
-                  char *err, size_t errlen)
+/* 2-D, 128-byte swizzle: the box's inner dimension is one 128-byte swizzle row (64 bf16 or 32 fp32) */
+static int encode_2d(CUtensorMap *m, int type, unsigned elsize, const char *tname, CUdeviceptr p,
+                     unsigned long long rows, unsigned long long cols, unsigned box_rows, char *err, size_t errlen)
 {
     unsigned long long dims[2] = {cols, rows};
-    unsigned long long strides[1] = {cols * 2}; /* bytes, of dimension 1 */
-    unsigned box[2] = {64, box_rows};           /* 64 bf16: one 128-byte swizzle row */
+    unsigned long long strides[1] = {cols * elsize}; /* bytes, of dimension 1 */
+    unsigned box[2] = {128 / elsize, box_rows};
     unsigned estr[2] = {1, 1};
-    CUresult r = cu.cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(size_t)p, dims, strides,
-                                           box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+    CUresult r = cu.cuTensorMapEncodeTiled(m, type, 2, (void *)(size_t)p, dims, strides, box, estr,
+                                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         char b[160];
-        snprintf(err, errlen, "cuTensorMapEncodeTiled [%llu x %llu] box %u: %s", rows, cols, box_rows,
+        snprintf(err, errlen, "cuTensorMapEncodeTiled %s [%llu x %llu] box %u: %s", tname, rows, cols, box_rows,
                  cudrv_error(r, b, sizeof b));
         return 0;
     }
     return 1;
+}
+
+int tma_encode_bf16_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols, unsigned box_rows,
+                  char *err, size_t errlen)
+{
+    return encode_2d(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, "bf16", p, rows, cols, box_rows, err, errlen);
+}
+
+int tma_encode_f32_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols,
+                      unsigned box_rows, char *err, size_t errlen)
+{
+    return encode_2d(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, "f32", p, rows, cols, box_rows, err, errlen);
 }
 
 int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
@@ -46,4 +59,14 @@ int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdev
     }
     return tma_encode_bf16_2d(tdy, dy, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen) &&
            tma_encode_bf16_2d(tx, x, (unsigned long long)rows_cap, (unsigned long long)s->K, 64, err, errlen);
+}
+
+int gemm_sm90_kgrouped_dw_map(const GemmSm90Shape *s, CUdeviceptr dw, CUtensorMap *tdw, char *err, size_t errlen)
+{
+    if (dw & 15) {
+        snprintf(err, errlen, "dW must be 16-byte aligned for its tensor map");
+        return 0;
+    }
+    return tma_encode_f32_2d(tdw, dw, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K, 64,
+                             err, errlen);
 }

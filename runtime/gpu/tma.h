@@ -14,6 +14,10 @@
 int tma_encode_bf16_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols,
                        unsigned box_rows, char *err, size_t errlen);
 
+/* The same for fp32: box {32, box_rows} (32 fp32: one 128-byte swizzle row). */
+int tma_encode_f32_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols,
+                      unsigned box_rows, char *err, size_t errlen);
+
 /* The three tensor maps of the M-grouped kernel (needs the driver loaded, cudrv_load), all bf16,
  * 128-byte swizzled, 256-byte L2 promotion: ta over A [rows_cap, K] at a, box {64, 128}; tb over
  * W [E * N, K] at w, box {64, block_n}; td over D [rows_cap, N] at d, box {64, 64}. a, w, d 16-byte
@@ -24,5 +28,9 @@ int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_
 /* tdy over dY [rows_cap, N] at dy, tx over X [rows_cap, K] at x: bf16, box {64, 64}, 128-byte swizzle */
 int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdeviceptr x, long long rows_cap,
                                    CUtensorMap *tdy, CUtensorMap *tx, char *err, size_t errlen);
+
+/* tdw over dW [E * N, K] fp32 at dw (16-byte aligned), box {32, 64}, 128-byte swizzle: the K-grouped
+ * kernel's TMA-store epilogue (GEMM_SM90_KEPI_TMA) */
+int gemm_sm90_kgrouped_dw_map(const GemmSm90Shape *s, CUdeviceptr dw, CUtensorMap *tdw, char *err, size_t errlen);
 
 #endif

@@ -106,13 +106,22 @@ static const Cfg cfgs[] = {
 /* K-grouped (weight gradient, fp32 dW [E, N, K] = dY^T X per group): N = the forward's N (dY's
  * width), K = the forward's K (X's width) */
 static const Cfg kcfgs[] = {
-    {"wgrad_ragged", {6, 256, 512, 256, 4, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bn128", {6, 256, 512, 128, 6, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
-    {"wgrad_mixtral_gate_up", {8, 28672, 4096, 256, 4, 0, 0}, 1, 0, U8(2048)},
-    {"wgrad_mixtral_down", {8, 4096, 14336, 256, 4, 0, 0}, 1, 0, U8(2048)},
-    {"wgrad_bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 1, 0, U16(1024)},
-    {"wgrad_bio_down", {16, 1024, 2816, 256, 4, 0, 0}, 1, 0, U16(1024)},
+    /* epilogue 1: fp32 stores from registers (the original) */
+    {"wgrad_ragged", {6, 256, 512, 256, 4, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bn128", {6, 256, 512, 128, 6, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bio_up", {16, 5632, 1024, 256, 4, 1, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"wgrad_mixtral_gate_up", {8, 28672, 4096, 256, 4, 1, 0}, 1, 0, U8(2048)},
+    {"wgrad_mixtral_down", {8, 4096, 14336, 256, 4, 1, 0}, 1, 0, U8(2048)},
+    {"wgrad_bio_up", {16, 5632, 1024, 256, 4, 1, 0}, 1, 0, U16(1024)},
+    {"wgrad_bio_down", {16, 1024, 2816, 256, 4, 1, 0}, 1, 0, U16(1024)},
+    /* epilogue 0: asynchronous TMA stores of fp32 through shared memory (2 x 8 KB per consumer warpgroup) */
+    {"wgrad_ragged_tma", {6, 256, 512, 256, 4, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bn128_tma", {6, 256, 512, 128, 6, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bio_up_tma", {16, 5632, 1024, 256, 4, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"wgrad_mixtral_gate_up_tma", {8, 28672, 4096, 256, 4, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_mixtral_down_tma", {8, 4096, 14336, 256, 4, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_bio_up_tma", {16, 5632, 1024, 256, 4, 0, 0}, 1, 0, U16(1024)},
+    {"wgrad_bio_down_tma", {16, 1024, 2816, 256, 4, 0, 0}, 1, 0, U16(1024)},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
@@ -494,11 +503,15 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
                                    (size_t)(off[g + 1] - off[g] - c->rows[g]) * K / 2, NULL),
                "zero padding");
     ck(cu.cuMemsetD32Async(DW, 0xFFFFFFFFu, dwn, NULL), "poison dW");
-    CUtensorMap tdy, tx;
+    CUtensorMap tdy, tx, tdw;
     if (!gemm_sm90_kgrouped_tensor_maps(s, DY, X, rows_cap, &tdy, &tx, err, sizeof err))
         die(c->name, err);
+    int tma_epi = s->epilogue == GEMM_SM90_KEPI_TMA;
+    if (tma_epi && !gemm_sm90_kgrouped_dw_map(s, DW, &tdw, err, sizeof err))
+        die(c->name, err);
     int rc_int = (int)rows_cap;
-    void *args[] = {&tdy, &tx, &DW, &OFF, &rc_int};
+    void *args_regs[] = {&tdy, &tx, &DW, &OFF, &rc_int}, *args_tma[] = {&tdy, &tx, &tdw, &DW, &OFF, &rc_int};
+    void **args = tma_epi ? args_tma : args_regs;
     ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, GEMM_SM90_THREADS, 1, 1, (unsigned)smem, NULL, args, NULL),
        "kgrouped launch");
     ck(cu.cuCtxSynchronize(), "kgrouped run 1");
@@ -575,8 +588,9 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
     res->checked = 1;
     double normwise = st.ref2 > 0 ? sqrt(st.err2 / st.ref2) : 0;
     res->pass = st.bad == 0 && normwise <= 1e-4 && res->deterministic;
-    printf("%-22s E %2d N %5d K %5d BN %d K-grouped (fp32 dW): rows %lld (padded %d), regs %d, local %d B, smem %d B\n",
-           c->name, E, N, K, s->block_n, real, off[E], res->regs, res->local, smem);
+    printf("%-22s E %2d N %5d K %5d BN %d K-grouped (fp32 dW, %s epilogue): rows %lld (padded %d), regs %d, local %d "
+           "B, smem %d B\n", c->name, E, N, K, s->block_n, tma_epi ? "TMA-store" : "register-store", real, off[E],
+           res->regs, res->local, smem);
     printf("  check %lld elements (+ empty groups' zeros: %lld wrong): %lld over tolerance, %lld NaN; max abs %.3g, "
            "max rel %.3g, max err/tol %.3f, normwise %.3g; two runs bit-identical: %s -> %s\n",
            st.n, zeros_bad, st.bad, st.nan, st.max_abs, st.max_rel, st.max_ratio, normwise, same ? "yes" : "NO",
@@ -591,6 +605,17 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
     cu.cuMemFree(DW);
     cu.cuMemFree(OFF);
     cu.cuModuleUnload(mod);
+}
+
+/* name is one of the space-separated words of list (not merely a substring: mixtral_down is not
+ * wgrad_mixtral_down) */
+static int name_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(list, name); p; p = strstr(p + 1, name))
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' '))
+            return 1;
+    return 0;
 }
 
 static int run(const char *dir, unsigned seed)
@@ -619,7 +644,7 @@ static int run(const char *dir, unsigned seed)
     int n = 0, fails = 0;
     for (int i = 0; i < NCFG + NKCFG; i++) {
         const Cfg *c = i < NCFG ? &cfgs[i] : &kcfgs[i - NCFG];
-        if (only && *only && !strstr(only, c->name))
+        if (only && *only && !name_listed(only, c->name))
             continue;
         if (i < NCFG)
             run_one(c, dir, sms, seed + (unsigned)i, &res[n]);
@@ -628,11 +653,11 @@ static int run(const char *dir, unsigned seed)
         fails += !res[n].pass;
         n++;
     }
-    printf("\n%-22s %5s %5s %9s %9s %8s %6s %9s %8s\n", "config", "regs", "local", "max_rel", "normwise", "err/tol",
+    printf("\n%-26s %5s %5s %9s %9s %8s %6s %9s %8s\n", "config", "regs", "local", "max_rel", "normwise", "err/tol",
            "check", "ms", "TFLOP/s");
     for (int i = 0; i < n; i++) {
         double nw = res[i].st.ref2 > 0 ? sqrt(res[i].st.err2 / res[i].st.ref2) : 0;
-        printf("%-22s %5d %5d %9.2e %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].st.max_rel, nw,
+        printf("%-26s %5d %5d %9.2e %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].st.max_rel, nw,
                res[i].st.max_ratio, res[i].pass ? "PASS" : "FAIL");
         if (res[i].timed)
             printf(" %9.4f %8.1f\n", res[i].ms, res[i].tflops);

@@ -394,7 +394,7 @@ static void test_models(void)
         free(json1);
         free(json2);
         /* one kernel per launch without sharing: the same launches */
-        CudaOptions no_share = {1};
+        CudaOptions no_share = {.no_dedup = 1};
         plan_clear_gpu(pl);
         CHECK(cuda_codegen(pl, &no_share, NULL) && pl->nkernel_launches == nl1 && pl->nkernels >= nk1,
               "%s: without kernel sharing, %d kernels for the same %d launches", what, pl->nkernels,
@@ -601,11 +601,14 @@ static void test_fast_mlp(void)
     const struct {
         const char *path, *precision;
         int fast, skinny; /* grouped MLPs on the fast kernels; skinny router launches (K % 128 == 0) */
-    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1, 8},
-                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 8},
-                 {"models/mixtral_tiny.moe", NULL, 0, 0},
+        CudaKgemmEpilogue kgemm; /* the weight-gradient GEMMs' epilogue (fast_mlp's dW slices are 16-byte aligned) */
+    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_DEFAULT},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_TMA},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_REGS},
+                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 8, CUDA_KGEMM_DEFAULT},
+                 {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT},
                  /* x an input, dy's source read only through the elided dispatch */
-                 {"bench/models/layer/layer_small.moe", NULL, 1, 3}};
+                 {"bench/models/layer/layer_small.moe", NULL, 1, 3, CUDA_KGEMM_DEFAULT}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         Compilation c;
         IrGraph *g = compile_model(&c, cases[k].path, cases[k].precision, 0, NULL);
@@ -613,12 +616,13 @@ static void test_fast_mlp(void)
         Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
         if (p)
             p->source.kernels = PLAN_KERNELS_FAST;
-        CHECK(p && cuda_codegen(p, NULL, NULL), "%s: a fast plan", cases[k].path);
+        CudaOptions opts = {.kgemm_epilogue = cases[k].kgemm};
+        CHECK(p && cuda_codegen(p, &opts, NULL), "%s: a fast plan", cases[k].path);
         if (!p) {
             compilation_free(&c);
             continue;
         }
-        int nodes = 0, fast = 0, typed = 0, impl_ok = 1, skinny = 0;
+        int nodes = 0, fast = 0, typed = 0, impl_ok = 1, skinny = 0, tmap_f32 = 0;
         for (int i = 0; i < p->graph->nnodes; i++) {
             const IrNode *n = p->graph->nodes[i];
             if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
@@ -630,6 +634,8 @@ static void test_fast_mlp(void)
         for (int i = 0; i < p->nlaunches; i++) {
             const PlanLaunch *l = &p->launches[i];
             typed += l->targs != NULL;
+            for (int a = 0; l->targs && a < l->nargs; a++)
+                tmap_f32 += l->targs[a].kind == PLAN_ARG_TMAP_F32;
             const IrNode *n = p->graph->nodes[l->node];
             int mlp = n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD;
             int lin = n->op == IR_OP_LINEAR || n->op == IR_OP_LINEAR_DX || n->op == IR_OP_LINEAR_DW;
@@ -661,6 +667,13 @@ static void test_fast_mlp(void)
         /* forward: 2 GEMMs; backward: 2 M-grouped (no recomputation of h) + 2 K-grouped; per layer */
         CHECK(cases[k].fast ? typed == 6 * nodes / 2 : typed == 0, "%s: %d launches with typed arguments",
               cases[k].path, typed);
+        /* the TMA-store epilogue: an fp32 tensor map over each of a backward's two dW slices, and its kernels */
+        int tma = cases[k].fast && cases[k].kgemm != CUDA_KGEMM_REGS; /* the default: TMA stores */
+        CHECK(tmap_f32 == (tma ? 2 * nodes / 2 : 0) &&
+                  (strstr(p->cuda_source, ">::run(tma_dy, tma_x, tma_dw, out + ") != NULL) == tma &&
+                  (strstr(p->cuda_source, ">::run(tma_dy, tma_x, out + ") != NULL) == (cases[k].fast && !tma),
+              "%s (K-grouped epilogue option %d): %d fp32 tensor maps, the epilogue asked for", cases[k].path,
+              (int)cases[k].kgemm, tmap_f32);
         check_plan(cases[k].path, p);
         int copies = 0, kept = 0, elided = 0, glu_ok = 1;
         for (int b = 0; b < p->nbufs; b++) {
@@ -710,6 +723,23 @@ static void test_fast_mlp(void)
             }
             free(doc);
         }
+        /* a plan whose fp32 tensor map would start off a 16-byte boundary is refused by the reader */
+        for (int i = 0; tma && i < p->nlaunches; i++)
+            for (int a = 0; p->launches[i].targs && a < p->launches[i].nargs; a++) {
+                PlanArg *t = &p->launches[i].targs[a];
+                if (t->kind != PLAN_ARG_TMAP_F32)
+                    continue;
+                t->offset += 1;
+                char *doc = plan_to_json(p, 0);
+                Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+                CHECK(!q && strstr(err, "tensor map"), "%s: an fp32 tensor map 4 bytes off alignment is refused: %s",
+                      cases[k].path, q ? "read" : err);
+                plan_free(q);
+                free(doc);
+                t->offset -= 1;
+                i = p->nlaunches;
+                break;
+            }
         plan_free(p);
         compilation_free(&c);
     }

@@ -164,6 +164,20 @@ static void test_shapes(void)
     CHECK(!gemm_sm90_check_shape(&glu128, err, sizeof err) && strstr(err, "SwiGLU"), "GLU with BLOCK_N 128: %s", err);
     CHECK(!gemm_sm90_check_shape(&badtb, err, sizeof err) && strstr(err, "trans_b"), "trans_b 2: %s", err);
     CHECK(!gemm_sm90_check_shape(&bigk, err, sizeof err) && strstr(err, "E * K"), "E * K rows: %s", err);
+    /* K-grouped: the TMA-store epilogue's 4 x 8 KB of staging fit beside 4 stages of BLOCK_N 256 and 6 of 128 */
+    GemmSm90Shape kt = {8, 28672, 4096, 256, 4, 0, 0}, kr = {8, 28672, 4096, 256, 4, 1, 0},
+                  kt128 = {16, 1024, 2816, 128, 6, 0, 0}, kbad = {8, 28672, 4096, 256, 4, 2, 0},
+                  kbig = {1 << 12, 1 << 20, 128, 128, 6, 0, 0};
+    CHECK(gemm_sm90_kgrouped_check_shape(&kt, err, sizeof err) &&
+              gemm_sm90_kgrouped_smem_bytes(&kt) == 1024 + 4 * 49152 + 32768 + 64,
+          "K-grouped TMA epilogue, BLOCK_N 256, 4 stages: %d bytes", gemm_sm90_kgrouped_smem_bytes(&kt));
+    CHECK(gemm_sm90_kgrouped_check_shape(&kr, err, sizeof err) &&
+              gemm_sm90_kgrouped_smem_bytes(&kr) == 1024 + 4 * 49152 + 64,
+          "K-grouped register epilogue: %d bytes", gemm_sm90_kgrouped_smem_bytes(&kr));
+    CHECK(gemm_sm90_kgrouped_check_shape(&kt128, err, sizeof err), "K-grouped TMA epilogue, BLOCK_N 128: %s", err);
+    CHECK(!gemm_sm90_kgrouped_check_shape(&kbad, err, sizeof err) && strstr(err, "epilogue"), "K-grouped epilogue 2: %s",
+          err);
+    CHECK(!gemm_sm90_kgrouped_check_shape(&kbig, err, sizeof err) && strstr(err, "E * N"), "E * N rows of dW: %s", err);
 }
 
 static void test_nvrtc_compile(void)
@@ -203,8 +217,10 @@ static void test_nvrtc_compile(void)
         free(src);
     }
     const GemmSm90Shape kshapes[] = {
-        {8, 28672, 4096, 256, 4, 0, 0}, /* Mixtral gate_up weight gradient */
-        {16, 1024, 2816, 128, 6, 0, 0}, /* bio down, BLOCK_N 128 */
+        {8, 28672, 4096, 256, 4, 1, 0}, /* Mixtral gate_up weight gradient, stores from registers */
+        {16, 1024, 2816, 128, 6, 1, 0}, /* bio down, BLOCK_N 128 */
+        {8, 28672, 4096, 256, 4, 0, 0}, /* Mixtral gate_up, TMA-store epilogue */
+        {16, 1024, 2816, 128, 6, 0, 0}, /* bio down, BLOCK_N 128, TMA stores */
     };
     for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++) {
         CHECK(gemm_sm90_kgrouped_check_shape(&kshapes[i], err, sizeof err), "K-grouped shape: %s", err);
