@@ -42,6 +42,23 @@ __device__ void gather(unsigned short *dst, float *pdst, const float *src, const
     }
 }
 
+/* The padded rows of one token's KS slots: plan_t [KS] holds their expert-major rows; row `row` of
+ * group g (start[g] <= row < start[g + 1]) is padded row ofs[g] + row - start[g]; a row past the groups
+ * gives -1. */
+template <int E, int KS> __device__ __forceinline__ void padded_rows(long long (&pr)[KS], const int *plan_t, const int *ofs)
+{
+    const int *start = ofs + E + 1;
+#pragma unroll
+    for (int j = 0; j < KS; j++) {
+        const int row = plan_t[j];
+        pr[j] = -1;
+        if (row >= 0 && row < start[E]) {
+            const int g = moec_sched_group_of(start, E, row);
+            pr[j] = (long long)ofs[g] + (row - start[g]);
+        }
+    }
+}
+
 /* dst [., C] bf16 padded rows <- the token rows x [T, C] f32 through a dispatch plan [T, KS] (the
  * expert-major row of each token's slot): padded row ofs[g] + row - start[g] of group g holding `row`
  * gets token t's row; pdst [.] <- p [row] (p expert-major, if p); the padding rows of every group zero.
@@ -57,15 +74,7 @@ __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, 
     for (long long it = blockIdx.x; it < items; it += gridDim.x) {
         if (it < T) {
             long long pr[KS];
-#pragma unroll
-            for (int j = 0; j < KS; j++) {
-                const int row = plan[it * KS + j];
-                pr[j] = -1;
-                if (row >= 0 && row < start[E]) {
-                    const int g = moec_sched_group_of(start, E, row);
-                    pr[j] = (long long)ofs[g] + (row - start[g]);
-                }
-            }
+            padded_rows<E, KS>(pr, plan + it * KS, ofs);
             for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
                 const float4 v = *(const float4 *)(x + it * C + c);
                 const uint2 b = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
@@ -98,18 +107,9 @@ __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, 
 template <int E, long long T, int KS, long long D>
 __device__ void combine_padded(float *out, const unsigned short *yp, const int *plan, const int *ofs)
 {
-    const int *start = ofs + E + 1;
     for (long long t = blockIdx.x; t < T; t += gridDim.x) {
         long long pr[KS];
-#pragma unroll
-        for (int j = 0; j < KS; j++) {
-            const int row = plan[t * KS + j];
-            pr[j] = -1;
-            if (row >= 0 && row < start[E]) {
-                const int g = moec_sched_group_of(start, E, row);
-                pr[j] = (long long)ofs[g] + (row - start[g]);
-            }
-        }
+        padded_rows<E, KS>(pr, plan + t * KS, ofs);
         for (long long c = 4 * threadIdx.x; c < D; c += 4 * blockDim.x) {
             float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
