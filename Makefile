@@ -30,7 +30,7 @@ DRIVER_SRC = driver/compile.c driver/build.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
-DATA_SRC = data/data.c
+DATA_SRC = data/data.c data/shards.c
 FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c
 TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c
@@ -98,7 +98,7 @@ $(BUILD)/libmoec.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 # the moec command (cli/): main() and the commands, outside libmoec.a
-CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c
+CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c cli/prep.c
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 
 # -rdynamic: pass plugins (--load-pass) link against the IR and pass API in moec

@@ -13,11 +13,17 @@
 #include "trainer.h"
 
 static const char *const usage_train =
-    "usage: %s --data FILE [--data FILE ...] [options]\n"
+    "usage: %s --data FILE|DIR... [options]\n"
     "\n"
     "Trains the model compiled into this binary (%s) on FASTA sequences.\n"
     "\n"
-    "  --data FILE        FASTA or FASTA.gz training data (repeatable)\n"
+    "  --data FILE|DIR... training data: FASTA or FASTA.gz files, directories of\n"
+    "                     them, glob patterns, '-' (standard input), or one shard\n"
+    "                     directory written by `moec prep` (mapped, not read);\n"
+    "                     several after one flag, and the flag repeatable\n"
+    "  --val-data FILE|DIR... validation data (same forms); without it 1%% of the\n"
+    "                     training sequences, chosen by a fixed hash of their\n"
+    "                     index (not by --seed)\n"
     "  --steps N          optimizer steps (default: the model file's, %lld)\n"
     "  --seed N           seed for initialisation, data order and masking (default 1)\n"
     "  --batch N          sequences per step (default: the model file's, %lld)\n"
@@ -86,11 +92,19 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf(usage_train, t->prog, t->g->model, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
             return 0;
-        } else if (strcmp(a, "--data") == 0) {
+        } else if (strcmp(a, "--data") == 0 || strcmp(a, "--val-data") == 0) {
             NEED_VALUE();
-            if (f->ndata == MAX_DATA_FILES)
-                return trainer_usage_error(t->prog, "at most %d --data files", MAX_DATA_FILES);
-            f->data[f->ndata++] = v;
+            int val = a[2] == 'v';
+            const char **list = val ? f->val_data : f->data;
+            int *n = val ? &f->nval_data : &f->ndata;
+            /* the value and every following argument up to the next option */
+            for (int first = 1; first || (i + 1 < argc && (argv[i + 1][0] != '-' || !strcmp(argv[i + 1], "-")));
+                 first = 0) {
+                if (*n == MAX_DATA_FILES)
+                    return trainer_usage_error(t->prog, "at most %d %s arguments (give a directory or a glob)",
+                                               MAX_DATA_FILES, a);
+                list[(*n)++] = argv[first ? i : ++i];
+            }
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
         } else if (strcmp(a, "--ckpt-dir") == 0) {

@@ -127,13 +127,10 @@ static int64_t count_targets(const int32_t *tg, int64_t n)
 static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out)
 {
     data_loader_reset(l);
-    int64_t rows = data_loader_rows(l);
-    int64_t nb = (rows + t->tr.batch - 1) / t->tr.batch;
-    if (batches > 0 && batches < nb)
-        nb = batches;
     double sums[2] = {0, 0};  /* loss x tokens, tokens */
     int64_t bs = t->local_batch * t->tr.seq;
-    for (int64_t b = 0; b < nb; b++) {
+    /* to the end of the pass (every rank's loader is the same, so they stop together) */
+    for (int64_t b = 0; (batches <= 0 || b < batches) && !data_loader_done(l); b++) {
         data_loader_next(l, t->gtokens, t->gtargets);
         memcpy(t->tokens, t->gtokens + t->rank * bs, sizeof(int32_t) * (size_t)bs);
         memcpy(t->targets, t->gtargets + t->rank * bs, sizeof(int32_t) * (size_t)bs);
@@ -270,14 +267,25 @@ int trainer_run(Trainer *t)
         return 0;
     }
 
-    if (!data_loader_init(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
-                          (uint64_t)t->f.seed, t->obj))
+    /* validation: --val-data, or the fixed 1% hash split of the training data */
+    DataOptions to = DATA_OPTIONS_DEFAULT, vo = DATA_OPTIONS_DEFAULT;
+    const FastaSet *vs = t->shared_val ? t->shared_val : t->shared;
+    if (t->shared_val) {
+        to.val_fraction = 0;
+        vo.val_fraction = 1.0;
+    }
+    if (!data_loader_init_opts(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
+                               (uint64_t)t->f.seed, t->obj, &to))
         return trainer_error(t, "the training split is empty: give more sequences");
-    t->have_val = data_loader_init(&t->val_loader, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
-                                   (uint64_t)t->f.seed, t->obj);
-    DataSplitStats ss[2];
-    data_split_stats(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, ss);
-    t->unigram = data_unigram_entropy(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, DATA_SPLIT_VAL, t->obj);
+    t->have_val = data_loader_init_opts(&t->val_loader, vs, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+                                        (uint64_t)t->f.seed, t->obj, &vo);
+    DataSplitStats ss[2], vss[2];
+    data_split_stats(t->shared, to.val_fraction, ss);
+    if (t->shared_val) {
+        data_split_stats(vs, vo.val_fraction, vss);
+        ss[1] = vss[1];
+    }
+    t->unigram = data_unigram_entropy(vs, vo.val_fraction, DATA_SPLIT_VAL, t->obj);
 
     if (t->f.init_path && !trainer_load_checkpoint(t, t->f.init_path, 0))
         return trainer_error(t, "cannot start from %s", t->f.init_path);
@@ -310,9 +318,12 @@ int trainer_run(Trainer *t)
         for (int s = 0; s < 2; s++) {
             char r[32];
             fmt_count(r, sizeof r, (double)ss[s].nresidues);
-            printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s\n",
+            printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s%s\n",
                    s ? "validation" : "train", (long long)ss[s].nseq, r, (long long)ss[s].nunknown,
-                   t->alpha->tokens[t->alpha->unk]);
+                   t->alpha->tokens[t->alpha->unk],
+                   s == 0 && t->shared->shards ? " (shards, memory-mapped)"
+                   : s == 1 && t->shared_val ? " (--val-data)"
+                   : s == 1 ? " (1% of the training data, a fixed hash of each sequence's index)" : "");
         }
         printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
                t->unigram);

@@ -27,6 +27,7 @@
 #include "launch.h"
 #include "../runtime/cpu/cpu.h"
 #include "../data/data.h"
+#include "../data/shards.h"
 #include "../runtime/backend.h"
 #include "trainer.h"
 
@@ -111,15 +112,14 @@ static void use_plan(Trainer *t, const Plan *p)
 }
 
 
+/* FASTA files read into memory, or one shard directory mapped (data/shards.h) */
 static int load_data(FastaSet *data, const Alphabet *alpha, const char *const *files, int n)
 {
-    char err[1024];
-    fasta_set_init(data);
-    for (int i = 0; i < n; i++)
-        if (!fasta_read(files[i], alpha, data, err, sizeof err)) {
-            fprintf(stderr, "%s\n", err);
-            return 0;
-        }
+    char err[4096];
+    if (!data_open(files, n, alpha, data, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 0;
+    }
     return 1;
 }
 
@@ -242,10 +242,13 @@ int train_main(int argc, char **argv, const Plan *plan)
     cpu_set_threads(threads);
 
     /* the data, read once */
-    FastaSet data;
+    FastaSet data, val_data;
+    fasta_set_init(&val_data);
     const Alphabet *alpha = alphabet_get(tr.alphabet == IR_ALPHABET_DNA ? ALPHABET_DNA : ALPHABET_PROTEIN);
-    if (!(f.eval_path ? load_data(&data, alpha, &f.eval_path, 1) : load_data(&data, alpha, f.data, f.ndata))) {
+    if (!(f.eval_path ? load_data(&data, alpha, &f.eval_path, 1) : load_data(&data, alpha, f.data, f.ndata)) ||
+        (!f.eval_path && f.nval_data && !load_data(&val_data, alpha, f.val_data, f.nval_data))) {
         fasta_set_free(&data);
+        fasta_set_free(&val_data);
         return 1;
     }
 
@@ -258,6 +261,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         if (!single) {
             fprintf(stderr, "%s: rank %d: error: %s\n", prog, env_rank, err);
             fasta_set_free(&data);
+            fasta_set_free(&val_data);
             return 1;
         }
     } else if (world > 1) {
@@ -265,6 +269,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         if (!comms) {
             fprintf(stderr, "%s: error: %s\n", prog, err);
             fasta_set_free(&data);
+            fasta_set_free(&val_data);
             return 1;
         }
     } else {
@@ -281,6 +286,7 @@ int train_main(int argc, char **argv, const Plan *plan)
                 comm_sim_free(comms, world);
             comm_free(single);
             fasta_set_free(&data);
+            fasta_set_free(&val_data);
             return 1;
         }
         if (env_rank <= 0)
@@ -303,6 +309,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         t->ep = ep;
         t->dp = world / ep;
         t->shared = &data;
+        t->shared_val = val_data.nseq ? &val_data : NULL;
         t->backend = use_gpu ? &backend_cuda : &backend_cpu;
         use_plan(t, plan);
         args[r] = (RankArgs){t, 0};
@@ -326,6 +333,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         comm_sim_free(comms, world);
     comm_free(single);
     fasta_set_free(&data);
+    fasta_set_free(&val_data);
     plan_free(replanned);
     free(ts);
     free(args);

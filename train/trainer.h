@@ -24,6 +24,8 @@ enum { MAX_DATA_FILES = 64 };
 typedef struct Flags {
     const char *data[MAX_DATA_FILES];
     int ndata;
+    const char *val_data[MAX_DATA_FILES];  /* --val-data: the validation set (else 1% of --data) */
+    int nval_data;
     int64_t steps, seed, batch, eval_every, ckpt_every, log_every, val_batches;
     double lr;
     const char *ckpt_dir, *log_path, *device, *eval_path, *init_path;
@@ -61,6 +63,7 @@ typedef struct Trainer {
     int32_t *tokens, *targets;
     FastaSet data;
     DataLoader train_loader, val_loader;
+    const FastaSet *shared_val;    /* --val-data, read once for all ranks, or NULL */
     int have_val;
     int64_t step;
     FILE *log;
