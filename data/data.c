@@ -648,7 +648,7 @@ void data_summary(const FastaSet *fs, double val_fraction, DataSummary *out)
         for (int64_t k = a; k < b; k++)
             c[fs->tokens[k] & 63]++;
         if (fs->shards)
-            shards_release(fs, b - a);
+            shards_release(fs, 1 + (b - a) / 4096);
     }
 }
 
@@ -891,8 +891,9 @@ static int64_t stream_read(DataLoader *l, int32_t *dst, int64_t n)
 {
     const Alphabet *a = l->a;
     DataLoaderState *st = &l->st;
-    int64_t done = 0;
+    int64_t done = 0, work = 0;
     while (done < n) {
+        work++;
         if (st->off == 0 && !loader_seek(l)) {
             if (l->split == DATA_SPLIT_VAL)
                 break;
@@ -932,7 +933,7 @@ static int64_t stream_read(DataLoader *l, int32_t *dst, int64_t n)
         }
     }
     if (l->fs->shards)
-        shards_release(l->fs, done);
+        shards_release(l->fs, work + done / 4096);
     return done;
 }
 

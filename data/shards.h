@@ -65,9 +65,10 @@ int shards_verify(const char *dir, char *err, size_t errlen);
 /* The loader found sequence id's index entry or tokens impossible: the
  * files changed under a running job. Prints a message and exits 1. */
 _Noreturn void shards_damaged(const FastaSet *fs, int64_t id);
-/* The loader consumed `tokens` more tokens: every 64 MiB the maps' pages
- * leave this process's resident set (they stay in the page cache). */
-void shards_release(const FastaSet *fs, int64_t tokens);
+/* The loader did `units` more units of work (a sequence read, or 4 KiB of
+ * one): every few hundred the maps' pages leave this process's resident set
+ * (they stay in the page cache, shared by the ranks). Thread-safe. */
+void shards_release(const FastaSet *fs, int64_t units);
 
 /* The cluster of each sequence (NULL without clusters) and their count. */
 const int64_t *shards_clusters(const FastaSet *fs, int64_t *nclusters);
