@@ -594,7 +594,6 @@ __device__ inline bool seg_sees(const int *seg, long long row, long long i, long
     return si >= 0 ? seg[row + j] == si : i == j;
 }
 
-
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
 __device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *v, const int *seg = nullptr)
 {
