@@ -690,9 +690,10 @@ double data_unigram_entropy(const FastaSet *fs, double val_fraction, int split, 
 
 static int64_t loader_max_len(const DataLoader *l)
 {
-    if (l->opt.max_len > 0)
+    int64_t fit = l->seq > 3 ? l->seq - 2 : 1;  /* a cropped sequence with BOS and EOS fills one row */
+    if (l->opt.max_len > 0 && !(l->opt.one_per_row && l->opt.max_len > fit))
         return l->opt.max_len;
-    return l->seq > 3 ? l->seq - 2 : 1;
+    return fit;
 }
 
 /* The epoch whose shuffle and crops the stream uses now: validation always
@@ -786,7 +787,7 @@ static uint64_t loader_fingerprint(const DataLoader *l)
     memcpy(&bits[1], &l->opt.mask_prob, 8);
     uint64_t parts[] = {(uint64_t)l->seq, (uint64_t)loader_max_len(l), bits[0], bits[1], (uint64_t)l->nseqs,
                         (uint64_t)l->fs->nseq, (uint64_t)l->fs->ntokens, (uint64_t)l->a->kind, l->fs->checksum,
-                        (uint64_t)l->nunits};
+                        (uint64_t)l->nunits, (uint64_t)l->opt.one_per_row};
     for (int i = 0; i < ARRAY_LEN(parts); i++)
         h = mix64(h ^ parts[i]);
     return h;
@@ -863,6 +864,12 @@ int64_t data_loader_rows(const DataLoader *l)
             stream_len += (n < max_len ? n : max_len) + 2;
         }
     }
+    if (l->opt.one_per_row) {
+        int64_t n = 0;
+        for (int64_t u = 0; u < l->nunits; u++)
+            n += loader_takes(l, u);
+        return n;
+    }
     int64_t targets = l->obj == OBJECTIVE_CAUSAL ? stream_len - 1 : stream_len;
     return (targets + l->seq - 1) / l->seq;
 }
@@ -930,6 +937,8 @@ static int64_t stream_read(DataLoader *l, int32_t *dst, int64_t n)
         if (st->off == len + 2) {
             st->pos++;
             st->off = 0;
+            if (l->one_record)
+                break;
         }
     }
     if (l->fs->shards)
@@ -937,10 +946,30 @@ static int64_t stream_read(DataLoader *l, int32_t *dst, int64_t n)
     return done;
 }
 
+/* One sequence (one_per_row): BOS, its window, EOS; fewer tokens only at
+ * the end of a validation pass. */
+static int64_t read_record(DataLoader *l, int32_t *dst, int64_t n)
+{
+    l->one_record = 1;
+    int64_t got = stream_read(l, dst, n);
+    l->one_record = 0;
+    return got;
+}
+
 static void causal_row(DataLoader *l, int32_t *tokens, int32_t *targets)
 {
     int32_t *w = l->row, pad = l->a->pad;
     int64_t seq = l->seq, got;
+    if (l->opt.one_per_row) {
+        got = read_record(l, w, seq + 1);
+        for (int64_t i = got; i <= seq; i++)
+            w[i] = pad;
+        for (int64_t i = 0; i < seq; i++) {
+            tokens[i] = w[i];
+            targets[i] = w[i + 1] == pad ? DATA_IGNORE_INDEX : w[i + 1];
+        }
+        return;
+    }
     if (l->st.carry >= 0) {
         w[0] = (int32_t)l->st.carry;
     } else if (stream_read(l, w, 1) == 0) {
@@ -980,7 +1009,7 @@ static void masked_batch(DataLoader *l, int32_t *tokens, int32_t *targets)
     int64_t seq = l->seq, n = l->batch * seq, chosen = 0, candidates = 0;
     for (int64_t r = 0; r < l->batch; r++) {
         int32_t *tok = tokens + r * seq;
-        int64_t got = stream_read(l, tok, seq);
+        int64_t got = l->opt.one_per_row ? read_record(l, tok, seq) : stream_read(l, tok, seq);
         for (int64_t i = got; i < seq; i++)
             tok[i] = a->pad;
     }

@@ -159,9 +159,12 @@ typedef struct DataOptions {
                                   * window); <= 0 means seq - 2, so a cropped
                                   * sequence with BOS and EOS fills one row */
     double mask_prob;            /* MASKED: share of residue positions chosen, 0.15 */
+    int one_per_row;             /* packing rows: each row holds one sequence (BOS, a window of at
+                                  * most seq - 2 residues, EOS), then padding; else sequences are
+                                  * packed back to back across rows */
 } DataOptions;
 
-#define DATA_OPTIONS_DEFAULT ((DataOptions){DATA_VAL_FRACTION, 0, 0.15})
+#define DATA_OPTIONS_DEFAULT ((DataOptions){DATA_VAL_FRACTION, 0, 0.15, 0})
 
 /* Everything that moves while batches are drawn. A plain struct of fixed-size
  * fields: write it into a checkpoint as is; data_loader_state_set puts a
@@ -194,6 +197,7 @@ typedef struct DataLoader {
     int64_t cur_pos, cur_unit, cur_id; /* cache: the unit at position cur_pos and its sequence */
     int64_t cur_epoch;
     int32_t *row;                /* scratch: one row plus the causal extra token */
+    int one_record;              /* stream_read stops at the end of a sequence (one_per_row) */
     DataLoaderState st;
 } DataLoader;
 

@@ -31,6 +31,12 @@ static const char *const usage_train =
     "  --eval-every N     validation loss every N steps (default 50; 0 = never)\n"
     "  --val-batches N    batches of the validation split per evaluation (default 16)\n"
     "  --log-every N      progress line every N steps (default 10)\n"
+    "  --packing P        packed: sequences back to back, attention within each;\n"
+    "                     rows: one sequence per row, cropped and padded; concat:\n"
+    "                     back to back, attention across them (default: the model's\n"
+    "                     train section; packed for masked LMs, concat for causal).\n"
+    "                     packed and rows need a model compiled with packing packed\n"
+    "                     or rows (segmented attention), concat one without\n"
     "  --ckpt-dir DIR     write DIR/checkpoint.safetensors\n"
     "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
     "  --resume           continue from DIR/checkpoint.safetensors\n"
@@ -84,6 +90,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
     f->device = "auto";
     f->threads = 0;
     f->dump_steps = 1;
+    f->packing = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -105,6 +112,11 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                                                MAX_DATA_FILES, a);
                 list[(*n)++] = argv[first ? i : ++i];
             }
+        } else if (strcmp(a, "--packing") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "concat") && strcmp(v, "packed") && strcmp(v, "rows"))
+                return trainer_usage_error(t->prog, "--packing must be concat, packed or rows, not '%s'", v);
+            f->packing = v[0] == 'c' ? IR_PACK_CONCAT : v[0] == 'p' ? IR_PACK_PACKED : IR_PACK_ROWS;
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
         } else if (strcmp(a, "--ckpt-dir") == 0) {

@@ -36,6 +36,7 @@ typedef struct Flags {
     int64_t dump_steps;
     int no_graphs;       /* --no-cuda-graph */
     int64_t profile;     /* --profile N: time N steps per IR node (0: off) */
+    int packing;         /* --packing: an IrPacking, or -1 for the model's */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -64,6 +65,7 @@ typedef struct Trainer {
     FastaSet data;
     DataLoader train_loader, val_loader;
     const FastaSet *shared_val;    /* --val-data, read once for all ranks, or NULL */
+    IrPacking packing;             /* in force: concat, packed or rows */
     int have_val;
     int64_t step;
     FILE *log;

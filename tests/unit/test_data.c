@@ -650,6 +650,56 @@ static void test_entropy(const FastaSet *db, const FastaSet *gold)
     printf("test_data: validation unigram entropy: proteins %.4f nats, 16S %.4f nats\n", hp, hd);
 }
 
+/* packing rows: every row is one sequence (BOS, at most seq - 2 residues,
+ * EOS) then padding; padding is never a target; every training sequence
+ * once per epoch; causal targets are the next token inside the row only. */
+static void test_one_per_row(const FastaSet *db)
+{
+    const Alphabet *p = db->alphabet;
+    for (int o = 0; o < 2; o++) {
+        Objective obj = o ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
+        DataOptions opt = DATA_OPTIONS_DEFAULT;
+        opt.one_per_row = 1;
+        int64_t batch = 16, seq = 300, n = batch * seq;
+        DataLoader l;
+        CHECK(data_loader_init_opts(&l, db, p, DATA_SPLIT_TRAIN, batch, seq, 4, obj, &opt) == 1, "rows init");
+        int32_t *tok = malloc((size_t)n * 4), *tgt = malloc((size_t)n * 4);
+        int ok = 1, padded = 0;
+        int64_t rows = 0, nb = (l.nseqs + batch - 1) / batch;
+        for (int64_t b = 0; b < nb; b++) {
+            data_loader_next(&l, tok, tgt);
+            for (int64_t r = 0; r < batch; r++) {
+                const int32_t *t = tok + r * seq, *g = tgt + r * seq;
+                int64_t eos = -1, bos = 0;
+                for (int64_t i = 0; i < seq; i++) {
+                    bos += t[i] == p->bos;
+                    if (t[i] == p->eos && eos < 0)
+                        eos = i;
+                }
+                ok &= t[0] == p->bos && bos == 1 && eos > 0 && eos <= seq - 1;
+                for (int64_t i = eos + 1; eos > 0 && i < seq; i++) {
+                    ok &= t[i] == p->pad && g[i] == DATA_IGNORE_INDEX;
+                    padded = 1;
+                }
+                if (obj == OBJECTIVE_CAUSAL && eos > 0) {
+                    ok &= g[eos] == DATA_IGNORE_INDEX;  /* nothing after EOS in this row to predict */
+                    for (int64_t i = 0; i < eos; i++)
+                        ok &= g[i] == t[i + 1];
+                }
+                rows++;
+            }
+        }
+        CHECK(ok, "obj %d: one sequence per row, then padding that is never a target", o);
+        CHECK(padded, "obj %d: short sequences are padded", o);
+        CHECK(data_loader_rows(&l) == l.nseqs, "obj %d: one row per sequence in a pass", o);
+        CHECK(l.st.epoch == 1 && rows - l.nseqs < batch, "obj %d: %lld rows: one epoch, then the next begins", o,
+              (long long)rows);
+        free(tok);
+        free(tgt);
+        data_loader_free(&l);
+    }
+}
+
 int main(void)
 {
     test_alphabets();
@@ -663,6 +713,7 @@ int main(void)
         test_split(&db, &gold);
         test_causal();
         test_masked(&db);
+        test_one_per_row(&db);
         test_resume(&db);
         test_validation(&db, &gold);
         test_entropy(&db, &gold);
