@@ -702,6 +702,10 @@ static void test_one_per_row(const FastaSet *db)
 
 int main(void)
 {
+    /* passes/segment_attention.c writes these ids (it sits below data/) */
+    CHECK(alphabet_get(ALPHABET_PROTEIN)->bos == 0 && alphabet_get(ALPHABET_PROTEIN)->pad == 1 &&
+              alphabet_get(ALPHABET_DNA)->bos == 1 && alphabet_get(ALPHABET_DNA)->pad == 0,
+          "BOS and padding ids as the segment-attention pass has them");
     test_alphabets();
     test_fasta_small();
     test_fasta_errors();
