@@ -24,6 +24,7 @@
 #include "../driver/build.h"
 #include "../util/util.h"
 #include "../runtime/comm/comm.h"
+#include "cluster_env.h"
 #include "launch.h"
 #include "../runtime/cpu/cpu.h"
 #include "../data/data.h"
@@ -180,7 +181,14 @@ int train_main(int argc, char **argv, const Plan *plan)
     /* Where the ranks are: threads of this process, processes this one
      * starts, or this process is one rank of a run started elsewhere. */
     int env_rank = -1, env_world = 0, port = 0;
-    char *addr = NULL, err[1024];
+    char *addr = NULL, err[1024], said[1024];
+    /* torchrun's or Slurm's variables, when the MOEC_ ones are not set (cluster_env.h) */
+    if (!cluster_env_apply(said, sizeof said, err, sizeof err)) {
+        fprintf(stderr, "%s: error: %s\n", prog, err);
+        return 2;
+    }
+    if (said[0] && getenv("MOEC_RANK") && strcmp(getenv("MOEC_RANK"), "0") == 0)
+        printf("launch: from the cluster's variables: %s\n", said);
     if (getenv("MOEC_RANK")) {
         if (!launch_env(&env_rank, &env_world, &addr, &port, err, sizeof err)) {
             fprintf(stderr, "%s: error: %s\n", prog, err);
