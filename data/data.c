@@ -603,12 +603,12 @@ int data_split_of(int64_t i, int64_t n, double val_fraction, int64_t flip)
 
 uint8_t *data_split_assign(const FastaSet *fs, double val_fraction)
 {
-    int64_t n = fs->nseq, flip = data_split_flip(n, val_fraction);
+    int64_t n = fs->nseq, units = fs->cluster_of ? fs->nclusters : n, flip = data_split_flip(units, val_fraction);
     uint8_t *s = malloc(n ? (size_t)n : 1);
     if (!s)
         die("out of memory");
     for (int64_t i = 0; i < n; i++)
-        s[i] = (uint8_t)data_split_of(i, n, val_fraction, flip);
+        s[i] = (uint8_t)data_split_of(fs->cluster_of ? fs->cluster_of[i] : i, units, val_fraction, flip);
     return s;
 }
 

@@ -137,7 +137,8 @@ int data_split_of(int64_t i, int64_t n, double val_fraction, int64_t flip);
 double data_split_u(int64_t i);
 int64_t data_split_flip(int64_t n, double val_fraction);
 
-/* A malloc'd array of fs->nseq bytes: data_split_of for each sequence. */
+/* A malloc'd array of fs->nseq bytes: data_split_of for each sequence (of
+ * its cluster, when the set has clusters). */
 uint8_t *data_split_assign(const FastaSet *fs, double val_fraction);
 
 typedef struct DataSplitStats {

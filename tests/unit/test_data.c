@@ -700,6 +700,72 @@ static void test_one_per_row(const FastaSet *db)
     }
 }
 
+/* Cluster-weighted sampling: with clusters, an epoch draws one member of
+ * every training cluster, exactly once per cluster; a cluster's members are
+ * all on one side of the split; other epochs draw other members. */
+static void test_clusters(const FastaSet *db0)
+{
+    FastaSet fs = *db0;  /* the same tokens, with clusters of 1..5 consecutive sequences */
+    int64_t n = fs.nseq;
+    int64_t *of = malloc((size_t)n * 8), *off = malloc((size_t)(n + 1) * 8), *mem = malloc((size_t)n * 8), nc = 0;
+    for (int64_t i = 0; i < n; nc++) {
+        int64_t size = 1 + nc % 5;
+        off[nc] = i;
+        for (int64_t k = 0; k < size && i < n; k++, i++) {
+            of[i] = nc;
+            mem[i] = i;
+        }
+    }
+    off[nc] = n;
+    fs.cluster_of = of;
+    fs.cluster_off = off;
+    fs.cluster_members = mem;
+    fs.nclusters = nc;
+    uint8_t *sp = data_split_assign(&fs, DATA_VAL_FRACTION);
+    int together = 1;
+    int64_t ntrain_clusters = 0;
+    for (int64_t c = 0; c < nc; c++) {
+        for (int64_t k = off[c]; k < off[c + 1]; k++)
+            together &= sp[k] == sp[off[c]];
+        ntrain_clusters += sp[off[c]] == DATA_SPLIT_TRAIN;
+    }
+    CHECK(together, "a cluster's members are on one side of the split");
+    DataOptions opt = DATA_OPTIONS_DEFAULT;
+    opt.one_per_row = 1;
+    DataLoader l;
+    int64_t seq = 40, batch = 1;
+    CHECK(data_loader_init_opts(&l, &fs, fs.alphabet, DATA_SPLIT_TRAIN, batch, seq, 9, OBJECTIVE_CAUSAL, &opt) == 1,
+          "clusters: init");
+    CHECK(l.nunits == nc, "the loader's units are the clusters");
+    int64_t *seen = calloc((size_t)nc, 8);
+    int64_t picked_diff = 0;
+    int32_t tok[40], tgt[40];
+    int ok = 1;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int64_t r = 0; r < ntrain_clusters; r++) {
+            data_loader_next(&l, tok, tgt);
+            int64_t id = l.cur_id, c = of[id];
+            ok &= sp[id] == DATA_SPLIT_TRAIN && l.cur_unit == c;
+            if (epoch == 0)
+                seen[c]++;
+            else if (seen[c] == 1 && off[c + 1] - off[c] > 1)
+                picked_diff += 1;
+        }
+    }
+    int once = 1;
+    for (int64_t c = 0; c < nc; c++)
+        once &= seen[c] == (sp[off[c]] == DATA_SPLIT_TRAIN);
+    CHECK(ok && once, "clusters: one epoch draws every training cluster once (%lld clusters)",
+          (long long)ntrain_clusters);
+    CHECK(l.st.epoch >= 1 && picked_diff > 0, "clusters: the next epoch draws again");
+    free(seen);
+    free(sp);
+    data_loader_free(&l);
+    free(of);
+    free(off);
+    free(mem);
+}
+
 int main(void)
 {
     /* passes/segment_attention.c writes these ids (it sits below data/) */
@@ -718,6 +784,7 @@ int main(void)
         test_causal();
         test_masked(&db);
         test_one_per_row(&db);
+        test_clusters(&db);
         test_resume(&db);
         test_validation(&db, &gold);
         test_entropy(&db, &gold);
