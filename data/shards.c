@@ -680,6 +680,9 @@ typedef struct Prep {
     int64_t nsingletons;         /* sequences missing from the TSV: clusters of their own */
     int64_t nclusters;           /* cluster numbers given out (TSV's + singletons) */
     int64_t *cluster_of_tsv;     /* [cm.nclusters]: the final number of each TSV cluster, -1 unseen */
+    int64_t nmatched;            /* sequences found in the TSV */
+    char example_miss[256];      /* the first id not found, for the message */
+    char example_tsv[256];       /* the TSV's first member id */
 } Prep;
 
 static int out_open(Prep *p, OutFile *o, const char *name, char *err, size_t errlen)
@@ -865,6 +868,8 @@ static int read_clusters(Prep *p, const char *path, char *err, size_t errlen)
         int64_t c = cm_get_or_add(&reps, line, (size_t)(tab - line), reps.nclusters, &ins);
         if (ins)
             reps.nclusters++;
+        if (!p->example_tsv[0])
+            snprintf(p->example_tsv, sizeof p->example_tsv, "%.200s", tab + 1);
         int64_t got = cm_get_or_add(&p->cm, tab + 1, strlen(tab + 1), c, &ins);
         if (!ins && got != c) {
             ok = fail(err, errlen, "%s:%lld: error: member '%s' is already in another cluster", path,
@@ -918,6 +923,16 @@ static int prep_sink(void *ctx, FastaSet *fs, char *err, size_t errlen)
             const char *e = memchr(s, '\n', (size_t)(nm + nlen - s));
             int found;
             int64_t *slot = cm_slot(&p->cm, s, (size_t)(e - s), &found), c;
+            if (!found) {
+                /* mmseqs names a UniProt record "db|ACCESSION|NAME ..." by its accession */
+                const char *b1 = memchr(s, '|', (size_t)(e - s)), *b2 = b1 ? memchr(b1 + 1, '|', (size_t)(e - b1 - 1)) : NULL;
+                if (b2 && b2 > b1 + 1)
+                    slot = cm_slot(&p->cm, b1 + 1, (size_t)(b2 - b1 - 1), &found);
+            }
+            if (found)
+                p->nmatched++;
+            else if (!p->example_miss[0])
+                snprintf(p->example_miss, sizeof p->example_miss, "%.*s", (int)(e - s < 200 ? e - s : 200), s);
             if (found) {
                 int64_t t = *slot;
                 if (p->cluster_of_tsv[t] < 0)
@@ -1123,6 +1138,10 @@ int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, s
         cJSON_AddItemToObject(root, "ids", j);
     else
         ok = 0;
+    if (ok && o.clusters && p.nmatched == 0)
+        ok = fail(err, errlen, "%s: no sequence of the inputs is in it: the FASTA's ids look like '%s', the TSV's "
+                  "like '%s' (a sequence's id is its header's first word, or for db|ACCESSION|NAME headers the "
+                  "accession)", o.clusters, p.example_miss, p.example_tsv);
     if (ok && o.clusters) {
         ok = (j = out_close(&p, &p.cl, err, errlen)) != NULL;
         cJSON_Delete(j);

@@ -349,6 +349,8 @@ int trainer_run(Trainer *t)
                    t->alpha->tokens[t->alpha->unk],
                    s == 0 && t->shared->shards ? " (shards, memory-mapped)"
                    : s == 1 && t->shared_val ? " (--val-data)"
+                   : s == 1 && t->shared->cluster_of ? " (1% of the training clusters, a fixed hash of each "
+                                                       "cluster's index)"
                    : s == 1 ? " (1% of the training data, a fixed hash of each sequence's index)" : "");
         }
         printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
