@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1058,9 +1059,29 @@ static cJSON *write_cluster_table(Prep *p, char *err, size_t errlen)
     return j;
 }
 
+/* A lock on a directory for as long as the fd stays open: held by the prep
+ * writing it, so a second prep of the same DIR neither removes nor shares it. */
+static int lock_dir(const char *dir, int *fd_out)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return 0;
+    }
+    *fd_out = fd;
+    return 1;
+}
+
 int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, size_t errlen)
 {
     PrepOptions o = *opt;
+    char outbuf[4096];
+    snprintf(outbuf, sizeof outbuf, "%s", o.out);
+    for (size_t k = strlen(outbuf); k > 1 && outbuf[k - 1] == '/'; k--)
+        outbuf[k - 1] = '\0';  /* "dir/" is dir: its .partial must be a sibling, not a child */
+    o.out = outbuf;
     if (o.shard_bytes <= 0)
         o.shard_bytes = SHARDS_DEFAULT_BYTES;
     if (o.shard_bytes % SHARDS_ALIGN)
@@ -1077,8 +1098,14 @@ int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, s
     int wrote = snprintf(p.dir, sizeof p.dir, "%s.partial", o.out);
     if (wrote < 0 || (size_t)wrote >= sizeof p.dir - 64)
         return fail(err, errlen, "%s: the path is too long", o.out);
+    int lockfd = -1;
     if (stat(p.dir, &st) == 0) {
-        /* an interrupted prep: nothing in it was ever a finished set */
+        /* an interrupted prep: nothing in it was ever a finished set; a running one holds its lock */
+        if (!lock_dir(p.dir, &lockfd))
+            return fail(err, errlen, "%s: another moec prep is writing it (or it cannot be opened); wait for it or "
+                        "choose another output", p.dir);
+        close(lockfd);
+        lockfd = -1;
         if (!o.quiet)
             printf("prep: removing %s, left by an interrupted prep\n", p.dir);
         remove_set(p.dir);
@@ -1087,6 +1114,10 @@ int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, s
     }
     if (mkdir(p.dir, 0755) != 0)
         return fail(err, errlen, "%s: cannot create: %s", p.dir, strerror(errno));
+    if (!lock_dir(p.dir, &lockfd)) {
+        rmdir(p.dir);
+        return fail(err, errlen, "%s: another moec prep took it", p.dir);
+    }
     double t0 = wall_seconds();
     int ok = 1;
     p.shard_list = cJSON_CreateArray();
@@ -1212,6 +1243,8 @@ int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, s
         char old[4200];
         snprintf(old, sizeof old, "%s.replaced", o.out);
         int had = stat(o.out, &st) == 0;
+        if (had)
+            remove_set(old);  /* left by a --force that was interrupted after moving the old set aside */
         if (had && rename(o.out, old) != 0)
             ok = fail(err, errlen, "%s: cannot move aside: %s", o.out, strerror(errno));
         if (ok && rename(p.dir, o.out) != 0)
@@ -1225,8 +1258,10 @@ int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, s
             *slash = '\0';
         fsync_dir(slash ? (parent[0] ? parent : "/") : ".");
     }
-    if (!ok) {
+    if (!ok)
         remove_set(p.dir);
+    close(lockfd);
+    if (!ok) {
         cJSON_Delete(root);
         return 0;
     }
