@@ -1231,9 +1231,15 @@ int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, s
     hex64(hex, index_checksum(root));
     cJSON_AddStringToObject(root, "checksum", hex);
     if (ok) {
-        char *txt = cJSON_Print(root), path[4200];
-        snprintf(path, sizeof path, "%s/%s", p.dir, SHARDS_INDEX);
-        ok = write_file(path, txt, strlen(txt), err, errlen);
+        /* the index last, fsynced like the others before the directory is renamed */
+        char *txt = cJSON_Print(root);
+        OutFile idx = {0};
+        ok = out_open(&p, &idx, SHARDS_INDEX, err, errlen) && out_write(&p, &idx, txt, strlen(txt), err, errlen);
+        if (idx.f) {
+            cJSON *j2 = out_close(&p, &idx, err, errlen);
+            ok = ok && j2;
+            cJSON_Delete(j2);
+        }
         free(txt);
     }
     cm_free(&p.cm);
