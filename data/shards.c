@@ -260,6 +260,8 @@ typedef struct Shards {
     size_t offsets_len;
     int64_t *clusters;           /* cluster_of | cluster_off | cluster_members, one file */
     size_t clusters_len;
+    int64_t *unknown;            /* prep's unknown.tmp while it counts the split, else NULL */
+    size_t unknown_len;
     _Atomic int64_t since_release;
 } Shards;
 
@@ -543,6 +545,8 @@ void shards_unmap(FastaSet *fs)
         munmap(sh->offsets, sh->offsets_len);
     if (sh->clusters)
         munmap(sh->clusters, sh->clusters_len);
+    if (sh->unknown)
+        munmap(sh->unknown, sh->unknown_len);
     free(sh->dir);
     free(sh);
     fs->shards = NULL;
@@ -579,6 +583,8 @@ void shards_release(const FastaSet *fs, int64_t units)
     madvise(sh->offsets, sh->offsets_len, MADV_DONTNEED);
     if (sh->clusters)
         madvise(sh->clusters, sh->clusters_len, MADV_DONTNEED);
+    if (sh->unknown)
+        madvise(sh->unknown, sh->unknown_len, MADV_DONTNEED);
 }
 
 const int64_t *shards_clusters(const FastaSet *fs, int64_t *nclusters)
@@ -1213,10 +1219,12 @@ int shards_prep(char *const *inputs, int n, const PrepOptions *opt, char *err, s
         ok = ok && um;
         if (ok) {
             DataSummary s;
-            w.unknown = um;  /* each sequence's unknown characters, as the reader counted them */
+            /* each sequence's unknown characters, as the reader counted them; its pages dropped with the others' */
+            ((Shards *)w.shards)->unknown = um;
+            ((Shards *)w.shards)->unknown_len = ulen;
+            w.unknown = um;
             data_summary(&w, DATA_VAL_FRACTION, &s);
             w.unknown = NULL;
-            munmap(um, ulen);
             unlink(upath);
             cJSON *sp = cJSON_AddObjectToObject(root, "split");
             cJSON_AddNumberToObject(sp, "val_fraction", DATA_VAL_FRACTION);
