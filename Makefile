@@ -21,7 +21,7 @@ GEN      = $(BUILD)/gen
 UTIL_SRC = util/util.c
 IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c ir/read_text.c
-PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
+PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/segment_attention.c passes/autodiff.c \
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
            passes/expert_parallel.c passes/grad_allreduce.c
 FE_SRC   = compiler/parse.c compiler/lower.c
@@ -30,10 +30,10 @@ DRIVER_SRC = driver/compile.c driver/build.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
-DATA_SRC = data/data.c
+DATA_SRC = data/data.c data/shards.c
 FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c
-TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c
+TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c train/cluster_env.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (util/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
@@ -100,7 +100,7 @@ $(BUILD)/libmoec.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 # the moec command (cli/): main() and the commands, outside libmoec.a
-CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c
+CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c cli/prep.c
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 
 # -rdynamic: pass plugins (--load-pass) link against the IR and pass API in moec

@@ -46,6 +46,9 @@ int cli_parse_options(int argc, char **argv, Options *o);
 int cli_compile_command(const Options *o, Compilation *c);
 /* inspect.c: check, dump, explain, opt and compile: the front end, the passes, then the command */
 int cli_run_front(const Options *o);
+/* prep.c: moec prep INPUT... -o DIR --alphabet protein|dna [--clusters TSV] */
+int cli_prep(int argc, char **argv);
+
 /* ckpt_diff.c: moec ckpt-diff A B [--rtol X] [--prefix P] */
 int cli_ckpt_diff(int argc, char **argv);
 

@@ -42,6 +42,8 @@ static const char *const usage_main =
     "                  --arch sm_90a: its CUDA kernels, compiled with NVRTC)\n"
     "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
     "  ckpt-diff A B   compare two checkpoints' parameters\n"
+    "  prep INPUT... -o DIR --alphabet A   FASTA(.gz) files, directories, globs or\n"
+    "                  '-' -> a token shard directory for --data (docs/data.md)\n"
     "  import-hf DIR -o MODEL.moe   a Hugging Face MixtralForCausalLM folder -> a model\n"
     "                  file (and, with weights, a checkpoint for --init)\n"
     "  export-hf MODEL.moe CKPT -o DIR   a checkpoint -> a Hugging Face model folder\n"
@@ -129,6 +131,27 @@ static const char *const usage_ckpt_diff =
     "largest elementwise |a - b|. Exit 0 when every tensor is within --rtol\n"
     "(default 1e-5), 1 when one is not or the tensors or shapes differ.\n";
 
+static const char *const usage_prep =
+    "usage: moec prep INPUT... -o DIR --alphabet protein|dna [--clusters TSV]\n"
+    "                 [--shard-mb N] [--force] [--quiet]\n"
+    "       moec prep --verify DIR\n"
+    "\n"
+    "Streams FASTA and FASTA.gz inputs (files, directories of FASTA files,\n"
+    "glob patterns, '-' for standard input) in constant memory into DIR, a\n"
+    "token shard directory that a training binary maps with --data DIR: token\n"
+    "shards (one byte per residue, --shard-mb MiB each, default 1024), the\n"
+    "offsets and ids of the sequences, and index.json (alphabet, counts, the\n"
+    "split's statistics, every file's size and hash, a checksum). Everything is\n"
+    "written to DIR.partial and renamed at the end: an interrupted prep leaves\n"
+    "no DIR, and running it again starts over. An existing DIR is kept unless\n"
+    "--force.\n"
+    "\n"
+    "  --clusters TSV   a two-column cluster table (representative TAB member, as\n"
+    "                   `mmseqs createtsv` writes): training then draws a cluster,\n"
+    "                   then one of its members, each epoch, and the validation\n"
+    "                   split keeps each cluster on one side\n"
+    "  --verify DIR     read every file of DIR and compare it with the index\n";
+
 static const char *const usage_explain =
     "usage: moec explain FILE [--format text|json] [--precision bf16|mxfp8|fp8-block]\n"
     "                         [--disable-pass NAME] [--load-pass LIB.so]\n"
@@ -179,6 +202,7 @@ const char *cli_usage_for(const char *cmd)
     if (strcmp(cmd, "compile") == 0) return usage_compile;
     if (strcmp(cmd, "explain") == 0) return usage_explain;
     if (strcmp(cmd, "ckpt-diff") == 0) return usage_ckpt_diff;
+    if (strcmp(cmd, "prep") == 0) return usage_prep;
     if (strcmp(cmd, "import-hf") == 0) return hf_usage_import;
     if (strcmp(cmd, "export-hf") == 0) return hf_usage_export;
     if (strcmp(cmd, "plot") == 0) return usage_plot;
@@ -247,12 +271,14 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "ckpt-diff") == 0)
         return cli_ckpt_diff(argc, argv);
+    if (strcmp(cmd, "prep") == 0)
+        return cli_prep(argc, argv);
     if (strcmp(cmd, "import-hf") == 0)
         return hf_import_main(argc, argv);
     if (strcmp(cmd, "export-hf") == 0)
         return hf_export_main(argc, argv);
     if (!cli_usage_for(cmd) || cmd[0] == '-') {
-        return cli_usage_error(NULL, "unknown command '%s' (check, dump, opt, explain, compile, plot, ckpt-diff, import-hf, export-hf, passes, ops, help)", cmd);
+        return cli_usage_error(NULL, "unknown command '%s' (check, dump, opt, explain, compile, plot, ckpt-diff, prep, import-hf, export-hf, passes, ops, help)", cmd);
     }
     Options o = {0};
     o.command = cmd;

@@ -129,6 +129,7 @@ const CgEmitter cg_emitters[IR_OP_COUNT] = {
     [IR_OP_RMSNORM_DW] = K(cg_emit_rmsnorm_dw),
     [IR_OP_ROPE_DX] = K(cg_emit_rope),
     [IR_OP_SDPA_BWD] = K(cg_emit_sdpa_bwd),
+    [IR_OP_SEGMENT_IDS] = K(cg_emit_segment_ids),
     [IR_OP_SILU_DX] = K(cg_emit_elementwise),
     [IR_OP_GELU_DX] = K(cg_emit_elementwise),
     [IR_OP_SWIGLU_DX] = K(cg_emit_swiglu_dh),

@@ -2,7 +2,10 @@
  * flash-style forward (online softmax, one block per (batch, head, query
  * tile), never an S x S matrix) and a backward in two launches that
  * recompute the probabilities: dq per query, then dk and dv per key. The
- * templates are moec::sdpa_fwd / sdpa_bwd_dq / sdpa_bwd_dkv in prelude.cuh. */
+ * templates are moec::sdpa_fwd / sdpa_bwd_dq / sdpa_bwd_dkv in prelude.cuh.
+ * With segment ids (sdpa's optional fourth source, the segment-attention
+ * pass) the kernels take them as `seg` and skip the keys outside the query's
+ * sequence. segment_ids itself: one thread per row, a running count. */
 #include "cuda_internal.h"
 #include "../util/util.h"
 
@@ -55,8 +58,11 @@ int cg_emit_sdpa(Cg *cg, const IrNode *n)
     cg_in(cg, q, "q");
     cg_in(cg, n->src[1], "k");
     cg_in(cg, n->src[2], "v");
+    int seg = n->nsrc == 4;
+    if (seg)
+        cg_in(cg, n->src[3], "seg");
     attn_consts(cg, n, q);
-    cg_line(cg, "moec::sdpa_fwd<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(o, q, k, v);");
+    cg_line(cg, "moec::sdpa_fwd<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(o, q, k, v%s);", seg ? ", seg" : "");
     cg_end(cg, ATTN_ROWS, min64(items, 65535));
     return 1;
 }
@@ -79,8 +85,12 @@ int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n)
     cg_in(cg, q, "q");
     cg_in(cg, n->src[2], "k");
     cg_in(cg, n->src[3], "v");
+    int seg = n->nsrc == 5;
+    if (seg)
+        cg_in(cg, n->src[4], "seg");
     attn_consts(cg, n, q);
-    cg_line(cg, "moec::sdpa_bwd_dq<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v);");
+    cg_line(cg, "moec::sdpa_bwd_dq<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v%s);",
+            seg ? ", seg" : "");
     cg_end(cg, ATTN_ROWS, min64(B * H * tiles, 65535));
 
     cg_begin(cg, n, "dkv", "attention backward 2/2: per (batch, kv head, 64 keys) dk and dv over the group's "
@@ -91,8 +101,34 @@ int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n)
     cg_in(cg, q, "q");
     cg_in(cg, n->src[2], "k");
     cg_in(cg, n->src[3], "v");
+    if (seg)
+        cg_in(cg, n->src[4], "seg");
     attn_consts(cg, n, q);
-    cg_line(cg, "moec::sdpa_bwd_dkv<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v);");
+    cg_line(cg, "moec::sdpa_bwd_dkv<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v%s);",
+            seg ? ", seg" : "");
     cg_end(cg, ATTN_ROWS, min64(B * KV * tiles, 65535));
+    return 1;
+}
+
+/* tokens i32 [B, S] -> i32 [B, S]: per row, the BOS tokens so far, -1 at padding (kernels.inc: the same loop) */
+int cg_emit_segment_ids(Cg *cg, const IrNode *n)
+{
+    const IrNode *t = n->src[0];
+    cg_begin(cg, n, "", "segment_ids: one thread per row, a running count of BOS tokens, -1 at padding");
+    cg_out(cg, n, "seg");
+    cg_in(cg, t, "tokens");
+    cg_const(cg, "ROWS", t->shape[0]);
+    cg_const(cg, "S", t->shape[1]);
+    cg_line(cg, "constexpr int BOS = %lld, PAD = %lld;", (long long)ir_attr_i(n, IR_ATTR_BOS),
+            (long long)ir_attr_i(n, IR_ATTR_PAD));
+    cg_line(cg, "MOEC_FOR(r, ROWS) {");
+    cg_line(cg, "    int c = 0;");
+    cg_line(cg, "    for (long long s = 0; s < S; s++) {");
+    cg_line(cg, "        int x = tokens[r * S + s];");
+    cg_line(cg, "        c += x == BOS;");
+    cg_line(cg, "        seg[r * S + s] = x == PAD ? -1 : c;");
+    cg_line(cg, "    }");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(t->shape[0], CG_BLOCK));
     return 1;
 }

@@ -196,6 +196,7 @@ int cg_emit_slice(Cg *cg, const IrNode *n);
 /* cuda_attention.c */
 int cg_emit_sdpa(Cg *cg, const IrNode *n);
 int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n);
+int cg_emit_segment_ids(Cg *cg, const IrNode *n);
 /* cuda_moe.c */
 int cg_emit_topk_experts(Cg *cg, const IrNode *n);
 int cg_emit_topk_probs(Cg *cg, const IrNode *n);

@@ -606,9 +606,19 @@ __device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wc
  * Flash-style: one block per (batch, head, tile of QT queries), one thread
  * per query, keys and values staged through shared memory KT at a time,
  * online softmax in double; never an S x S matrix. kernels.inc: sdpa_items
- * (which normalises the probabilities first; same math). */
+ * (which normalises the probabilities first; same math). seg (or nullptr):
+ * [B, S] segment ids (segment_ids): query i sees key j only in its own
+ * segment; a padding query (-1) sees only itself. */
+__device__ inline bool seg_sees(const int *seg, long long row, long long i, long long j)
+{
+    if (!seg)
+        return true;
+    int si = seg[row + i];
+    return si >= 0 ? seg[row + j] == si : i == j;
+}
+
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
-__device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *v)
+__device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, QTILES = (S + QT - 1) / QT;
     __shared__ float ks[KT][HD], vs[KT][HD];
@@ -636,6 +646,8 @@ __device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *
                 long long j = j0 + jj;
                 if (j >= S || (CAUSAL && j > i))
                     break;
+                if (!seg_sees(seg, b * S, i, j))
+                    continue;
                 double s = 0.0;
                 for (int t = 0; t < HD; t++)
                     s += (double)qi[t] * ks[jj][t];
@@ -666,7 +678,8 @@ __device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *
  * dS = P (dP - D), dP = dO v^T. stats [B, H, S, 3] = (m, l, D) for the
  * second launch. Writes dq into the packed [dq | dk | dv] output. */
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
-__device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const float *q, const float *k, const float *v)
+__device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const float *q, const float *k, const float *v,
+                            const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, QTILES = (S + QT - 1) / QT;
     __shared__ float ks[KT][HD], vs[KT][HD];
@@ -709,6 +722,8 @@ __device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const fl
                     long long j = j0 + jj;
                     if (j >= S || (CAUSAL && j > i))
                         break;
+                    if (!seg_sees(seg, b * S, i, j))
+                        continue;
                     double s = 0.0;
                     for (int t = 0; t < HD; t++)
                         s += (double)qi[t] * ks[jj][t];
@@ -748,7 +763,7 @@ __device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const fl
  * sqrt(hd), dv_j = sum P_ij dO_i, probabilities recomputed from stats. */
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int KT, int QT>
 __device__ void sdpa_bwd_dkv(float *out, const double *stats, const float *dy, const float *q, const float *k,
-                             const float *v)
+                             const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, KTILES = (S + KT - 1) / KT;
     constexpr int REP = H / KV;
@@ -785,7 +800,7 @@ __device__ void sdpa_bwd_dkv(float *out, const double *stats, const float *dy, c
                     long long i = i0 + ii;
                     if (i >= S)
                         break;
-                    if (CAUSAL && i < j)
+                    if ((CAUSAL && i < j) || !seg_sees(seg, b * S, i, j))
                         continue;
                     double s = 0.0, dpj = 0.0;
                     for (int t = 0; t < HD; t++) {

@@ -1466,7 +1466,7 @@ static const char *train_word(Lower *L, const AstTrainItem *t, const char *const
 
 static const char *const train_keys[] = {
     "optimizer", "schedule", "precision", "parallel", "ep", "dp", "batch", "seq", "grad_clip", "steps",
-    "alphabet", "aux_loss", "no_decay", NULL,
+    "alphabet", "aux_loss", "no_decay", "packing", NULL,
 };
 
 static void lower_train(Lower *L, const AstModel *m)
@@ -1548,6 +1548,11 @@ static void lower_train(Lower *L, const AstModel *m)
             const char *w = train_word(L, t, opts);
             if (w)
                 tr->precision = w[0] == 'b' ? IR_PREC_BF16 : w[0] == 'm' ? IR_PREC_MXFP8 : IR_PREC_FP8_BLOCK;
+        } else if (strcmp(key, "packing") == 0) {
+            static const char *const opts[] = {"auto", "concat", "packed", "rows", NULL};
+            const char *w = train_word(L, t, opts);
+            if (w)
+                tr->packing = (IrPacking)ir_name_index(ir_packing_name, w, strlen(w));
         } else if (strcmp(key, "alphabet") == 0) {
             static const char *const opts[] = {"protein", "dna", "none", NULL};
             const char *w = train_word(L, t, opts);

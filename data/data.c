@@ -15,9 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "../util/util.h"
+#include "shards.h"
 
 /* ---- alphabets ---------------------------------------------------------- */
 
@@ -112,7 +114,7 @@ static uint64_t mix64(uint64_t x)
 
 /* Each use of randomness has its own domain, so e.g. the split of sequence i
  * is independent of its crop offset. Never renumber: it changes every run. */
-enum { DOM_SPLIT = 1, DOM_SHUFFLE, DOM_CROP, DOM_MASK, DOM_FINGERPRINT };
+enum { DOM_SPLIT = 1, DOM_SHUFFLE, DOM_CROP, DOM_MASK, DOM_FINGERPRINT, DOM_MEMBER };
 
 static uint64_t hash4(uint64_t seed, uint64_t domain, uint64_t a, uint64_t b)
 {
@@ -176,9 +178,14 @@ void fasta_set_init(FastaSet *fs)
 
 void fasta_set_free(FastaSet *fs)
 {
-    free(fs->tokens);
-    free(fs->offsets);
-    free(fs->unknown);
+    if (fs->shards) {
+        shards_unmap(fs);
+    } else {
+        free(fs->tokens);
+        free(fs->offsets);
+        free(fs->unknown);
+    }
+    free(fs->names);
     memset(fs, 0, sizeof *fs);
 }
 
@@ -219,6 +226,10 @@ typedef struct FastaParse {
     int64_t first_header_line;
     int64_t nrecords;
     int64_t nseq_before;    /* fs->nseq when this file began */
+    int64_t flushed;        /* sequences handed to the sink (streaming) */
+    int64_t name_start;     /* fs->names_len when the current record's header began */
+    int64_t names_done;     /* fs->names_len after the last stored sequence's id */
+    int name_open;          /* still reading the header's first word */
     int failed;
 } FastaParse;
 
@@ -269,7 +280,15 @@ static int record_end(FastaParse *p)
     if (fs->ntokens == start) {
         fs->nempty++;
         p->rec_unknown = 0;
+        if (fs->keep_names)
+            fs->names_len = p->name_start;
         return 1;
+    }
+    if (fs->keep_names) {
+        if (!grow((void **)&fs->names, &fs->names_cap, fs->names_len + 1, 1))
+            return parse_error(p, p->line, "out of memory after %" PRId64 " sequences", fs->nseq);
+        fs->names[fs->names_len++] = '\n';
+        p->names_done = fs->names_len;
     }
     if (fs->nseq + 2 > fs->seq_cap) {
         /* offsets[] and unknown[] share seq_cap */
@@ -325,6 +344,8 @@ static int parse_chunk(FastaParse *p, const unsigned char *buf, size_t n)
                     p->first_header_line = p->line;
                 p->in_record = 1;
                 p->nrecords++;
+                p->name_start = fs->names_len;
+                p->name_open = fs->keep_names;
                 i++;
                 continue;
             }
@@ -332,9 +353,27 @@ static int parse_chunk(FastaParse *p, const unsigned char *buf, size_t n)
         const unsigned char *nl = memchr(buf + i, '\n', n - i);
         size_t end = nl ? (size_t)(nl - buf) : n;
         if (p->in_header) {
+            size_t h = i;
             for (; i < end; i++)
                 if (is_binary(buf[i]))
                     return parse_error(p, p->line, "binary data (byte 0x%02x) in a header line", buf[i]);
+            if (p->name_open) {
+                /* the id: the header's first word, up to the first blank */
+                size_t k = h;
+                while (k < end && !is_blank(buf[k]))
+                    k++;
+                int64_t take = (int64_t)(k - h), room = FASTA_NAME_MAX - (fs->names_len - p->name_start);
+                if (take > room)
+                    take = room;
+                if (take > 0) {
+                    if (!grow((void **)&fs->names, &fs->names_cap, fs->names_len + take + 1, 1))
+                        return parse_error(p, p->line, "out of memory after %" PRId64 " sequences", fs->nseq);
+                    memcpy(fs->names + fs->names_len, buf + h, (size_t)take);
+                    fs->names_len += take;
+                }
+                if (k < end || nl)
+                    p->name_open = 0;
+            }
         } else if (!p->in_record) {
             for (; i < end; i++)
                 if (!is_blank(buf[i]))
@@ -393,7 +432,33 @@ static int check_gz(FastaParse *p, gzFile gz)
     }
 }
 
-int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, size_t errlen)
+/* Hands the complete sequences to the sink and keeps the record being read. */
+static int flush_sink(FastaParse *p, FastaSink sink, void *ctx)
+{
+    FastaSet *fs = p->fs;
+    if (fs->nseq == 0)
+        return 1;
+    if (!sink(ctx, fs, p->err, p->errlen)) {
+        p->failed = 1;
+        return 0;
+    }
+    int64_t done = fs->offsets[fs->nseq];
+    memmove(fs->tokens, fs->tokens + done, (size_t)(fs->ntokens - done));
+    fs->ntokens -= done;
+    p->flushed += fs->nseq;
+    fs->nseq = 0;
+    fs->offsets[0] = 0;
+    if (fs->keep_names) {
+        memmove(fs->names, fs->names + p->names_done, (size_t)(fs->names_len - p->names_done));
+        fs->names_len -= p->names_done;
+        p->name_start -= p->names_done;
+        p->names_done = 0;
+    }
+    return 1;
+}
+
+static int fasta_read_impl(const char *path, const Alphabet *a, FastaSet *fs, int64_t flush_bytes, FastaSink sink,
+                           void *ctx, char *err, size_t errlen)
 {
     if (!a || !fs || !path)
         die("fasta_read: null argument");
@@ -401,13 +466,17 @@ int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, siz
         die("fasta_read: appending %s sequences to a %s set", a->name, fs->alphabet->name);
     if (err && errlen)
         err[0] = '\0';
-    FastaParse p = {.path = path, .a = a, .fs = fs, .err = err, .errlen = errlen, .bol = 1,
-                    .nseq_before = fs->nseq};
+    int is_stdin = strcmp(path, "-") == 0;
+    FastaParse p = {.path = is_stdin ? "(standard input)" : path, .a = a, .fs = fs, .err = err, .errlen = errlen,
+                    .bol = 1, .nseq_before = fs->nseq, .name_start = fs->names_len, .names_done = fs->names_len};
     /* what a failure puts back */
     FastaSet saved = *fs;
 
     errno = 0;
-    gzFile gz = gzopen(path, "rb");
+    int fd0 = is_stdin ? dup(0) : -1;
+    gzFile gz = is_stdin ? (fd0 >= 0 ? gzdopen(fd0, "rb") : NULL) : gzopen(path, "rb");
+    if (!gz && fd0 >= 0)
+        close(fd0);
     if (!gz) {
         parse_error(&p, 0, "cannot open: %s", errno ? strerror(errno) : "out of memory");
         return 0;
@@ -437,6 +506,8 @@ int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, siz
         total += got;
         if (!parse_chunk(&p, buf + skip, (size_t)got - skip))
             break;
+        if (sink && fs->nseq > 0 && fs->offsets[fs->nseq] >= flush_bytes && !flush_sink(&p, sink, ctx))
+            break;
     }
     free(buf);
     if (!p.failed && p.line == 0)
@@ -453,15 +524,21 @@ int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, siz
         parse_error(&p, p.line, "no FASTA records (no line starts with '>')");
     if (!p.failed)
         record_end(&p);
-    if (!p.failed && fs->nseq == p.nseq_before)
+    if (!p.failed && fs->nseq + p.flushed == p.nseq_before)
         parse_error(&p, p.first_header_line, "no sequences: the file's %" PRId64 " record%s all empty",
                     p.nrecords, p.nrecords == 1 ? " is" : "s are");
+    if (!p.failed && sink)
+        flush_sink(&p, sink, ctx);
+    if (p.failed && sink)
+        return 0;
     if (p.failed) {
         /* keep the grown buffers, forget what this file added */
         saved.tokens = fs->tokens;
         saved.tokens_cap = fs->tokens_cap;
         saved.offsets = fs->offsets;
         saved.unknown = fs->unknown;
+        saved.names = fs->names;
+        saved.names_cap = fs->names_cap;
         saved.seq_cap = fs->seq_cap;
         *fs = saved;
         return 0;
@@ -471,81 +548,155 @@ int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, siz
     return 1;
 }
 
+int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, size_t errlen)
+{
+    return fasta_read_impl(path, a, fs, 0, NULL, NULL, err, errlen);
+}
+
+int fasta_read_stream(const char *path, const Alphabet *a, FastaSet *fs, int64_t flush_bytes, FastaSink sink,
+                      void *ctx, char *err, size_t errlen)
+{
+    if (!sink)
+        die("fasta_read_stream: no sink");
+    return fasta_read_impl(path, a, fs, flush_bytes, sink, ctx, err, errlen);
+}
+
 /* ---- split -------------------------------------------------------------- */
 
-uint8_t *data_split_assign(const FastaSet *fs, uint64_t seed, double val_fraction)
+/* The split's hash has a fixed key: it must not move with --seed. */
+#define SPLIT_KEY UINT64_C(0x6d6f6563)
+
+double data_split_u(int64_t i)
 {
-    int64_t n = fs->nseq;
-    uint8_t *s = malloc(n ? (size_t)n : 1);
-    if (!s)
-        die("out of memory");
+    return unit_of(hash4(SPLIT_KEY, DOM_SPLIT, (uint64_t)i, 0));
+}
+
+int64_t data_split_flip(int64_t n, double val_fraction)
+{
+    if (n < 2 || val_fraction <= 0 || val_fraction >= 1.0)
+        return -1;
     int64_t nval = 0, lo_train = -1, hi_val = -1;
     double lo_u = 2, hi_u = -1;
     for (int64_t i = 0; i < n; i++) {
-        double u = unit_of(hash4(seed, DOM_SPLIT, (uint64_t)i, 0));
-        s[i] = u < val_fraction;
-        nval += s[i];
-        if (!s[i] && u < lo_u) {
-            lo_u = u;
-            lo_train = i;
-        }
-        if (s[i] && u > hi_u) {
-            hi_u = u;
-            hi_val = i;
+        double u = data_split_u(i);
+        if (u < val_fraction) {
+            nval++;
+            if (u > hi_u)
+                hi_u = u, hi_val = i;
+        } else if (u < lo_u) {
+            lo_u = u, lo_train = i;
         }
     }
-    /* each split non-empty when possible, by moving the sequence that came
-     * closest to the other side; a lone sequence is for training. A
-     * fraction of 1 (or more) asks for everything in validation, which is
-     * how `--eval FILE` scores every sequence of a file. */
+    /* each split non-empty, by moving the sequence that came closest to the other side */
+    return nval == 0 ? lo_train : nval == n ? hi_val : -1;
+}
+
+int data_split_of(int64_t i, int64_t n, double val_fraction, int64_t flip)
+{
     if (val_fraction >= 1.0)
-        memset(s, 1, n ? (size_t)n : 1);
-    else if (n >= 2 && nval == 0)
-        s[lo_train] = 1;
-    else if (n >= 2 && nval == n)
-        s[hi_val] = 0;
-    else if (n == 1)
-        s[0] = 0;
+        return DATA_SPLIT_VAL;
+    if (val_fraction <= 0 || n < 2)
+        return DATA_SPLIT_TRAIN;  /* a lone sequence is for training */
+    int s = data_split_u(i) < val_fraction;
+    return i == flip ? !s : s;
+}
+
+uint8_t *data_split_assign(const FastaSet *fs, double val_fraction)
+{
+    int64_t n = fs->nseq, units = fs->cluster_of ? fs->nclusters : n, flip = data_split_flip(units, val_fraction);
+    uint8_t *s = malloc(n ? (size_t)n : 1);
+    if (!s)
+        die("out of memory");
+    for (int64_t i = 0; i < n; i++)
+        s[i] = (uint8_t)data_split_of(fs->cluster_of ? fs->cluster_of[i] : i, units, val_fraction, flip);
     return s;
 }
 
-void data_split_stats(const FastaSet *fs, uint64_t seed, double val_fraction, DataSplitStats stats[2])
+void data_summary(const FastaSet *fs, double val_fraction, DataSummary *out)
 {
-    memset(stats, 0, 2 * sizeof *stats);
-    uint8_t *s = data_split_assign(fs, seed, val_fraction);
-    for (int64_t i = 0; i < fs->nseq; i++) {
-        stats[s[i]].nseq++;
-        stats[s[i]].nresidues += fasta_seq_len(fs, i);
-        stats[s[i]].nunknown += fs->unknown[i];
+    memset(out, 0, sizeof *out);
+    out->flip = -1;
+    if (fs->has_summary) {
+        if (val_fraction == DATA_VAL_FRACTION) {
+            *out = fs->summary;
+            return;
+        }
+        if (val_fraction <= 0 || val_fraction >= 1.0) {
+            int to = val_fraction >= 1.0 ? DATA_SPLIT_VAL : DATA_SPLIT_TRAIN;
+            for (int s = 0; s < 2; s++) {
+                out->nseq[to] += fs->summary.nseq[s];
+                out->nresidues[to] += fs->summary.nresidues[s];
+                out->nunknown[to] += fs->summary.nunknown[s];
+                for (int t = 0; t < 64; t++)
+                    out->counts[to][t] += fs->summary.counts[s][t];
+            }
+            return;
+        }
+        die("data_summary: a shard set knows its split at %g only", DATA_VAL_FRACTION);
     }
-    free(s);
+    int64_t units = fs->cluster_of ? fs->nclusters : fs->nseq, scanned = 0;
+    int64_t hist[2][4][64];  /* 4 KiB */
+    memset(hist, 0, sizeof hist);
+    out->flip = data_split_flip(units, val_fraction);
+    for (int64_t i = 0; i < fs->nseq; i++) {
+        int s = data_split_of(fs->cluster_of ? fs->cluster_of[i] : i, units, val_fraction, out->flip);
+        int64_t a = fs->offsets[i], b = fs->offsets[i + 1];
+        if (a < 0 || b < a || b > fs->ntokens)
+            shards_damaged(fs, i);
+        out->nseq[s]++;
+        out->nresidues[s] += b - a;
+        out->nunknown[s] += fs->unknown ? fs->unknown[i] : 0;
+        /* four histograms per split, so consecutive equal tokens do not wait on one counter */
+        int64_t (*h)[64] = hist[s];
+        const uint8_t *t = fs->tokens;
+        int64_t k = a;
+        for (; k + 4 <= b; k += 4) {
+            h[0][t[k] & 63]++;
+            h[1][t[k + 1] & 63]++;
+            h[2][t[k + 2] & 63]++;
+            h[3][t[k + 3] & 63]++;
+        }
+        for (; k < b; k++)
+            h[0][t[k] & 63]++;
+        /* a sequential pass: the mapped pages are dropped every 16 MiB (not every few sequences, as the
+         * loader's random reads need: each drop walks the maps' page tables) */
+        scanned += b - a + 8;
+        if (fs->shards && scanned >= (16 << 20)) {
+            shards_release(fs, INT32_MAX);
+            scanned = 0;
+        }
+    }
+    for (int sp = 0; sp < 2; sp++)
+        for (int v = 0; v < 64; v++)
+            out->counts[sp][v] += hist[sp][0][v] + hist[sp][1][v] + hist[sp][2][v] + hist[sp][3][v];
 }
 
-double data_unigram_entropy(const FastaSet *fs, uint64_t seed, double val_fraction, int split, Objective obj)
+void data_split_stats(const FastaSet *fs, double val_fraction, DataSplitStats stats[2])
+{
+    DataSummary sum;
+    data_summary(fs, val_fraction, &sum);
+    for (int s = 0; s < 2; s++)
+        stats[s] = (DataSplitStats){sum.nseq[s], sum.nresidues[s], sum.nunknown[s]};
+}
+
+double data_unigram_entropy(const FastaSet *fs, double val_fraction, int split, Objective obj)
 {
     if (!fs->alphabet)
         return 0;
     const Alphabet *a = fs->alphabet;
-    int64_t count[256] = {0};
-    int64_t nseq = 0;
-    uint8_t *s = data_split_assign(fs, seed, val_fraction);
-    for (int64_t i = 0; i < fs->nseq; i++) {
-        if (s[i] != split)
-            continue;
-        nseq++;
-        for (int64_t k = fs->offsets[i]; k < fs->offsets[i + 1]; k++)
-            count[fs->tokens[k]]++;
-    }
-    free(s);
+    DataSummary sum;
+    data_summary(fs, val_fraction, &sum);
+    int64_t count[64];
+    memcpy(count, sum.counts[split], sizeof count);
     if (obj == OBJECTIVE_CAUSAL) {
-        count[a->eos] += nseq;
-        count[a->bos] += nseq;
+        count[a->eos] += sum.nseq[split];
+        count[a->bos] += sum.nseq[split];
     }
     int64_t total = 0;
-    for (int t = 0; t < 256; t++)
+    for (int t = 0; t < 64; t++)
         total += count[t];
     double h = 0;
-    for (int t = 0; t < 256; t++) {
+    for (int t = 0; t < 64; t++) {
         if (count[t]) {
             double q = (double)count[t] / (double)total;
             h -= q * log(q);
@@ -558,9 +709,10 @@ double data_unigram_entropy(const FastaSet *fs, uint64_t seed, double val_fracti
 
 static int64_t loader_max_len(const DataLoader *l)
 {
-    if (l->opt.max_len > 0)
+    int64_t fit = l->seq > 3 ? l->seq - 2 : 1;  /* a cropped sequence with BOS and EOS fills one row */
+    if (l->opt.max_len > 0 && !(l->opt.one_per_row && l->opt.max_len > fit))
         return l->opt.max_len;
-    return l->seq > 3 ? l->seq - 2 : 1;
+    return fit;
 }
 
 /* The epoch whose shuffle and crops the stream uses now: validation always
@@ -570,26 +722,74 @@ static int64_t loader_epoch(const DataLoader *l)
     return l->split == DATA_SPLIT_VAL ? 0 : l->st.epoch;
 }
 
-static void loader_build_order(DataLoader *l, int64_t epoch)
+/* Position pos of the epoch's order: a 4-round Feistel network on
+ * 2 * perm_half bits keyed by (seed, split, epoch), applied until the value
+ * falls in [0, nseq) (cycle walking; the domain is under 4 * nseq, so a few
+ * rounds on average). A bijection: every sequence once per epoch. */
+static int64_t loader_perm(const DataLoader *l, int64_t epoch, int64_t pos)
 {
-    uint64_t rng[4];
-    rng_seed(rng, hash4(l->seed, DOM_SHUFFLE, (uint64_t)l->split, (uint64_t)epoch));
-    memcpy(l->order, l->seqs, (size_t)l->nseqs * sizeof(int64_t));
-    for (int64_t i = l->nseqs - 1; i > 0; i--) {
-        int64_t j = (int64_t)rng_below(rng, (uint64_t)i + 1);
-        int64_t t = l->order[i];
-        l->order[i] = l->order[j];
-        l->order[j] = t;
+    uint64_t n = (uint64_t)l->nunits, half = (uint64_t)l->perm_half, mask = (UINT64_C(1) << half) - 1;
+    uint64_t key = hash4(l->seed, DOM_SHUFFLE, (uint64_t)l->split, (uint64_t)epoch);
+    uint64_t x = (uint64_t)pos;
+    do {
+        uint64_t L = x >> half, R = x & mask;
+        for (uint64_t r = 0; r < 4; r++) {
+            uint64_t f = mix64(key ^ mix64(R + (r << 56))) & mask;
+            uint64_t t = L ^ f;
+            L = R;
+            R = t;
+        }
+        x = (L << half) | R;
+    } while (x >= n);
+    return (int64_t)x;
+}
+
+/* The sequence a unit stands for in `epoch`: itself, or with clusters one
+ * member of the cluster drawn from (seed, epoch, cluster). */
+static int64_t loader_pick(const DataLoader *l, int64_t unit, int64_t epoch)
+{
+    const FastaSet *fs = l->fs;
+    if (!fs->cluster_of)
+        return unit;
+    int64_t a = fs->cluster_off[unit], b = fs->cluster_off[unit + 1];
+    if (a < 0 || b <= a || b > fs->nseq)
+        shards_damaged(fs, -1 - unit);
+    int64_t id = fs->cluster_members[a + (int64_t)(hash4(l->seed, DOM_MEMBER, (uint64_t)epoch, (uint64_t)unit) %
+                                                   (uint64_t)(b - a))];
+    if (id < 0 || id >= fs->nseq)
+        shards_damaged(fs, -1 - unit);
+    return id;
+}
+
+/* The unit (sequence or cluster) at position st.pos of the current epoch,
+ * and the sequence it gives (cached). */
+static int64_t loader_current(DataLoader *l)
+{
+    if (l->cur_pos != l->st.pos || l->cur_epoch != loader_epoch(l)) {
+        l->cur_pos = l->st.pos;
+        l->cur_epoch = loader_epoch(l);
+        l->cur_unit = loader_perm(l, l->cur_epoch, l->st.pos);
+        l->cur_id = loader_pick(l, l->cur_unit, l->cur_epoch);
     }
-    l->order_epoch = epoch;
+    return l->cur_id;
+}
+
+static int loader_takes(const DataLoader *l, int64_t unit)
+{
+    return data_split_of(unit, l->nunits, l->opt.val_fraction, l->flip) == l->split;
 }
 
 /* The residues sequence `id` contributes in `epoch`: all of them, or a window
- * of max_len at an offset drawn from (seed, epoch, id). */
+ * of max_len at an offset drawn from (seed, epoch, id). An index that does
+ * not fit the tokens (a damaged shard set) stops the run with a message. */
 static void loader_window(const DataLoader *l, int64_t id, int64_t epoch, int64_t *start, int64_t *len)
 {
-    int64_t n = fasta_seq_len(l->fs, id), max_len = loader_max_len(l);
-    *start = l->fs->offsets[id];
+    const FastaSet *fs = l->fs;
+    int64_t a = fs->offsets[id], b = fs->offsets[id + 1], max_len = loader_max_len(l);
+    if (a < 0 || b < a || b > fs->ntokens)
+        shards_damaged(fs, id);
+    int64_t n = b - a;
+    *start = a;
     *len = n;
     if (n > max_len) {
         /* modulo bias is below 2^-24 for any real sequence length */
@@ -605,8 +805,8 @@ static uint64_t loader_fingerprint(const DataLoader *l)
     memcpy(&bits[0], &l->opt.val_fraction, 8);
     memcpy(&bits[1], &l->opt.mask_prob, 8);
     uint64_t parts[] = {(uint64_t)l->seq, (uint64_t)loader_max_len(l), bits[0], bits[1], (uint64_t)l->nseqs,
-                        (uint64_t)l->stream_len, (uint64_t)l->fs->nseq, (uint64_t)l->fs->ntokens,
-                        (uint64_t)l->a->kind};
+                        (uint64_t)l->fs->nseq, (uint64_t)l->fs->ntokens, (uint64_t)l->a->kind, l->fs->checksum,
+                        (uint64_t)l->nunits, (uint64_t)l->opt.one_per_row};
     for (int i = 0; i < ARRAY_LEN(parts); i++)
         h = mix64(h ^ parts[i]);
     return h;
@@ -641,35 +841,26 @@ int data_loader_init_opts(DataLoader *l, const FastaSet *fs, const Alphabet *a, 
     l->seq = seq;
     l->seed = seed;
 
-    uint8_t *s = data_split_assign(fs, seed, l->opt.val_fraction);
-    for (int64_t i = 0; i < fs->nseq; i++)
-        l->nseqs += s[i] == split;
-    if (l->nseqs == 0) {
-        free(s);
+    DataSummary sum;
+    data_summary(fs, l->opt.val_fraction, &sum);
+    l->nseqs = sum.nseq[split];
+    l->flip = sum.flip;
+    l->nunits = fs->cluster_of ? fs->nclusters : fs->nseq;
+    if (l->nseqs == 0)
         return 0;
-    }
-    l->seqs = malloc((size_t)l->nseqs * sizeof(int64_t));
-    l->order = malloc((size_t)l->nseqs * sizeof(int64_t));
+    int bits = 1;
+    while (bits < 62 && (INT64_C(1) << bits) < l->nunits)
+        bits++;
+    l->perm_half = (bits + 1) / 2;
     l->row = malloc(((size_t)seq + 1) * sizeof(int32_t));
-    if (!l->seqs || !l->order || !l->row)
+    if (!l->row)
         die("out of memory");
-    int64_t k = 0, max_len = loader_max_len(l);
-    for (int64_t i = 0; i < fs->nseq; i++) {
-        if (s[i] == split) {
-            l->seqs[k++] = i;
-            int64_t n = fasta_seq_len(fs, i);
-            l->stream_len += (n < max_len ? n : max_len) + 2;
-        }
-    }
-    free(s);
     data_loader_reset(l);
     return 1;
 }
 
 void data_loader_free(DataLoader *l)
 {
-    free(l->seqs);
-    free(l->order);
     free(l->row);
     memset(l, 0, sizeof *l);
 }
@@ -680,13 +871,44 @@ void data_loader_reset(DataLoader *l)
     l->st.carry = -1;
     rng_seed(l->st.rng, hash4(l->seed, DOM_MASK, (uint64_t)l->split, 0));
     l->st.fingerprint = loader_fingerprint(l);
-    loader_build_order(l, 0);
+    l->cur_pos = -1;
 }
 
 int64_t data_loader_rows(const DataLoader *l)
 {
-    int64_t targets = l->obj == OBJECTIVE_CAUSAL ? l->stream_len - 1 : l->stream_len;
+    int64_t stream_len = 0, max_len = loader_max_len(l);
+    for (int64_t u = 0; u < l->nunits; u++) {
+        if (loader_takes(l, u)) {
+            int64_t n = fasta_seq_len(l->fs, loader_pick(l, u, 0));
+            stream_len += (n < max_len ? n : max_len) + 2;
+        }
+    }
+    if (l->opt.one_per_row) {
+        int64_t n = 0;
+        for (int64_t u = 0; u < l->nunits; u++)
+            n += loader_takes(l, u);
+        return n;
+    }
+    int64_t targets = l->obj == OBJECTIVE_CAUSAL ? stream_len - 1 : stream_len;
     return (targets + l->seq - 1) / l->seq;
+}
+
+int data_loader_done(const DataLoader *l)
+{
+    return l->split == DATA_SPLIT_VAL && l->st.pos == l->nunits;
+}
+
+/* Moves st.pos to the next position of this split's units (at or after
+ * it); 0 at the end of the epoch (st.pos == nunits). */
+static int loader_seek(DataLoader *l)
+{
+    while (l->st.pos < l->nunits) {
+        loader_current(l);
+        if (loader_takes(l, l->cur_unit))
+            return 1;
+        l->st.pos++;
+    }
+    return 0;
 }
 
 /* Copies the next n stream tokens to dst; fewer only at the end of a
@@ -695,19 +917,18 @@ static int64_t stream_read(DataLoader *l, int32_t *dst, int64_t n)
 {
     const Alphabet *a = l->a;
     DataLoaderState *st = &l->st;
-    int64_t done = 0;
+    int64_t done = 0, work = 0;
     while (done < n) {
-        if (st->pos == l->nseqs) {
+        work++;
+        if (st->off == 0 && !loader_seek(l)) {
             if (l->split == DATA_SPLIT_VAL)
                 break;
             st->epoch++;
             st->pos = 0;
-            st->off = 0;
+            continue;
         }
-        if (l->order_epoch != loader_epoch(l))
-            loader_build_order(l, loader_epoch(l));
-        int64_t start, len;
-        loader_window(l, l->order[st->pos], loader_epoch(l), &start, &len);
+        int64_t id = loader_current(l), start, len;
+        loader_window(l, id, loader_epoch(l), &start, &len);
         /* emission: off 0 is BOS, 1..len the residues, len + 1 EOS */
         while (done < n && st->off < len + 2) {
             if (st->off == 0) {
@@ -718,8 +939,13 @@ static int64_t stream_read(DataLoader *l, int32_t *dst, int64_t n)
                 if (k > n - done)
                     k = n - done;
                 const uint8_t *src = l->fs->tokens + start + st->off - 1;
-                for (int64_t j = 0; j < k; j++)
+                uint8_t bad = 0;
+                for (int64_t j = 0; j < k; j++) {
                     dst[done + j] = src[j];
+                    bad |= (uint8_t)(src[j] >= a->vocab || src[j] == 0);
+                }
+                if (bad && l->fs->shards)
+                    shards_damaged(l->fs, id);
                 done += k;
                 st->off += k;
             } else {
@@ -730,15 +956,39 @@ static int64_t stream_read(DataLoader *l, int32_t *dst, int64_t n)
         if (st->off == len + 2) {
             st->pos++;
             st->off = 0;
+            if (l->one_record)
+                break;
         }
     }
+    if (l->fs->shards)
+        shards_release(l->fs, work + done / 4096);
     return done;
+}
+
+/* One sequence (one_per_row): BOS, its window, EOS; fewer tokens only at
+ * the end of a validation pass. */
+static int64_t read_record(DataLoader *l, int32_t *dst, int64_t n)
+{
+    l->one_record = 1;
+    int64_t got = stream_read(l, dst, n);
+    l->one_record = 0;
+    return got;
 }
 
 static void causal_row(DataLoader *l, int32_t *tokens, int32_t *targets)
 {
     int32_t *w = l->row, pad = l->a->pad;
     int64_t seq = l->seq, got;
+    if (l->opt.one_per_row) {
+        got = read_record(l, w, seq + 1);
+        for (int64_t i = got; i <= seq; i++)
+            w[i] = pad;
+        for (int64_t i = 0; i < seq; i++) {
+            tokens[i] = w[i];
+            targets[i] = w[i + 1] == pad ? DATA_IGNORE_INDEX : w[i + 1];
+        }
+        return;
+    }
     if (l->st.carry >= 0) {
         w[0] = (int32_t)l->st.carry;
     } else if (stream_read(l, w, 1) == 0) {
@@ -778,7 +1028,7 @@ static void masked_batch(DataLoader *l, int32_t *tokens, int32_t *targets)
     int64_t seq = l->seq, n = l->batch * seq, chosen = 0, candidates = 0;
     for (int64_t r = 0; r < l->batch; r++) {
         int32_t *tok = tokens + r * seq;
-        int64_t got = stream_read(l, tok, seq);
+        int64_t got = l->opt.one_per_row ? read_record(l, tok, seq) : stream_read(l, tok, seq);
         for (int64_t i = got; i < seq; i++)
             tok[i] = a->pad;
     }
@@ -826,19 +1076,21 @@ int data_loader_state_set(DataLoader *l, const DataLoaderState *st)
     if (st->fingerprint != loader_fingerprint(l))
         return 0;
     /* a state read from a damaged checkpoint must not index out of bounds */
-    if (st->epoch < 0 || (l->split == DATA_SPLIT_VAL && st->epoch != 0) || st->pos < 0 || st->pos > l->nseqs ||
+    if (st->epoch < 0 || (l->split == DATA_SPLIT_VAL && st->epoch != 0) || st->pos < 0 || st->pos > l->nunits ||
         st->off < 0 || st->carry < -1 || st->carry >= l->a->vocab || st->rows < 0 ||
         !(st->rng[0] | st->rng[1] | st->rng[2] | st->rng[3]))
         return 0;
-    if (st->pos == l->nseqs && st->off != 0)
+    if (st->pos == l->nunits && st->off != 0)
         return 0;
     DataLoaderState old = l->st;
     l->st = *st;
-    if (st->pos < l->nseqs) {
-        if (l->order_epoch != loader_epoch(l))
-            loader_build_order(l, loader_epoch(l));
-        int64_t start, len;
-        loader_window(l, l->order[st->pos], loader_epoch(l), &start, &len);
+    if (st->off > 0) {
+        int64_t id = loader_current(l), start, len;
+        if (!loader_takes(l, l->cur_unit)) {
+            l->st = old;
+            return 0;
+        }
+        loader_window(l, id, loader_epoch(l), &start, &len);
         if (st->off >= len + 2) {
             l->st = old;
             return 0;

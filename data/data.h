@@ -2,7 +2,8 @@
  * train/validation split, and a loader that packs sequences into fixed rows.
  *
  * The pipeline is FASTA file(s) -> FastaSet (every sequence tokenized, in one
- * buffer) -> split by a seeded hash of each sequence's index -> per split, an
+ * buffer, or memory maps of a shard directory: shards.h) -> split by a fixed
+ * hash of each sequence's index -> per split, an
  * endless token stream BOS + sequence + EOS, shuffled per epoch -> rows of
  * `seq` tokens with causal or masked targets. Everything random is derived
  * from the seed with our own PRNG, so a run is reproducible on any libc and
@@ -46,20 +47,52 @@ int alphabet_token_id(const Alphabet *a, const char *token);  /* by name, or -1 
 
 /* ---- FASTA -------------------------------------------------------------- */
 
+/* Token counts and statistics of the two splits, for the summary line and
+ * the unigram entropy without a pass over the tokens: `moec prep` stores it
+ * in the shard index (DATA_VAL_FRACTION); for a set read into memory it is
+ * computed when asked (data_summary). */
+typedef struct DataSummary {
+    int64_t nseq[2], nresidues[2], nunknown[2];
+    int64_t counts[2][64];       /* per split, residues per token id */
+    int64_t flip;                /* the sequence moved to the other split so both
+                                  * are non-empty, or -1 (data_split_flip) */
+} DataSummary;
+
 /* Every sequence read so far, tokenized without special tokens: sequence i is
- * tokens[offsets[i] .. offsets[i+1]). */
+ * tokens[offsets[i] .. offsets[i+1]). A set opened from a shard directory
+ * (data/shards.h) is the same struct over read-only memory maps. */
 typedef struct FastaSet {
     const Alphabet *alphabet;    /* fixed by the first fasta_read */
     uint8_t *tokens;
     int64_t ntokens, tokens_cap;
     int64_t *offsets;            /* [nseq + 1] */
-    int64_t *unknown;            /* [nseq] unknown characters in each sequence */
+    int64_t *unknown;            /* [nseq] unknown characters in each sequence (NULL for shards) */
     int64_t nseq, seq_cap;
     int64_t nunknown;            /* characters mapped to a->unk, all sequences */
     int64_t nempty;              /* records with no sequence, skipped */
     int64_t nstops;              /* trailing '*' dropped from protein records */
     int nfiles;
+    /* with keep_names: each stored sequence's id (its header's first word,
+     * at most FASTA_NAME_MAX bytes) followed by '\n', in order */
+    int keep_names;
+    char *names;
+    int64_t names_len, names_cap;
+    /* shard sets (data/shards.c): the index's checksum (0 for FASTA read
+     * into memory), its summary, and the maps to release */
+    uint64_t checksum;
+    int has_summary;
+    DataSummary summary;
+    void *shards;
+    /* clusters (shard sets prepped with --clusters): cluster_of[nseq]; the
+     * members of cluster c are cluster_members[cluster_off[c] ..
+     * cluster_off[c+1]). With clusters the split and the sampler work on
+     * clusters: a cluster's members are all on one side, and an epoch draws
+     * one member of each cluster (ESM-2's UniRef50/90 scheme). */
+    const int64_t *cluster_of, *cluster_off, *cluster_members;
+    int64_t nclusters;
 } FastaSet;
+
+#define FASTA_NAME_MAX 1000
 
 void fasta_set_init(FastaSet *fs);
 void fasta_set_free(FastaSet *fs);
@@ -75,6 +108,17 @@ static inline int64_t fasta_seq_len(const FastaSet *fs, int64_t i)
  * file without any sequence is an error. Lines may be of any length. */
 int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, size_t errlen);
 
+/* Streaming: like fasta_read, but whenever complete sequences hold more than
+ * about `flush_bytes` tokens (and at the end of the file) calls
+ * sink(ctx, fs), which consumes sequences [0, fs->nseq) (tokens, offsets,
+ * unknown, names); the set is then emptied but for the record still being
+ * read, so memory stays bounded whatever the file's size. sink returns 0 to
+ * stop (its message in err). path "-" is standard input. On error fs is left
+ * in an unspecified state: a streaming caller stops. */
+typedef int (*FastaSink)(void *ctx, FastaSet *fs, char *err, size_t errlen);
+int fasta_read_stream(const char *path, const Alphabet *a, FastaSet *fs, int64_t flush_bytes, FastaSink sink,
+                      void *ctx, char *err, size_t errlen);
+
 /* ---- split -------------------------------------------------------------- */
 
 #define DATA_VAL_FRACTION 0.01
@@ -82,18 +126,29 @@ int fasta_read(const char *path, const Alphabet *a, FastaSet *fs, char *err, siz
 
 enum { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_VAL = 1 };
 
-/* Which split each sequence belongs to: a malloc'd array of fs->nseq bytes
- * (0 train, 1 validation; freed by the caller). Sequence i goes to
- * validation when a hash of (seed, i) falls below val_fraction; with two or
- * more sequences each split gets at least one (a lone sequence is for
- * training). */
-uint8_t *data_split_assign(const FastaSet *fs, uint64_t seed, double val_fraction);
+/* Which split sequence i of n belongs to. The split does not depend on the
+ * seed (seed sweeps compare the same validation set): sequence i goes to
+ * validation when a fixed hash of i falls below val_fraction; a fraction of 0
+ * puts everything in training, 1 everything in validation (--eval,
+ * --val-data). With two or more sequences each split gets at least one:
+ * `flip` (data_split_flip) is the sequence moved to the other side, or -1. */
+int data_split_of(int64_t i, int64_t n, double val_fraction, int64_t flip);
+/* The hash of sequence i in [0, 1) that data_split_of compares with the fraction. */
+double data_split_u(int64_t i);
+int64_t data_split_flip(int64_t n, double val_fraction);
+
+/* A malloc'd array of fs->nseq bytes: data_split_of for each sequence (of
+ * its cluster, when the set has clusters). */
+uint8_t *data_split_assign(const FastaSet *fs, double val_fraction);
 
 typedef struct DataSplitStats {
     int64_t nseq, nresidues, nunknown;
 } DataSplitStats;
 
-void data_split_stats(const FastaSet *fs, uint64_t seed, double val_fraction, DataSplitStats stats[2]);
+/* The summary of fs at val_fraction: the stored one (shard sets; fractions
+ * 0, 1 and DATA_VAL_FRACTION) or counted now. */
+void data_summary(const FastaSet *fs, double val_fraction, DataSummary *out);
+void data_split_stats(const FastaSet *fs, double val_fraction, DataSplitStats stats[2]);
 
 /* ---- loader ------------------------------------------------------------- */
 
@@ -105,9 +160,12 @@ typedef struct DataOptions {
                                   * window); <= 0 means seq - 2, so a cropped
                                   * sequence with BOS and EOS fills one row */
     double mask_prob;            /* MASKED: share of residue positions chosen, 0.15 */
+    int one_per_row;             /* packing rows: each row holds one sequence (BOS, a window of at
+                                  * most seq - 2 residues, EOS), then padding; else sequences are
+                                  * packed back to back across rows */
 } DataOptions;
 
-#define DATA_OPTIONS_DEFAULT ((DataOptions){DATA_VAL_FRACTION, 0, 0.15})
+#define DATA_OPTIONS_DEFAULT ((DataOptions){DATA_VAL_FRACTION, 0, 0.15, 0})
 
 /* Everything that moves while batches are drawn. A plain struct of fixed-size
  * fields: write it into a checkpoint as is; data_loader_state_set puts a
@@ -115,7 +173,7 @@ typedef struct DataOptions {
 typedef struct DataLoaderState {
     uint64_t rng[4];             /* xoshiro256** state for masking */
     int64_t epoch;               /* epochs begun (train; validation stays at 0) */
-    int64_t pos;                 /* index in the epoch's order of the current sequence */
+    int64_t pos;                 /* position in the epoch's order (of all units, both splits) */
     int64_t off;                 /* tokens of that sequence already emitted */
     int64_t carry;               /* CAUSAL: the previous row's last token, -1 none */
     int64_t rows;                /* rows produced since init or reset */
@@ -130,11 +188,17 @@ typedef struct DataLoader {
     int64_t batch, seq;
     uint64_t seed;
     DataOptions opt;
-    int64_t *seqs, nseqs;        /* this split's sequence indices, file order */
-    int64_t *order;              /* seqs in the order of epoch order_epoch */
-    int64_t order_epoch;
-    int64_t stream_len;          /* tokens in one epoch of the stream */
+    int64_t nseqs;               /* sequences of this split */
+    int64_t nunits;              /* what an epoch orders: sequences, or clusters */
+    int64_t flip;                /* data_split_flip of the set */
+    /* the epoch's order is a keyed bijection of [0, fs->nseq) (a Feistel
+     * network with cycle walking), not an array: the loader's memory does
+     * not grow with the data. Sequences of the other split are skipped. */
+    int64_t perm_half;           /* bits of each Feistel half */
+    int64_t cur_pos, cur_unit, cur_id; /* cache: the unit at position cur_pos and its sequence */
+    int64_t cur_epoch;
     int32_t *row;                /* scratch: one row plus the causal extra token */
+    int one_record;              /* stream_read stops at the end of a sequence (one_per_row) */
     DataLoaderState st;
 } DataLoader;
 
@@ -161,8 +225,10 @@ void data_loader_free(DataLoader *l);
 void data_loader_next(DataLoader *l, int32_t *tokens, int32_t *targets);
 
 /* Rows in one pass over the split's stream (for validation, the last one
- * partly padding). */
+ * partly padding). A pass over the whole set: for tests and small data. */
 int64_t data_loader_rows(const DataLoader *l);
+/* A validation loader has emitted its pass's last token. */
+int data_loader_done(const DataLoader *l);
 /* Back to the start: first epoch, initial masking RNG. */
 void data_loader_reset(DataLoader *l);
 
@@ -177,6 +243,6 @@ int data_loader_state_set(DataLoader *l, const DataLoaderState *st);
  * model that ignores context would reach. CAUSAL: residues, EOS and BOS (the
  * target after an EOS is the next sequence's BOS); MASKED: residues. Counted
  * over whole sequences, before cropping. 0 for an empty split. */
-double data_unigram_entropy(const FastaSet *fs, uint64_t seed, double val_fraction, int split, Objective obj);
+double data_unigram_entropy(const FastaSet *fs, double val_fraction, int split, Objective obj);
 
 #endif

@@ -102,6 +102,14 @@ const char *const ir_optimizer_name[] = {"adamw", NULL};
 const char *const ir_schedule_name[] = {"warmup_cosine", "constant", NULL};
 const char *const ir_alphabet_name[] = {"protein", "dna", "none", NULL};
 const char *const ir_objective_name[] = {"causal_lm", "masked_lm", NULL};
+const char *const ir_packing_name[] = {"auto", "concat", "packed", "rows", NULL};
+
+IrPacking ir_train_packing(const IrTrain *t)
+{
+    if (t->packing != IR_PACK_AUTO)
+        return t->packing;
+    return t->objective == IR_OBJ_MASKED_LM ? IR_PACK_PACKED : IR_PACK_CONCAT;
+}
 
 int ir_name_index(const char *const *names, const char *name, size_t n)
 {
@@ -417,6 +425,12 @@ const char *ir_node_op_name(const IrNode *n)
 int ir_node_arity(const IrNode *n)
 {
     return n->op == IR_OP_CUSTOM ? (n->custom ? n->custom->arity : -1) : ir_op_info[n->op].arity;
+}
+
+int ir_node_arity_ok(const IrNode *n, int nsrc)
+{
+    int a = ir_node_arity(n);
+    return nsrc == a || (n->op != IR_OP_CUSTOM && (ir_op_info[n->op].flags & OPF_OPTSRC) && nsrc == a - 1);
 }
 
 void ir_reinfer_all(IrGraph *g)

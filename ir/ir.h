@@ -43,6 +43,7 @@ enum {
     OPF_DIFF = 1 << 1,
     OPF_LOSS = 1 << 3,
     OPF_INDEX = 1 << 4,
+    OPF_OPTSRC = 1 << 5,  /* the last source is optional (sdpa's segment ids): nsrc is arity or arity - 1 */
 };
 
 typedef enum IrOp {
@@ -158,6 +159,14 @@ typedef enum IrOptimizer { IR_OPT_ADAMW } IrOptimizer;
 typedef enum IrSchedule { IR_SCHED_WARMUP_COSINE, IR_SCHED_CONSTANT } IrSchedule;
 typedef enum IrAlphabet { IR_ALPHABET_PROTEIN, IR_ALPHABET_DNA, IR_ALPHABET_NONE } IrAlphabet;
 typedef enum IrObjective { IR_OBJ_CAUSAL_LM, IR_OBJ_MASKED_LM } IrObjective;
+/* How sequences fill the rows of a batch (docs/data.md):
+ *   auto    packed for the masked-LM objective, concat for causal LMs
+ *   concat  sequences back to back, attention across their boundaries (moec's first behaviour)
+ *   packed  sequences back to back, attention kept inside each (block-diagonal)
+ *   rows    one sequence per row, cropped and padded, padding masked
+ * packed and rows give attention its segment ids (the segment-attention pass). */
+typedef enum IrPacking { IR_PACK_AUTO, IR_PACK_CONCAT, IR_PACK_PACKED, IR_PACK_ROWS } IrPacking;
+extern const char *const ir_packing_name[];
 extern const char *const ir_optimizer_name[];
 extern const char *const ir_schedule_name[];
 extern const char *const ir_alphabet_name[];
@@ -180,7 +189,11 @@ typedef struct IrTrain {
     IrObjective objective;        /* from the loss op */
     double aux_loss_coef;
     int decay_norms, decay_embeddings;  /* AdamW weight decay on norm weights / embedding tables (default off) */
+    IrPacking packing;            /* the train section's `packing` (auto unless written) */
 } IrTrain;
+
+/* packing with auto resolved by the objective */
+IrPacking ir_train_packing(const IrTrain *t);
 
 void ir_train_defaults(IrTrain *t);
 
@@ -190,8 +203,10 @@ typedef struct NameSet NameSet;
 
 /* The op's name as dumps show it (a custom op's own name). */
 const char *ir_node_op_name(const IrNode *n);
-/* The number of sources the node's op takes. */
+/* The number of sources the node's op takes (the most, for OPF_OPTSRC ops). */
 int ir_node_arity(const IrNode *n);
+/* Whether n may have nsrc sources (arity, or arity - 1 for OPF_OPTSRC). */
+int ir_node_arity_ok(const IrNode *n, int nsrc);
 
 /* One candidate a fusion pass examined: fused, or declined with the reason
  * in words a user understands. `moec explain` prints these; dumps after the

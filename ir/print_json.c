@@ -82,6 +82,8 @@ static cJSON *train_json(const IrTrain *t)
     add_double(o, "aux_loss", t->aux_loss_coef);
     cJSON_AddStringToObject(o, "alphabet", ir_alphabet_name[t->alphabet]);
     cJSON_AddStringToObject(o, "objective", ir_objective_name[t->objective]);
+    if (t->packing != IR_PACK_AUTO)
+        cJSON_AddStringToObject(o, "packing", ir_packing_name[t->packing]);
     return o;
 }
 

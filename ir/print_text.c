@@ -77,6 +77,8 @@ void ir_print_train(const IrTrain *t, FILE *out)
     fprintf(out, "#        batch %lld, seq %lld, grad_clip %s, steps %lld, aux_loss %s, alphabet %s, objective %s\n",
             (long long)t->batch, (long long)t->seq, fmt_double(g, t->grad_clip), (long long)t->steps,
             fmt_double(a, t->aux_loss_coef), ir_alphabet_name[t->alphabet], ir_objective_name[t->objective]);
+    if (t->packing != IR_PACK_AUTO)
+        fprintf(out, "#        packing %s\n", ir_packing_name[t->packing]);
     if (t->decay_norms || t->decay_embeddings)
         fprintf(out, "#        weight decay also on:%s%s\n", t->decay_norms ? " norms" : "",
                 t->decay_embeddings ? " embeddings" : "");

@@ -356,6 +356,8 @@ static int train_line(Reader *r)
                expect(r, "objective", "'objective'") && read_enum_in(r, &t->objective, "objective", ir_objective_name) &&
                end_of_line(r);
     }
+    if (accept_word(r, "packing"))
+        return read_enum_in(r, &t->packing, "packing", ir_packing_name) && end_of_line(r);
     if (accept(r, "weight decay also on:")) {
         int any = 0;
         for (;;) {
@@ -730,7 +732,7 @@ static int node_line(Reader *r)
         if (!expect(r, ")", "',' or ')'"))
             return 0;
     }
-    if (n->nsrc != arity)
+    if (!ir_node_arity_ok(n, n->nsrc))
         return error_at(r, op_at, opl, "%s takes %d source%s, not %d", oname, arity, arity == 1 ? "" : "s", n->nsrc);
     unsigned required = custom ? custom->attrs : ir_op_info[op].required_attrs;
     unsigned allowed = custom ? custom->attrs : required | ir_op_info[op].optional_attrs;

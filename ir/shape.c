@@ -166,6 +166,16 @@ static int infer_grouped_linear(Ctx *c)
     return 1;
 }
 
+/* sdpa's optional segment ids: i32 [B, S] of the query's batch and sequence */
+static int segments_ok(Ctx *c, int i, const IrNode *q)
+{
+    const IrNode *s = c->n->src[i];
+    if (s->dtype != IR_I32 || s->rank != 2 || s->shape[0] != q->shape[0] || s->shape[1] != q->shape[1])
+        return fail(c, i, "the segment ids must be i32[%lld, %lld] (batch, sequence of the query)",
+                    (long long)q->shape[0], (long long)q->shape[1]);
+    return 1;
+}
+
 static int infer_sdpa(Ctx *c)
 {
     IrNode *q = c->n->src[0], *k = c->n->src[1], *v = c->n->src[2];
@@ -190,6 +200,8 @@ static int infer_sdpa(Ctx *c)
         return fail(c, -1, "key and value must be %lld wide (kv_heads %lld x head dim %lld), but they are "
                     "%lld and %lld", (long long)(kvh * hd), (long long)kvh, (long long)hd,
                     (long long)last(k), (long long)last(v));
+    if (c->n->nsrc == 4 && !segments_ok(c, 3, q))
+        return 0;
     copy_shape(c->n, q);
     return 1;
 }
@@ -435,7 +447,16 @@ static int infer_op(IrNode *n, Diag *d)
     }
     case IR_OP_SDPA_BWD: {
         IrNode *q = n->src[1], *k = n->src[2];
+        if (n->nsrc == 5 && !segments_ok(&c, 4, q))
+            return 0;
         return out_lead_plus(&c, q, last(q) + 2 * last(k), q->dtype);
+    }
+    case IR_OP_SEGMENT_IDS: {
+        IrNode *t = n->src[0];
+        if (t->dtype != IR_I32 || t->rank != 2)
+            return fail(&c, 0, "segment_ids takes the token ids, i32[batch, sequence], not %s", shp(t, b1));
+        set_shape(n, IR_I32, 2, t->shape);
+        return 1;
     }
     case IR_OP_SWIGLU_DX:
     case IR_OP_SCALED_SWIGLU_DH:

@@ -60,7 +60,7 @@ int ir_verify(const IrGraph *g, FILE *out)
             bad(&v, n, "custom node without a descriptor");
             continue;
         }
-        if (n->nsrc != ir_node_arity(n))
+        if (!ir_node_arity_ok(n, n->nsrc))
             bad(&v, n, "%d sources, the op takes %d", n->nsrc, ir_node_arity(n));
         for (int s = 0; s < n->nsrc && s < IR_MAX_SRC; s++) {
             const IrNode *src = n->src[s];

@@ -110,7 +110,13 @@ static void backward_node(AD *a, IrNode *n, IrNode *dy)
         acc(a, s[0], done(mk(a, n, IR_OP_ROPE_DX, 1, dy, NULL, NULL, NULL)));
         return;
     case IR_OP_SDPA: {
-        IrNode *b = done(mk(a, n, IR_OP_SDPA_BWD, 4, dy, s[0], s[1], s[2]));
+        IrNode *b = mk(a, n, IR_OP_SDPA_BWD, 4, dy, s[0], s[1], s[2]);
+        if (n->nsrc == 4) {
+            /* the segment ids mask the backward as they masked the forward; they have no gradient */
+            b->src[4] = s[3];
+            b->nsrc = 5;
+        }
+        done(b);
         int64_t wq = s[0]->shape[2], wk = s[1]->shape[2];
         if (a->needs[s[0]->id])
             acc(a, s[0], slice(a, n, b, 0, wq));

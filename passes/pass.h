@@ -82,6 +82,7 @@ void pass_print_ir(const IrGraph *g, PassCtx *ctx, const char *when, const char 
 /* the passes */
 int pass_infer_shapes(IrGraph *g, PassCtx *ctx);
 int pass_dce(IrGraph *g, PassCtx *ctx);
+int pass_segment_attention(IrGraph *g, PassCtx *ctx);
 int pass_autodiff(IrGraph *g, PassCtx *ctx);
 int pass_fuse_grouped_mlp(IrGraph *g, PassCtx *ctx);
 int pass_precision(IrGraph *g, PassCtx *ctx);

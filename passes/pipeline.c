@@ -15,6 +15,8 @@ static const Pass builtin_pipeline[] = {
      pass_infer_shapes, {"nodes checked", "shapes changed", NULL}},
     {"dce", "remove nodes that no output or loss depends on",
      pass_dce, {"nodes removed", "params removed", NULL}},
+    {"segment-attention", "with packing packed or rows (masked LM: by default): attention only within each sequence, "
+     "by segment ids made from the tokens", pass_segment_attention, {"attention nodes segmented", "declined", NULL}},
     {"fuse-grouped-mlp", "fuse grouped_linear -> scaled_swiglu -> grouped_linear into one grouped_mlp node",
      pass_fuse_grouped_mlp, {"chains fused", "chains declined", NULL}},
     {"expert-parallel", "with ep > 1: shard the experts over ranks, insert the all-to-all token exchange",

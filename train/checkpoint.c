@@ -75,6 +75,9 @@ int trainer_save_checkpoint(Trainer *t)
     st_writer_add(&w.st, "state.train_loader", ST_U8, 1, &ls_shape, &ls, sizeof ls);
     snprintf(num, sizeof num, "%lld", (long long)t->f.seed);
     ckpt_writer_meta(&w, "seed", num);
+    /* a shard set's index checksum: a resume on changed shards is refused by name */
+    snprintf(num, sizeof num, "%016llx", (unsigned long long)t->shared->checksum);
+    ckpt_writer_meta(&w, "data_checksum", num);
     int ok = 1;
     if (is_rank0(t)) {
         ok = ckpt_writer_save(&w, trainer_ckpt_path(t, path, sizeof path), err, sizeof err);
@@ -135,7 +138,16 @@ int trainer_load_checkpoint(Trainer *t, const char *path, int full)
         } else {
             DataLoaderState st_l;
             memcpy(&st_l, ls->data, sizeof st_l);
-            if (!data_loader_state_set(&t->train_loader, &st_l)) {
+            const char *dck = st_metadata(&c.st, "data_checksum");
+            char now[32];
+            snprintf(now, sizeof now, "%016llx", (unsigned long long)t->shared->checksum);
+            if (dck && strcmp(dck, now) != 0) {
+                fprintf(stderr, "%s: error: %s was written while training on %s (checksum %s), but --data is %s "
+                        "(checksum %s): the data changed since; resume on the same data, or start a new run\n",
+                        t->prog, path, strcmp(dck, "0000000000000000") ? "a shard set" : "FASTA files", dck,
+                        t->shared->checksum ? "a shard set" : "FASTA files", now);
+                ok = 0;
+            } else if (!data_loader_state_set(&t->train_loader, &st_l)) {
                 fprintf(stderr, "%s: error: %s was written while training on other data or with another seed; "
                         "resume with the same --data and --seed\n", t->prog, path);
                 ok = 0;

@@ -13,11 +13,17 @@
 #include "trainer.h"
 
 static const char *const usage_train =
-    "usage: %s --data FILE [--data FILE ...] [options]\n"
+    "usage: %s --data FILE|DIR... [options]\n"
     "\n"
     "Trains the model compiled into this binary (%s) on FASTA sequences.\n"
     "\n"
-    "  --data FILE        FASTA or FASTA.gz training data (repeatable)\n"
+    "  --data FILE|DIR... training data: FASTA or FASTA.gz files, directories of\n"
+    "                     them, glob patterns, '-' (standard input), or one shard\n"
+    "                     directory written by `moec prep` (mapped, not read);\n"
+    "                     several after one flag, and the flag repeatable\n"
+    "  --val-data FILE|DIR... validation data (same forms); without it 1%% of the\n"
+    "                     training sequences, chosen by a fixed hash of their\n"
+    "                     index (not by --seed)\n"
     "  --steps N          optimizer steps (default: the model file's, %lld)\n"
     "  --seed N           seed for initialisation, data order and masking (default 1)\n"
     "  --batch N          sequences per step (default: the model file's, %lld)\n"
@@ -25,6 +31,12 @@ static const char *const usage_train =
     "  --eval-every N     validation loss every N steps (default 50; 0 = never)\n"
     "  --val-batches N    batches of the validation split per evaluation (default 16)\n"
     "  --log-every N      progress line every N steps (default 10)\n"
+    "  --packing P        packed: sequences back to back, attention within each;\n"
+    "                     rows: one sequence per row, cropped and padded; concat:\n"
+    "                     back to back, attention across them (default: the model's\n"
+    "                     train section; packed for masked LMs, concat for causal).\n"
+    "                     packed and rows need a model compiled with packing packed\n"
+    "                     or rows (segmented attention), concat one without\n"
     "  --ckpt-dir DIR     write DIR/checkpoint.safetensors\n"
     "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
     "  --resume           continue from DIR/checkpoint.safetensors\n"
@@ -78,6 +90,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
     f->device = "auto";
     f->threads = 0;
     f->dump_steps = 1;
+    f->packing = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -86,11 +99,24 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf(usage_train, t->prog, t->g->model, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
             return 0;
-        } else if (strcmp(a, "--data") == 0) {
+        } else if (strcmp(a, "--data") == 0 || strcmp(a, "--val-data") == 0) {
             NEED_VALUE();
-            if (f->ndata == MAX_DATA_FILES)
-                return trainer_usage_error(t->prog, "at most %d --data files", MAX_DATA_FILES);
-            f->data[f->ndata++] = v;
+            int val = a[2] == 'v';
+            const char **list = val ? f->val_data : f->data;
+            int *n = val ? &f->nval_data : &f->ndata;
+            /* the value and every following argument up to the next option */
+            for (int first = 1; first || (i + 1 < argc && (argv[i + 1][0] != '-' || !strcmp(argv[i + 1], "-")));
+                 first = 0) {
+                if (*n == MAX_DATA_FILES)
+                    return trainer_usage_error(t->prog, "at most %d %s arguments (give a directory or a glob)",
+                                               MAX_DATA_FILES, a);
+                list[(*n)++] = argv[first ? i : ++i];
+            }
+        } else if (strcmp(a, "--packing") == 0) {
+            NEED_VALUE();
+            if (strcmp(v, "concat") && strcmp(v, "packed") && strcmp(v, "rows"))
+                return trainer_usage_error(t->prog, "--packing must be concat, packed or rows, not '%s'", v);
+            f->packing = v[0] == 'c' ? IR_PACK_CONCAT : v[0] == 'p' ? IR_PACK_PACKED : IR_PACK_ROWS;
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
         } else if (strcmp(a, "--ckpt-dir") == 0) {

@@ -122,18 +122,37 @@ static int64_t count_targets(const int32_t *tg, int64_t n)
     return c;
 }
 
+/* The packing in force: --packing or the model's, which must agree with the
+ * compiled graph: attention segmented by sequence (a segment_ids node, the
+ * segment-attention pass) for packed and rows, not for concat. */
+static int choose_packing(Trainer *t)
+{
+    int segmented = 0;
+    for (int i = 0; i < t->g->nnodes; i++)
+        segmented |= t->g->nodes[i]->op == IR_OP_SEGMENT_IDS;
+    IrPacking model = ir_train_packing(&t->tr);
+    t->packing = t->f.packing >= 0 ? (IrPacking)t->f.packing : model;
+    if (segmented && t->packing == IR_PACK_CONCAT)
+        return !trainer_error(t, "--packing concat: this model was compiled with attention kept inside each "
+                             "sequence (packing %s); write `packing concat` in its train section and compile it "
+                             "again to attend across sequences", ir_packing_name[model]);
+    if (!segmented && t->packing != IR_PACK_CONCAT)
+        return !trainer_error(t, "%s%s: this model was compiled with attention across sequences (packing concat); "
+                             "write `packing %s` in its train section and compile it again",
+                             t->f.packing >= 0 ? "--packing " : "packing ", ir_packing_name[t->packing],
+                             ir_packing_name[t->packing]);
+    return 1;
+}
+
 /* Forward only, over `batches` batches of a loader (all rows when <= 0):
  * the token-weighted mean loss. */
 static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out)
 {
     data_loader_reset(l);
-    int64_t rows = data_loader_rows(l);
-    int64_t nb = (rows + t->tr.batch - 1) / t->tr.batch;
-    if (batches > 0 && batches < nb)
-        nb = batches;
     double sums[2] = {0, 0};  /* loss x tokens, tokens */
     int64_t bs = t->local_batch * t->tr.seq;
-    for (int64_t b = 0; b < nb; b++) {
+    /* to the end of the pass (every rank's loader is the same, so they stop together) */
+    for (int64_t b = 0; (batches <= 0 || b < batches) && !data_loader_done(l); b++) {
         data_loader_next(l, t->gtokens, t->gtargets);
         memcpy(t->tokens, t->gtokens + t->rank * bs, sizeof(int32_t) * (size_t)bs);
         memcpy(t->targets, t->gtargets + t->rank * bs, sizeof(int32_t) * (size_t)bs);
@@ -207,6 +226,8 @@ int trainer_run(Trainer *t)
     t->local_batch = t->tr.batch / t->world;
     if (!find_inputs(t))
         return trainer_error(t, "the model's inputs do not fit the training binary");
+    if (!choose_packing(t))
+        return 1;
 
     /* parameters and AdamW moments, one allocation each */
     const IrGraph *g = t->g;
@@ -258,6 +279,7 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "%s", t->be->ops->error(t->be));
         DataOptions o = DATA_OPTIONS_DEFAULT;
         o.val_fraction = 1.0;
+        o.one_per_row = t->packing == IR_PACK_ROWS;
         DataLoader l;
         if (!data_loader_init_opts(&l, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
                                    (uint64_t)t->f.seed, t->obj, &o))
@@ -270,14 +292,26 @@ int trainer_run(Trainer *t)
         return 0;
     }
 
-    if (!data_loader_init(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
-                          (uint64_t)t->f.seed, t->obj))
+    /* validation: --val-data, or the fixed 1% hash split of the training data */
+    DataOptions to = DATA_OPTIONS_DEFAULT, vo = DATA_OPTIONS_DEFAULT;
+    to.one_per_row = vo.one_per_row = t->packing == IR_PACK_ROWS;
+    const FastaSet *vs = t->shared_val ? t->shared_val : t->shared;
+    if (t->shared_val) {
+        to.val_fraction = 0;
+        vo.val_fraction = 1.0;
+    }
+    if (!data_loader_init_opts(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
+                               (uint64_t)t->f.seed, t->obj, &to))
         return trainer_error(t, "the training split is empty: give more sequences");
-    t->have_val = data_loader_init(&t->val_loader, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
-                                   (uint64_t)t->f.seed, t->obj);
-    DataSplitStats ss[2];
-    data_split_stats(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, ss);
-    t->unigram = data_unigram_entropy(t->shared, (uint64_t)t->f.seed, DATA_VAL_FRACTION, DATA_SPLIT_VAL, t->obj);
+    t->have_val = data_loader_init_opts(&t->val_loader, vs, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
+                                        (uint64_t)t->f.seed, t->obj, &vo);
+    DataSplitStats ss[2], vss[2];
+    data_split_stats(t->shared, to.val_fraction, ss);
+    if (t->shared_val) {
+        data_split_stats(vs, vo.val_fraction, vss);
+        ss[1] = vss[1];
+    }
+    t->unigram = data_unigram_entropy(vs, vo.val_fraction, DATA_SPLIT_VAL, t->obj);
 
     if (t->f.init_path && !trainer_load_checkpoint(t, t->f.init_path, 0))
         return trainer_error(t, "cannot start from %s", t->f.init_path);
@@ -310,12 +344,21 @@ int trainer_run(Trainer *t)
         for (int s = 0; s < 2; s++) {
             char r[32];
             fmt_count(r, sizeof r, (double)ss[s].nresidues);
-            printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s\n",
+            printf("data %s: %lld sequences, %s residues, %lld unknown characters mapped to %s%s\n",
                    s ? "validation" : "train", (long long)ss[s].nseq, r, (long long)ss[s].nunknown,
-                   t->alpha->tokens[t->alpha->unk]);
+                   t->alpha->tokens[t->alpha->unk],
+                   s == 0 && t->shared->shards ? " (shards, memory-mapped)"
+                   : s == 1 && t->shared_val ? " (--val-data)"
+                   : s == 1 && t->shared->cluster_of ? " (1% of the training clusters, a fixed hash of each "
+                                                       "cluster's index)"
+                   : s == 1 ? " (1% of the training data, a fixed hash of each sequence's index)" : "");
         }
         printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
                t->unigram);
+        printf("packing: %s\n", t->packing == IR_PACK_ROWS ? "rows (one sequence per row, cropped and padded; "
+                                  "padding masked out of attention, loss and tokens/s)"
+                                  : t->packing == IR_PACK_PACKED ? "packed (sequences back to back, attention kept "
+                                  "inside each)" : "concat (sequences back to back, attention across them)");
         cJSON *start = cJSON_CreateObject();
         cJSON_AddStringToObject(start, "event", "start");
         cJSON_AddStringToObject(start, "model", g->model);
@@ -328,13 +371,15 @@ int trainer_run(Trainer *t)
     }
 
     double t0 = wall_seconds(), tlast = t0;
-    int64_t first = t->step, tok_per_step = t->tr.batch * t->tr.seq;
+    int64_t first = t->step, tokens_since_log = 0;
     double loss_sum = 0;
     int loss_n = 0, measured = 0;
     trainer_profile_begin(t, first);
     while (t->step < t->tr.steps) {
         t->step++;
         data_loader_next(&t->train_loader, t->gtokens, t->gtargets);
+        for (int64_t i = 0; i < gsize; i++)
+            tokens_since_log += t->gtokens[i] != t->alpha->pad;  /* padding is not throughput */
         memcpy(t->tokens, t->gtokens + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
         memcpy(t->targets, t->gtargets + t->rank * lsize, sizeof(int32_t) * (size_t)lsize);
         double lr = lr_at(t, t->step), gnorm = 0, step_loss = NAN;
@@ -380,7 +425,7 @@ int trainer_run(Trainer *t)
             val = evaluate(t, &t->val_loader, t->f.val_batches, NULL);
         double tnow = wall_seconds();
         if (do_log && is_rank0(t)) {
-            double tps = (double)(tok_per_step * loss_n) / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
+            double tps = (double)tokens_since_log / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
             double elapsed = tnow - t0, eta = elapsed / (double)(t->step - first) * (double)(t->tr.steps - t->step);
             char el[32], et[32], vs[48] = "";
             fmt_duration(el, sizeof el, elapsed);
@@ -404,6 +449,7 @@ int trainer_run(Trainer *t)
         if (do_log) {
             loss_sum = 0;
             loss_n = 0;
+            tokens_since_log = 0;
             tlast = wall_seconds();
         }
         if (do_ckpt) {

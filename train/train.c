@@ -24,9 +24,11 @@
 #include "../driver/build.h"
 #include "../util/util.h"
 #include "../runtime/comm/comm.h"
+#include "cluster_env.h"
 #include "launch.h"
 #include "../runtime/cpu/cpu.h"
 #include "../data/data.h"
+#include "../data/shards.h"
 #include "../runtime/backend.h"
 #include "trainer.h"
 
@@ -111,15 +113,14 @@ static void use_plan(Trainer *t, const Plan *p)
 }
 
 
+/* FASTA files read into memory, or one shard directory mapped (data/shards.h) */
 static int load_data(FastaSet *data, const Alphabet *alpha, const char *const *files, int n)
 {
-    char err[1024];
-    fasta_set_init(data);
-    for (int i = 0; i < n; i++)
-        if (!fasta_read(files[i], alpha, data, err, sizeof err)) {
-            fprintf(stderr, "%s\n", err);
-            return 0;
-        }
+    char err[4096];
+    if (!data_open(files, n, alpha, data, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 0;
+    }
     return 1;
 }
 
@@ -180,7 +181,14 @@ int train_main(int argc, char **argv, const Plan *plan)
     /* Where the ranks are: threads of this process, processes this one
      * starts, or this process is one rank of a run started elsewhere. */
     int env_rank = -1, env_world = 0, port = 0;
-    char *addr = NULL, err[1024];
+    char *addr = NULL, err[1024], said[1024];
+    /* torchrun's or Slurm's variables, when the MOEC_ ones are not set (cluster_env.h) */
+    if (!cluster_env_apply(said, sizeof said, err, sizeof err)) {
+        fprintf(stderr, "%s: error: %s\n", prog, err);
+        return 2;
+    }
+    if (said[0] && getenv("MOEC_RANK") && strcmp(getenv("MOEC_RANK"), "0") == 0)
+        printf("launch: from the cluster's variables: %s\n", said);
     if (getenv("MOEC_RANK")) {
         if (!launch_env(&env_rank, &env_world, &addr, &port, err, sizeof err)) {
             fprintf(stderr, "%s: error: %s\n", prog, err);
@@ -242,10 +250,13 @@ int train_main(int argc, char **argv, const Plan *plan)
     cpu_set_threads(threads);
 
     /* the data, read once */
-    FastaSet data;
+    FastaSet data, val_data;
+    fasta_set_init(&val_data);
     const Alphabet *alpha = alphabet_get(tr.alphabet == IR_ALPHABET_DNA ? ALPHABET_DNA : ALPHABET_PROTEIN);
-    if (!(f.eval_path ? load_data(&data, alpha, &f.eval_path, 1) : load_data(&data, alpha, f.data, f.ndata))) {
+    if (!(f.eval_path ? load_data(&data, alpha, &f.eval_path, 1) : load_data(&data, alpha, f.data, f.ndata)) ||
+        (!f.eval_path && f.nval_data && !load_data(&val_data, alpha, f.val_data, f.nval_data))) {
         fasta_set_free(&data);
+        fasta_set_free(&val_data);
         return 1;
     }
 
@@ -258,6 +269,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         if (!single) {
             fprintf(stderr, "%s: rank %d: error: %s\n", prog, env_rank, err);
             fasta_set_free(&data);
+            fasta_set_free(&val_data);
             return 1;
         }
     } else if (world > 1) {
@@ -265,6 +277,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         if (!comms) {
             fprintf(stderr, "%s: error: %s\n", prog, err);
             fasta_set_free(&data);
+            fasta_set_free(&val_data);
             return 1;
         }
     } else {
@@ -281,6 +294,7 @@ int train_main(int argc, char **argv, const Plan *plan)
                 comm_sim_free(comms, world);
             comm_free(single);
             fasta_set_free(&data);
+            fasta_set_free(&val_data);
             return 1;
         }
         if (env_rank <= 0)
@@ -303,6 +317,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         t->ep = ep;
         t->dp = world / ep;
         t->shared = &data;
+        t->shared_val = val_data.nseq ? &val_data : NULL;
         t->backend = use_gpu ? &backend_cuda : &backend_cpu;
         use_plan(t, plan);
         args[r] = (RankArgs){t, 0};
@@ -326,6 +341,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         comm_sim_free(comms, world);
     comm_free(single);
     fasta_set_free(&data);
+    fasta_set_free(&val_data);
     plan_free(replanned);
     free(ts);
     free(args);

@@ -24,6 +24,8 @@ enum { MAX_DATA_FILES = 64 };
 typedef struct Flags {
     const char *data[MAX_DATA_FILES];
     int ndata;
+    const char *val_data[MAX_DATA_FILES];  /* --val-data: the validation set (else 1% of --data) */
+    int nval_data;
     int64_t steps, seed, batch, eval_every, ckpt_every, log_every, val_batches;
     double lr;
     const char *ckpt_dir, *log_path, *device, *eval_path, *init_path;
@@ -34,6 +36,7 @@ typedef struct Flags {
     int64_t dump_steps;
     int no_graphs;       /* --no-cuda-graph */
     int64_t profile;     /* --profile N: time N steps per IR node (0: off) */
+    int packing;         /* --packing: an IrPacking, or -1 for the model's */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -61,6 +64,8 @@ typedef struct Trainer {
     int32_t *tokens, *targets;
     FastaSet data;
     DataLoader train_loader, val_loader;
+    const FastaSet *shared_val;    /* --val-data, read once for all ranks, or NULL */
+    IrPacking packing;             /* in force: concat, packed or rows */
     int have_val;
     int64_t step;
     FILE *log;

@@ -324,43 +324,34 @@ static void test_real_files(FastaSet *db, FastaSet *gold)
 
 static void test_split(const FastaSet *db, const FastaSet *gold)
 {
-    uint8_t *a = data_split_assign(db, 7, DATA_VAL_FRACTION);
-    uint8_t *b = data_split_assign(db, 7, DATA_VAL_FRACTION);
-    uint8_t *c = data_split_assign(db, 8, DATA_VAL_FRACTION);
+    uint8_t *a = data_split_assign(db, DATA_VAL_FRACTION);
+    uint8_t *b = data_split_assign(db, DATA_VAL_FRACTION);
     CHECK(memcmp(a, b, (size_t)db->nseq) == 0, "split is deterministic");
-    CHECK(memcmp(a, c, (size_t)db->nseq) != 0, "another seed, another split");
     int64_t nval = 0;
     for (int64_t i = 0; i < db->nseq; i++)
         nval += a[i];
     CHECK(nval > 140 && nval < 260, "about 1%% validation: %lld", (long long)nval);
 
     DataSplitStats st[2];
-    data_split_stats(db, 7, DATA_VAL_FRACTION, st);
+    data_split_stats(db, DATA_VAL_FRACTION, st);
     CHECK(st[0].nseq + st[1].nseq == db->nseq && st[1].nseq == nval, "stats sequences");
     CHECK(st[0].nresidues + st[1].nresidues == db->ntokens, "stats residues");
-    data_split_stats(gold, 7, DATA_VAL_FRACTION, st);
+    data_split_stats(gold, DATA_VAL_FRACTION, st);
     CHECK(st[0].nunknown + st[1].nunknown == gold->nunknown, "stats unknown");
 
-    /* the loaders see disjoint sets that together are all sequences */
-    DataLoader tr, va;
+    /* the loaders' splits do not depend on the seed and partition the set */
+    DataLoader tr, va, va2;
     const Alphabet *p = db->alphabet;
     CHECK(data_loader_init(&tr, db, p, DATA_SPLIT_TRAIN, 4, 128, 7, OBJECTIVE_CAUSAL) == 1, "train init");
     CHECK(data_loader_init(&va, db, p, DATA_SPLIT_VAL, 4, 128, 7, OBJECTIVE_CAUSAL) == 1, "val init");
-    uint8_t *seen = calloc((size_t)db->nseq, 1);
-    for (int64_t i = 0; i < tr.nseqs; i++)
-        seen[tr.seqs[i]] |= 1;
-    for (int64_t i = 0; i < va.nseqs; i++)
-        seen[va.seqs[i]] |= 2;
-    int ok = tr.nseqs + va.nseqs == db->nseq;
-    for (int64_t i = 0; i < db->nseq; i++)
-        ok &= seen[i] == (a[i] ? 2 : 1);
-    CHECK(ok, "train and validation are disjoint and cover the set");
-    free(seen);
+    CHECK(data_loader_init(&va2, db, p, DATA_SPLIT_VAL, 4, 128, 8, OBJECTIVE_CAUSAL) == 1, "val init");
+    CHECK(tr.nseqs + va.nseqs == db->nseq && va.nseqs == nval && va2.nseqs == nval, "split sizes");
+    CHECK(data_loader_rows(&va) == data_loader_rows(&va2), "the validation split does not move with the seed");
     data_loader_free(&tr);
     data_loader_free(&va);
+    data_loader_free(&va2);
     free(a);
     free(b);
-    free(c);
 
     /* two sequences: one each for any fraction below 1; a fraction of 1
      * puts both in validation (how --eval scores a whole file) */
@@ -368,15 +359,15 @@ static void test_split(const FastaSet *db, const FastaSet *gold)
     fasta_set_init(&two);
     char err[256];
     CHECK(fasta_read(write_text("two.fa", ">a\nMKV\n>b\nLLA\n"), p, &two, err, sizeof err) == 1, "%s", err);
-    for (uint64_t seed = 0; seed < 50; seed++) {
-        for (int f = 0; f <= 2; f++) {
-            uint8_t *s = data_split_assign(&two, seed, f * 0.5);
-            int want = f == 2 ? 2 : 1;
-            CHECK(s[0] + s[1] == want, "seed %llu fraction %g: %d %d", (unsigned long long)seed, f * 0.5, s[0],
-                  s[1]);
-            free(s);
-        }
+    for (int f = 1; f <= 2; f++) {
+        uint8_t *s = data_split_assign(&two, f * 0.5);
+        int want = f == 2 ? 2 : 1;
+        CHECK(s[0] + s[1] == want, "fraction %g: %d %d", f * 0.5, s[0], s[1]);
+        free(s);
     }
+    uint8_t *z = data_split_assign(&two, 0);
+    CHECK(z[0] + z[1] == 0, "fraction 0: everything for training");
+    free(z);
     fasta_set_free(&two);
 }
 
@@ -441,8 +432,10 @@ static void test_causal(void)
             i = j + 1;
         }
         int once = 1;
-        for (int64_t s = 0; s < l.nseqs; s++)
-            once &= found[l.seqs[s]] == 1;
+        uint8_t *sp = data_split_assign(&fs, DATA_VAL_FRACTION);
+        for (int64_t s = 0; s < fs.nseq; s++)
+            once &= found[s] == (sp[s] == DATA_SPLIT_TRAIN);
+        free(sp);
         CHECK(ok && once && seqs_seen == l.nseqs, "crop %d: each training sequence once per epoch", crop);
         CHECK(l.st.epoch == 1, "wrapped into epoch 1");
         free(tok);
@@ -555,7 +548,7 @@ static void check_resume(const FastaSet *fs, Objective obj, int64_t batch, int64
     CHECK(data_loader_state_set(&fresh, &st) == 0, "other seq refused");
     data_loader_free(&fresh);
     DataLoaderState broken = st;
-    broken.pos = l.nseqs + 5;
+    broken.pos = l.nunits + 5;
     CHECK(data_loader_state_set(&l, &broken) == 0, "out-of-range state refused");
     broken = st;
     broken.off = 1 << 30;
@@ -604,9 +597,15 @@ static void test_validation(const FastaSet *db, const FastaSet *gold)
             late += i >= rows * seq && (tgt[i] != DATA_IGNORE_INDEX || tok[i] != fs->alphabet->pad);
         }
         CHECK(late == 0, "obj %d: rows after the pass are padding (%lld)", o, (long long)late);
+        int64_t stream_len = 0;
+        uint8_t *sp = data_split_assign(fs, DATA_VAL_FRACTION);
+        for (int64_t i = 0; i < fs->nseq; i++)
+            if (sp[i])
+                stream_len += (fasta_seq_len(fs, i) < seq - 2 ? fasta_seq_len(fs, i) : seq - 2) + 2;
+        free(sp);
         if (obj == OBJECTIVE_CAUSAL) {
-            CHECK(targets == l.stream_len - 1, "causal: every stream token but the first is a target: %lld vs %lld",
-                  (long long)targets, (long long)l.stream_len);
+            CHECK(targets == stream_len - 1, "causal: every stream token but the first is a target: %lld vs %lld",
+                  (long long)targets, (long long)stream_len);
             CHECK(tgt[(rows - 1) * seq - 1] != DATA_IGNORE_INDEX || rows == 1, "only the last row is padded");
         }
         data_loader_reset(&l);
@@ -632,27 +631,147 @@ static void test_entropy(const FastaSet *db, const FastaSet *gold)
     fasta_set_init(&fs);
     char err[256];
     CHECK(fasta_read(write_text("entropy.fa", ">a\nAAAA\n>b\nCCGG\n"), d, &fs, err, sizeof err) == 1, "%s", err);
-    uint8_t *s = data_split_assign(&fs, 1, DATA_VAL_FRACTION);
+    uint8_t *s = data_split_assign(&fs, DATA_VAL_FRACTION);
     int v = s[0] ? 0 : 1;  /* the validation sequence */
     free(s);
     double hm = v == 0 ? 0 : log(2);
     double hc = v == 0 ? -(4 / 6.0) * log(4 / 6.0) - 2 * (1 / 6.0) * log(1 / 6.0)
                        : -2 * (2 / 6.0) * log(2 / 6.0) - 2 * (1 / 6.0) * log(1 / 6.0);
-    CHECK(fabs(data_unigram_entropy(&fs, 1, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_MASKED) - hm) < 1e-12,
+    CHECK(fabs(data_unigram_entropy(&fs, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_MASKED) - hm) < 1e-12,
           "masked entropy");
-    CHECK(fabs(data_unigram_entropy(&fs, 1, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_CAUSAL) - hc) < 1e-12,
+    CHECK(fabs(data_unigram_entropy(&fs, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_CAUSAL) - hc) < 1e-12,
           "causal entropy");
     fasta_set_free(&fs);
 
-    double hp = data_unigram_entropy(db, 7, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_MASKED);
-    double hd = data_unigram_entropy(gold, 7, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_CAUSAL);
+    double hp = data_unigram_entropy(db, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_MASKED);
+    double hd = data_unigram_entropy(gold, DATA_VAL_FRACTION, DATA_SPLIT_VAL, OBJECTIVE_CAUSAL);
     CHECK(hp > 2.8 && hp < log(20), "protein unigram entropy %.4f nats", hp);
     CHECK(hd > 1.3 && hd < log(4) + 0.05, "16S unigram entropy %.4f nats", hd);
     printf("test_data: validation unigram entropy: proteins %.4f nats, 16S %.4f nats\n", hp, hd);
 }
 
+/* packing rows: every row is one sequence (BOS, at most seq - 2 residues,
+ * EOS) then padding; padding is never a target; every training sequence
+ * once per epoch; causal targets are the next token inside the row only. */
+static void test_one_per_row(const FastaSet *db)
+{
+    const Alphabet *p = db->alphabet;
+    for (int o = 0; o < 2; o++) {
+        Objective obj = o ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
+        DataOptions opt = DATA_OPTIONS_DEFAULT;
+        opt.one_per_row = 1;
+        int64_t batch = 16, seq = 300, n = batch * seq;
+        DataLoader l;
+        CHECK(data_loader_init_opts(&l, db, p, DATA_SPLIT_TRAIN, batch, seq, 4, obj, &opt) == 1, "rows init");
+        int32_t *tok = malloc((size_t)n * 4), *tgt = malloc((size_t)n * 4);
+        int ok = 1, padded = 0;
+        int64_t rows = 0, nb = (l.nseqs + batch - 1) / batch;
+        for (int64_t b = 0; b < nb; b++) {
+            data_loader_next(&l, tok, tgt);
+            for (int64_t r = 0; r < batch; r++) {
+                const int32_t *t = tok + r * seq, *g = tgt + r * seq;
+                int64_t eos = -1, bos = 0;
+                for (int64_t i = 0; i < seq; i++) {
+                    bos += t[i] == p->bos;
+                    if (t[i] == p->eos && eos < 0)
+                        eos = i;
+                }
+                ok &= t[0] == p->bos && bos == 1 && eos > 0 && eos <= seq - 1;
+                for (int64_t i = eos + 1; eos > 0 && i < seq; i++) {
+                    ok &= t[i] == p->pad && g[i] == DATA_IGNORE_INDEX;
+                    padded = 1;
+                }
+                if (obj == OBJECTIVE_CAUSAL && eos > 0) {
+                    ok &= g[eos] == DATA_IGNORE_INDEX;  /* nothing after EOS in this row to predict */
+                    for (int64_t i = 0; i < eos; i++)
+                        ok &= g[i] == t[i + 1];
+                }
+                rows++;
+            }
+        }
+        CHECK(ok, "obj %d: one sequence per row, then padding that is never a target", o);
+        CHECK(padded, "obj %d: short sequences are padded", o);
+        CHECK(data_loader_rows(&l) == l.nseqs, "obj %d: one row per sequence in a pass", o);
+        CHECK(l.st.epoch == 1 && rows - l.nseqs < batch, "obj %d: %lld rows: one epoch, then the next begins", o,
+              (long long)rows);
+        free(tok);
+        free(tgt);
+        data_loader_free(&l);
+    }
+}
+
+/* Cluster-weighted sampling: with clusters, an epoch draws one member of
+ * every training cluster, exactly once per cluster; a cluster's members are
+ * all on one side of the split; other epochs draw other members. */
+static void test_clusters(const FastaSet *db0)
+{
+    FastaSet fs = *db0;  /* the same tokens, with clusters of 1..5 consecutive sequences */
+    int64_t n = fs.nseq;
+    int64_t *of = malloc((size_t)n * 8), *off = malloc((size_t)(n + 1) * 8), *mem = malloc((size_t)n * 8), nc = 0;
+    for (int64_t i = 0; i < n; nc++) {
+        int64_t size = 1 + nc % 5;
+        off[nc] = i;
+        for (int64_t k = 0; k < size && i < n; k++, i++) {
+            of[i] = nc;
+            mem[i] = i;
+        }
+    }
+    off[nc] = n;
+    fs.cluster_of = of;
+    fs.cluster_off = off;
+    fs.cluster_members = mem;
+    fs.nclusters = nc;
+    uint8_t *sp = data_split_assign(&fs, DATA_VAL_FRACTION);
+    int together = 1;
+    int64_t ntrain_clusters = 0;
+    for (int64_t c = 0; c < nc; c++) {
+        for (int64_t k = off[c]; k < off[c + 1]; k++)
+            together &= sp[k] == sp[off[c]];
+        ntrain_clusters += sp[off[c]] == DATA_SPLIT_TRAIN;
+    }
+    CHECK(together, "a cluster's members are on one side of the split");
+    DataOptions opt = DATA_OPTIONS_DEFAULT;
+    opt.one_per_row = 1;
+    DataLoader l;
+    int64_t seq = 40, batch = 1;
+    CHECK(data_loader_init_opts(&l, &fs, fs.alphabet, DATA_SPLIT_TRAIN, batch, seq, 9, OBJECTIVE_CAUSAL, &opt) == 1,
+          "clusters: init");
+    CHECK(l.nunits == nc, "the loader's units are the clusters");
+    int64_t *seen = calloc((size_t)nc, 8);
+    int64_t picked_diff = 0;
+    int32_t tok[40], tgt[40];
+    int ok = 1;
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int64_t r = 0; r < ntrain_clusters; r++) {
+            data_loader_next(&l, tok, tgt);
+            int64_t id = l.cur_id, c = of[id];
+            ok &= sp[id] == DATA_SPLIT_TRAIN && l.cur_unit == c;
+            if (epoch == 0)
+                seen[c]++;
+            else if (seen[c] == 1 && off[c + 1] - off[c] > 1)
+                picked_diff += 1;
+        }
+    }
+    int once = 1;
+    for (int64_t c = 0; c < nc; c++)
+        once &= seen[c] == (sp[off[c]] == DATA_SPLIT_TRAIN);
+    CHECK(ok && once, "clusters: one epoch draws every training cluster once (%lld clusters)",
+          (long long)ntrain_clusters);
+    CHECK(l.st.epoch >= 1 && picked_diff > 0, "clusters: the next epoch draws again");
+    free(seen);
+    free(sp);
+    data_loader_free(&l);
+    free(of);
+    free(off);
+    free(mem);
+}
+
 int main(void)
 {
+    /* passes/segment_attention.c writes these ids (it sits below data/) */
+    CHECK(alphabet_get(ALPHABET_PROTEIN)->bos == 0 && alphabet_get(ALPHABET_PROTEIN)->pad == 1 &&
+              alphabet_get(ALPHABET_DNA)->bos == 1 && alphabet_get(ALPHABET_DNA)->pad == 0,
+          "BOS and padding ids as the segment-attention pass has them");
     test_alphabets();
     test_fasta_small();
     test_fasta_errors();
@@ -664,6 +783,8 @@ int main(void)
         test_split(&db, &gold);
         test_causal();
         test_masked(&db);
+        test_one_per_row(&db);
+        test_clusters(&db);
         test_resume(&db);
         test_validation(&db, &gold);
         test_entropy(&db, &gold);

@@ -114,6 +114,13 @@ static int setup(Case *k, const char *name, const char *src, const char *path, i
                 masked |= g->nodes[j]->op == IR_OP_MASKED_LM_LOSS && g->nodes[j]->src[1] == n;
             for (int64_t e = 0; e < numel; e++)
                 d[e] = masked && rng_uniform() < 0.5 ? -100 : (int32_t)(rng_next() % (uint64_t)range);
+            /* token ids that attention is segmented by (segment_ids): BOS (0) and padding (1) of the protein
+             * alphabet at fixed places, so rows hold a sequence's tail, whole sequences and padding */
+            static const int32_t pattern[] = {7, 8, 0, 9, 10, 2, 0, 11, 12, 0, 5, 1, 0, 4, 6, 2, 1, 1};
+            for (int j = 0; j < g->nnodes; j++)
+                if (g->nodes[j]->op == IR_OP_SEGMENT_IDS && g->nodes[j]->src[0] == n)
+                    for (int64_t e = 0; e < numel; e++)
+                        d[e] = pattern[e % ARRAY_LEN(pattern)];
             k->input_data[i] = d;
             cpu_plan_bind(&k->plan, n, d);
         }
@@ -276,6 +283,18 @@ static const char *const cases[][2] = {
      "  param w_gate_up : [4, 8, 6]  param w_down : [4, 6, 4]  param w : [5, 6]\n"
      "  loss = cross_entropy(linear(moe(x, router, w_gate_up, w_down, k = 2), w), t) }\n"
      "train { batch 6, aux_loss 0.5 }\n"},
+    {"attention_segments_packed",
+     "model m { input ids : i32[B, S]  input t : i32[B, S]  param table : [33, 8]\n"
+     "  param wq : [8, 8]  param wk : [4, 8]  param wv : [4, 8]  param wo : [8, 8]  param w : [5, 8]\n"
+     "  a = attention(embedding(ids, table), wq, wk, wv, wo, heads = 2, kv_heads = 1, rope_theta = 100, causal = false)\n"
+     "  loss = cross_entropy(linear(a, w), t) }\n"
+     "train { batch 2, seq 9, alphabet protein, packing packed }\n"},
+    {"attention_segments_causal",
+     "model m { input ids : i32[B, S]  input t : i32[B, S]  param table : [33, 6]\n"
+     "  param wq : [6, 6]  param wk : [6, 6]  param wv : [6, 6]  param wo : [6, 6]  param w : [5, 6]\n"
+     "  a = attention(embedding(ids, table), wq, wk, wv, wo, heads = 3, rope_theta = 0, causal = true)\n"
+     "  loss = cross_entropy(linear(a, w), t) }\n"
+     "train { batch 2, seq 9, alphabet protein, packing rows }\n"},
 };
 
 /* The fp32 kernels (the training path) against the fp64 ones on the same
@@ -405,6 +424,67 @@ static void fused_vs_unfused(const char *path, int mxfp8)
     teardown(&u);
 }
 
+/* Attention kept inside each sequence: in a packed row (BOS residues EOS
+ * BOS residues EOS padding), a change to a token of the first sequence must
+ * leave every logit of the second sequence and of the padding bit-identical
+ * after two attention layers; with packing concat it must not (so the test
+ * sees leaks). Fails if any token attends across a boundary. */
+static void segment_boundaries(const char *packing, int want_isolated)
+{
+    char src[2048];
+    snprintf(src, sizeof src,
+             "model m { input ids : i32[B, S]  input t : i32[B, S]  param table : [33, 8]\n"
+             "  param wq : [8, 8]  param wk : [8, 8]  param wv : [8, 8]  param wo : [8, 8]  param w : [33, 8]\n"
+             "  x = embedding(ids, table)\n"
+             "  x = x + attention(x, wq, wk, wv, wo, heads = 2, rope_theta = 100, causal = false)\n"
+             "  x = x + attention(x, wq, wk, wv, wo, heads = 2, rope_theta = 100, causal = false)\n"
+             "  loss = masked_lm_loss(linear(x, w), t) }\n"
+             "train { batch 1, seq 12, alphabet protein, packing %s }\n", packing);
+    Case k;
+    char name[64];
+    snprintf(name, sizeof name, "boundaries_%s", packing);
+    if (!setup(&k, name, src, NULL, 0, 0)) {
+        nfail++;
+        teardown(&k);
+        return;
+    }
+    IrGraph *g = k.c.graph;
+    int32_t *ids = NULL;
+    const IrNode *logits = g->loss->src[0];
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_EMBEDDING)
+            ids = k.input_data[g->nodes[i]->src[0]->id];
+    /* <cls> L A G <eos> <cls> V S E <eos> <pad> <pad> */
+    static const int32_t row[12] = {0, 4, 5, 6, 2, 0, 7, 8, 9, 2, 1, 1};
+    memcpy(ids, row, sizeof row);
+    int64_t V = logits->shape[logits->rank - 1];
+    size_t bytes = (size_t)ir_numel(logits) * sizeof(double);
+    double *before = malloc(bytes), *after = malloc(bytes);
+    cpu_plan_run_range(&k.plan, 0, g->loss->id + 1);
+    memcpy(before, cpu_plan_data(&k.plan, logits), bytes);
+    ids[2] = 20;  /* A -> M in the first sequence */
+    cpu_plan_run_range(&k.plan, 0, g->loss->id + 1);
+    memcpy(after, cpu_plan_data(&k.plan, logits), bytes);
+    int first_changed = 0, others_same = 1;
+    for (int64_t pos = 0; pos < 12; pos++) {
+        int same = memcmp(before + pos * V, after + pos * V, (size_t)V * sizeof(double)) == 0;
+        if (pos < 5)
+            first_changed |= !same;
+        else
+            others_same &= same;
+    }
+    int ok = first_changed && others_same == want_isolated;
+    printf("segments (packing %s): a change in sequence 1 %s the logits of sequence 2 and the padding\n", packing,
+           others_same ? "leaves unchanged" : "changes");
+    if (ok)
+        npass++;
+    else
+        nfail++;
+    free(before);
+    free(after);
+    teardown(&k);
+}
+
 int main(void)
 {
     for (int i = 0; i < ARRAY_LEN(cases); i++)
@@ -421,6 +501,9 @@ int main(void)
     gradcheck("protein_tiny", NULL, "models/protein_tiny.moe", 2, 6, 12);
     f32_vs_f64("models/mixtral_tiny.moe");
     f32_vs_f64("models/protein_tiny.moe");
+    segment_boundaries("packed", 1);
+    segment_boundaries("rows", 1);
+    segment_boundaries("concat", 0);
     /* a new differentiable op must add its case here (as ggml's test-backend-ops) */
     for (int op = 0; op < IR_OP_COUNT; op++) {
         /* custom ops are checked by their plugin's tests; the expert-parallel
