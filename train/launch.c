@@ -92,6 +92,16 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 1;
 }
 
+/* The launcher passes SIGTERM / SIGINT on to its ranks (which stop at a step boundary, after a
+ * checkpoint; a second signal stops them at once) and waits for them. */
+static volatile sig_atomic_t fwd_sig, fwd_count;
+
+static void on_forward(int sig)
+{
+    fwd_sig = sig;
+    fwd_count++;
+}
+
 int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
 {
     if (nproc < 1 || nproc > 4096) {
@@ -156,6 +166,8 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         if (pid == 0) {
             /* die with the launcher, even if it is SIGKILLed */
             prctl(PR_SET_PDEATHSIG, SIGTERM);
+            /* a process group of its own: a terminal's Ctrl-C reaches the launcher only, which passes it on once */
+            setpgid(0, 0);
             if (getppid() != self)
                 _exit(1);
             execve("/proc/self/exe", cargv, envs[r]);
@@ -197,7 +209,20 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         if (pidfds && pidfds[r] < 0)
             use_pidfd = 0;
     }
+    struct sigaction sa, old_term, old_int;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_forward;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    int forwarded = 0, stopped = 0;
     while (left > 0) {
+        if (fwd_count != forwarded) {
+            forwarded = fwd_count;
+            for (int r = 0; r < started; r++)
+                if (!done[r])
+                    kill(pids[r], fwd_sig);
+        }
         if (use_pidfd) {
             int np = 0;
             for (int r = 0; r < started; r++)
@@ -218,6 +243,11 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
             left--;
             reaped = 1;
             int bad = w < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+            /* a rank that stopped on the signal passed on is no failure: the others stop on it too */
+            if (bad && forwarded && w > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 128 + fwd_sig) {
+                bad = 0;
+                stopped = 128 + fwd_sig;
+            }
             if (bad && failed < 0) {
                 failed = r;
                 if (w < 0) {
@@ -241,6 +271,12 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         }
         if (left > 0 && !reaped && !use_pidfd)
             sleep_ms(2);
+    }
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    if (stopped && result == 0) {
+        result = stopped;
+        snprintf(err, errlen, "stopped by %s (passed on to the ranks)", stopped == 128 + SIGINT ? "SIGINT" : "SIGTERM");
     }
     for (int r = 0; pidfds && r < started; r++)
         if (pidfds[r] >= 0)

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +208,9 @@ int trainer_run(Trainer *t)
     t->local_batch = t->tr.batch / t->world;
     if (!find_inputs(t))
         return trainer_error(t, "the model's inputs do not fit the training binary");
+    /* the checkpoint directory locked and checked before any work that a save at the end would lose */
+    if (is_rank0(t) && t->f.ckpt_dir && !t->f.eval_path && !trainer_ckpt_prepare(t))
+        return 1;
 
     /* parameters and AdamW moments, one allocation each */
     const IrGraph *g = t->g;
@@ -264,9 +268,15 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "%s has no sequences to evaluate", t->f.eval_path);
         int64_t ntok;
         double loss = evaluate(t, &l, 0, &ntok);
+        data_loader_free(&l);
+        if (ntok == 0)
+            return trainer_error(t, "--eval %s: no token of its sequences is scored (too short for the model's "
+                                 "objective); no loss to report", t->f.eval_path);
+        if (!isfinite(loss))
+            return trainer_error(t, "--eval %s: the loss is %g: the parameters of %s make the model diverge on this "
+                                 "data", t->f.eval_path, loss, ck);
         if (is_rank0(t))
             printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
-        data_loader_free(&l);
         return 0;
     }
 
@@ -294,8 +304,6 @@ int trainer_run(Trainer *t)
         return trainer_error(t, "%s", t->be->ops->error(t->be));
     if (t->f.dump_dir && is_rank0(t) && mkdir(t->f.dump_dir, 0755) != 0 && errno != EEXIST)
         return trainer_error(t, "cannot create --dump directory %s: %s", t->f.dump_dir, strerror(errno));
-    if (is_rank0(t) && t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST)
-        return trainer_error(t, "cannot create checkpoint directory %s: %s", t->f.ckpt_dir, strerror(errno));
     if (is_rank0(t) && t->f.log_path) {
         t->log = fopen(t->f.log_path, t->f.resume ? "a" : "w");
         if (!t->log)
@@ -325,6 +333,8 @@ int trainer_run(Trainer *t)
         cJSON_AddNumberToObject(start, "ranks", t->world);
         trainer_log(t, start);
         fflush(stdout);
+        if (!trainer_log_ok(t))
+            return 1;
     }
 
     double t0 = wall_seconds(), tlast = t0;
@@ -351,7 +361,9 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
                               t->be->ops->error(t->be));
         t->unread++;
-        if (do_log || do_eval || do_ckpt || do_dump || t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024)) {
+        int drained = do_log || do_eval || do_ckpt || do_dump ||
+                      t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024);
+        if (drained) {
             if (!drain(t, &loss_sum, &loss_n, &gnorm, &step_loss))
                 return 1;
             BackendInfo bi;
@@ -400,6 +412,8 @@ int trainer_run(Trainer *t)
             if (do_eval)
                 cJSON_AddNumberToObject(o, "val_loss", val);
             trainer_log(t, o);
+            if (!trainer_log_ok(t))
+                return 1;
         }
         if (do_log) {
             loss_sum = 0;
@@ -413,6 +427,34 @@ int trainer_run(Trainer *t)
         }
         if (profiled && t->step == t->prof->last)
             trainer_profile_report(t);
+        /* SIGTERM / SIGINT: stop at this step boundary, the state saved. One rank checks its own flag every
+         * step; several ranks agree (an all-reduce) at the steps whose losses they read anyway */
+        int stop = trainer_stop_requested();
+        if (t->world > 1) {
+            if (!drained)
+                continue;
+            double v = stop;
+            if (!trainer_allreduce_f64(t, COMM_WORLD, &v, 1))
+                return trainer_error(t, "%s", t->comm->error);
+            stop = v > 0 ? (stop ? stop : SIGTERM) : 0;
+        }
+        if (stop && t->step < t->tr.steps) {
+            if (t->f.ckpt_dir && !do_ckpt && !trainer_save_checkpoint(t))
+                return 1;
+            if (is_rank0(t)) {
+                char path[4096];
+                if (t->f.ckpt_dir)
+                    printf("stopped by %s after step %lld: checkpoint %s written; continue with --resume\n",
+                           stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->step,
+                           trainer_ckpt_path(t, path, sizeof path));
+                else
+                    printf("stopped by %s after step %lld: no --ckpt-dir, nothing saved\n",
+                           stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->step);
+                fflush(stdout);
+            }
+            trainer_profile_free(t);
+            return 128 + (stop == SIGINT ? SIGINT : SIGTERM);
+        }
     }
     trainer_profile_report(t);  /* a run that ended inside the profiled steps: what ran */
     trainer_profile_free(t);
@@ -431,8 +473,12 @@ int trainer_run(Trainer *t)
         cJSON_AddNumberToObject(o, "run_seconds", total);
         trainer_log(t, o);
     }
-    if (t->log)
-        fclose(t->log);
+    if (!trainer_log_ok(t))
+        return 1;
+    if (t->log && fclose(t->log) != 0) {
+        t->log = NULL;
+        return trainer_error(t, "cannot write the metrics to %s: %s", t->f.log_path, strerror(errno));
+    }
     t->log = NULL;
     return 0;
 }
