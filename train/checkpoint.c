@@ -35,8 +35,12 @@ static const float *full_tensor(Trainer *t, int p, const float *local, int *owne
         return local;
     size_t bytes = (size_t)ir_numel(n) * sizeof(float);
     float *full = malloc(bytes * (size_t)t->ep);
-    if (!full || !trainer_allgather(t, COMM_EP, local, full, bytes))
-        die("rank %d: gathering %s: %s", t->rank, n->name, full ? t->comm->error : "out of memory");
+    if (!full || !trainer_allgather(t, COMM_EP, local, full, bytes)) {
+        /* a peer lost while gathering: an error of the run, reported by the caller */
+        trainer_error(t, "gathering %s: %s", n->name, full ? t->be->ops->error(t->be) : "out of memory");
+        free(full);
+        return NULL;
+    }
     *owned = 1;
     return full;
 }
@@ -138,7 +142,7 @@ int trainer_save_checkpoint(Trainer *t)
     if (!bufs || !owned)
         die("out of memory");
     int bad_ok = 1;
-    for (int p = 0; p < g->nparams; p++) {
+    for (int p = 0; p < g->nparams && bad_ok; p++) {
         IrNode *n = g->params[p];
         int64_t shape[IR_MAX_RANK];
         full_shape(t, n, shape);
@@ -146,6 +150,10 @@ int trainer_save_checkpoint(Trainer *t)
                                              t->adam + t->nparams_total + t->param_off[p]};
         for (int k = 0; k < CKPT_KIND_COUNT; k++) {
             bufs[p * 3 + k] = full_tensor(t, p, src[k], &owned[p * 3 + k]);
+            if (!bufs[p * 3 + k]) {
+                bad_ok = 0;
+                break;
+            }
             ckpt_writer_add(&w, (CkptKind)k, n->name, n->rank, shape, bufs[p * 3 + k]);
             /* a checkpoint holds finite numbers only: a poisoned state never replaces a good checkpoint */
             int64_t numel = ir_numel(n) * (ir_has_attr(n, IR_ATTR_SHARD) ? t->ep : 1), bad;
@@ -293,6 +301,10 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm)
         static const char *const pre[2] = {"grad.", "param."};
         for (int k = 0; k < 2; k++) {
             bufs[p * 2 + k] = full_tensor(t, p, src[k], &owned[p * 2 + k]);
+            if (!bufs[p * 2 + k]) {
+                ok = 0;
+                break;
+            }
             names[p * 2 + k] = malloc(strlen(n->name) + 8);
             sprintf(names[p * 2 + k], "%s%s", pre[k], n->name);
             st_writer_add(&w, names[p * 2 + k], ST_F32, n->rank, shape, bufs[p * 2 + k], bytes);

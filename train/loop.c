@@ -125,7 +125,7 @@ static int64_t count_targets(const int32_t *tg, int64_t n)
 
 /* Forward only, over `batches` batches of a loader (all rows when <= 0):
  * the token-weighted mean loss. */
-static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out)
+static int evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out, double *loss_out)
 {
     data_loader_reset(l);
     int64_t rows = data_loader_rows(l);
@@ -142,17 +142,18 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
         /* every rank runs the plan: its collectives need all of them */
         double loss;
         if (!t->be->ops->eval(t->be, t->tokens, t->targets, &loss))
-            die("rank %d: evaluation on %s: %s", t->rank, t->be->ops->name, t->be->ops->error(t->be));
+            return !trainer_error(t, "evaluation on %s: %s", t->be->ops->name, t->be->ops->error(t->be));
         if (c) {
             sums[0] += loss * (double)c;
             sums[1] += (double)c;
         }
     }
     if (t->world > 1 && !trainer_allreduce_f64(t, COMM_WORLD, sums, 2))
-        die("rank %d: %s", t->rank, t->comm->error);
+        return !trainer_error(t, "evaluation: %s", t->comm->error);
     if (tokens_out)
         *tokens_out = (int64_t)sums[1];
-    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    *loss_out = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    return 1;
 }
 
 /* ------------------------------------------------------------ checkpoints */
@@ -267,8 +268,11 @@ int trainer_run(Trainer *t)
                                    (uint64_t)t->f.seed, t->obj, &o))
             return trainer_error(t, "%s has no sequences to evaluate", t->f.eval_path);
         int64_t ntok;
-        double loss = evaluate(t, &l, 0, &ntok);
+        double loss;
+        int ok = evaluate(t, &l, 0, &ntok, &loss);
         data_loader_free(&l);
+        if (!ok)
+            return 1;
         if (ntok == 0)
             return trainer_error(t, "--eval %s: no token of its sequences is scored (too short for the model's "
                                  "objective); no loss to report", t->f.eval_path);
@@ -388,8 +392,8 @@ int trainer_run(Trainer *t)
         if (do_dump && !trainer_dump_step(t, step_loss, lr, gnorm))
             return 1;
         double val = NAN;
-        if (do_eval)
-            val = evaluate(t, &t->val_loader, t->f.val_batches, NULL);
+        if (do_eval && !evaluate(t, &t->val_loader, t->f.val_batches, NULL, &val))
+            return 1;
         double tnow = wall_seconds();
         if (do_log && is_rank0(t)) {
             double tps = (double)(tok_per_step * loss_n) / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);

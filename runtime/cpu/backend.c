@@ -205,7 +205,8 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
     memcpy(B->tokens, tokens, B->batch_bytes);
     memcpy(B->targets, targets, B->batch_bytes);
     if (!prof) {
-        cpu_plan_run(&B->run);
+        if (!cpu_plan_run(&B->run))
+            return cpu_fail(B, "%s", B->comm->error);
     } else {
         if (prof->nnodes != g->nnodes)
             die("cpu backend: a profile of %d nodes for a graph of %d", prof->nnodes, g->nnodes);
@@ -213,7 +214,8 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
         prof_add(&prof->extra[BACKEND_PROFILE_BATCH], t - t0);
         for (int i = 0; i < g->nnodes; i++) {
             int leaf = g->nodes[i]->op == IR_OP_INPUT || g->nodes[i]->op == IR_OP_PARAM;
-            cpu_plan_run_range(&B->run, i, i + 1);
+            if (!cpu_plan_run_range(&B->run, i, i + 1))
+                return cpu_fail(B, "%s", B->comm->error);
             double t2 = now();
             if (!leaf)
                 prof_add(&prof->node[i], t2 - t);
@@ -263,7 +265,8 @@ static int cpu_eval(Backend *b, const int32_t *tokens, const int32_t *targets, d
     CpuBackend *B = (CpuBackend *)b;
     memcpy(B->tokens, tokens, B->batch_bytes);
     memcpy(B->targets, targets, B->batch_bytes);
-    cpu_plan_run_range(&B->run, 0, B->p->graph->loss->id + 1);
+    if (!cpu_plan_run_range(&B->run, 0, B->p->graph->loss->id + 1))
+        return cpu_fail(B, "%s", B->comm->error);
     *loss = cpu_plan_scalar(&B->run, B->p->graph->loss);
     return 1;
 }

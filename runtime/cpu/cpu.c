@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../../plan/plan.h"
+#include "../comm/comm.h"
 #include "../../util/util.h"
 
 static int cpu_threads = 1;
@@ -104,7 +105,7 @@ void cpu_plan_bind(CpuPlan *p, const IrNode *n, void *data)
     p->buf[n->id] = data;
 }
 
-void cpu_plan_run_range(CpuPlan *p, int from, int to)
+int cpu_plan_run_range(CpuPlan *p, int from, int to)
 {
     for (int i = from; i < to; i++) {
         const IrNode *n = p->g->nodes[i];
@@ -116,10 +117,14 @@ void cpu_plan_run_range(CpuPlan *p, int from, int to)
             cpu_exec_node_f64(n, p->buf, p->comm);
         else
             cpu_exec_node_f32(n, p->buf, p->comm);
+        /* a failed collective (comm.h: its error is sticky) stops the plan: what follows would read garbage */
+        if (p->comm && comm_failed(p->comm))
+            return 0;
     }
+    return 1;
 }
 
-void cpu_plan_run(CpuPlan *p) { cpu_plan_run_range(p, 0, p->g->nnodes); }
+int cpu_plan_run(CpuPlan *p) { return cpu_plan_run_range(p, 0, p->g->nnodes); }
 
 void *cpu_plan_data(const CpuPlan *p, const IrNode *n) { return p->buf[n->id]; }
 
