@@ -192,6 +192,43 @@ char *xstrdup(const char *s)
 
 const char *moec_version(void) { return MOEC_VERSION " (git " MOEC_GIT ")"; }
 
+static int64_t read_i64_file(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    int64_t v = -1;
+    while (fgets(line, sizeof line, f)) {
+        size_t k = strlen(key);
+        if (strncmp(line, key, k) == 0) {
+            char *end;
+            long long x = strtoll(line + k, &end, 10);
+            if (end != line + k && x >= 0)
+                v = (int64_t)x;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+int64_t host_memory_available(void)
+{
+    int64_t kb = read_i64_file("/proc/meminfo", "MemAvailable:");
+    int64_t avail = kb >= 0 && kb < INT64_MAX / 1024 ? kb * 1024 : -1;
+    if (avail < 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+        avail = pages > 0 && size > 0 ? (int64_t)pages * size : -1;
+    }
+    /* a container's limit (cgroup v2): "max" reads as no number */
+    int64_t max = read_i64_file("/sys/fs/cgroup/memory.max", ""),
+            cur = read_i64_file("/sys/fs/cgroup/memory.current", "");
+    if (max >= 0 && cur >= 0 && (avail < 0 || max - cur < avail))
+        avail = max > cur ? max - cur : 0;
+    return avail;
+}
+
 double wall_seconds(void)
 {
     struct timespec ts;

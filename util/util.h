@@ -60,6 +60,11 @@ char *xstrdup(const char *s);
  * --version print it; a plan from another version is refused. */
 const char *moec_version(void);
 
+/* Bytes of memory this process may still allocate: MemAvailable of
+ * /proc/meminfo, lowered to a cgroup v2 memory.max when one is set; -1 when
+ * unknown. For refusing a plan that cannot fit before allocating it. */
+int64_t host_memory_available(void);
+
 /* Seconds on the monotonic clock (for durations). */
 double wall_seconds(void);
 

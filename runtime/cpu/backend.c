@@ -86,6 +86,21 @@ static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, c
     B->ring = o && o->ring > 0 ? o->ring : 1;
     const IrGraph *g = p->graph;
     B->batch_bytes = (size_t)ir_numel(g->nodes[p->tokens]) * sizeof(int32_t);
+    /* as the GPU backend does with device memory: a plan that cannot fit in the host's memory is refused
+     * before anything is allocated (the parameters and AdamW state twice: the trainer's and these) */
+    size_t arena = cpu_plan_arena_bytes(g, CPU_F32);
+    double need = (double)arena + 24.0 * (double)p->nparams_total + 2.0 * (double)B->batch_bytes;
+    int64_t avail = host_memory_available();
+    if (avail >= 0 && need > (double)avail) {
+        char a[32], b[32], c[32];
+        fmt_bytes(a, sizeof a, need);
+        fmt_bytes(b, sizeof b, (double)avail);
+        fmt_bytes(c, sizeof c, (double)arena);
+        snprintf(err, errlen, "the plan needs %s of host memory (activations and gradients %s, parameters and "
+                 "AdamW state) but %s is available: use a smaller --batch, or a machine with more memory", a, c, b);
+        cpu_destroy(&B->base);
+        return NULL;
+    }
     B->params = calloc((size_t)p->nparams_total + 1, sizeof(float));
     B->adam = calloc((size_t)p->nparams_total * 2 + 1, sizeof(float));
     B->tokens = calloc(B->batch_bytes / 4 + 1, sizeof(int32_t));
