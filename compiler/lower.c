@@ -253,6 +253,7 @@ static int64_t kw_i(const CallArgs *a, int i) { return a->kw[i].kind == V_INT ||
 static double kw_f(const CallArgs *a, int i) { return a->kw[i].kind == V_FLOAT ? a->kw[i].f : (double)a->kw[i].i; }
 
 static Value eval(Lower *L, Env *env, const AstExpr *e, const char *hint);
+static double as_f(Value v);
 
 static Value tensor_val(IrNode *n)
 {
@@ -751,6 +752,14 @@ static int bind_args(Lower *L, Env *env, const AstExpr *call, const Builtin *b, 
             diag_error(L->diag, arg->value->loc, "%s: `%s` must be %s, not %s", b->name, arg->key,
                        want == 'i' ? "an integer" : want == 'f' ? "a number" : "true or false", kind_name(v.kind));
             ok = 0;
+        } else if (want == 'f' && !isfinite(as_f(v))) {
+            diag_error(L->diag, arg->value->loc, "%s: `%s` must be a finite number, not %g (out of range?)", b->name,
+                       arg->key, as_f(v));
+            ok = 0;
+        } else if (want == 'f' && strcmp(arg->key, "eps") == 0 && !(as_f(v) > 0)) {
+            diag_error(L->diag, arg->value->loc, "%s: `eps` must be positive (it keeps a division away from zero), "
+                       "not %g", b->name, as_f(v));
+            ok = 0;
         }
         a->kw[k] = v;
     }
@@ -1200,6 +1209,10 @@ static void set_init(Lower *L, Env *env, IrNode *p, const AstExpr *init)
                 return;
             if (!is_num(v)) {
                 diag_error(L->diag, ae->loc, "init %s takes a number, not %s", name, kind_name(v.kind));
+                return;
+            }
+            if (!isfinite(as_f(v))) {
+                diag_error(L->diag, ae->loc, "init %s takes a finite number, not %g (out of range?)", name, as_f(v));
                 return;
             }
             if (i < 2 && !(as_f(v) >= 0)) {
