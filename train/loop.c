@@ -326,8 +326,19 @@ int trainer_run(Trainer *t)
                    s ? "validation" : "train", (long long)ss[s].nseq, r, (long long)ss[s].nunknown,
                    t->alpha->tokens[t->alpha->unk]);
         }
-        printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
-               t->unigram);
+        /* most letters unknown: likely protein FASTA given to a DNA model (or the reverse, or not sequences) */
+        int64_t unk = ss[0].nunknown + ss[1].nunknown, res = ss[0].nresidues + ss[1].nresidues;
+        if (res > 0 && unk * 10 > res)
+            fprintf(stderr, "%s: warning: %.0f%% of the data's letters are not in the %s alphabet and became %s: is "
+                    "this %s data? (the model's train section says `alphabet %s`)\n", t->prog,
+                    100.0 * (double)unk / (double)res, t->alpha->name, t->alpha->tokens[t->alpha->unk],
+                    t->tr.alphabet == IR_ALPHABET_DNA ? "nucleotide" : "protein", t->alpha->name);
+        if (!t->have_val)
+            printf("unigram entropy of the validation targets: none (the validation split is empty: give more "
+                   "sequences for a validation loss)\n");
+        else
+            printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores "
+                   "context)\n", t->unigram);
         cJSON *start = cJSON_CreateObject();
         cJSON_AddStringToObject(start, "event", "start");
         cJSON_AddStringToObject(start, "model", g->model);
