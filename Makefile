@@ -18,7 +18,7 @@ CPPFLAGS_BASE = -I$(BUILD)/gen -Icompiler -DMOEC_GIT='"$(GIT_REV)"'
 LDLIBS   = -lcjson -lz -lm -lpthread
 
 GEN      = $(BUILD)/gen
-UTIL_SRC = util/util.c
+UTIL_SRC = util/util.c util/sha256.c
 IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c ir/read_text.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/autodiff.c \
