@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -26,7 +27,7 @@ extern char **environ;
 
 /* The variables the launcher sets: inherited values are dropped, not duplicated. */
 static const char *const launch_vars[] = {"MOEC_RANK", "MOEC_WORLD_SIZE", "MOEC_LOCAL_RANK", "MOEC_LOCAL_WORLD_SIZE",
-                                          "MOEC_MASTER_ADDR", "MOEC_MASTER_PORT"};
+                                          "MOEC_MASTER_ADDR", "MOEC_MASTER_PORT", "MOEC_SECRET", "MOEC_SECRET_FILE"};
 #define NVARS ((int)(sizeof launch_vars / sizeof launch_vars[0]))
 
 /* A free TCP port on 127.0.0.1: bind port 0 and read what the kernel chose.
@@ -125,6 +126,16 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
             continue;
         cargv[cargc++] = argv[i];
     }
+    /* a secret for this job alone (comm_tcp.c): only its ranks can join the rendezvous */
+    char secret[2 * 32 + 1];
+    unsigned char raw[32];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+        snprintf(err, errlen, "cannot make the job's secret: getrandom: %s", strerror(errno));
+        free(cargv);
+        return 1;
+    }
+    for (int i = 0; i < 32; i++)
+        snprintf(secret + 2 * i, 3, "%02x", raw[i]);
     /* one environment per rank: the inherited one minus ours, plus ours */
     int nenv = 0;
     while (environ[nenv])
@@ -143,11 +154,13 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         for (int i = 0; i < nenv; i++)
             if (!is_launch_var(environ[i]))
                 e[k++] = environ[i];
-        int vals[NVARS] = {r, nproc, r, nproc, 0, port};
-        for (int v = 0; v < NVARS && ok; v++) {
-            char buf[96];
+        int vals[NVARS] = {r, nproc, r, nproc, 0, port, 0, 0};
+        for (int v = 0; v < NVARS - 1 && ok; v++) {  /* MOEC_SECRET_FILE: dropped, the job's own secret replaces it */
+            char buf[160];
             if (v == 4)
                 snprintf(buf, sizeof buf, "%s=127.0.0.1", launch_vars[v]);
+            else if (v == 6)
+                snprintf(buf, sizeof buf, "%s=%s", launch_vars[v], secret);
             else
                 snprintf(buf, sizeof buf, "%s=%d", launch_vars[v], vals[v]);
             ok = (e[k++] = strdup(buf)) != NULL;
