@@ -133,7 +133,7 @@ int trainer_save_checkpoint(Trainer *t)
     char path[4096], err[512], num[64];
     const IrGraph *g = t->g;
     if (!t->be->ops->get_state(t->be, t->params, t->adam))
-        return trainer_error(t, "checkpoint at step %lld: reading the %s backend's state: %s", (long long)t->step,
+        return !trainer_error(t, "checkpoint at step %lld: reading the %s backend's state: %s", (long long)t->step,
                              t->be->ops->name, t->be->ops->error(t->be));
     CkptWriter w;
     ckpt_writer_init(&w, g->model, t->model_hash, t->step);
@@ -272,7 +272,7 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm)
     const IrGraph *g = t->g;
     char path[4096], err[512], num[64];
     if (!t->be->ops->get_state(t->be, t->params, NULL))
-        return trainer_error(t, "--dump: %s", t->be->ops->error(t->be));
+        return !trainer_error(t, "--dump: %s", t->be->ops->error(t->be));
     SafeTensorsWriter w;
     st_writer_init(&w);
     int64_t bs[2] = {t->tr.batch, t->tr.seq};
@@ -294,7 +294,7 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm)
         size_t bytes = (size_t)ir_numel(n) * 4 * (ir_has_attr(n, IR_ATTR_SHARD) ? (size_t)t->ep : 1);
         grads[p] = malloc((size_t)ir_numel(n) * 4);
         if (!grads[p] || !t->be->ops->get_grad(t->be, p, grads[p])) {
-            ok = trainer_error(t, "--dump: %s", grads[p] ? t->be->ops->error(t->be) : "out of memory");
+            ok = !trainer_error(t, "--dump: %s", grads[p] ? t->be->ops->error(t->be) : "out of memory");
             break;
         }
         const float *src[2] = {grads[p], t->params + t->param_off[p]};
@@ -320,7 +320,7 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm)
     if (ok && is_rank0(t)) {
         snprintf(path, sizeof path, "%s/step_%lld.safetensors", t->f.dump_dir, (long long)t->step);
         if (!st_writer_save(&w, path, err, sizeof err))
-            ok = trainer_error(t, "--dump: %s", err);
+            ok = !trainer_error(t, "--dump: %s", err);
     }
     st_writer_free(&w);
     for (int i = 0; i < n2; i++) {

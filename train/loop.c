@@ -165,6 +165,32 @@ static int evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_
 
 /* ------------------------------------------------------------ the GPU's steps */
 
+/* A non-finite loss (returns 0 after the message): the advice depends on where it came from. Parameters or moments that went non-finite
+ * (named: the first such tensor) point at the update; all finite points at the forward pass. */
+static int nonfinite_loss(Trainer *t, double loss, int64_t step)
+{
+    const IrGraph *g = t->g;
+    if (t->be->ops->get_state(t->be, t->params, t->adam)) {
+        for (int k = 0; k < 3; k++)
+            for (int p = 0; p < g->nparams; p++) {
+                const float *x = (k == 0 ? t->params : k == 1 ? t->adam : t->adam + t->nparams_total) + t->param_off[p];
+                int64_t n = ir_numel(g->params[p]);
+                for (int64_t i = 0; i < n; i++)
+                    if (!isfinite(x[i]))
+                        return !trainer_error(t, "the loss is %g at step %lld and %s%s holds non-finite values (the "
+                                             "first at flat index %lld; the first such tensor in the model's order): "
+                                             "the update diverged; lower the learning rate (--lr) or clip the "
+                                             "gradients harder (grad_clip)%s", loss, (long long)step,
+                                             k == 0 ? "parameter " : k == 1 ? "adam_m." : "adam_v.",
+                                             g->params[p]->name, (long long)i,
+                                             t->f.resume || t->f.init_path ? ", or check the checkpoint it started from"
+                                                                           : "");
+            }
+    }
+    return !trainer_error(t, "the loss is %g at step %lld with every parameter finite: the forward pass overflowed; "
+                         "lower the learning rate (--lr)", loss, (long long)step);
+}
+
 /* Reads the losses and norms of the GPU steps run since the last read:
  * the ranks' mean, the first non-finite one reported with its step. */
 /* The losses of the steps since the last drain: the mean over the ranks
@@ -174,14 +200,14 @@ static int drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, doubl
     double losses[1024], norms[1024];
     int n = 0;
     if (!t->be->ops->read_steps(t->be, losses, norms, &n))
-        return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name, t->be->ops->error(t->be));
+        return !trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
+                              t->be->ops->error(t->be));
     if (t->world > 1 && n > 0 && !trainer_allreduce_f64(t, COMM_WORLD, losses, n))
-        return trainer_error(t, "%s", t->comm->error);
+        return !trainer_error(t, "%s", t->comm->error);
     for (int i = 0; i < n; i++) {
         double loss = losses[i] / t->world;
         if (!isfinite(loss))
-            return trainer_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
-                              (long long)(t->step - n + 1 + i));
+            return nonfinite_loss(t, loss, t->step - n + 1 + i);
         *loss_sum += loss;
         (*loss_n)++;
         *last = loss;
