@@ -18,7 +18,7 @@ CPPFLAGS_BASE = -I$(BUILD)/gen -Icompiler -DMOEC_GIT='"$(GIT_REV)"'
 LDLIBS   = -lcjson -lz -lm -lpthread
 
 GEN      = $(BUILD)/gen
-UTIL_SRC = util/util.c
+UTIL_SRC = util/util.c util/sha256.c
 IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c ir/read_text.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/segment_attention.c passes/autodiff.c \
@@ -168,7 +168,11 @@ $(BUILD)/obj/tests/unit/test_gemm_sm90.o: CPPFLAGS_BASE += -Iruntime/gpu -Icodeg
 $(BUILD)/test_gemm_sm90: $(BUILD)/obj/tests/unit/test_gemm_sm90.o $(GEMM_SM90_OBJ)
 	$(CC) $(SANITIZE) -o $@ $^ -lpthread -ldl
 
-UNIT_TESTS = test_util test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm \
+# the fuzz targets' harnesses on their seeds and past crashes, without libFuzzer
+$(BUILD)/test_fuzz_inputs: $(BUILD)/obj/tests/unit/test_fuzz_inputs.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
+
+UNIT_TESTS = test_fuzz_inputs test_util test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm \
              test_codegen test_hf test_gemm_sm90 test_cost
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 
@@ -184,20 +188,38 @@ test-asan:
 
 test: test-plain test-asan
 
-# ---- fuzzing (clang's libFuzzer)
+# ---- fuzzing (clang's libFuzzer): one target per parser of untrusted input (tests/fuzz/fuzz_*.c), over one
+# build of the library with the fuzzer's coverage and ASan + UBSan; each runs FUZZ_SECONDS (default 600) on its
+# seed corpus (tests/fuzz/corpus/NAME: committed, plus for frontend the repository's models and for plan the
+# plans of two models compiled by this build); what it finds goes to $(BUILD)/fuzz-corpus/NAME
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
-FUZZ_SRC = $(LIB_SRC) $(GEN)/parser.c $(GEN)/lexer.c $(GEN)/cuda_prelude.c tests/fuzz/fuzz_frontend.c
-$(BUILD)/fuzz_frontend: $(FUZZ_SRC) $(GEN)/parser.h $(GEN)/lexer.h
-	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Wno-unused-function \
-	    $(CPPFLAGS_BASE) -o $@ $(FUZZ_SRC) $(LDLIBS)
+FUZZ_TARGETS ?= frontend safetensors hf_config fasta plan
+FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-sanitize-recover=all -Wno-unused-function $(CPPFLAGS_BASE)
+FUZZ_LIB_SRC = $(LIB_SRC) $(GEN)/parser.c $(GEN)/lexer.c $(GEN)/cuda_prelude.c
+FUZZ_OBJ = $(FUZZ_LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
+.SECONDARY: $(FUZZ_OBJ)
+$(BUILD)/fuzzobj/%.o: %.c $(GEN)/parser.h $(GEN)/lexer.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link,address,undefined -c -o $@ $<
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJ) $(LDLIBS) -ldl
 
-fuzz: $(BUILD)/fuzz_frontend
-	@mkdir -p $(BUILD)/fuzz-corpus
-	@cp models/*.moe models/variants/*.moe tests/ir/*.moe tests/errors/*.moe tests/train/*.moe \
-	    tests/fuzz/regressions/*.input $(BUILD)/fuzz-corpus/ 2>/dev/null || true
-	$(BUILD)/fuzz_frontend -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
-	    -rss_limit_mb=4096 -print_final_stats=1 $(BUILD)/fuzz-corpus
+fuzz: SHELL := /bin/bash
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz_%) $(BUILD)/moec
+	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz-corpus/$$t; \
+	    cp tests/fuzz/corpus/$$t/* $(BUILD)/fuzz-corpus/$$t/ 2>/dev/null; done; \
+	cp models/*.moe models/variants/*.moe tests/ir/*.moe tests/errors/*.moe tests/train/*.moe \
+	    tests/fuzz/regressions/*.input $(BUILD)/fuzz-corpus/frontend/ 2>/dev/null; \
+	$(BUILD)/moec compile tests/train/micro_protein.moe --emit-cuda $(BUILD)/fuzz-plan-a > /dev/null && \
+	$(BUILD)/moec compile tests/train/micro_dna.moe --emit-cuda $(BUILD)/fuzz-plan-b > /dev/null && \
+	cp $(BUILD)/fuzz-plan-a/plan.json $(BUILD)/fuzz-corpus/plan/micro_protein.json && \
+	cp $(BUILD)/fuzz-plan-b/plan.json $(BUILD)/fuzz-corpus/plan/micro_dna.json || exit 1; \
+	for t in $(FUZZ_TARGETS); do echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    $(BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 -close_fd_mask=3 \
+	        $$(if [ $$t = frontend ]; then echo -max_len=65536; fi) -print_final_stats=1 \
+	        $(BUILD)/fuzz-corpus/$$t 2>&1 | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|Done|INFO: -max_total)' ; \
+	    st=$${PIPESTATUS[0]}; [ $$st -eq 0 ] || { echo "fuzz_$$t failed (exit $$st): $(BUILD)/fuzz_$$t reproduces with the crash-* file"; exit 1; }; done
 
 clean:
 	rm -rf build build-asan

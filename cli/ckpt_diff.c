@@ -62,6 +62,23 @@ int cli_ckpt_diff(int argc, char **argv)
         memcpy(u, x->data, x->nbytes);
         memcpy(v, y->data, x->nbytes);
         double num = 0, den = 0, amax = 0;
+        /* NaN and infinity compare as nothing (NaN > rtol is false): each is a difference of its own */
+        size_t nonfinite[2] = {0, 0};
+        for (size_t k = 0; k < m; k++) {
+            nonfinite[0] += !isfinite(u[k]);
+            nonfinite[1] += !isfinite(v[k]);
+        }
+        if (nonfinite[0] || nonfinite[1]) {
+            for (int s = 0; s < 2; s++)
+                if (nonfinite[s])
+                    printf("%s: %zu non-finite value%s (NaN or infinity) in %s\n", x->name, nonfinite[s],
+                           nonfinite[s] == 1 ? "" : "s", s ? b : a);
+            free(u);
+            free(v);
+            n++;
+            bad++;
+            continue;
+        }
         for (size_t k = 0; k < m; k++) {
             double dd = (double)u[k] - v[k];
             num += dd * dd;
@@ -80,6 +97,14 @@ int cli_ckpt_diff(int argc, char **argv)
         if (err_max > rtol) {
             printf("%s: relative difference %.3g > %g (largest element difference %.3g)\n", x->name, err_max, rtol,
                    amax);
+            bad++;
+        }
+    }
+    /* and what only the second file has */
+    for (int i = 0; i < sb.ntensors; i++) {
+        const SafeTensor *y = &sb.tensors[i];
+        if (strncmp(y->name, prefix, strlen(prefix)) == 0 && y->dtype == ST_F32 && !st_find(&sa, y->name)) {
+            printf("%s: only in %s\n", y->name, b);
             bad++;
         }
     }

@@ -12,6 +12,8 @@
  * stderr), 2 a usage error (bad command or flag). The options are parsed in
  * options.c; check, dump, explain and opt run in inspect.c, compile in
  * compile.c, ckpt-diff in ckpt_diff.c, import-hf and export-hf in formats/. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,8 +236,20 @@ static int train_binary(char **argv, int argc, const Payload *payload)
     return rc;
 }
 
-int main(int argc, char **argv)
+/* What went to standard output reached it (a full disk, a closed pipe): else exit 1 with why. */
+static int stdout_ok(const char *prog, int rc)
 {
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    const char *slash = strrchr(prog, '/');
+    fprintf(stderr, "%s: error: writing the standard output: %s\n", slash ? slash + 1 : prog, strerror(errno));
+    return rc ? rc : 1;
+}
+
+static int moec_main(int argc, char **argv)
+{
+    /* a file over `ulimit -f` is a write error (EFBIG) each writer reports, not a silent SIGXFSZ death */
+    signal(SIGXFSZ, SIG_IGN);
     /* a training binary is this executable with a plan appended */
     Payload payload;
     char perr[2048];
@@ -322,3 +336,5 @@ int main(int argc, char **argv)
                                "or --arch ARCH for the CUDA code alone)%s", "");
     return cli_run_front(&o);
 }
+
+int main(int argc, char **argv) { return stdout_ok(argv[0], moec_main(argc, argv)); }

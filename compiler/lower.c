@@ -95,6 +95,9 @@ typedef struct Env {
     Binding *head;
     struct Env *parent;
     int block_boundary;  /* lookups crossing this see no B_VAR bindings */
+    /* a hash index of the bindings once there are many (200,000 `const` lines were quadratic) */
+    Binding **tab;
+    int cap, n;
 } Env;
 
 typedef struct Lower {
@@ -118,10 +121,41 @@ enum { MAX_NODES = 4000000, MAX_BLOCK_DEPTH = 64 };
 
 static Binding *env_find_local(Env *e, const char *name)
 {
+    if (e->tab) {
+        for (uint64_t i = hash64(name, strlen(name)) & (uint64_t)(e->cap - 1);; i = (i + 1) & (uint64_t)(e->cap - 1)) {
+            if (!e->tab[i])
+                return NULL;
+            if (strcmp(e->tab[i]->name, name) == 0)
+                return e->tab[i];
+        }
+    }
     for (Binding *b = e->head; b; b = b->next)
         if (strcmp(b->name, name) == 0)
             return b;
     return NULL;
+}
+
+static void env_index(Lower *L, Env *e, Binding *b)
+{
+    if (++e->n < 32)
+        return;
+    if (e->n * 2 > e->cap) {
+        /* a table of at least twice the bindings (power of two), rebuilt from the list */
+        e->cap = e->cap ? e->cap * 2 : 128;
+        e->tab = arena_alloc(L->arena, sizeof *e->tab * (size_t)e->cap);
+        memset(e->tab, 0, sizeof *e->tab * (size_t)e->cap);
+        for (Binding *x = e->head; x; x = x->next) {
+            uint64_t i = hash64(x->name, strlen(x->name)) & (uint64_t)(e->cap - 1);
+            while (e->tab[i])
+                i = (i + 1) & (uint64_t)(e->cap - 1);
+            e->tab[i] = x;
+        }
+        return;
+    }
+    uint64_t i = hash64(b->name, strlen(b->name)) & (uint64_t)(e->cap - 1);
+    while (e->tab[i])
+        i = (i + 1) & (uint64_t)(e->cap - 1);
+    e->tab[i] = b;
 }
 
 static Binding *env_lookup(Env *e, const char *name)
@@ -175,6 +209,7 @@ static Binding *env_add(Lower *L, Env *e, const char *name, BindKind kind, Value
     b->loc = loc;
     b->next = e->head;
     e->head = b;
+    env_index(L, e, b);
     return b;
 }
 
@@ -253,6 +288,7 @@ static int64_t kw_i(const CallArgs *a, int i) { return a->kw[i].kind == V_INT ||
 static double kw_f(const CallArgs *a, int i) { return a->kw[i].kind == V_FLOAT ? a->kw[i].f : (double)a->kw[i].i; }
 
 static Value eval(Lower *L, Env *env, const AstExpr *e, const char *hint);
+static double as_f(Value v);
 
 static Value tensor_val(IrNode *n)
 {
@@ -751,6 +787,14 @@ static int bind_args(Lower *L, Env *env, const AstExpr *call, const Builtin *b, 
             diag_error(L->diag, arg->value->loc, "%s: `%s` must be %s, not %s", b->name, arg->key,
                        want == 'i' ? "an integer" : want == 'f' ? "a number" : "true or false", kind_name(v.kind));
             ok = 0;
+        } else if (want == 'f' && !isfinite(as_f(v))) {
+            diag_error(L->diag, arg->value->loc, "%s: `%s` must be a finite number, not %g (out of range?)", b->name,
+                       arg->key, as_f(v));
+            ok = 0;
+        } else if (want == 'f' && strcmp(arg->key, "eps") == 0 && !(as_f(v) > 0)) {
+            diag_error(L->diag, arg->value->loc, "%s: `eps` must be positive (it keeps a division away from zero), "
+                       "not %g", b->name, as_f(v));
+            ok = 0;
         }
         a->kw[k] = v;
     }
@@ -909,7 +953,7 @@ static Value call_block(Lower *L, Env *env, const AstExpr *e, const AstStmt *blk
         diag_note(L->diag, blk->name_loc, "`%s` is defined here", blk->name);
         return NONE;
     }
-    Env inner = {NULL, env, 1};
+    Env inner = {NULL, env, 1, NULL, 0, 0};
     /* find the model-level environment: blocks see only top-level names */
     Env *top = env;
     while (top->parent)
@@ -1202,6 +1246,10 @@ static void set_init(Lower *L, Env *env, IrNode *p, const AstExpr *init)
                 diag_error(L->diag, ae->loc, "init %s takes a number, not %s", name, kind_name(v.kind));
                 return;
             }
+            if (!isfinite(as_f(v))) {
+                diag_error(L->diag, ae->loc, "init %s takes a finite number, not %g (out of range?)", name, as_f(v));
+                return;
+            }
             if (i < 2 && !(as_f(v) >= 0)) {
                 diag_error(L->diag, ae->loc, "init %s needs a non-negative scale", name);
                 return;
@@ -1321,7 +1369,7 @@ static void lower_stmt(Lower *L, Env *env, const AstStmt *s)
         const char *saved_scope = L->scope, *saved_layer = L->layer;
         for (int64_t i = 0; i < n.i && !L->returned; i++) {
             int errs = L->diag->nerrors;
-            Env iter = {NULL, env, 0};
+            Env iter = {NULL, env, 0, NULL, 0, 0};
             L->scope = *saved_scope ? arena_printf(L->arena, "%s.%s.%lld", saved_scope, name, (long long)i)
                                     : arena_printf(L->arena, "%s.%lld", name, (long long)i);
             if (!saved_layer)

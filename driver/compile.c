@@ -7,14 +7,22 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../util/util.h"
 #include "../compiler/ast.h"
 #include "../compiler/lower.h"
 
 int compilation_read(Compilation *c, const char *path, FILE *err_out)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    char oerr[512];
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen_regular(path, oerr, sizeof oerr);
     if (!f) {
-        fprintf(err_out, "moec: error: cannot open '%s': %s\n", path, strerror(errno));
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            fprintf(err_out, "moec: error: '%s' is a directory, not a model file\n", path);
+        else if (stat(path, &sb) == 0)
+            fprintf(err_out, "moec: error: %s (a model file is read whole: give a file, or - for stdin)\n", oerr);
+        else
+            fprintf(err_out, "moec: error: cannot open '%s': %s\n", path, strerror(errno));
         return 0;
     }
     struct stat st;

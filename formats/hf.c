@@ -78,8 +78,10 @@ char *hf_join(const char *dir, const char *name)
 
 int hf_file_exists(const char *path)
 {
+    /* any kind of file: the readers refuse what is not a regular one (a FIFO, /dev/zero) with a message,
+     * rather than treat it as absent */
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0;
 }
 
 float hf_bf16_to_f32(uint16_t h)
@@ -205,9 +207,10 @@ static int cfg_bool(const char *path, const cJSON *root, const char *key, int df
     return 1;
 }
 
-static char *read_text(const char *path, size_t *len_out)
+/* NULL with "PATH: why" in err */
+static char *read_text(const char *path, size_t *len_out, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen_regular(path, err, errlen);
     if (!f)
         return NULL;
     size_t cap = 4096, len = 0;
@@ -240,13 +243,48 @@ static char *read_text(const char *path, size_t *len_out)
     return buf;
 }
 
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* The first key found twice in one object of the tree (sorted: n log n), or NULL. */
+static const cJSON *json_duplicate(const cJSON *j)
+{
+    const cJSON *e, *found = NULL;
+    if (cJSON_IsObject(j)) {
+        size_t n = 0;
+        cJSON_ArrayForEach(e, j) n++;
+        const cJSON **keys = malloc((n ? n : 1) * sizeof *keys);
+        if (!keys)
+            die("out of memory");
+        n = 0;
+        cJSON_ArrayForEach(e, j) keys[n++] = e;
+        qsort(keys, n, sizeof *keys, cmp_key);
+        for (size_t i = 1; i < n && !found; i++)
+            if (strcmp(keys[i - 1]->string, keys[i]->string) == 0)
+                found = keys[i];
+        free(keys);
+    }
+    if (cJSON_IsObject(j) || cJSON_IsArray(j))
+        cJSON_ArrayForEach(e, j) {
+            if (found)
+                break;
+            found = json_duplicate(e);
+        }
+    return found;
+}
+
 /* Parses a JSON file; a syntax error is reported at its line and column. */
 static cJSON *read_json(const char *path)
 {
     size_t len;
-    char *text = read_text(path, &len);
+    char err[600] = "";
+    char *text = read_text(path, &len, err, sizeof err);
     if (!text) {
-        hf_errf(path, "cannot read: %s", strerror(errno));
+        if (!err[0])
+            snprintf(err, sizeof err, "%s: cannot read: %s", path, strerror(errno));
+        fprintf(stderr, "moec: error: %s\n", err);
         return NULL;
     }
     const char *end = NULL;
@@ -267,6 +305,15 @@ static cJSON *read_json(const char *path)
         hf_errf(path, "the file must hold a JSON object, not %s", json_kind(root));
         cJSON_Delete(root);
         root = NULL;
+    } else {
+        const cJSON *dup = json_duplicate(root);
+        if (dup) {
+            hf_errf(path, "key `%s` appears twice in one object: JSON readers disagree on which value counts "
+                    "(Python's json and transformers take the last, others the first), so the file is refused",
+                    dup->string);
+            cJSON_Delete(root);
+            root = NULL;
+        }
     }
     free(text);
     return root;
@@ -663,6 +710,11 @@ static int load_tensor(HfWeights *w, const char *dir, const char *name, int rank
         same = x->shape[d] == shape[d];
     if (!same)
         return hf_errf(w->paths[f], "tensor `%s` is %s but config.json makes it %s (%s)", name, have, want, why);
+    if (x->dtype != ST_F32 && x->dtype != ST_BF16 && x->dtype != ST_F16)
+        return hf_errf(w->paths[f], "tensor `%s` is %s; import-hf reads F32, BF16 and F16", name,
+                       st_dtype_name(x->dtype));
+    if (!dst)
+        return 1;  /* hf_params_read's first pass: names, shapes and types only */
     size_t n = 1;
     for (int d = 0; d < rank; d++)
         n *= (size_t)shape[d];
@@ -698,16 +750,28 @@ static Param *param_add(ParamList *l, const char *name, int rank, int64_t d0, in
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     p->rank = rank;
-    int64_t dims[3] = {d0, d1, d2};
-    p->n = 1;
+    int64_t dims[3] = {d0, d1, d2}, n = 1;
     for (int d = 0; d < rank; d++) {
         p->shape[d] = dims[d];
-        p->n *= (size_t)dims[d];
+        if (n >= 0 && !checked_mul_i64(n, dims[d], &n))
+            n = -1;
     }
-    p->data = calloc(p->n ? p->n : 1, sizeof(float));
-    if (!p->data)
-        die("out of memory for %s", name);
+    p->n = n < 0 ? SIZE_MAX : (size_t)n;  /* SIZE_MAX: too large to count; hf_params_alloc refuses it */
     return p;
+}
+
+int hf_params_alloc(ParamList *l, const char *path)
+{
+    for (int i = 0; i < l->n; i++) {
+        Param *p = &l->p[i];
+        p->data = p->n > SIZE_MAX / sizeof(float) ? NULL : calloc(p->n ? p->n : 1, sizeof(float));
+        if (!p->data) {
+            char b[32];
+            fmt_bytes(b, sizeof b, (double)p->n * sizeof(float));
+            return hf_errf(path, "not enough memory for parameter %s (%s)", p->name, b);
+        }
+    }
+    return 1;
 }
 
 void hf_params_free(ParamList *l)
@@ -796,19 +860,23 @@ static const char *shape_reason(const char *moec)
 /* Reads every parameter from the weights; *layout names what was found. */
 int hf_params_read(ParamList *l, const HfConfig *c, HfWeights *w, const char *dir, const char **layout)
 {
+    /* without data (before hf_params_alloc) only the names, shapes and types are checked: a config that
+     * does not match its weights (a vocab_size of 2^40) is refused before anything is allocated */
+    int dry = l->n > 0 && !l->p[0].data;
+#define PDATA(p, off) (dry ? NULL : (p)->data + (off))
     int nfused = 0, nsplit = 0;
     for (int i = 0; i < l->n; i++) {
         Param *p = &l->p[i];
         char hf[160];
         if (hf_name(p->name, hf, sizeof hf)) {
-            if (!load_tensor(w, dir, hf, p->rank, p->shape, shape_reason(p->name), p->data))
+            if (!load_tensor(w, dir, hf, p->rank, p->shape, shape_reason(p->name), PDATA(p, 0)))
                 return 0;
         }
     }
     int64_t E = c->experts, F = c->ffn, H = c->hidden;
-    float *tmp = malloc(sizeof(float) * (size_t)(F * H));
-    if (!tmp)
-        die("out of memory");
+    float *tmp = dry ? NULL : malloc(sizeof(float) * (size_t)(F * H));
+    if (!dry && !tmp)
+        return hf_errf(dir, "not enough memory for one expert's down projection");
     int ok = 1;
     for (int64_t li = 0; ok && li < c->layers; li++) {
         char nm[160], mn[96];
@@ -824,32 +892,33 @@ int hf_params_read(ParamList *l, const HfConfig *c, HfWeights *w, const char *di
             fused = st_find(&w->files[i], nm) != NULL;
         if (fused) {
             nfused++;
-            ok = load_tensor(w, dir, nm, 3, gu->shape, shape_reason("gate_up"), gu->data);
+            ok = load_tensor(w, dir, nm, 3, gu->shape, shape_reason("gate_up"), PDATA(gu, 0));
             snprintf(nm, sizeof nm, "model.layers.%lld.mlp.experts.down_proj", (long long)li);
-            ok = ok && load_tensor(w, dir, nm, 3, down->shape, shape_reason("down"), down->data);
+            ok = ok && load_tensor(w, dir, nm, 3, down->shape, shape_reason("down"), PDATA(down, 0));
             snprintf(nm, sizeof nm, "model.layers.%lld.mlp.gate.weight", (long long)li);
-            ok = ok && load_tensor(w, dir, nm, 2, router->shape, shape_reason("router"), router->data);
+            ok = ok && load_tensor(w, dir, nm, 2, router->shape, shape_reason("router"), PDATA(router, 0));
         } else {
             nsplit++;
             snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.gate.weight", (long long)li);
-            ok = load_tensor(w, dir, nm, 2, router->shape, shape_reason("router"), router->data);
+            ok = load_tensor(w, dir, nm, 2, router->shape, shape_reason("router"), PDATA(router, 0));
             int64_t fh[2] = {F, H}, hf2[2] = {H, F};
             for (int64_t e = 0; ok && e < E; e++) {
                 snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.experts.%lld.w1.weight", (long long)li,
                          (long long)e);
-                ok = load_tensor(w, dir, nm, 2, fh, "intermediate_size, hidden_size", gu->data + e * 2 * F * H);
+                ok = load_tensor(w, dir, nm, 2, fh, "intermediate_size, hidden_size", PDATA(gu, e * 2 * F * H));
                 snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.experts.%lld.w3.weight", (long long)li,
                          (long long)e);
                 ok = ok && load_tensor(w, dir, nm, 2, fh, "intermediate_size, hidden_size",
-                                       gu->data + e * 2 * F * H + F * H);
+                                       PDATA(gu, e * 2 * F * H + F * H));
                 snprintf(nm, sizeof nm, "model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight", (long long)li,
                          (long long)e);
                 ok = ok && load_tensor(w, dir, nm, 2, hf2, "hidden_size, intermediate_size", tmp);
-                if (ok)
+                if (ok && !dry)
                     memcpy(down->data + e * H * F, tmp, sizeof(float) * (size_t)(H * F));
             }
         }
     }
+#undef PDATA
     free(tmp);
     if (!ok)
         return 0;

@@ -271,6 +271,8 @@ int hf_export_main(int argc, char **argv)
         hf_warnf(ckpt, "written for another version of %s (model hash %s, the file's is %s); exporting it, since "
                  "every tensor's shape is checked", model, mh ? mh : "none", want);
     hf_params_plan(&pl, &c);
+    if (!hf_params_alloc(&pl, ckpt))
+        goto done;
     for (int i = 0; i < pl.n; i++) {
         Param *p = &pl.p[i];
         char nm[128];
@@ -345,6 +347,16 @@ int hf_export_main(int argc, char **argv)
     }
     st_writer_set_metadata(&w, "format", "pt");
     st_path = hf_join(out, "model.safetensors");
+    cfg_path = hf_join(out, "config.json");
+    /* an output over an input would destroy what it was made from */
+    for (int o = 0; o < 2; o++) {
+        const char *op = o ? cfg_path : st_path;
+        const char *in = same_file(op, model) ? model : same_file(op, ckpt) ? ckpt : NULL;
+        if (in) {
+            hf_errf(op, "is %s, an input of this export: export to another folder", in);
+            goto done;
+        }
+    }
     if (!st_writer_save(&w, st_path, err, sizeof err)) {
         fprintf(stderr, "moec: error: %s\n", err);
         goto done;
@@ -390,7 +402,6 @@ int hf_export_main(int argc, char **argv)
         (long long)c.max_pos, c.tie ? "true" : "false", stdv, aux, bf16 ? "bfloat16" : "float32");
     if (jn < 0 || (size_t)jn >= sizeof json)
         die("config.json too long");
-    cfg_path = hf_join(out, "config.json");
     size_t jl = (size_t)jn;
     int wok = hf_write_text(cfg_path, json, jl);
     if (!wok)

@@ -189,7 +189,8 @@ int hf_import_main(int argc, char **argv)
     const char *layout = NULL;
     if (have == 1) {
         hf_params_plan(&pl, &c);
-        if (!hf_params_read(&pl, &c, &w, dir, &layout))
+        if (!hf_params_read(&pl, &c, &w, dir, &layout) || !hf_params_alloc(&pl, dir) ||
+            !hf_params_read(&pl, &c, &w, dir, &layout))
             goto done;
         if (!ckpt) {
             size_t n = strlen(out);
@@ -200,6 +201,24 @@ int hf_import_main(int argc, char **argv)
             strcat(ckpt_buf, ".init.safetensors");
             ckpt = ckpt_buf;
         }
+    }
+    /* an output over an input would destroy what it was made from */
+    {
+        char *index = hf_join(dir, "model.safetensors.index.json");
+        const char *outs[2] = {out, have == 1 ? ckpt : NULL};
+        int clash = 0;
+        for (int o = 0; o < 2 && !clash; o++) {
+            const char *in = same_file(outs[o], cfg_path) ? cfg_path : same_file(outs[o], index) ? index : NULL;
+            for (int i = 0; !in && i < w.nfiles; i++)
+                if (same_file(outs[o], w.paths[i]))
+                    in = w.paths[i];
+            if (in)
+                clash = !hf_errf(outs[o], "is %s, an input of this import: write the %s elsewhere", in,
+                                 o ? "checkpoint" : "model file");
+        }
+        free(index);
+        if (clash)
+            goto done;
     }
     if (!hf_write_text(out, text, len))
         goto done;

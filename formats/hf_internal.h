@@ -79,8 +79,11 @@ int hf_weights_open(HfWeights *w, const char *dir);
 void hf_weights_free(HfWeights *w);
 /* The moec parameters, in the order of the model file, with their shapes
  * (no data read). */
-void hf_params_plan(ParamList *l, const HfConfig *c);
+void hf_params_plan(ParamList *l, const HfConfig *c);   /* names and shapes only, no data */
+/* Every parameter's data, zeroed: 1, or 0 after a message "PATH: error: not enough memory ...". */
+int hf_params_alloc(ParamList *l, const char *path);
 /* Reads every parameter from the weights; *layout names what was found. */
+/* Reads every parameter from the weights; before hf_params_alloc, checks their names, shapes and types only. */
 int hf_params_read(ParamList *l, const HfConfig *c, HfWeights *w, const char *dir, const char **layout);
 void hf_params_free(ParamList *l);
 /* The transformers name of a dense moec parameter (not the experts); 0 for an expert tensor. */

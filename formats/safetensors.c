@@ -502,9 +502,13 @@ int st_read(const char *path, SafeTensors *out, char *err, size_t errlen)
     memset(out, 0, sizeof *out);
     if (err && errlen)
         err[0] = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return st_fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    char oerr[512];
+    int fd = open_regular(path, oerr, sizeof oerr);  /* a FIFO, a device or a directory: refused before reading */
+    if (fd < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", oerr);
+        return 0;
+    }
 
     int ok = 0;
     char *hdr = NULL;

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../util/util.h"
@@ -54,16 +55,33 @@ int rewrite_other_users(const IrGraph *g, const IrNode *n, const IrNode *except,
     return count;
 }
 
+/* The live node a (possibly replaced) node stands for now: replaced roots forward to their
+ * replacements through fwd, indexed by node id (rewrite_apply). */
+static IrNode *resolve(IrNode *n, IrNode *const *fwd, int nfwd)
+{
+    while (n->id < nfwd && fwd[n->id])
+        n = fwd[n->id];
+    return n;
+}
+
 int rewrite_apply(IrGraph *g, PassCtx *ctx, const char *pass, const RewriteRule *rules, int nrules)
 {
-    int rewrites = 0;
+    /* Linear in the graph: uses are counted once and kept exact by hand; a replaced root's users are
+     * redirected lazily (each node's sources resolved when the sweep reaches it, as every rule looks only
+     * upstream of its root, which the sweep has passed); the replacement takes the root's slot and the
+     * root goes to the replacement's (the end), so no node shifts. Recounting, rescanning the graph for
+     * users and shifting the node array after every rewrite made 100,000 layers take hours. */
+    int rewrites = 0, nfwd = 0, capfwd = 0;
+    IrNode **fwd = NULL;
+    ir_count_uses(g);
     /* nodes appended by rewrites are not visited again in this sweep */
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *root = g->nodes[i];
+        for (int s = 0; nfwd && s < root->nsrc; s++)
+            root->src[s] = resolve(root->src[s], fwd, nfwd);
         for (int r = 0; r < nrules; r++) {
             if (root->op != rules[r].root)
                 continue;
-            ir_count_uses(g);
             if (root->nuses == 0 && !root->is_output && root != g->loss)
                 continue;  /* replaced earlier in this sweep, or dead */
             RewriteMatch m;
@@ -85,8 +103,34 @@ int rewrite_apply(IrGraph *g, PassCtx *ctx, const char *pass, const RewriteRule 
                 if (rep->src[s]->id >= root->id)
                     die("rule %s: source %s of %s does not precede the root %s", rules[r].name, rep->src[s]->name,
                         rep->name, root->name);
-            ir_graph_move(g, rep, root->id);
-            ir_replace_uses(g, root, rep);
+            /* nodes the rule made (rep among them) have no uses counted yet; rep's sources gain one each */
+            for (int s = 0; s < rep->nsrc; s++)
+                rep->src[s]->nuses++;
+            /* rep takes root's slot, root (now dead) rep's */
+            int at = root->id, from = rep->id;
+            g->nodes[at] = rep;
+            g->nodes[from] = root;
+            rep->id = at;
+            root->id = from;
+            rep->nuses = root->nuses;
+            root->nuses = 0;
+            if (g->loss == root)
+                g->loss = rep;
+            if (root->is_output) {
+                rep->is_output = 1;
+                root->is_output = 0;
+                if (!rep->output_name)
+                    rep->output_name = root->output_name ? root->output_name : root->label;
+            }
+            if (g->nnodes > capfwd) {
+                capfwd = g->nnodes * 2 + 16;
+                fwd = realloc(fwd, sizeof *fwd * (size_t)capfwd);
+                if (!fwd)
+                    die("out of memory");
+            }
+            while (nfwd < g->nnodes)
+                fwd[nfwd++] = NULL;
+            fwd[root->id] = rep;
             ir_add_decision(g, pass, root, 1, rep->name, m.reason[0] ? m.reason : NULL);
             ctx->counters[0]++;
             rewrites++;
@@ -94,7 +138,13 @@ int rewrite_apply(IrGraph *g, PassCtx *ctx, const char *pass, const RewriteRule 
             break;
         }
     }
-    if (rewrites)
+    if (rewrites) {
+        /* every source was resolved by the sweep; the gradients (not sources) are resolved here */
+        for (int p = 0; p < g->nparams; p++)
+            if (g->grads && g->grads[p])
+                g->grads[p] = resolve(g->grads[p], fwd, nfwd);
         ir_remove_unused(g);
+    }
+    free(fwd);
     return rewrites;
 }

@@ -503,9 +503,10 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
     for (int i = 0; i < PLAN_REGION_COUNT; i++)
         p->memory.region_bytes[i] = get_int(r, cJSON_GetArrayItem(regions, i), "bytes", 0, INT64_C(1) << 50);
     p->memory.nblocks = (int)get_int(r, cJSON_GetArrayItem(regions, PLAN_REGION_ACTIVATIONS), "blocks", 0, 1 << 30);
-    p->nbufs = cJSON_GetArraySize(bufs);
-    if (p->nbufs < nn)
-        return bad(r, "%d buffers for %d nodes", p->nbufs, nn);
+    int nbufs = cJSON_GetArraySize(bufs);
+    if (nbufs < nn)
+        return bad(r, "%d buffers for %d nodes", nbufs, nn);  /* p->nbufs stays 0: nothing to free */
+    p->nbufs = nbufs;
     p->bufs = calloc((size_t)p->nbufs, sizeof *p->bufs);
     if (!p->bufs)
         die("out of memory");

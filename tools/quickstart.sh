@@ -19,6 +19,6 @@ echo "== build/moec compile $MODEL -o build/train_$name"
 build/moec compile "$MODEL" -o "build/train_$name"
 echo "== build/train_$name --data $DATA"
 rm -f "build/$name.jsonl"
-"build/train_$name" --data "$DATA" --log "build/$name.jsonl" --ckpt-dir "build/ckpt_$name"
+"build/train_$name" --data "$DATA" --log "build/$name.jsonl" --ckpt-dir "build/ckpt_$name" --overwrite-ckpt
 build/moec plot "build/$name.jsonl" -o "build/$name.svg"
 echo "== loss curves: build/$name.svg, checkpoint: build/ckpt_$name/checkpoint.safetensors"

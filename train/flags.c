@@ -40,6 +40,8 @@ static const char *const usage_train =
     "  --ckpt-dir DIR     write DIR/checkpoint.safetensors\n"
     "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
     "  --resume           continue from DIR/checkpoint.safetensors\n"
+    "  --overwrite-ckpt   let a fresh run replace the checkpoint in --ckpt-dir (without\n"
+    "                     it, or --resume, a run into a directory holding one is refused)\n"
     "  --init CKPT        start from a checkpoint's parameters (fresh optimizer)\n"
     "  --eval FILE        with --resume or --init: print the mean loss over FILE's\n"
     "                     sequences as {\"eval_loss\": X, \"tokens\": N} and exit\n"
@@ -119,6 +121,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
             f->packing = v[0] == 'c' ? IR_PACK_CONCAT : v[0] == 'p' ? IR_PACK_PACKED : IR_PACK_ROWS;
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
+        } else if (strcmp(a, "--overwrite-ckpt") == 0) {
+            f->overwrite_ckpt = 1;
         } else if (strcmp(a, "--ckpt-dir") == 0) {
             NEED_VALUE();
             f->ckpt_dir = v;
@@ -188,6 +192,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
     }
     if (f->resume && !f->ckpt_dir)
         return trainer_usage_error(t->prog, "--resume needs --ckpt-dir DIR");
+    if (f->overwrite_ckpt && (!f->ckpt_dir || f->resume))
+        return trainer_usage_error(t->prog, "--overwrite-ckpt goes with --ckpt-dir DIR and a fresh run (not --resume)");
     if (f->resume && f->init_path)
         return trainer_usage_error(t->prog, "--resume and --init exclude each other");
     if (f->eval_path && !f->resume && !f->init_path)

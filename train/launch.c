@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -26,7 +27,7 @@ extern char **environ;
 
 /* The variables the launcher sets: inherited values are dropped, not duplicated. */
 static const char *const launch_vars[] = {"MOEC_RANK", "MOEC_WORLD_SIZE", "MOEC_LOCAL_RANK", "MOEC_LOCAL_WORLD_SIZE",
-                                          "MOEC_MASTER_ADDR", "MOEC_MASTER_PORT"};
+                                          "MOEC_MASTER_ADDR", "MOEC_MASTER_PORT", "MOEC_SECRET", "MOEC_SECRET_FILE"};
 #define NVARS ((int)(sizeof launch_vars / sizeof launch_vars[0]))
 
 /* A free TCP port on 127.0.0.1: bind port 0 and read what the kernel chose.
@@ -92,6 +93,16 @@ static int parse_int(const char *s, long lo, long hi, int *out)
     return 1;
 }
 
+/* The launcher passes SIGTERM / SIGINT on to its ranks (which stop at a step boundary, after a
+ * checkpoint; a second signal stops them at once) and waits for them. */
+static volatile sig_atomic_t fwd_sig, fwd_count;
+
+static void on_forward(int sig)
+{
+    fwd_sig = sig;
+    fwd_count++;
+}
+
 int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
 {
     if (nproc < 1 || nproc > 4096) {
@@ -115,6 +126,16 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
             continue;
         cargv[cargc++] = argv[i];
     }
+    /* a secret for this job alone (comm_tcp.c): only its ranks can join the rendezvous */
+    char secret[2 * 32 + 1];
+    unsigned char raw[32];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+        snprintf(err, errlen, "cannot make the job's secret: getrandom: %s", strerror(errno));
+        free(cargv);
+        return 1;
+    }
+    for (int i = 0; i < 32; i++)
+        snprintf(secret + 2 * i, 3, "%02x", raw[i]);
     /* one environment per rank: the inherited one minus ours, plus ours */
     int nenv = 0;
     while (environ[nenv])
@@ -133,11 +154,13 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         for (int i = 0; i < nenv; i++)
             if (!is_launch_var(environ[i]))
                 e[k++] = environ[i];
-        int vals[NVARS] = {r, nproc, r, nproc, 0, port};
-        for (int v = 0; v < NVARS && ok; v++) {
-            char buf[96];
+        int vals[NVARS] = {r, nproc, r, nproc, 0, port, 0, 0};
+        for (int v = 0; v < NVARS - 1 && ok; v++) {  /* MOEC_SECRET_FILE: dropped, the job's own secret replaces it */
+            char buf[160];
             if (v == 4)
                 snprintf(buf, sizeof buf, "%s=127.0.0.1", launch_vars[v]);
+            else if (v == 6)
+                snprintf(buf, sizeof buf, "%s=%s", launch_vars[v], secret);
             else
                 snprintf(buf, sizeof buf, "%s=%d", launch_vars[v], vals[v]);
             ok = (e[k++] = strdup(buf)) != NULL;
@@ -156,6 +179,8 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         if (pid == 0) {
             /* die with the launcher, even if it is SIGKILLed */
             prctl(PR_SET_PDEATHSIG, SIGTERM);
+            /* a process group of its own: a terminal's Ctrl-C reaches the launcher only, which passes it on once */
+            setpgid(0, 0);
             if (getppid() != self)
                 _exit(1);
             execve("/proc/self/exe", cargv, envs[r]);
@@ -197,7 +222,20 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         if (pidfds && pidfds[r] < 0)
             use_pidfd = 0;
     }
+    struct sigaction sa, old_term, old_int;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_forward;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    int forwarded = 0, stopped = 0;
     while (left > 0) {
+        if (fwd_count != forwarded) {
+            forwarded = fwd_count;
+            for (int r = 0; r < started; r++)
+                if (!done[r])
+                    kill(pids[r], fwd_sig);
+        }
         if (use_pidfd) {
             int np = 0;
             for (int r = 0; r < started; r++)
@@ -218,6 +256,11 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
             left--;
             reaped = 1;
             int bad = w < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+            /* a rank that stopped on the signal passed on is no failure: the others stop on it too */
+            if (bad && forwarded && w > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 128 + fwd_sig) {
+                bad = 0;
+                stopped = 128 + fwd_sig;
+            }
             if (bad && failed < 0) {
                 failed = r;
                 if (w < 0) {
@@ -241,6 +284,12 @@ int launch_local(int nproc, int argc, char **argv, char *err, size_t errlen)
         }
         if (left > 0 && !reaped && !use_pidfd)
             sleep_ms(2);
+    }
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    if (stopped && result == 0) {
+        result = stopped;
+        snprintf(err, errlen, "stopped by %s (passed on to the ranks)", stopped == 128 + SIGINT ? "SIGINT" : "SIGTERM");
     }
     for (int r = 0; pidfds && r < started; r++)
         if (pidfds[r] >= 0)

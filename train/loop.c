@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,7 +147,7 @@ static int choose_packing(Trainer *t)
 
 /* Forward only, over `batches` batches of a loader (all rows when <= 0):
  * the token-weighted mean loss. */
-static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out)
+static int evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_out, double *loss_out)
 {
     data_loader_reset(l);
     double sums[2] = {0, 0};  /* loss x tokens, tokens */
@@ -160,17 +161,18 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
         /* every rank runs the plan: its collectives need all of them */
         double loss;
         if (!t->be->ops->eval(t->be, t->tokens, t->targets, &loss))
-            die("rank %d: evaluation on %s: %s", t->rank, t->be->ops->name, t->be->ops->error(t->be));
+            return !trainer_error(t, "evaluation on %s: %s", t->be->ops->name, t->be->ops->error(t->be));
         if (c) {
             sums[0] += loss * (double)c;
             sums[1] += (double)c;
         }
     }
     if (t->world > 1 && !trainer_allreduce_f64(t, COMM_WORLD, sums, 2))
-        die("rank %d: %s", t->rank, t->comm->error);
+        return !trainer_error(t, "evaluation: %s", t->comm->error);
     if (tokens_out)
         *tokens_out = (int64_t)sums[1];
-    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    *loss_out = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    return 1;
 }
 
 /* ------------------------------------------------------------ checkpoints */
@@ -182,6 +184,32 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
 
 /* ------------------------------------------------------------ the GPU's steps */
 
+/* A non-finite loss (returns 0 after the message): the advice depends on where it came from. Parameters or moments that went non-finite
+ * (named: the first such tensor) point at the update; all finite points at the forward pass. */
+static int nonfinite_loss(Trainer *t, double loss, int64_t step)
+{
+    const IrGraph *g = t->g;
+    if (t->be->ops->get_state(t->be, t->params, t->adam)) {
+        for (int k = 0; k < 3; k++)
+            for (int p = 0; p < g->nparams; p++) {
+                const float *x = (k == 0 ? t->params : k == 1 ? t->adam : t->adam + t->nparams_total) + t->param_off[p];
+                int64_t n = ir_numel(g->params[p]);
+                for (int64_t i = 0; i < n; i++)
+                    if (!isfinite(x[i]))
+                        return !trainer_error(t, "the loss is %g at step %lld and %s%s holds non-finite values (the "
+                                             "first at flat index %lld; the first such tensor in the model's order): "
+                                             "the update diverged; lower the learning rate (--lr) or clip the "
+                                             "gradients harder (grad_clip)%s", loss, (long long)step,
+                                             k == 0 ? "parameter " : k == 1 ? "adam_m." : "adam_v.",
+                                             g->params[p]->name, (long long)i,
+                                             t->f.resume || t->f.init_path ? ", or check the checkpoint it started from"
+                                                                           : "");
+            }
+    }
+    return !trainer_error(t, "the loss is %g at step %lld with every parameter finite: the forward pass overflowed; "
+                         "lower the learning rate (--lr)", loss, (long long)step);
+}
+
 /* Reads the losses and norms of the GPU steps run since the last read:
  * the ranks' mean, the first non-finite one reported with its step. */
 /* The losses of the steps since the last drain: the mean over the ranks
@@ -191,14 +219,14 @@ static int drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, doubl
     double losses[1024], norms[1024];
     int n = 0;
     if (!t->be->ops->read_steps(t->be, losses, norms, &n))
-        return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name, t->be->ops->error(t->be));
+        return !trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
+                              t->be->ops->error(t->be));
     if (t->world > 1 && n > 0 && !trainer_allreduce_f64(t, COMM_WORLD, losses, n))
-        return trainer_error(t, "%s", t->comm->error);
+        return !trainer_error(t, "%s", t->comm->error);
     for (int i = 0; i < n; i++) {
         double loss = losses[i] / t->world;
         if (!isfinite(loss))
-            return trainer_error(t, "the loss is %g at step %lld; lower the learning rate (--lr)", loss,
-                              (long long)(t->step - n + 1 + i));
+            return nonfinite_loss(t, loss, t->step - n + 1 + i);
         *loss_sum += loss;
         (*loss_n)++;
         *last = loss;
@@ -227,6 +255,9 @@ int trainer_run(Trainer *t)
     if (!find_inputs(t))
         return trainer_error(t, "the model's inputs do not fit the training binary");
     if (!choose_packing(t))
+        return 1;
+    /* the checkpoint directory locked and checked before any work that a save at the end would lose */
+    if (is_rank0(t) && t->f.ckpt_dir && !t->f.eval_path && !trainer_ckpt_prepare(t))
         return 1;
 
     /* parameters and AdamW moments, one allocation each */
@@ -285,10 +316,19 @@ int trainer_run(Trainer *t)
                                    (uint64_t)t->f.seed, t->obj, &o))
             return trainer_error(t, "%s has no sequences to evaluate", t->f.eval_path);
         int64_t ntok;
-        double loss = evaluate(t, &l, 0, &ntok);
+        double loss;
+        int ok = evaluate(t, &l, 0, &ntok, &loss);
+        data_loader_free(&l);
+        if (!ok)
+            return 1;
+        if (ntok == 0)
+            return trainer_error(t, "--eval %s: no token of its sequences is scored (too short for the model's "
+                                 "objective); no loss to report", t->f.eval_path);
+        if (!isfinite(loss))
+            return trainer_error(t, "--eval %s: the loss is %g: the parameters of %s make the model diverge on this "
+                                 "data", t->f.eval_path, loss, ck);
         if (is_rank0(t))
             printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
-        data_loader_free(&l);
         return 0;
     }
 
@@ -328,8 +368,6 @@ int trainer_run(Trainer *t)
         return trainer_error(t, "%s", t->be->ops->error(t->be));
     if (t->f.dump_dir && is_rank0(t) && mkdir(t->f.dump_dir, 0755) != 0 && errno != EEXIST)
         return trainer_error(t, "cannot create --dump directory %s: %s", t->f.dump_dir, strerror(errno));
-    if (is_rank0(t) && t->f.ckpt_dir && mkdir(t->f.ckpt_dir, 0755) != 0 && errno != EEXIST)
-        return trainer_error(t, "cannot create checkpoint directory %s: %s", t->f.ckpt_dir, strerror(errno));
     if (is_rank0(t) && t->f.log_path) {
         t->log = fopen(t->f.log_path, t->f.resume ? "a" : "w");
         if (!t->log)
@@ -353,8 +391,19 @@ int trainer_run(Trainer *t)
                                                        "cluster's index)"
                    : s == 1 ? " (1% of the training data, a fixed hash of each sequence's index)" : "");
         }
-        printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores context)\n",
-               t->unigram);
+        /* most letters unknown: likely protein FASTA given to a DNA model (or the reverse, or not sequences) */
+        int64_t unk = ss[0].nunknown + ss[1].nunknown, res = ss[0].nresidues + ss[1].nresidues;
+        if (res > 0 && unk * 10 > res)
+            fprintf(stderr, "%s: warning: %.0f%% of the data's letters are not in the %s alphabet and became %s: is "
+                    "this %s data? (the model's train section says `alphabet %s`)\n", t->prog,
+                    100.0 * (double)unk / (double)res, t->alpha->name, t->alpha->tokens[t->alpha->unk],
+                    t->tr.alphabet == IR_ALPHABET_DNA ? "nucleotide" : "protein", t->alpha->name);
+        if (!t->have_val)
+            printf("unigram entropy of the validation targets: none (the validation split is empty: give more "
+                   "sequences for a validation loss)\n");
+        else
+            printf("unigram entropy of the validation targets: %.4f nats (the loss of a model that ignores "
+                   "context)\n", t->unigram);
         printf("packing: %s\n", t->packing == IR_PACK_ROWS ? "rows (one sequence per row, cropped and padded; "
                                   "padding masked out of attention, loss and tokens/s)"
                                   : t->packing == IR_PACK_PACKED ? "packed (sequences back to back, attention kept "
@@ -368,6 +417,8 @@ int trainer_run(Trainer *t)
         cJSON_AddNumberToObject(start, "ranks", t->world);
         trainer_log(t, start);
         fflush(stdout);
+        if (!trainer_log_ok(t))
+            return 1;
     }
 
     double t0 = wall_seconds(), tlast = t0;
@@ -396,7 +447,9 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
                               t->be->ops->error(t->be));
         t->unread++;
-        if (do_log || do_eval || do_ckpt || do_dump || t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024)) {
+        int drained = do_log || do_eval || do_ckpt || do_dump ||
+                      t->unread >= (t->f.log_every < 1024 ? t->f.log_every : 1024);
+        if (drained) {
             if (!drain(t, &loss_sum, &loss_n, &gnorm, &step_loss))
                 return 1;
             BackendInfo bi;
@@ -421,8 +474,8 @@ int trainer_run(Trainer *t)
         if (do_dump && !trainer_dump_step(t, step_loss, lr, gnorm))
             return 1;
         double val = NAN;
-        if (do_eval)
-            val = evaluate(t, &t->val_loader, t->f.val_batches, NULL);
+        if (do_eval && !evaluate(t, &t->val_loader, t->f.val_batches, NULL, &val))
+            return 1;
         double tnow = wall_seconds();
         if (do_log && is_rank0(t)) {
             double tps = (double)tokens_since_log / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
@@ -445,6 +498,8 @@ int trainer_run(Trainer *t)
             if (do_eval)
                 cJSON_AddNumberToObject(o, "val_loss", val);
             trainer_log(t, o);
+            if (!trainer_log_ok(t))
+                return 1;
         }
         if (do_log) {
             loss_sum = 0;
@@ -459,6 +514,34 @@ int trainer_run(Trainer *t)
         }
         if (profiled && t->step == t->prof->last)
             trainer_profile_report(t);
+        /* SIGTERM / SIGINT: stop at this step boundary, the state saved. One rank checks its own flag every
+         * step; several ranks agree (an all-reduce) at the steps whose losses they read anyway */
+        int stop = trainer_stop_requested();
+        if (t->world > 1) {
+            if (!drained)
+                continue;
+            double v = stop;
+            if (!trainer_allreduce_f64(t, COMM_WORLD, &v, 1))
+                return trainer_error(t, "%s", t->comm->error);
+            stop = v > 0 ? (stop ? stop : SIGTERM) : 0;
+        }
+        if (stop && t->step < t->tr.steps) {
+            if (t->f.ckpt_dir && !do_ckpt && !trainer_save_checkpoint(t))
+                return 1;
+            if (is_rank0(t)) {
+                char path[4096];
+                if (t->f.ckpt_dir)
+                    printf("stopped by %s after step %lld: checkpoint %s written; continue with --resume\n",
+                           stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->step,
+                           trainer_ckpt_path(t, path, sizeof path));
+                else
+                    printf("stopped by %s after step %lld: no --ckpt-dir, nothing saved\n",
+                           stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->step);
+                fflush(stdout);
+            }
+            trainer_profile_free(t);
+            return 128 + (stop == SIGINT ? SIGINT : SIGTERM);
+        }
     }
     trainer_profile_report(t);  /* a run that ended inside the profiled steps: what ran */
     trainer_profile_free(t);
@@ -477,8 +560,12 @@ int trainer_run(Trainer *t)
         cJSON_AddNumberToObject(o, "run_seconds", total);
         trainer_log(t, o);
     }
-    if (t->log)
-        fclose(t->log);
+    if (!trainer_log_ok(t))
+        return 1;
+    if (t->log && fclose(t->log) != 0) {
+        t->log = NULL;
+        return trainer_error(t, "cannot write the metrics to %s: %s", t->f.log_path, strerror(errno));
+    }
     t->log = NULL;
     return 0;
 }

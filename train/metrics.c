@@ -20,10 +20,19 @@ void trainer_log(Trainer *t, cJSON *o)
         return;
     }
     char *s = cJSON_PrintUnformatted(o);
-    fprintf(t->log, "%s\n", s);
-    fflush(t->log);
+    /* a failed write (a full disk) is remembered and stops the run at the next check (trainer_log_ok) */
+    if ((fprintf(t->log, "%s\n", s) < 0 || fflush(t->log) != 0) && !t->log_errno)
+        t->log_errno = errno ? errno : EIO;
     cJSON_free(s);
     cJSON_Delete(o);
+}
+
+int trainer_log_ok(Trainer *t)
+{
+    if (!t->log_errno)
+        return 1;
+    trainer_error(t, "cannot write the metrics to %s: %s", t->f.log_path, strerror(t->log_errno));
+    return 0;
 }
 
 void trainer_print_summary(Trainer *t)

@@ -64,6 +64,43 @@ int train_check_alphabet(const IrGraph *g, Diag *d)
     return ok;
 }
 
+/* ------------------------------------------------------------ stopping on a signal */
+
+/* SIGTERM / SIGINT (a scheduler's preemption, Ctrl-C): the first asks the
+ * ranks to stop at the next step boundary, after a checkpoint; a second one
+ * stops the process at once. Only async-signal-safe calls in the handler. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) {
+        static const char msg[] = "moec: a second signal: stopping now, without a checkpoint\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+    static const char msg[] = "moec: signal received: stopping after this step, with a checkpoint when --ckpt-dir "
+                              "is given (a second signal stops at once)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+}
+
+void trainer_catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+int trainer_stop_requested(void) { return stop_signal; }
+
 /* ------------------------------------------------------------ the ranks */
 
 /* An error on one rank: print it with the rank and tell the others. */
@@ -128,6 +165,8 @@ static void trainer_free(Trainer *t)
 {
     if (t->log)
         fclose(t->log);
+    if (t->ckpt_lock)
+        close(t->ckpt_lock - 1);
     if (t->be)
         t->be->ops->destroy(t->be);
     if (t->train_loader.fs)
@@ -239,6 +278,7 @@ int train_main(int argc, char **argv, const Plan *plan)
             fprintf(stderr, "%s: error: %s\n", prog, err[0] ? err : "a rank failed");
         return st;
     }
+    trainer_catch_stop_signals();
     if (!use_gpu && strcmp(f.device, "auto") == 0 && env_rank <= 0)
         printf("device: cpu (no GPU: %s; --device cpu says so without this notice)\n", why);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

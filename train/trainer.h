@@ -30,6 +30,7 @@ typedef struct Flags {
     double lr;
     const char *ckpt_dir, *log_path, *device, *eval_path, *init_path;
     int resume, threads;
+    int overwrite_ckpt;  /* --overwrite-ckpt: a fresh run may replace the checkpoint in --ckpt-dir */
     int simulate_ranks;  /* --simulate-ranks N: N ranks as threads of this process */
     int nproc;           /* --nproc N: N processes on this host, over TCP */
     const char *dump_dir;  /* --dump DIR: each step's batch, loss, gradients, params */
@@ -82,6 +83,8 @@ typedef struct Trainer {
     Backend *be;
     int unread;                    /* steps whose losses the host has not read */
     TrainerProfile *prof;          /* --profile, or NULL */
+    int log_errno;                 /* the first failed write to --log (0: none) */
+    int ckpt_lock;                 /* the locked --ckpt-dir's descriptor + 1 (0: none) */
 } Trainer;
 
 static inline int is_rank0(const Trainer *t) { return t->rank == 0; }
@@ -92,6 +95,9 @@ int trainer_error(Trainer *t, const char *fmt, ...) __attribute__((format(printf
 /* Collectives on host values over the rank's backend and transport. */
 int trainer_allreduce_f64(Trainer *t, CommGroup g, double *v, int64_t n);
 int trainer_allgather(Trainer *t, CommGroup g, const void *in, void *out, size_t bytes);
+/* SIGTERM and SIGINT: the first sets the stop request (its signal number), a second kills the process. */
+void trainer_catch_stop_signals(void);
+int trainer_stop_requested(void);
 
 /* flags.c */
 /* Parses the command line into t->f; -1 to go on, else the exit status (--help: 0, usage errors: 2). */
@@ -104,6 +110,11 @@ int trainer_run(Trainer *t);
 
 /* checkpoint.c */
 const char *trainer_ckpt_path(const Trainer *t, char *buf, size_t n);
+/* Rank 0, before the run writes: --ckpt-dir made, locked (flock) for this run alone, writable; an
+ * existing checkpoint refused without --resume or --overwrite-ckpt; stale temporary files removed.
+ * 1, or 0 after a message. */
+int trainer_ckpt_prepare(Trainer *t);
+/* 1, or 0 after a message (a non-finite tensor, a write error): the previous checkpoint is kept. */
 int trainer_save_checkpoint(Trainer *t);
 /* Parameters, and with full also AdamW, the step and the loader's state. 1, or 0 after a message. */
 int trainer_load_checkpoint(Trainer *t, const char *path, int full);
@@ -111,6 +122,8 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm);
 
 /* metrics.c */
 void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */
+/* 1, or 0 after a message when a write to --log failed. */
+int trainer_log_ok(Trainer *t);
 void trainer_print_summary(Trainer *t);
 /* --profile: sets t->prof for a run whose loop starts after step `start` (NULL without --profile). */
 void trainer_profile_begin(Trainer *t, int64_t start);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +64,26 @@ int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out)
 
 int write_file(const char *path, const void *data, size_t n, char *err, size_t errlen)
 {
+    /* a device or a pipe (-o /dev/stdout, /dev/full) is written in place: renaming a file over it would
+     * replace the device; a directory is refused */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        if (S_ISDIR(sb.st_mode)) {
+            if (err && errlen)
+                snprintf(err, errlen, "%s: cannot write: it is a directory", path);
+            return 0;
+        }
+        FILE *f = fopen(path, "wb");
+        int ok = f && fwrite(data, 1, n, f) == n;
+        int e = errno;
+        if (f && fclose(f) != 0 && ok) {
+            ok = 0;
+            e = errno;
+        }
+        if (!ok && err && errlen)
+            snprintf(err, errlen, "%s: cannot write: %s", path, strerror(e ? e : EIO));
+        return ok;
+    }
     /* the temporary file is in path's directory, so rename() does not cross
      * file systems; the pid keeps two processes from sharing it */
     size_t len = strlen(path) + 32;
@@ -88,6 +110,56 @@ int write_file(const char *path, const void *data, size_t n, char *err, size_t e
     }
     free(tmp);
     return ok;
+}
+
+int open_regular(const char *path, char *err, size_t errlen)
+{
+    /* O_NONBLOCK: opening a FIFO that has no writer returns at once instead of waiting for one */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int e = errno;
+        const char *kind = S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO (named pipe)"
+                         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
+                         : "not a regular file";
+        if (err && errlen) {
+            if (fstat(fd, &sb) != 0)
+                snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+            else
+                snprintf(err, errlen, "%s: is %s, not a regular file", path, kind);
+        }
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+FILE *fopen_regular(const char *path, char *err, size_t errlen)
+{
+    int fd = open_regular(path, err, errlen);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }
 
 uint64_t hash64_update(uint64_t h, const void *data, size_t n)
@@ -119,6 +191,43 @@ char *xstrdup(const char *s)
 #endif
 
 const char *moec_version(void) { return MOEC_VERSION " (git " MOEC_GIT ")"; }
+
+static int64_t read_i64_file(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    int64_t v = -1;
+    while (fgets(line, sizeof line, f)) {
+        size_t k = strlen(key);
+        if (strncmp(line, key, k) == 0) {
+            char *end;
+            long long x = strtoll(line + k, &end, 10);
+            if (end != line + k && x >= 0)
+                v = (int64_t)x;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+int64_t host_memory_available(void)
+{
+    int64_t kb = read_i64_file("/proc/meminfo", "MemAvailable:");
+    int64_t avail = kb >= 0 && kb < INT64_MAX / 1024 ? kb * 1024 : -1;
+    if (avail < 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+        avail = pages > 0 && size > 0 ? (int64_t)pages * size : -1;
+    }
+    /* a container's limit (cgroup v2): "max" reads as no number */
+    int64_t max = read_i64_file("/sys/fs/cgroup/memory.max", ""),
+            cur = read_i64_file("/sys/fs/cgroup/memory.current", "");
+    if (max >= 0 && cur >= 0 && (avail < 0 || max - cur < avail))
+        avail = max > cur ? max - cur : 0;
+    return avail;
+}
 
 double wall_seconds(void)
 {

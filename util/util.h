@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)
@@ -33,6 +34,17 @@ int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out);
  * leaves the old one. 1, or 0 with "PATH: cannot write: REASON" in err. */
 int write_file(const char *path, const void *data, size_t n, char *err, size_t errlen);
 
+/* Opens path for reading only if it is a regular file: a FIFO, a device or a
+ * directory is refused before anything blocks on it or reads it forever.
+ * The descriptor (blocking, close-on-exec), or -1 with "PATH: REASON" in err. */
+int open_regular(const char *path, char *err, size_t errlen);
+/* The same as a stdio stream ("rb"). */
+FILE *fopen_regular(const char *path, char *err, size_t errlen);
+
+/* Whether a and b name one existing file (device and inode): an output that
+ * would overwrite an input. */
+int same_file(const char *a, const char *b);
+
 /* FNV-1a, 64 bits: identifies a checkpoint's tensors, a kernel source, a
  * plan document (not cryptographic). hash64_update continues a hash over
  * more bytes, starting from HASH64_INIT:
@@ -47,6 +59,11 @@ char *xstrdup(const char *s);
 /* The one version string: "0.1.0 (git abc1234)". Checkpoints, plans and
  * --version print it; a plan from another version is refused. */
 const char *moec_version(void);
+
+/* Bytes of memory this process may still allocate: MemAvailable of
+ * /proc/meminfo, lowered to a cgroup v2 memory.max when one is set; -1 when
+ * unknown. For refusing a plan that cannot fit before allocating it. */
+int64_t host_memory_available(void);
 
 /* Seconds on the monotonic clock (for durations). */
 double wall_seconds(void);

@@ -22,7 +22,21 @@
  * allreduce is a reduce-scatter then an allgather: group rank k owns chunk
  * k (comm_chunk), receives everyone's chunk k and adds them in group-rank
  * order with comm_sum_*, exactly as the simulator does, so the bits match
- * it and a serial sum in that order. */
+ * it and a serial sum in that order.
+ *
+ * Authentication (docs/reliability.md): every connection, to rank 0 and in
+ * the mesh, proves that both ends hold the job's secret (MOEC_SECRET_FILE or
+ * MOEC_SECRET; the --nproc launcher makes one per job) without sending it.
+ * The acceptor sends a fresh random challenge; the connector answers with
+ * its hello and HMAC-SHA-256(secret, "moec-hello" || challenge || hello),
+ * whose hello carries a nonce of its own; the acceptor answers that nonce
+ * with a MAC of what it sends back (the rank table, or an acknowledgement).
+ * A connection that does not prove the secret, sends garbage or stays
+ * silent is dropped without disturbing the job; rank 0 holds at most
+ * world + 32 unfinished connections, each for at most 5 seconds (the oldest
+ * gives way to a new one). Without a secret the key is empty: allowed only
+ * when MOEC_MASTER_ADDR is a loopback address. Text from peers (failure
+ * notices, addresses) is printed with control characters replaced. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -33,15 +47,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "comm_impl.h"
+#include "../../util/sha256.h"
+#include "../../util/util.h"
 
 #define TCP_MAGIC 0x4d4f4543u  /* "MOEC": also catches a peer of the other byte order */
-#define TCP_VERSION 1u
+#define TCP_VERSION 2u           /* 2: authenticated hellos */
+#define TCP_NONCE 32
+#define TCP_PEND_MS 5000          /* an unfinished connection is dropped after this long */
+#define TCP_PEND_EXTRA 32         /* rank 0 holds at most world + this many unfinished connections */
 #define TCP_HOST_LEN 64
 #define TCP_NOTICE 0xffu          /* WireHeader.op of a failure notice: len bytes of text follow */
 #define TCP_NOTICE_MAX 1024
@@ -54,7 +74,15 @@ typedef struct WireHello {
     int32_t rank, world, ep, pid;
     int32_t port;                /* the rank's listener */
     char host[TCP_HOST_LEN];     /* its numeric address */
+    unsigned char nonce[TCP_NONCE];  /* the connector's challenge to the acceptor */
+    unsigned char mac[SHA256_LEN];   /* HMAC(secret, "moec-hello" || acceptor's challenge || this, mac zeroed) */
 } WireHello;
+
+/* The acceptor's first words on every connection. */
+typedef struct WireChallenge {
+    uint32_t magic, version;
+    unsigned char nonce[TCP_NONCE];
+} WireChallenge;
 
 /* In front of every collective message. */
 typedef struct WireHeader {
@@ -77,6 +105,9 @@ typedef struct Tcp {
     int timeout_s;               /* MOEC_COMM_TIMEOUT: no progress for this long fails; 0 = never */
     void *scratch;               /* allreduce: the peers' parts of this rank's chunk */
     size_t scratch_cap;
+    unsigned char *key;          /* the job's secret (empty: none, loopback only) */
+    size_t keylen;
+    int refused;                 /* connections dropped for failing authentication (rank 0 reports 3) */
 } Tcp;
 
 /* ---- socket helpers ------------------------------------------------------ */
@@ -288,6 +319,153 @@ static int accept_until(int lfd, int64_t deadline)
     }
 }
 
+/* ---- authentication ------------------------------------------------------ */
+
+static int random_bytes(void *p, size_t n)
+{
+    unsigned char *b = p;
+    while (n > 0) {
+        ssize_t k = getrandom(b, n, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return 0;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 1;
+}
+
+static void mac3(const Tcp *t, const char *label, const void *a, size_t na, const void *b, size_t nb,
+                 unsigned char out[SHA256_LEN])
+{
+    const void *parts[3] = {label, a, b};
+    size_t lens[3] = {strlen(label) + 1, na, nb};
+    hmac_sha256(t->key, t->keylen, parts, lens, 3, out);
+}
+
+static void hello_mac(const Tcp *t, const unsigned char challenge[TCP_NONCE], const WireHello *h,
+                      unsigned char out[SHA256_LEN])
+{
+    WireHello c = *h;
+    memset(c.mac, 0, sizeof c.mac);
+    mac3(t, "moec-hello", challenge, TCP_NONCE, &c, sizeof c, out);
+}
+
+static int hello_ok(const Tcp *t, const unsigned char challenge[TCP_NONCE], const WireHello *h)
+{
+    unsigned char want[SHA256_LEN];
+    hello_mac(t, challenge, h, want);
+    return h->magic == TCP_MAGIC && h->version == TCP_VERSION && ct_equal(want, h->mac, SHA256_LEN);
+}
+
+/* Sends this end's challenge on a fresh connection (a few bytes: the socket buffer takes them at once). */
+static int send_challenge(int fd, unsigned char nonce[TCP_NONCE])
+{
+    WireChallenge c = {TCP_MAGIC, TCP_VERSION, {0}};
+    if (!random_bytes(c.nonce, TCP_NONCE))
+        return 0;
+    memcpy(nonce, c.nonce, TCP_NONCE);
+    return send(fd, &c, sizeof c, MSG_NOSIGNAL) == (ssize_t)sizeof c;
+}
+
+/* Connector: the acceptor's challenge, then our hello proving the secret. */
+static int answer_challenge(const Tcp *t, int fd, WireHello *me, int64_t deadline, unsigned char nonce_out[TCP_NONCE])
+{
+    WireChallenge c;
+    if (!io_all(fd, &c, sizeof c, 0, deadline))
+        return 0;
+    if (c.magic != TCP_MAGIC || c.version != TCP_VERSION) {
+        errno = EPROTO;
+        return 0;
+    }
+    if (!random_bytes(me->nonce, TCP_NONCE))
+        return 0;
+    memcpy(nonce_out, me->nonce, TCP_NONCE);
+    hello_mac(t, c.nonce, me, me->mac);
+    return io_all(fd, me, sizeof *me, 1, deadline);
+}
+
+/* Peer text (a failure notice, an address) made printable: no terminal escapes from the network. */
+static void sanitize(char *s, size_t n)
+{
+    for (size_t i = 0; i < n && s[i]; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            s[i] = '?';
+}
+
+static int is_loopback(const char *addr)
+{
+    unsigned char a[16];
+    if (strcmp(addr, "localhost") == 0)
+        return 1;
+    if (inet_pton(AF_INET, addr, a) == 1)
+        return a[0] == 127;
+    if (inet_pton(AF_INET6, addr, a) == 1)
+        return memcmp(a, in6addr_loopback.s6_addr, 16) == 0;
+    return 0;
+}
+
+/* The job's secret: MOEC_SECRET_FILE (its contents, a trailing newline dropped) or MOEC_SECRET. */
+static int load_secret(Tcp *t, int rank, int world, const char *addr, char *err, size_t errlen)
+{
+    const char *file = getenv("MOEC_SECRET_FILE"), *text = getenv("MOEC_SECRET");
+    if (file && *file && text && *text) {
+        snprintf(err, errlen, "rank %d: both MOEC_SECRET_FILE and MOEC_SECRET are set: set one", rank);
+        return 0;
+    }
+    if (file && *file) {
+        char oerr[512];
+        FILE *f = fopen_regular(file, oerr, sizeof oerr);
+        if (!f) {
+            snprintf(err, errlen, "rank %d: MOEC_SECRET_FILE: %s", rank, oerr);
+            return 0;
+        }
+        t->key = malloc(4097);
+        size_t n = t->key ? fread(t->key, 1, 4097, f) : 0;
+        fclose(f);
+        while (n > 0 && (t->key[n - 1] == '\n' || t->key[n - 1] == '\r'))
+            n--;
+        if (n == 0 || n > 4096) {
+            snprintf(err, errlen, "rank %d: MOEC_SECRET_FILE %s is %s: give 16 to 4096 bytes, the same file on every "
+                     "host", rank, file, n ? "longer than 4096 bytes" : "empty");
+            return 0;
+        }
+        t->keylen = n;
+    } else if (text && *text) {
+        t->keylen = strlen(text);
+        t->key = malloc(t->keylen);
+        if (t->key)
+            memcpy(t->key, text, t->keylen);
+    }
+    if (t->keylen && t->keylen < 16) {
+        snprintf(err, errlen, "rank %d: the job's secret (MOEC_SECRET_FILE or MOEC_SECRET) has %zu bytes: give at "
+                 "least 16 (say, `head -c 32 /dev/urandom | base64`)", rank, t->keylen);
+        return 0;
+    }
+    if (!t->keylen && world > 1 && !is_loopback(addr)) {
+        snprintf(err, errlen, "rank %d: MOEC_MASTER_ADDR=%s is not a loopback address and the job has no secret: "
+                 "anyone who reaches the port could join the job. Put the same random secret on every host and set "
+                 "MOEC_SECRET_FILE to it (or MOEC_SECRET), e.g. `head -c 32 /dev/urandom | base64 > secret; chmod "
+                 "600 secret`", rank, addr);
+        return 0;
+    }
+    return 1;
+}
+
+static void refused(Tcp *t, int fd, const char *why)
+{
+    if (t->refused++ >= 3)
+        return;
+    char host[TCP_HOST_LEN] = "?", serv[16] = "?";
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
+    fprintf(stderr, "moec: rank 0: warning: dropped a connection from %s:%s: %s%s\n", host, serv, why,
+            t->refused == 3 ? " (further ones are not reported)" : "");
+}
+
 static WireHello make_hello(int rank, int world, int ep)
 {
     WireHello h;
@@ -325,7 +503,7 @@ static int rendezvous_master(Tcp *t, int world, int ep, const char *addr, int po
                              size_t errlen)
 {
     char why[256];
-    int lfd = listen_on(addr, port, world + 8, why, sizeof why);
+    int lfd = listen_on(addr, port, world + TCP_PEND_EXTRA, why, sizeof why);
     if (lfd < 0) {
         snprintf(err, errlen, "rank 0: cannot listen on %s:%d (MOEC_MASTER_ADDR:MOEC_MASTER_PORT): %s", addr, port,
                  why);
@@ -333,9 +511,11 @@ static int rendezvous_master(Tcp *t, int world, int ep, const char *addr, int po
     }
     WireHello *table = calloc((size_t)world, sizeof *table);
     int *have = calloc((size_t)world, sizeof *have);
-    /* connections accepted but whose hello has not fully arrived yet */
-    int npend = 0, cap = world + 8;
-    struct Pending { int fd; size_t got; WireHello h; } *pend = calloc((size_t)cap, sizeof *pend);
+    /* connections accepted but whose authenticated hello has not fully arrived yet: at most cap, each for at
+     * most TCP_PEND_MS; a stranger's idle or garbage connection is dropped and never stalls the job */
+    int npend = 0, cap = world + TCP_PEND_EXTRA;
+    struct Pending { int fd; size_t got; WireHello h; unsigned char challenge[TCP_NONCE]; int64_t until; } *pend =
+        calloc((size_t)cap, sizeof *pend);
     struct pollfd *pfds = calloc((size_t)cap + 1, sizeof *pfds);
     int ok = table && have && pend && pfds;
     if (!ok)
@@ -347,7 +527,8 @@ static int rendezvous_master(Tcp *t, int world, int ep, const char *addr, int po
     int arrived = 1;
     int64_t deadline = comm_now_ms() + (int64_t)timeout_s * 1000;
     while (ok && arrived < world) {
-        if (comm_now_ms() >= deadline) {
+        int64_t now = comm_now_ms();
+        if (now >= deadline) {
             char missing[200];
             list_missing(have, world, missing, sizeof missing);
             snprintf(err, errlen,
@@ -357,10 +538,20 @@ static int rendezvous_master(Tcp *t, int world, int ep, const char *addr, int po
             ok = 0;
             break;
         }
+        int64_t wake = deadline;
+        for (int i = npend - 1; i >= 0; i--) {
+            if (pend[i].until <= now) {
+                refused(t, pend[i].fd, "no authenticated hello within 5 s");
+                close(pend[i].fd);
+                pend[i] = pend[--npend];
+            } else if (pend[i].until < wake) {
+                wake = pend[i].until;
+            }
+        }
         pfds[0] = (struct pollfd){lfd, POLLIN, 0};
         for (int i = 0; i < npend; i++)
             pfds[1 + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
-        if (poll(pfds, (nfds_t)npend + 1, ms_left(deadline)) <= 0)
+        if (poll(pfds, (nfds_t)npend + 1, ms_left(wake)) <= 0)
             continue;
         /* downwards, so that removing entry i (the last one moves into it) leaves those below in place */
         int npolled = npend;
@@ -375,8 +566,14 @@ static int rendezvous_master(Tcp *t, int world, int ep, const char *addr, int po
             int drop = k <= 0;  /* gone before saying hello: a stray connection, not a rank */
             if (pend[i].got == sizeof(WireHello)) {
                 WireHello *h = &pend[i].h;
-                if (h->magic != TCP_MAGIC || h->version != TCP_VERSION) {
-                    drop = 1;  /* not a moec rank of this version: ignore it */
+                h->host[TCP_HOST_LEN - 1] = 0;
+                sanitize(h->host, sizeof h->host);
+                if (!hello_ok(t, pend[i].challenge, h)) {
+                    /* not a rank of this job (no secret, another secret, another version): ignore it */
+                    refused(t, pend[i].fd, h->magic == TCP_MAGIC && h->version == TCP_VERSION
+                                               ? "it did not prove the job's secret (MOEC_SECRET_FILE/MOEC_SECRET)"
+                                               : "not a moec rank of this version");
+                    drop = 1;
                 } else if (h->world != world || h->ep != ep) {
                     snprintf(err, errlen,
                              "rank 0: rank %d (pid %d) joined with world size %d and ep %d, but rank 0 has world size "
@@ -405,19 +602,37 @@ static int rendezvous_master(Tcp *t, int world, int ep, const char *addr, int po
                 pend[i] = pend[--npend];
             }
         }
-        if (ok && (pfds[0].revents & POLLIN) && npend < cap) {
+        if (ok && (pfds[0].revents & POLLIN)) {
             int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd >= 0 && npend == cap) {
+                /* full: the oldest unfinished connection gives way (a real rank finishes in milliseconds) */
+                int old = 0;
+                for (int i = 1; i < npend; i++)
+                    if (pend[i].until < pend[old].until)
+                        old = i;
+                refused(t, pend[old].fd, "too many unfinished connections");
+                close(pend[old].fd);
+                pend[old] = pend[--npend];
+            }
             if (fd >= 0) {
                 set_nodelay(fd);
-                pend[npend++] = (struct Pending){.fd = fd};
+                pend[npend] = (struct Pending){.fd = fd, .until = comm_now_ms() + TCP_PEND_MS};
+                if (send_challenge(fd, pend[npend].challenge))
+                    npend++;
+                else
+                    close(fd);
             }
         }
     }
     for (int i = 0; i < npend; i++)
         close(pend[i].fd);
     close(lfd);
+    /* the table, and a MAC of it for each rank's nonce: rank 0 proves the secret too */
     for (int r = 1; ok && r < world; r++) {
-        if (!io_all(t->peers[r].fd, table, (size_t)world * sizeof *table, 1, deadline)) {
+        unsigned char mac[SHA256_LEN];
+        mac3(t, "moec-table", table[r].nonce, TCP_NONCE, table, (size_t)world * sizeof *table, mac);
+        if (!io_all(t->peers[r].fd, table, (size_t)world * sizeof *table, 1, deadline) ||
+            !io_all(t->peers[r].fd, mac, sizeof mac, 1, deadline)) {
             snprintf(err, errlen, "rank 0: sending the rank table to rank %d (pid %d): %s", r, t->peers[r].pid,
                      io_error());
             ok = 0;
@@ -461,11 +676,14 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
     int ok = table && have;
     if (!ok)
         snprintf(err, errlen, "out of memory");
-    if (ok && !io_all(fd0, &me, sizeof me, 1, deadline)) {
-        snprintf(err, errlen, "rank %d: saying hello to rank 0 at %s:%d: %s", rank, addr, port, io_error());
+    unsigned char mine[TCP_NONCE], mac[SHA256_LEN], want[SHA256_LEN];
+    if (ok && !answer_challenge(t, fd0, &me, deadline, mine)) {
+        snprintf(err, errlen, "rank %d: saying hello to rank 0 at %s:%d: %s%s", rank, addr, port, io_error(),
+                 errno == EPROTO ? " (not a moec rank 0 of this version)" : "");
         ok = 0;
     }
-    if (ok && !io_all(fd0, table, (size_t)world * sizeof *table, 0, deadline)) {
+    if (ok && (!io_all(fd0, table, (size_t)world * sizeof *table, 0, deadline) ||
+               !io_all(fd0, mac, sizeof mac, 0, deadline))) {
         if (errno == ETIMEDOUT)
             snprintf(err, errlen,
                      "rank %d: rank 0 at %s:%d did not send the rank table within %d s (MOEC_RENDEZVOUS_TIMEOUT): "
@@ -473,11 +691,21 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
                      rank, addr, port, timeout_s);
         else
             snprintf(err, errlen,
-                     "rank %d: rank 0 at %s:%d ended the rendezvous (%s): see rank 0's message", rank, addr,
-                     port, io_error());
+                     "rank %d: rank 0 at %s:%d ended the rendezvous (%s): see rank 0's message (another "
+                     "MOEC_SECRET_FILE/MOEC_SECRET than rank 0's?)", rank, addr, port, io_error());
         ok = 0;
     }
+    if (ok) {
+        mac3(t, "moec-table", mine, TCP_NONCE, table, (size_t)world * sizeof *table, want);
+        if (!ct_equal(mac, want, sizeof mac)) {
+            snprintf(err, errlen, "rank %d: the process at %s:%d did not prove the job's secret: it is not this job's "
+                     "rank 0 (or MOEC_SECRET_FILE/MOEC_SECRET differ)", rank, addr, port);
+            ok = 0;
+        }
+    }
     for (int r = 0; ok && r < world; r++) {
+        table[r].host[TCP_HOST_LEN - 1] = 0;
+        sanitize(table[r].host, sizeof table[r].host);
         if (table[r].magic != TCP_MAGIC || table[r].rank != r || table[r].world != world) {
             snprintf(err, errlen, "rank %d: rank 0 sent a malformed rank table", rank);
             ok = 0;
@@ -488,9 +716,20 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
     /* connect down (listeners were up before the hellos, so no retries needed) */
     for (int j = 1; ok && j < rank; j++) {
         int fd = connect_retry(table[j].host, table[j].port, deadline, why, sizeof why);
-        if (fd < 0 || !io_all(fd, &me, sizeof me, 1, deadline)) {
+        unsigned char ack[SHA256_LEN];
+        WireHello mesh = me;
+        int proved = fd >= 0 && answer_challenge(t, fd, &mesh, deadline, mine) && io_all(fd, ack, sizeof ack, 0, deadline);
+        if (proved) {
+            /* the acceptor's answer binds our nonce to our hello's MAC, which covers its challenge */
+            mac3(t, "moec-ack", mine, TCP_NONCE, mesh.mac, SHA256_LEN, want);
+            proved = ct_equal(ack, want, sizeof ack);
+            if (!proved)
+                errno = EACCES;
+        }
+        if (!proved) {
             snprintf(err, errlen, "rank %d: connecting to rank %d (pid %d) at %s:%d: %s", rank, j, table[j].pid,
-                     table[j].host, table[j].port, fd < 0 ? why : io_error());
+                     table[j].host, table[j].port, fd < 0 ? why : errno == EACCES ? "it did not prove the job's secret"
+                                                                                   : io_error());
             if (fd >= 0)
                 close(fd);
             ok = 0;
@@ -511,10 +750,20 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
             snprintf(err, errlen, "rank %d: rank(s) %s never connected within %d s (MOEC_RENDEZVOUS_TIMEOUT)", rank,
                      missing, timeout_s);
             ok = 0;
-        } else if (!io_all(fd, &h, sizeof h, 0, deadline) || h.magic != TCP_MAGIC || h.rank <= rank ||
-                   h.rank >= world || t->peers[h.rank].fd >= 0) {
-            close(fd);  /* not one of ours, or it died while connecting: keep waiting for the real one */
         } else {
+            /* a stranger gets TCP_PEND_MS, not the whole rendezvous, to prove the secret */
+            int64_t until = comm_now_ms() + TCP_PEND_MS < deadline ? comm_now_ms() + TCP_PEND_MS : deadline;
+            unsigned char chal[TCP_NONCE], ack[SHA256_LEN];
+            if (!send_challenge(fd, chal) || !io_all(fd, &h, sizeof h, 0, until) || !hello_ok(t, chal, &h) ||
+                h.rank <= rank || h.rank >= world || t->peers[h.rank].fd >= 0) {
+                close(fd);  /* not one of ours, or it died while connecting: keep waiting for the real one */
+                continue;
+            }
+            mac3(t, "moec-ack", h.nonce, TCP_NONCE, h.mac, SHA256_LEN, ack);
+            if (!io_all(fd, ack, sizeof ack, 1, until)) {
+                close(fd);
+                continue;
+            }
             t->peers[h.rank] = (TcpPeer){fd, h.pid, 0};
             need--;
         }
@@ -568,6 +817,7 @@ static int read_notice(Comm *c, int peer, uint64_t len, CommOpKind op, CommGroup
     if (!io_all(t->peers[peer].fd, text, n, 0, comm_now_ms() + 2000))
         snprintf(text, sizeof text, "(its message was cut off)");
     text[n] = 0;
+    sanitize(text, sizeof text);
     return comm_fail(c, "rank %d: %s on %s stopped: from rank %d (pid %d): %s", c->rank, comm_op_name(op),
                      comm_group_name(g), peer, t->peers[peer].pid, text);
 }
@@ -936,6 +1186,9 @@ static void tcp_destroy(Comm *c)
                 close(t->peers[r].fd);
         free(t->peers);
         free(t->scratch);
+        if (t->key)
+            memset(t->key, 0, t->keylen);
+        free(t->key);
         free(t);
     }
     free(c);
@@ -961,6 +1214,7 @@ int comm_tcp_peer_gone(Comm *c, int peer, int *pid, char *why, size_t whylen)
             why[n] = 0;
         else
             why[0] = 0;
+        sanitize(why, whylen);
     }
     return 1;
 }
@@ -1007,6 +1261,7 @@ Comm *comm_tcp_create(int rank, int world, int ep, const char *addr, int port, c
         peers[r] = (TcpPeer){-1, 0, 0};
     peers[rank].pid = (int)getpid();
     int ok = world == 1 ? 1
+             : !load_secret(t, rank, world, addr, err, errlen) ? 0
              : rank == 0 ? rendezvous_master(t, world, ep, addr, port, rdv_s, err, errlen)
                          : rendezvous_peer(t, rank, world, ep, addr, port, rdv_s, err, errlen);
     if (!ok) {

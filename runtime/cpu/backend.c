@@ -86,6 +86,21 @@ static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, c
     B->ring = o && o->ring > 0 ? o->ring : 1;
     const IrGraph *g = p->graph;
     B->batch_bytes = (size_t)ir_numel(g->nodes[p->tokens]) * sizeof(int32_t);
+    /* as the GPU backend does with device memory: a plan that cannot fit in the host's memory is refused
+     * before anything is allocated (the parameters and AdamW state twice: the trainer's and these) */
+    size_t arena = cpu_plan_arena_bytes(g, CPU_F32);
+    double need = (double)arena + 24.0 * (double)p->nparams_total + 2.0 * (double)B->batch_bytes;
+    int64_t avail = host_memory_available();
+    if (avail >= 0 && need > (double)avail) {
+        char a[32], b[32], c[32];
+        fmt_bytes(a, sizeof a, need);
+        fmt_bytes(b, sizeof b, (double)avail);
+        fmt_bytes(c, sizeof c, (double)arena);
+        snprintf(err, errlen, "the plan needs %s of host memory (activations and gradients %s, parameters and "
+                 "AdamW state) but %s is available: use a smaller --batch, or a machine with more memory", a, c, b);
+        cpu_destroy(&B->base);
+        return NULL;
+    }
     B->params = calloc((size_t)p->nparams_total + 1, sizeof(float));
     B->adam = calloc((size_t)p->nparams_total * 2 + 1, sizeof(float));
     B->tokens = calloc(B->batch_bytes / 4 + 1, sizeof(int32_t));
@@ -205,7 +220,8 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
     memcpy(B->tokens, tokens, B->batch_bytes);
     memcpy(B->targets, targets, B->batch_bytes);
     if (!prof) {
-        cpu_plan_run(&B->run);
+        if (!cpu_plan_run(&B->run))
+            return cpu_fail(B, "%s", B->comm->error);
     } else {
         if (prof->nnodes != g->nnodes)
             die("cpu backend: a profile of %d nodes for a graph of %d", prof->nnodes, g->nnodes);
@@ -213,7 +229,8 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
         prof_add(&prof->extra[BACKEND_PROFILE_BATCH], t - t0);
         for (int i = 0; i < g->nnodes; i++) {
             int leaf = g->nodes[i]->op == IR_OP_INPUT || g->nodes[i]->op == IR_OP_PARAM;
-            cpu_plan_run_range(&B->run, i, i + 1);
+            if (!cpu_plan_run_range(&B->run, i, i + 1))
+                return cpu_fail(B, "%s", B->comm->error);
             double t2 = now();
             if (!leaf)
                 prof_add(&prof->node[i], t2 - t);
@@ -263,7 +280,8 @@ static int cpu_eval(Backend *b, const int32_t *tokens, const int32_t *targets, d
     CpuBackend *B = (CpuBackend *)b;
     memcpy(B->tokens, tokens, B->batch_bytes);
     memcpy(B->targets, targets, B->batch_bytes);
-    cpu_plan_run_range(&B->run, 0, B->p->graph->loss->id + 1);
+    if (!cpu_plan_run_range(&B->run, 0, B->p->graph->loss->id + 1))
+        return cpu_fail(B, "%s", B->comm->error);
     *loss = cpu_plan_scalar(&B->run, B->p->graph->loss);
     return 1;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../../plan/plan.h"
+#include "../comm/comm.h"
 #include "../../util/util.h"
 
 static int cpu_threads = 1;
@@ -57,6 +58,35 @@ size_t cpu_elem_size(const IrNode *n, CpuPrecision prec)
 /* Buffers from the one memory planner (plan/memory.c), with this
  * backend's element sizes and no GPU workspaces; one allocation holds the
  * activations and gradients. */
+/* Every node's buffer from the planner: bufs (caller frees) and the arena's size. */
+static PlanBuf *plan_buffers(const IrGraph *g, CpuPrecision prec, size_t *bytes, size_t *total)
+{
+    int n = g->nnodes;
+    PlanBuf *bufs = calloc((size_t)n + 1, sizeof *bufs);
+    if (!bufs)
+        die("out of memory planning buffers");
+    for (int i = 0; i < n; i++) {
+        const IrNode *node = g->nodes[i];
+        size_t b = (size_t)ir_numel(node) * cpu_elem_size(node, prec);
+        if (bytes)
+            bytes[i] = b;
+        bufs[i] = (PlanBuf){.name = NULL, .node = i, .kind = PLAN_BUF_TENSOR,
+                            .storage = node->dtype == IR_I32 ? PLAN_I32 : prec == CPU_F64 ? PLAN_F64 : PLAN_F32,
+                            .bytes = (int64_t)b, .alias_of = -1};
+    }
+    PlanMemory mem;
+    plan_memory(g, bufs, n, 64, &mem);
+    *total = (size_t)mem.region_bytes[PLAN_REGION_ACTIVATIONS];
+    return bufs;
+}
+
+size_t cpu_plan_arena_bytes(const IrGraph *g, CpuPrecision prec)
+{
+    size_t total;
+    free(plan_buffers(g, prec, NULL, &total));
+    return total;
+}
+
 void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec)
 {
     memset(p, 0, sizeof *p);
@@ -65,19 +95,10 @@ void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec)
     int n = g->nnodes;
     p->buf = calloc((size_t)n, sizeof *p->buf);
     p->bytes = calloc((size_t)n, sizeof *p->bytes);
-    PlanBuf *bufs = calloc((size_t)n + 1, sizeof *bufs);
-    if (!p->buf || !p->bytes || !bufs)
+    if (!p->buf || !p->bytes)
         die("out of memory planning buffers");
-    for (int i = 0; i < n; i++) {
-        const IrNode *node = g->nodes[i];
-        p->bytes[i] = (size_t)ir_numel(node) * cpu_elem_size(node, prec);
-        bufs[i] = (PlanBuf){.name = NULL, .node = i, .kind = PLAN_BUF_TENSOR,
-                            .storage = node->dtype == IR_I32 ? PLAN_I32 : prec == CPU_F64 ? PLAN_F64 : PLAN_F32,
-                            .bytes = (int64_t)p->bytes[i], .alias_of = -1};
-    }
-    PlanMemory mem;
-    plan_memory(g, bufs, n, 64, &mem);
-    size_t total = (size_t)mem.region_bytes[PLAN_REGION_ACTIVATIONS];
+    size_t total;
+    PlanBuf *bufs = plan_buffers(g, prec, p->bytes, &total);
     p->arena = aligned_alloc(64, total ? total : 64);
     if (!p->arena)
         die("out of memory: %zu bytes for activations", total);
@@ -104,7 +125,7 @@ void cpu_plan_bind(CpuPlan *p, const IrNode *n, void *data)
     p->buf[n->id] = data;
 }
 
-void cpu_plan_run_range(CpuPlan *p, int from, int to)
+int cpu_plan_run_range(CpuPlan *p, int from, int to)
 {
     for (int i = from; i < to; i++) {
         const IrNode *n = p->g->nodes[i];
@@ -116,10 +137,14 @@ void cpu_plan_run_range(CpuPlan *p, int from, int to)
             cpu_exec_node_f64(n, p->buf, p->comm);
         else
             cpu_exec_node_f32(n, p->buf, p->comm);
+        /* a failed collective (comm.h: its error is sticky) stops the plan: what follows would read garbage */
+        if (p->comm && comm_failed(p->comm))
+            return 0;
     }
+    return 1;
 }
 
-void cpu_plan_run(CpuPlan *p) { cpu_plan_run_range(p, 0, p->g->nnodes); }
+int cpu_plan_run(CpuPlan *p) { return cpu_plan_run_range(p, 0, p->g->nnodes); }
 
 void *cpu_plan_data(const CpuPlan *p, const IrNode *n) { return p->buf[n->id]; }
 

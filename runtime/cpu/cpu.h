@@ -37,8 +37,12 @@ void cpu_plan_free(CpuPlan *p);
 /* Points an input or param node at caller-owned data (cpu_elem_size each). */
 void cpu_plan_bind(CpuPlan *p, const IrNode *n, void *data);
 /* Runs nodes [from, to) in order. */
-void cpu_plan_run_range(CpuPlan *p, int from, int to);
-void cpu_plan_run(CpuPlan *p);
+/* Run nodes [from, to) / all nodes: 1, or 0 when a collective failed (a peer lost, a bad message); the
+ * communicator's error says why and the nodes after it did not run. */
+int cpu_plan_run_range(CpuPlan *p, int from, int to);
+/* The activation arena cpu_plan_init would allocate, in bytes (nothing allocated). */
+size_t cpu_plan_arena_bytes(const IrGraph *g, CpuPrecision prec);
+int cpu_plan_run(CpuPlan *p);
 void *cpu_plan_data(const CpuPlan *p, const IrNode *n);
 double cpu_plan_scalar(const CpuPlan *p, const IrNode *n);
 

@@ -804,6 +804,10 @@ static int launch_child(int argc, char **argv)
         return 8;
     }
     const char *mode = argv[2];
+    /* "signal": rank 0 ignores SIGTERM from before the rendezvous, or (on a loaded machine) rank 1 could die
+     * and the launcher's SIGTERM arrive before rank 0 got to ignoring it */
+    if (!strcmp(mode, "signal") && rank == 0)
+        signal(SIGTERM, SIG_IGN);
     Comm *c = comm_tcp_create(rank, world, 1, addr, port, err, sizeof err);
     free(addr);
     if (!c) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../../util/util.h"
+#include "../../util/sha256.h"
 #include "check.h"
 
 
@@ -78,8 +79,79 @@ static void test_write_file(void)
     rmdir(dir);
 }
 
+static void hex(const unsigned char *d, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void check_sha(const void *msg, size_t n, const char *want, const char *what)
+{
+    unsigned char d[SHA256_LEN];
+    char got[65];
+    sha256(msg, n, d);
+    hex(d, sizeof d, got);
+    CHECK(strcmp(got, want) == 0, "SHA-256 of %s = %s, want %s", what, got, want);
+}
+
+static void check_hmac(const void *key, size_t kl, const void *msg, size_t n, const char *want, const char *what)
+{
+    unsigned char d[SHA256_LEN];
+    char got[65];
+    const void *parts[1] = {msg};
+    size_t lens[1] = {n};
+    hmac_sha256(key, kl, parts, lens, 1, d);
+    hex(d, sizeof d, got);
+    CHECK(strcmp(got, want) == 0, "HMAC-SHA-256 %s = %s, want %s", what, got, want);
+}
+
+/* FIPS 180-4's examples (NIST's "SHA256.pdf": one block, two blocks) with the empty message and a million
+ * a's; RFC 4231's HMAC-SHA-256 test cases 1, 2 and 6 (a key longer than the block); then the streamed hash
+ * equal to the one-shot one at every split of messages around the padding boundaries. */
+static void test_sha256(void)
+{
+    check_sha("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "\"abc\"");
+    const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    check_sha(two, strlen(two), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1", "the 448-bit message");
+    check_sha("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", "the empty message");
+    char *million = malloc(1000000);
+    memset(million, 'a', 1000000);
+    check_sha(million, 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0", "a million a's");
+    free(million);
+    unsigned char k1[20], k6[131];
+    memset(k1, 0x0b, sizeof k1);
+    memset(k6, 0xaa, sizeof k6);
+    check_hmac(k1, sizeof k1, "Hi There", 8, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+               "RFC 4231 case 1");
+    check_hmac("Jefe", 4, "what do ya want for nothing?", 28,
+               "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843", "RFC 4231 case 2");
+    const char *m6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+    check_hmac(k6, sizeof k6, m6, strlen(m6), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+               "RFC 4231 case 6");
+    unsigned char msg[200];
+    for (int i = 0; i < 200; i++)
+        msg[i] = (unsigned char)(i * 7 + 1);
+    static const size_t lens[] = {55, 56, 63, 64, 65, 119, 120, 128, 200};
+    for (int li = 0; li < ARRAY_LEN(lens); li++) {
+        unsigned char one[SHA256_LEN], streamed[SHA256_LEN];
+        sha256(msg, lens[li], one);
+        int same = 1;
+        for (size_t cut = 0; cut <= lens[li]; cut += 13) {
+            Sha256 s;
+            sha256_init(&s);
+            sha256_update(&s, msg, cut);
+            sha256_update(&s, msg + cut, lens[li] - cut);
+            sha256_final(&s, streamed);
+            same &= memcmp(one, streamed, sizeof one) == 0;
+        }
+        CHECK(same, "SHA-256 of %zu bytes: streamed in two parts differs from one-shot", lens[li]);
+    }
+    CHECK(ct_equal("abc", "abc", 3) && !ct_equal("abc", "abd", 3), "ct_equal");
+}
+
 int main(void)
 {
+    test_sha256();
     check_count(0, "0");
     check_count(999, "999");
     check_count(1000, "1.0 k");
