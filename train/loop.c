@@ -132,6 +132,9 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
     if (batches > 0 && batches < nb)
         nb = batches;
     double sums[2] = {0, 0};  /* loss x tokens, tokens */
+    BackendMetrics *m = t->be->ops->read_metrics ? calloc(1, sizeof *m) : NULL;
+    if (m)
+        t->be->ops->read_metrics(t->be, 1, m);  /* drop what earlier passes left */
     int64_t bs = t->local_batch * t->tr.seq;
     for (int64_t b = 0; b < nb; b++) {
         data_loader_next(l, t->gtokens, t->gtargets);
@@ -142,11 +145,15 @@ static double evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *toke
         double loss;
         if (!t->be->ops->eval(t->be, t->tokens, t->targets, &loss))
             die("rank %d: evaluation on %s: %s", t->rank, t->be->ops->name, t->be->ops->error(t->be));
+        /* the language-model loss, without the auxiliary terms, where the backend reads it */
+        if (m && t->be->ops->read_metrics(t->be, 1, m) && m->has_lm && m->passes == 1)
+            loss = m->lm_loss;
         if (c) {
             sums[0] += loss * (double)c;
             sums[1] += (double)c;
         }
     }
+    free(m);
     if (t->world > 1 && !trainer_allreduce_f64(t, COMM_WORLD, sums, 2))
         die("rank %d: %s", t->rank, t->comm->error);
     if (tokens_out)
@@ -256,18 +263,7 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "cannot use %s", ck);
         if (!t->be->ops->put_state(t->be, t->params, NULL))
             return trainer_error(t, "%s", t->be->ops->error(t->be));
-        DataOptions o = DATA_OPTIONS_DEFAULT;
-        o.val_fraction = 1.0;
-        DataLoader l;
-        if (!data_loader_init_opts(&l, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
-                                   (uint64_t)t->f.seed, t->obj, &o))
-            return trainer_error(t, "%s has no sequences to evaluate", t->f.eval_path);
-        int64_t ntok;
-        double loss = evaluate(t, &l, 0, &ntok);
-        if (is_rank0(t))
-            printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
-        data_loader_free(&l);
-        return 0;
+        return trainer_eval_file(t);
     }
 
     if (!data_loader_init(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
@@ -399,6 +395,7 @@ int trainer_run(Trainer *t)
             cJSON_AddNumberToObject(o, "elapsed_s", elapsed);
             if (do_eval)
                 cJSON_AddNumberToObject(o, "val_loss", val);
+            trainer_log_moe(t, o);
             trainer_log(t, o);
         }
         if (do_log) {

@@ -104,6 +104,25 @@ int trainer_save_checkpoint(Trainer *t);
 int trainer_load_checkpoint(Trainer *t, const char *path, int full);
 int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm);
 
+/* eval.c: --eval over whole sequences, independent of the seed */
+typedef struct EvalRows {
+    int64_t nrows, seq, nseq;
+    int32_t *tokens, *targets;   /* [nrows, seq] */
+} EvalRows;
+typedef struct EvalResult {
+    double lm_loss;              /* the language-model loss, token-weighted */
+    double loss;                 /* the objective (auxiliary terms included), token-weighted */
+    int lm_separate;             /* the backend read the language-model loss apart */
+    int64_t tokens;              /* scored targets */
+} EvalResult;
+int eval_rows_build(EvalRows *e, const FastaSet *fs, const Alphabet *a, int64_t seq, Objective obj);
+void eval_rows_free(EvalRows *e);
+int trainer_eval_rows(Trainer *t, const EvalRows *e, EvalResult *r);   /* 0, or 1 after a message */
+int trainer_eval_file(Trainer *t);                                     /* exit status */
+
+/* moe_metrics.c: lm_loss, aux_loss and the per-layer expert load of the steps since the last call, added to o */
+void trainer_log_moe(Trainer *t, cJSON *o);
+
 /* metrics.c */
 void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */
 void trainer_print_summary(Trainer *t);
