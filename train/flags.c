@@ -27,10 +27,13 @@ static const char *const usage_train =
     "  --log-every N      progress line every N steps (default 10)\n"
     "  --ckpt-dir DIR     write DIR/checkpoint.safetensors\n"
     "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
+    "  --keep-last N      also keep DIR/checkpoint-STEP.safetensors of the last N\n"
+    "                     checkpoints (default 0: only the latest)\n"
     "  --resume           continue from DIR/checkpoint.safetensors\n"
     "  --init CKPT        start from a checkpoint's parameters (fresh optimizer)\n"
-    "  --eval FILE        with --resume or --init: print the mean loss over FILE's\n"
-    "                     sequences as {\"eval_loss\": X, \"tokens\": N} and exit\n"
+    "  --eval FILE        with --resume or --init: the language-model loss over every\n"
+    "                     sequence of FILE, whole (windows of seq), and its perplexity,\n"
+    "                     as one JSON object; the same for any --seed\n"
     "  --log FILE.jsonl   metrics, one JSON object per line\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when a driver and a\n"
     "                     GPU are there, else the CPU, with a notice)\n"
@@ -129,6 +132,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 {"--batch", 1, 1 << 20, offsetof(Flags, batch)},
                 {"--eval-every", 0, (int64_t)1 << 40, offsetof(Flags, eval_every)},
                 {"--ckpt-every", 1, (int64_t)1 << 40, offsetof(Flags, ckpt_every)},
+                {"--keep-last", 0, 1 << 20, offsetof(Flags, keep_last)},
                 {"--log-every", 1, (int64_t)1 << 40, offsetof(Flags, log_every)},
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
                 {"--dump-steps", 1, (int64_t)1 << 20, offsetof(Flags, dump_steps)},

@@ -34,6 +34,7 @@ typedef struct Flags {
     int64_t dump_steps;
     int no_graphs;       /* --no-cuda-graph */
     int64_t profile;     /* --profile N: time N steps per IR node (0: off) */
+    int64_t keep_last;   /* --keep-last N: keep DIR/checkpoint-STEP.safetensors of the last N (0: none) */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -103,6 +104,18 @@ int trainer_save_checkpoint(Trainer *t);
 /* Parameters, and with full also AdamW, the step and the loader's state. 1, or 0 after a message. */
 int trainer_load_checkpoint(Trainer *t, const char *path, int full);
 int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm);
+
+/* ckpt_match.c: whether a checkpoint fits (by tensor name and shape; for
+ * a resume also seq, batch and the structure hash), the differences on
+ * stderr; and the metadata that check reads */
+struct Ckpt;
+struct CkptWriter;
+uint64_t trainer_structure_hash(const Trainer *t);
+int trainer_ckpt_check(const Trainer *t, const struct Ckpt *c, const char *path, int full);
+void trainer_ckpt_meta(const Trainer *t, struct CkptWriter *w);
+/* --keep-last N: a copy of the checkpoint just written at `path` as
+ * DIR/checkpoint-STEP.safetensors, and those beyond the last N removed. 1, or 0 after a message. */
+int trainer_keep_last(Trainer *t, const char *path);
 
 /* eval.c: --eval over whole sequences, independent of the seed */
 typedef struct EvalRows {
