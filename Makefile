@@ -31,7 +31,7 @@ RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
 DATA_SRC = data/data.c
-FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/hf.c formats/hf_import.c \
+FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c
 TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c train/eval.c train/moe_metrics.c train/ckpt_match.c train/ckpt_keep.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu

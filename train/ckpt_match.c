@@ -1,5 +1,5 @@
 /* ckpt_match.c - what a checkpoint must share with this binary's model to
- * be loaded (decision 41).
+ * be loaded (decision 23).
  *
  * --init and --eval need only the parameters: every `param.NAME` of the
  * model must be in the checkpoint with the same shape; the differences are
