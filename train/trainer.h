@@ -136,6 +136,15 @@ int trainer_eval_file(Trainer *t);                                     /* exit s
 /* moe_metrics.c: lm_loss, aux_loss and the per-layer expert load of the steps since the last call, added to o */
 void trainer_log_moe(Trainer *t, cJSON *o);
 
+/* infer.c: forward passes for embed and score */
+int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt);   /* 1, or 0 after a message */
+void infer_close(Trainer *t);
+int fasta_ids(const char *path, char ***ids, int64_t *n, char *err, size_t errlen);
+void fasta_ids_free(char **ids, int64_t n);
+/* embed.c, score.c: the subcommands of a training binary */
+int trainer_embed_main(int argc, char **argv, const Plan *pl);
+int trainer_score_main(int argc, char **argv, const Plan *pl);
+
 /* metrics.c */
 void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */
 void trainer_print_summary(Trainer *t);
