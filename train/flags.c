@@ -16,6 +16,7 @@ static const char *const usage_train =
     "usage: %s --data FILE [--data FILE ...] [options]\n"
     "\n"
     "Trains the model compiled into this binary (%s) on FASTA sequences.\n"
+    "After training: '%s embed --help' (representations), '%s score --help' (likelihoods, variants).\n"
     "\n"
     "  --data FILE        FASTA or FASTA.gz training data (repeatable)\n"
     "  --steps N          optimizer steps (default: the model file's, %lld)\n"
@@ -87,7 +88,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         int64_t x;
 #define NEED_VALUE() do { if (!v) return trainer_usage_error(t->prog, "%s needs a value", a); i++; } while (0)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf(usage_train, t->prog, t->g->model, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
+            printf(usage_train, t->prog, t->g->model, t->prog, t->prog, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
             return 0;
         } else if (strcmp(a, "--data") == 0) {
             NEED_VALUE();
