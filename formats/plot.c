@@ -1076,7 +1076,21 @@ int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *t
         set_err(err, errlen, "%s: out of memory", svg_path);
         goto out;
     }
+    /* with lm_loss, aux_loss or expert load in the metrics: the loss chart
+     * nested in a taller picture, their panels below it (plot_moe.c) */
+    void *moe = NULL;
+    int extra = plot_moe_panels_height(jsonl_path, &moe);
+    if (extra > 0)
+        fprintf(mem, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                "font-family=\"" FONT_FAMILY "\" font-size=\"12\">\n<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
+                CANVAS_W, CANVAS_H + extra, CANVAS_W, CANVAS_H + extra, CANVAS_W, CANVAS_H + extra);
     int r = render_svg(mem, &m, title ? title : base_name(jsonl_path));
+    if (extra > 0) {
+        plot_moe_panels(mem, moe, CANVAS_H);
+        fputs("</svg>\n", mem);
+    } else {
+        plot_moe_panels(NULL, moe, 0);
+    }
     if (ferror(mem) && r == 0)
         r = RENDER_NOMEM;
     if (fclose(mem) != 0 && r == 0)

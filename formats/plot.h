@@ -28,4 +28,11 @@
 int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *title, char *err,
                      size_t errlen);
 
+/* plot_moe.c: the panels below the loss curves when the metrics carry
+ * lm_loss / aux_loss or per-layer expert load ("moe"): their height (0:
+ * none) and state from the file, then drawn at y0 (which frees the state). */
+#include <stdio.h>
+int plot_moe_panels_height(const char *jsonl_path, void **state);
+void plot_moe_panels(FILE *f, void *state, double y0);
+
 #endif

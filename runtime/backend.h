@@ -67,6 +67,30 @@ typedef struct BackendProfile {
     char clock[64];          /* how it was timed: "CUDA events", "CLOCK_MONOTONIC" */
 } BackendProfile;
 
+/* What a forward pass showed besides the objective (read_metrics): the
+ * language-model loss without the auxiliary terms, and per MoE layer (each
+ * forward topk_experts node) the tokens routed to each expert, the router's
+ * entropy and the load-balancing loss E * sum_i f_i P_i of its batch. Sums
+ * over the passes since the last read (`passes` of them); the caller divides. */
+enum { BACKEND_MOE_LAYERS = 64, BACKEND_MOE_EXPERTS = 64 };
+typedef struct BackendMoeLayer {
+    int node;                /* the topk_experts node's id */
+    int experts, k;
+    double rows;             /* tokens routed (summed over the passes) */
+    double load[BACKEND_MOE_EXPERTS];  /* assignments per expert (summed; a token counts k times) */
+    double entropy;          /* the router's mean per-token entropy in nats, summed over the passes */
+    double aux;              /* the load-balancing loss, summed over the passes */
+} BackendMoeLayer;
+
+typedef struct BackendMetrics {
+    int passes;
+    double loss;             /* the objective (the model's `loss`, aux terms included), summed */
+    double lm_loss;          /* the language-model loss node alone (cross_entropy / masked_lm_loss), summed */
+    int has_lm;              /* the graph has such a node */
+    int nlayers;
+    BackendMoeLayer layer[BACKEND_MOE_LAYERS];
+} BackendMetrics;
+
 typedef struct BackendOps {
     const char *name;        /* "cpu", "cuda" */
     /* Sets up the rank's part of plan p (which must outlive the backend).
@@ -95,6 +119,15 @@ typedef struct BackendOps {
     int (*read_steps)(Backend *b, double *losses, double *norms, int *n);
     /* The forward pass only; this rank's loss. */
     int (*eval)(Backend *b, const int32_t *tokens, const int32_t *targets, double *loss);
+    /* Optional (NULL: the backend does not measure them): the metrics of the
+     * training steps (eval = 0) or of the eval() passes (eval = 1) since the
+     * last read of that kind, then reset. */
+    int (*read_metrics)(Backend *b, int eval, BackendMetrics *out);
+    /* Optional (NULL: not available): the forward pass only, with the value
+     * of node `node` (float, its whole tensor, as on the CPU) copied to out
+     * as soon as it is computed. For embeddings and scores (train/embed.c,
+     * train/score.c). */
+    int (*forward_probe)(Backend *b, const int32_t *tokens, const int32_t *targets, int node, float *out);
     /* Collectives on host values over the rank's transport (a device
      * transport such as NCCL stages them through device memory). */
     int (*host_allreduce_f64)(Backend *b, CommGroup g, double *v, int64_t n);

@@ -173,6 +173,7 @@ int trainer_save_checkpoint(Trainer *t)
     st_writer_add(&w.st, "state.train_loader", ST_U8, 1, &ls_shape, &ls, sizeof ls);
     snprintf(num, sizeof num, "%lld", (long long)t->f.seed);
     ckpt_writer_meta(&w, "seed", num);
+    trainer_ckpt_meta(t, &w);
     /* a shard set's index checksum: a resume on changed shards is refused by name */
     snprintf(num, sizeof num, "%016llx", (unsigned long long)t->shared->checksum);
     ckpt_writer_meta(&w, "data_checksum", num);
@@ -181,6 +182,8 @@ int trainer_save_checkpoint(Trainer *t)
         ok = ckpt_writer_save(&w, trainer_ckpt_path(t, path, sizeof path), err, sizeof err);
         if (!ok)
             trainer_error(t, "checkpoint at step %lld not written: %s", (long long)t->step, err);
+        else if (t->f.keep_last > 0)
+            ok = trainer_keep_last(t, path);
     }
     ckpt_writer_free(&w);
     for (int i = 0; i < g->nparams * 3; i++)
@@ -199,15 +202,8 @@ int trainer_load_checkpoint(Trainer *t, const char *path, int full)
         fprintf(stderr, "%s: error: %s\n", t->prog, err);
         return 0;
     }
-    int ok = 1;
-    char want[17];
-    ckpt_hash_text(t->model_hash, want);
-    if (!c.model_hash || strcmp(c.model_hash, want) != 0) {
-        fprintf(stderr, "%s: error: %s was written for another model (model `%s`, plan hash %s; this binary is "
-                "`%s`, plan hash %s)\n", t->prog, path, c.model ? c.model : "?", c.model_hash ? c.model_hash : "none",
-                t->g->model, want);
-        ok = 0;
-    }
+    /* tensors by name and shape; for --resume also what would make it inexact (ckpt_match.c) */
+    int ok = trainer_ckpt_check(t, &c, path, full);
     const IrGraph *g = t->g;
     for (int p = 0; ok && p < g->nparams; p++) {
         IrNode *n = g->params[p];

@@ -16,6 +16,7 @@ static const char *const usage_train =
     "usage: %s --data FILE|DIR... [options]\n"
     "\n"
     "Trains the model compiled into this binary (%s) on FASTA sequences.\n"
+    "After training: '%s embed --help' (representations), '%s score --help' (likelihoods, variants).\n"
     "\n"
     "  --data FILE|DIR... training data: FASTA or FASTA.gz files, directories of\n"
     "                     them, glob patterns, '-' (standard input), or one shard\n"
@@ -39,12 +40,15 @@ static const char *const usage_train =
     "                     or rows (segmented attention), concat one without\n"
     "  --ckpt-dir DIR     write DIR/checkpoint.safetensors\n"
     "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
+    "  --keep-last N      also keep DIR/checkpoint-STEP.safetensors of the last N\n"
+    "                     checkpoints (default 0: only the latest)\n"
     "  --resume           continue from DIR/checkpoint.safetensors\n"
     "  --overwrite-ckpt   let a fresh run replace the checkpoint in --ckpt-dir (without\n"
     "                     it, or --resume, a run into a directory holding one is refused)\n"
     "  --init CKPT        start from a checkpoint's parameters (fresh optimizer)\n"
-    "  --eval FILE        with --resume or --init: print the mean loss over FILE's\n"
-    "                     sequences as {\"eval_loss\": X, \"tokens\": N} and exit\n"
+    "  --eval FILE        with --resume or --init: the language-model loss over every\n"
+    "                     sequence of FILE, whole (windows of seq), and its perplexity,\n"
+    "                     as one JSON object; the same for any --seed\n"
     "  --log FILE.jsonl   metrics, one JSON object per line\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when a driver and a\n"
     "                     GPU are there, else the CPU, with a notice)\n"
@@ -99,7 +103,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         int64_t x;
 #define NEED_VALUE() do { if (!v) return trainer_usage_error(t->prog, "%s needs a value", a); i++; } while (0)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf(usage_train, t->prog, t->g->model, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
+            printf(usage_train, t->prog, t->g->model, t->prog, t->prog, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
             return 0;
         } else if (strcmp(a, "--data") == 0 || strcmp(a, "--val-data") == 0) {
             NEED_VALUE();
@@ -159,6 +163,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 {"--batch", 1, 1 << 20, offsetof(Flags, batch)},
                 {"--eval-every", 0, (int64_t)1 << 40, offsetof(Flags, eval_every)},
                 {"--ckpt-every", 1, (int64_t)1 << 40, offsetof(Flags, ckpt_every)},
+                {"--keep-last", 0, 1 << 20, offsetof(Flags, keep_last)},
                 {"--log-every", 1, (int64_t)1 << 40, offsetof(Flags, log_every)},
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
                 {"--dump-steps", 1, (int64_t)1 << 20, offsetof(Flags, dump_steps)},

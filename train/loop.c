@@ -151,6 +151,9 @@ static int evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_
 {
     data_loader_reset(l);
     double sums[2] = {0, 0};  /* loss x tokens, tokens */
+    BackendMetrics *m = t->be->ops->read_metrics ? calloc(1, sizeof *m) : NULL;
+    if (m)
+        t->be->ops->read_metrics(t->be, 1, m);  /* drop what earlier passes left */
     int64_t bs = t->local_batch * t->tr.seq;
     /* to the end of the pass (every rank's loader is the same, so they stop together) */
     for (int64_t b = 0; (batches <= 0 || b < batches) && !data_loader_done(l); b++) {
@@ -160,13 +163,19 @@ static int evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_
         int64_t c = count_targets(t->targets, bs);
         /* every rank runs the plan: its collectives need all of them */
         double loss;
-        if (!t->be->ops->eval(t->be, t->tokens, t->targets, &loss))
+        if (!t->be->ops->eval(t->be, t->tokens, t->targets, &loss)) {
+            free(m);
             return !trainer_error(t, "evaluation on %s: %s", t->be->ops->name, t->be->ops->error(t->be));
+        }
+        /* the language-model loss, without the auxiliary terms, where the backend reads it */
+        if (m && t->be->ops->read_metrics(t->be, 1, m) && m->has_lm && m->passes == 1)
+            loss = m->lm_loss;
         if (c) {
             sums[0] += loss * (double)c;
             sums[1] += (double)c;
         }
     }
+    free(m);
     if (t->world > 1 && !trainer_allreduce_f64(t, COMM_WORLD, sums, 2))
         return !trainer_error(t, "evaluation: %s", t->comm->error);
     if (tokens_out)
@@ -174,13 +183,6 @@ static int evaluate(Trainer *t, DataLoader *l, int64_t batches, int64_t *tokens_
     *loss_out = sums[1] > 0 ? sums[0] / sums[1] : NAN;
     return 1;
 }
-
-/* ------------------------------------------------------------ checkpoints */
-
-
-
-
-
 
 /* ------------------------------------------------------------ the GPU's steps */
 
@@ -308,28 +310,7 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "cannot use %s", ck);
         if (!t->be->ops->put_state(t->be, t->params, NULL))
             return trainer_error(t, "%s", t->be->ops->error(t->be));
-        DataOptions o = DATA_OPTIONS_DEFAULT;
-        o.val_fraction = 1.0;
-        o.one_per_row = t->packing == IR_PACK_ROWS;
-        DataLoader l;
-        if (!data_loader_init_opts(&l, t->shared, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
-                                   (uint64_t)t->f.seed, t->obj, &o))
-            return trainer_error(t, "%s has no sequences to evaluate", t->f.eval_path);
-        int64_t ntok;
-        double loss;
-        int ok = evaluate(t, &l, 0, &ntok, &loss);
-        data_loader_free(&l);
-        if (!ok)
-            return 1;
-        if (ntok == 0)
-            return trainer_error(t, "--eval %s: no token of its sequences is scored (too short for the model's "
-                                 "objective); no loss to report", t->f.eval_path);
-        if (!isfinite(loss))
-            return trainer_error(t, "--eval %s: the loss is %g: the parameters of %s make the model diverge on this "
-                                 "data", t->f.eval_path, loss, ck);
-        if (is_rank0(t))
-            printf("{\"eval_loss\": %.6f, \"tokens\": %lld}\n", loss, (long long)ntok);
-        return 0;
+        return trainer_eval_file(t);
     }
 
     /* validation: --val-data, or the fixed 1% hash split of the training data */
@@ -497,6 +478,7 @@ int trainer_run(Trainer *t)
             cJSON_AddNumberToObject(o, "elapsed_s", elapsed);
             if (do_eval)
                 cJSON_AddNumberToObject(o, "val_loss", val);
+            trainer_log_moe(t, o);
             trainer_log(t, o);
             if (!trainer_log_ok(t))
                 return 1;

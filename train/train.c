@@ -203,6 +203,11 @@ int train_main(int argc, char **argv, const Plan *plan)
 {
     const char *slash = strrchr(argv[0], '/');
     const char *prog = slash ? slash + 1 : argv[0];
+    /* after training: representations and likelihoods (embed.c, score.c) */
+    if (argc > 1 && strcmp(argv[1], "embed") == 0)
+        return trainer_embed_main(argc, argv, plan);
+    if (argc > 1 && strcmp(argv[1], "score") == 0)
+        return trainer_score_main(argc, argv, plan);
 
     /* flags first, checked once against the compiled model */
     Trainer *probe = calloc(1, sizeof *probe);

@@ -38,6 +38,7 @@ typedef struct Flags {
     int no_graphs;       /* --no-cuda-graph */
     int64_t profile;     /* --profile N: time N steps per IR node (0: off) */
     int packing;         /* --packing: an IrPacking, or -1 for the model's */
+    int64_t keep_last;   /* --keep-last N: keep DIR/checkpoint-STEP.safetensors of the last N (0: none) */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -119,6 +120,46 @@ int trainer_save_checkpoint(Trainer *t);
 /* Parameters, and with full also AdamW, the step and the loader's state. 1, or 0 after a message. */
 int trainer_load_checkpoint(Trainer *t, const char *path, int full);
 int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm);
+
+/* ckpt_match.c: whether a checkpoint fits (by tensor name and shape; for
+ * a resume also seq, batch and the structure hash), the differences on
+ * stderr; and the metadata that check reads */
+struct Ckpt;
+struct CkptWriter;
+uint64_t trainer_structure_hash(const Trainer *t);
+int trainer_ckpt_check(const Trainer *t, const struct Ckpt *c, const char *path, int full);
+void trainer_ckpt_meta(const Trainer *t, struct CkptWriter *w);
+/* --keep-last N: a copy of the checkpoint just written at `path` as
+ * DIR/checkpoint-STEP.safetensors, and those beyond the last N removed. 1, or 0 after a message. */
+int trainer_keep_last(Trainer *t, const char *path);
+
+/* eval.c: --eval over whole sequences, independent of the seed */
+typedef struct EvalRows {
+    int64_t nrows, seq, nseq;
+    int32_t *tokens, *targets;   /* [nrows, seq] */
+} EvalRows;
+typedef struct EvalResult {
+    double lm_loss;              /* the language-model loss, token-weighted */
+    double loss;                 /* the objective (auxiliary terms included), token-weighted */
+    int lm_separate;             /* the backend read the language-model loss apart */
+    int64_t tokens;              /* scored targets */
+} EvalResult;
+int eval_rows_build(EvalRows *e, const FastaSet *fs, const Alphabet *a, int64_t seq, Objective obj);
+void eval_rows_free(EvalRows *e);
+int trainer_eval_rows(Trainer *t, const EvalRows *e, EvalResult *r);   /* 0, or 1 after a message */
+int trainer_eval_file(Trainer *t);                                     /* exit status */
+
+/* moe_metrics.c: lm_loss, aux_loss and the per-layer expert load of the steps since the last call, added to o */
+void trainer_log_moe(Trainer *t, cJSON *o);
+
+/* infer.c: forward passes for embed and score */
+int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt);   /* 1, or 0 after a message */
+void infer_close(Trainer *t);
+int fasta_ids(const char *path, char ***ids, int64_t *n, char *err, size_t errlen);
+void fasta_ids_free(char **ids, int64_t n);
+/* embed.c, score.c: the subcommands of a training binary */
+int trainer_embed_main(int argc, char **argv, const Plan *pl);
+int trainer_score_main(int argc, char **argv, const Plan *pl);
 
 /* metrics.c */
 void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */

@@ -26,6 +26,8 @@ typedef struct CpuBackend {
     size_t batch_bytes;
     double *ring_loss, *ring_norm;
     int ring, pending;
+    CpuWatch watch;            /* where the metrics are read (moe_metrics.c) */
+    BackendMetrics metrics[2]; /* of the steps, of the eval passes */
     char err[1024];
 } CpuBackend;
 
@@ -118,6 +120,7 @@ static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, c
         cpu_plan_bind(&B->run, g->nodes[p->params[i].node], B->params + p->params[i].offset);
     cpu_plan_bind(&B->run, g->nodes[p->tokens], B->tokens);
     cpu_plan_bind(&B->run, g->nodes[p->targets], B->targets);
+    cpu_metrics_watch(g, &B->watch);
     return &B->base;
 }
 
@@ -208,6 +211,21 @@ static void prof_add(BackendProfileRow *r, double seconds)
     r->launches++;
 }
 
+/* Nodes [0, to), stopping after each watched one to read its metrics. */
+/* 0 when a node failed (a collective: B->comm->error says why) */
+static int run_watched(CpuBackend *B, int to, BackendMetrics *m)
+{
+    int from = 0;
+    for (int i = 0; i < to; i++)
+        if (cpu_metrics_watched(&B->watch, i)) {
+            if (!cpu_plan_run_range(&B->run, from, i + 1))
+                return 0;
+            cpu_metrics_observe(&B->run, &B->watch, i, m);
+            from = i + 1;
+        }
+    return cpu_plan_run_range(&B->run, from, to);
+}
+
 /* A step; with prof, every node timed on its own (the same code in the same
  * order: the results do not change). Inputs and params are bound, not run. */
 static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
@@ -220,7 +238,7 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
     memcpy(B->tokens, tokens, B->batch_bytes);
     memcpy(B->targets, targets, B->batch_bytes);
     if (!prof) {
-        if (!cpu_plan_run(&B->run))
+        if (!run_watched(B, g->nnodes, &B->metrics[0]))
             return cpu_fail(B, "%s", B->comm->error);
     } else {
         if (prof->nnodes != g->nnodes)
@@ -232,12 +250,16 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
             if (!cpu_plan_run_range(&B->run, i, i + 1))
                 return cpu_fail(B, "%s", B->comm->error);
             double t2 = now();
+            if (cpu_metrics_watched(&B->watch, i))
+                cpu_metrics_observe(&B->run, &B->watch, i, &B->metrics[0]);
             if (!leaf)
                 prof_add(&prof->node[i], t2 - t);
             t = t2;
         }
     }
     double loss = cpu_plan_scalar(&B->run, g->loss), norm = 0;
+    B->metrics[0].loss += loss;
+    B->metrics[0].passes++;
     double t_opt = prof ? now() : 0;
     if (!optimizer_step(B, lr, step, &norm))
         return 0;
@@ -280,9 +302,36 @@ static int cpu_eval(Backend *b, const int32_t *tokens, const int32_t *targets, d
     CpuBackend *B = (CpuBackend *)b;
     memcpy(B->tokens, tokens, B->batch_bytes);
     memcpy(B->targets, targets, B->batch_bytes);
-    if (!cpu_plan_run_range(&B->run, 0, B->p->graph->loss->id + 1))
+    if (!run_watched(B, B->p->graph->loss->id + 1, &B->metrics[1]))
         return cpu_fail(B, "%s", B->comm->error);
     *loss = cpu_plan_scalar(&B->run, B->p->graph->loss);
+    B->metrics[1].loss += *loss;
+    B->metrics[1].passes++;
+    return 1;
+}
+
+static int cpu_read_metrics(Backend *b, int eval, BackendMetrics *out)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    *out = B->metrics[eval != 0];
+    memset(&B->metrics[eval != 0], 0, sizeof B->metrics[0]);
+    return 1;
+}
+
+/* The forward pass up to node `node`, whose value is copied out. */
+static int cpu_forward_probe(Backend *b, const int32_t *tokens, const int32_t *targets, int node, float *out)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    const IrGraph *g = B->p->graph;
+    if (node < 0 || node >= g->nnodes)
+        return cpu_fail(B, "internal: no node %d to read", node);
+    const IrNode *n = g->nodes[node];
+    if (n->dtype == IR_I32)
+        return cpu_fail(B, "internal: node %s is not a float tensor", n->name);
+    memcpy(B->tokens, tokens, B->batch_bytes);
+    memcpy(B->targets, targets, B->batch_bytes);
+    cpu_plan_run_range(&B->run, 0, node + 1);
+    memcpy(out, cpu_plan_data(&B->run, n), sizeof(float) * (size_t)ir_numel(n));
     return 1;
 }
 
@@ -312,6 +361,8 @@ const BackendOps backend_cpu = {
     .profile_step = cpu_profile_step,
     .read_steps = cpu_read_steps,
     .eval = cpu_eval,
+    .read_metrics = cpu_read_metrics,
+    .forward_probe = cpu_forward_probe,
     .host_allreduce_f64 = cpu_host_allreduce,
     .host_allgather = cpu_host_allgather,
     .info = cpu_info,

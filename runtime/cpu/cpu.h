@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../../ir/ir.h"
+#include "../backend.h"
 
 struct Comm;
 
@@ -51,6 +52,16 @@ double cpu_plan_scalar(const CpuPlan *p, const IrNode *n);
 void cpu_set_threads(int n);
 int cpu_get_threads(void);
 void cpu_parallel_for(int64_t n, void (*fn)(void *ctx, int64_t lo, int64_t hi), void *ctx);
+
+/* moe_metrics.c: the nodes a pass is watched at (BackendMetrics) */
+typedef struct CpuWatch {
+    int lm;                          /* the language-model loss node, or -1 */
+    int nlayers;
+    int layer[BACKEND_MOE_LAYERS];   /* the forward topk_experts nodes */
+} CpuWatch;
+void cpu_metrics_watch(const IrGraph *g, CpuWatch *w);
+int cpu_metrics_watched(const CpuWatch *w, int id);
+void cpu_metrics_observe(const CpuPlan *p, const CpuWatch *w, int id, BackendMetrics *m);
 
 void cpu_exec_node_f32(const IrNode *n, void *const *buf, struct Comm *comm);
 void cpu_exec_node_f64(const IrNode *n, void *const *buf, struct Comm *comm);

@@ -1,0 +1,88 @@
+/* moe_metrics.c - what the CPU backend reads off a forward pass besides the
+ * objective (runtime/backend.h, BackendMetrics): the language-model loss
+ * node's value, and per MoE layer the tokens each expert received, the
+ * router's entropy and the load-balancing loss, computed from the router's
+ * logits and the chosen experts while both are still in their buffers (the
+ * memory planner reuses them later in the pass). */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+void cpu_metrics_watch(const IrGraph *g, CpuWatch *w)
+{
+    memset(w, 0, sizeof *w);
+    w->lm = -1;
+    int last = g->loss ? g->loss->id : g->nnodes - 1;
+    for (int i = 0; i <= last && i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && w->lm < 0)
+            w->lm = i;
+        if (n->op == IR_OP_TOPK_EXPERTS && n->rank >= 1 && n->src[0]->rank >= 1 && w->nlayers < BACKEND_MOE_LAYERS &&
+            n->src[0]->shape[n->src[0]->rank - 1] <= BACKEND_MOE_EXPERTS)
+            w->layer[w->nlayers++] = i;
+    }
+}
+
+int cpu_metrics_watched(const CpuWatch *w, int id)
+{
+    if (id == w->lm)
+        return 1;
+    for (int l = 0; l < w->nlayers; l++)
+        if (w->layer[l] == id)
+            return 1;
+    return 0;
+}
+
+/* Node `id` has just run: add what it shows to m. */
+void cpu_metrics_observe(const CpuPlan *p, const CpuWatch *w, int id, BackendMetrics *m)
+{
+    if (p->prec != CPU_F32)
+        return;
+    if (id == w->lm) {
+        m->has_lm = 1;
+        m->lm_loss += cpu_plan_scalar(p, p->g->nodes[id]);
+        return;
+    }
+    for (int l = 0; l < w->nlayers; l++) {
+        if (w->layer[l] != id)
+            continue;
+        const IrNode *n = p->g->nodes[id];
+        const float *logits = p->buf[n->src[0]->id];
+        const int32_t *ex = p->buf[id];
+        int64_t k = n->shape[n->rank - 1], N = ir_numel(n) / k, E = n->src[0]->shape[n->src[0]->rank - 1];
+        if (m->nlayers < l + 1)
+            m->nlayers = l + 1;
+        BackendMoeLayer *L = &m->layer[l];
+        L->node = id;
+        L->experts = (int)E;
+        L->k = (int)k;
+        double f[BACKEND_MOE_EXPERTS] = {0}, P[BACKEND_MOE_EXPERTS] = {0}, pr[BACKEND_MOE_EXPERTS], ent = 0;
+        for (int64_t t = 0; t < N * k; t++)
+            if (ex[t] >= 0 && ex[t] < E)
+                f[ex[t]] += 1;
+        for (int64_t t = 0; t < N; t++) {
+            const float *row = logits + t * E;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t e = 0; e < E; e++)
+                mx = row[e] > mx ? row[e] : mx;
+            for (int64_t e = 0; e < E; e++)
+                sum += pr[e] = exp((double)row[e] - mx);
+            for (int64_t e = 0; e < E; e++) {
+                pr[e] /= sum;
+                P[e] += pr[e];
+                if (pr[e] > 0)
+                    ent -= pr[e] * log(pr[e]);
+            }
+        }
+        double aux = 0;
+        for (int64_t e = 0; e < E; e++) {
+            L->load[e] += f[e];
+            aux += (f[e] / (double)N) * (P[e] / (double)N);
+        }
+        L->rows += (double)N;
+        L->entropy += N ? ent / (double)N : 0;
+        L->aux += (double)E * aux;
+        return;
+    }
+}
