@@ -163,8 +163,8 @@ int trainer_eval_file(Trainer *t)
         rc = trainer_error(t, "--eval %s: no token of its sequences is scored (too short for the model's objective); "
                            "no loss to report", t->f.eval_path);
     else if (rc == 0 && !isfinite(r.lm_loss))
-        rc = trainer_error(t, "--eval %s: the loss is %g: these parameters make the model diverge on this data",
-                           t->f.eval_path, r.lm_loss);
+        rc = trainer_error(t, "--eval %s: the loss is %g: the parameters of %s make the model diverge on this data",
+                           t->f.eval_path, r.lm_loss, t->f.init_path ? t->f.init_path : "the checkpoint");
     if (rc == 0 && is_rank0(t)) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "eval_loss", r.lm_loss);
