@@ -9,8 +9,7 @@
 # The GPU's segmented attention is also checked node by node against the CPU, whose isolation of each
 # sequence tests/unit/test_gradcheck.c proves, by tests/gpu/run_plan.sh (ops.moe is segmented).
 # Build (make, NVRTC; no GPU) writes OUTDIR (default build/gpu-data); run needs a driver only.
-# Status: written with issue 15 and built (--build-only); not yet run on a GPU (the session's device
-# machine ran another checkout), so its first run on the H200 is still to do.
+# Run on the H200 on 2026-12-01 (the merged main, build dd6479f): all four rows ok (bench/RESULTS.md).
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
