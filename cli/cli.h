@@ -23,7 +23,8 @@ typedef struct Options {
     int64_t ep, dp;
     const char *emit_cuda;   /* compile --emit-cuda DIR */
     const char *arch;        /* compile --arch ARCH */
-    int kernels;             /* compile --kernels: PlanKernels (0 reference) */
+    int kernels;             /* compile, explain --kernels: PlanKernels (0 reference) */
+    int kernels_given;       /* --kernels was given (explain then adds codegen's choices) */
     int ir;                  /* --ir: FILE is IR text (as a .mir file is) */
     const char *passes;      /* opt --passes A,B,... */
 } Options;

@@ -7,9 +7,51 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../driver/build.h"
 #include "../driver/compile.h"
 #include "../util/util.h"
 #include "cli.h"
+
+/* `moec explain --kernels K`: after the fusion decisions, the code generator's for K: every node with a
+ * choice of implementation (its launches' "impl" in plan.json) and every node whose buffer no kernel
+ * writes (the fast kernels read through it), one line each. Takes over c's graph (the plan does). */
+static int explain_kernels(const Options *o, Compilation *c)
+{
+    char err[1024];
+    const char *file = c->graph->file ? c->graph->file : o->file;
+    Plan *p = driver_make_plan(c, o->file, cli_plugin_paths, cli_nplugin_paths, o->has_precision, o->precision, o->ep,
+                               err, sizeof err);
+    if (!p) {
+        fprintf(stderr, "moec: error: %s\n", err);
+        return 1;
+    }
+    const IrGraph *g = p->graph;
+    if (p->gpu_unsupported) {
+        printf("%s: codegen: no GPU plan: %s\n", file, p->gpu_unsupported);
+        plan_free(p);
+        return 0;
+    }
+    int lines = 0;
+    for (int i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        if (!l->impl || (i > 0 && p->launches[i - 1].node == l->node))
+            continue;
+        const IrNode *n = g->nodes[l->node];
+        printf("%s:%d: codegen: %s (%s): %s\n", file, n->loc.line, n->name, ir_node_op_name(n), l->impl);
+        lines++;
+    }
+    for (int b = 0; b < g->nnodes && b < p->nbufs; b++)
+        if (p->bufs[b].elided) {
+            const IrNode *n = g->nodes[b];
+            printf("%s:%d: codegen: %s (%s): not materialised: the fast kernels read through it\n", file,
+                   n->loc.line, n->name, ir_node_op_name(n));
+            lines++;
+        }
+    printf("codegen (--kernels %s): %d node%s with a choice of implementation or read through\n",
+           plan_kernels_name[p->source.kernels], lines, lines == 1 ? "" : "s");
+    plan_free(p);
+    return 0;
+}
 
 /* `moec explain`: every fusion candidate, one line each. */
 static void explain(const IrGraph *g, int json)
@@ -263,8 +305,14 @@ int cli_run_front(const Options *o)
     }
     if (rc == 0) {
         IrGraph *g = c.graph;
-        if (strcmp(o->command, "explain") == 0) {
+        if (strcmp(o->command, "explain") == 0 && o->kernels_given && o->format == PRINT_JSON) {
+            fprintf(stderr, "moec: error: explain --kernels writes text only (codegen's choices follow the fusion "
+                            "decisions); leave out --format json\n");
+            rc = 2;
+        } else if (strcmp(o->command, "explain") == 0) {
             explain(g, o->format == PRINT_JSON);
+            if (o->kernels_given)
+                rc = explain_kernels(o, &c);
         } else if (strcmp(o->command, "compile") == 0) {
             rc = cli_compile_command(o, &c);
         } else if (is_opt) {

@@ -156,12 +156,15 @@ static const char *const usage_prep =
 
 static const char *const usage_explain =
     "usage: moec explain FILE [--format text|json] [--precision bf16|mxfp8|fp8-block]\n"
-    "                         [--disable-pass NAME] [--load-pass LIB.so]\n"
+    "                         [--disable-pass NAME] [--load-pass LIB.so] [--kernels fast|reference]\n"
     "\n"
     "Runs the pass pipeline on FILE and prints every candidate each fusion pass\n"
     "examined, one line each: where it is (file:line, the block instance), and\n"
     "FUSED -> the new node, or NOT FUSED and the reason. Nothing is declined\n"
-    "silently. The same records head `moec dump` after the pass.\n";
+    "silently. The same records head `moec dump` after the pass.\n"
+    "With --kernels (text only), then the code generator's choices for that kernel\n"
+    "set: each node with a choice of implementation and why (fast, or reference\n"
+    "and the reason), and each node the fast kernels read through (not materialised).\n";
 
 static const char *const usage_compile =
     "usage: moec compile FILE -o OUT [--emit-cuda DIR] [--arch ARCH]\n"

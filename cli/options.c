@@ -153,8 +153,9 @@ int cli_parse_options(int argc, char **argv, Options *o)
             else
                 o->arch = val;
         } else if (strcmp(a, "--kernels") == 0) {
-            if (strcmp(o->command, "compile") != 0)
-                return cli_usage_error(cmdsp, "--kernels belongs to 'moec compile'%s", "");
+            if (strcmp(o->command, "compile") != 0 && strcmp(o->command, "explain") != 0)
+                return cli_usage_error(cmdsp, "--kernels belongs to 'moec compile' and 'moec explain'%s", "");
+            o->kernels_given = 1;
             if (strcmp(val, "reference") == 0) o->kernels = PLAN_KERNELS_REFERENCE;
             else if (strcmp(val, "fast") == 0) o->kernels = PLAN_KERNELS_FAST;
             else return cli_usage_error(cmdsp, "--kernels: '%s' is not one of fast, reference", val);
