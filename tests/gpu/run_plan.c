@@ -200,17 +200,7 @@ int main(int argc, char **argv)
             }
             for (int64_t e = 0; e < numel; e++)
                 d[e] = masked && rng_uniform() < 0.85 ? -100 : (int32_t)(rng_next() % (uint64_t)range);
-            /* token ids that attention is segmented by: a BOS every 7 tokens and padding every 10th, as the
-             * emulator's check.c does */
-            for (int j = 0; j < g->nnodes; j++) {
-                IrNode *u = g->nodes[j];
-                if (u->op == IR_OP_SEGMENT_IDS && u->src[0] == n)
-                    for (int64_t e = 0; e < numel; e++)
-                        if (d[e] == ir_attr_i(u, IR_ATTR_BOS) || d[e] == ir_attr_i(u, IR_ATTR_PAD) || e % 7 == 3 ||
-                            e % 10 == 9)
-                            d[e] = e % 7 == 3 ? (int32_t)ir_attr_i(u, IR_ATTR_BOS)
-                                   : e % 10 == 9 ? (int32_t)ir_attr_i(u, IR_ATTR_PAD) : 4;
-            }
+            segment_tokens(g, n, d, numel);
             cpu_plan_bind(&cpu, n, d);
             h2d(dptr[i], d, (size_t)numel * 4);
         }

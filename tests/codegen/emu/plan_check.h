@@ -30,6 +30,20 @@ static double rng_normal(void)
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
+/* Token ids that attention is segmented by (a segment_ids node reads input n): a BOS every 7 tokens and
+ * padding every 10th, so the rows hold several segments and padding (segment_ids, sdpa with segments). */
+static void segment_tokens(const IrGraph *g, const IrNode *n, int32_t *d, int64_t numel)
+{
+    for (int j = 0; j < g->nnodes; j++) {
+        const IrNode *u = g->nodes[j];
+        if (u->op == IR_OP_SEGMENT_IDS && u->src[0] == n)
+            for (int64_t e = 0; e < numel; e++)
+                if (d[e] == ir_attr_i(u, IR_ATTR_BOS) || d[e] == ir_attr_i(u, IR_ATTR_PAD) || e % 7 == 3 || e % 10 == 9)
+                    d[e] = e % 7 == 3 ? (int32_t)ir_attr_i(u, IR_ATTR_BOS)
+                           : e % 10 == 9 ? (int32_t)ir_attr_i(u, IR_ATTR_PAD) : 4;
+    }
+}
+
 static char *read_all(const char *path)
 {
     FILE *f = fopen(path, "rb");
