@@ -183,16 +183,22 @@ int main(int argc, char **argv)
 
     /* the shape, from the graph: x [.., H] the input, E and k from the
      * routing, F from the expert weight [E, 2F, H] */
-    const IrNode *x = NULL;
+    const IrNode *x = NULL, *attn = NULL;
     int64_t T = 0, H = 0, F = 0, E = 0, k = 0;
+    int ninputs = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_SDPA && !attn)
+            attn = n;
         if (n->op == IR_OP_INPUT) {
-            if (x || !ir_dtype_is_float(n->dtype) || n->rank < 1)
-                fail("%s: a layer model has one float input x [T, H] (model %s)", path, g->model);
-            x = n;
-            H = n->shape[n->rank - 1];
-            T = ir_numel(n) / H;
+            if (!ir_dtype_is_float(n->dtype) || n->rank < 1)
+                fail("%s: a layer model has float inputs only (model %s)", path, g->model);
+            ninputs++;
+            if (!x) {
+                x = n;
+                H = n->shape[n->rank - 1];
+                T = ir_numel(n) / H;
+            }
         } else if (n->op == IR_OP_TOPK_EXPERTS && !E) {
             E = n->src[0]->shape[n->src[0]->rank - 1];
             k = ir_attr_i(n, IR_ATTR_K);
@@ -200,9 +206,28 @@ int main(int argc, char **argv)
             F = n->src[1]->shape[1] / 2;
         }
     }
-    if (!x || !E || !F || !g->loss || g->loss->op != IR_OP_MEAN_SQUARE)
-        fail("%s: not a layer model (one f32 input x, route_topk, the expert MLP, loss = mean_square(y))", path);
-    double flop = 3.0 * 2.0 * (double)T * (double)k * 3.0 * (double)H * (double)F;
+    double flop;
+    if (attn && !E) {
+        /* an attention layer: y = sdpa(q, k, v), loss = mean_square(y); FLOPs as the flash-attention papers
+         * and PyTorch count them: 4 B S^2 heads hd for the forward's two products (half of it causal), 2.5 x
+         * that for the backward (5 products), so 3.5 x the forward in all. T = B S, H = q's width, F = the
+         * head dim, E = heads, k = kv heads in the RESULT line. */
+        const IrNode *q = attn->src[0];
+        int64_t B = q->shape[0], S = q->shape[1];
+        E = ir_attr_i(attn, IR_ATTR_HEADS);
+        k = ir_attr_i(attn, IR_ATTR_KV_HEADS);
+        H = q->shape[2];
+        F = H / E;
+        T = B * S;
+        flop = 3.5 * 4.0 * (double)B * (double)S * (double)S * (double)H * (ir_attr_i(attn, IR_ATTR_CAUSAL) ? 0.5 : 1.0);
+    } else {
+        if (!x || ninputs != 1 || !E || !F || !g->loss || g->loss->op != IR_OP_MEAN_SQUARE)
+            fail("%s: not a layer model (one f32 input x, route_topk, the expert MLP, loss = mean_square(y); or "
+                 "inputs q, k, v and loss = mean_square(sdpa(q, k, v)))", path);
+        flop = 3.0 * 2.0 * (double)T * (double)k * 3.0 * (double)H * (double)F;
+    }
+    if (!g->loss || g->loss->op != IR_OP_MEAN_SQUARE)
+        fail("%s: a layer model's loss is mean_square(y)", path);
     double bytes = 0;
     for (int r = 0; r < PLAN_REGION_COUNT; r++)
         bytes += (double)plan->memory.region_bytes[r];

@@ -26,6 +26,8 @@
 #   --warmup N        logged steps left out of the median (default 5)
 #   --no-anchors      skip bench/anchors.py
 #   --quick-anchors   fewer anchor steps (a smoke test of the harness)
+#   --kernels K       build: moec compile --kernels K (reference, the default, or fast); recorded in
+#                     OUTDIR/build-info.json
 #   --copy-to DIR     copy results.json, summary.md and a .tar.gz of all logs to DIR
 #                     (e.g. the device machine's $OUT, so they come back)
 # Environment: MOEC_BUILD (the build directory, default build), MOEC_GPU_ARCH
@@ -42,6 +44,7 @@ WARMUP=5
 ANCHORS=1
 QUICK=0
 COPY_TO=""
+KERNELS=reference
 OUTDIR=""
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=${2:?--warmup needs a number}; shift ;;
     --no-anchors) ANCHORS=0 ;;
     --quick-anchors) QUICK=1 ;;
+    --kernels) KERNELS=${2:?--kernels needs reference or fast}; shift ;;
     --copy-to) COPY_TO=${2:?--copy-to needs a directory}; shift ;;
     -h|--help) usage 0 ;;
     -*) echo "bench/run.sh: unknown option '$1'" >&2; usage 2 ;;
@@ -89,13 +93,13 @@ if [ "$MODE" != run ]; then
   for c in "${CFG[@]}"; do
     [ -f "bench/models/$c.moe" ] || { echo "bench/run.sh: no bench/models/$c.moe" >&2; exit 1; }
     "$BUILD/moec" check "bench/models/$c.moe"
-    "$BUILD/moec" compile "bench/models/$c.moe" -o "$OUTDIR/bin/$c" --arch "$ARCH"  # kernels embedded
-    "$BUILD/moec" compile "bench/models/$c.moe" --emit-cuda "$OUTDIR/cuda/$c" --arch "$ARCH"
+    "$BUILD/moec" compile "bench/models/$c.moe" --kernels "$KERNELS" -o "$OUTDIR/bin/$c" --arch "$ARCH"  # kernels embedded
+    "$BUILD/moec" compile "bench/models/$c.moe" --kernels "$KERNELS" --emit-cuda "$OUTDIR/cuda/$c" --arch "$ARCH"
   done
   commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
   git diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
-  printf '{"commit": "%s", "built": "%s", "host": "%s", "configs": "%s", "data": "%s", "arch": "%s", "moec": "%s"}\n' \
-    "$commit" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(hostname)" "${CFG[*]}" "$(basename "$DATA")" "$ARCH" \
+  printf '{"commit": "%s", "built": "%s", "host": "%s", "configs": "%s", "data": "%s", "arch": "%s", "kernels": "%s", "moec": "%s"}\n' \
+    "$commit" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(hostname)" "${CFG[*]}" "$(basename "$DATA")" "$ARCH" "$KERNELS" \
     "$("$BUILD/moec" --version 2>/dev/null | head -1 | tr -cd '[:alnum:] ._()+-')" >"$OUTDIR/build-info.json"
   echo "bench/run.sh: built ${CFG[*]} into $OUTDIR ($(du -sh "$OUTDIR" | cut -f1)); commit $commit"
   set +e

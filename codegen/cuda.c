@@ -724,6 +724,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         sb_puts(&src, "\n// ======== fast dense kernels: codegen/dense_fast.cuh ========\n");
         sb_puts(&src, cuda_prelude_dense_fast);
     }
+    if (cg.attn_fast_used) {
+        sb_puts(&src, "\n// ======== fast attention: codegen/attn_fast.cuh ========\n");
+        sb_puts(&src, cuda_prelude_attn_fast);
+    }
     sb_puts(&src, "\n// ======== the kernels, in launch order ========\n");
     for (int k = 0; k < cg.nkernels; k++) {
         const CgKernel *kn = &cg.kernels[k];

@@ -50,6 +50,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d);
  * (precision bf16, not mxfp8 or fp8-block; H % 128 == 0, F % 128 == 0 (which makes every GEMM's K a
  * multiple of 64 and N a multiple of its BLOCK_N); the padded rows R + 128 E and E * 2F under 2^31). */
 int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len);
+/* The same for an sdpa / sdpa_bwd node and the fast attention kernels (codegen/attn_fast.cuh). */
+int cuda_fast_attention_ok(const IrNode *n, char *why, size_t len);
+/* The same for a linear / linear_dx / linear_dw node and the sm_90a GEMMs (one group, fp32 out). */
+int cuda_fast_linear_ok(const IrNode *n, char *why, size_t len);
 
 /* Whether the emitter table covers op (for the tests): 1 launches kernels,
  * 2 no launch (leaf or alias), 3 host-side collective, 4 refused, 0 none. */

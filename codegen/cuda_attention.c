@@ -6,6 +6,8 @@
  * With segment ids (sdpa's optional fourth source, the segment-attention
  * pass) the kernels take them as `seg` and skip the keys outside the query's
  * sequence. segment_ids itself: one thread per row, a running count. */
+#include <stdio.h>
+
 #include "cuda_internal.h"
 #include "../util/util.h"
 
@@ -46,11 +48,219 @@ static int check_hd(Cg *cg, const IrNode *n, const IrNode *q)
     return 1;
 }
 
+/* ---- --kernels fast: flash attention on the tensor cores (codegen/attn_fast.cuh) */
+
+/* 1 if sdpa (or sdpa_bwd) node n qualifies for the fast kernels, else 0 with the reason in why */
+int cuda_fast_attention_ok(const IrNode *n, char *why, size_t len)
+{
+    const IrNode *q = n->src[n->op == IR_OP_SDPA ? 0 : 1];
+    int64_t H = ir_attr_i(n, IR_ATTR_HEADS), hd = q->shape[2] / H;
+    if (hd != 64 && hd != 128) {
+        snprintf(why, len, "head dimension %lld (the fast attention kernels take 64 or 128)", (long long)hd);
+        return 0;
+    }
+    if (q->shape[0] * q->shape[1] * q->shape[2] >= ((int64_t)1 << 40)) {
+        snprintf(why, len, "q has %lld elements", (long long)ir_numel(q));
+        return 0;
+    }
+    snprintf(why, len, "flash attention, bf16 mma.sync (m16n8k16), fp32 softmax statistics, head dim %lld%s",
+             (long long)hd, n->nsrc == (n->op == IR_OP_SDPA ? 4 : 5) ? ", segment-masked" : "");
+    return 1;
+}
+
+/* the sdpa_bwd node of forward f (the same q, k, v and segment ids), else NULL */
+static const IrNode *attn_backward_of(Cg *cg, const IrNode *f)
+{
+    for (int i = f->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *b = cg->g->nodes[i];
+        if (b->op == IR_OP_SDPA_BWD && b->nsrc == f->nsrc + 1 && b->src[1] == f->src[0] && b->src[2] == f->src[1] &&
+            b->src[3] == f->src[2] && (f->nsrc < 4 || b->src[4] == f->src[3]))
+            return b;
+    }
+    return NULL;
+}
+
+/* the sdpa forward of backward b whose kept workspaces it reads, else NULL */
+static const IrNode *attn_forward_of(Cg *cg, const IrNode *b)
+{
+    for (int i = b->id - 1; i >= 0; i--) {
+        const IrNode *f = cg->g->nodes[i];
+        if (f->op == IR_OP_SDPA && b->nsrc == f->nsrc + 1 && b->src[1] == f->src[0] && b->src[2] == f->src[1] &&
+            b->src[3] == f->src[2] && (f->nsrc < 4 || b->src[4] == f->src[3])) {
+            int w = cg_find_ws(cg, f, "qkv_bf16");
+            return w >= 0 && cg->bufs[w].until == b->id ? f : NULL;
+        }
+    }
+    return NULL;
+}
+
+static void attn_fast_consts(Cg *cg, const IrNode *n, const IrNode *q)
+{
+    int64_t H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS), hd = q->shape[2] / H;
+    cg_const(cg, "B", q->shape[0]);
+    cg_const(cg, "S", q->shape[1]);
+    cg_line(cg, "constexpr int H = %lld, KV = %lld, HD = %lld;", (long long)H, (long long)KV, (long long)hd);
+    cg_line(cg, "constexpr bool CAUSAL = %s;", ir_attr_i(n, IR_ATTR_CAUSAL) ? "true" : "false");
+}
+
+/* blocks of a launch over `items` tiles: at most 65535, the kernels loop over the rest */
+static int64_t attn_grid(int64_t items) { return items < 65535 ? items : 65535; }
+
+/* the query rows per dk/dv step: 64 at head dim 64, 32 at 128 (the accumulators' registers) */
+static int attn_dkv_rows(int64_t hd) { return hd == 64 ? 64 : 32; }
+
+static int attn_fwd_smem(int64_t hd) { return 5 * ATTN_ROWS * (int)(hd + 8) * 2; }
+static int attn_dq_smem(int64_t hd) { return 6 * ATTN_ROWS * (int)(hd + 8) * 2; }
+static int attn_dkv_smem(int64_t hd)
+{
+    int qr = attn_dkv_rows(hd);
+    return 2 * ATTN_ROWS * (int)(hd + 8) * 2 + 4 * qr * (int)(hd + 8) * 2 + 6 * qr * 4;
+}
+
+static void emit_sdpa_fast(Cg *cg, const IrNode *n)
+{
+    const IrNode *q = n->src[0], *k = n->src[1], *v = n->src[2];
+    int64_t B = q->shape[0], S = q->shape[1], H = ir_attr_i(n, IR_ATTR_HEADS), WQ = q->shape[2], WK = k->shape[2];
+    int64_t hd = WQ / H, nq = B * S * WQ, nk = B * S * WK;
+    int seg = n->nsrc == 4;
+    char why[256], impl[300];
+    cuda_fast_attention_ok(n, why, sizeof why);
+    snprintf(impl, sizeof impl, "fast: %s", why);
+    cg_impl(cg, impl);
+    const IrNode *bwd = attn_backward_of(cg, n);
+    int qkv = bwd ? cg_ws_kept(cg, n, bwd, PLAN_BF16, nq + 2 * nk, "qkv_bf16")
+                  : cg_ws(cg, n, PLAN_BF16, nq + 2 * nk, "qkv_bf16");
+    int lse = bwd ? cg_ws_kept(cg, n, bwd, PLAN_F32, B * H * S, "lse2") : cg_ws(cg, n, PLAN_F32, B * H * S, "lse2");
+
+    cg_begin(cg, n, "to_bf16", bwd ? "attention 1/2: q, k, v to bf16 (kept for the backward)" : "attention 1/2: q, k, v to bf16");
+    cg_param(cg, qkv, 1, "qkv");
+    cg_in(cg, q, "q");
+    cg_in(cg, k, "k");
+    cg_in(cg, v, "v");
+    cg_const(cg, "NQ", nq);
+    cg_const(cg, "NK", nk);
+    cg_line(cg, "moec::attn::to_bf16<NQ>(qkv, q);");
+    cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ, k);");
+    cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ + NK, v);");
+    cg_end(cg, CG_BLOCK, cg_grid(nq / 8, CG_BLOCK));
+
+    int64_t items = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
+    cg_begin(cg, n, "flash", "attention 2/2: flash forward, one block per (batch, head, 64 queries), bf16 mma.sync, "
+                             "online softmax in fp32; the base-2 log-sum-exp kept for the backward");
+    cg_out(cg, n, "o");
+    cg_param(cg, lse, 1, "lse2");
+    cg_param(cg, qkv, 0, "qkv");
+    if (seg)
+        cg_in(cg, n->src[3], "seg");
+    attn_fast_consts(cg, n, q);
+    cg_const(cg, "NQ", nq);
+    cg_const(cg, "NK", nk);
+    cg_const(cg, "ITEMS", items);
+    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
+    cg_line(cg, "    moec::attn::fwd<B, S, H, KV, HD, CAUSAL>(item, o, lse2, qkv, qkv + NQ, qkv + NQ + NK, %s);",
+            seg ? "seg" : "nullptr");
+    cg_line(cg, "    __syncthreads();");
+    cg_line(cg, "}");
+    cg_launch_extra(cg, attn_fwd_smem(hd), 0);
+    cg_end(cg, 128, attn_grid(items));
+    cg->attn_fast_used = 1;
+}
+
+static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
+{
+    const IrNode *q = n->src[1], *k = n->src[2];
+    int64_t B = q->shape[0], S = q->shape[1], H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
+    int64_t WQ = q->shape[2], WK = k->shape[2], hd = WQ / H, nq = B * S * WQ, nk = B * S * WK;
+    int seg = n->nsrc == 5;
+    char why[200], impl[320];
+    cuda_fast_attention_ok(n, why, sizeof why);
+    snprintf(impl, sizeof impl, "fast: %s; q, k, v in bf16 and the log-sum-exp kept by %s", why, f->name);
+    cg_impl(cg, impl);
+    int qkv = cg_find_ws(cg, f, "qkv_bf16"), lse = cg_find_ws(cg, f, "lse2");
+    if (qkv < 0 || lse < 0 || cg->bufs[lse].until != n->id)
+        die("codegen: %s: the kept workspaces of %s are missing", n->name, f->name);
+    int dob = cg_ws(cg, n, PLAN_BF16, nq, "dout_bf16"), dsum = cg_ws(cg, n, PLAN_F32, B * H * S, "dsum");
+
+    cg_begin(cg, n, "prep", "attention backward 1/3: dO to bf16 and D = rowsum(dO o) per (batch, position, head)");
+    cg_param(cg, dob, 1, "dob");
+    cg_param(cg, dsum, 1, "dsum");
+    cg_in(cg, n->src[0], "dy");
+    cg_param(cg, f->id, 0, "o");
+    cg_const(cg, "B", B);
+    cg_const(cg, "S", S);
+    cg_line(cg, "constexpr int H = %lld, HD = %lld;", (long long)H, (long long)hd);
+    cg_line(cg, "moec::attn::bwd_prep<B, S, H, HD>(dob, dsum, dy, o);");
+    cg_end(cg, CG_BLOCK, cg_grid(B * S * H * (hd / 8), CG_BLOCK));
+
+    int64_t qitems = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS), kitems = B * KV * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
+    const char *segarg = seg ? "seg" : "nullptr";
+    cg_begin(cg, n, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
+                                "probabilities recomputed from the kept log-sum-exp (bf16 mma.sync)");
+    cg_out(cg, n, "out");
+    cg_param(cg, qkv, 0, "qkv");
+    cg_param(cg, dob, 0, "dob");
+    cg_param(cg, lse, 0, "lse2");
+    cg_param(cg, dsum, 0, "dsum");
+    if (seg)
+        cg_in(cg, n->src[4], "seg");
+    attn_fast_consts(cg, n, q);
+    cg_const(cg, "NQ", nq);
+    cg_const(cg, "NK", nk);
+    cg_const(cg, "ITEMS", qitems);
+    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
+    cg_line(cg, "    moec::attn::bwd_dq<B, S, H, KV, HD, CAUSAL>(item, out, qkv, qkv + NQ, qkv + NQ + NK, dob, lse2, "
+                "dsum, %s);", segarg);
+    cg_line(cg, "    __syncthreads();");
+    cg_line(cg, "}");
+    cg_launch_extra(cg, attn_dq_smem(hd), 0);
+    cg_end(cg, 128, attn_grid(qitems));
+
+    cg_begin(cg, n, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over the group's heads "
+                                 "and the query tiles (bf16 mma.sync, no atomics)");
+    cg_out(cg, n, "out");
+    cg_param(cg, qkv, 0, "qkv");
+    cg_param(cg, dob, 0, "dob");
+    cg_param(cg, lse, 0, "lse2");
+    cg_param(cg, dsum, 0, "dsum");
+    if (seg)
+        cg_in(cg, n->src[4], "seg");
+    attn_fast_consts(cg, n, q);
+    cg_const(cg, "NQ", nq);
+    cg_const(cg, "NK", nk);
+    cg_const(cg, "ITEMS", kitems);
+    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
+    cg_line(cg, "    moec::attn::bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>(item, out, qkv, qkv + NQ, qkv + NQ + NK, dob, "
+                "lse2, dsum, %s);", attn_dkv_rows(hd), segarg);
+    cg_line(cg, "    __syncthreads();");
+    cg_line(cg, "}");
+    cg_launch_extra(cg, attn_dkv_smem(hd), 0);
+    cg_end(cg, 128, attn_grid(kitems));
+    cg->attn_fast_used = 1;
+}
+
+/* --kernels fast: 1 if n gets the fast kernels, else 0 with the reason as its "impl" */
+static int attn_fast_or_why(Cg *cg, const IrNode *n)
+{
+    char why[256], impl[300];
+    if (cg->kernel_choice != PLAN_KERNELS_FAST)
+        return 0;
+    if (!cuda_fast_attention_ok(n, why, sizeof why)) {
+        snprintf(impl, sizeof impl, "reference: %s", why);
+        cg_impl(cg, impl);
+        return 0;
+    }
+    return 1;
+}
+
 int cg_emit_sdpa(Cg *cg, const IrNode *n)
 {
     const IrNode *q = n->src[0];
     if (!check_hd(cg, n, q))
         return 0;
+    if (attn_fast_or_why(cg, n)) {
+        emit_sdpa_fast(cg, n);
+        return 1;
+    }
     int64_t items = q->shape[0] * ir_attr_i(n, IR_ATTR_HEADS) * ((q->shape[1] + ATTN_ROWS - 1) / ATTN_ROWS);
     cg_begin(cg, n, "", "attention forward, flash-style: one block per (batch, head, 64 queries), online softmax "
                         "in double");
@@ -74,6 +284,14 @@ int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n)
     if (!check_hd(cg, n, q))
         return 0;
     int64_t H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
+    if (attn_fast_or_why(cg, n)) {
+        const IrNode *f = attn_forward_of(cg, n);
+        if (f) {
+            emit_sdpa_bwd_fast(cg, n, f);
+            return 1;
+        }
+        cg_impl(cg, "reference: no fast forward kept q, k, v and the log-sum-exp for it");
+    }
     int64_t B = q->shape[0], S = q->shape[1], tiles = (S + ATTN_ROWS - 1) / ATTN_ROWS;
     int stats = cg_ws(cg, n, PLAN_F64, B * H * S * 3, "stats");
 

@@ -170,7 +170,7 @@ static int skinny_linear(Cg *cg, const IrNode *n)
 
 int cg_emit_linear(Cg *cg, const IrNode *n)
 {
-    if (skinny_linear(cg, n))
+    if (skinny_linear(cg, n) || cg_emit_linear_fast(cg, n))
         return 1;
     const IrNode *s0 = n->src[0], *s1 = n->src[1];
     int64_t rows = cg_lead(s0);
@@ -278,6 +278,8 @@ int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 }
 
 /* dw_i = sum over rows (in row order, fp32 as the CPU) of dy x r */
+enum { RMS_DW_CHUNK = 32 }; /* rows per partial column sum of the fast rmsnorm_dw */
+
 int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
@@ -294,6 +296,44 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     cg_line(cg, "}");
     cg_end(cg, CG_BLOCK, min64(rows, 65535));
 
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && rows > 2 * RMS_DW_CHUNK) {
+        /* --kernels fast: the column sums in chunks of RMS_DW_CHUNK rows (every column of every chunk its
+         * own thread: rows / 32 x D threads instead of D), then the chunks' partial sums in order. A
+         * fixed reassociation of the reference's sum: deterministic. */
+        int64_t chunks = (rows + RMS_DW_CHUNK - 1) / RMS_DW_CHUNK;
+        int part = cg_ws(cg, n, PLAN_F32, chunks * d, "partials");
+        cg_impl(cg, "fast: the column sums over chunks of 32 rows, then over the chunks in order");
+        cg_begin(cg, n, "chunks", "rmsnorm_dw 2/3: per chunk of 32 rows and column, the sum of dy x / rms (fast)");
+        cg_param(cg, part, 1, "part");
+        cg_in(cg, n->src[0], "dy");
+        cg_in(cg, x, "x");
+        cg_param(cg, inv, 0, "rinv");
+        cg_const(cg, "ROWS", rows);
+        cg_const(cg, "D", d);
+        cg_const(cg, "CH", RMS_DW_CHUNK);
+        cg_const(cg, "CHUNKS", chunks);
+        cg_line(cg, "MOEC_FOR(idx, CHUNKS * D) {");
+        cg_line(cg, "    long long c = idx / D, i = idx %% D, r1 = (c + 1) * CH < ROWS ? (c + 1) * CH : ROWS;");
+        cg_line(cg, "    float acc = 0.0f;");
+        cg_line(cg, "    for (long long r = c * CH; r < r1; r++)");
+        cg_line(cg, "        acc += (float)((double)dy[r * D + i] * x[r * D + i] * rinv[r]);");
+        cg_line(cg, "    part[idx] = acc;");
+        cg_line(cg, "}");
+        cg_end(cg, CG_BLOCK, cg_grid(chunks * d, CG_BLOCK));
+        cg_begin(cg, n, "sum", "rmsnorm_dw 3/3: one thread per column sums the chunks in order (fast)");
+        cg_out(cg, n, "dw");
+        cg_param(cg, part, 0, "part");
+        cg_const(cg, "D", d);
+        cg_const(cg, "CHUNKS", chunks);
+        cg_line(cg, "MOEC_FOR(i, D) {");
+        cg_line(cg, "    float acc = 0.0f;");
+        cg_line(cg, "    for (long long c = 0; c < CHUNKS; c++)");
+        cg_line(cg, "        acc += part[c * D + i];");
+        cg_line(cg, "    dw[i] = acc;");
+        cg_line(cg, "}");
+        cg_end(cg, CG_BLOCK, cg_grid(d, CG_BLOCK));
+        return 1;
+    }
     cg_begin(cg, n, "sum", "rmsnorm_dw 2/2: one thread per column sums the rows in order");
     cg_out(cg, n, "dw");
     cg_in(cg, n->src[0], "dy");

@@ -94,6 +94,7 @@ typedef struct Cg {
     PlanKernels kernel_choice; /* the plan's --kernels */
     int fast_used;       /* a kernel needs the sm_90a device code (moe_fast.cuh and the GEMM) */
     int dense_fast_used; /* a kernel needs dense_fast.cuh (the skinny linears) */
+    int attn_fast_used;  /* a kernel needs attn_fast.cuh (flash attention) */
     CudaKgemmEpilogue kgemm_epilogue; /* CudaOptions.kgemm_epilogue */
 } Cg;
 
@@ -217,6 +218,8 @@ int cg_fast_reads_through(Cg *cg, const IrNode *d);
 /* combine(y, plan) of a fast grouped_mlp's y straight from its padded bf16 rows (the forward then
  * writes no y): 1 when it emitted that, 0 to use the reference kernel */
 int cg_emit_combine_fast(Cg *cg, const IrNode *n);
+/* linear / linear_dx / linear_dw on the sm_90a GEMMs (one group): 1 when it emitted that, 0 to use another */
+int cg_emit_linear_fast(Cg *cg, const IrNode *n);
 int cg_emit_quantize(Cg *cg, const IrNode *n);
 int cg_emit_quantize_grouped(Cg *cg, const IrNode *n);
 int cg_emit_ep_local_splits(Cg *cg, const IrNode *n);
@@ -239,5 +242,7 @@ extern const char cuda_prelude_lib[];
 extern const char cuda_prelude_sm90_sched[], cuda_prelude_sm90[], cuda_prelude_gemm_sm90[], cuda_prelude_moe_fast[];
 /* the fast dense kernels (no sm_90a feature), pasted only when used */
 extern const char cuda_prelude_dense_fast[];
+/* flash attention on the tensor cores (mma.sync), pasted only when used */
+extern const char cuda_prelude_attn_fast[];
 
 #endif

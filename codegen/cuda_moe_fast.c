@@ -585,3 +585,179 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     cg_end(cg, CG_BLOCK, row_grid(R));
     return 1;
 }
+
+/* ---- dense linears on the same sm_90a GEMMs (--kernels fast): one group of all the rows.
+ * linear: y [T, N] = x [T, K] w^T; linear_dx: dx [T, K] = dy [T, N] w (trans_b, on w as it is);
+ * linear_dw: dw [N, K] = dy^T x (K-grouped, one group). The graph keeps activations in fp32, so each
+ * node rounds its activation operands to bf16 into a workspace of T rounded up to 128 rows, zero past
+ * T (the GEMMs run whole 128-row tiles; zero rows add nothing to dw), and the M-grouped GEMM writes
+ * fp32 straight from its accumulators (EPILOGUE 4), rows past T skipped. The weight is the param's bf16
+ * working copy. The one-group offsets {0, rows} are written by the conversion kernel. */
+
+static int64_t tc_rows_cap(int64_t rows) { return (rows + GEMM_SM90_BLOCK_M - 1) / GEMM_SM90_BLOCK_M * GEMM_SM90_BLOCK_M; }
+
+/* the GEMM shape of a dense linear node (M-grouped for linear / linear_dx, K-grouped for linear_dw) */
+static GemmSm90Shape tc_shape(const Cg *cg, const IrNode *n)
+{
+    const IrNode *s0 = n->src[0], *s1 = n->src[1];
+    switch (n->op) {
+    case IR_OP_LINEAR: {
+        GemmSm90Shape s = mgrouped_shape(1, s1->shape[0], s1->shape[1], 0);
+        s.epilogue = GEMM_SM90_EPI_F32;
+        return s;
+    }
+    case IR_OP_LINEAR_DX: {
+        GemmSm90Shape s = mgrouped_shape(1, s1->shape[1], s1->shape[0], 1);
+        s.epilogue = GEMM_SM90_EPI_F32;
+        return s;
+    }
+    default:
+        return kgrouped_shape(1, cg_last(s0), cg_last(s1), cg ? kgemm_tma(cg) : 1, 0);
+    }
+}
+
+int cuda_fast_linear_ok(const IrNode *n, char *why, size_t len)
+{
+    if (n->op != IR_OP_LINEAR && n->op != IR_OP_LINEAR_DX && n->op != IR_OP_LINEAR_DW) {
+        snprintf(why, len, "not a linear node");
+        return 0;
+    }
+    if (n->op != IR_OP_LINEAR_DW && n->src[1]->op != IR_OP_PARAM) {
+        snprintf(why, len, "the weight %s is no param (no bf16 working copy)", n->src[1]->name);
+        return 0;
+    }
+    int64_t rows = cg_lead(n->src[0]);
+    if (tc_rows_cap(rows) >= ((int64_t)1 << 31) || rows < 1) {
+        snprintf(why, len, "%lld rows", (long long)rows);
+        return 0;
+    }
+    GemmSm90Shape s = tc_shape(NULL, n);
+    char err[200];
+    int ok = n->op == IR_OP_LINEAR_DW ? gemm_sm90_kgrouped_check_shape(&s, err, sizeof err)
+                                      : gemm_sm90_check_shape(&s, err, sizeof err);
+    if (!ok) {
+        snprintf(why, len, "GEMM [%d x %d]: %s", s.N, s.K, err);
+        return 0;
+    }
+    snprintf(why, len, "bf16 sm_90a GEMM (%s, BLOCK_N %d, %d stages), operands rounded to bf16, fp32 out",
+             n->op == IR_OP_LINEAR_DW ? "K-grouped, one group" : n->op == IR_OP_LINEAR_DX ? "trans_b on the copy"
+                                                                                           : "M-grouped, one group",
+             s.block_n, s.stages);
+    return 1;
+}
+
+/* one launch: each (src, dst) pair of activations [rows, cols] f32 -> bf16 [rcap, cols], zeros past rows;
+ * the offsets {0, rcap} */
+static void tc_convert(Cg *cg, const IrNode *n, int step, int steps, const IrNode *const *src, const int *dst, int count,
+                       int ofs, int64_t rows)
+{
+    char w[300];
+    snprintf(w, sizeof w, "%s (fast) %d/%d: the activations to bf16, %lld rows padded to %lld with zeros; the "
+                          "one-group offsets",
+             ir_node_op_name(n), step, steps, (long long)rows, (long long)tc_rows_cap(rows));
+    cg_begin(cg, n, "tc_bf16", w);
+    char name[16];
+    for (int i = 0; i < count; i++) {
+        snprintf(name, sizeof name, "b%d", i);
+        cg_param(cg, dst[i], 1, name);
+    }
+    cg_param(cg, ofs, 1, "ofs");
+    for (int i = 0; i < count; i++) {
+        snprintf(name, sizeof name, "a%d", i);
+        cg_in(cg, src[i], name);
+    }
+    cg_const(cg, "ROWS", rows);
+    cg_const(cg, "RCAP", tc_rows_cap(rows));
+    cg_line(cg, "if (blockIdx.x == 0 && threadIdx.x == 0) {");
+    cg_line(cg, "    ofs[0] = 0;");
+    cg_line(cg, "    ofs[1] = (int)RCAP;");
+    cg_line(cg, "}");
+    for (int i = 0; i < count; i++) {
+        cg_const(cg, i ? "C1" : "C0", cg_last(src[i]));
+        cg_line(cg, "MOEC_FOR(i, RCAP * C%d / 8) {", i);
+        cg_line(cg, "    long long e = i * 8;");
+        cg_line(cg, "    uint4 o = make_uint4(0u, 0u, 0u, 0u);");
+        cg_line(cg, "    if (e < ROWS * C%d) {", i);
+        cg_line(cg, "        float4 x0 = *(const float4 *)(a%d + e), x1 = *(const float4 *)(a%d + e + 4);", i, i);
+        cg_line(cg, "        o.x = moec::sm90::pack_bf16x2(x0.x, x0.y);");
+        cg_line(cg, "        o.y = moec::sm90::pack_bf16x2(x0.z, x0.w);");
+        cg_line(cg, "        o.z = moec::sm90::pack_bf16x2(x1.x, x1.y);");
+        cg_line(cg, "        o.w = moec::sm90::pack_bf16x2(x1.z, x1.w);");
+        cg_line(cg, "    }");
+        cg_line(cg, "    *(uint4 *)(b%d + e) = o;", i);
+        cg_line(cg, "}");
+    }
+    int64_t most = 0;
+    for (int i = 0; i < count; i++)
+        most = cg_last(src[i]) > most ? cg_last(src[i]) : most;
+    cg_end(cg, CG_BLOCK, cg_grid(tc_rows_cap(rows) * most / 8, CG_BLOCK));
+}
+
+int cg_emit_linear_fast(Cg *cg, const IrNode *n)
+{
+    char why[240], impl[300];
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || !cuda_fast_linear_ok(n, why, sizeof why))
+        return 0;
+    snprintf(impl, sizeof impl, "fast: %s", why);
+    cg_impl(cg, impl);
+    const IrNode *s0 = n->src[0], *s1 = n->src[1];
+    int64_t rows = cg_lead(s0), rcap = tc_rows_cap(rows);
+    GemmSm90Shape s = tc_shape(cg, n);
+    int ofs = cg_ws(cg, n, PLAN_I32, 2, "tc_offsets");
+    char sfx[96], w[300];
+    const char *op = ir_node_op_name(n);
+    if (n->op == IR_OP_LINEAR_DW) {
+        /* dw [N, K] = dy [T, N]^T x [T, K] */
+        int dyb = cg_ws(cg, n, PLAN_BF16, rcap * s.N, "dy_bf16"), xb = cg_ws(cg, n, PLAN_BF16, rcap * s.K, "x_bf16");
+        const IrNode *src[2] = {s0, s1};
+        int dst[2] = {dyb, xb};
+        tc_convert(cg, n, 1, 2, src, dst, 2, ofs, rows);
+        snprintf(sfx, sizeof sfx, "tc_bn%d_s%d%s", s.block_n, s.stages, s.epilogue == GEMM_SM90_KEPI_TMA ? "_tma" : "");
+        snprintf(w, sizeof w, "%s (fast) 2/2: dw = dy^T x, the sm_90a K-grouped GEMM over one group, fp32 out", op);
+        cg_begin(cg, n, sfx, w);
+        cg_tmap(cg, dyb, rcap, s.N, 64, "tma_dy");
+        cg_tmap(cg, xb, rcap, s.K, 64, "tma_x");
+        if (s.epilogue == GEMM_SM90_KEPI_TMA)
+            cg_tmap_f32(cg, n->id, 0, s.N, s.K, 64, "tma_dw");
+        cg_out(cg, n, "out");
+        cg_param(cg, ofs, 0, "offsets");
+        cg_i32(cg, rcap, "rows_cap");
+        if (s.epilogue == GEMM_SM90_KEPI_TMA)
+            cg_line(cg, "moec::sm90::GemmKGrouped<1, %d, %d, %d, %d, 0, 16, 0>::run(tma_dy, tma_x, tma_dw, out, offsets, "
+                        "rows_cap);", s.N, s.K, s.block_n, s.stages);
+        else
+            cg_line(cg, "moec::sm90::GemmKGrouped<1, %d, %d, %d, %d, 1, 16, 0>::run(tma_dy, tma_x, out, offsets, "
+                        "rows_cap);", s.N, s.K, s.block_n, s.stages);
+        cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
+        cg_end(cg, GEMM_SM90_THREADS, 1);
+    } else {
+        /* linear: A = x [T, K], W [N, K]; linear_dx: A = dy [T, N], W [N, K] read as [K_gemm = N, N_gemm = K] */
+        int ab = cg_ws(cg, n, PLAN_BF16, rcap * s.K, n->op == IR_OP_LINEAR ? "x_bf16" : "dy_bf16");
+        int wb = cg_param_copy(cg, s1, 0);
+        const IrNode *src[1] = {s0};
+        int dst[1] = {ab};
+        tc_convert(cg, n, 1, 2, src, dst, 1, ofs, rows);
+        snprintf(sfx, sizeof sfx, "tc_bn%d_s%d%s", s.block_n, s.stages, s.trans_b ? "_tb" : "");
+        snprintf(w, sizeof w, "%s (fast) 2/2: %s, the sm_90a M-grouped GEMM over one group, fp32 out from registers", op,
+                 n->op == IR_OP_LINEAR ? "y = x w^T" : "dx = dy w (w read transposed)");
+        cg_begin(cg, n, sfx, w);
+        cg_tmap(cg, ab, rcap, s.K, GEMM_SM90_BLOCK_M, "tma_a");
+        if (s.trans_b)
+            cg_tmap(cg, wb, s.K, s.N, 64, "tma_b");
+        else
+            cg_tmap(cg, wb, s.N, s.K, s.block_n, "tma_b");
+        /* the fp32 epilogue stores from registers: the kernel's output tensor map is unused, any valid one does */
+        cg_tmap(cg, ab, rcap, s.K, 64, "tma_unused");
+        cg_out(cg, n, "y");
+        cg_param(cg, ofs, 0, "offsets");
+        cg_i32(cg, rcap, "rows_cap");
+        cg_const(cg, "ROWS", rows);
+        cg_line(cg, "moec::sm90::GemmMGrouped<1, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_unused, "
+                    "(unsigned short *)y, offsets, rows_cap, nullptr, nullptr, ROWS);",
+                s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
+        cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
+        cg_end(cg, GEMM_SM90_THREADS, 1);
+    }
+    cg->fast_used = 1;
+    return 1;
+}

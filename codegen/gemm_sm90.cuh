@@ -41,7 +41,10 @@ namespace sm90 {
  * tensor map tma_act (box {64, 64}): with W's rows interleaved in blocks of 128 (plan.h PlanBuf.glu_f)
  * a 256-wide tile of D holds gate columns 128t .. 128t + 127 in its first half and the matching up
  * columns in its second, so each thread holds both factors of its 64 outputs of a (BLOCK_N 256 only;
- * a [rows, N / 2], its columns 128 nb ..). */
+ * a [rows, N / 2], its columns 128 nb ..);
+ * 4 = fp32 out (the dense linears of --kernels fast, which the graph keeps in fp32): d is then a float
+ * [., N] cast to unsigned short *, 8-byte stores from registers, rows >= d_rows skipped (the padding
+ * rows of A past the graph's row count). */
 template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int BAND = 16>
 struct GemmMGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_K = 64, THREADS = 384;
@@ -63,6 +66,7 @@ struct GemmMGrouped {
     static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
     static_assert(EPILOGUE != 3 || BLOCK_N == 256, "the SwiGLU epilogue takes 256-wide tiles");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 to 4");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * (N > K ? N : K) < 2147483647ll, "the rows of W must fit an int coordinate");
 
@@ -77,7 +81,8 @@ struct GemmMGrouped {
 
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
                                                unsigned short *d, const int *offsets, int rows_cap,
-                                               const TmaDesc *tma_act = nullptr, const float *probs = nullptr)
+                                               const TmaDesc *tma_act = nullptr, const float *probs = nullptr,
+                                               long long d_rows = 0)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -234,6 +239,16 @@ struct GemmMGrouped {
                                 bulk_commit();
                             }
                         }
+                    }
+                } else if constexpr (EPILOGUE == 4) {
+                    float *p0 = (float *)d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+                    const bool in0 = row0 < d_rows, in1 = row0 + 8 < d_rows;
+#pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; j++) {
+                        if (in0)
+                            st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                        if (in1)
+                            st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
                     }
                 } else if constexpr (EPILOGUE == 2) {
                     /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */

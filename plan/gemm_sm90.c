@@ -13,8 +13,8 @@ int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
 {
     if (s->E < 1 || s->N < 1 || s->K < 1)
         snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
-    else if (s->epilogue < 0 || s->epilogue > 3)
-        snprintf(err, errlen, "epilogue is 0, 1, 2 or 3, not %d", s->epilogue);
+    else if (s->epilogue < 0 || s->epilogue > 4)
+        snprintf(err, errlen, "epilogue is 0, 1, 2, 3 or 4, not %d", s->epilogue);
     else if (s->epilogue == GEMM_SM90_EPI_GLU && s->block_n != 256)
         snprintf(err, errlen, "the SwiGLU epilogue takes BLOCK_N 256, not %d", s->block_n);
     else if (s->block_n != 128 && s->block_n != 256)

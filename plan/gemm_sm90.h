@@ -17,12 +17,14 @@ typedef struct GemmSm90Shape {
     int block_n, stages;
     int epilogue; /* GEMM_SM90_EPI_*: 0 (default) TMA stores through shared memory; 1 16-byte stores
                      from registers; 2 4-byte stores from registers (for timing comparisons); 3 as 0 plus
-                     a = silu(gate) up p into a second output (codegen/gemm_sm90.cuh: W's rows interleaved) */
+                     a = silu(gate) up p into a second output (codegen/gemm_sm90.cuh: W's rows interleaved);
+                     4 fp32 out from registers, rows past a bound skipped (the dense linears) */
     int trans_b;  /* 0: W [E, N, K] (K contiguous); 1: W [E, K, N] (N contiguous) */
 } GemmSm90Shape;
 
 enum { GEMM_SM90_BLOCK_M = 128, GEMM_SM90_BLOCK_K = 64, GEMM_SM90_THREADS = 384 };
-enum { GEMM_SM90_EPI_TMA = 0, GEMM_SM90_EPI_STORE16 = 1, GEMM_SM90_EPI_STORE4 = 2, GEMM_SM90_EPI_GLU = 3 };
+enum { GEMM_SM90_EPI_TMA = 0, GEMM_SM90_EPI_STORE16 = 1, GEMM_SM90_EPI_STORE4 = 2, GEMM_SM90_EPI_GLU = 3,
+       GEMM_SM90_EPI_F32 = 4 };
 
 /* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N (E * K with trans_b) < 2^31, the ring fits in 227 KB. */
 int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);

@@ -7,6 +7,7 @@
 #     then --chain (the launches on their own outputs, the gradients and loss compared);
 #  2. 30 training steps of fast_mlp.moe, --kernels fast against the reference kernels: every step's loss
 #     within 1%;
+#     the same for tests/gpu/fast_attn.moe (the fast attention: run_plan, --chain, 30 steps);
 #  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward.
 # Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
 set -uo pipefail
@@ -38,6 +39,12 @@ if [ "$MODE" != run ]; then
   cp $m "$OUT/fast_mlp.moe"
   "$BUILD/moec" compile $m --kernels fast -o "$OUT/bin/train_fast" --arch "$ARCH" >/dev/null
   "$BUILD/moec" compile $m -o "$OUT/bin/train_ref" --arch "$ARCH" >/dev/null
+  a=tests/gpu/fast_attn.moe
+  rm -rf "$OUT/cuda/fast_attn"
+  "$BUILD/moec" compile $a --kernels fast --emit-cuda "$OUT/cuda/fast_attn" --arch "$ARCH" >/dev/null
+  cp $a "$OUT/fast_attn.moe"
+  "$BUILD/moec" compile $a --kernels fast -o "$OUT/bin/attn_fast" --arch "$ARCH" >/dev/null
+  "$BUILD/moec" compile $a -o "$OUT/bin/attn_ref" --arch "$ARCH" >/dev/null
   for l in $LAYERS; do
     rm -rf "$OUT/cuda/layer_$l" "$OUT/cuda/layer_${l}_fast"
     "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --emit-cuda "$OUT/cuda/layer_$l" --arch "$ARCH" >/dev/null
@@ -68,16 +75,34 @@ rc=$?
 grep -E "SUMMARY|FAIL" "$L/run_plan_chain.log" | head -10
 row run_plan_fast_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_chain.log" | tail -1 | cut -c1-150)"
 
+# the fast attention (tests/gpu/fast_attn.moe: head dims 64 and 128, GQA, causal and bidirectional,
+# segment ids, a ragged 64-row tile): each sdpa / sdpa_bwd within the fast tolerance, then chained
+"$B/run_plan" "$OUT/fast_attn.moe" "$OUT/cuda/fast_attn" >"$L/run_plan_attn.log" 2>&1
+rc=$?
+grep -E "sdpa|SUMMARY|FAIL" "$L/run_plan_attn.log" | head -20
+row run_plan_attn "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_attn.log" | tail -1 | cut -c1-150)"
+"$B/run_plan" "$OUT/fast_attn.moe" "$OUT/cuda/fast_attn" --chain >"$L/run_plan_attn_chain.log" 2>&1
+rc=$?
+grep -E "SUMMARY|FAIL" "$L/run_plan_attn_chain.log" | head -10
+row run_plan_attn_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_attn_chain.log" | tail -1 | cut -c1-150)"
+
 common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cuda)
-"$B/train_ref" "${common[@]}" --log "$L/ref.jsonl" >"$L/train_ref.log" 2>&1; r1=$?
-"$B/train_fast" "${common[@]}" --log "$L/fast.jsonl" >"$L/train_fast.log" 2>&1; r2=$?
 losses() { grep -o '"loss":[-0-9.e+]*' "$1" | cut -d: -f2; }
-worst=$(paste <(losses "$L/ref.jsonl") <(losses "$L/fast.jsonl") | awk '
-  {n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) {w = d; s = n}} END {printf "%d %.3e %d", n, w, s}')
-read -r nsteps wrel wstep <<<"$worst"
-ok=$([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ "${nsteps:-0}" -ge 30 ] && awk -v w="$wrel" 'BEGIN {exit !(w < 0.01)}' && echo ok || echo FAIL)
-row train_30_steps "$ok" "steps $nsteps, worst loss rel diff $wrel (step $wstep); first/last ref $(losses "$L/ref.jsonl" | head -1)/$(losses "$L/ref.jsonl" | tail -1) fast $(losses "$L/fast.jsonl" | head -1)/$(losses "$L/fast.jsonl" | tail -1)"
-[ $r2 -ne 0 ] && tail -5 "$L/train_fast.log"
+# 30 steps of a model, --kernels fast against the reference kernels: every step's loss within 1%
+train_pair() {
+  local tag=$1 ref=$2 fast=$3
+  "$B/$ref" "${common[@]}" --log "$L/$tag.ref.jsonl" >"$L/$tag.ref.log" 2>&1; local r1=$?
+  "$B/$fast" "${common[@]}" --log "$L/$tag.fast.jsonl" >"$L/$tag.fast.log" 2>&1; local r2=$?
+  local worst nsteps wrel wstep ok
+  worst=$(paste <(losses "$L/$tag.ref.jsonl") <(losses "$L/$tag.fast.jsonl") | awk '
+    {n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) {w = d; s = n}} END {printf "%d %.3e %d", n, w, s}')
+  read -r nsteps wrel wstep <<<"$worst"
+  ok=$([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ "${nsteps:-0}" -ge 30 ] && awk -v w="$wrel" 'BEGIN {exit !(w < 0.01)}' && echo ok || echo FAIL)
+  row "$tag" "$ok" "steps $nsteps, worst loss rel diff $wrel (step $wstep); first/last ref $(losses "$L/$tag.ref.jsonl" | head -1)/$(losses "$L/$tag.ref.jsonl" | tail -1) fast $(losses "$L/$tag.fast.jsonl" | head -1)/$(losses "$L/$tag.fast.jsonl" | tail -1)"
+  [ $r2 -ne 0 ] && tail -5 "$L/$tag.fast.log"
+}
+train_pair train_30_steps train_ref train_fast
+train_pair train_attn_30_steps attn_ref attn_fast
 
 for l in $LAYERS; do
   for v in "" _fast; do

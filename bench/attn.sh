@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# bench/attn.sh [--build-only | --run-only] [OUTDIR]
+# The attention benchmark: y = sdpa(q, k, v), forward + backward of loss = mean(y^2), at bio and Mixtral
+# shapes (bench/models/attn/*.moe), moec's fast kernels (--kernels fast: codegen/attn_fast.cuh) and, at bio
+# shapes, the reference kernels, beside PyTorch's scaled_dot_product_attention (bench/attn_anchor.py, bf16,
+# the fastest of its backends) in the same run. moec's time is the sum of its attention launches (the bf16
+# conversion of q/k/v, the forward, the backward's preparation, dq and dk/dv) from bench/layer.c
+# --launches (each launch between CUDA events, median of the reps); the slices into the three gradients and
+# the loss are left out, as PyTorch's q.grad/k.grad/v.grad come out separate. TFLOP/s: 3.5 x 4 B S^2 heads hd
+# (half when causal) over that time, for both.
+# Build here (no GPU), carry OUTDIR (default $BUILD/bench-attn), run there with --run-only.
+set -uo pipefail
+MODE=all
+case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+BUILD=${BUILD:-build}
+OUT=${1:-$ROOT/$BUILD/bench-attn}
+ARCH=${MOEC_GPU_ARCH:-sm_90a}
+PY=${PYTHON:-python3}
+# name | kernels | warm-up | reps
+RUNS=("bio|fast|3|20" "bio_bidir|fast|3|20" "mixtral|fast|2|10" "bio|reference|1|3")
+cd "$ROOT"
+if [ "$MODE" != run ]; then
+  set -e
+  make -j2 BUILD="$BUILD" "$BUILD/moec" "$BUILD/libmoec.a" >/dev/null
+  mkdir -p "$OUT/lib" "$OUT/cuda"
+  cc -std=c11 -D_GNU_SOURCE -O2 -ffp-contract=off -Wall -Wextra -Werror -I"$BUILD/gen" -Icompiler \
+     -c bench/layer.c -o "$OUT/layer.o"
+  g++ -o "$OUT/layer" "$OUT/layer.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
+  rm "$OUT/layer.o"
+  cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
+  cp bench/attn_anchor.py "$OUT/"
+  for r in "${RUNS[@]}"; do
+    IFS='|' read -r name kern _ _ <<<"$r"
+    rm -rf "${OUT:?}/cuda/${name}_$kern"
+    "$BUILD/moec" compile "bench/models/attn/attn_$name.moe" --kernels "$kern" --emit-cuda "$OUT/cuda/${name}_$kern" \
+        --arch "$ARCH" >/dev/null
+  done
+  set +e
+fi
+[ "$MODE" = build ] && exit 0
+
+export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+declare -A MS
+for r in "${RUNS[@]}"; do
+  IFS='|' read -r name kern warm reps <<<"$r"
+  log=$OUT/${name}_$kern.log
+  timeout 120 "$OUT/layer" "$OUT/cuda/${name}_$kern" --name "${name}_$kern" --warmup "$warm" --reps "$reps" --launches \
+      >"$log" 2>&1 || { echo "moec ${name}_$kern failed:"; tail -5 "$log"; status=1; continue; }
+  MS[${name}_$kern]=$(awk '/^LAUNCH/ && $6 ~ /sdpa/ && $6 !~ /slice/ {s += $3} END {printf "%.4f", s}' "$log")
+  grep '^LAUNCH' "$log" | grep sdpa
+done
+"$PY" "$OUT/attn_anchor.py" >"$OUT/anchor.log" 2>&1 || { echo "attn_anchor.py failed:"; tail -5 "$OUT/anchor.log"; status=1; }
+grep -E '^(TORCH|#)' "$OUT/anchor.log"
+printf '\n%-10s %-10s %10s %8s %12s %8s %8s %s\n' shape kernels "moec ms" TFLOP/s "torch ms" TFLOP/s moec/torch "torch backend"
+for r in "${RUNS[@]}"; do
+  IFS='|' read -r name kern _ _ <<<"$r"
+  read -r tname tms ttf < <(grep "^TORCH_BEST $name " "$OUT/anchor.log" | awk '{print $3, $4, $5}')
+  m=${MS[${name}_$kern]:-}
+  printf '%-10s %-10s %10s %8s %12s %8s %8s %s\n' "$name" "$kern" "${m:--}" \
+    "$( [ -n "$m" ] && [ -n "${ttf:-}" ] && awk -v t="$ttf" -v a="$tms" -v m="$m" 'BEGIN {printf "%.1f", t*a/m}' || echo -)" \
+    "${tms:--}" "${ttf:--}" "$( [ -n "$m" ] && [ -n "${tms:-}" ] && awk -v a="$tms" -v m="$m" 'BEGIN {printf "%.2fx", m/a}' || echo -)" "${tname:--}"
+done
+exit $status
