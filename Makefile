@@ -207,7 +207,7 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_OBJ)
 
 fuzz: SHELL := /bin/bash
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz_%) $(BUILD)/moec
-	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz-corpus/$$t; \
+	@for t in $(FUZZ_TARGETS) frontend plan; do mkdir -p $(BUILD)/fuzz-corpus/$$t; \
 	    cp tests/fuzz/corpus/$$t/* $(BUILD)/fuzz-corpus/$$t/ 2>/dev/null; done; \
 	cp models/*.moe models/variants/*.moe tests/ir/*.moe tests/errors/*.moe tests/train/*.moe \
 	    tests/fuzz/regressions/*.input $(BUILD)/fuzz-corpus/frontend/ 2>/dev/null; \
