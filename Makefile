@@ -28,7 +28,7 @@ FE_SRC   = compiler/parse.c compiler/lower.c
 PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c plan/cost.c plan/gemm_sm90.c
 DRIVER_SRC = driver/compile.c driver/build.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
-           runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c \
+           runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_wire.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
 DATA_SRC = data/data.c data/shards.c
 FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/hf.c formats/hf_import.c \
@@ -196,7 +196,7 @@ test: test-plain test-asan
 # plans of two models compiled by this build); what it finds goes to $(BUILD)/fuzz-corpus/NAME
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
-FUZZ_TARGETS ?= frontend safetensors hf_config fasta plan
+FUZZ_TARGETS ?= frontend safetensors hf_config fasta plan comm
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fno-sanitize-recover=all -Wno-unused-function $(CPPFLAGS_BASE)
 FUZZ_LIB_SRC = $(LIB_SRC) $(GEN)/parser.c $(GEN)/lexer.c $(GEN)/cuda_prelude.c
 FUZZ_OBJ = $(FUZZ_LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
@@ -209,7 +209,7 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_file.h $(FUZZ_OBJ)
 
 fuzz: SHELL := /bin/bash
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz_%) $(BUILD)/moec
-	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz-corpus/$$t; \
+	@for t in $(FUZZ_TARGETS) frontend plan; do mkdir -p $(BUILD)/fuzz-corpus/$$t; \
 	    cp tests/fuzz/corpus/$$t/* $(BUILD)/fuzz-corpus/$$t/ 2>/dev/null; done; \
 	cp models/*.moe models/variants/*.moe tests/ir/*.moe tests/errors/*.moe tests/train/*.moe \
 	    tests/fuzz/regressions/*.input $(BUILD)/fuzz-corpus/frontend/ 2>/dev/null; \

@@ -89,15 +89,17 @@ int trainer_ckpt_prepare(Trainer *t)
     if (!t->f.resume && !t->f.overwrite_ckpt && access(path, F_OK) == 0)
         FAIL("%s already holds a checkpoint: continue it with --resume, or replace it with "
                              "--overwrite-ckpt (or choose another --ckpt-dir)", path);
-    /* checkpoint.safetensors.tmp.PID of runs that were killed while saving: we hold the lock, nobody writes them */
+    /* checkpoint.safetensors.tmp.PID of runs that were killed while saving, and the write probes (below) of
+     * runs killed at their start: we hold the lock, nobody writes them */
     DIR *d = opendir(dir);
     struct dirent *de;
     while (d && (de = readdir(d)) != NULL) {
-        if (strncmp(de->d_name, "checkpoint.safetensors.tmp.", 27) != 0)
+        int probe = strncmp(de->d_name, ".moec-write-check.", 18) == 0;
+        if (!probe && strncmp(de->d_name, "checkpoint.safetensors.tmp.", 27) != 0)
             continue;
         char stale[4096 + 256];
         snprintf(stale, sizeof stale, "%s/%s", dir, de->d_name);
-        if (unlink(stale) == 0)
+        if (unlink(stale) == 0 && !probe)
             printf("removed %s, left by a run that stopped while saving\n", stale);
     }
     if (d)

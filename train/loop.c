@@ -393,7 +393,8 @@ int trainer_run(Trainer *t)
         cJSON_AddStringToObject(start, "event", "start");
         cJSON_AddStringToObject(start, "model", g->model);
         cJSON_AddNumberToObject(start, "params", (double)t->nparams_total);
-        cJSON_AddNumberToObject(start, "unigram_entropy", t->unigram);
+        if (t->have_val)  /* without a validation split there is no reference (not an entropy of 0) */
+            cJSON_AddNumberToObject(start, "unigram_entropy", t->unigram);
         cJSON_AddNumberToObject(start, "start_step", (double)t->step);
         cJSON_AddNumberToObject(start, "ranks", t->world);
         trainer_log(t, start);

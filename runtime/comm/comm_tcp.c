@@ -54,43 +54,14 @@
 
 #include "comm.h"
 #include "comm_impl.h"
+#include "comm_wire.h"
 #include "../../util/sha256.h"
 #include "../../util/util.h"
 
-#define TCP_MAGIC 0x4d4f4543u  /* "MOEC": also catches a peer of the other byte order */
-#define TCP_VERSION 2u           /* 2: authenticated hellos */
-#define TCP_NONCE 32
 #define TCP_PEND_MS 5000          /* an unfinished connection is dropped after this long */
 #define TCP_PEND_EXTRA 32         /* rank 0 holds at most world + this many unfinished connections */
-#define TCP_HOST_LEN 64
-#define TCP_NOTICE 0xffu          /* WireHeader.op of a failure notice: len bytes of text follow */
-#define TCP_NOTICE_MAX 1024
 
-/* Sent by each rank during setup (to rank 0, then to the peers it connects
- * to); rank 0 sends back one per rank. Both ends are the same build, so
- * native layout is fine; the magic catches a foreign byte order. */
-typedef struct WireHello {
-    uint32_t magic, version;
-    int32_t rank, world, ep, pid;
-    int32_t port;                /* the rank's listener */
-    char host[TCP_HOST_LEN];     /* its numeric address */
-    unsigned char nonce[TCP_NONCE];  /* the connector's challenge to the acceptor */
-    unsigned char mac[SHA256_LEN];   /* HMAC(secret, "moec-hello" || acceptor's challenge || this, mac zeroed) */
-} WireHello;
-
-/* The acceptor's first words on every connection. */
-typedef struct WireChallenge {
-    uint32_t magic, version;
-    unsigned char nonce[TCP_NONCE];
-} WireChallenge;
-
-/* In front of every collective message. */
-typedef struct WireHeader {
-    uint32_t magic;
-    uint8_t op, group, pad[2];
-    uint32_t seq;                /* per group, counts exchanges */
-    uint64_t len;
-} WireHeader;
+/* The messages (WireHello, WireChallenge, WireHeader) and the checks of what arrives are in comm_wire.c. */
 
 typedef struct TcpPeer {
     int fd;                      /* -1 for this rank */
@@ -336,27 +307,16 @@ static int random_bytes(void *p, size_t n)
     return 1;
 }
 
+static WireKey tcp_key(const Tcp *t)
+{
+    return (WireKey){t->key, t->keylen};
+}
+
 static void mac3(const Tcp *t, const char *label, const void *a, size_t na, const void *b, size_t nb,
                  unsigned char out[SHA256_LEN])
 {
-    const void *parts[3] = {label, a, b};
-    size_t lens[3] = {strlen(label) + 1, na, nb};
-    hmac_sha256(t->key, t->keylen, parts, lens, 3, out);
-}
-
-static void hello_mac(const Tcp *t, const unsigned char challenge[TCP_NONCE], const WireHello *h,
-                      unsigned char out[SHA256_LEN])
-{
-    WireHello c = *h;
-    memset(c.mac, 0, sizeof c.mac);
-    mac3(t, "moec-hello", challenge, TCP_NONCE, &c, sizeof c, out);
-}
-
-static int hello_ok(const Tcp *t, const unsigned char challenge[TCP_NONCE], const WireHello *h)
-{
-    unsigned char want[SHA256_LEN];
-    hello_mac(t, challenge, h, want);
-    return h->magic == TCP_MAGIC && h->version == TCP_VERSION && ct_equal(want, h->mac, SHA256_LEN);
+    WireKey k = tcp_key(t);
+    wire_mac(&k, label, a, na, b, nb, out);
 }
 
 /* Sends this end's challenge on a fresh connection (a few bytes: the socket buffer takes them at once). */
@@ -375,23 +335,16 @@ static int answer_challenge(const Tcp *t, int fd, WireHello *me, int64_t deadlin
     WireChallenge c;
     if (!io_all(fd, &c, sizeof c, 0, deadline))
         return 0;
-    if (c.magic != TCP_MAGIC || c.version != TCP_VERSION) {
+    if (!wire_challenge_ok(&c)) {
         errno = EPROTO;
         return 0;
     }
     if (!random_bytes(me->nonce, TCP_NONCE))
         return 0;
     memcpy(nonce_out, me->nonce, TCP_NONCE);
-    hello_mac(t, c.nonce, me, me->mac);
+    WireKey k = tcp_key(t);
+    wire_hello_mac(&k, c.nonce, me, me->mac);
     return io_all(fd, me, sizeof *me, 1, deadline);
-}
-
-/* Peer text (a failure notice, an address) made printable: no terminal escapes from the network. */
-static void sanitize(char *s, size_t n)
-{
-    for (size_t i = 0; i < n && s[i]; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            s[i] = '?';
 }
 
 static int is_loopback(const char *addr)
@@ -566,27 +519,14 @@ static int rendezvous_master(Tcp *t, int world, int ep, const char *addr, int po
             int drop = k <= 0;  /* gone before saying hello: a stray connection, not a rank */
             if (pend[i].got == sizeof(WireHello)) {
                 WireHello *h = &pend[i].h;
-                h->host[TCP_HOST_LEN - 1] = 0;
-                sanitize(h->host, sizeof h->host);
-                if (!hello_ok(t, pend[i].challenge, h)) {
-                    /* not a rank of this job (no secret, another secret, another version): ignore it */
-                    refused(t, pend[i].fd, h->magic == TCP_MAGIC && h->version == TCP_VERSION
-                                               ? "it did not prove the job's secret (MOEC_SECRET_FILE/MOEC_SECRET)"
-                                               : "not a moec rank of this version");
+                char msg[512];
+                WireKey key = tcp_key(t);
+                int verdict = wire_hello_master(&key, pend[i].challenge, h, world, ep, have, table, msg, sizeof msg);
+                if (verdict == WIRE_DROP) {
+                    refused(t, pend[i].fd, msg);
                     drop = 1;
-                } else if (h->world != world || h->ep != ep) {
-                    snprintf(err, errlen,
-                             "rank 0: rank %d (pid %d) joined with world size %d and ep %d, but rank 0 has world size "
-                             "%d and ep %d",
-                             h->rank, h->pid, h->world, h->ep, world, ep);
-                    ok = 0;
-                } else if (h->rank <= 0 || h->rank >= world) {
-                    snprintf(err, errlen, "rank 0: a process (pid %d) joined as rank %d, outside 1..%d", h->pid,
-                             h->rank, world - 1);
-                    ok = 0;
-                } else if (have[h->rank]) {
-                    snprintf(err, errlen, "rank 0: rank %d joined twice (pids %d and %d)", h->rank,
-                             table[h->rank].pid, h->pid);
+                } else if (verdict == WIRE_FATAL) {
+                    snprintf(err, errlen, "%s", msg);
                     ok = 0;
                 } else {
                     table[h->rank] = *h;
@@ -676,7 +616,7 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
     int ok = table && have;
     if (!ok)
         snprintf(err, errlen, "out of memory");
-    unsigned char mine[TCP_NONCE], mac[SHA256_LEN], want[SHA256_LEN];
+    unsigned char mine[TCP_NONCE], mac[SHA256_LEN];
     if (ok && !answer_challenge(t, fd0, &me, deadline, mine)) {
         snprintf(err, errlen, "rank %d: saying hello to rank 0 at %s:%d: %s%s", rank, addr, port, io_error(),
                  errno == EPROTO ? " (not a moec rank 0 of this version)" : "");
@@ -696,18 +636,10 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
         ok = 0;
     }
     if (ok) {
-        mac3(t, "moec-table", mine, TCP_NONCE, table, (size_t)world * sizeof *table, want);
-        if (!ct_equal(mac, want, sizeof mac)) {
-            snprintf(err, errlen, "rank %d: the process at %s:%d did not prove the job's secret: it is not this job's "
-                     "rank 0 (or MOEC_SECRET_FILE/MOEC_SECRET differ)", rank, addr, port);
-            ok = 0;
-        }
-    }
-    for (int r = 0; ok && r < world; r++) {
-        table[r].host[TCP_HOST_LEN - 1] = 0;
-        sanitize(table[r].host, sizeof table[r].host);
-        if (table[r].magic != TCP_MAGIC || table[r].rank != r || table[r].world != world) {
-            snprintf(err, errlen, "rank %d: rank 0 sent a malformed rank table", rank);
+        char msg[512];
+        WireKey k = tcp_key(t);
+        if (wire_table_check(&k, mine, table, world, mac, msg, sizeof msg) != WIRE_OK) {
+            snprintf(err, errlen, "rank %d: the process at %s:%d %s", rank, addr, port, msg);
             ok = 0;
         }
     }
@@ -720,9 +652,8 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
         WireHello mesh = me;
         int proved = fd >= 0 && answer_challenge(t, fd, &mesh, deadline, mine) && io_all(fd, ack, sizeof ack, 0, deadline);
         if (proved) {
-            /* the acceptor's answer binds our nonce to our hello's MAC, which covers its challenge */
-            mac3(t, "moec-ack", mine, TCP_NONCE, mesh.mac, SHA256_LEN, want);
-            proved = ct_equal(ack, want, sizeof ack);
+            WireKey k = tcp_key(t);
+            proved = wire_ack_ok(&k, mine, mesh.mac, ack);
             if (!proved)
                 errno = EACCES;
         }
@@ -754,8 +685,12 @@ static int rendezvous_peer(Tcp *t, int rank, int world, int ep, const char *addr
             /* a stranger gets TCP_PEND_MS, not the whole rendezvous, to prove the secret */
             int64_t until = comm_now_ms() + TCP_PEND_MS < deadline ? comm_now_ms() + TCP_PEND_MS : deadline;
             unsigned char chal[TCP_NONCE], ack[SHA256_LEN];
-            if (!send_challenge(fd, chal) || !io_all(fd, &h, sizeof h, 0, until) || !hello_ok(t, chal, &h) ||
-                h.rank <= rank || h.rank >= world || t->peers[h.rank].fd >= 0) {
+            char msg[256];
+            WireKey k = tcp_key(t);
+            for (int r = 0; r < world; r++)
+                have[r] = t->peers[r].fd >= 0;
+            if (!send_challenge(fd, chal) || !io_all(fd, &h, sizeof h, 0, until) ||
+                wire_hello_mesh(&k, chal, &h, rank, world, have, msg, sizeof msg) != WIRE_OK) {
                 close(fd);  /* not one of ours, or it died while connecting: keep waiting for the real one */
                 continue;
             }
@@ -812,12 +747,12 @@ static int tcp_fail_peer(Comm *c, int peer, CommOpKind op, CommGroup g, const ch
 static int read_notice(Comm *c, int peer, uint64_t len, CommOpKind op, CommGroup g)
 {
     Tcp *t = c->impl;
-    char text[TCP_NOTICE_MAX + 1] = "";
+    char raw[TCP_NOTICE_MAX] = "", text[TCP_NOTICE_MAX + 1];
     size_t n = len < TCP_NOTICE_MAX ? (size_t)len : TCP_NOTICE_MAX;
-    if (!io_all(t->peers[peer].fd, text, n, 0, comm_now_ms() + 2000))
+    if (io_all(t->peers[peer].fd, raw, n, 0, comm_now_ms() + 2000))
+        wire_notice_text(raw, n, text);
+    else
         snprintf(text, sizeof text, "(its message was cut off)");
-    text[n] = 0;
-    sanitize(text, sizeof text);
     return comm_fail(c, "rank %d: %s on %s stopped: from rank %d (pid %d): %s", c->rank, comm_op_name(op),
                      comm_group_name(g), peer, t->peers[peer].pid, text);
 }
@@ -841,26 +776,12 @@ static int peer_hung_up(Comm *c, const Xfer *x, CommOpKind op, CommGroup g, cons
 /* The header arrived: is it the message this rank expects? */
 static int check_header(Comm *c, const Xfer *x, CommOpKind op, CommGroup g, uint32_t seq)
 {
-    const WireHeader *h = &x->rhdr;
-    if (h->magic != TCP_MAGIC)
-        return comm_fail(c, "rank %d: rank %d sent a corrupt message header during %s on %s", c->rank, x->peer,
-                         comm_op_name(op), comm_group_name(g));
-    if (h->op == TCP_NOTICE)
-        return read_notice(c, x->peer, h->len, op, g);
-    if (h->op != op || h->group != g || h->seq != seq)
-        return comm_fail(c,
-                         "rank %d: mismatched collectives: rank %d is in %s on %s (#%u), rank %d sent %s on %s (#%u)",
-                         c->rank, c->rank, comm_op_name(op), comm_group_name(g), seq, x->peer,
-                         comm_op_name((CommOpKind)h->op), h->group <= COMM_DP ? comm_group_name((CommGroup)h->group) : "?",
-                         h->seq);
-    if (h->len != x->rlen) {
-        if (op == COMM_OP_ALLTOALLV)
-            return comm_fail(c, "rank %d: alltoallv on %s: rank %d sends %llu bytes to rank %d, which expects %zu",
-                             c->rank, comm_group_name(g), x->peer, (unsigned long long)h->len, c->rank, x->rlen);
-        return comm_fail(c, "rank %d: mismatched sizes in %s on %s: rank %d sent %llu bytes, rank %d expects %zu",
-                         c->rank, comm_op_name(op), comm_group_name(g), x->peer, (unsigned long long)h->len, c->rank,
-                         x->rlen);
-    }
+    char msg[512];
+    int verdict = wire_header_check(&x->rhdr, op, g, seq, x->rlen, c->rank, x->peer, msg, sizeof msg);
+    if (verdict == WIRE_NOTICE)
+        return read_notice(c, x->peer, x->rhdr.len, op, g);
+    if (verdict != WIRE_OK)
+        return comm_fail(c, "%s", msg);
     return 1;
 }
 
@@ -1214,7 +1135,7 @@ int comm_tcp_peer_gone(Comm *c, int peer, int *pid, char *why, size_t whylen)
             why[n] = 0;
         else
             why[0] = 0;
-        sanitize(why, whylen);
+        wire_sanitize(why, whylen);
     }
     return 1;
 }

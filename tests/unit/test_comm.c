@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "../../runtime/comm/comm.h"
+#include "../../runtime/comm/comm_impl.h"
+#include "../../runtime/comm/comm_wire.h"
 #include "../../train/launch.h"
 #include "check.h"
 
@@ -916,6 +918,123 @@ static void test_launch_env(void)
         unsetenv(vars[i]);
 }
 
+/* The message checks of comm_wire.c on hand-made messages: what each accepts,
+ * drops and refuses (the fuzzer, fuzz_comm.c, checks that none crashes). */
+static void test_wire(void)
+{
+    static const unsigned char key[] = "0123456789abcdef0123456789abcdef";
+    WireKey k = {key, 32}, other = {key + 1, 31}, none = {NULL, 0};
+    unsigned char chal[TCP_NONCE], nonce[TCP_NONCE];
+    memset(chal, 7, sizeof chal);
+    memset(nonce, 9, sizeof nonce);
+    char msg[512];
+    int have[4] = {1, 0, 1, 0};
+    WireHello table[4];
+    memset(table, 0, sizeof table);
+    table[2].pid = 222;
+    WireHello h;
+    memset(&h, 0, sizeof h);
+    h.magic = TCP_MAGIC;
+    h.version = TCP_VERSION;
+    h.rank = 1;
+    h.world = 4;
+    h.ep = 2;
+    h.pid = 111;
+    h.port = 4000;
+    snprintf(h.host, sizeof h.host, "127.0.0.1");
+    wire_hello_mac(&k, chal, &h, h.mac);
+    WireHello x = h;
+    CHECK(wire_hello_master(&k, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_OK, "signed hello: %s", msg);
+    x = h;
+    CHECK(wire_hello_master(&other, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_DROP &&
+          strstr(msg, "did not prove the job's secret"), "another key: %s", msg);
+    x = h;
+    CHECK(wire_hello_master(&none, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_DROP, "no key: dropped");
+    x = h;
+    x.pid ^= 1;  /* any bit after signing */
+    CHECK(wire_hello_master(&k, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_DROP, "altered hello dropped");
+    x = h;
+    x.version = 1;
+    CHECK(wire_hello_master(&k, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_DROP &&
+          strstr(msg, "not a moec rank of this version"), "version: %s", msg);
+    unsigned char chal2[TCP_NONCE];
+    memset(chal2, 8, sizeof chal2);
+    x = h;
+    CHECK(wire_hello_master(&k, chal2, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_DROP, "replayed hello dropped");
+    /* authenticated but inconsistent: the job stops, naming it */
+    x = h;
+    x.world = 8;
+    wire_hello_mac(&k, chal, &x, x.mac);
+    CHECK(wire_hello_master(&k, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "joined with world size 8 and ep 2, but rank 0 has world size 4 and ep 2"), "world: %s", msg);
+    x = h;
+    x.rank = 2;
+    wire_hello_mac(&k, chal, &x, x.mac);
+    CHECK(wire_hello_master(&k, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "rank 2 joined twice (pids 222 and 111)"), "twice: %s", msg);
+    x = h;
+    x.rank = 4;
+    wire_hello_mac(&k, chal, &x, x.mac);
+    CHECK(wire_hello_master(&k, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "joined as rank 4, outside 1..3"), "range: %s", msg);
+    /* control characters in the host are replaced, after the MAC */
+    x = h;
+    memcpy(x.host, "\033[2J", 4);
+    wire_hello_mac(&k, chal, &x, x.mac);
+    CHECK(wire_hello_master(&k, chal, &x, 4, 2, have, table, msg, sizeof msg) == WIRE_OK && x.host[0] == '?',
+          "host sanitised: %s", x.host);
+    /* the mesh: only a higher rank not yet connected */
+    x = h;
+    x.rank = 3;
+    wire_hello_mac(&k, chal, &x, x.mac);
+    CHECK(wire_hello_mesh(&k, chal, &x, 1, 4, have, msg, sizeof msg) == WIRE_OK, "mesh hello: %s", msg);
+    x = h;
+    CHECK(wire_hello_mesh(&k, chal, &x, 1, 4, have, msg, sizeof msg) == WIRE_DROP, "mesh: a lower rank is dropped");
+    /* rank 0's table: its MAC answers our nonce */
+    WireHello t[2];
+    memset(t, 0, sizeof t);
+    for (int r = 0; r < 2; r++) {
+        t[r].magic = TCP_MAGIC;
+        t[r].rank = r;
+        t[r].world = 2;
+        t[r].port = r ? 4001 : 0;
+    }
+    unsigned char mac[SHA256_LEN];
+    wire_mac(&k, "moec-table", nonce, TCP_NONCE, t, sizeof t, mac);
+    CHECK(wire_table_check(&k, nonce, t, 2, mac, msg, sizeof msg) == WIRE_OK, "table: %s", msg);
+    CHECK(wire_table_check(&k, chal, t, 2, mac, msg, sizeof msg) == WIRE_FATAL && strstr(msg, "not this job's rank 0"),
+          "table for another nonce: %s", msg);
+    t[1].port = 70000;
+    wire_mac(&k, "moec-table", nonce, TCP_NONCE, t, sizeof t, mac);
+    CHECK(wire_table_check(&k, nonce, t, 2, mac, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "malformed rank table (entry 1)"), "port 70000: %s", msg);
+    /* the mesh acknowledgement */
+    unsigned char ack[SHA256_LEN];
+    wire_mac(&k, "moec-ack", nonce, TCP_NONCE, h.mac, SHA256_LEN, ack);
+    CHECK(wire_ack_ok(&k, nonce, h.mac, ack) && !wire_ack_ok(&k, chal, h.mac, ack) && !wire_ack_ok(&other, nonce, h.mac, ack),
+          "ack");
+    /* headers */
+    WireHeader hd = {.magic = TCP_MAGIC, .op = COMM_OP_ALLGATHER, .group = COMM_EP, .seq = 5, .len = 64};
+    CHECK(wire_header_check(&hd, COMM_OP_ALLGATHER, COMM_EP, 5, 64, 0, 1, msg, sizeof msg) == WIRE_OK, "header");
+    CHECK(wire_header_check(&hd, COMM_OP_ALLGATHER, COMM_EP, 6, 64, 0, 1, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "mismatched collectives: rank 0 is in allgather on ep (#6), rank 1 sent allgather on ep (#5)"),
+          "seq: %s", msg);
+    CHECK(wire_header_check(&hd, COMM_OP_ALLGATHER, COMM_EP, 5, 65, 0, 1, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "rank 1 sent 64 bytes, rank 0 expects 65"), "len: %s", msg);
+    hd.op = 200;
+    hd.group = 9;
+    CHECK(wire_header_check(&hd, COMM_OP_ALLGATHER, COMM_EP, 5, 64, 0, 1, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "rank 1 sent ? on ? (#5)"), "bad op: %s", msg);
+    hd.op = TCP_NOTICE;
+    CHECK(wire_header_check(&hd, COMM_OP_ALLGATHER, COMM_EP, 5, 64, 0, 1, msg, sizeof msg) == WIRE_NOTICE, "notice");
+    hd.magic = 0;
+    CHECK(wire_header_check(&hd, COMM_OP_ALLGATHER, COMM_EP, 5, 64, 0, 1, msg, sizeof msg) == WIRE_FATAL &&
+          strstr(msg, "corrupt message header"), "magic: %s", msg);
+    char text[TCP_NOTICE_MAX + 1];
+    wire_notice_text("out\033[31m\a", 9, text);
+    CHECK(!strcmp(text, "out?[31m?"), "notice text: %s", text);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "--launch-child"))
@@ -926,6 +1045,7 @@ int main(int argc, char **argv)
     test_groups();
     test_order_matters();
     test_single();
+    test_wire();
     test_sim_scenario();
     test_sim_failures();
     if (!sim_only) {

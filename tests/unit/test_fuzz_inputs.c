@@ -24,6 +24,9 @@
 #define LLVMFuzzerTestOneInput fuzz_plan_one
 #include "../fuzz/fuzz_plan.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_comm_one
+#include "../fuzz/fuzz_comm.c"
+#undef LLVMFuzzerTestOneInput
 
 static int run_dir(const char *dir, int (*one)(const uint8_t *, size_t))
 {
@@ -63,6 +66,7 @@ int main(void)
         {"hf_config", fuzz_hf_config_one},
         {"fasta", fuzz_fasta_one},
         {"plan", fuzz_plan_one},
+        {"comm", fuzz_comm_one},
     };
     for (int i = 0; i < (int)(sizeof targets / sizeof targets[0]); i++) {
         char dir[256];
