@@ -251,6 +251,17 @@ int trainer_run(Trainer *t)
         t->tr.steps = t->f.steps;
     if (t->f.lr > 0)
         t->tr.lr = t->f.lr;
+    if (t->f.warmup >= 0)
+        t->tr.warmup = t->f.warmup;
+    if (t->f.min_lr >= 0)
+        t->tr.min_lr = t->f.min_lr;
+    if (t->f.schedule >= 0)
+        t->tr.schedule = (IrSchedule)t->f.schedule;
+    if (is_rank0(t) && !t->f.eval_path && t->tr.schedule == IR_SCHED_WARMUP_COSINE && t->tr.warmup > t->tr.steps)
+        fprintf(stderr, "%s: warning: warmup %lld exceeds the %lld steps: the learning rate rises to %.3g of its peak "
+                "%g and never decays (set warmup below steps, e.g. --set warmup=%lld)\n", t->prog,
+                (long long)t->tr.warmup, (long long)t->tr.steps,
+                (double)t->tr.steps / (double)t->tr.warmup, t->tr.lr, (long long)(t->tr.steps / 10));
     t->alpha = alphabet_get(t->tr.alphabet == IR_ALPHABET_DNA ? ALPHABET_DNA : ALPHABET_PROTEIN);
     t->obj = t->tr.objective == IR_OBJ_MASKED_LM ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
     t->local_batch = t->tr.batch / t->world;

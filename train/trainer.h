@@ -39,6 +39,11 @@ typedef struct Flags {
     int64_t profile;     /* --profile N: time N steps per IR node (0: off) */
     int packing;         /* --packing: an IrPacking, or -1 for the model's */
     int64_t keep_last;   /* --keep-last N: keep DIR/checkpoint-STEP.safetensors of the last N (0: none) */
+    /* --set KEY=VALUE: the train section's run-time settings (steps, lr and batch land in the fields above) */
+    int64_t warmup;      /* -1: the model's */
+    double min_lr;       /* < 0: the model's */
+    int schedule;        /* an IrSchedule, or -1 for the model's */
+    int64_t seq;         /* 0: the model's (another one re-plans, as --batch does) */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -104,6 +109,9 @@ int trainer_stop_requested(void);
 /* Parses the command line into t->f; -1 to go on, else the exit status (--help: 0, usage errors: 2). */
 int trainer_parse_flags(Trainer *t, int argc, char **argv);
 int trainer_usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "[CMD: ]unknown option 'OPT'; did you mean 'X'?" (X the nearest of the NULL-terminated `known`, when one
+ * is near) as a usage error: returns 2. */
+int trainer_unknown_option(const char *prog, const char *cmd, const char *opt, const char *const *known);
 
 /* loop.c */
 /* One rank's whole run (t arrives with its flags, plan, communicator, rank, world and data). */
