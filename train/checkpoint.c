@@ -283,7 +283,7 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm)
         return !trainer_error(t, "--dump: %s", t->be->ops->error(t->be));
     SafeTensorsWriter w;
     st_writer_init(&w);
-    int64_t bs[2] = {t->tr.batch, t->tr.seq};
+    int64_t bs[2] = {t->tr.batch * t->f.grad_accum, t->tr.seq};
     st_writer_add(&w, "tokens", ST_I32, 2, bs, t->gtokens, sizeof(int32_t) * (size_t)(bs[0] * bs[1]));
     st_writer_add(&w, "targets", ST_I32, 2, bs, t->gtargets, sizeof(int32_t) * (size_t)(bs[0] * bs[1]));
     float lf = (float)loss;

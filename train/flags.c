@@ -32,6 +32,10 @@ static const char *const usage_train =
     "                     (optimizer constants, precision, packing, aux_loss, ...)\n"
     "                     need the train section edited and `moec compile` again\n"
     "  --steps N          optimizer steps (default: the model file's, %lld)\n"
+    "  --grad-accum N     N micro-batches of --batch sequences per optimizer step,\n"
+    "                     their gradients accumulated: the step of one batch of\n"
+    "                     N x batch sequences, up to fp32 rounding (CPU backend, one\n"
+    "                     rank; default 1)\n"
     "  --seed N           seed for initialisation, data order and masking (default 1)\n"
     "  --batch N          sequences per step (default: the model file's, %lld; re-plans)\n"
     "  --lr X             peak learning rate (default: the model file's, %g)\n"
@@ -203,7 +207,7 @@ static const char *const train_flags[] = {
     "--data", "--val-data", "--packing", "--resume", "--overwrite-ckpt", "--ckpt-dir", "--log", "--device", "--dump",
     "--no-cuda-graph", "--eval", "--init", "--lr", "--set", "--steps", "--seed", "--batch", "--eval-every",
     "--ckpt-every", "--keep-last", "--log-every", "--val-batches", "--dump-steps", "--profile", "--threads",
-    "--simulate-ranks", "--nproc", "--help", NULL};
+    "--simulate-ranks", "--nproc", "--grad-accum", "--help", NULL};
 
 int trainer_parse_flags(Trainer *t, int argc, char **argv)
 {
@@ -224,6 +228,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
     f->warmup = -1;
     f->min_lr = -1;
     f->schedule = -1;
+    f->grad_accum = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -300,6 +305,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
                 {"--dump-steps", 1, (int64_t)1 << 20, offsetof(Flags, dump_steps)},
                 {"--profile", 1, (int64_t)1 << 20, offsetof(Flags, profile)},
+                {"--grad-accum", 1, 1 << 16, offsetof(Flags, grad_accum)},
                 {"--threads", 1, 256, 0},
                 {"--simulate-ranks", 1, 256, 1},
                 {"--nproc", 1, 256, 2},
@@ -337,6 +343,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         return trainer_usage_error(t->prog, "--overwrite-ckpt goes with --ckpt-dir DIR and a fresh run (not --resume)");
     if (f->resume && f->init_path)
         return trainer_usage_error(t->prog, "--resume and --init exclude each other");
+    if (f->grad_accum > 1 && f->profile)
+        return trainer_usage_error(t->prog, "--profile times single steps: run it without --grad-accum");
     if (f->eval_path && !f->resume && !f->init_path)
         return trainer_usage_error(t->prog, "--eval needs trained parameters: add --init CKPT or --resume --ckpt-dir DIR");
     if (!f->eval_path && f->ndata == 0)

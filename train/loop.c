@@ -280,7 +280,8 @@ int trainer_run(Trainer *t)
         t->param_off[p] = t->nparams_total;
         t->nparams_total += ir_numel(g->params[p]);
     }
-    int64_t gsize = t->tr.batch * t->tr.seq, lsize = t->local_batch * t->tr.seq;
+    /* with --grad-accum N the loader draws N batches at once: the rows of one batch N times as large */
+    int64_t gsize = t->tr.batch * t->tr.seq * t->f.grad_accum, lsize = t->local_batch * t->tr.seq;
     t->params = calloc((size_t)t->nparams_total, sizeof(float));
     t->adam = calloc((size_t)t->nparams_total * 2, sizeof(float));
     t->tokens = calloc((size_t)lsize, sizeof(int32_t));
@@ -311,6 +312,14 @@ int trainer_run(Trainer *t)
                 return trainer_error(t, "the cpu backend: %s", err);
         }
     }
+    if (t->f.grad_accum > 1 && !t->f.eval_path) {
+        if (t->world > 1)
+            return trainer_error(t, "--grad-accum runs on one rank for now (the graph's gradient all-reduce would "
+                                 "average each micro-batch's gradients before their token weights apply)");
+        if (!t->be->ops->accum_step)
+            return trainer_error(t, "--grad-accum is not implemented on the %s backend yet: use --device cpu",
+                                 t->be->ops->name);
+    }
     init_params(t);
 
     /* --eval FILE: the loss over all its sequences, then exit */
@@ -332,7 +341,8 @@ int trainer_run(Trainer *t)
         to.val_fraction = 0;
         vo.val_fraction = 1.0;
     }
-    if (!data_loader_init_opts(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
+    if (!data_loader_init_opts(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN,
+                               t->tr.batch * (t->f.eval_path ? 1 : t->f.grad_accum), t->tr.seq,
                                (uint64_t)t->f.seed, t->obj, &to))
         return trainer_error(t, "the training split is empty: give more sequences");
     t->have_val = data_loader_init_opts(&t->val_loader, vs, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
@@ -368,6 +378,10 @@ int trainer_run(Trainer *t)
 
     if (is_rank0(t)) {
         trainer_print_summary(t);
+        if (t->f.grad_accum > 1)
+            printf("gradient accumulation: %lld micro-batches of %lld sequences per step, their gradients weighted by "
+                   "their scored tokens: the step of a batch of %lld\n", (long long)t->f.grad_accum,
+                   (long long)t->tr.batch, (long long)(t->f.grad_accum * t->tr.batch));
         if (t->world > 1)
             printf("ranks: %d (expert parallel %lld x data parallel %lld), %lld sequences per rank and step\n",
                    t->world, (long long)t->ep, (long long)t->dp, (long long)t->local_batch);
@@ -434,8 +448,23 @@ int trainer_run(Trainer *t)
         /* the step may run asynchronously: its loss is read when the host needs it. A profiled step
          * (--profile) is the same step, each launch timed */
         int profiled = trainer_profile_wants(t, t->step);
-        if (!(profiled ? t->be->ops->profile_step(t->be, t->tokens, t->targets, lr, t->step, &t->prof->acc)
-                       : t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step)))
+        int ok;
+        if (t->f.grad_accum > 1) {
+            /* one rank: the global batch is this rank's; micro-batch k weighs its share of the scored targets */
+            double *wk = malloc(sizeof(double) * (size_t)t->f.grad_accum);
+            if (!wk)
+                return trainer_error(t, "out of memory");
+            int64_t total = count_targets(t->gtargets, gsize);
+            for (int64_t k = 0; k < t->f.grad_accum; k++)
+                wk[k] = total ? (double)count_targets(t->gtargets + k * lsize, lsize) / (double)total
+                              : 1.0 / (double)t->f.grad_accum;
+            ok = t->be->ops->accum_step(t->be, t->gtokens, t->gtargets, (int)t->f.grad_accum, wk, lr, t->step);
+            free(wk);
+        } else {
+            ok = profiled ? t->be->ops->profile_step(t->be, t->tokens, t->targets, lr, t->step, &t->prof->acc)
+                          : t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step);
+        }
+        if (!ok)
             return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
                               t->be->ops->error(t->be));
         t->unread++;

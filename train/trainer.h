@@ -44,6 +44,7 @@ typedef struct Flags {
     double min_lr;       /* < 0: the model's */
     int schedule;        /* an IrSchedule, or -1 for the model's */
     int64_t seq;         /* 0: the model's (another one re-plans, as --batch does) */
+    int64_t grad_accum;  /* --grad-accum N: N micro-batches of the plan's batch per optimizer step (1: off) */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
