@@ -52,6 +52,9 @@ static const char *const usage_train =
     "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
     "  --keep-last N      also keep DIR/checkpoint-STEP.safetensors of the last N\n"
     "                     checkpoints (default 0: only the latest)\n"
+    "  --keep-best        also keep DIR/checkpoint-best.safetensors: the checkpoint of\n"
+    "                     the best validation lm_loss so far (a checkpoint is written\n"
+    "                     at each evaluation that improves on it)\n"
     "  --resume           continue from DIR/checkpoint.safetensors\n"
     "  --overwrite-ckpt   let a fresh run replace the checkpoint in --ckpt-dir (without\n"
     "                     it, or --resume, a run into a directory holding one is refused)\n"
@@ -207,7 +210,7 @@ static const char *const train_flags[] = {
     "--data", "--val-data", "--packing", "--resume", "--overwrite-ckpt", "--ckpt-dir", "--log", "--device", "--dump",
     "--no-cuda-graph", "--eval", "--init", "--lr", "--set", "--steps", "--seed", "--batch", "--eval-every",
     "--ckpt-every", "--keep-last", "--log-every", "--val-batches", "--dump-steps", "--profile", "--threads",
-    "--simulate-ranks", "--nproc", "--grad-accum", "--help", NULL};
+    "--simulate-ranks", "--nproc", "--grad-accum", "--keep-best", "--help", NULL};
 
 int trainer_parse_flags(Trainer *t, int argc, char **argv)
 {
@@ -257,6 +260,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
             f->packing = v[0] == 'c' ? IR_PACK_CONCAT : v[0] == 'p' ? IR_PACK_PACKED : IR_PACK_ROWS;
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
+        } else if (strcmp(a, "--keep-best") == 0) {
+            f->keep_best = 1;
         } else if (strcmp(a, "--overwrite-ckpt") == 0) {
             f->overwrite_ckpt = 1;
         } else if (strcmp(a, "--ckpt-dir") == 0) {
@@ -343,6 +348,9 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         return trainer_usage_error(t->prog, "--overwrite-ckpt goes with --ckpt-dir DIR and a fresh run (not --resume)");
     if (f->resume && f->init_path)
         return trainer_usage_error(t->prog, "--resume and --init exclude each other");
+    if (f->keep_best && (!f->ckpt_dir || f->eval_every == 0 || f->eval_path))
+        return trainer_usage_error(t->prog, "--keep-best keeps the checkpoint of the best validation loss: it needs "
+                                   "--ckpt-dir DIR and validation (--eval-every N > 0), and no --eval");
     if (f->grad_accum > 1 && f->profile)
         return trainer_usage_error(t->prog, "--profile times single steps: run it without --grad-accum");
     if (f->eval_path && !f->resume && !f->init_path)

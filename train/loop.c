@@ -247,6 +247,8 @@ static int drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, doubl
  * communicator, rank, world, ep, dp and the shared data. */
 int trainer_run(Trainer *t)
 {
+    t->best_val = NAN;
+    t->best_step = -1;
     if (t->f.steps >= 0)
         t->tr.steps = t->f.steps;
     if (t->f.lr > 0)
@@ -497,6 +499,13 @@ int trainer_run(Trainer *t)
         double val = NAN;
         if (do_eval && !evaluate(t, &t->val_loader, t->f.val_batches, NULL, &val))
             return 1;
+        /* --keep-best: a better validation loss is saved now, as a checkpoint of this step */
+        int new_best = t->f.keep_best && do_eval && isfinite(val) && !(val >= t->best_val);
+        if (new_best) {
+            t->best_val = val;
+            t->best_step = t->step;
+            do_ckpt = 1;
+        }
         double tnow = wall_seconds();
         if (do_log && is_rank0(t)) {
             double tps = (double)tokens_since_log / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
@@ -565,6 +574,9 @@ int trainer_run(Trainer *t)
             return 128 + (stop == SIGINT ? SIGINT : SIGTERM);
         }
     }
+    if (t->f.keep_best && is_rank0(t) && isfinite(t->best_val))
+        printf("best validation loss %.4f at step %lld: %s/checkpoint-best.safetensors\n", t->best_val,
+               (long long)t->best_step, t->f.ckpt_dir);
     trainer_profile_report(t);  /* a run that ended inside the profiled steps: what ran */
     trainer_profile_free(t);
     BackendInfo fin;

@@ -45,6 +45,7 @@ typedef struct Flags {
     int schedule;        /* an IrSchedule, or -1 for the model's */
     int64_t seq;         /* 0: the model's (another one re-plans, as --batch does) */
     int64_t grad_accum;  /* --grad-accum N: N micro-batches of the plan's batch per optimizer step (1: off) */
+    int keep_best;       /* --keep-best: DIR/checkpoint-best.safetensors, the best validation lm_loss so far */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -92,6 +93,8 @@ typedef struct Trainer {
     TrainerProfile *prof;          /* --profile, or NULL */
     int log_errno;                 /* the first failed write to --log (0: none) */
     int ckpt_lock;                 /* the locked --ckpt-dir's descriptor + 1 (0: none) */
+    double best_val;               /* --keep-best: the best validation lm_loss so far (NAN: none yet) */
+    int64_t best_step;             /* and its step */
 } Trainer;
 
 static inline int is_rank0(const Trainer *t) { return t->rank == 0; }
@@ -141,6 +144,9 @@ void trainer_ckpt_meta(const Trainer *t, struct CkptWriter *w);
 /* --keep-last N: a copy of the checkpoint just written at `path` as
  * DIR/checkpoint-STEP.safetensors, and those beyond the last N removed. 1, or 0 after a message. */
 int trainer_keep_last(Trainer *t, const char *path);
+/* --keep-best: DIR/checkpoint-best.safetensors made a hard link to the checkpoint just written at `path`
+ * (through a temporary name renamed over it). 1, or 0 after a message. */
+int trainer_keep_best(Trainer *t, const char *path);
 
 /* eval.c: --eval over whole sequences, independent of the seed */
 typedef struct EvalRows {
