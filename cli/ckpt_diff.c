@@ -24,6 +24,9 @@ int cli_ckpt_diff(int argc, char **argv)
                 return cli_usage_error("ckpt-diff ", "--rtol takes a non-negative number, not '%s'", argv[i]);
         } else if (strcmp(argv[i], "--prefix") == 0 && i + 1 < argc) {
             prefix = argv[++i];
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            static const char *const known[] = {"--rtol", "--prefix", "--help", NULL};
+            return cli_unknown_option("ckpt-diff ", argv[i], known);
         } else if (!a) {
             a = argv[i];
         } else if (!b) {

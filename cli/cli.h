@@ -35,6 +35,9 @@ const char *cli_usage_for(const char *cmd);
 /* options.c */
 /* "moec: <fmt with arg>" and "Run 'moec <cmd>--help' for usage." (cmd ends in a space, or is NULL); returns 2 */
 int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
+/* "unknown option 'OPT'; did you mean 'X'?" (X the nearest of the NULL-terminated `known`, when one is near)
+ * as a usage error of the command `cmdsp` ("check "): returns 2. */
+int cli_unknown_option(const char *cmdsp, const char *opt, const char *const *known);
 /* the --load-pass plugins, loaded by cli_load_plugins, in the order given */
 extern const char *cli_plugin_paths[16];
 extern int cli_nplugin_paths;

@@ -172,6 +172,9 @@ static const char *const usage_compile =
     "\n"
     "Compiles the model in FILE into OUT, a standalone training binary: the\n"
     "runtime plus the compiled plan. It needs no moec installation beside it.\n"
+    "OUT trains on the GPU when a CUDA driver and a GPU are there (else on the\n"
+    "CPU, saying why; --device cpu|cuda chooses), and after training embeds and\n"
+    "scores sequences ('OUT embed --help', 'OUT score --help', on the CPU).\n"
     "Run 'OUT --help' for its flags; typically:\n"
     "    OUT --data sequences.fasta --steps 1000 --log metrics.jsonl --ckpt-dir ckpt\n"
     "The model's train section must name its alphabet (protein or dna), and its\n"
@@ -183,10 +186,12 @@ static const char *const usage_compile =
     "                    see docs/codegen.md\n"
     "  --arch ARCH       also compile those kernels with NVRTC for ARCH (sm_90a for\n"
     "                    H100/H200; compute_NN gives PTX) and report the count; with\n"
-    "                    --emit-cuda the image goes to DIR/kernels.cubin (.ptx).\n"
-    "                    Loads libnvrtc from the CUDA toolkit at run time\n"
-    "                    (MOEC_NVRTC_LIB overrides). OUT still trains on the CPU:\n"
-    "                    running these kernels is not done yet.\n"
+    "                    -o the image is embedded in OUT, which runs it on a GPU of\n"
+    "                    that architecture (without it OUT compiles its kernels with\n"
+    "                    NVRTC on the GPU machine at start, then caches them; see\n"
+    "                    docs/gpu-runtime.md); with --emit-cuda the image goes to\n"
+    "                    DIR/kernels.cubin (.ptx). Loads libnvrtc from the CUDA\n"
+    "                    toolkit at run time (MOEC_NVRTC_LIB overrides).\n"
     "  --kernels K       reference (default: fp32 SIMT kernels) or fast: the sm_90a\n"
     "                    bf16 tensor-core GEMMs for grouped_mlp(_bwd) nodes whose\n"
     "                    shapes qualify (docs/kernels-sm90.md); --emit-cuda prints\n"
@@ -295,7 +300,14 @@ static int moec_main(int argc, char **argv)
     if (strcmp(cmd, "export-hf") == 0)
         return hf_export_main(argc, argv);
     if (!cli_usage_for(cmd) || cmd[0] == '-') {
-        return cli_usage_error(NULL, "unknown command '%s' (check, dump, opt, explain, compile, plot, ckpt-diff, prep, import-hf, export-hf, passes, ops, help)", cmd);
+        static const char *const commands[] = {"check", "dump", "opt", "explain", "compile", "plot", "ckpt-diff", "prep",
+                                               "import-hf", "export-hf", "passes", "ops", "help", NULL};
+        const char *best = suggest_among(cmd, commands);
+        char msg[512];
+        snprintf(msg, sizeof msg, "unknown command '%s'%s%s%s (check, dump, opt, explain, compile, plot, ckpt-diff, "
+                 "prep, import-hf, export-hf, passes, ops, help)", cmd, best ? "; did you mean '" : "",
+                 best ? best : "", best ? "'?" : "");
+        return cli_usage_error(NULL, "%s", msg);
     }
     Options o = {0};
     o.command = cmd;

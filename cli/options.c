@@ -18,6 +18,15 @@ int cli_usage_error(const char *cmd, const char *fmt, const char *arg)
     return 2;
 }
 
+int cli_unknown_option(const char *cmdsp, const char *opt, const char *const *known)
+{
+    char msg[512];
+    const char *best = suggest_among(opt, known);
+    snprintf(msg, sizeof msg, "unknown option '%s'%s%s%s", opt, best ? "; did you mean '" : "", best ? best : "",
+             best ? "'?" : "");
+    return cli_usage_error(cmdsp, "%s", msg);
+}
+
 static int valid_pass_selector(const char *s)
 {
     return strcmp(s, "all") == 0 || pass_find(s) != NULL;
@@ -186,7 +195,11 @@ int cli_parse_options(int argc, char **argv, Options *o)
                 return cli_usage_error(cmdsp, "-o needs a file name%s", "");
             o->output = argv[++i];
         } else if (a[0] == '-' && a[1] != 0) {
-            return cli_usage_error(cmdsp, "unknown option '%s'", a);
+            static const char *const known[] = {
+                "--help", "--version", "--format", "--print-ir-after", "--print-ir-before", "--load-pass",
+                "--disable-pass", "--precision", "--ep", "--dp", "--emit-cuda", "--arch", "--kernels", "--passes",
+                "--ir", "--stats", "--no-verify", "-o", NULL};
+            return cli_unknown_option(cmdsp, a, known);
         } else if (o->file) {
             return cli_usage_error(cmdsp, "one model file at a time (got a second: '%s')", a);
         } else {

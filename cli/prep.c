@@ -51,7 +51,9 @@ int cli_prep(int argc, char **argv)
             quiet = 1;
         } else if (a[0] == '-' && a[1] != '\0') {
             free(in);
-            return cli_usage_error("prep ", "unknown option '%s'", a);
+            static const char *const known[] = {"-o", "--alphabet", "--clusters", "--shard-mb", "--verify", "--force",
+                                                "--quiet", "--help", NULL};
+            return cli_unknown_option("prep ", a, known);
         } else {
             in[nin++] = a;
         }

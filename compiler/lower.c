@@ -213,45 +213,6 @@ static Binding *env_add(Lower *L, Env *e, const char *name, BindKind kind, Value
     return b;
 }
 
-/* ------------------------------------------------------ "did you mean" */
-
-static int edit_distance(const char *a, const char *b)
-{
-    int la = (int)strlen(a), lb = (int)strlen(b);
-    if (la > 32 || lb > 32)
-        return 99;
-    int d[33][33];
-    for (int i = 0; i <= la; i++)
-        d[i][0] = i;
-    for (int j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            if (d[i - 1][j] + 1 < c)
-                c = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < c)
-                c = d[i][j - 1] + 1;
-            d[i][j] = c;
-        }
-    return d[la][lb];
-}
-
-typedef struct Suggest {
-    const char *best;
-    int dist;
-} Suggest;
-
-static void suggest_try(Suggest *s, const char *want, const char *cand)
-{
-    int d = edit_distance(want, cand);
-    int limit = (int)strlen(want) / 3 + 1;
-    if (d <= limit && (!s->best || d < s->dist)) {
-        s->best = cand;
-        s->dist = d;
-    }
-}
-
 /* ----------------------------------------------------------- built-ins */
 
 typedef struct CallArgs CallArgs;

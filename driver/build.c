@@ -36,7 +36,7 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
     return p;
 }
 
-Plan *driver_replan(const Plan *p, int64_t batch, int64_t world, char *err, size_t errlen)
+Plan *driver_replan(const Plan *p, int64_t batch, int64_t seq, int64_t world, char *err, size_t errlen)
 {
     const PlanSource *s = &p->source;
     if (!s->text) {
@@ -50,6 +50,7 @@ Plan *driver_replan(const Plan *p, int64_t batch, int64_t world, char *err, size
     memcpy(c.text, s->text, s->len + 1);
     c.len = s->len;
     c.opts.batch = batch > 0 ? batch : p->batch;
+    c.opts.seq = seq > 0 ? seq : p->seq;
     c.opts.has_precision = s->has_precision;
     c.opts.precision = s->precision;
     c.opts.ep = s->ep;
@@ -63,8 +64,8 @@ Plan *driver_replan(const Plan *p, int64_t batch, int64_t world, char *err, size
         q = driver_make_plan(&c, s->path, (const char *const *)s->plugins, s->nplugins, s->has_precision,
                              s->precision, s->ep, err, errlen);
     else
-        snprintf(err, errlen, "the model does not compile for batch %lld over %lld ranks", (long long)c.opts.batch,
-                 (long long)(world > 0 ? world : 1));
+        snprintf(err, errlen, "the model does not compile for batch %lld, seq %lld over %lld ranks",
+                 (long long)c.opts.batch, (long long)c.opts.seq, (long long)(world > 0 ? world : 1));
     /* the image compiled for the old shapes goes along: the GPU backend then says why it compiles anew */
     if (q && p->image) {
         q->image = malloc(p->image_size);

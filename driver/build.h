@@ -20,10 +20,11 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
                        int has_precision, IrPrecision precision, int64_t ep, char *err, size_t errlen);
 
 /* The plan compiled again from p's source and options for `batch`
- * sequences per step (0: p's) over `world` ranks (dp = world / ep).
+ * sequences per step (0: p's) of `seq` tokens (0: p's) over `world` ranks
+ * (dp = world / ep).
  * The pass plugins p names must be loaded. Returns NULL with the reason in
  * err (the compiler's own messages go to stderr). */
-Plan *driver_replan(const Plan *p, int64_t batch, int64_t world, char *err, size_t errlen);
+Plan *driver_replan(const Plan *p, int64_t batch, int64_t seq, int64_t world, char *err, size_t errlen);
 
 /* For tests: how many times this process ran the front end and the pass
  * pipeline (compilation_run). A training binary that needs no re-plan

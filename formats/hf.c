@@ -66,6 +66,17 @@ int hf_usage_error(const char *cmd, const char *fmt, const char *arg)
     return 2;
 }
 
+int hf_unknown_option(const char *cmd, const char *opt, const char *const *known)
+{
+    /* a known flag here lacks its value */
+    const char *best = suggest_among(opt, known);
+    int near = best && strcmp(best, opt) != 0;
+    char msg[512];
+    snprintf(msg, sizeof msg, "unknown option or missing value: '%s'%s%s%s", opt, near ? "; did you mean '" : "",
+             near ? best : "", near ? "'?" : "");
+    return hf_usage_error(cmd, "%s", msg);
+}
+
 char *hf_join(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;

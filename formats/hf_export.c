@@ -196,7 +196,8 @@ int hf_export_main(int argc, char **argv)
                 return hf_usage_error("export-hf", "--layout: '%s' is not one of fused, per-expert", v);
             per_expert = strcmp(v, "per-expert") == 0;
         } else if (a[0] == '-' && a[1]) {
-            return hf_usage_error("export-hf", "unknown option or missing value: '%s'", a);
+            static const char *const known[] = {"-o", "--dtype", "--layout", "--help", NULL};
+            return hf_unknown_option("export-hf", a, known);
         } else if (!model) {
             model = a;
         } else if (!ckpt) {

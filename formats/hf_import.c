@@ -138,7 +138,9 @@ int hf_import_main(int argc, char **argv)
             if (strcmp(t.precision, "bf16") != 0 && strcmp(t.precision, "mxfp8") != 0)
                 return hf_usage_error("import-hf", "--precision: '%s' is not one of bf16, mxfp8", t.precision);
         } else if (a[0] == '-' && a[1]) {
-            return hf_usage_error("import-hf", "unknown option or missing value: '%s'", a);
+            static const char *const known[] = {"-o",      "--ckpt", "--name",      "--seq",  "--batch",
+                                                "--steps", "--lr",   "--precision", "--help", NULL};
+            return hf_unknown_option("import-hf", a, known);
         } else if (!dir) {
             dir = a;
         } else {

@@ -50,6 +50,9 @@ typedef struct ParamList {
 int hf_errf(const char *path, const char *fmt, ...);
 void hf_warnf(const char *path, const char *fmt, ...);
 int hf_usage_error(const char *cmd, const char *fmt, const char *arg);
+/* "unknown option or missing value: 'OPT'; did you mean 'X'?" (X the nearest of the NULL-terminated
+ * `known`) as a usage error of `cmd`: returns 2. */
+int hf_unknown_option(const char *cmd, const char *opt, const char *const *known);
 
 /* dir/name, malloc'd */
 char *hf_join(const char *dir, const char *name);

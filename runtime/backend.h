@@ -114,6 +114,15 @@ typedef struct BackendOps {
      * The GPU runs it launch by launch, never as a CUDA graph. */
     int (*profile_step)(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
                         BackendProfile *prof);
+    /* Optional (NULL: not available): one training step over `micro` micro-batches of this
+     * rank's batch shape (tokens, targets: [micro, local batch, seq] i32), its gradient
+     * sum_k weight[k] * (the gradient of micro-batch k's loss), accumulated in double, then
+     * norm, clipping and AdamW as step(). With weight[k] = (micro-batch k's scored targets)
+     * / (all of them), the gradient and loss of the batch of all micro-batches at once
+     * (the losses are token-weighted means), up to fp32 rounding (--grad-accum). Its loss,
+     * sum_k weight[k] * loss_k, is read by read_steps. */
+    int (*accum_step)(Backend *b, const int32_t *tokens, const int32_t *targets, int micro, const double *weight,
+                      double lr, int64_t step);
     /* Waits for the steps since the last call; their losses (this rank's)
      * and global gradient norms, oldest first; *n of them. */
     int (*read_steps)(Backend *b, double *losses, double *norms, int *n);

@@ -179,6 +179,13 @@ int trainer_save_checkpoint(Trainer *t)
     /* a shard set's index checksum: a resume on changed shards is refused by name */
     snprintf(num, sizeof num, "%016llx", (unsigned long long)t->shared->checksum);
     ckpt_writer_meta(&w, "data_checksum", num);
+    if (t->f.keep_best && isfinite(t->best_val)) {
+        /* a resume goes on comparing with the best so far */
+        char d[32];
+        ckpt_writer_meta(&w, "best_val_loss", fmt_double(d, t->best_val));
+        snprintf(num, sizeof num, "%lld", (long long)t->best_step);
+        ckpt_writer_meta(&w, "best_step", num);
+    }
     int ok = bad_ok;
     if (ok && is_rank0(t)) {
         ok = ckpt_writer_save(&w, trainer_ckpt_path(t, path, sizeof path), err, sizeof err);
@@ -186,6 +193,8 @@ int trainer_save_checkpoint(Trainer *t)
             trainer_error(t, "checkpoint at step %lld not written: %s", (long long)t->step, err);
         else if (t->f.keep_last > 0)
             ok = trainer_keep_last(t, path);
+        if (ok && t->f.keep_best && isfinite(t->best_val) && t->best_step == t->step)
+            ok = trainer_keep_best(t, path);
     }
     ckpt_writer_free(&w);
     for (int i = 0; i < g->nparams * 3; i++)
@@ -256,6 +265,11 @@ int trainer_load_checkpoint(Trainer *t, const char *path, int full)
         } else {
             DataLoaderState st_l;
             memcpy(&st_l, ls->data, sizeof st_l);
+            const char *bv = st_metadata(&c.st, "best_val_loss"), *bs = st_metadata(&c.st, "best_step");
+            if (bv && bs) {
+                t->best_val = strtod(bv, NULL);
+                t->best_step = strtoll(bs, NULL, 10);
+            }
             const char *dck = st_metadata(&c.st, "data_checksum");
             char now[32];
             snprintf(now, sizeof now, "%016llx", (unsigned long long)t->shared->checksum);
@@ -285,7 +299,7 @@ int trainer_dump_step(Trainer *t, double loss, double lr, double gnorm)
         return !trainer_error(t, "--dump: %s", t->be->ops->error(t->be));
     SafeTensorsWriter w;
     st_writer_init(&w);
-    int64_t bs[2] = {t->tr.batch, t->tr.seq};
+    int64_t bs[2] = {t->tr.batch * t->f.grad_accum, t->tr.seq};
     st_writer_add(&w, "tokens", ST_I32, 2, bs, t->gtokens, sizeof(int32_t) * (size_t)(bs[0] * bs[1]));
     st_writer_add(&w, "targets", ST_I32, 2, bs, t->gtargets, sizeof(int32_t) * (size_t)(bs[0] * bs[1]));
     float lf = (float)loss;

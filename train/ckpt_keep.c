@@ -1,4 +1,7 @@
-/* ckpt_keep.c - --keep-last N: besides DIR/checkpoint.safetensors (the one
+/* ckpt_keep.c - --keep-best: DIR/checkpoint-best.safetensors, a hard link
+ * to the checkpoint of the best validation lm_loss so far (written at the
+ * step it was measured).
+ * --keep-last N: besides DIR/checkpoint.safetensors (the one
  * --resume reads), DIR/checkpoint-STEP.safetensors of the last N
  * checkpoints. Each is a hard link to the file just written (no copy: the
  * next checkpoint is written to a temporary file and renamed over
@@ -17,6 +20,20 @@ static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+int trainer_keep_best(Trainer *t, const char *path)
+{
+    char best[4096], tmp[4200];
+    snprintf(best, sizeof best, "%s/checkpoint-best.safetensors", t->f.ckpt_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", best, (int)getpid());
+    unlink(tmp);
+    if (link(path, tmp) != 0 || rename(tmp, best) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return trainer_error(t, "--keep-best: cannot link %s to %s: %s", path, best, strerror(e));
+    }
+    return 1;
 }
 
 int trainer_keep_last(Trainer *t, const char *path)

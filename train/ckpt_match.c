@@ -86,6 +86,8 @@ void trainer_ckpt_meta(const Trainer *t, CkptWriter *w)
     ckpt_writer_meta(w, "seq", num);
     snprintf(num, sizeof num, "%lld", (long long)t->tr.batch);
     ckpt_writer_meta(w, "batch", num);
+    snprintf(num, sizeof num, "%lld", (long long)t->f.grad_accum);
+    ckpt_writer_meta(w, "grad_accum", num);
 }
 
 static void shape_text(char *b, size_t n, int rank, const int64_t *shape)
@@ -163,6 +165,14 @@ int trainer_ckpt_check(const Trainer *t, const Ckpt *c, const char *path, int fu
         fprintf(stderr, "%s: error: cannot resume exactly from %s: it was written with batch %s and this run has "
                 "batch %lld; use --batch %s, or start from it with --init\n", t->prog, path, batch,
                 (long long)t->tr.batch, batch);
+        return 0;
+    }
+    const char *acc = st_metadata(&c->st, "grad_accum");
+    int64_t was = acc ? strtoll(acc, NULL, 10) : 1;
+    if (was != t->f.grad_accum) {
+        fprintf(stderr, "%s: error: cannot resume exactly from %s: it was written with --grad-accum %lld and this run "
+                "has %lld (the loader would draw other batches); use --grad-accum %lld, or start from it with "
+                "--init\n", t->prog, path, (long long)was, (long long)t->f.grad_accum, (long long)was);
         return 0;
     }
     char want[17];

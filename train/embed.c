@@ -94,12 +94,18 @@ int trainer_embed_main(int argc, char **argv, const Plan *pl)
     const char *prog = slash ? slash + 1 : argv[0];
     const char *init = NULL, *fasta = NULL, *out = NULL, *pool = "mean";
     int64_t layer = -1, threads = 0;
+    static const char *const known[] = {"--init", "--fasta", "-o", "--pool", "--layer", "--threads", "--help", NULL};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf(usage_embed, prog);
             return 0;
         }
+        int k = 0;
+        while (known[k] && strcmp(known[k], a))
+            k++;
+        if (!known[k])
+            return trainer_unknown_option(prog, "embed", a, known);
         if (!v)
             return trainer_usage_error(prog, "embed: %s needs a value", a);
         if (!strcmp(a, "--init"))
@@ -116,8 +122,7 @@ int trainer_embed_main(int argc, char **argv, const Plan *pl)
         } else if (!strcmp(a, "--threads")) {
             if (!parse_i64_in(v, 1, 256, &threads))
                 return trainer_usage_error(prog, "embed: --threads takes an integer in [1, 256], not '%s'", v);
-        } else
-            return trainer_usage_error(prog, "embed: unknown option '%s'", a);
+        }
         i++;
     }
     if (!init || !fasta || !out)

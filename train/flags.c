@@ -25,9 +25,19 @@ static const char *const usage_train =
     "  --val-data FILE|DIR... validation data (same forms); without it 1%% of the\n"
     "                     training sequences, chosen by a fixed hash of their\n"
     "                     index (not by --seed)\n"
+    "  --set KEY=VALUE    override a setting of the model's train section for this run\n"
+    "                     (repeatable): steps, lr, batch, seq, warmup, min_lr,\n"
+    "                     schedule (warmup_cosine|constant); another batch or seq\n"
+    "                     re-plans the model; settings compiled into the kernels\n"
+    "                     (optimizer constants, precision, packing, aux_loss, ...)\n"
+    "                     need the train section edited and `moec compile` again\n"
     "  --steps N          optimizer steps (default: the model file's, %lld)\n"
+    "  --grad-accum N     N micro-batches of --batch sequences per optimizer step,\n"
+    "                     their gradients accumulated: the step of one batch of\n"
+    "                     N x batch sequences, up to fp32 rounding (CPU backend, one\n"
+    "                     rank; default 1)\n"
     "  --seed N           seed for initialisation, data order and masking (default 1)\n"
-    "  --batch N          sequences per step (default: the model file's, %lld)\n"
+    "  --batch N          sequences per step (default: the model file's, %lld; re-plans)\n"
     "  --lr X             peak learning rate (default: the model file's, %g)\n"
     "  --eval-every N     validation loss every N steps (default 50; 0 = never)\n"
     "  --val-batches N    batches of the validation split per evaluation (default 16)\n"
@@ -42,6 +52,9 @@ static const char *const usage_train =
     "  --ckpt-every N     checkpoint every N steps (default 100; and at the end)\n"
     "  --keep-last N      also keep DIR/checkpoint-STEP.safetensors of the last N\n"
     "                     checkpoints (default 0: only the latest)\n"
+    "  --keep-best        also keep DIR/checkpoint-best.safetensors: the checkpoint of\n"
+    "                     the best validation lm_loss so far (a checkpoint is written\n"
+    "                     at each evaluation that improves on it)\n"
     "  --resume           continue from DIR/checkpoint.safetensors\n"
     "  --overwrite-ckpt   let a fresh run replace the checkpoint in --ckpt-dir (without\n"
     "                     it, or --resume, a run into a directory holding one is refused)\n"
@@ -82,8 +95,126 @@ int trainer_usage_error(const char *prog, const char *fmt, ...)
     return 2;
 }
 
+int trainer_unknown_option(const char *prog, const char *cmd, const char *opt, const char *const *known)
+{
+    const char *best = suggest_among(opt, known);
+    if (best)
+        return trainer_usage_error(prog, "%s%sunknown option '%s'; did you mean '%s'?", cmd ? cmd : "",
+                                   cmd ? ": " : "", opt, best);
+    return trainer_usage_error(prog, "%s%sunknown option '%s'", cmd ? cmd : "", cmd ? ": " : "", opt);
+}
+
+/* --set KEY=VALUE and the flags that set the same things (--steps, --lr, --batch) */
+/* bit k is runtime_keys[k] */
+enum { SET_STEPS = 1, SET_LR = 2, SET_BATCH = 4, SET_SEQ = 8, SET_WARMUP = 16, SET_MIN_LR = 32, SET_SCHEDULE = 64 };
+
+static const char *const runtime_keys[] = {"steps", "lr", "batch", "seq", "warmup", "min_lr", "schedule", NULL};
+/* the train section's other settings, and the optimizer's and schedule's arguments: compiled into the plan */
+static const char *const compiled_keys[] = {"optimizer", "betas", "beta1", "beta2", "eps", "weight_decay", "grad_clip",
+                                            "precision", "parallel", "ep", "dp", "alphabet", "aux_loss", "no_decay",
+                                            "packing", NULL};
+
+static int parse_double_in(const char *v, double lo, double hi, int lo_open, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(lo_open ? x > lo : x >= lo) || !(x <= hi))
+        return 0;
+    *out = x;
+    return 1;
+}
+
+/* 1 and the setting recorded, or the usage error's exit status (2) */
+static int parse_set(Trainer *t, const char *kv, unsigned *seen)
+{
+    Flags *f = &t->f;
+    const char *eq = strchr(kv, '=');
+    char key[64];
+    size_t n = eq ? (size_t)(eq - kv) : strlen(kv);
+    snprintf(key, sizeof key, "%.*s", (int)(n < sizeof key ? n : sizeof key - 1), kv);
+    int k = 0;
+    while (runtime_keys[k] && strcmp(runtime_keys[k], key))
+        k++;
+    if (!runtime_keys[k]) {
+        for (int c = 0; compiled_keys[c]; c++)
+            if (!strcmp(compiled_keys[c], key))
+                return trainer_usage_error(t->prog, "--set %s: `%s` is compiled into the model's plan (and its GPU "
+                                           "kernels): change it in the train section of %s and run `moec compile` "
+                                           "again; --set changes %s", kv, key, t->g->model,
+                                           "steps, lr, batch, seq, warmup, min_lr and schedule");
+        Suggest s = {0};
+        for (int i = 0; runtime_keys[i]; i++)
+            suggest_try(&s, key, runtime_keys[i]);
+        for (int i = 0; compiled_keys[i]; i++)
+            suggest_try(&s, key, compiled_keys[i]);
+        if (s.best)
+            return trainer_usage_error(t->prog, "--set %s: unknown train setting `%s`; did you mean `%s`?", kv, key,
+                                       s.best);
+        return trainer_usage_error(t->prog, "--set %s: unknown train setting `%s` (--set changes steps, lr, batch, "
+                                   "seq, warmup, min_lr and schedule)", kv, key);
+    }
+    if (!eq || !eq[1])
+        return trainer_usage_error(t->prog, "--set takes KEY=VALUE, e.g. --set warmup=100, not '%s'", kv);
+    const char *v = eq + 1;
+    unsigned bit = 1u << k;
+    if (*seen & bit)
+        return trainer_usage_error(t->prog, "--set %s: `%s` is set twice on the command line", kv, key);
+    *seen |= bit;
+    int64_t x;
+    double d;
+    switch (bit) {
+    case SET_STEPS:
+        if (!parse_i64_in(v, 0, (int64_t)1 << 40, &x))
+            return trainer_usage_error(t->prog, "--set steps takes an integer in [0, %lld], not '%s'",
+                                       (long long)1 << 40, v);
+        f->steps = x;
+        break;
+    case SET_LR:
+        if (!parse_double_in(v, 0, 10, 1, &d))
+            return trainer_usage_error(t->prog, "--set lr takes a learning rate in (0, 10], not '%s'", v);
+        f->lr = d;
+        break;
+    case SET_BATCH:
+        if (!parse_i64_in(v, 1, 1 << 20, &x))
+            return trainer_usage_error(t->prog, "--set batch takes an integer in [1, %d], not '%s'", 1 << 20, v);
+        f->batch = x;
+        break;
+    case SET_SEQ:
+        if (!parse_i64_in(v, 1, 1 << 24, &x))
+            return trainer_usage_error(t->prog, "--set seq takes an integer in [1, %d], not '%s'", 1 << 24, v);
+        f->seq = x;
+        break;
+    case SET_WARMUP:
+        if (!parse_i64_in(v, 0, (int64_t)1 << 40, &x))
+            return trainer_usage_error(t->prog, "--set warmup takes a whole number of steps in [0, %lld], not '%s'",
+                                       (long long)1 << 40, v);
+        f->warmup = x;
+        break;
+    case SET_MIN_LR:
+        if (!parse_double_in(v, 0, 10, 0, &d))
+            return trainer_usage_error(t->prog, "--set min_lr takes a learning rate in [0, 10], not '%s'", v);
+        f->min_lr = d;
+        break;
+    case SET_SCHEDULE:
+        if (strcmp(v, "warmup_cosine") && strcmp(v, "constant"))
+            return trainer_usage_error(t->prog, "--set schedule must be warmup_cosine or constant, not '%s'", v);
+        f->schedule = v[0] == 'w' ? IR_SCHED_WARMUP_COSINE : IR_SCHED_CONSTANT;
+        break;
+    }
+    return 1;
+}
+
+/* every flag of the training binary, for "did you mean" */
+static const char *const train_flags[] = {
+    "--data", "--val-data", "--packing", "--resume", "--overwrite-ckpt", "--ckpt-dir", "--log", "--device", "--dump",
+    "--no-cuda-graph", "--eval", "--init", "--lr", "--set", "--steps", "--seed", "--batch", "--eval-every",
+    "--ckpt-every", "--keep-last", "--log-every", "--val-batches", "--dump-steps", "--profile", "--threads",
+    "--simulate-ranks", "--nproc", "--grad-accum", "--keep-best", "--help", NULL};
+
 int trainer_parse_flags(Trainer *t, int argc, char **argv)
 {
+    unsigned seen = 0;
     Flags *f = &t->f;
     f->steps = -1;
     f->seed = 1;
@@ -97,6 +228,10 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
     f->threads = 0;
     f->dump_steps = 1;
     f->packing = -1;
+    f->warmup = -1;
+    f->min_lr = -1;
+    f->schedule = -1;
+    f->grad_accum = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -125,6 +260,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
             f->packing = v[0] == 'c' ? IR_PACK_CONCAT : v[0] == 'p' ? IR_PACK_PACKED : IR_PACK_ROWS;
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
+        } else if (strcmp(a, "--keep-best") == 0) {
+            f->keep_best = 1;
         } else if (strcmp(a, "--overwrite-ckpt") == 0) {
             f->overwrite_ckpt = 1;
         } else if (strcmp(a, "--ckpt-dir") == 0) {
@@ -149,12 +286,17 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         } else if (strcmp(a, "--init") == 0) {
             NEED_VALUE();
             f->init_path = v;
+        } else if (strcmp(a, "--set") == 0) {
+            NEED_VALUE();
+            int rc = parse_set(t, v, &seen);
+            if (rc != 1)
+                return rc;
         } else if (strcmp(a, "--lr") == 0) {
             NEED_VALUE();
-            char *end;
-            errno = 0;
-            f->lr = strtod(v, &end);
-            if (errno || end == v || *end || !(f->lr > 0) || f->lr > 10)
+            if (seen & SET_LR)
+                return trainer_usage_error(t->prog, "--lr: the learning rate is set twice on the command line");
+            seen |= SET_LR;
+            if (!parse_double_in(v, 0, 10, 1, &f->lr))
                 return trainer_usage_error(t->prog, "--lr takes a learning rate in (0, 10], not '%s'", v);
         } else {
             static const struct { const char *name; int64_t lo, hi; size_t off; } ints[] = {
@@ -168,6 +310,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 {"--val-batches", 0, (int64_t)1 << 40, offsetof(Flags, val_batches)},
                 {"--dump-steps", 1, (int64_t)1 << 20, offsetof(Flags, dump_steps)},
                 {"--profile", 1, (int64_t)1 << 20, offsetof(Flags, profile)},
+                {"--grad-accum", 1, 1 << 16, offsetof(Flags, grad_accum)},
                 {"--threads", 1, 256, 0},
                 {"--simulate-ranks", 1, 256, 1},
                 {"--nproc", 1, 256, 2},
@@ -180,6 +323,10 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 if (!parse_i64_in(v, ints[k].lo, ints[k].hi, &x))
                     return trainer_usage_error(t->prog, "%s takes an integer in [%lld, %lld], not '%s'", a,
                                        (long long)ints[k].lo, (long long)ints[k].hi, v);
+                unsigned bit = !strcmp(a, "--steps") ? SET_STEPS : !strcmp(a, "--batch") ? SET_BATCH : 0;
+                if (seen & bit)
+                    return trainer_usage_error(t->prog, "%s: `%s` is set twice on the command line", a, a + 2);
+                seen |= bit;
                 if (strcmp(a, "--threads") == 0)
                     f->threads = (int)x;
                 else if (strcmp(a, "--simulate-ranks") == 0)
@@ -191,7 +338,7 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 matched = 1;
             }
             if (!matched)
-                return trainer_usage_error(t->prog, "unknown option '%s'", a);
+                return trainer_unknown_option(t->prog, NULL, a, train_flags);
         }
 #undef NEED_VALUE
     }
@@ -201,6 +348,11 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         return trainer_usage_error(t->prog, "--overwrite-ckpt goes with --ckpt-dir DIR and a fresh run (not --resume)");
     if (f->resume && f->init_path)
         return trainer_usage_error(t->prog, "--resume and --init exclude each other");
+    if (f->keep_best && (!f->ckpt_dir || f->eval_every == 0 || f->eval_path))
+        return trainer_usage_error(t->prog, "--keep-best keeps the checkpoint of the best validation loss: it needs "
+                                   "--ckpt-dir DIR and validation (--eval-every N > 0), and no --eval");
+    if (f->grad_accum > 1 && f->profile)
+        return trainer_usage_error(t->prog, "--profile times single steps: run it without --grad-accum");
     if (f->eval_path && !f->resume && !f->init_path)
         return trainer_usage_error(t->prog, "--eval needs trained parameters: add --init CKPT or --resume --ckpt-dir DIR");
     if (!f->eval_path && f->ndata == 0)

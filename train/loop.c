@@ -247,10 +247,23 @@ static int drain(Trainer *t, double *loss_sum, int *loss_n, double *gnorm, doubl
  * communicator, rank, world, ep, dp and the shared data. */
 int trainer_run(Trainer *t)
 {
+    t->best_val = NAN;
+    t->best_step = -1;
     if (t->f.steps >= 0)
         t->tr.steps = t->f.steps;
     if (t->f.lr > 0)
         t->tr.lr = t->f.lr;
+    if (t->f.warmup >= 0)
+        t->tr.warmup = t->f.warmup;
+    if (t->f.min_lr >= 0)
+        t->tr.min_lr = t->f.min_lr;
+    if (t->f.schedule >= 0)
+        t->tr.schedule = (IrSchedule)t->f.schedule;
+    if (is_rank0(t) && !t->f.eval_path && t->tr.schedule == IR_SCHED_WARMUP_COSINE && t->tr.warmup > t->tr.steps)
+        fprintf(stderr, "%s: warning: warmup %lld exceeds the %lld steps: the learning rate rises to %.3g of its peak "
+                "%g and never decays (set warmup below steps, e.g. --set warmup=%lld)\n", t->prog,
+                (long long)t->tr.warmup, (long long)t->tr.steps,
+                (double)t->tr.steps / (double)t->tr.warmup, t->tr.lr, (long long)(t->tr.steps / 10));
     t->alpha = alphabet_get(t->tr.alphabet == IR_ALPHABET_DNA ? ALPHABET_DNA : ALPHABET_PROTEIN);
     t->obj = t->tr.objective == IR_OBJ_MASKED_LM ? OBJECTIVE_MASKED : OBJECTIVE_CAUSAL;
     t->local_batch = t->tr.batch / t->world;
@@ -269,7 +282,8 @@ int trainer_run(Trainer *t)
         t->param_off[p] = t->nparams_total;
         t->nparams_total += ir_numel(g->params[p]);
     }
-    int64_t gsize = t->tr.batch * t->tr.seq, lsize = t->local_batch * t->tr.seq;
+    /* with --grad-accum N the loader draws N batches at once: the rows of one batch N times as large */
+    int64_t gsize = t->tr.batch * t->tr.seq * t->f.grad_accum, lsize = t->local_batch * t->tr.seq;
     t->params = calloc((size_t)t->nparams_total, sizeof(float));
     t->adam = calloc((size_t)t->nparams_total * 2, sizeof(float));
     t->tokens = calloc((size_t)lsize, sizeof(int32_t));
@@ -300,6 +314,14 @@ int trainer_run(Trainer *t)
                 return trainer_error(t, "the cpu backend: %s", err);
         }
     }
+    if (t->f.grad_accum > 1 && !t->f.eval_path) {
+        if (t->world > 1)
+            return trainer_error(t, "--grad-accum runs on one rank for now (the graph's gradient all-reduce would "
+                                 "average each micro-batch's gradients before their token weights apply)");
+        if (!t->be->ops->accum_step)
+            return trainer_error(t, "--grad-accum is not implemented on the %s backend yet: use --device cpu",
+                                 t->be->ops->name);
+    }
     init_params(t);
 
     /* --eval FILE: the loss over all its sequences, then exit */
@@ -321,7 +343,8 @@ int trainer_run(Trainer *t)
         to.val_fraction = 0;
         vo.val_fraction = 1.0;
     }
-    if (!data_loader_init_opts(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN, t->tr.batch, t->tr.seq,
+    if (!data_loader_init_opts(&t->train_loader, t->shared, t->alpha, DATA_SPLIT_TRAIN,
+                               t->tr.batch * (t->f.eval_path ? 1 : t->f.grad_accum), t->tr.seq,
                                (uint64_t)t->f.seed, t->obj, &to))
         return trainer_error(t, "the training split is empty: give more sequences");
     t->have_val = data_loader_init_opts(&t->val_loader, vs, t->alpha, DATA_SPLIT_VAL, t->tr.batch, t->tr.seq,
@@ -357,6 +380,10 @@ int trainer_run(Trainer *t)
 
     if (is_rank0(t)) {
         trainer_print_summary(t);
+        if (t->f.grad_accum > 1)
+            printf("gradient accumulation: %lld micro-batches of %lld sequences per step, their gradients weighted by "
+                   "their scored tokens: the step of a batch of %lld\n", (long long)t->f.grad_accum,
+                   (long long)t->tr.batch, (long long)(t->f.grad_accum * t->tr.batch));
         if (t->world > 1)
             printf("ranks: %d (expert parallel %lld x data parallel %lld), %lld sequences per rank and step\n",
                    t->world, (long long)t->ep, (long long)t->dp, (long long)t->local_batch);
@@ -424,8 +451,23 @@ int trainer_run(Trainer *t)
         /* the step may run asynchronously: its loss is read when the host needs it. A profiled step
          * (--profile) is the same step, each launch timed */
         int profiled = trainer_profile_wants(t, t->step);
-        if (!(profiled ? t->be->ops->profile_step(t->be, t->tokens, t->targets, lr, t->step, &t->prof->acc)
-                       : t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step)))
+        int ok;
+        if (t->f.grad_accum > 1) {
+            /* one rank: the global batch is this rank's; micro-batch k weighs its share of the scored targets */
+            double *wk = malloc(sizeof(double) * (size_t)t->f.grad_accum);
+            if (!wk)
+                return trainer_error(t, "out of memory");
+            int64_t total = count_targets(t->gtargets, gsize);
+            for (int64_t k = 0; k < t->f.grad_accum; k++)
+                wk[k] = total ? (double)count_targets(t->gtargets + k * lsize, lsize) / (double)total
+                              : 1.0 / (double)t->f.grad_accum;
+            ok = t->be->ops->accum_step(t->be, t->gtokens, t->gtargets, (int)t->f.grad_accum, wk, lr, t->step);
+            free(wk);
+        } else {
+            ok = profiled ? t->be->ops->profile_step(t->be, t->tokens, t->targets, lr, t->step, &t->prof->acc)
+                          : t->be->ops->step(t->be, t->tokens, t->targets, lr, t->step);
+        }
+        if (!ok)
             return trainer_error(t, "step %lld on %s: %s", (long long)t->step, t->be->ops->name,
                               t->be->ops->error(t->be));
         t->unread++;
@@ -458,6 +500,13 @@ int trainer_run(Trainer *t)
         double val = NAN;
         if (do_eval && !evaluate(t, &t->val_loader, t->f.val_batches, NULL, &val))
             return 1;
+        /* --keep-best: a better validation loss is saved now, as a checkpoint of this step */
+        int new_best = t->f.keep_best && do_eval && isfinite(val) && !(val >= t->best_val);
+        if (new_best) {
+            t->best_val = val;
+            t->best_step = t->step;
+            do_ckpt = 1;
+        }
         double tnow = wall_seconds();
         if (do_log && is_rank0(t)) {
             double tps = (double)tokens_since_log / (tnow - tlast > 1e-9 ? tnow - tlast : 1e-9);
@@ -526,6 +575,9 @@ int trainer_run(Trainer *t)
             return 128 + (stop == SIGINT ? SIGINT : SIGTERM);
         }
     }
+    if (t->f.keep_best && is_rank0(t) && isfinite(t->best_val))
+        printf("best validation loss %.4f at step %lld: %s/checkpoint-best.safetensors\n", t->best_val,
+               (long long)t->best_step, t->f.ckpt_dir);
     trainer_profile_report(t);  /* a run that ended inside the profiled steps: what ran */
     trainer_profile_free(t);
     BackendInfo fin;

@@ -1,6 +1,6 @@
 /* train.c - the training binary's entry (train.h): the plan it was given,
  * the flags checked once against it, another plan only when asked for
- * another batch or world size (driver_replan), then the ranks: threads of
+ * another batch, seq or world size (driver_replan), then the ranks: threads of
  * this process (--simulate-ranks), processes it starts (--nproc), or this
  * process as one rank of a run launched elsewhere (MOEC_RANK); each rank
  * runs trainer_run (loop.c) on the backend chosen here (runtime/backend.h:
@@ -250,7 +250,7 @@ int train_main(int argc, char **argv, const Plan *plan)
         return 2;
     }
     int world = env_rank >= 0 ? env_world : f.nproc > 1 ? f.nproc : f.simulate_ranks ? f.simulate_ranks : 1;
-    int64_t ep = tr.ep, batch = f.batch ? f.batch : tr.batch;
+    int64_t ep = tr.ep, batch = f.batch ? f.batch : tr.batch, seq = f.seq ? f.seq : tr.seq;
     if (ep > 1 && world == 1) {
         fprintf(stderr, "%s: error: the model is compiled for parallel ep = %lld: run it with --simulate-ranks %lld "
                 "(or a multiple), or compile it with --ep 1\n", prog, (long long)ep, (long long)ep);
@@ -330,9 +330,9 @@ int train_main(int argc, char **argv, const Plan *plan)
     }
     /* another batch or world size than compiled for: the model is planned again, once for all local ranks */
     Plan *replanned = NULL;
-    if (batch != plan->batch || world != plan->world) {
+    if (batch != plan->batch || seq != plan->seq || world != plan->world) {
         double t0 = wall_seconds();
-        replanned = driver_replan(plan, batch, world, err, sizeof err);
+        replanned = driver_replan(plan, batch, seq, world, err, sizeof err);
         if (!replanned) {
             fprintf(stderr, "%s: error: %s\n", prog, err);
             if (comms)
@@ -343,9 +343,10 @@ int train_main(int argc, char **argv, const Plan *plan)
             return 1;
         }
         if (env_rank <= 0)
-            printf("plan: compiled again for batch %lld over %d rank%s (the binary's plan is for batch %lld over "
-                   "%lld) in %.2f s\n", (long long)batch, world, world == 1 ? "" : "s", (long long)plan->batch,
-                   (long long)plan->world, wall_seconds() - t0);
+            printf("plan: compiled again for batch %lld x seq %lld over %d rank%s (the binary's plan is for batch "
+                   "%lld x seq %lld over %lld) in %.2f s\n", (long long)batch, (long long)seq, world,
+                   world == 1 ? "" : "s", (long long)plan->batch, (long long)plan->seq, (long long)plan->world,
+                   wall_seconds() - t0);
         plan = replanned;
     }
     int nlocal = comms ? world : 1;  /* trainers in this process */

@@ -39,6 +39,13 @@ typedef struct Flags {
     int64_t profile;     /* --profile N: time N steps per IR node (0: off) */
     int packing;         /* --packing: an IrPacking, or -1 for the model's */
     int64_t keep_last;   /* --keep-last N: keep DIR/checkpoint-STEP.safetensors of the last N (0: none) */
+    /* --set KEY=VALUE: the train section's run-time settings (steps, lr and batch land in the fields above) */
+    int64_t warmup;      /* -1: the model's */
+    double min_lr;       /* < 0: the model's */
+    int schedule;        /* an IrSchedule, or -1 for the model's */
+    int64_t seq;         /* 0: the model's (another one re-plans, as --batch does) */
+    int64_t grad_accum;  /* --grad-accum N: N micro-batches of the plan's batch per optimizer step (1: off) */
+    int keep_best;       /* --keep-best: DIR/checkpoint-best.safetensors, the best validation lm_loss so far */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -86,6 +93,8 @@ typedef struct Trainer {
     TrainerProfile *prof;          /* --profile, or NULL */
     int log_errno;                 /* the first failed write to --log (0: none) */
     int ckpt_lock;                 /* the locked --ckpt-dir's descriptor + 1 (0: none) */
+    double best_val;               /* --keep-best: the best validation lm_loss so far (NAN: none yet) */
+    int64_t best_step;             /* and its step */
 } Trainer;
 
 static inline int is_rank0(const Trainer *t) { return t->rank == 0; }
@@ -104,6 +113,9 @@ int trainer_stop_requested(void);
 /* Parses the command line into t->f; -1 to go on, else the exit status (--help: 0, usage errors: 2). */
 int trainer_parse_flags(Trainer *t, int argc, char **argv);
 int trainer_usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "[CMD: ]unknown option 'OPT'; did you mean 'X'?" (X the nearest of the NULL-terminated `known`, when one
+ * is near) as a usage error: returns 2. */
+int trainer_unknown_option(const char *prog, const char *cmd, const char *opt, const char *const *known);
 
 /* loop.c */
 /* One rank's whole run (t arrives with its flags, plan, communicator, rank, world and data). */
@@ -132,6 +144,9 @@ void trainer_ckpt_meta(const Trainer *t, struct CkptWriter *w);
 /* --keep-last N: a copy of the checkpoint just written at `path` as
  * DIR/checkpoint-STEP.safetensors, and those beyond the last N removed. 1, or 0 after a message. */
 int trainer_keep_last(Trainer *t, const char *path);
+/* --keep-best: DIR/checkpoint-best.safetensors made a hard link to the checkpoint just written at `path`
+ * (through a temporary name renamed over it). 1, or 0 after a message. */
+int trainer_keep_best(Trainer *t, const char *path);
 
 /* eval.c: --eval over whole sequences, independent of the seed */
 typedef struct EvalRows {

@@ -269,3 +269,102 @@ void fmt_duration(char *buf, size_t n, double s)
     else
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
 }
+
+/* ------------------------------------------------------ rank correlation */
+
+typedef struct RankItem {
+    double v;
+    int64_t i;
+} RankItem;
+
+static int rank_item_cmp(const void *a, const void *b)
+{
+    const RankItem *x = a, *y = b;
+    return x->v < y->v ? -1 : x->v > y->v ? 1 : x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* 1-based ranks, ties given the mean of the ranks they span */
+static double *ranks_of(const double *v, int64_t n)
+{
+    RankItem *it = malloc(sizeof *it * (size_t)(n ? n : 1));
+    double *r = malloc(sizeof *r * (size_t)(n ? n : 1));
+    if (!it || !r)
+        die("out of memory");
+    for (int64_t i = 0; i < n; i++)
+        it[i] = (RankItem){v[i], i};
+    qsort(it, (size_t)n, sizeof *it, rank_item_cmp);
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        while (j + 1 < n && it[j + 1].v == it[i].v)
+            j++;
+        for (int64_t k = i; k <= j; k++)
+            r[it[k].i] = (double)(i + j) / 2.0 + 1.0;
+        i = j + 1;
+    }
+    free(it);
+    return r;
+}
+
+double spearman(const double *x, const double *y, int64_t n)
+{
+    if (n < 2)
+        return NAN;
+    double *rx = ranks_of(x, n), *ry = ranks_of(y, n);
+    double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mx += rx[i];
+        my += ry[i];
+    }
+    mx /= (double)n;
+    my /= (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        sxy += (rx[i] - mx) * (ry[i] - my);
+        sxx += (rx[i] - mx) * (rx[i] - mx);
+        syy += (ry[i] - my) * (ry[i] - my);
+    }
+    free(rx);
+    free(ry);
+    return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : NAN;
+}
+
+/* ------------------------------------------------------ "did you mean" */
+
+static int edit_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 32 || lb > 32)
+        return 99;
+    int d[33][33];
+    for (int i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c)
+                c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c)
+                c = d[i][j - 1] + 1;
+            d[i][j] = c;
+        }
+    return d[la][lb];
+}
+
+void suggest_try(Suggest *s, const char *want, const char *cand)
+{
+    int d = edit_distance(want, cand);
+    int limit = (int)strlen(want) / 3 + 1;
+    if (d <= limit && (!s->best || d < s->dist)) {
+        s->best = cand;
+        s->dist = d;
+    }
+}
+
+const char *suggest_among(const char *want, const char *const *cands)
+{
+    Suggest s = {0};
+    for (int i = 0; cands[i]; i++)
+        suggest_try(&s, want, cands[i]);
+    return s.best;
+}

@@ -74,4 +74,20 @@ void fmt_count(char *buf, size_t n, double v);
 void fmt_bytes(char *buf, size_t n, double v);
 void fmt_duration(char *buf, size_t n, double seconds);
 
+/* Spearman's rank correlation of x and y (n pairs): the Pearson correlation
+ * of their ranks, ties given the mean rank of the values they span; NAN for
+ * fewer than 2 pairs or a constant side. */
+double spearman(const double *x, const double *y, int64_t n);
+
+/* "Did you mean": the candidate nearest to `want` by edit distance, if it is
+ * within strlen(want) / 3 + 1 edits (the model language's rule, shared by
+ * the command lines). suggest_try offers one candidate at a time;
+ * suggest_among a NULL-terminated list. */
+typedef struct Suggest {
+    const char *best;
+    int dist;
+} Suggest;
+void suggest_try(Suggest *s, const char *want, const char *cand);
+const char *suggest_among(const char *want, const char *const *cands);
+
 #endif

@@ -28,6 +28,7 @@ typedef struct CpuBackend {
     int ring, pending;
     CpuWatch watch;            /* where the metrics are read (moe_metrics.c) */
     BackendMetrics metrics[2]; /* of the steps, of the eval passes */
+    double *accum;             /* accum_step's gradient sum (nparams_total), allocated at its first call */
     char err[1024];
 } CpuBackend;
 
@@ -74,6 +75,7 @@ static void cpu_destroy(Backend *b)
     free(B->targets);
     free(B->ring_loss);
     free(B->ring_norm);
+    free(B->accum);
     free(B);
 }
 
@@ -276,6 +278,52 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
     return 1;
 }
 
+/* --grad-accum: the forward and backward pass of each micro-batch, its gradients added to B->accum
+ * (double) with their weight; the sum written back to the gradient buffers, then the optimizer */
+static int cpu_accum_step(Backend *b, const int32_t *tokens, const int32_t *targets, int micro, const double *weight,
+                          double lr, int64_t step)
+{
+    CpuBackend *B = (CpuBackend *)b;
+    const Plan *p = B->p;
+    const IrGraph *g = p->graph;
+    if (B->pending >= B->ring)
+        return cpu_fail(B, "internal: %d steps without reading their losses", B->pending);
+    if (!B->accum && !(B->accum = malloc(sizeof(double) * (size_t)(p->nparams_total + 1))))
+        return cpu_fail(B, "out of memory for the accumulated gradients of %lld parameters",
+                        (long long)p->nparams_total);
+    memset(B->accum, 0, sizeof(double) * (size_t)p->nparams_total);
+    size_t words = B->batch_bytes / sizeof(int32_t);
+    double loss = 0, norm = 0;
+    for (int k = 0; k < micro; k++) {
+        memcpy(B->tokens, tokens + (size_t)k * words, B->batch_bytes);
+        memcpy(B->targets, targets + (size_t)k * words, B->batch_bytes);
+        if (!run_watched(B, g->nnodes, &B->metrics[0]))
+            return cpu_fail(B, "%s", B->comm->error);
+        double lk = cpu_plan_scalar(&B->run, g->loss);
+        B->metrics[0].loss += lk;
+        B->metrics[0].passes++;
+        loss += weight[k] * lk;
+        for (int i = 0; i < p->nparams; i++) {
+            const float *gr = cpu_plan_data(&B->run, g->nodes[p->params[i].grad]);
+            double *acc = B->accum + p->params[i].offset;
+            for (int64_t e = 0; e < p->params[i].numel; e++)
+                acc[e] += weight[k] * (double)gr[e];
+        }
+    }
+    for (int i = 0; i < p->nparams; i++) {
+        float *gr = cpu_plan_data(&B->run, g->nodes[p->params[i].grad]);
+        const double *acc = B->accum + p->params[i].offset;
+        for (int64_t e = 0; e < p->params[i].numel; e++)
+            gr[e] = (float)acc[e];
+    }
+    if (!optimizer_step(B, lr, step, &norm))
+        return 0;
+    B->ring_loss[B->pending] = loss;
+    B->ring_norm[B->pending] = norm;
+    B->pending++;
+    return 1;
+}
+
 static int cpu_step(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step)
 {
     return run_step((CpuBackend *)b, tokens, targets, lr, step, NULL);
@@ -359,6 +407,7 @@ const BackendOps backend_cpu = {
     .get_grad = cpu_get_grad,
     .step = cpu_step,
     .profile_step = cpu_profile_step,
+    .accum_step = cpu_accum_step,
     .read_steps = cpu_read_steps,
     .eval = cpu_eval,
     .read_metrics = cpu_read_metrics,

@@ -2,6 +2,7 @@
  * counts and sizes (the exact strings the training binary and moec print),
  * the atomic file write (content, replacement, no temporary left behind, a
  * located error), and xstrdup. Run from the repository root. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,8 +150,30 @@ static void test_sha256(void)
     CHECK(ct_equal("abc", "abc", 3) && !ct_equal("abc", "abd", 3), "ct_equal");
 }
 
+/* Spearman's rho with ties (mean ranks) against values worked by hand, and
+ * the "did you mean" helper the command lines share with the model language */
+static void test_spearman_suggest(void)
+{
+    double x[] = {1, 2, 3, 4, 5}, y[] = {5, 6, 7, 8, 7}, inv[] = {50, 40, 30, 20, 10}, cube[] = {1, 8, 27, 64, 125};
+    double c[] = {3, 3, 3, 3, 3};
+    /* ranks of y: 1 2 3.5 5 3.5; sum dx*dy = 8, sum dx^2 = 10, sum dy^2 = 9.5 */
+    double r = spearman(x, y, 5);
+    CHECK(fabs(r - 8 / sqrt(95)) < 1e-15, "spearman with a tie = %.17g, want %.17g", r, 8 / sqrt(95));
+    CHECK(spearman(x, inv, 5) == -1, "spearman of a decreasing pair = %g", spearman(x, inv, 5));
+    CHECK(spearman(x, cube, 5) == 1, "spearman of a monotone pair = %g", spearman(x, cube, 5));
+    CHECK(isnan(spearman(x, c, 5)), "spearman against a constant is NAN");
+    CHECK(isnan(spearman(x, y, 1)), "spearman of one pair is NAN");
+    static const char *const flags[] = {"--steps", "--seed", "--set", "--keep-last", NULL};
+    const char *s = suggest_among("--stpes", flags);
+    CHECK(s && strcmp(s, "--steps") == 0, "--stpes suggests %s", s ? s : "nothing");
+    s = suggest_among("--keep-lst", flags);
+    CHECK(s && strcmp(s, "--keep-last") == 0, "--keep-lst suggests %s", s ? s : "nothing");
+    CHECK(suggest_among("--frobnicate", flags) == NULL, "nothing near --frobnicate");
+}
+
 int main(void)
 {
+    test_spearman_suggest();
     test_sha256();
     check_count(0, "0");
     check_count(999, "999");
