@@ -602,13 +602,16 @@ static void test_fast_mlp(void)
         const char *path, *precision;
         int fast, skinny; /* grouped MLPs on the fast kernels; skinny router launches (K % 128 == 0) */
         CudaKgemmEpilogue kgemm; /* the weight-gradient GEMMs' epilogue (fast_mlp's dW slices are 16-byte aligned) */
-    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_DEFAULT},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_TMA},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_REGS},
-                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 8, CUDA_KGEMM_DEFAULT},
-                 {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT},
+        int tc, attn_fast, attn_ref; /* dense linear launches on the sm_90a GEMMs (a conversion + a GEMM per node);
+                                        attention launches fast (2 forward + 3 backward per layer), reference */
+    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_DEFAULT, 48, 10, 0},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_TMA, 48, 10, 0},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 8, CUDA_KGEMM_REGS, 48, 10, 0},
+                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 8, CUDA_KGEMM_DEFAULT, 48, 10, 0},
+                 /* head dim 16: the reference attention, with the reason; 64-wide projections: reference tiles */
+                 {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT, 0, 0, 6},
                  /* x an input, dy's source read only through the elided dispatch */
-                 {"bench/models/layer/layer_small.moe", NULL, 1, 3, CUDA_KGEMM_DEFAULT}};
+                 {"bench/models/layer/layer_small.moe", NULL, 1, 3, CUDA_KGEMM_DEFAULT, 0, 0, 0}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         Compilation c;
         IrGraph *g = compile_model(&c, cases[k].path, cases[k].precision, 0, NULL);
@@ -622,7 +625,7 @@ static void test_fast_mlp(void)
             compilation_free(&c);
             continue;
         }
-        int nodes = 0, fast = 0, typed = 0, impl_ok = 1, skinny = 0, tmap_f32 = 0;
+        int nodes = 0, fast = 0, typed = 0, impl_ok = 1, skinny = 0, tmap_f32 = 0, tc = 0, attn_fast = 0, attn_ref = 0;
         for (int i = 0; i < p->graph->nnodes; i++) {
             const IrNode *n = p->graph->nodes[i];
             if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
@@ -633,12 +636,34 @@ static void test_fast_mlp(void)
         }
         for (int i = 0; i < p->nlaunches; i++) {
             const PlanLaunch *l = &p->launches[i];
-            typed += l->targs != NULL;
-            for (int a = 0; l->targs && a < l->nargs; a++)
-                tmap_f32 += l->targs[a].kind == PLAN_ARG_TMAP_F32;
             const IrNode *n = p->graph->nodes[l->node];
             int mlp = n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD;
             int lin = n->op == IR_OP_LINEAR || n->op == IR_OP_LINEAR_DX || n->op == IR_OP_LINEAR_DW;
+            /* the expert MLP's typed launches (the dense linears' GEMMs are counted apart) */
+            typed += mlp && l->targs != NULL;
+            for (int a = 0; mlp && l->targs && a < l->nargs; a++)
+                tmap_f32 += l->targs[a].kind == PLAN_ARG_TMAP_F32;
+            if (n->op == IR_OP_SDPA || n->op == IR_OP_SDPA_BWD) {
+                /* flash attention at head dims 64 and 128, else the reference kernel and why */
+                if (l->impl && strncmp(l->impl, "fast: flash attention", 21) == 0)
+                    attn_fast++;
+                else if (l->impl && strncmp(l->impl, "reference: head dimension", 25) == 0)
+                    attn_ref++;
+                else
+                    impl_ok = 0;
+                continue;
+            }
+            if (n->op == IR_OP_RMSNORM_DW && l->impl) {
+                /* the column sums in row chunks */
+                if (strncmp(l->impl, "fast: the column sums", 21))
+                    impl_ok = 0;
+                continue;
+            }
+            if (lin && l->impl && strncmp(l->impl, "fast: bf16 sm_90a GEMM", 22) == 0) {
+                /* an attention projection on the sm_90a GEMMs: the conversion, then the GEMM (typed) */
+                tc++;
+                continue;
+            }
             if (n->op == IR_OP_COMBINE && l->impl) {
                 /* the combine reading the fast forward's padded rows */
                 if (strncmp(l->impl, "fast: ", 6))
@@ -677,14 +702,15 @@ static void test_fast_mlp(void)
         check_plan(cases[k].path, p);
         int copies = 0, kept = 0, elided = 0, glu_ok = 1;
         for (int b = 0; b < p->nbufs; b++) {
-            copies += p->bufs[b].kind == PLAN_BUF_COPY;
+            copies += p->bufs[b].kind == PLAN_BUF_COPY && p->graph->nodes[p->bufs[b].node]->rank == 3;
             if (p->bufs[b].kind == PLAN_BUF_COPY) {
                 /* w_gate_up's copy gate/up-interleaved (the SwiGLU epilogue), w_down's plain */
                 const IrNode *w = p->graph->nodes[p->bufs[b].node];
                 int gate_up = w->rank == 3 && strstr(w->name, "gate_up") != NULL;
                 glu_ok &= gate_up ? p->bufs[b].glu_f == w->shape[1] / 2 : p->bufs[b].glu_f == 0;
             }
-            kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node;
+            kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node &&
+                    p->graph->nodes[p->bufs[b].node]->op == IR_OP_GROUPED_MLP;
             elided += p->bufs[b].elided;
         }
         /* per layer: copies of w_gate_up and w_down; offsets, xs, probs and h kept for the backward, the
@@ -694,8 +720,13 @@ static void test_fast_mlp(void)
               "%s: %d working copies, %d kept workspaces, %d elided buffers for %d grouped_mlp nodes", cases[k].path,
               copies, kept, elided, nodes);
         CHECK(glu_ok, "%s: the copies' layouts (gate_up interleaved for the SwiGLU epilogue)", cases[k].path);
-        CHECK(cases[k].fast == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
+        CHECK((cases[k].fast || cases[k].tc) == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
               "%s: the sm_90a device code only when used", cases[k].path);
+        CHECK(tc == cases[k].tc && attn_fast == cases[k].attn_fast && attn_ref == cases[k].attn_ref,
+              "%s: %d dense linear launches on the sm_90a GEMMs, %d fast and %d reference attention launches",
+              cases[k].path, tc, attn_fast, attn_ref);
+        CHECK(!!cases[k].attn_fast == (strstr(p->cuda_source, "moec::attn::fwd<") != NULL),
+              "%s: the fast attention code only when used", cases[k].path);
         for (int with_source = 0; with_source < 2; with_source++) {
             char *doc = plan_to_json(p, with_source);
             Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
