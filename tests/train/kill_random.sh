@@ -21,13 +21,14 @@ steps=500
 seed=${KILL_SEED:-$(( $(date +%s%N) % 100000 ))}
 RANDOM=$seed
 echo "kill_random: seed $seed (KILL_SEED=$seed replays the delays)"
-args=(--data $data --steps $steps --threads 1 --eval-every 0 --log-every 1 --ckpt-every 1 --keep-last 3)
+base=(--data $data --threads 1 --eval-every 0 --log-every 1 --ckpt-every 1 --keep-last 3)
+args=("${base[@]}" --steps $steps)
 fail() { echo "kill_random: FAIL (seed $seed): $*" >&2; exit 1; }
 
 mkdir -p "$dir"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 t0=$(ms)
-"$train" "${args[@]}" --steps 1 --ckpt-dir "$dir/start" > /dev/null || fail "a one-step run failed"
+"$train" "${base[@]}" --steps 1 --ckpt-dir "$dir/start" > /dev/null || fail "a one-step run failed"
 t1=$(ms)
 "$train" "${args[@]}" --ckpt-dir "$dir/straight" > "$dir/straight.out" || fail "the straight run failed"
 t2=$(ms)
