@@ -158,6 +158,12 @@ static double gemm_roof(const Plan *pl, const IrNode *n, const Peaks *pk)
 {
     if (!pk)
         return 0;
+    /* a node on the bf16 tensor-core kernels (--kernels fast: its launches' impl says bf16) converts its fp32
+     * operands itself: the bf16 roof */
+    for (int i = 0; i < pl->nlaunches; i++)
+        if (pl->launches[i].node == n->id && pl->launches[i].impl && strncmp(pl->launches[i].impl, "fast", 4) == 0 &&
+            strstr(pl->launches[i].impl, "bf16"))
+            return pk->bf16_tflops;
     int narrow = 0;
     for (int s = 0; s < n->nsrc && pl->bufs; s++) {
         PlanStorage st = pl->bufs[n->src[s]->id].storage;
