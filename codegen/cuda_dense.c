@@ -101,16 +101,20 @@ int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n)
 /* linear: x [N, IN], w [OUT, IN] -> [N, OUT]; linear_dx: dy [N, OUT], w ->
  * [N, IN]; linear_dw: dy [N, OUT], x [N, IN] -> [OUT, IN]. The output's
  * shape picks the tile (cg_gemm_tile). */
-/* --kernels fast: a linear with at most 32 outputs (the router) and K % 128 == 0 runs on the skinny
+/* --kernels fast: a linear with at most 48 outputs (the router; the lm_head of a 33-token alphabet) and K % 128 == 0 runs on the skinny
  * memory-bound kernels of dense_fast.cuh instead of the reference's 16 x 16 tiles (a handful of blocks for
  * [T x E] outputs; a handful of outputs per block for dw). fp32 sums reassociated, deterministic. */
+/* 48: dx and dw hold 4 N fp32 per thread in registers (192 at 48; the lm_head of the protein alphabet's 33
+ * tokens takes 132 and no local memory, tools/sass.sh) */
+enum { SKINNY_MAX_N = 48 };
+
 static int skinny_linear(Cg *cg, const IrNode *n)
 {
     const IrNode *s0 = n->src[0], *s1 = n->src[1];
     const IrNode *w = n->op == IR_OP_LINEAR_DW ? NULL : s1;
     int64_t rows = cg_lead(s0);
     int64_t N = w ? w->shape[0] : cg_last(s0), K = w ? w->shape[1] : cg_last(s1);
-    if (cg->kernel_choice != PLAN_KERNELS_FAST || N < 1 || N > 32 || K % 128 || rows < 1)
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || N < 1 || N > SKINNY_MAX_N || K % 128 || rows < 1)
         return 0;
     /* dx, dw: TB threads of 4 columns each per block; K / (4 TB) column slabs */
     int tb = 256;

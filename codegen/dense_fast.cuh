@@ -4,7 +4,8 @@
 namespace moec {
 namespace fast {
 
-/* ---- skinny dense GEMMs: a linear with few outputs (the router: N = the expert count, at most 32) and
+/* ---- skinny dense GEMMs: a linear with few outputs (the router: N = the expert count; a small vocabulary's lm_head:
+ * at most 48) and
  * its gradients, which the reference's 16 x 16 tiles run on a handful of blocks. Memory-bound: each
  * reads x (or writes dx) once, 16 bytes per thread; fp32 sums in a fixed order (warp butterflies, fixed
  * chunk partials): deterministic, a reassociation of the reference's sums. K % 128 == 0. */
@@ -42,7 +43,7 @@ template <long long ROWS, int N, long long K, int RW> __device__ void skinny_lin
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1)
                     acc[i][n] += __shfl_xor_sync(0xffffffffu, acc[i][n], o);
-                if (lane == n && r0 + i < ROWS)
+                if (lane == (n & 31) && r0 + i < ROWS) /* every lane holds the sum after the butterfly */
                     y[(r0 + i) * N + n] = acc[i][n];
             }
     }
