@@ -61,7 +61,10 @@ static const char *const usage_train =
     "  --init CKPT        start from a checkpoint's parameters (fresh optimizer)\n"
     "  --eval FILE        with --resume or --init: the language-model loss over every\n"
     "                     sequence of FILE, whole (windows of seq), and its perplexity,\n"
-    "                     as one JSON object; the same for any --seed\n"
+    "                     as one JSON object; the same for any --seed; for a masked\n"
+    "                     LM also the pseudo-perplexity (each residue masked in\n"
+    "                     turn: a row per residue, on the CPU backend, one rank)\n"
+    "  --no-pseudo-perplexity  --eval without it (it costs a forward row per residue)\n"
     "  --log FILE.jsonl   metrics, one JSON object per line\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when a driver and a\n"
     "                     GPU are there, else the CPU, with a notice)\n"
@@ -210,7 +213,8 @@ static const char *const train_flags[] = {
     "--data", "--val-data", "--packing", "--resume", "--overwrite-ckpt", "--ckpt-dir", "--log", "--device", "--dump",
     "--no-cuda-graph", "--eval", "--init", "--lr", "--set", "--steps", "--seed", "--batch", "--eval-every",
     "--ckpt-every", "--keep-last", "--log-every", "--val-batches", "--dump-steps", "--profile", "--threads",
-    "--simulate-ranks", "--nproc", "--grad-accum", "--keep-best", "--help", NULL};
+    "--simulate-ranks", "--nproc", "--grad-accum", "--keep-best", "--no-pseudo-perplexity",
+    "--help", NULL};
 
 int trainer_parse_flags(Trainer *t, int argc, char **argv)
 {
@@ -260,6 +264,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
             f->packing = v[0] == 'c' ? IR_PACK_CONCAT : v[0] == 'p' ? IR_PACK_PACKED : IR_PACK_ROWS;
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
+        } else if (strcmp(a, "--no-pseudo-perplexity") == 0) {
+            f->no_pll = 1;
         } else if (strcmp(a, "--keep-best") == 0) {
             f->keep_best = 1;
         } else if (strcmp(a, "--overwrite-ckpt") == 0) {

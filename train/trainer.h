@@ -46,6 +46,7 @@ typedef struct Flags {
     int64_t seq;         /* 0: the model's (another one re-plans, as --batch does) */
     int64_t grad_accum;  /* --grad-accum N: N micro-batches of the plan's batch per optimizer step (1: off) */
     int keep_best;       /* --keep-best: DIR/checkpoint-best.safetensors, the best validation lm_loss so far */
+    int no_pll;          /* --no-pseudo-perplexity: --eval of a masked LM without it */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
