@@ -9,6 +9,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "../runtime/cpu/cpu.h"
 #include "../util/util.h"
 #include "trainer.h"
 
@@ -52,6 +53,7 @@ int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt)
     char err[1024];
     BackendOptions o = {0};
     o.ring = 1;
+    o.forward_only = 1;
     t->backend = &backend_cpu;
     t->be = backend_cpu.create(pl, t->comm, &o, err, sizeof err);
     if (!t->be) {
@@ -62,6 +64,14 @@ int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt)
         fprintf(stderr, "%s: error: %s\n", prog, t->be->ops->error(t->be));
         return 0;
     }
+    BackendInfo bi;
+    t->be->ops->info(t->be, &bi);
+    char acts[32], train[32], par[32];
+    fmt_bytes(acts, sizeof acts, (double)bi.planned_acts);
+    fmt_bytes(train, sizeof train, (double)cpu_plan_arena_bytes(pl->graph, CPU_F32));
+    fmt_bytes(par, sizeof par, (double)bi.planned_params);
+    printf("memory: forward passes only: parameters %s, activations %s (training plans %s with the gradients); "
+           "no AdamW state\n", par, acts, train);
     return 1;
 }
 
