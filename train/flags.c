@@ -128,8 +128,9 @@ static int parse_double_in(const char *v, double lo, double hi, int lo_open, dou
     return 1;
 }
 
-/* 1 and the setting recorded, or the usage error's exit status (2) */
-static int parse_set(Trainer *t, const char *kv, unsigned *seen)
+/* 1 and the setting recorded (a later one of the same key wins, as a repeated flag does), or the usage
+ * error's exit status (2) */
+static int parse_set(Trainer *t, const char *kv)
 {
     Flags *f = &t->f;
     const char *eq = strchr(kv, '=');
@@ -161,9 +162,6 @@ static int parse_set(Trainer *t, const char *kv, unsigned *seen)
         return trainer_usage_error(t->prog, "--set takes KEY=VALUE, e.g. --set warmup=100, not '%s'", kv);
     const char *v = eq + 1;
     unsigned bit = 1u << k;
-    if (*seen & bit)
-        return trainer_usage_error(t->prog, "--set %s: `%s` is set twice on the command line", kv, key);
-    *seen |= bit;
     int64_t x;
     double d;
     switch (bit) {
@@ -218,7 +216,6 @@ static const char *const train_flags[] = {
 
 int trainer_parse_flags(Trainer *t, int argc, char **argv)
 {
-    unsigned seen = 0;
     Flags *f = &t->f;
     f->steps = -1;
     f->seed = 1;
@@ -294,14 +291,11 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
             f->init_path = v;
         } else if (strcmp(a, "--set") == 0) {
             NEED_VALUE();
-            int rc = parse_set(t, v, &seen);
+            int rc = parse_set(t, v);
             if (rc != 1)
                 return rc;
         } else if (strcmp(a, "--lr") == 0) {
             NEED_VALUE();
-            if (seen & SET_LR)
-                return trainer_usage_error(t->prog, "--lr: the learning rate is set twice on the command line");
-            seen |= SET_LR;
             if (!parse_double_in(v, 0, 10, 1, &f->lr))
                 return trainer_usage_error(t->prog, "--lr takes a learning rate in (0, 10], not '%s'", v);
         } else {
@@ -329,10 +323,6 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 if (!parse_i64_in(v, ints[k].lo, ints[k].hi, &x))
                     return trainer_usage_error(t->prog, "%s takes an integer in [%lld, %lld], not '%s'", a,
                                        (long long)ints[k].lo, (long long)ints[k].hi, v);
-                unsigned bit = !strcmp(a, "--steps") ? SET_STEPS : !strcmp(a, "--batch") ? SET_BATCH : 0;
-                if (seen & bit)
-                    return trainer_usage_error(t->prog, "%s: `%s` is set twice on the command line", a, a + 2);
-                seen |= bit;
                 if (strcmp(a, "--threads") == 0)
                     f->threads = (int)x;
                 else if (strcmp(a, "--simulate-ranks") == 0)
