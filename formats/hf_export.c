@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../data/data.h"
 #include "../driver/compile.h"
 #include "../util/util.h"
 #include "checkpoint.h"
@@ -43,6 +44,69 @@ static const IrNode *find_node(const IrGraph *g, IrOp op, const char *name)
 
 /* Reads the numbers of a Mixtral-shaped graph; 0 with the reason if it has
  * no such numbers. */
+/* JSON string of a token (the alphabets' tokens need no escapes but '"' and '\\' are handled) */
+static void json_token(char *b, size_t n, const char *tok)
+{
+    size_t o = 0;
+    if (n < 4)
+        die("json_token: no room");
+    b[o++] = '"';
+    for (; *tok && o + 3 < n; tok++) {
+        if (*tok == '"' || *tok == '\\')
+            b[o++] = '\\';
+        b[o++] = *tok;
+    }
+    b[o++] = '"';
+    b[o] = '\0';
+}
+
+/* vocab.txt (a token per line, in id order), tokenizer_config.json and special_tokens_map.json: the files
+ * transformers' EsmTokenizer reads. It splits a sequence into the vocabulary's tokens and adds the BOS
+ * (ESM's cls) and EOS, as moec's records are. Characters outside the alphabet become its unknown token
+ * (X, N), as moec's reader makes them; upper case only. */
+static int write_tokenizer(const char *dir, const Alphabet *al, int64_t max_pos)
+{
+    size_t cap = 4096, len = 0;
+    char *v = malloc(cap);
+    if (!v)
+        die("out of memory");
+    for (int i = 0; i < al->vocab; i++) {
+        size_t k = strlen(al->tokens[i]);
+        if (len + k + 2 > cap && !(v = realloc(v, cap *= 2)))
+            die("out of memory");
+        memcpy(v + len, al->tokens[i], k);
+        len += k;
+        v[len++] = '\n';
+    }
+    char bos[64], eos[64], pad[64], mask[64], unk[64], specials[1024], cfg[2048];
+    json_token(bos, sizeof bos, al->tokens[al->bos]);
+    json_token(eos, sizeof eos, al->tokens[al->eos]);
+    json_token(pad, sizeof pad, al->tokens[al->pad]);
+    json_token(mask, sizeof mask, al->tokens[al->mask]);
+    json_token(unk, sizeof unk, al->tokens[al->unk]);
+    int sn = snprintf(specials, sizeof specials,
+                      "  \"bos_token\": %s,\n  \"cls_token\": %s,\n  \"eos_token\": %s,\n  \"pad_token\": %s,\n"
+                      "  \"mask_token\": %s,\n  \"unk_token\": %s", bos, bos, eos, pad, mask, unk);
+    int cn = snprintf(cfg, sizeof cfg,
+                      "{\n  \"tokenizer_class\": \"EsmTokenizer\",\n%s,\n  \"model_max_length\": %lld,\n"
+                      "  \"clean_up_tokenization_spaces\": false,\n  \"moec_alphabet\": \"%s\"\n}\n",
+                      specials, (long long)max_pos, al->name);
+    if (sn < 0 || (size_t)sn >= sizeof specials || cn < 0 || (size_t)cn >= sizeof cfg)
+        die("tokenizer config too long");
+    char map[1100];
+    int mn = snprintf(map, sizeof map, "{\n%s\n}\n", specials);
+    if (mn < 0 || (size_t)mn >= sizeof map)
+        die("special tokens map too long");
+    char *pv = hf_join(dir, "vocab.txt"), *pc = hf_join(dir, "tokenizer_config.json"),
+         *pm = hf_join(dir, "special_tokens_map.json");
+    int ok = hf_write_text(pv, v, len) && hf_write_text(pc, cfg, (size_t)cn) && hf_write_text(pm, map, (size_t)mn);
+    free(pv);
+    free(pc);
+    free(pm);
+    free(v);
+    return ok;
+}
+
 static int derive_config(const IrGraph *g, HfConfig *c, char *why, size_t size)
 {
     memset(c, 0, sizeof *c);
@@ -362,6 +426,16 @@ int hf_export_main(int argc, char **argv)
         fprintf(stderr, "moec: error: %s\n", err);
         goto done;
     }
+    /* the alphabet the model was trained in: its special tokens' ids in config.json, and a tokenizer */
+    const Alphabet *al = mc.graph->train.alphabet == IR_ALPHABET_PROTEIN ? alphabet_get(ALPHABET_PROTEIN)
+                         : mc.graph->train.alphabet == IR_ALPHABET_DNA ? alphabet_get(ALPHABET_DNA) : NULL;
+    if (al && al->vocab != c.vocab)
+        al = NULL;
+    char ids[256] = "";
+    if (al)
+        snprintf(ids, sizeof ids,
+                 "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"pad_token_id\": %d,\n  \"mask_token_id\": %d,\n",
+                 al->bos, al->eos, al->pad, al->mask);
     /* config.json, one key per line as transformers writes it */
     /* transformers 5 validates types strictly: a float field must not read as an int */
     char eps[40], theta[40], stdv[40], aux[40];
@@ -396,21 +470,29 @@ int hf_export_main(int argc, char **argv)
         "  \"router_jitter_noise\": 0.0,\n"
         "  \"attention_dropout\": 0.0,\n"
         "  \"use_cache\": true,\n"
+        "%s"
         "  \"dtype\": \"%s\"\n"
         "}\n",
         (long long)c.vocab, (long long)c.hidden, (long long)c.ffn, (long long)c.layers, (long long)c.heads,
         (long long)c.kv_heads, (long long)c.head_dim, (long long)c.experts, (long long)c.top_k, eps, theta, theta,
-        (long long)c.max_pos, c.tie ? "true" : "false", stdv, aux, bf16 ? "bfloat16" : "float32");
+        (long long)c.max_pos, c.tie ? "true" : "false", stdv, aux, ids, bf16 ? "bfloat16" : "float32");
     if (jn < 0 || (size_t)jn >= sizeof json)
         die("config.json too long");
     size_t jl = (size_t)jn;
     int wok = hf_write_text(cfg_path, json, jl);
-    if (!wok)
+    if (!wok || (al && !write_tokenizer(out, al, c.max_pos)))
         goto done;
     printf("%s: wrote %s and %s (MixtralForCausalLM: %lld layers, hidden %lld, %lld experts top-%lld, vocab "
            "%lld; %s, %s experts)\n", ckpt, cfg_path, st_path, (long long)c.layers, (long long)c.hidden,
            (long long)c.experts, (long long)c.top_k, (long long)c.vocab, bf16 ? "BF16" : "F32",
            per_expert ? "per-expert" : "fused");
+    if (al)
+        printf("%s: wrote the %s tokenizer: vocab.txt, tokenizer_config.json, special_tokens_map.json (EsmTokenizer; "
+               "bos %d, eos %d, pad %d, mask %d, as in config.json)\n", out, al->name, al->bos, al->eos, al->pad,
+               al->mask);
+    else
+        printf("%s: no tokenizer written: the model's train section names no alphabet of %lld tokens\n", out,
+               (long long)c.vocab);
     rc = 0;
 done:
     for (int i = 0; i < nkeep; i++)

@@ -26,6 +26,9 @@ typedef struct BackendOptions {
     int graphs;          /* CUDA: capture the step in a graph when it has no collectives */
     int ring;            /* steps whose losses may stay unread (>= the trainer's log interval) */
     int *no_kernels;     /* CUDA: set to 1 when create failed for want of kernels (--device auto falls back) */
+    int forward_only;    /* CPU: forward passes only (eval, forward_probe; put_state without AdamW): the
+                          * activations planned up to the loss, no gradients, no AdamW state; a training
+                          * step is refused (embed and score) */
 } BackendOptions;
 
 /* What the trainer prints about the backend and the memory it planned. */

@@ -145,6 +145,40 @@ int trainer_eval_rows(Trainer *t, const EvalRows *e, EvalResult *res)
     return 0;
 }
 
+/* A masked LM's pseudo-perplexity over the file (infer_pll: every residue masked in turn, one row each):
+ * exp(-(the summed pseudo-log-likelihood) / residues), added to o; where the backend cannot read the logits
+ * (the GPU's has no forward_probe yet) or the run has several ranks, a note says so. 1, or 0 after a message. */
+static int pll_report(Trainer *t, cJSON *o)
+{
+    int node = infer_logits_node(t);
+    if (t->world > 1 || !t->be->ops->forward_probe || node < 0) {
+        cJSON_AddStringToObject(o, "pseudo_perplexity_note", t->world > 1 ? "not computed: several ranks"
+                                : node < 0 ? "not computed: no logits over the alphabet feed the loss"
+                                           : "not computed: this backend cannot read the logits (run --device cpu)");
+        return 1;
+    }
+    const FastaSet *fs = t->shared;
+    double *pll = calloc((size_t)fs->nseq + 1, sizeof(double));
+    if (!pll)
+        die("out of memory");
+    int64_t rows = 0, residues = 0;
+    if (!infer_pll(t, node, fs, pll, &rows)) {
+        free(pll);
+        return 0;
+    }
+    double sum = 0;
+    for (int64_t s = 0; s < fs->nseq; s++) {
+        sum += pll[s];
+        residues += fasta_seq_len(fs, s);
+    }
+    free(pll);
+    cJSON_AddNumberToObject(o, "pseudo_perplexity", residues ? exp(-sum / (double)residues) : NAN);
+    cJSON_AddNumberToObject(o, "pseudo_log_likelihood", sum);
+    cJSON_AddNumberToObject(o, "pll_residues", (double)residues);
+    cJSON_AddNumberToObject(o, "pll_rows", (double)rows);
+    return 1;
+}
+
 /* --eval FILE: the report, one JSON object on stdout (rank 0) */
 int trainer_eval_file(Trainer *t)
 {
@@ -180,9 +214,13 @@ int trainer_eval_file(Trainer *t)
         else
             cJSON_AddStringToObject(o, "note", "this backend does not separate the language-model loss: "
                                                "eval_loss includes the auxiliary terms");
-        char *s = cJSON_PrintUnformatted(o);
-        printf("%s\n", s);
-        free(s);
+        if (t->obj == OBJECTIVE_MASKED && !t->f.no_pll && !pll_report(t, o))
+            rc = trainer_error(t, "--eval %s: the pseudo-perplexity: %s", t->f.eval_path, t->be->ops->error(t->be));
+        if (rc == 0) {
+            char *s = cJSON_PrintUnformatted(o);
+            printf("%s\n", s);
+            free(s);
+        }
         cJSON_Delete(o);
     }
     eval_rows_free(&e);

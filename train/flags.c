@@ -61,7 +61,10 @@ static const char *const usage_train =
     "  --init CKPT        start from a checkpoint's parameters (fresh optimizer)\n"
     "  --eval FILE        with --resume or --init: the language-model loss over every\n"
     "                     sequence of FILE, whole (windows of seq), and its perplexity,\n"
-    "                     as one JSON object; the same for any --seed\n"
+    "                     as one JSON object; the same for any --seed; for a masked\n"
+    "                     LM also the pseudo-perplexity (each residue masked in\n"
+    "                     turn: a row per residue, on the CPU backend, one rank)\n"
+    "  --no-pseudo-perplexity  --eval without it (it costs a forward row per residue)\n"
     "  --log FILE.jsonl   metrics, one JSON object per line\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when a driver and a\n"
     "                     GPU are there, else the CPU, with a notice)\n"
@@ -125,8 +128,9 @@ static int parse_double_in(const char *v, double lo, double hi, int lo_open, dou
     return 1;
 }
 
-/* 1 and the setting recorded, or the usage error's exit status (2) */
-static int parse_set(Trainer *t, const char *kv, unsigned *seen)
+/* 1 and the setting recorded (a later one of the same key wins, as a repeated flag does), or the usage
+ * error's exit status (2) */
+static int parse_set(Trainer *t, const char *kv)
 {
     Flags *f = &t->f;
     const char *eq = strchr(kv, '=');
@@ -158,9 +162,6 @@ static int parse_set(Trainer *t, const char *kv, unsigned *seen)
         return trainer_usage_error(t->prog, "--set takes KEY=VALUE, e.g. --set warmup=100, not '%s'", kv);
     const char *v = eq + 1;
     unsigned bit = 1u << k;
-    if (*seen & bit)
-        return trainer_usage_error(t->prog, "--set %s: `%s` is set twice on the command line", kv, key);
-    *seen |= bit;
     int64_t x;
     double d;
     switch (bit) {
@@ -210,11 +211,11 @@ static const char *const train_flags[] = {
     "--data", "--val-data", "--packing", "--resume", "--overwrite-ckpt", "--ckpt-dir", "--log", "--device", "--dump",
     "--no-cuda-graph", "--eval", "--init", "--lr", "--set", "--steps", "--seed", "--batch", "--eval-every",
     "--ckpt-every", "--keep-last", "--log-every", "--val-batches", "--dump-steps", "--profile", "--threads",
-    "--simulate-ranks", "--nproc", "--grad-accum", "--keep-best", "--help", NULL};
+    "--simulate-ranks", "--nproc", "--grad-accum", "--keep-best", "--no-pseudo-perplexity",
+    "--help", NULL};
 
 int trainer_parse_flags(Trainer *t, int argc, char **argv)
 {
-    unsigned seen = 0;
     Flags *f = &t->f;
     f->steps = -1;
     f->seed = 1;
@@ -260,6 +261,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
             f->packing = v[0] == 'c' ? IR_PACK_CONCAT : v[0] == 'p' ? IR_PACK_PACKED : IR_PACK_ROWS;
         } else if (strcmp(a, "--resume") == 0) {
             f->resume = 1;
+        } else if (strcmp(a, "--no-pseudo-perplexity") == 0) {
+            f->no_pll = 1;
         } else if (strcmp(a, "--keep-best") == 0) {
             f->keep_best = 1;
         } else if (strcmp(a, "--overwrite-ckpt") == 0) {
@@ -288,14 +291,11 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
             f->init_path = v;
         } else if (strcmp(a, "--set") == 0) {
             NEED_VALUE();
-            int rc = parse_set(t, v, &seen);
+            int rc = parse_set(t, v);
             if (rc != 1)
                 return rc;
         } else if (strcmp(a, "--lr") == 0) {
             NEED_VALUE();
-            if (seen & SET_LR)
-                return trainer_usage_error(t->prog, "--lr: the learning rate is set twice on the command line");
-            seen |= SET_LR;
             if (!parse_double_in(v, 0, 10, 1, &f->lr))
                 return trainer_usage_error(t->prog, "--lr takes a learning rate in (0, 10], not '%s'", v);
         } else {
@@ -323,10 +323,6 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
                 if (!parse_i64_in(v, ints[k].lo, ints[k].hi, &x))
                     return trainer_usage_error(t->prog, "%s takes an integer in [%lld, %lld], not '%s'", a,
                                        (long long)ints[k].lo, (long long)ints[k].hi, v);
-                unsigned bit = !strcmp(a, "--steps") ? SET_STEPS : !strcmp(a, "--batch") ? SET_BATCH : 0;
-                if (seen & bit)
-                    return trainer_usage_error(t->prog, "%s: `%s` is set twice on the command line", a, a + 2);
-                seen |= bit;
                 if (strcmp(a, "--threads") == 0)
                     f->threads = (int)x;
                 else if (strcmp(a, "--simulate-ranks") == 0)

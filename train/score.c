@@ -14,6 +14,12 @@
  *       positions masked at once in the wild type, the sum over them of
  *       log p(mutant) - log p(wild type)); a causal LM's log-likelihood ratio
  *       log p(mutant sequence) - log p(wild type); columns mutant,<score>.
+ *   score --init CKPT --conservation ALN [--wt-id ID] -o S.csv
+ *       every single substitution of a wild type taken from an alignment,
+ *       scored as above and averaged per position, against the conservation of
+ *       its column (data/alignment.h, from the alignment alone): the Spearman
+ *       rank correlation; columns position,wild_type,column,conservation,
+ *       mean_score.
  * Long sequences are cut into the windows of --eval (train/eval.c): the
  * context of a position is its window. The log-probabilities come from the
  * LM head's logits (the linear into the loss), read by the CPU backend's
@@ -25,132 +31,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../data/alignment.h"
 #include "../runtime/cpu/cpu.h"
 #include "../util/util.h"
 #include "trainer.h"
 
 static const char *const usage_score =
-    "usage: %s score --init CKPT --fasta Q.fa -o S.csv [--threads N]\n"
+    "usage: %s score --init CKPT --fasta Q.fa -o S.csv [--per-token T.csv] [--threads N]\n"
     "       %s score --init CKPT --wt WT.fa --mutations M.csv -o S.csv [--threads N]\n"
-    "  per-sequence log-likelihood (causal LM) or pseudo-log-likelihood (masked LM);\n"
-    "  or variant scores (A23G, A23G:K45R): log-likelihood ratio (causal), masked marginal (masked)\n";
-
-/* A batch of rows to run: tokens [n, S]; for each row, the query positions
- * and tokens whose log-probabilities are added to out[owner]. */
-typedef struct Rows {
-    int64_t n, cap, S;
-    int32_t *tokens;   /* [n, S] */
-    int64_t *owner;    /* [n] */
-    /* queries: (row, position, token, sign) */
-    int64_t nq, qcap;
-    int64_t *qrow, *qpos;
-    int32_t *qtok;
-    int8_t *qsign;
-} Rows;
-
-static int32_t *rows_add(Rows *r, int64_t owner)
-{
-    if (r->n == r->cap) {
-        r->cap = r->cap ? r->cap * 2 : 256;
-        r->tokens = realloc(r->tokens, sizeof(int32_t) * (size_t)(r->cap * r->S));
-        r->owner = realloc(r->owner, sizeof(int64_t) * (size_t)r->cap);
-        if (!r->tokens || !r->owner)
-            die("out of memory");
-    }
-    r->owner[r->n] = owner;
-    return r->tokens + r->n++ * r->S;
-}
-
-static void rows_query(Rows *r, int64_t pos, int32_t tok, int sign)
-{
-    if (r->nq == r->qcap) {
-        r->qcap = r->qcap ? r->qcap * 2 : 1024;
-        r->qrow = realloc(r->qrow, sizeof(int64_t) * (size_t)r->qcap);
-        r->qpos = realloc(r->qpos, sizeof(int64_t) * (size_t)r->qcap);
-        r->qtok = realloc(r->qtok, sizeof(int32_t) * (size_t)r->qcap);
-        r->qsign = realloc(r->qsign, (size_t)r->qcap);
-        if (!r->qrow || !r->qpos || !r->qtok || !r->qsign)
-            die("out of memory");
-    }
-    r->qrow[r->nq] = r->n - 1;
-    r->qpos[r->nq] = pos;
-    r->qtok[r->nq] = tok;
-    r->qsign[r->nq++] = (int8_t)sign;
-}
-
-static void rows_free(Rows *r)
-{
-    free(r->tokens);
-    free(r->owner);
-    free(r->qrow);
-    free(r->qpos);
-    free(r->qtok);
-    free(r->qsign);
-}
-
-/* Runs the rows in batches; out[owner] += sign * log p(token at position). */
-static int rows_run(Trainer *t, int node, const Rows *r, double *out)
-{
-    int64_t B = t->tr.batch, S = t->tr.seq, V = t->g->nodes[node]->shape[t->g->nodes[node]->rank - 1];
-    float *logits = malloc(sizeof(float) * (size_t)(B * S * V));
-    if (!logits)
-        die("out of memory");
-    int64_t q = 0;
-    for (int64_t r0 = 0; r0 < r->n; r0 += B) {
-        for (int64_t i = 0; i < B * S; i++) {
-            int64_t row = r0 + i / S;
-            t->tokens[i] = row < r->n ? r->tokens[row * S + i % S] : t->alpha->pad;
-            t->targets[i] = DATA_IGNORE_INDEX;
-        }
-        if (!t->be->ops->forward_probe(t->be, t->tokens, t->targets, node, logits)) {
-            fprintf(stderr, "%s: error: %s\n", t->prog, t->be->ops->error(t->be));
-            free(logits);
-            return 0;
-        }
-        for (; q < r->nq && r->qrow[q] < r0 + B; q++) {
-            const float *l = logits + ((r->qrow[q] - r0) * S + r->qpos[q]) * V;
-            double mx = -INFINITY, sum = 0;
-            for (int64_t v = 0; v < V; v++)
-                mx = l[v] > mx ? l[v] : mx;
-            for (int64_t v = 0; v < V; v++)
-                sum += exp((double)l[v] - mx);
-            out[r->owner[r->qrow[q]]] += r->qsign[q] * ((double)l[r->qtok[q]] - mx - log(sum));
-        }
-    }
-    free(logits);
-    return 1;
-}
-
-/* the record BOS res EOS at position j */
-static int32_t rec_at(const Trainer *t, const int32_t *res, int64_t L, int64_t j)
-{
-    return j == 0 ? t->alpha->bos : j == L + 1 ? t->alpha->eos : res[j - 1];
-}
-
-/* causal: every residue and the EOS predicted from what precedes it in its window */
-static void add_causal(Trainer *t, Rows *r, const int32_t *res, int64_t L, int64_t owner, int sign)
-{
-    int64_t S = r->S;
-    for (int64_t w0 = 0; w0 < L + 1; w0 += S) {
-        int32_t *row = rows_add(r, owner);
-        for (int64_t p = 0; p < S; p++)
-            row[p] = w0 + p < L + 1 ? rec_at(t, res, L, w0 + p) : t->alpha->pad;
-        for (int64_t p = 0; p < S && w0 + p < L + 1; p++)
-            rows_query(r, p, rec_at(t, res, L, w0 + p + 1), sign);
-    }
-}
-
-/* a row of the window holding record positions pos[0..n) (all in one window), those masked */
-static int32_t *add_masked_row(Trainer *t, Rows *r, const int32_t *res, int64_t L, int64_t owner, int64_t w0,
-                               const int64_t *pos, int n)
-{
-    int32_t *row = rows_add(r, owner);
-    for (int64_t p = 0; p < r->S; p++)
-        row[p] = w0 + p < L + 2 ? rec_at(t, res, L, w0 + p) : t->alpha->pad;
-    for (int i = 0; i < n; i++)
-        row[pos[i] - w0] = t->alpha->mask;
-    return row;
-}
+    "       %s score --init CKPT --conservation ALN [--wt-id ID] -o S.csv [--threads N]\n"
+    "  per-sequence log-likelihood (causal LM) or pseudo-log-likelihood (masked LM); --per-token writes\n"
+    "  each scored token's log-probability (id,position,token,token_id,log_prob; position 1..L the\n"
+    "  residues, L+1 the EOS);\n"
+    "  or variant scores (A23G, A23G:K45R): log-likelihood ratio (causal), masked marginal (masked);\n"
+    "  or, against an alignment (CLUSTAL or aligned FASTA, .gz too), every single substitution of the\n"
+    "  wild type (the row ID, default the first; ungapped) to the other 19 amino acids, averaged per\n"
+    "  position, against its column's conservation (1 - entropy/ln 20, from the alignment alone, the\n"
+    "  columns where at least half the rows have a residue): the Spearman rank correlation\n";
 
 static int read_fasta_tokens(Trainer *t, const char *path, FastaSet *fs, char ***ids, int64_t *nids)
 {
@@ -194,33 +91,62 @@ static void csv_field(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static int score_fasta(Trainer *t, int node, const char *fasta, FILE *out)
+/* --per-token T.csv: id,position,token,token_id,log_prob for every query (the record's position: 1..L the
+ * residues, L+1 the EOS); the k-th query of a sequence is record position k + 1 */
+static int write_per_token(Trainer *t, const char *path, const InferRows *r, const double *lp, char **ids)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "%s: error: cannot write %s\n", t->prog, tmp);
+        return 0;
+    }
+    fprintf(f, "id,position,token,token_id,log_prob\n");
+    for (int64_t q = 0, k = 0; q < r->nq; q++) {
+        k = q > 0 && r->qown[q] == r->qown[q - 1] ? k + 1 : 0;
+        csv_field(f, ids[r->qown[q]]);
+        fprintf(f, ",%lld,", (long long)k + 1);
+        csv_field(f, t->alpha->tokens[r->qtok[q]]);
+        fprintf(f, ",%d,%.9g\n", (int)r->qtok[q], lp[q]);
+    }
+    int ok = fclose(f) == 0;
+    if (ok && rename(tmp, path) != 0)
+        ok = 0;
+    if (!ok) {
+        fprintf(stderr, "%s: error: cannot write %s\n", t->prog, path);
+        unlink(tmp);
+    }
+    return ok;
+}
+
+static int score_fasta(Trainer *t, int node, const char *fasta, const char *per_token, FILE *out)
 {
     FastaSet fs;
     char **ids = NULL;
     int64_t nids = 0;
     int ok = 0;
-    Rows r = {.S = t->tr.seq};
-    double *sc = NULL;
+    double *sc = NULL, *lp = NULL;
+    int causal = t->obj == OBJECTIVE_CAUSAL;
+    InferRows r = {.S = t->tr.seq};
     if (!read_fasta_tokens(t, fasta, &fs, &ids, &nids))
         goto done;
     sc = calloc((size_t)fs.nseq + 1, sizeof(double));
-    for (int64_t s = 0; s < fs.nseq; s++) {
-        int64_t L = fasta_seq_len(&fs, s);
-        int32_t *res = seq_tokens(&fs, s);
-        if (t->obj == OBJECTIVE_CAUSAL) {
-            add_causal(t, &r, res, L, s, 1);
-        } else {
-            for (int64_t j = 1; j <= L; j++) {
-                add_masked_row(t, &r, res, L, s, (j / r.S) * r.S, &j, 1);
-                rows_query(&r, j - (j / r.S) * r.S, res[j - 1], 1);
-            }
+    if (!sc)
+        die("out of memory");
+    if (causal) {
+        for (int64_t s = 0; s < fs.nseq; s++) {
+            int32_t *res = seq_tokens(&fs, s);
+            infer_causal_rows(t, &r, res, fasta_seq_len(&fs, s), s, 1);
+            free(res);
         }
-        free(res);
+    } else {
+        infer_pll_rows(t, &r, &fs);
     }
-    if (!rows_run(t, node, &r, sc))
+    if (per_token && !(lp = malloc(sizeof(double) * (size_t)(r.nq + 1))))
+        die("out of memory");
+    if (!infer_rows_run(t, node, &r, sc, lp) || (per_token && !write_per_token(t, per_token, &r, lp, ids)))
         goto done;
-    int causal = t->obj == OBJECTIVE_CAUSAL;
     fprintf(out, "id,length,%s,mean,%s\n", causal ? "log_likelihood" : "pseudo_log_likelihood",
             causal ? "perplexity" : "pseudo_perplexity");
     for (int64_t s = 0; s < fs.nseq; s++) {
@@ -231,11 +157,12 @@ static int score_fasta(Trainer *t, int node, const char *fasta, FILE *out)
     }
     printf("scored %lld sequences of %s (%s, %lld rows of %lld)\n", (long long)fs.nseq, fasta,
            causal ? "log-likelihood" : "pseudo-log-likelihood: each residue masked in turn", (long long)r.n,
-           (long long)r.S);
+           (long long)t->tr.seq);
     ok = 1;
 done:
     free(sc);
-    rows_free(&r);
+    free(lp);
+    infer_rows_free(&r);
     fasta_ids_free(ids, nids);
     fasta_set_free(&fs);
     return ok;
@@ -304,13 +231,58 @@ static int parse_variant(Trainer *t, const char *field, const int32_t *wt, int64
     return 1;
 }
 
+/* sc[i] = the score of variant i against the wild type wt[0..L): the
+ * log-likelihood ratio (causal) or the masked marginal (masked; rows masking
+ * the same positions as the variant before are shared). 1, or 0 after a
+ * message (src names where the variants came from). */
+static int run_variants(Trainer *t, int node, const int32_t *wt, int64_t L, const Variant *vs, int64_t nv,
+                        const char *src, double *sc)
+{
+    InferRows r = {.S = t->tr.seq};
+    int causal = t->obj == OBJECTIVE_CAUSAL, ok = 0;
+    int32_t *mut = malloc(sizeof(int32_t) * (size_t)(L + 1));
+    if (!mut)
+        die("out of memory");
+    for (int64_t i = 0; i < nv; i++) {
+        const Variant *v = &vs[i];
+        if (causal) {
+            memcpy(mut, wt, sizeof(int32_t) * (size_t)L);
+            for (int m = 0; m < v->n; m++)
+                mut[v->pos[m] - 1] = v->mt[m];
+            infer_causal_rows(t, &r, mut, L, i, 1);
+            infer_causal_rows(t, &r, wt, L, i, -1);
+        } else {
+            int64_t w0 = (v->pos[0] / r.S) * r.S;
+            for (int m = 1; m < v->n; m++)
+                if ((v->pos[m] / r.S) * r.S != w0) {
+                    fprintf(stderr, "%s: error: `%s` spans two windows of seq %lld; the masked marginal masks "
+                            "them together in one\n", src, v->text, (long long)r.S);
+                    goto done;
+                }
+            int same = i > 0 && vs[i - 1].n == v->n;
+            for (int m = 0; same && m < v->n; m++)
+                same = vs[i - 1].pos[m] == v->pos[m];
+            if (!same)
+                infer_masked_row(t, &r, wt, L, w0, v->pos, v->n);
+            for (int m = 0; m < v->n; m++) {
+                infer_rows_query(&r, i, v->pos[m] - w0, v->mt[m], 1);
+                infer_rows_query(&r, i, v->pos[m] - w0, v->wt[m], -1);
+            }
+        }
+    }
+    ok = infer_rows_run(t, node, &r, sc, NULL);
+done:
+    free(mut);
+    infer_rows_free(&r);
+    return ok;
+}
+
 static int score_variants(Trainer *t, int node, const char *wtpath, const char *csv, FILE *out)
 {
     FastaSet fs;
     char **ids = NULL;
     int64_t nids = 0, nv = 0, cap = 0;
     Variant *vs = NULL;
-    Rows r = {.S = t->tr.seq};
     double *sc = NULL;
     int32_t *wt = NULL;
     int ok = 0;
@@ -363,34 +335,10 @@ static int score_variants(Trainer *t, int node, const char *wtpath, const char *
         goto done;
     }
     sc = calloc((size_t)nv + 1, sizeof(double));
+    if (!sc)
+        die("out of memory");
     int causal = t->obj == OBJECTIVE_CAUSAL;
-    int32_t *mut = malloc(sizeof(int32_t) * (size_t)(L + 1));
-    for (int64_t i = 0; i < nv; i++) {
-        Variant *v = &vs[i];
-        if (causal) {
-            memcpy(mut, wt, sizeof(int32_t) * (size_t)L);
-            for (int m = 0; m < v->n; m++)
-                mut[v->pos[m] - 1] = v->mt[m];
-            add_causal(t, &r, mut, L, i, 1);
-            add_causal(t, &r, wt, L, i, -1);
-        } else {
-            int64_t w0 = (v->pos[0] / r.S) * r.S;
-            for (int m = 1; m < v->n; m++)
-                if ((v->pos[m] / r.S) * r.S != w0) {
-                    fprintf(stderr, "%s:%lld: error: `%s` spans two windows of seq %lld; the masked marginal masks "
-                            "them together in one\n", csv, (long long)i + 1, v->text, (long long)r.S);
-                    free(mut);
-                    goto done;
-                }
-            add_masked_row(t, &r, wt, L, i, w0, v->pos, v->n);
-            for (int m = 0; m < v->n; m++) {
-                rows_query(&r, v->pos[m] - w0, v->mt[m], 1);
-                rows_query(&r, v->pos[m] - w0, v->wt[m], -1);
-            }
-        }
-    }
-    free(mut);
-    if (!rows_run(t, node, &r, sc))
+    if (!run_variants(t, node, wt, L, vs, nv, csv, sc))
         goto done;
     fprintf(out, "mutant,%s\n", causal ? "log_likelihood_ratio" : "masked_marginal");
     for (int64_t i = 0; i < nv; i++) {
@@ -409,9 +357,112 @@ done:
     free(vs);
     free(sc);
     free(wt);
-    rows_free(&r);
     fasta_ids_free(ids, nids);
     fasta_set_free(&fs);
+    return ok;
+}
+
+/* --conservation ALN: every single substitution of the wild type (a row of the
+ * alignment, ungapped) to the other 19 standard amino acids, scored as
+ * variants; per position the mean over its 19, against the conservation of
+ * its column computed from the alignment alone (data/alignment.h: 1 - H/ln 20,
+ * columns where at least half the sequences have a residue); printed: the
+ * Spearman rank correlation. CSV: position,wild_type,column,conservation,
+ * mean_score (conservation empty for a column left out). */
+static int score_conservation(Trainer *t, int node, const char *alnpath, const char *wtid, FILE *out)
+{
+    static const char aa[] = "ACDEFGHIKLMNPQRSTVWY";
+    Alignment al;
+    char err[1024];
+    if (t->alpha->kind != ALPHABET_PROTEIN) {
+        fprintf(stderr, "%s: error: --conservation compares substitutions among the 20 amino acids: it needs a "
+                "protein model, and this one's alphabet is %s\n", t->prog, t->alpha->name);
+        return 0;
+    }
+    if (!alignment_read(alnpath, &al, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 0;
+    }
+    int64_t w = wtid ? alignment_find(&al, wtid) : 0;
+    if (w < 0) {
+        Suggest sg = {0};
+        for (int64_t i = 0; i < al.nseq; i++)
+            suggest_try(&sg, wtid, al.names[i]);
+        fprintf(stderr, "%s: error: %s has no sequence named `%s`%s%s%s (its first is `%s`)\n", t->prog, alnpath,
+                wtid, sg.best ? "; did you mean `" : "", sg.best ? sg.best : "", sg.best ? "`?" : "", al.names[0]);
+        alignment_free(&al);
+        return 0;
+    }
+    double *cons = malloc(sizeof(double) * (size_t)(al.ncol + 1));
+    int64_t *colof = malloc(sizeof(int64_t) * (size_t)(al.ncol + 1));
+    int32_t *wt = malloc(sizeof(int32_t) * (size_t)(al.ncol + 1));
+    Variant *vs = malloc(sizeof(Variant) * (size_t)(al.ncol * 19 + 1));
+    double *sc = calloc((size_t)(al.ncol * 19 + 1), sizeof(double));
+    double *xs = malloc(sizeof(double) * (size_t)(al.ncol + 1)), *ys = malloc(sizeof(double) * (size_t)(al.ncol + 1));
+    if (!cons || !colof || !wt || !vs || !sc || !xs || !ys)
+        die("out of memory");
+    alignment_conservation(&al, 0.5, cons);
+    int64_t L = 0, nv = 0;
+    for (int64_t c = 0; c < al.ncol; c++) {
+        char ch = al.rows[w][c];
+        if (alignment_is_gap(ch))
+            continue;
+        int id = alphabet_encode(t->alpha, ch);
+        wt[L] = id < 0 ? t->alpha->unk : id;
+        colof[L++] = c;
+    }
+    for (int64_t i = 0; i < L; i++) {
+        char wc = al.rows[w][colof[i]];
+        if (!strchr(aa, wc))
+            continue;
+        for (const char *m = aa; *m; m++) {
+            if (*m == wc)
+                continue;
+            Variant *v = &vs[nv++];
+            memset(v, 0, sizeof *v);
+            v->n = 1;
+            v->pos[0] = i + 1;
+            v->wt[0] = wt[i];
+            v->mt[0] = alphabet_encode(t->alpha, *m);
+        }
+    }
+    int ok = nv > 0;
+    if (!ok)
+        fprintf(stderr, "%s: error: %s: `%s` has no standard amino acid to substitute\n", t->prog, alnpath,
+                al.names[w]);
+    if (ok)
+        ok = run_variants(t, node, wt, L, vs, nv, alnpath, sc);
+    if (ok) {
+        fprintf(out, "position,wild_type,column,conservation,mean_score\n");
+        int64_t n = 0;
+        for (int64_t v = 0; v < nv;) {
+            int64_t i = vs[v].pos[0] - 1, e = v;
+            double sum = 0;
+            for (; e < nv && vs[e].pos[0] == vs[v].pos[0]; e++)
+                sum += sc[e];
+            double mean = sum / (double)(e - v), c = cons[colof[i]];
+            fprintf(out, "%lld,%c,%lld,", (long long)i + 1, al.rows[w][colof[i]], (long long)colof[i] + 1);
+            if (!isnan(c)) {
+                fprintf(out, "%.6f", c);
+                xs[n] = mean;
+                ys[n++] = c;
+            }
+            fprintf(out, ",%.6f\n", mean);
+            v = e;
+        }
+        double rho = spearman(xs, ys, n);
+        printf("%s: %lld residues, %lld substitutions (%s), %lld positions in columns with >= 50%% residues; "
+               "Spearman(mean substitution score, conservation) = %.3f\n", al.names[w], (long long)L, (long long)nv,
+               t->obj == OBJECTIVE_CAUSAL ? "log-likelihood ratio" : "masked marginal", (long long)n, rho);
+    }
+    free(cons);
+    free(colof);
+    free(wt);
+    free(vs);
+    free(sc);
+    free(xs);
+    free(ys);
+    alignment_free(&al);
     return ok;
 }
 
@@ -419,14 +470,22 @@ int trainer_score_main(int argc, char **argv, const Plan *pl)
 {
     const char *slash = strrchr(argv[0], '/');
     const char *prog = slash ? slash + 1 : argv[0];
-    const char *init = NULL, *fasta = NULL, *outp = NULL, *wtp = NULL, *muts = NULL;
+    const char *init = NULL, *fasta = NULL, *outp = NULL, *wtp = NULL, *muts = NULL, *aln = NULL, *wtid = NULL,
+               *per_token = NULL;
     int64_t threads = 0;
+    static const char *const known[] = {"--init", "--fasta", "-o", "--wt", "--mutations", "--conservation",
+                                        "--wt-id", "--per-token", "--threads", "--help", NULL};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf(usage_score, prog, prog);
+            printf(usage_score, prog, prog, prog);
             return 0;
         }
+        int k = 0;
+        while (known[k] && strcmp(known[k], a))
+            k++;
+        if (!known[k])
+            return trainer_unknown_option(prog, "score", a, known);
         if (!v)
             return trainer_usage_error(prog, "score: %s needs a value", a);
         if (!strcmp(a, "--init"))
@@ -439,29 +498,33 @@ int trainer_score_main(int argc, char **argv, const Plan *pl)
             wtp = v;
         else if (!strcmp(a, "--mutations"))
             muts = v;
+        else if (!strcmp(a, "--conservation"))
+            aln = v;
+        else if (!strcmp(a, "--wt-id"))
+            wtid = v;
+        else if (!strcmp(a, "--per-token"))
+            per_token = v;
         else if (!strcmp(a, "--threads")) {
             if (!parse_i64_in(v, 1, 256, &threads))
                 return trainer_usage_error(prog, "score: --threads takes an integer in [1, 256], not '%s'", v);
-        } else
-            return trainer_usage_error(prog, "score: unknown option '%s'", a);
+        }
         i++;
     }
-    if (!init || !outp || (!fasta == !(wtp || muts)) || (!wtp != !muts))
-        return trainer_usage_error(prog, "score needs --init CKPT, -o S.csv and either --fasta Q.fa or --wt WT.fa "
-                                   "--mutations M.csv");
+    if (!init || !outp || (!!fasta + !!(wtp || muts) + !!aln) != 1 || (!wtp != !muts))
+        return trainer_usage_error(prog, "score needs --init CKPT, -o S.csv and one of --fasta Q.fa, --wt WT.fa "
+                                   "--mutations M.csv, or --conservation ALN");
+    if (per_token && !fasta)
+        return trainer_usage_error(prog, "score: --per-token goes with --fasta Q.fa");
+    if (wtid && !aln)
+        return trainer_usage_error(prog, "score: --wt-id names the wild type within --conservation ALN");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     cpu_set_threads(threads ? (int)threads : (int)(ncpu > 0 ? ncpu : 1));
     Trainer *t = calloc(1, sizeof *t);
     int rc = 1;
     if (!t || !infer_open(t, prog, pl, init))
         goto out;
-    const IrNode *head = NULL;
-    for (int i = 0; i <= t->g->loss->id; i++) {
-        const IrNode *n = t->g->nodes[i];
-        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && !head)
-            head = n->src[0];
-    }
-    if (!head || head->shape[head->rank - 1] != t->alpha->vocab) {
+    int head = infer_logits_node(t);
+    if (head < 0) {
         fprintf(stderr, "%s: error: no logits over the %s alphabet feed the loss\n", prog, t->alpha->name);
         goto out;
     }
@@ -472,7 +535,9 @@ int trainer_score_main(int argc, char **argv, const Plan *pl)
         fprintf(stderr, "%s: error: cannot write %s\n", prog, tmp);
         goto out;
     }
-    int ok = fasta ? score_fasta(t, head->id, fasta, out) : score_variants(t, head->id, wtp, muts, out);
+    int ok = fasta ? score_fasta(t, head, fasta, per_token, out)
+             : aln ? score_conservation(t, head, aln, wtid, out)
+                   : score_variants(t, head, wtp, muts, out);
     if (fclose(out) != 0)
         ok = 0;
     if (ok && rename(tmp, outp) != 0) {

@@ -46,6 +46,7 @@ typedef struct Flags {
     int64_t seq;         /* 0: the model's (another one re-plans, as --batch does) */
     int64_t grad_accum;  /* --grad-accum N: N micro-batches of the plan's batch per optimizer step (1: off) */
     int keep_best;       /* --keep-best: DIR/checkpoint-best.safetensors, the best validation lm_loss so far */
+    int no_pll;          /* --no-pseudo-perplexity: --eval of a masked LM without it */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -167,9 +168,41 @@ int trainer_eval_file(Trainer *t);                                     /* exit s
 /* moe_metrics.c: lm_loss, aux_loss and the per-layer expert load of the steps since the last call, added to o */
 void trainer_log_moe(Trainer *t, cJSON *o);
 
-/* infer.c: forward passes for embed and score */
+/* infer.c: forward passes for embed, score and --eval's pseudo-perplexity */
 int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt);   /* 1, or 0 after a message */
 void infer_close(Trainer *t);
+/* A batch of rows to run: tokens [n, S]; queries (row, position, token,
+ * sign, owner): out[owner] += sign * log p(token at position of row). Several
+ * owners may share a row (variants masking the same positions). */
+typedef struct InferRows {
+    int64_t n, cap, S;
+    int32_t *tokens;   /* [n, S] */
+    int64_t nq, qcap;
+    int64_t *qrow, *qpos, *qown;
+    int32_t *qtok;
+    int8_t *qsign;
+} InferRows;
+int32_t *infer_rows_add(InferRows *r);                 /* a new row of S tokens to fill */
+void infer_rows_query(InferRows *r, int64_t owner, int64_t pos, int32_t tok, int sign);   /* on the last row */
+void infer_rows_free(InferRows *r);
+/* Runs the rows in batches through the backend's forward_probe up to `node` (the logits); out[owner] +=
+ * sign * log p(token at position), a log-softmax in double; per_query (NULL, or one per query) gets each
+ * query's log p. 1, or 0 after a message. */
+int infer_rows_run(Trainer *t, int node, const InferRows *r, double *out, double *per_query);
+/* The record BOS res[0..L) EOS at position j. */
+int32_t infer_rec_at(const Trainer *t, const int32_t *res, int64_t L, int64_t j);
+/* Causal: rows of the windows of the record, every residue and the EOS queried from what precedes it. */
+void infer_causal_rows(Trainer *t, InferRows *r, const int32_t *res, int64_t L, int64_t owner, int sign);
+/* A row of the window from record position w0, with the record positions pos[0..n) masked (one window). */
+int32_t *infer_masked_row(Trainer *t, InferRows *r, const int32_t *res, int64_t L, int64_t w0, const int64_t *pos,
+                          int n);
+/* The node of the logits feeding the language-model loss over the alphabet, or -1. */
+int infer_logits_node(const Trainer *t);
+/* A masked LM's pseudo-log-likelihood of every sequence of fs (each residue masked in turn, one row each, in
+ * the windows of --eval, batched): out[s], natural log; *rows the rows run. 1, or 0 after a message. */
+int infer_pll(Trainer *t, int node, const FastaSet *fs, double *out, int64_t *rows);
+/* The same over prepared rows r (infer_pll_rows), so a caller can read each query's log p (per_query). */
+void infer_pll_rows(Trainer *t, InferRows *r, const FastaSet *fs);
 int fasta_ids(const char *path, char ***ids, int64_t *n, char *err, size_t errlen);
 void fasta_ids_free(char **ids, int64_t n);
 /* embed.c, score.c: the subcommands of a training binary */

@@ -29,6 +29,7 @@ typedef struct CpuBackend {
     CpuWatch watch;            /* where the metrics are read (moe_metrics.c) */
     BackendMetrics metrics[2]; /* of the steps, of the eval passes */
     double *accum;             /* accum_step's gradient sum (nparams_total), allocated at its first call */
+    int forward_only;          /* BackendOptions.forward_only: no gradients, no AdamW state (adam is NULL) */
     char err[1024];
 } CpuBackend;
 
@@ -92,8 +93,11 @@ static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, c
     B->batch_bytes = (size_t)ir_numel(g->nodes[p->tokens]) * sizeof(int32_t);
     /* as the GPU backend does with device memory: a plan that cannot fit in the host's memory is refused
      * before anything is allocated (the parameters and AdamW state twice: the trainer's and these) */
-    size_t arena = cpu_plan_arena_bytes(g, CPU_F32);
-    double need = (double)arena + 24.0 * (double)p->nparams_total + 2.0 * (double)B->batch_bytes;
+    B->forward_only = o && o->forward_only;
+    int upto = B->forward_only ? g->loss->id + 1 : g->nnodes;
+    size_t arena = cpu_plan_arena_bytes_upto(g, CPU_F32, upto);
+    double need = (double)arena + (B->forward_only ? 8.0 : 24.0) * (double)p->nparams_total +
+                  2.0 * (double)B->batch_bytes;
     int64_t avail = host_memory_available();
     if (avail >= 0 && need > (double)avail) {
         char a[32], b[32], c[32];
@@ -106,17 +110,17 @@ static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, c
         return NULL;
     }
     B->params = calloc((size_t)p->nparams_total + 1, sizeof(float));
-    B->adam = calloc((size_t)p->nparams_total * 2 + 1, sizeof(float));
+    B->adam = B->forward_only ? NULL : calloc((size_t)p->nparams_total * 2 + 1, sizeof(float));
     B->tokens = calloc(B->batch_bytes / 4 + 1, sizeof(int32_t));
     B->targets = calloc(B->batch_bytes / 4 + 1, sizeof(int32_t));
     B->ring_loss = calloc((size_t)B->ring, sizeof(double));
     B->ring_norm = calloc((size_t)B->ring, sizeof(double));
-    if (!B->params || !B->adam || !B->tokens || !B->targets || !B->ring_loss || !B->ring_norm) {
+    if (!B->params || (!B->adam && !B->forward_only) || !B->tokens || !B->targets || !B->ring_loss || !B->ring_norm) {
         snprintf(err, errlen, "out of memory for %lld parameters", (long long)p->nparams_total);
         cpu_destroy(&B->base);
         return NULL;
     }
-    cpu_plan_init(&B->run, g, CPU_F32);
+    cpu_plan_init_upto(&B->run, g, CPU_F32, upto);
     B->run.comm = comm;
     for (int i = 0; i < p->nparams; i++)
         cpu_plan_bind(&B->run, g->nodes[p->params[i].node], B->params + p->params[i].offset);
@@ -130,6 +134,8 @@ static int cpu_put_state(Backend *b, const float *params, const float *adam)
 {
     CpuBackend *B = (CpuBackend *)b;
     memcpy(B->params, params, sizeof(float) * (size_t)B->p->nparams_total);
+    if (adam && B->forward_only)
+        return cpu_fail(B, "internal: AdamW state given to a forward-only backend");
     if (adam)
         memcpy(B->adam, adam, sizeof(float) * 2 * (size_t)B->p->nparams_total);
     return 1;
@@ -140,6 +146,8 @@ static int cpu_get_state(Backend *b, float *params, float *adam)
     CpuBackend *B = (CpuBackend *)b;
     if (params)
         memcpy(params, B->params, sizeof(float) * (size_t)B->p->nparams_total);
+    if (adam && B->forward_only)
+        return cpu_fail(B, "internal: a forward-only backend has no AdamW state");
     if (adam)
         memcpy(adam, B->adam, sizeof(float) * 2 * (size_t)B->p->nparams_total);
     return 1;
@@ -149,6 +157,8 @@ static int cpu_get_grad(Backend *b, int i, float *out)
 {
     CpuBackend *B = (CpuBackend *)b;
     const PlanParam *pp = &B->p->params[i];
+    if (B->forward_only)
+        return cpu_fail(B, "internal: a forward-only backend has no gradients");
     memcpy(out, cpu_plan_data(&B->run, B->p->graph->nodes[pp->grad]), sizeof(float) * (size_t)pp->numel);
     return 1;
 }
@@ -233,6 +243,8 @@ static int run_watched(CpuBackend *B, int to, BackendMetrics *m)
 static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
                     BackendProfile *prof)
 {
+    if (B->forward_only)
+        return cpu_fail(B, "internal: a training step on a forward-only backend");
     if (B->pending >= B->ring)
         return cpu_fail(B, "internal: %d steps without reading their losses", B->pending);
     const IrGraph *g = B->p->graph;
@@ -286,6 +298,8 @@ static int cpu_accum_step(Backend *b, const int32_t *tokens, const int32_t *targ
     CpuBackend *B = (CpuBackend *)b;
     const Plan *p = B->p;
     const IrGraph *g = p->graph;
+    if (B->forward_only)
+        return cpu_fail(B, "internal: a training step on a forward-only backend");
     if (B->pending >= B->ring)
         return cpu_fail(B, "internal: %d steps without reading their losses", B->pending);
     if (!B->accum && !(B->accum = malloc(sizeof(double) * (size_t)(p->nparams_total + 1))))
@@ -371,7 +385,7 @@ static int cpu_forward_probe(Backend *b, const int32_t *tokens, const int32_t *t
 {
     CpuBackend *B = (CpuBackend *)b;
     const IrGraph *g = B->p->graph;
-    if (node < 0 || node >= g->nnodes)
+    if (node < 0 || node >= B->run.nplanned)
         return cpu_fail(B, "internal: no node %d to read", node);
     const IrNode *n = g->nodes[node];
     if (n->dtype == IR_I32)
@@ -391,7 +405,7 @@ static void cpu_info(Backend *b, BackendInfo *out)
     snprintf(out->device, sizeof out->device, "CPU");
     snprintf(out->step, sizeof out->step, "%d thread%s", th, th == 1 ? "" : "s");
     out->planned_params = (size_t)B->p->nparams_total * 4;
-    out->planned_opt = (size_t)B->p->nparams_total * 8;
+    out->planned_opt = B->forward_only ? 0 : (size_t)B->p->nparams_total * 8;
     out->planned_acts = B->run.planned_bytes;
     out->planned_total = out->planned_params + out->planned_opt + out->planned_acts;
 }

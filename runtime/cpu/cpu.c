@@ -59,9 +59,9 @@ size_t cpu_elem_size(const IrNode *n, CpuPrecision prec)
  * backend's element sizes and no GPU workspaces; one allocation holds the
  * activations and gradients. */
 /* Every node's buffer from the planner: bufs (caller frees) and the arena's size. */
-static PlanBuf *plan_buffers(const IrGraph *g, CpuPrecision prec, size_t *bytes, size_t *total)
+static PlanBuf *plan_buffers(const IrGraph *g, CpuPrecision prec, size_t *bytes, size_t *total, int upto)
 {
-    int n = g->nnodes;
+    int n = upto;
     PlanBuf *bufs = calloc((size_t)n + 1, sizeof *bufs);
     if (!bufs)
         die("out of memory planning buffers");
@@ -74,37 +74,50 @@ static PlanBuf *plan_buffers(const IrGraph *g, CpuPrecision prec, size_t *bytes,
                             .storage = node->dtype == IR_I32 ? PLAN_I32 : prec == CPU_F64 ? PLAN_F64 : PLAN_F32,
                             .bytes = (int64_t)b, .alias_of = -1};
     }
+    /* the planner sees the graph's first `upto` nodes: their sources all come before them */
+    IrGraph head = *g;
+    head.nnodes = n;
     PlanMemory mem;
-    plan_memory(g, bufs, n, 64, &mem);
+    plan_memory(&head, bufs, n, 64, &mem);
     *total = (size_t)mem.region_bytes[PLAN_REGION_ACTIVATIONS];
     return bufs;
 }
 
 size_t cpu_plan_arena_bytes(const IrGraph *g, CpuPrecision prec)
 {
+    return cpu_plan_arena_bytes_upto(g, prec, g->nnodes);
+}
+
+size_t cpu_plan_arena_bytes_upto(const IrGraph *g, CpuPrecision prec, int upto)
+{
     size_t total;
-    free(plan_buffers(g, prec, NULL, &total));
+    free(plan_buffers(g, prec, NULL, &total, upto));
     return total;
 }
 
-void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec)
+void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec) { cpu_plan_init_upto(p, g, prec, g->nnodes); }
+
+void cpu_plan_init_upto(CpuPlan *p, const IrGraph *g, CpuPrecision prec, int upto)
 {
     memset(p, 0, sizeof *p);
     p->g = g;
     p->prec = prec;
     int n = g->nnodes;
+    if (upto < 1 || upto > n)
+        die("cpu_plan_init_upto: %d of %d nodes", upto, n);
+    p->nplanned = upto;
     p->buf = calloc((size_t)n, sizeof *p->buf);
     p->bytes = calloc((size_t)n, sizeof *p->bytes);
     if (!p->buf || !p->bytes)
         die("out of memory planning buffers");
     size_t total;
-    PlanBuf *bufs = plan_buffers(g, prec, p->bytes, &total);
+    PlanBuf *bufs = plan_buffers(g, prec, p->bytes, &total, upto);
     p->arena = aligned_alloc(64, total ? total : 64);
     if (!p->arena)
         die("out of memory: %zu bytes for activations", total);
     memset(p->arena, 0, total);
     p->planned_bytes = total;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < upto; i++)
         if (bufs[i].region == PLAN_REGION_ACTIVATIONS)
             p->buf[i] = (char *)p->arena + bufs[i].offset;
     free(bufs);
@@ -127,6 +140,8 @@ void cpu_plan_bind(CpuPlan *p, const IrNode *n, void *data)
 
 int cpu_plan_run_range(CpuPlan *p, int from, int to)
 {
+    if (to > p->nplanned)
+        die("cpu backend: running node %d of a plan with buffers for %d", to - 1, p->nplanned);
     for (int i = from; i < to; i++) {
         const IrNode *n = p->g->nodes[i];
         if ((n->op == IR_OP_INPUT || n->op == IR_OP_PARAM) && !p->buf[i])

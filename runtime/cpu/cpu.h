@@ -28,12 +28,18 @@ typedef struct CpuPlan {
     void *arena;         /* the activations and gradients, one allocation */
     size_t planned_bytes;  /* its size: the activation peak */
     struct Comm *comm;     /* for the collective ops (expert parallelism); NULL = one rank */
+    int nplanned;          /* nodes [0, nplanned) have buffers (cpu_plan_init_upto); running past them is a bug */
 } CpuPlan;
 
 /* Elements are 4 bytes for i32 and for floats in F32, 8 for floats in F64. */
 size_t cpu_elem_size(const IrNode *n, CpuPrecision prec);
 
 void cpu_plan_init(CpuPlan *p, const IrGraph *g, CpuPrecision prec);
+/* Buffers for nodes [0, upto) only, planned as if the graph ended there (a forward pass up to the loss:
+ * no gradient, and each activation released after its last forward use, not kept for the backward). */
+void cpu_plan_init_upto(CpuPlan *p, const IrGraph *g, CpuPrecision prec, int upto);
+/* The activation arena cpu_plan_init_upto allocates. */
+size_t cpu_plan_arena_bytes_upto(const IrGraph *g, CpuPrecision prec, int upto);
 void cpu_plan_free(CpuPlan *p);
 /* Points an input or param node at caller-owned data (cpu_elem_size each). */
 void cpu_plan_bind(CpuPlan *p, const IrNode *n, void *data);
