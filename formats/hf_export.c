@@ -64,6 +64,71 @@ static void json_token(char *b, size_t n, const char *tok)
  * transformers' EsmTokenizer reads. It splits a sequence into the vocabulary's tokens and adds the BOS
  * (ESM's cls) and EOS, as moec's records are. Characters outside the alphabet become its unknown token
  * (X, N), as moec's reader makes them; upper case only. */
+/* tokenizer.json, the `tokenizers` library's serialization, which transformers 5's AutoTokenizer needs (it
+ * found no converter for EsmTokenizer's vocab.txt alone: "Couldn't instantiate the backend tokenizer", H200
+ * machine, transformers 5.17): a word-level model over the alphabet, every character its own piece, the
+ * unknown token for anything else, and a post-processor adding BOS and EOS; the special tokens as added
+ * tokens so they are never split. */
+static int write_tokenizer_json(const char *dir, const Alphabet *al)
+{
+    size_t cap = 8192, len = 0;
+    char *s = malloc(cap);
+    if (!s)
+        die("out of memory");
+#define TJ_PUT(...)                                                                                                    \
+    do {                                                                                                               \
+        int n_ = snprintf(s + len, cap - len, __VA_ARGS__);                                                            \
+        while (n_ >= 0 && (size_t)n_ >= cap - len) {                                                                   \
+            if (!(s = realloc(s, cap *= 2)))                                                                           \
+                die("out of memory");                                                                                  \
+            n_ = snprintf(s + len, cap - len, __VA_ARGS__);                                                            \
+        }                                                                                                              \
+        len += (size_t)n_;                                                                                             \
+    } while (0)
+    char t[64], bos[64], eos[64], unk[64];
+    json_token(bos, sizeof bos, al->tokens[al->bos]);
+    json_token(eos, sizeof eos, al->tokens[al->eos]);
+    json_token(unk, sizeof unk, al->tokens[al->unk]);
+    TJ_PUT("{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [");
+    int specials[4] = {al->bos, al->eos, al->pad, al->mask}, first = 1;
+    for (int i = 0; i < al->vocab; i++) {
+        int special = i == al->unk;
+        for (int k = 0; k < 4; k++)
+            special |= specials[k] == i;
+        if (!special)
+            continue;
+        json_token(t, sizeof t, al->tokens[i]);
+        TJ_PUT("%s\n    {\"id\": %d, \"content\": %s, \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+               "\"normalized\": false, \"special\": true}",
+               first ? "" : ",", i, t);
+        first = 0;
+    }
+    TJ_PUT("\n  ],\n  \"normalizer\": null,\n"
+           "  \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \".\"}, \"behavior\": \"Isolated\", "
+           "\"invert\": false},\n"
+           "  \"post_processor\": {\"type\": \"TemplateProcessing\",\n"
+           "    \"single\": [{\"SpecialToken\": {\"id\": %s, \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+           "{\"SpecialToken\": {\"id\": %s, \"type_id\": 0}}],\n"
+           "    \"pair\": [{\"SpecialToken\": {\"id\": %s, \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+           "{\"SpecialToken\": {\"id\": %s, \"type_id\": 0}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}, "
+           "{\"SpecialToken\": {\"id\": %s, \"type_id\": 1}}],\n"
+           "    \"special_tokens\": {%s: {\"id\": %s, \"ids\": [%d], \"tokens\": [%s]}, %s: {\"id\": %s, \"ids\": [%d], "
+           "\"tokens\": [%s]}}},\n"
+           "  \"decoder\": null,\n  \"model\": {\"type\": \"WordLevel\", \"unk_token\": %s, \"vocab\": {",
+           bos, eos, bos, eos, eos, bos, bos, al->bos, bos, eos, eos, al->eos, eos, unk);
+    for (int i = 0; i < al->vocab; i++) {
+        json_token(t, sizeof t, al->tokens[i]);
+        TJ_PUT("%s%s: %d", i ? ", " : "", t, i);
+    }
+    TJ_PUT("}}\n}\n");
+#undef TJ_PUT
+    char *p = hf_join(dir, "tokenizer.json");
+    int ok = hf_write_text(p, s, len);
+    free(p);
+    free(s);
+    return ok;
+}
+
 static int write_tokenizer(const char *dir, const Alphabet *al, int64_t max_pos)
 {
     size_t cap = 4096, len = 0;
@@ -88,7 +153,7 @@ static int write_tokenizer(const char *dir, const Alphabet *al, int64_t max_pos)
                       "  \"bos_token\": %s,\n  \"cls_token\": %s,\n  \"eos_token\": %s,\n  \"pad_token\": %s,\n"
                       "  \"mask_token\": %s,\n  \"unk_token\": %s", bos, bos, eos, pad, mask, unk);
     int cn = snprintf(cfg, sizeof cfg,
-                      "{\n  \"tokenizer_class\": \"EsmTokenizer\",\n%s,\n  \"model_max_length\": %lld,\n"
+                      "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n%s,\n  \"model_max_length\": %lld,\n"
                       "  \"clean_up_tokenization_spaces\": false,\n  \"moec_alphabet\": \"%s\"\n}\n",
                       specials, (long long)max_pos, al->name);
     if (sn < 0 || (size_t)sn >= sizeof specials || cn < 0 || (size_t)cn >= sizeof cfg)
@@ -99,7 +164,8 @@ static int write_tokenizer(const char *dir, const Alphabet *al, int64_t max_pos)
         die("special tokens map too long");
     char *pv = hf_join(dir, "vocab.txt"), *pc = hf_join(dir, "tokenizer_config.json"),
          *pm = hf_join(dir, "special_tokens_map.json");
-    int ok = hf_write_text(pv, v, len) && hf_write_text(pc, cfg, (size_t)cn) && hf_write_text(pm, map, (size_t)mn);
+    int ok = hf_write_text(pv, v, len) && hf_write_text(pc, cfg, (size_t)cn) && hf_write_text(pm, map, (size_t)mn) &&
+             write_tokenizer_json(dir, al);
     free(pv);
     free(pc);
     free(pm);
@@ -487,8 +553,8 @@ int hf_export_main(int argc, char **argv)
            (long long)c.experts, (long long)c.top_k, (long long)c.vocab, bf16 ? "BF16" : "F32",
            per_expert ? "per-expert" : "fused");
     if (al)
-        printf("%s: wrote the %s tokenizer: vocab.txt, tokenizer_config.json, special_tokens_map.json (EsmTokenizer; "
-               "bos %d, eos %d, pad %d, mask %d, as in config.json)\n", out, al->name, al->bos, al->eos, al->pad,
+        printf("%s: wrote the %s tokenizer: tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json "
+               "(bos %d, eos %d, pad %d, mask %d, as in config.json)\n", out, al->name, al->bos, al->eos, al->pad,
                al->mask);
     else
         printf("%s: no tokenizer written: the model's train section names no alphabet of %lld tokens\n", out,
