@@ -166,12 +166,43 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
     cg->attn_fast_used = 1;
 }
 
+/* the backward's workspaces: bf16 q/k/v and the log-sum-exp (kept by the forward), dO in bf16, D */
+typedef struct AttnBufs {
+    int qkv, dob, lse, dsum;
+    int64_t nq, nk;
+} AttnBufs;
+
+/* one of the backward's tile launches (dq or dk/dv): moec::attn::CALL over ITEMS tiles, a block each */
+static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char *suffix, const char *what,
+                          const char *call, int64_t items, int smem)
+{
+    cg_begin(cg, n, suffix, what);
+    cg_out(cg, n, "out");
+    cg_param(cg, b->qkv, 0, "qkv");
+    cg_param(cg, b->dob, 0, "dob");
+    cg_param(cg, b->lse, 0, "lse2");
+    cg_param(cg, b->dsum, 0, "dsum");
+    int seg = n->nsrc == 5;
+    if (seg)
+        cg_in(cg, n->src[4], "seg");
+    attn_fast_consts(cg, n, n->src[1]);
+    cg_const(cg, "NQ", b->nq);
+    cg_const(cg, "NK", b->nk);
+    cg_const(cg, "ITEMS", items);
+    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
+    cg_line(cg, "    moec::attn::%s(item, out, qkv, qkv + NQ, qkv + NQ + NK, dob, lse2, dsum, %s);", call,
+            seg ? "seg" : "nullptr");
+    cg_line(cg, "    __syncthreads();");
+    cg_line(cg, "}");
+    cg_launch_extra(cg, smem, 0);
+    cg_end(cg, 128, attn_grid(items));
+}
+
 static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
 {
     const IrNode *q = n->src[1], *k = n->src[2];
     int64_t B = q->shape[0], S = q->shape[1], H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
     int64_t WQ = q->shape[2], WK = k->shape[2], hd = WQ / H, nq = B * S * WQ, nk = B * S * WK;
-    int seg = n->nsrc == 5;
     char why[200], impl[320];
     cuda_fast_attention_ok(n, why, sizeof why);
     snprintf(impl, sizeof impl, "fast: %s; q, k, v in bf16 and the log-sum-exp kept by %s", why, f->name);
@@ -193,48 +224,15 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     cg_end(cg, CG_BLOCK, cg_grid(B * S * H * (hd / 8), CG_BLOCK));
 
     int64_t qitems = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS), kitems = B * KV * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
-    const char *segarg = seg ? "seg" : "nullptr";
-    cg_begin(cg, n, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
-                                "probabilities recomputed from the kept log-sum-exp (bf16 mma.sync)");
-    cg_out(cg, n, "out");
-    cg_param(cg, qkv, 0, "qkv");
-    cg_param(cg, dob, 0, "dob");
-    cg_param(cg, lse, 0, "lse2");
-    cg_param(cg, dsum, 0, "dsum");
-    if (seg)
-        cg_in(cg, n->src[4], "seg");
-    attn_fast_consts(cg, n, q);
-    cg_const(cg, "NQ", nq);
-    cg_const(cg, "NK", nk);
-    cg_const(cg, "ITEMS", qitems);
-    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
-    cg_line(cg, "    moec::attn::bwd_dq<B, S, H, KV, HD, CAUSAL>(item, out, qkv, qkv + NQ, qkv + NQ + NK, dob, lse2, "
-                "dsum, %s);", segarg);
-    cg_line(cg, "    __syncthreads();");
-    cg_line(cg, "}");
-    cg_launch_extra(cg, attn_dq_smem(hd), 0);
-    cg_end(cg, 128, attn_grid(qitems));
-
-    cg_begin(cg, n, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over the group's heads "
-                                 "and the query tiles (bf16 mma.sync, no atomics)");
-    cg_out(cg, n, "out");
-    cg_param(cg, qkv, 0, "qkv");
-    cg_param(cg, dob, 0, "dob");
-    cg_param(cg, lse, 0, "lse2");
-    cg_param(cg, dsum, 0, "dsum");
-    if (seg)
-        cg_in(cg, n->src[4], "seg");
-    attn_fast_consts(cg, n, q);
-    cg_const(cg, "NQ", nq);
-    cg_const(cg, "NK", nk);
-    cg_const(cg, "ITEMS", kitems);
-    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
-    cg_line(cg, "    moec::attn::bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>(item, out, qkv, qkv + NQ, qkv + NQ + NK, dob, "
-                "lse2, dsum, %s);", attn_dkv_rows(hd), segarg);
-    cg_line(cg, "    __syncthreads();");
-    cg_line(cg, "}");
-    cg_launch_extra(cg, attn_dkv_smem(hd), 0);
-    cg_end(cg, 128, attn_grid(kitems));
+    const AttnBufs bufs = {qkv, dob, lse, dsum, nq, nk};
+    char call[64];
+    emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
+                                            "probabilities recomputed from the kept log-sum-exp (bf16 mma.sync)",
+                  "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
+    snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", attn_dkv_rows(hd));
+    emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over the "
+                                             "group's heads and the query tiles (bf16 mma.sync, no atomics)",
+                  call, kitems, attn_dkv_smem(hd));
     cg->attn_fast_used = 1;
 }
 
