@@ -11,10 +11,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../util/util.h"
+
+/* Fault injection for the kill -9 suite (tests/train/kill_random.sh): MOEC_FAULT_SAVE_PAUSE_MS=N (0 to 10000)
+ * pauses every save for N ms halfway through its tensors, the temporary file half written, so a kill lands
+ * inside a write on any machine (without it, on a loaded machine under ASan, 60 random kills once all missed
+ * the writes). Unset in any real run: it changes no byte that is written. */
+static void fault_pause(void)
+{
+    const char *v = getenv("MOEC_FAULT_SAVE_PAUSE_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0 || ms > 10000)
+        return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
 
 /* ---- dtypes */
 
@@ -844,6 +860,8 @@ int st_writer_save(const SafeTensorsWriter *w, const char *path, char *err, size
               fwrite(spaces, 1, hlen - jlen, f) != hlen - jlen;
     for (int i = 0; i < w->ntensors && !bad; i++) {
         const StWriterTensor *t = &w->tensors[i];
+        if (i == w->ntensors / 2)
+            fault_pause();
         bad = t->nbytes && fwrite(t->data, 1, t->nbytes, f) != t->nbytes;
     }
     if (bad || fflush(f) != 0) {

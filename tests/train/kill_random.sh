@@ -11,8 +11,10 @@
 # --keep-last copies must load too. A kill inside a write leaves a temporary
 # file, which a later start must remove (the final one says so). At the end the
 # checkpoint must be byte-identical to that of a run never killed, and no
-# temporary file may remain. At least one kill must land inside a write
-# (the loop goes on, up to 3 x KILLS kills, until one does). Prints one line per kill and a summary;
+# temporary file may remain. At least one kill must land inside a write:
+# the loop goes on, up to 3 x KILLS kills, until one does, and those extra
+# runs pause each save halfway for 300 ms (MOEC_FAULT_SAVE_PAUSE_MS, the
+# writer's fault-injection hook) so that a kill lands in one on any machine. Prints one line per kill and a summary;
 # KILL_SEED=N replays a sequence of delays.
 set -u
 train=$1 moec=$2 dir=$3 kills=${4:-20}
@@ -51,7 +53,9 @@ for i in $(seq 1 $(( kills * 3 ))); do
     resume=()
     [ -e "$ck/checkpoint.safetensors" ] && resume=(--resume)
     delay=$(( RANDOM % (start + window) + 10 ))
-    "$train" "${args[@]}" --ckpt-dir "$ck" "${resume[@]}" > "$dir/run$i.out" 2>&1 &
+    pause=0
+    [ "$i" -gt "$kills" ] && pause=300
+    MOEC_FAULT_SAVE_PAUSE_MS=$pause "$train" "${args[@]}" --ckpt-dir "$ck" "${resume[@]}" > "$dir/run$i.out" 2>&1 &
     pid=$!
     sleep "$(printf '%d.%03d' $((delay / 1000)) $((delay % 1000)))"
     kill -9 $pid 2>/dev/null
