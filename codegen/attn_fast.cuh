@@ -1,7 +1,7 @@
-/* attn_fast.cuh - flash attention on the tensor cores (--kernels fast; codegen/cuda_attention.c): bf16
- * operands, fp32 accumulators and softmax statistics, mma.sync m16n8k16 (sm_80 and later; moec compiles
- * it for sm_90a). Pasted into a plan's kernels.cu only when a node uses it; the Makefile turns it into
- * the C string cuda_prelude_attn_fast. Design and tolerances: docs/kernels-sm90.md ("Attention").
+/* attn_fast.cuh - flash attention on the Hopper tensor cores (--kernels fast; codegen/cuda_attention.c):
+ * bf16 operands, fp32 accumulators and softmax statistics, wgmma (sm_90a). Pasted into a plan's
+ * kernels.cu after codegen/sm90.cuh only when a node uses it; the Makefile turns it into the C string
+ * cuda_prelude_attn_fast. Design and tolerances: docs/kernels-sm90.md ("Attention").
  *
  * Layouts are the graph's: q and o [B, S, H HD], k and v [B, S, KV HD] row-major (head h's columns
  * h HD .. h HD + HD - 1), the backward's output [B, S, H HD + 2 KV HD] = [dq | dk | dv]. The graph
@@ -9,12 +9,16 @@
  * for the backward), and the backward rounds dO. Softmax statistics are base 2: lse2 = log2(sum_j
  * 2^(s_ij log2e / sqrt(HD))) per (b, h, i), kept by the forward for the backward.
  *
- * Every kernel: 4 warps, each owning 16 rows of a 64-row tile (queries, or in dk/dv keys); the other
- * operand streams through shared memory 64 rows at a time (cp.async, two buffers). Rows are padded by 8
- * bf16 (16 bytes) so the 8 row addresses of an ldmatrix fall in 8 different bank groups. No float
- * atomics: dq is its own launch (one block per query tile, over the key tiles) and dk/dv another (one
- * block per key tile, over the group's heads and query tiles), so runs repeat bit for bit; the price is
- * computing the probabilities twice in the backward (7 matrix products instead of 5).
+ * Every tile kernel is one warpgroup (4 warps, 128 threads) owning 64 rows (queries, or in dk/dv keys),
+ * the m64 of the warpgroup MMA: warp w holds rows 16 w .. 16 w + 15, thread (g = lane / 4, t = lane % 4)
+ * rows g and g + 8 and columns 8 n + 2 t, 8 n + 2 t + 1 of every 8-column block n of an accumulator. The
+ * other operand streams through shared memory (cp.async, two buffers) in the layout a 128-byte-swizzled
+ * TMA box would give (load_sw), read by the tensor cores through matrix descriptors: K-major for both
+ * operands of the score-like products (q k^T, dO v^T), MN-major for the B of the products with the
+ * probabilities, whose A (P, dS, as bf16) stays in registers. No float atomics: dq is its own launch
+ * (one block per query tile, over the key tiles) and dk/dv another (one block per key tile, over the
+ * group's heads and query tiles), so runs repeat bit for bit; the price is computing the probabilities
+ * twice in the backward (7 matrix products instead of 5).
  *
  * Masks: key j is visible to query i when j < S, (causal) j <= i, and (with segment ids) both are in one
  * segment, or i == j for a padding query (segment -1): the reference's seg_sees. Every query sees
@@ -44,60 +48,6 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void *src, int sr
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-/* d (16 x 8, fp32) += a (16 x 16 bf16, row) . b (16 x 8 bf16, col) */
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* A fragment (16 x 16 at row r0, column c0) of a row-major bf16 tile in shared memory, row stride LD */
-template <int LD> __device__ __forceinline__ void load_a(unsigned (&a)[4], unsigned base, int r0, int c0, int lane)
-{
-    int r = r0 + (lane & 7) + 8 * ((lane >> 3) & 1), c = c0 + 8 * (lane >> 4);
-    ldsm_x4(a, base + (unsigned)(r * LD + c) * 2);
-}
-/* B fragments of two 8-column blocks (n0 .. n0 + 15) for k c0 .. c0 + 15, from a tile stored [n][k]
- * (b = tile^T): b[0], b[1] for columns n0 .. n0 + 7, b[2], b[3] for n0 + 8 .. */
-template <int LD> __device__ __forceinline__ void load_b_nk(unsigned (&b)[4], unsigned base, int n0, int c0, int lane)
-{
-    int n = n0 + (lane & 7) + 8 * (lane >> 4), c = c0 + 8 * ((lane >> 3) & 1);
-    ldsm_x4(b, base + (unsigned)(n * LD + c) * 2);
-}
-/* the same from a tile stored [k][n] (rows k0 .. k0 + 15, columns n0 .. n0 + 15), transposed on load */
-template <int LD> __device__ __forceinline__ void load_b_kn(unsigned (&b)[4], unsigned base, int k0, int n0, int lane)
-{
-    int k = k0 + (lane & 7) + 8 * ((lane >> 3) & 1), n = n0 + 8 * (lane >> 4);
-    ldsm_x4_t(b, base + (unsigned)(k * LD + n) * 2);
-}
-
-/* rows [r0, r0 + 64) of a bf16 [B S, W] matrix, columns col .. col + HD - 1, into a [64][HD + 8] tile;
- * rows at or past `rows` are zeros. 128 threads, 16 bytes each per step. */
-template <int HD> __device__ __forceinline__ void load_tile(unsigned dst, const unsigned short *src, long long W,
-                                                            long long r0, long long rows, long long col, int nrows = ROWS)
-{
-    constexpr int LD = HD + 8, CHUNKS = HD / 8;
-    for (int c = threadIdx.x; c < nrows * CHUNKS; c += THREADS) {
-        int r = c / CHUNKS, k = c % CHUNKS * 8;
-        bool in = r0 + r < rows;
-        const unsigned short *p = src + (in ? (r0 + r) * W + col + k : 0);
-        cp_async16(dst + (unsigned)(r * LD + k) * 2, p, in ? 16 : 0);
-    }
-}
-
 /* segment-aware visibility (the reference's seg_sees; seg nullptr: always) */
 __device__ __forceinline__ bool seg_ok(const int *seg, long long row, long long i, long long j)
 {
@@ -119,145 +69,6 @@ template <long long N> __device__ void to_bf16(unsigned short *dst, const float 
         o.z = pack_bf16x2(b.x, b.y);
         o.w = pack_bf16x2(b.z, b.w);
         *(uint4 *)(dst + i) = o;
-    }
-}
-
-/* ---- forward: one block per (b, h, 64 queries), heaviest causal tiles first */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL>
-__device__ void fwd(long long item, float *o, float *lse2, const unsigned short *q, const unsigned short *k, const unsigned short *v,
-                    const int *seg)
-{
-    constexpr int LD = HD + 8, NB = ROWS / 8, HB = HD / 8;
-    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, QTILES = (S + ROWS - 1) / ROWS;
-    extern __shared__ __align__(16) unsigned short attn_smem[];
-    unsigned short *qs = attn_smem, *ks = attn_smem + ROWS * LD, *vs = ks + 2 * ROWS * LD;
-    const unsigned qb = smem_u32(qs), kb = smem_u32(ks), vb = smem_u32(vs);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const float sl2 = LOG2E / sqrtf((float)HD);
-
-    long long qt = QTILES - 1 - item / (B * H); /* the heaviest causal tiles first */
-    int h = (int)(item % H);
-    long long b = item / H % B;
-    int kvh = h / (H / KV);
-    long long q0 = qt * ROWS, row = b * S;
-    long long kend = CAUSAL ? (q0 + ROWS < S ? q0 + ROWS : S) : S;
-    int ntiles = (int)((kend + ROWS - 1) / ROWS);
-
-    load_tile<HD>(qb, q + row * WQ, WQ, q0, S, (long long)h * HD);
-    load_tile<HD>(kb, k + row * WK, WK, 0, S, (long long)kvh * HD);
-    load_tile<HD>(vb, v + row * WK, WK, 0, S, (long long)kvh * HD);
-    cp_async_commit();
-
-    float acc[HB][4];
-#pragma unroll
-    for (int n = 0; n < HB; n++)
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    float m[2] = {neg_inff(), neg_inff()}, l[2] = {0.f, 0.f};
-    const long long i0 = q0 + warp * 16 + g; /* this thread's rows: i0, i0 + 8 */
-
-    for (int jt = 0; jt < ntiles; jt++) {
-        const int buf = jt & 1;
-        if (jt + 1 < ntiles) {
-            load_tile<HD>(kb + (unsigned)((buf ^ 1) * ROWS * LD * 2), k + row * WK, WK, (long long)(jt + 1) * ROWS, S,
-                          (long long)kvh * HD);
-            load_tile<HD>(vb + (unsigned)((buf ^ 1) * ROWS * LD * 2), v + row * WK, WK, (long long)(jt + 1) * ROWS, S,
-                          (long long)kvh * HD);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        const unsigned kt = kb + (unsigned)(buf * ROWS * LD * 2), vt = vb + (unsigned)(buf * ROWS * LD * 2);
-        const long long j0 = (long long)jt * ROWS;
-
-        float s[NB][4];
-#pragma unroll
-        for (int n = 0; n < NB; n++)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            unsigned a[4];
-            load_a<LD>(a, qb, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int n = 0; n < NB; n += 2) {
-                unsigned bb[4];
-                load_b_nk<LD>(bb, kt, n * 8, kk * 16, lane);
-                mma(s[n], a, bb[0], bb[1]);
-                mma(s[n + 1], a, bb[2], bb[3]);
-            }
-        }
-        /* mask, scale (base 2), running max */
-        const bool edge = seg || j0 + ROWS > S || (CAUSAL && j0 + ROWS - 1 > q0);
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int n = 0; n < NB; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                long long i = i0 + 8 * (e >> 1), j = j0 + n * 8 + 2 * t + (e & 1);
-                float x = s[n][e] * sl2;
-                if (edge && (j >= S || i >= S || (CAUSAL && j > i) || !seg_ok(seg, row, i, j)))
-                    x = neg_inff();
-                s[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        float alpha[2], rs[2] = {0.f, 0.f};
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float base = mx[r] == neg_inff() ? 0.f : mx[r];
-            alpha[r] = exp2f(m[r] - base);   /* m = -inf: 0 */
-            m[r] = mx[r];
-            mx[r] = base;
-        }
-        unsigned p[NB / 2][4];
-#pragma unroll
-        for (int n = 0; n < NB; n++) {
-            float e0 = exp2f(s[n][0] - mx[0]), e1 = exp2f(s[n][1] - mx[0]);
-            float e2 = exp2f(s[n][2] - mx[1]), e3 = exp2f(s[n][3] - mx[1]);
-            rs[0] += e0 + e1;
-            rs[1] += e2 + e3;
-            p[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e0, e1);
-            p[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e2, e3);
-        }
-        l[0] = l[0] * alpha[0] + rs[0];
-        l[1] = l[1] * alpha[1] + rs[1];
-#pragma unroll
-        for (int n = 0; n < HB; n++) {
-            acc[n][0] *= alpha[0];
-            acc[n][1] *= alpha[0];
-            acc[n][2] *= alpha[1];
-            acc[n][3] *= alpha[1];
-        }
-        /* o += P v: P's 16 x 64 as four 16 x 16 A fragments, v [key][hd] transposed on load */
-#pragma unroll
-        for (int kk = 0; kk < NB / 2; kk++) {
-#pragma unroll
-            for (int n = 0; n < HB; n += 2) {
-                unsigned bb[4];
-                load_b_kn<LD>(bb, vt, kk * 16, n * 8, lane);
-                mma(acc[n], p[kk], bb[0], bb[1]);
-                mma(acc[n + 1], p[kk], bb[2], bb[3]);
-            }
-        }
-        __syncthreads(); /* the buffer is refilled next iteration */
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        long long i = i0 + 8 * r;
-        if (i >= S)
-            continue;
-        float inv = 1.f / l[r];
-        float *out = o + (row + i) * WQ + (long long)h * HD + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HB; n++)
-            *(float2 *)(out + n * 8) = make_float2(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
-        if (t == 0)
-            lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
     }
 }
 
@@ -297,20 +108,195 @@ __device__ void bwd_prep(unsigned short *dob, float *dsum, const float *dout, co
     }
 }
 
-/* ---- backward, dq: one block per (b, h, 64 queries), over the key tiles; dS = P (dP - D),
- * dq = dS k / sqrt(HD) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL>
-__device__ void bwd_dq(long long item, float *out, const unsigned short *q, const unsigned short *k, const unsigned short *v,
-                       const unsigned short *dob, const float *lse2, const float *dsum, const int *seg)
+/* ---- the warpgroup MMAs (m64nNk16, bf16 in, fp32 accumulators in the fragment layout above) */
+/* D[64 x 32] (+)= A[64 x 16] B[32 x 16]^T: A and B K-major in shared memory (desc_k); acc 0
+ * overwrites D */
+__device__ __forceinline__ void wg_ss_n32(float (&d)[16], unsigned long long da, unsigned long long db, int acc)
 {
-    constexpr int LD = HD + 8, NB = ROWS / 8, HB = HD / 8;
-    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
-    constexpr long long QTILES = (S + ROWS - 1) / ROWS;
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+                 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+/* D[64 x 64] (+)= A[64 x 16] B[64 x 16]^T: A and B K-major in shared memory (desc_k); acc 0
+ * overwrites D */
+__device__ __forceinline__ void wg_ss_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+/* D[64 x 64] (+)= A[64 x 16] B[16 x 64]: A in registers (each warp's 16 rows as the m16n8k16 A
+ * fragment), B in shared memory, MN-major (TRANS_B 1, desc_mn) or K-major (TRANS_B 0, desc_k); acc 0
+ * overwrites D */
+template <int TRANS_B>
+__device__ __forceinline__ void wg_rs_n64(float (&d)[32], const unsigned (&a)[4], unsigned long long db, int acc = 1)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TRANS_B));
+}
+/* D[64 x 128] (+)= A[64 x 16] B[16 x 128]: A in registers (each warp's 16 rows as the m16n8k16 A
+ * fragment), B in shared memory, MN-major (TRANS_B 1, desc_mn) or K-major (TRANS_B 0, desc_k); acc 0
+ * overwrites D */
+template <int TRANS_B>
+__device__ __forceinline__ void wg_rs_n128(float (&d)[64], const unsigned (&a)[4], unsigned long long db, int acc = 1)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TRANS_B));
+}
+/* rows [r0, r0 + NR) of a bf16 [.., W] matrix, columns col .. col + HD - 1, into shared memory at dst
+ * (1024-byte aligned) as HD / 64 boxes of [NR][64 bf16] with 128-byte swizzle: the 16-byte chunk c of
+ * row r of a box at r 128 + ((c ^ r % 8) 16). Rows at or past `rows` are zeros. Each thread copies the
+ * same chunk of every STEP-th row (STEP a multiple of 8, so its swizzle is fixed): the addresses are a
+ * base plus constants, a few instructions per 16 bytes. */
+template <int HD, int NR>
+__device__ __forceinline__ void load_sw(unsigned dst, const unsigned short *src, long long W, long long r0,
+                                        long long rows, long long col)
+{
+    constexpr int CHUNKS = HD / 8, STEP = THREADS / CHUNKS;
+    static_assert(STEP % 8 == 0 && NR % STEP == 0, "whole passes of rows, one swizzle per thread");
+    const int k = threadIdx.x % CHUNKS, r = threadIdx.x / CHUNKS;
+    const unsigned d0 = dst + (unsigned)((k >> 3) * NR * 128 + r * 128 + (((k & 7) ^ (r & 7)) << 4));
+    const unsigned short *s0 = src + (r0 + r) * W + col + k * 8;
+    if (r0 + NR <= rows) {
+#pragma unroll
+        for (int i = 0; i < NR / STEP; i++)
+            cp_async16(d0 + (unsigned)(i * STEP * 128), s0 + i * STEP * W, 16);
+    } else {
+#pragma unroll
+        for (int i = 0; i < NR / STEP; i++) {
+            bool in = r0 + r + i * STEP < rows;
+            cp_async16(d0 + (unsigned)(i * STEP * 128), in ? s0 + i * STEP * W : src, in ? 16 : 0);
+        }
+    }
+}
+/* the kk-th 16-wide K slice of a K-major load_sw tile of NR rows */
+template <int NR> __device__ __forceinline__ unsigned long long desc_k(unsigned tile, int kk)
+{
+    return sm90::desc_sw128(tile + (unsigned)((kk >> 2) * NR * 128 + (kk & 3) * 32));
+}
+/* the kk-th 16-deep K slice (rows 16 kk ..) of a load_sw tile of NR rows read MN-major (N along its columns) */
+template <int NR> __device__ __forceinline__ unsigned long long desc_mn(unsigned tile, int kk)
+{
+    return sm90::desc_mn_sw128(tile + (unsigned)(kk * 2048), NR * 128);
+}
+/* D[64 x HD] += A[64 x 16] B[16 x HD] (B: desc_mn) */
+template <int HD> __device__ __forceinline__ void wg_rs_hd(float (&d)[HD / 2], const unsigned (&a)[4], unsigned long long db)
+{
+    if constexpr (HD == 64)
+        wg_rs_n64<1>(d, a, db);
+    else
+        wg_rs_n128<1>(d, a, db);
+}
+/* the A fragments (k-steps of 16 columns) of this warp's 16 rows of a K-major load_sw tile of ROWS rows,
+ * for products with the operand in registers: ldmatrix from the swizzled layout */
+template <int HD> __device__ __forceinline__ void load_frags(unsigned (&a)[HD / 16][4], unsigned tile)
+{
+    const int lane = threadIdx.x & 31, r = (threadIdx.x >> 5) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        int c = kk * 2 + (lane >> 4); /* 16-byte chunk of the row */
+        unsigned addr = tile + (unsigned)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
+                     : "r"(addr));
+    }
+}
+/* D[64 x N] (+)= A B^T, both K-major (N 32 or 64) */
+template <int N> __device__ __forceinline__ void wg_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc)
+{
+    if constexpr (N == 32)
+        wg_ss_n32(d, da, db, acc);
+    else
+        wg_ss_n64(d, da, db, acc);
+}
+/* waits for the wgmma batch just committed, then keeps the compiler from reading d earlier */
+template <int R> __device__ __forceinline__ void wg_done(float (&d)[R])
+{
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::reg_fence(d);
+}
+/* keeps the A registers of a wgmma in flight alive (and unmodified) until after its wait */
+template <int R> __device__ __forceinline__ void reg_fence_u(unsigned (&a)[R][4])
+{
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+            asm volatile("" : "+r"(a[i][x])::"memory");
+}
+/* 2^x (MUFU.EX2; subnormal results flush to 0, -inf gives 0): the probabilities' exponent */
+__device__ __forceinline__ float ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+/* the shared-memory window, 1024-byte aligned (the emitters ask for 1 KB more than the kernels use) */
+__device__ __forceinline__ unsigned smem_base()
+{
     extern __shared__ __align__(16) unsigned short attn_smem[];
-    unsigned short *qs = attn_smem, *dos = qs + ROWS * LD, *ks = dos + ROWS * LD, *vs = ks + 2 * ROWS * LD;
-    const unsigned qb = smem_u32(qs), dob_s = smem_u32(dos), kb = smem_u32(ks), vb = smem_u32(vs);
+    return (smem_u32(attn_smem) + 1023u) & ~1023u;
+}
+__device__ __forceinline__ unsigned char *smem_ptr(unsigned addr)
+{
+    extern __shared__ __align__(16) unsigned short attn_smem[];
+    return (unsigned char *)attn_smem + (addr - smem_u32(attn_smem));
+}
+/* copies waited for, made visible to the tensor cores (async proxy) and to every thread */
+template <int N> __device__ __forceinline__ void tiles_ready()
+{
+    cp_async_wait<N>();
+    sm90::fence_proxy_async();
+    __syncthreads();
+}
+
+/* ---- forward: one block per (b, h, 64 queries). Key tile j: s_j = q k_j^T (both operands in shared
+ * memory), then P_j from s_j in registers. o += P_{j-1} v_{j-1} is issued right behind s_j, so the
+ * tensor cores work on it while the warpgroup computes the softmax of s_j; o is rescaled to the new
+ * running max once it is done. Shared memory: q, k_j and k_{j+1}, v_{j-1} and v_j. */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL>
+__device__ void fwd(long long item, float *o, float *lse2, const unsigned short *q, const unsigned short *k,
+                    const unsigned short *v, const int *seg)
+{
+    constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2;
+    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, QTILES = (S + ROWS - 1) / ROWS;
+    const unsigned qb = smem_base(), kb = qb + TILE, vb = kb + 2 * TILE;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
+    const float sl2 = LOG2E / sqrtf((float)HD);
 
     long long qt = QTILES - 1 - item / (B * H); /* the heaviest causal tiles first */
     int h = (int)(item % H);
@@ -319,11 +305,157 @@ __device__ void bwd_dq(long long item, float *out, const unsigned short *q, cons
     long long q0 = qt * ROWS, row = b * S;
     long long kend = CAUSAL ? (q0 + ROWS < S ? q0 + ROWS : S) : S;
     int ntiles = (int)((kend + ROWS - 1) / ROWS);
+    const unsigned short *kp = k + row * WK, *vp = v + row * WK;
 
-    load_tile<HD>(qb, q + row * WQ, WQ, q0, S, (long long)h * HD);
-    load_tile<HD>(dob_s, dob + row * WQ, WQ, q0, S, (long long)h * HD);
-    load_tile<HD>(kb, k + row * WK, WK, 0, S, (long long)kvh * HD);
-    load_tile<HD>(vb, v + row * WK, WK, 0, S, (long long)kvh * HD);
+    load_sw<HD, ROWS>(qb, q + row * WQ, WQ, q0, S, (long long)h * HD);
+    load_sw<HD, ROWS>(kb, kp, WK, 0, S, (long long)kvh * HD);
+    cp_async_commit();
+
+    float acc[HD / 2];
+#pragma unroll
+    for (int x = 0; x < HD / 2; x++)
+        acc[x] = 0.f;
+    float m[2] = {neg_inff(), neg_inff()}, l[2] = {0.f, 0.f}; /* m: the running max of s sl2 */
+    const long long i0 = q0 + warp * 16 + g; /* this thread's rows: i0, i0 + 8 */
+    unsigned p[NB / 2][4];                   /* P_{j-1}, the A of the product in flight */
+    unsigned qa[HD / 16][4];                 /* q, the A of s = q k^T */
+
+    for (int jt = 0; jt < ntiles; jt++) {
+        __syncthreads(); /* the buffers refilled below are no longer read */
+        if (jt + 1 < ntiles)
+            load_sw<HD, ROWS>(kb + (unsigned)(((jt + 1) & 1) * TILE), kp, WK, (long long)(jt + 1) * ROWS, S,
+                              (long long)kvh * HD);
+        load_sw<HD, ROWS>(vb + (unsigned)((jt & 1) * TILE), vp, WK, (long long)jt * ROWS, S, (long long)kvh * HD);
+        cp_async_commit();
+        tiles_ready<1>(); /* k_j and v_{j-1} */
+        const unsigned kt = kb + (unsigned)((jt & 1) * TILE), vprev = vb + (unsigned)(((jt + 1) & 1) * TILE);
+        const long long j0 = (long long)jt * ROWS;
+
+        float s[NB * 4];
+#pragma unroll
+        for (int x = 0; x < NB * 4; x++)
+            s[x] = 0.f;
+        if (jt == 0)
+            load_frags<HD>(qa, qb);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_rs_n64<0>(s, qa[kk], desc_k<ROWS>(kt, kk), kk);
+        sm90::wgmma_commit();
+        if (jt > 0) { /* o += P_{j-1} v_{j-1}: v [key][hd] read MN-major */
+#pragma unroll
+            for (int kk = 0; kk < NB / 2; kk++)
+                wg_rs_hd<HD>(acc, p[kk], desc_mn<ROWS>(vprev, kk));
+        }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>(); /* s_j; the product with v_{j-1} may still run */
+        sm90::reg_fence(s);
+        /* mask, running max (of s; scaled by sl2 > 0 afterwards) */
+        const bool edge = seg || j0 + ROWS > S || (CAUSAL && j0 + ROWS - 1 > q0);
+        float mx[2] = {neg_inff(), neg_inff()};
+#pragma unroll
+        for (int n = 0; n < NB; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                long long i = i0 + 8 * (e >> 1), j = j0 + n * 8 + 2 * t + (e & 1);
+                if (edge && (j >= S || i >= S || (CAUSAL && j > i) || !seg_ok(seg, row, i, j)))
+                    s[4 * n + e] = neg_inff();
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * n + e]);
+            }
+        float alpha[2], rs[2] = {0.f, 0.f}, nb[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r] * sl2);
+            float base = mn == neg_inff() ? 0.f : mn;
+            alpha[r] = ex2(m[r] - base); /* m = -inf: 0 */
+            m[r] = mn;
+            nb[r] = -base;
+        }
+        unsigned pn[NB / 2][4];
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            float e0 = ex2(fmaf(s[4 * n], sl2, nb[0])), e1 = ex2(fmaf(s[4 * n + 1], sl2, nb[0]));
+            float e2 = ex2(fmaf(s[4 * n + 2], sl2, nb[1])), e3 = ex2(fmaf(s[4 * n + 3], sl2, nb[1]));
+            rs[0] += e0 + e1;
+            rs[1] += e2 + e3;
+            pn[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e0, e1);
+            pn[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e2, e3);
+        }
+        l[0] = l[0] * alpha[0] + rs[0];
+        l[1] = l[1] * alpha[1] + rs[1];
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(acc);
+        reg_fence_u(p);
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) {
+            acc[4 * n] *= alpha[0];
+            acc[4 * n + 1] *= alpha[0];
+            acc[4 * n + 2] *= alpha[1];
+            acc[4 * n + 3] *= alpha[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < NB / 2; kk++)
+#pragma unroll
+            for (int x = 0; x < 4; x++)
+                p[kk][x] = pn[kk][x];
+    }
+    /* o += P_last v_last */
+    tiles_ready<0>();
+    const unsigned vlast = vb + (unsigned)(((ntiles - 1) & 1) * TILE);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NB / 2; kk++)
+        wg_rs_hd<HD>(acc, p[kk], desc_mn<ROWS>(vlast, kk));
+    wg_done(acc);
+    reg_fence_u(p);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        long long i = i0 + 8 * r;
+        if (i >= S)
+            continue;
+        float inv = 1.f / l[r];
+        float *out = o + (row + i) * WQ + (long long)h * HD + 2 * t;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++)
+            *(float2 *)(out + n * 8) = make_float2(acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
+        if (t == 0)
+            lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
+    }
+}
+
+/* ---- backward, dq: one block per (b, h, 64 queries) over the key tiles; s = q k^T and
+ * dP = dO v^T (shared memory operands), dq += dS k (dS in registers, k read MN-major) */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL>
+__device__ void bwd_dq(long long item, float *out, const unsigned short *q, const unsigned short *k,
+                          const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
+                          const int *seg)
+{
+    constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2;
+    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
+    constexpr long long QTILES = (S + ROWS - 1) / ROWS;
+    const unsigned qb = smem_base(), dob_s = qb + TILE, kb = dob_s + TILE, vb = kb + 2 * TILE;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
+
+    long long qt = QTILES - 1 - item / (B * H);
+    int h = (int)(item % H);
+    long long b = item / H % B;
+    int kvh = h / (H / KV);
+    long long q0 = qt * ROWS, row = b * S;
+    long long kend = CAUSAL ? (q0 + ROWS < S ? q0 + ROWS : S) : S;
+    int ntiles = (int)((kend + ROWS - 1) / ROWS);
+
+    load_sw<HD, ROWS>(qb, q + row * WQ, WQ, q0, S, (long long)h * HD);
+    load_sw<HD, ROWS>(dob_s, dob + row * WQ, WQ, q0, S, (long long)h * HD);
+    load_sw<HD, ROWS>(kb, k + row * WK, WK, 0, S, (long long)kvh * HD);
+    load_sw<HD, ROWS>(vb, v + row * WK, WK, 0, S, (long long)kvh * HD);
     cp_async_commit();
 
     const long long i0 = q0 + warp * 16 + g;
@@ -334,46 +466,43 @@ __device__ void bwd_dq(long long item, float *out, const unsigned short *q, cons
         lse[r] = i < S ? lse2[(b * H + h) * S + i] : 0.f;
         dd[r] = i < S ? dsum[(b * H + h) * S + i] : 0.f;
     }
-    float dq[HB][4];
+    float dq[HD / 2];
 #pragma unroll
-    for (int n = 0; n < HB; n++)
-        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.f;
+    for (int x = 0; x < HD / 2; x++)
+        dq[x] = 0.f;
+    unsigned qa[HD / 16][4], da[HD / 16][4]; /* q and dO, the A of s = q k^T and dP = dO v^T */
 
     for (int jt = 0; jt < ntiles; jt++) {
         const int buf = jt & 1;
         if (jt + 1 < ntiles) {
-            load_tile<HD>(kb + (unsigned)((buf ^ 1) * ROWS * LD * 2), k + row * WK, WK, (long long)(jt + 1) * ROWS, S,
-                          (long long)kvh * HD);
-            load_tile<HD>(vb + (unsigned)((buf ^ 1) * ROWS * LD * 2), v + row * WK, WK, (long long)(jt + 1) * ROWS, S,
-                          (long long)kvh * HD);
+            load_sw<HD, ROWS>(kb + (unsigned)((buf ^ 1) * TILE), k + row * WK, WK, (long long)(jt + 1) * ROWS, S,
+                              (long long)kvh * HD);
+            load_sw<HD, ROWS>(vb + (unsigned)((buf ^ 1) * TILE), v + row * WK, WK, (long long)(jt + 1) * ROWS, S,
+                              (long long)kvh * HD);
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        const unsigned kt = kb + (unsigned)(buf * ROWS * LD * 2), vt = vb + (unsigned)(buf * ROWS * LD * 2);
+        tiles_ready<1>();
+        const unsigned kt = kb + (unsigned)(buf * TILE), vt = vb + (unsigned)(buf * TILE);
         const long long j0 = (long long)jt * ROWS;
-        float s[NB][4], dp[NB][4];
+        float s[NB * 4], dp[NB * 4];
 #pragma unroll
-        for (int n = 0; n < NB; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            unsigned a[4], ad[4];
-            load_a<LD>(a, qb, warp * 16, kk * 16, lane);
-            load_a<LD>(ad, dob_s, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int n = 0; n < NB; n += 2) {
-                unsigned bb[4];
-                load_b_nk<LD>(bb, kt, n * 8, kk * 16, lane);
-                mma(s[n], a, bb[0], bb[1]);
-                mma(s[n + 1], a, bb[2], bb[3]);
-                load_b_nk<LD>(bb, vt, n * 8, kk * 16, lane);
-                mma(dp[n], ad, bb[0], bb[1]);
-                mma(dp[n + 1], ad, bb[2], bb[3]);
-            }
+        for (int x = 0; x < NB * 4; x++)
+            s[x] = dp[x] = 0.f;
+        if (jt == 0) {
+            load_frags<HD>(qa, qb);
+            load_frags<HD>(da, dob_s);
         }
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_rs_n64<0>(s, qa[kk], desc_k<ROWS>(kt, kk), kk);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_rs_n64<0>(dp, da[kk], desc_k<ROWS>(vt, kk), kk);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(s);
+        sm90::reg_fence(dp);
         const bool edge = seg || j0 + ROWS > S || (CAUSAL && j0 + ROWS - 1 > q0);
         unsigned ds[NB / 2][4];
 #pragma unroll
@@ -382,24 +511,20 @@ __device__ void bwd_dq(long long item, float *out, const unsigned short *q, cons
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 long long i = i0 + 8 * (e >> 1), j = j0 + n * 8 + 2 * t + (e & 1);
-                float pij = exp2f(s[n][e] * sl2 - lse[e >> 1]);
+                float pij = ex2(fmaf(s[4 * n + e], sl2, -lse[e >> 1]));
                 if (edge && (j >= S || i >= S || (CAUSAL && j > i) || !seg_ok(seg, row, i, j)))
                     pij = 0.f;
-                x[e] = pij * (dp[n][e] - dd[e >> 1]);
+                x[e] = pij * (dp[4 * n + e] - dd[e >> 1]);
             }
             ds[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
             ds[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
         }
-        /* dq += dS k: k [key][hd] transposed on load */
+        /* dq += dS k: k [key][hd] read MN-major */
+        sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < NB / 2; kk++)
-#pragma unroll
-            for (int n = 0; n < HB; n += 2) {
-                unsigned bb[4];
-                load_b_kn<LD>(bb, kt, kk * 16, n * 8, lane);
-                mma(dq[n], ds[kk], bb[0], bb[1]);
-                mma(dq[n + 1], ds[kk], bb[2], bb[3]);
-            }
+            wg_rs_hd<HD>(dq, ds[kk], desc_mn<ROWS>(kt, kk));
+        wg_done(dq);
         __syncthreads();
     }
 #pragma unroll
@@ -409,43 +534,42 @@ __device__ void bwd_dq(long long item, float *out, const unsigned short *q, cons
             continue;
         float *dst = out + (row + i) * WP + (long long)h * HD + 2 * t;
 #pragma unroll
-        for (int n = 0; n < HB; n++)
-            *(float2 *)(dst + n * 8) = make_float2(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+        for (int n = 0; n < HD / 8; n++)
+            *(float2 *)(dst + n * 8) = make_float2(dq[4 * n + 2 * r] * scale, dq[4 * n + 2 * r + 1] * scale);
     }
 }
 
-/* ---- backward, dk and dv: one block per (b, kv head, 64 keys), over the group's heads and the query
- * tiles (QR queries at a time); each warp's 16 keys: S^T = k q^T, P^T from lse2, dP^T = v dO^T,
- * dS^T = P^T (dP^T - D), dv += P^T dO, dk += dS^T q / sqrt(HD) */
+/* ---- backward, dk and dv: one block per (b, kv head, 64 keys) over the group's heads and the query
+ * tiles (QR at a time); s^T = k q^T, dP^T = v dO^T (shared memory operands), dv += P^T dO and
+ * dk += dS^T q (P^T, dS^T in registers, dO and q read MN-major) */
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QR>
-__device__ void bwd_dkv(long long item, float *out, const unsigned short *q, const unsigned short *k, const unsigned short *v,
-                        const unsigned short *dob, const float *lse2, const float *dsum, const int *seg)
+__device__ void bwd_dkv(long long item, float *out, const unsigned short *q, const unsigned short *k,
+                           const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
+                           const int *seg)
 {
-    constexpr int LD = HD + 8, NQ = QR / 8, HB = HD / 8, REP = H / KV;
+    constexpr int NQ = QR / 8, REP = H / KV, TILE = ROWS * HD * 2, QT = QR * HD * 2;
     constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
-    static_assert(ROWS % QR == 0 && QR % 16 == 0, "query tiles divide the key tile");
-    extern __shared__ __align__(16) unsigned short attn_smem[];
-    unsigned short *ks = attn_smem, *vs = ks + ROWS * LD, *qs = vs + ROWS * LD, *dos = qs + 2 * QR * LD;
-    float *st = (float *)(dos + 2 * QR * LD); /* [2][2][QR]: lse2, D per buffer */
-    int *sq = (int *)(st + 4 * QR);           /* [2][QR] query segment ids */
-    const unsigned kb = smem_u32(ks), vb = smem_u32(vs), qb = smem_u32(qs), dob_s = smem_u32(dos);
+    static_assert(ROWS % QR == 0 && (QR == 32 || QR == 64), "query tiles of 32 or 64 rows");
+    const unsigned kb = smem_base(), vb = kb + TILE, qb = vb + TILE, dob_s = qb + 2 * QT;
+    float *st = (float *)smem_ptr(dob_s + 2 * QT); /* [2][2][QR]: lse2, D per buffer */
+    int *sq = (int *)(st + 4 * QR);                 /* [2][QR] query segment ids */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
 
-    long long kt = item / (B * KV); /* causal: early key tiles see the most queries, so go first */
+    long long ktile = item / (B * KV); /* causal: early key tiles see the most queries, so go first */
     int kvh = (int)(item % KV);
     long long b = item / KV % B;
-    long long j0 = kt * ROWS, row = b * S;
+    long long j0 = ktile * ROWS, row = b * S;
     long long istart = CAUSAL ? j0 : 0;
     int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
 
-    load_tile<HD>(kb, k + row * WK, WK, j0, S, (long long)kvh * HD);
-    load_tile<HD>(vb, v + row * WK, WK, j0, S, (long long)kvh * HD);
+    load_sw<HD, ROWS>(kb, k + row * WK, WK, j0, S, (long long)kvh * HD);
+    load_sw<HD, ROWS>(vb, v + row * WK, WK, j0, S, (long long)kvh * HD);
     auto stage = [&](int it, int buf) {
         int h = kvh * REP + it / nqt;
         long long i0 = istart + (long long)(it % nqt) * QR;
-        load_tile<HD>(qb + (unsigned)(buf * QR * LD * 2), q + row * WQ, WQ, i0, S, (long long)h * HD, QR);
-        load_tile<HD>(dob_s + (unsigned)(buf * QR * LD * 2), dob + row * WQ, WQ, i0, S, (long long)h * HD, QR);
+        load_sw<HD, QR>(qb + (unsigned)(buf * QT), q + row * WQ, WQ, i0, S, (long long)h * HD);
+        load_sw<HD, QR>(dob_s + (unsigned)(buf * QT), dob + row * WQ, WQ, i0, S, (long long)h * HD);
         for (int x = threadIdx.x; x < QR; x += THREADS) {
             long long i = i0 + x;
             st[buf * 2 * QR + x] = i < S ? lse2[(b * H + h) * S + i] : 0.f;
@@ -462,12 +586,10 @@ __device__ void bwd_dkv(long long item, float *out, const unsigned short *q, con
         segk[0] = jw < S ? seg[row + jw] : 0;
         segk[1] = jw + 8 < S ? seg[row + jw + 8] : 0;
     }
-    float dk[HB][4], dv[HB][4];
+    float dk[HD / 2], dv[HD / 2];
 #pragma unroll
-    for (int n = 0; n < HB; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.f;
+    for (int x = 0; x < HD / 2; x++)
+        dk[x] = dv[x] = 0.f;
 
     for (int it = 0; it < total; it++) {
         const int buf = it & 1;
@@ -475,34 +597,26 @@ __device__ void bwd_dkv(long long item, float *out, const unsigned short *q, con
         if (it + 1 < total)
             stage(it + 1, buf ^ 1);
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        const unsigned qt_ = qb + (unsigned)(buf * QR * LD * 2), dt = dob_s + (unsigned)(buf * QR * LD * 2);
+        tiles_ready<1>();
+        const unsigned qt_ = qb + (unsigned)(buf * QT), dt = dob_s + (unsigned)(buf * QT);
         const float *lse = st + buf * 2 * QR, *dd = lse + QR;
         const int *sg = sq + buf * QR;
         const long long i0 = istart + (long long)(it % nqt) * QR;
-        float s[NQ][4], dp[NQ][4];
+        float s[NQ * 4], dp[NQ * 4];
 #pragma unroll
-        for (int n = 0; n < NQ; n++)
+        for (int x = 0; x < NQ * 4; x++)
+            s[x] = dp[x] = 0.f;
+        sm90::wgmma_fence();
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[n][e] = dp[n][e] = 0.f;
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_ss<QR>(s, desc_k<ROWS>(kb, kk), desc_k<QR>(qt_, kk), kk);
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-            unsigned a[4], av[4];
-            load_a<LD>(a, kb, warp * 16, kk * 16, lane);
-            load_a<LD>(av, vb, warp * 16, kk * 16, lane);
-#pragma unroll
-            for (int n = 0; n < NQ; n += 2) {
-                unsigned bb[4];
-                load_b_nk<LD>(bb, qt_, n * 8, kk * 16, lane);
-                mma(s[n], a, bb[0], bb[1]);
-                mma(s[n + 1], a, bb[2], bb[3]);
-                load_b_nk<LD>(bb, dt, n * 8, kk * 16, lane);
-                mma(dp[n], av, bb[0], bb[1]);
-                mma(dp[n + 1], av, bb[2], bb[3]);
-            }
-        }
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_ss<QR>(dp, desc_k<ROWS>(vb, kk), desc_k<QR>(dt, kk), kk);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(s);
+        sm90::reg_fence(dp);
         const bool edge = seg || i0 + QR > S || jw - g + 16 > S || (CAUSAL && i0 < j0 + ROWS);
         unsigned pt[NQ / 2][4], dst[NQ / 2][4];
 #pragma unroll
@@ -512,31 +626,30 @@ __device__ void bwd_dkv(long long item, float *out, const unsigned short *q, con
             for (int e = 0; e < 4; e++) {
                 int ci = n * 8 + 2 * t + (e & 1);
                 long long j = jw + 8 * (e >> 1), i = i0 + ci;
-                float pij = exp2f(s[n][e] * sl2 - lse[ci]);
+                float pij = ex2(fmaf(s[4 * n + e], sl2, -lse[ci]));
                 if (edge && (j >= S || i >= S || (CAUSAL && j > i) ||
                              (seg && (sg[ci] >= 0 ? segk[e >> 1] != sg[ci] : i != j))))
                     pij = 0.f;
                 p[e] = pij;
-                x[e] = pij * (dp[n][e] - dd[ci]);
+                x[e] = pij * (dp[4 * n + e] - dd[ci]);
             }
             pt[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(p[0], p[1]);
             pt[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(p[2], p[3]);
             dst[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
             dst[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
         }
-        /* dv += P^T dO, dk += dS^T q: dO, q [query][hd] transposed on load */
+        /* dv += P^T dO, dk += dS^T q: dO and q [query][hd] read MN-major */
+        sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < NQ / 2; kk++)
+            wg_rs_hd<HD>(dv, pt[kk], desc_mn<QR>(dt, kk));
 #pragma unroll
-            for (int n = 0; n < HB; n += 2) {
-                unsigned bb[4];
-                load_b_kn<LD>(bb, dt, kk * 16, n * 8, lane);
-                mma(dv[n], pt[kk], bb[0], bb[1]);
-                mma(dv[n + 1], pt[kk], bb[2], bb[3]);
-                load_b_kn<LD>(bb, qt_, kk * 16, n * 8, lane);
-                mma(dk[n], dst[kk], bb[0], bb[1]);
-                mma(dk[n + 1], dst[kk], bb[2], bb[3]);
-            }
+        for (int kk = 0; kk < NQ / 2; kk++)
+            wg_rs_hd<HD>(dk, dst[kk], desc_mn<QR>(qt_, kk));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(dv);
+        sm90::reg_fence(dk);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -545,9 +658,9 @@ __device__ void bwd_dkv(long long item, float *out, const unsigned short *q, con
             continue;
         float *dkp = out + (row + j) * WP + WQ + (long long)kvh * HD + 2 * t, *dvp = dkp + WK;
 #pragma unroll
-        for (int n = 0; n < HB; n++) {
-            *(float2 *)(dkp + n * 8) = make_float2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
-            *(float2 *)(dvp + n * 8) = make_float2(dv[n][2 * r], dv[n][2 * r + 1]);
+        for (int n = 0; n < HD / 8; n++) {
+            *(float2 *)(dkp + n * 8) = make_float2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            *(float2 *)(dvp + n * 8) = make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
         }
     }
 }

@@ -711,7 +711,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     sb_puts(&src, cuda_prelude_mxfp8);
     sb_puts(&src, "\n// ======== device library: codegen/prelude.cuh ========\n");
     sb_puts(&src, cuda_prelude_lib);
-    if (cg.fast_used) {
+    if (cg.fast_used || cg.attn_fast_used) {
         /* only plans with fast kernels (moec compile --kernels fast): the sm_90a device code */
         sb_puts(&src, "\n// ======== sm_90a: codegen/gemm_sm90_sched.h, sm90.cuh, gemm_sm90.cuh ========\n");
         sb_puts(&src, cuda_prelude_sm90_sched);

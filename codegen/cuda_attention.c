@@ -63,7 +63,7 @@ int cuda_fast_attention_ok(const IrNode *n, char *why, size_t len)
         snprintf(why, len, "q has %lld elements", (long long)ir_numel(q));
         return 0;
     }
-    snprintf(why, len, "flash attention, bf16 mma.sync (m16n8k16), fp32 softmax statistics, head dim %lld%s",
+    snprintf(why, len, "flash attention, bf16 wgmma (sm_90a), fp32 softmax statistics, head dim %lld%s",
              (long long)hd, n->nsrc == (n->op == IR_OP_SDPA ? 4 : 5) ? ", segment-masked" : "");
     return 1;
 }
@@ -106,15 +106,25 @@ static void attn_fast_consts(Cg *cg, const IrNode *n, const IrNode *q)
 /* blocks of a launch over `items` tiles: at most 65535, the kernels loop over the rest */
 static int64_t attn_grid(int64_t items) { return items < 65535 ? items : 65535; }
 
-/* the query rows per dk/dv step: 64 at head dim 64, 32 at 128 (the accumulators' registers) */
-static int attn_dkv_rows(int64_t hd) { return hd == 64 ? 64 : 32; }
+/* the query rows per dk/dv step: 64 (the wgmma N of k q^T and v dO^T); 32 measured 1.28x slower at
+ * Mixtral shapes (bench/RESULTS.md) */
+static int attn_dkv_rows(int64_t hd)
+{
+    (void)hd;
+    return 64;
+}
 
-static int attn_fwd_smem(int64_t hd) { return 5 * ATTN_ROWS * (int)(hd + 8) * 2; }
-static int attn_dq_smem(int64_t hd) { return 6 * ATTN_ROWS * (int)(hd + 8) * 2; }
+/* shared memory per block: unpadded bf16 tiles (128-byte swizzle), 1024-byte aligned by the kernel, so 1 KB
+ * more than they take: the forward's q, two k and two v tiles; dq's q, dO, two k and two v; dk/dv's k, v,
+ * two q and two dO tiles of the query step and its statistics (lse2, D, segment ids: 6 words a query) */
+enum { ATTN_SMEM_ALIGN = 1024 };
+static int attn_tile(int64_t rows, int64_t hd) { return (int)(rows * hd * 2); }
+static int attn_fwd_smem(int64_t hd) { return 5 * attn_tile(ATTN_ROWS, hd) + ATTN_SMEM_ALIGN; }
+static int attn_dq_smem(int64_t hd) { return 6 * attn_tile(ATTN_ROWS, hd) + ATTN_SMEM_ALIGN; }
 static int attn_dkv_smem(int64_t hd)
 {
     int qr = attn_dkv_rows(hd);
-    return 2 * ATTN_ROWS * (int)(hd + 8) * 2 + 4 * qr * (int)(hd + 8) * 2 + 6 * qr * 4;
+    return 2 * attn_tile(ATTN_ROWS, hd) + 4 * attn_tile(qr, hd) + 6 * qr * 4 + ATTN_SMEM_ALIGN;
 }
 
 static void emit_sdpa_fast(Cg *cg, const IrNode *n)
@@ -145,7 +155,7 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
     cg_end(cg, CG_BLOCK, cg_grid(nq / 8, CG_BLOCK));
 
     int64_t items = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
-    cg_begin(cg, n, "flash", "attention 2/2: flash forward, one block per (batch, head, 64 queries), bf16 mma.sync, "
+    cg_begin(cg, n, "flash", "attention 2/2: flash forward, one block per (batch, head, 64 queries), bf16 wgmma, "
                              "online softmax in fp32; the base-2 log-sum-exp kept for the backward");
     cg_out(cg, n, "o");
     cg_param(cg, lse, 1, "lse2");
@@ -227,11 +237,11 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     const AttnBufs bufs = {qkv, dob, lse, dsum, nq, nk};
     char call[64];
     emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
-                                            "probabilities recomputed from the kept log-sum-exp (bf16 mma.sync)",
+                                            "probabilities recomputed from the kept log-sum-exp (bf16 wgmma)",
                   "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
     snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", attn_dkv_rows(hd));
     emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over the "
-                                             "group's heads and the query tiles (bf16 mma.sync, no atomics)",
+                                             "group's heads and the query tiles (bf16 wgmma, no atomics)",
                   call, kitems, attn_dkv_smem(hd));
     cg->attn_fast_used = 1;
 }
