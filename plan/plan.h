@@ -256,5 +256,11 @@ typedef struct PlanCost {
 } PlanCost;
 /* p may be NULL or lack the GPU part: element sizes then come from the IR dtypes. */
 PlanCost plan_node_cost(const Plan *p, const IrNode *n);
+/* Model FLOPs (cost.c): a node's GEMM FLOPs without recomputation, its
+ * expert rows those of its rank's own tokens (T*k, not the receive capacity
+ * of expert parallelism); summed over a training graph: the forward and
+ * backward FLOPs of one rank's step, the numerator of MFU. */
+double plan_node_model_flops(const IrNode *n);
+double plan_model_flops(const IrGraph *g);
 
 #endif

@@ -14,7 +14,7 @@
 #include "check.h"
 
 
-static Plan *make_plan(const char *path, int mxfp8)
+static Plan *make_plan_ep(const char *path, int mxfp8, int64_t ep)
 {
     Compilation c;
     memset(&c, 0, sizeof c);
@@ -22,6 +22,7 @@ static Plan *make_plan(const char *path, int mxfp8)
         return NULL;
     PassCtx ctx;
     pass_ctx_init(&ctx, NULL);
+    c.opts.ep = ep;
     if (mxfp8) {
         c.opts.has_precision = 1;
         c.opts.precision = IR_PREC_MXFP8;
@@ -31,12 +32,14 @@ static Plan *make_plan(const char *path, int mxfp8)
         return NULL;
     }
     char err[1024];
-    Plan *p = driver_make_plan(&c, path, NULL, 0, mxfp8, mxfp8 ? IR_PREC_MXFP8 : IR_PREC_BF16, 0, err, sizeof err);
+    Plan *p = driver_make_plan(&c, path, NULL, 0, mxfp8, mxfp8 ? IR_PREC_MXFP8 : IR_PREC_BF16, ep, err, sizeof err);
     if (!p)
         fprintf(stderr, "%s: %s\n", path, err);
     compilation_free(&c);
     return p;
 }
+
+static Plan *make_plan(const char *path, int mxfp8) { return make_plan_ep(path, mxfp8, 0); }
 
 static double numel(const IrNode *n) { return (double)ir_numel(n); }
 static double last(const IrNode *n) { return (double)n->shape[n->rank - 1]; }
@@ -166,8 +169,56 @@ static void test_without_plan(const Plan *p)
     CHECK(same, "the plan's storage sizes and the dtypes' agree for fp32 tensors");
 }
 
+/* Model FLOPs per token (the MFU numerator: plan_model_flops over the rank's tokens) against counts by hand
+ * from the model files: per token and layer the projections 2 d (q + k + v + o widths), the attention 4 S d
+ * (half when causal), the router 2 d E, k experts of 2 d 2F + 2 F d; the lm_head 2 d V; the backward twice the
+ * forward (dx and dw of every GEMM, attention's dV dP dQ dK), so 3 x the forward. Not 6 N: attention and the
+ * k of E experts are counted as the plan runs them. */
+static double per_token(const Plan *p) { return plan_model_flops(p->graph) / (double)(p->local_batch * p->seq); }
+
+static void test_model_flops(void)
+{
+    /* micro_protein: d 16, ffn 32, 4 experts top-2, 2 heads, vocab 33, 2 layers, seq 32, bidirectional:
+     * layer 2*16*64 + 4*32*16 + 2*16*4 + 2*(2*16*64 + 2*32*16) = 2048 + 2048 + 128 + 6144 = 10368;
+     * forward 2 * 10368 + 2*16*33 = 21792; 3 x = 65376 */
+    Plan *p = make_plan("tests/train/micro_protein.moe", 0);
+    CHECK(p != NULL, "micro_protein compiles");
+    if (p) {
+        CHECK(per_token(p) == 65376.0, "micro_protein: %.1f model FLOPs per token, want 65376", per_token(p));
+        plan_free(p);
+    }
+    /* mixtral_tiny: d 64, ffn 128, 4 experts top-2, 4 heads and 2 kv heads of 16, vocab 33, 2 layers, seq 128,
+     * causal: layer 2*64*(64+32+32+64) + 4*128*64/2 + 2*64*4 + 2*(2*64*256 + 2*128*64)
+     * = 24576 + 16384 + 512 + 98304 = 139776; forward 2 * 139776 + 2*64*33 = 283776; 3 x = 851328 */
+    p = make_plan("models/mixtral_tiny.moe", 0);
+    double ep1 = 0;
+    CHECK(p != NULL, "mixtral_tiny compiles");
+    if (p) {
+        ep1 = per_token(p);
+        CHECK(ep1 == 851328.0, "mixtral_tiny: %.1f model FLOPs per token, want 851328", ep1);
+        /* recomputation is in --profile's FLOPs, not in the model FLOPs: the backward of the expert MLP counts
+         * 2 x its forward there, 3 + 2 / 3 x here (the gate/up GEMM again) */
+        double all = 0;
+        for (int i = 0; i < p->graph->nnodes; i++)
+            all += plan_node_cost(p, p->graph->nodes[i]).flops;
+        CHECK(all > plan_model_flops(p->graph), "--profile's FLOPs (%.0f) include recomputation, the model's (%.0f) "
+              "not", all, plan_model_flops(p->graph));
+        plan_free(p);
+    }
+    /* expert parallelism: a rank's expert GEMMs run over the receive capacity (ep x its routed rows); the model
+     * FLOPs per token are the same as at ep 1 */
+    p = make_plan_ep("models/mixtral_tiny.moe", 0, 2);
+    CHECK(p != NULL && p->ep == 2, "mixtral_tiny at ep 2 compiles");
+    if (p) {
+        CHECK(per_token(p) == ep1, "mixtral_tiny at ep 2: %.1f model FLOPs per token, want %.1f (ep 1)",
+              per_token(p), ep1);
+        plan_free(p);
+    }
+}
+
 int main(void)
 {
+    test_model_flops();
     Plan *p = make_plan("models/mixtral_tiny.moe", 0);
     CHECK(p != NULL, "mixtral_tiny compiles");
     if (p) {
