@@ -103,6 +103,24 @@ typedef struct PlanMemory {
 } PlanMemory;
 void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
 
+/* What a plan's memory holds, for --dry-run (memory.c): the params region's fp32 masters and bf16
+ * copies, the parameters' final gradients, and the activations region at its fullest moment: the node
+ * position where the live buffers (each from the node that takes it to the one that releases it) add up
+ * most, and what they are there. The region as laid out (acts_region) is at least peak_live: the planner's
+ * blocks are reused whole, so the difference is the layout's slack. Zeros without the GPU part. */
+typedef struct PlanMemoryBreakdown {
+    int64_t masters, copies;     /* the params region: fp32 parameters, their bf16 working copies */
+    int64_t grads;               /* the parameters' gradients, all of them (they are kept to the end) */
+    int64_t acts_region;
+    int peak_at;                 /* the node position of the peak (-1: none) */
+    int64_t peak_live;           /* = peak_grads + peak_acts + peak_ws */
+    int64_t peak_grads;          /* the parameters' gradients made by then */
+    int64_t peak_acts;           /* the nodes' other tensors: activations and intermediate gradients */
+    int64_t peak_ws;             /* the kernels' workspaces */
+} PlanMemoryBreakdown;
+struct Plan;
+void plan_memory_breakdown(const struct Plan *p, PlanMemoryBreakdown *out);
+
 /* ---- the launch list ---- */
 /* A kernel argument beyond a buffer pointer (the sm_90a kernels, docs/kernels-sm90.md): a launch whose
  * targs is NULL passes only buffers (args); else targs[i] says what parameter i is, args[i] its buffer

@@ -47,6 +47,8 @@ typedef struct Flags {
     int64_t grad_accum;  /* --grad-accum N: N micro-batches of the plan's batch per optimizer step (1: off) */
     int keep_best;       /* --keep-best: DIR/checkpoint-best.safetensors, the best validation lm_loss so far */
     int no_pll;          /* --no-pseudo-perplexity: --eval of a masked LM without it */
+    int dry_run;         /* --dry-run: the GPU memory plan, no training (dryrun.c) */
+    double gpu_mem_gib;  /* --gpu-mem GiB: the capacity --dry-run plans against (0: the H200's) */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -223,6 +225,13 @@ typedef struct TrainerPeaks {
 } TrainerPeaks;
 /* The entry whose gpu the name contains, or NULL. */
 const TrainerPeaks *trainer_peaks_for(const char *device);
+/* The GPU --dry-run plans for unless --gpu-mem says otherwise (its usable_gib). */
+#define TRAINER_DRY_RUN_GPU "H200"
+
+/* dryrun.c: --dry-run. The GPU memory plan of pl (already planned for the run's batch, seq and world) on one
+ * GPU per rank (all `world` ranks on one GPU when `shared`), against f->gpu_mem_gib or the H200's usable
+ * memory; what to reduce when it does not fit. The exit status: 0 fits, 1 does not (or a plan failed). */
+int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world, int shared);
 void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */
 /* 1, or 0 after a message when a write to --log failed. */
 int trainer_log_ok(Trainer *t);

@@ -14,7 +14,7 @@
 #include "check.h"
 
 
-static Plan *make_plan_ep(const char *path, int mxfp8, int64_t ep)
+static Plan *make_plan_k(const char *path, int mxfp8, int64_t ep, int fast)
 {
     Compilation c;
     memset(&c, 0, sizeof c);
@@ -23,6 +23,7 @@ static Plan *make_plan_ep(const char *path, int mxfp8, int64_t ep)
     PassCtx ctx;
     pass_ctx_init(&ctx, NULL);
     c.opts.ep = ep;
+    c.kernels = fast ? PLAN_KERNELS_FAST : PLAN_KERNELS_REFERENCE;
     if (mxfp8) {
         c.opts.has_precision = 1;
         c.opts.precision = IR_PREC_MXFP8;
@@ -39,6 +40,7 @@ static Plan *make_plan_ep(const char *path, int mxfp8, int64_t ep)
     return p;
 }
 
+static Plan *make_plan_ep(const char *path, int mxfp8, int64_t ep) { return make_plan_k(path, mxfp8, ep, 0); }
 static Plan *make_plan(const char *path, int mxfp8) { return make_plan_ep(path, mxfp8, 0); }
 
 static double numel(const IrNode *n) { return (double)ir_numel(n); }
@@ -216,15 +218,69 @@ static void test_model_flops(void)
     }
 }
 
+/* plan_memory_breakdown (what --dry-run prints) against the tensor table of a freshly made plan, whose
+ * lifetimes the breakdown plans again on its own copy: the live bytes at every node position counted here by
+ * brute force, the peak among them, and the parts. */
+static void test_memory_breakdown(const char *what, const Plan *p)
+{
+    PlanMemoryBreakdown b;
+    plan_memory_breakdown(p, &b);
+    const IrGraph *g = p->graph;
+    int64_t masters = 0, copies = 0, grads = 0, best = -1;
+    int best_at = -1;
+    for (int i = 0; i < p->nparams; i++) {
+        masters += p->bufs[p->params[i].node].bytes;
+        grads += p->bufs[p->params[i].grad].bytes;
+    }
+    for (int k = 0; k < p->nbufs; k++)
+        if (p->bufs[k].kind == PLAN_BUF_COPY)
+            copies += p->bufs[k].bytes;
+    for (int i = 0; i < g->nnodes; i++) {
+        int64_t live = 0;
+        for (int k = 0; k < p->nbufs; k++)
+            if (p->bufs[k].alias_of < 0 && p->bufs[k].region == PLAN_REGION_ACTIVATIONS && p->bufs[k].first <= i &&
+                p->bufs[k].last >= i)
+                live += p->bufs[k].bytes;
+        if (live > best) {
+            best = live;
+            best_at = i;
+        }
+    }
+    CHECK(b.masters == masters && b.copies == copies, "%s: masters %lld (want %lld), copies %lld (want %lld)", what,
+          (long long)b.masters, (long long)masters, (long long)b.copies, (long long)copies);
+    CHECK(b.grads == grads && grads == masters, "%s: gradients %lld, want %lld (fp32, one per parameter)", what,
+          (long long)b.grads, (long long)grads);
+    CHECK(b.peak_live == best && b.peak_at == best_at, "%s: peak %lld at %d, brute force %lld at %d", what,
+          (long long)b.peak_live, b.peak_at, (long long)best, best_at);
+    CHECK(b.peak_grads + b.peak_acts + b.peak_ws == b.peak_live && b.peak_acts > 0 && b.peak_grads >= 0 &&
+              b.peak_ws >= 0, "%s: the parts add up to the peak", what);
+    CHECK(b.acts_region == p->memory.region_bytes[PLAN_REGION_ACTIVATIONS] && b.peak_live <= b.acts_region,
+          "%s: the region %lld (the plan's %lld) holds the peak %lld", what, (long long)b.acts_region,
+          (long long)p->memory.region_bytes[PLAN_REGION_ACTIVATIONS], (long long)b.peak_live);
+}
+
 int main(void)
 {
     test_model_flops();
+    {
+        /* the fast kernels: bf16 working copies in the params region, workspaces kept past their node */
+        Plan *f = make_plan_k("tests/gpu/fast_mlp.moe", 0, 0, 1);
+        CHECK(f != NULL, "fast_mlp --kernels fast compiles");
+        if (f) {
+            PlanMemoryBreakdown b;
+            plan_memory_breakdown(f, &b);
+            CHECK(b.copies > 0, "fast_mlp: bf16 copies (%lld bytes)", (long long)b.copies);
+            test_memory_breakdown("fast_mlp fast", f);
+            plan_free(f);
+        }
+    }
     Plan *p = make_plan("models/mixtral_tiny.moe", 0);
     CHECK(p != NULL, "mixtral_tiny compiles");
     if (p) {
         test_families("mixtral_tiny", p);
         test_mixtral_tiny_numbers(p);
         test_without_plan(p);
+        test_memory_breakdown("mixtral_tiny", p);
         plan_free(p);
     }
     p = make_plan("models/mixtral_tiny.moe", 1);
