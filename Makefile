@@ -33,7 +33,7 @@ RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c
 DATA_SRC = data/data.c data/shards.c data/alignment.c
 FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c
-TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c train/eval.c train/moe_metrics.c train/ckpt_match.c train/ckpt_keep.c train/infer.c train/embed.c train/score.c train/cluster_env.c
+TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c train/eval.c train/moe_metrics.c train/ckpt_match.c train/ckpt_keep.c train/infer.c train/embed.c train/score.c train/cluster_env.c train/dryrun.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (util/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \

@@ -15,7 +15,18 @@
  *     the receive capacity under expert parallelism: an upper bound there);
  *   - bytes are the sources read and the result written, each once at its
  *     storage size: the compulsory traffic, without workspaces or re-reads,
- *     so achieved GB/s is a lower bound of what the memory really served. */
+ *     so achieved GB/s is a lower bound of what the memory really served.
+ *
+ * Model FLOPs (the numerator of MFU, plan_model_flops) are the same GEMM
+ * FLOPs with two differences: no recomputation (grouped_mlp_bwd counts the
+ * dx and dw GEMMs of both projections, 2 * 2RH2F + 2 * 2RFH, not the
+ * gate/up forward it runs again; sdpa_bwd counts 2 times the forward: dV,
+ * dP, dQ, dK, not the scores it recomputes), and the expert GEMMs of a
+ * rank under expert parallelism count the routed rows of its own tokens
+ * (T*k: the receive capacity ep*T*k divided by ep), what the model needs
+ * whatever the layout. So model FLOPs = forward + backward GEMMs of the
+ * model, the usual MFU convention (PaLM appendix B), causal attention at
+ * half the score matrix. */
 #include "plan.h"
 
 /* Bytes of one element of n as stored: the plan's tensor table when it has
@@ -87,21 +98,24 @@ static double grouped_linear_flops(const IrNode *n)
 
 /* grouped_mlp xs [R,H], w_gate_up [E,2F,H], w_down [E,H,F]: the gate/up GEMM
  * 2*R*H*2F and the down GEMM 2*R*F*H. The backward recomputes gate/up and
- * runs dx and dw of both: 3 * 2RH2F + 2 * 2RFH. */
-static double grouped_mlp_flops(const IrNode *n)
+ * runs dx and dw of both: 3 * 2RH2F + 2 * 2RFH (recompute: the 2RH2F it
+ * runs again, set when not NULL). */
+static double grouped_mlp_flops(const IrNode *n, double *recompute)
 {
     const IrNode *xs = n->src[n->op == IR_OP_GROUPED_MLP_BWD ? 1 : 0];
     const IrNode *wd = n->src[n->op == IR_OP_GROUPED_MLP_BWD ? 3 : 2];
     double R = rows(xs), H = last_dim(xs), E = wd->rank ? (double)wd->shape[0] : 1;
     double F = E > 0 && H > 0 ? (double)ir_numel(wd) / (E * H) : 0;
     double gate_up = 2 * R * H * 2 * F, down = 2 * R * F * H;
+    if (recompute)
+        *recompute = n->op == IR_OP_GROUPED_MLP_BWD ? gate_up : 0;
     return n->op == IR_OP_GROUPED_MLP_BWD ? 3 * gate_up + 2 * down : gate_up + down;
 }
 
 /* sdpa q [B,S,h*hd]: scores Q K^T and P V, each 2*B*h*S*S*hd (half when
  * causal); the backward recomputes the scores and runs dV, dP, dQ, dK:
- * 2.5 times the forward */
-static double sdpa_flops(const IrNode *n)
+ * 2.5 times the forward (recompute: the half forward it runs again) */
+static double sdpa_flops(const IrNode *n, double *recompute)
 {
     const IrNode *q = n->src[n->op == IR_OP_SDPA_BWD ? 1 : 0];
     double S = q->rank >= 2 ? (double)q->shape[q->rank - 2] : 1, W = last_dim(q);
@@ -110,6 +124,8 @@ static double sdpa_flops(const IrNode *n)
     double fwd = 4 * B * S * S * W;
     if (ir_has_attr(n, IR_ATTR_CAUSAL) && n->attr[IR_ATTR_CAUSAL].i)
         fwd *= 0.5;
+    if (recompute)
+        *recompute = n->op == IR_OP_SDPA_BWD ? 0.5 * fwd : 0;
     return n->op == IR_OP_SDPA_BWD ? 2.5 * fwd : fwd;
 }
 
@@ -142,12 +158,12 @@ PlanCost plan_node_cost(const Plan *p, const IrNode *n)
         break;
     case IR_OP_GROUPED_MLP:
     case IR_OP_GROUPED_MLP_BWD:
-        c.flops = grouped_mlp_flops(n);
+        c.flops = grouped_mlp_flops(n, NULL);
         c.gemm = 1;
         break;
     case IR_OP_SDPA:
     case IR_OP_SDPA_BWD:
-        c.flops = sdpa_flops(n);
+        c.flops = sdpa_flops(n, NULL);
         c.gemm = 1;
         break;
     case IR_OP_EMBEDDING:
@@ -167,4 +183,56 @@ PlanCost plan_node_cost(const Plan *p, const IrNode *n)
     }
     c.bytes = io_bytes(p, n);
     return c;
+}
+
+/* The ranks an expert op's rows were gathered from: its expert weight's
+ * shard (ep under expert parallelism, whose receive buffers hold ep * T*k
+ * rows), else 1. */
+static double expert_shard(const IrNode *n)
+{
+    const IrNode *w = NULL;
+    switch (n->op) {
+    case IR_OP_GROUPED_MLP:
+        w = n->src[2];
+        break;
+    case IR_OP_GROUPED_MLP_BWD:
+        w = n->src[3];
+        break;
+    case IR_OP_GROUPED_LINEAR:
+    case IR_OP_GROUPED_LINEAR_DX:
+        w = n->src[1];
+        break;
+    default:
+        return 1;
+    }
+    if (w->op == IR_OP_PARAM && ir_has_attr(w, IR_ATTR_SHARD) && w->attr[IR_ATTR_SHARD].i > 1)
+        return (double)w->attr[IR_ATTR_SHARD].i;
+    return 1;
+}
+
+double plan_node_model_flops(const IrNode *n)
+{
+    double recompute = 0, f;
+    switch (n->op) {
+    case IR_OP_GROUPED_MLP:
+    case IR_OP_GROUPED_MLP_BWD:
+        f = grouped_mlp_flops(n, &recompute);
+        break;
+    case IR_OP_SDPA:
+    case IR_OP_SDPA_BWD:
+        f = sdpa_flops(n, &recompute);
+        break;
+    default:
+        f = plan_node_cost(NULL, n).flops;
+        break;
+    }
+    return (f - recompute) / expert_shard(n);
+}
+
+double plan_model_flops(const IrGraph *g)
+{
+    double f = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        f += plan_node_model_flops(g->nodes[i]);
+    return f;
 }

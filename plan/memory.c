@@ -178,3 +178,71 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
     free(rel_head);
     free(rel_next);
 }
+
+void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)
+{
+    memset(out, 0, sizeof *out);
+    out->peak_at = -1;
+    if (!p->bufs)
+        return;
+    const IrGraph *g = p->graph;
+    int n = g->nnodes;
+    int64_t *grad_bytes = calloc((size_t)p->nbufs + 1, sizeof(int64_t));  /* per root: its gradients' bytes */
+    int64_t *delta = calloc((size_t)n + 1, sizeof(int64_t));
+    /* the lifetimes planned again on a copy of the table (a plan read from a training binary's payload
+     * leaves them out): the same planner, so the same layout */
+    PlanBuf *bufs = malloc(sizeof *bufs * ((size_t)p->nbufs + 1));
+    if (!grad_bytes || !delta || !bufs)
+        die("out of memory");
+    memcpy(bufs, p->bufs, sizeof *bufs * (size_t)p->nbufs);
+    PlanMemory mem;
+    plan_memory(g, bufs, p->nbufs, 256, &mem);
+    /* a gradient may be a view into a packed buffer (a fused backward's outputs): its own bytes count */
+    for (int i = 0; i < p->nparams; i++) {
+        int gb = p->params[i].grad;
+        if (gb >= 0 && gb < p->nbufs) {
+            grad_bytes[bufs[gb].alias_of >= 0 ? bufs[gb].alias_of : gb] += bufs[gb].bytes;
+            out->grads += bufs[gb].bytes;
+        }
+    }
+    for (int b = 0; b < p->nbufs; b++) {
+        const PlanBuf *buf = &bufs[b];
+        if (buf->alias_of >= 0)
+            continue;
+        if (buf->region == PLAN_REGION_PARAMS) {
+            if (buf->kind == PLAN_BUF_COPY)
+                out->copies += buf->bytes;
+            else
+                out->masters += buf->bytes;
+        } else if (buf->region == PLAN_REGION_ACTIVATIONS) {
+            if (buf->first >= 0 && buf->first < n && buf->last >= buf->first) {
+                delta[buf->first] += buf->bytes;
+                delta[buf->last < n ? buf->last + 1 : n] -= buf->bytes;
+            }
+        }
+    }
+    int64_t live = 0;
+    for (int i = 0; i < n; i++) {
+        live += delta[i];
+        if (out->peak_at < 0 || live > out->peak_live) {
+            out->peak_live = live;
+            out->peak_at = i;
+        }
+    }
+    for (int b = 0; b < p->nbufs && out->peak_at >= 0; b++) {
+        const PlanBuf *buf = &bufs[b];
+        if (buf->alias_of >= 0 || buf->region != PLAN_REGION_ACTIVATIONS || buf->first > out->peak_at ||
+            buf->last < out->peak_at)
+            continue;
+        int64_t gr = grad_bytes[b] < buf->bytes ? grad_bytes[b] : buf->bytes;
+        out->peak_grads += gr;
+        if (buf->kind == PLAN_BUF_WORKSPACE)
+            out->peak_ws += buf->bytes - gr;
+        else
+            out->peak_acts += buf->bytes - gr;
+    }
+    out->acts_region = mem.region_bytes[PLAN_REGION_ACTIVATIONS];
+    free(bufs);
+    free(grad_bytes);
+    free(delta);
+}

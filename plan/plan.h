@@ -103,6 +103,24 @@ typedef struct PlanMemory {
 } PlanMemory;
 void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
 
+/* What a plan's memory holds, for --dry-run (memory.c): the params region's fp32 masters and bf16
+ * copies, the parameters' final gradients, and the activations region at its fullest moment: the node
+ * position where the live buffers (each from the node that takes it to the one that releases it) add up
+ * most, and what they are there. The region as laid out (acts_region) is at least peak_live: the planner's
+ * blocks are reused whole, so the difference is the layout's slack. Zeros without the GPU part. */
+typedef struct PlanMemoryBreakdown {
+    int64_t masters, copies;     /* the params region: fp32 parameters, their bf16 working copies */
+    int64_t grads;               /* the parameters' gradients, all of them (they are kept to the end) */
+    int64_t acts_region;
+    int peak_at;                 /* the node position of the peak (-1: none) */
+    int64_t peak_live;           /* = peak_grads + peak_acts + peak_ws */
+    int64_t peak_grads;          /* the parameters' gradients made by then */
+    int64_t peak_acts;           /* the nodes' other tensors: activations and intermediate gradients */
+    int64_t peak_ws;             /* the kernels' workspaces */
+} PlanMemoryBreakdown;
+struct Plan;
+void plan_memory_breakdown(const struct Plan *p, PlanMemoryBreakdown *out);
+
 /* ---- the launch list ---- */
 /* A kernel argument beyond a buffer pointer (the sm_90a kernels, docs/kernels-sm90.md): a launch whose
  * targs is NULL passes only buffers (args); else targs[i] says what parameter i is, args[i] its buffer
@@ -256,5 +274,11 @@ typedef struct PlanCost {
 } PlanCost;
 /* p may be NULL or lack the GPU part: element sizes then come from the IR dtypes. */
 PlanCost plan_node_cost(const Plan *p, const IrNode *n);
+/* Model FLOPs (cost.c): a node's GEMM FLOPs without recomputation, its
+ * expert rows those of its rank's own tokens (T*k, not the receive capacity
+ * of expert parallelism); summed over a training graph: the forward and
+ * backward FLOPs of one rank's step, the numerator of MFU. */
+double plan_node_model_flops(const IrNode *n);
+double plan_model_flops(const IrGraph *g);
 
 #endif

@@ -159,4 +159,13 @@ extern const BackendOps backend_cuda;
 /* Whether the CUDA backend can start here: 1, or 0 with why (no driver, no GPU). */
 int backend_cuda_probe(char *why, size_t n);
 
+/* What the CUDA backend would allocate for plan p on one GPU, from the plan alone (no driver, no GPU needed:
+ * --dry-run): its four allocations in whole 2 MiB pages (parameters with their bf16 copies, the AdamW
+ * moments, the activations region, the batch and optimizer scratch), their total, and the reserve its fit
+ * check adds (runtime/gpu/gpu.h: gpu_plan_memory). ranks: the run's world size; ring: the loss ring's steps. */
+typedef struct BackendMemoryPlan {
+    size_t params, opt, acts, other, total, reserve;
+} BackendMemoryPlan;
+void backend_cuda_plan_memory(const Plan *p, int ranks, int ring, BackendMemoryPlan *out);
+
 #endif

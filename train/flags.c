@@ -68,6 +68,13 @@ static const char *const usage_train =
     "  --log FILE.jsonl   metrics, one JSON object per line\n"
     "  --device D         auto | cpu | cuda (default auto: the GPU when a driver and a\n"
     "                     GPU are there, else the CPU, with a notice)\n"
+    "  --dry-run          with --device cuda (or auto): no training, no data read, no GPU\n"
+    "                     needed: the GPU memory plan of this model for the given batch,\n"
+    "                     seq and ranks (parameters, AdamW state, gradients, activations,\n"
+    "                     workspaces, the peak), then exit 0 when it fits one GPU, 1 with\n"
+    "                     what to reduce when it does not\n"
+    "  --gpu-mem GIB      with --dry-run: the GPU memory to fit in (default: an H200's\n"
+    "                     usable %.1f GiB)\n"
     "  --no-cuda-graph    launch the step's kernels one by one instead of replaying a\n"
     "                     captured CUDA graph\n"
     "  --dump DIR         write DIR/step_<k>.safetensors after steps 1..N: the batch\n"
@@ -212,7 +219,7 @@ static const char *const train_flags[] = {
     "--no-cuda-graph", "--eval", "--init", "--lr", "--set", "--steps", "--seed", "--batch", "--eval-every",
     "--ckpt-every", "--keep-last", "--log-every", "--val-batches", "--dump-steps", "--profile", "--threads",
     "--simulate-ranks", "--nproc", "--grad-accum", "--keep-best", "--no-pseudo-perplexity",
-    "--help", NULL};
+    "--dry-run", "--gpu-mem", "--help", NULL};
 
 int trainer_parse_flags(Trainer *t, int argc, char **argv)
 {
@@ -239,7 +246,8 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         int64_t x;
 #define NEED_VALUE() do { if (!v) return trainer_usage_error(t->prog, "%s needs a value", a); i++; } while (0)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf(usage_train, t->prog, t->g->model, t->prog, t->prog, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr);
+            printf(usage_train, t->prog, t->g->model, t->prog, t->prog, (long long)t->tr.steps, (long long)t->tr.batch, t->tr.lr,
+                   trainer_peaks_for(TRAINER_DRY_RUN_GPU)->usable_gib);
             return 0;
         } else if (strcmp(a, "--data") == 0 || strcmp(a, "--val-data") == 0) {
             NEED_VALUE();
@@ -281,6 +289,13 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         } else if (strcmp(a, "--dump") == 0) {
             NEED_VALUE();
             f->dump_dir = v;
+        } else if (strcmp(a, "--dry-run") == 0) {
+            f->dry_run = 1;
+        } else if (strcmp(a, "--gpu-mem") == 0) {
+            NEED_VALUE();
+            if (!parse_double_in(v, 0, 1 << 20, 1, &f->gpu_mem_gib))
+                return trainer_usage_error(t->prog, "--gpu-mem takes the GPU's memory in GiB, a number in (0, %d], "
+                                           "not '%s'", 1 << 20, v);
         } else if (strcmp(a, "--no-cuda-graph") == 0) {
             f->no_graphs = 1;
         } else if (strcmp(a, "--eval") == 0) {
@@ -351,6 +366,14 @@ int trainer_parse_flags(Trainer *t, int argc, char **argv)
         return trainer_usage_error(t->prog, "--profile times single steps: run it without --grad-accum");
     if (f->eval_path && !f->resume && !f->init_path)
         return trainer_usage_error(t->prog, "--eval needs trained parameters: add --init CKPT or --resume --ckpt-dir DIR");
+    if (f->gpu_mem_gib > 0 && !f->dry_run)
+        return trainer_usage_error(t->prog, "--gpu-mem goes with --dry-run (a run checks the GPU's own free memory)");
+    if (f->dry_run && !strcmp(f->device, "cpu"))
+        return trainer_usage_error(t->prog, "--dry-run plans GPU memory: give --device cuda (or leave --device out)");
+    if (f->dry_run && (f->eval_path || f->resume || f->init_path))
+        return trainer_usage_error(t->prog, "--dry-run plans a training run's memory: drop --eval, --resume and --init");
+    if (f->dry_run)
+        return -1;  /* no data needed */
     if (!f->eval_path && f->ndata == 0)
         return trainer_usage_error(t->prog, "no training data: give --data FILE (FASTA or FASTA.gz)");
     return -1;

@@ -314,6 +314,20 @@ int trainer_run(Trainer *t)
                 return trainer_error(t, "the cpu backend: %s", err);
         }
     }
+    {
+        /* MFU: the plan's model FLOPs per token against the bf16 peak of the GPUs the run uses (the simulated
+         * ranks share one); none on the CPU, which has no bf16 tensor-core peak to speak of */
+        t->flops_per_token = plan_model_flops(g) / (double)(t->local_batch * t->tr.seq);
+        BackendInfo bi;
+        t->be->ops->info(t->be, &bi);
+        const TrainerPeaks *pk = t->backend == &backend_cuda ? trainer_peaks_for(bi.device) : NULL;
+        if (pk) {
+            int gpus = t->world > 1 && !strcmp(t->comm->ops->name, "sim") ? 1 : t->world;
+            t->mfu_peak = pk->bf16_tflops * 1e12 * gpus;
+            t->mfu_gpu = pk->gpu;
+            t->mfu_gpus = gpus;
+        }
+    }
     if (t->f.grad_accum > 1 && !t->f.eval_path) {
         if (t->world > 1)
             return trainer_error(t, "--grad-accum runs on one rank for now (the graph's gradient all-reduce would "
@@ -424,6 +438,11 @@ int trainer_run(Trainer *t)
             cJSON_AddNumberToObject(start, "unigram_entropy", t->unigram);
         cJSON_AddNumberToObject(start, "start_step", (double)t->step);
         cJSON_AddNumberToObject(start, "ranks", t->world);
+        cJSON_AddNumberToObject(start, "model_flops_per_token", t->flops_per_token);
+        if (t->mfu_peak > 0)
+            cJSON_AddNumberToObject(start, "mfu_peak_flops", t->mfu_peak);
+        else
+            cJSON_AddNullToObject(start, "mfu_peak_flops");
         trainer_log(t, start);
         fflush(stdout);
         if (!trainer_log_ok(t))
@@ -498,8 +517,10 @@ int trainer_run(Trainer *t)
         if (do_dump && !trainer_dump_step(t, step_loss, lr, gnorm))
             return 1;
         double val = NAN;
+        double te = wall_seconds();
         if (do_eval && !evaluate(t, &t->val_loader, t->f.val_batches, NULL, &val))
             return 1;
+        tlast += wall_seconds() - te;  /* evaluation time is not training throughput either */
         /* --keep-best: a better validation loss is saved now, as a checkpoint of this step */
         int new_best = t->f.keep_best && do_eval && isfinite(val) && !(val >= t->best_val);
         if (new_best) {
@@ -516,14 +537,23 @@ int trainer_run(Trainer *t)
             fmt_duration(et, sizeof et, eta);
             if (do_eval)
                 snprintf(vs, sizeof vs, " | val %.4f", val);
-            printf("step %6lld/%lld | loss %.4f%s | lr %.2e | %7.0f tok/s | elapsed %s | eta %s\n",
-                   (long long)t->step, (long long)t->tr.steps, loss_sum / loss_n, vs, lr, tps, el, et);
+            /* MFU: the model FLOPs of the tokens trained (padding excluded) per second over the peak */
+            double mfu = t->mfu_peak > 0 ? tps * t->flops_per_token / t->mfu_peak : NAN;
+            char ms[32] = "";
+            if (isfinite(mfu))
+                snprintf(ms, sizeof ms, " | mfu %.1f%%", 100 * mfu);
+            printf("step %6lld/%lld | loss %.4f%s | lr %.2e | %7.0f tok/s%s | elapsed %s | eta %s\n",
+                   (long long)t->step, (long long)t->tr.steps, loss_sum / loss_n, vs, lr, tps, ms, el, et);
             fflush(stdout);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "step", (double)t->step);
             cJSON_AddNumberToObject(o, "loss", loss_sum / loss_n);
             cJSON_AddNumberToObject(o, "lr", lr);
             cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+            if (isfinite(mfu))
+                cJSON_AddNumberToObject(o, "mfu", mfu);
+            else
+                cJSON_AddNullToObject(o, "mfu");  /* the CPU, or a GPU whose peak is not known */
             cJSON_AddNumberToObject(o, "grad_norm", gnorm);
             cJSON_AddNumberToObject(o, "elapsed_s", elapsed);
             if (do_eval)

@@ -70,6 +70,14 @@ void trainer_print_summary(Trainer *t)
                bi.step);
         printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", pa, ad, ac);
     }
+    if (t->mfu_peak > 0)
+        printf("model FLOPs: %.4g per token (the plan's forward + backward GEMMs, no recomputation); mfu against "
+               "%s bf16 %.0f TFLOP/s (measured) x %d GPU%s\n", t->flops_per_token, t->mfu_gpu,
+               t->mfu_peak / 1e12 / t->mfu_gpus, t->mfu_gpus, t->mfu_gpus == 1 ? "" : "s");
+    else
+        printf("model FLOPs: %.4g per token (the plan's forward + backward GEMMs, no recomputation); mfu n/a (%s)\n",
+               t->flops_per_token, t->backend == &backend_cuda ? "no bf16 peak known for this GPU"
+                                                                 : "the CPU has no bf16 tensor-core peak");
     printf("training: %lld steps, batch %lld x seq %lld = %lld tokens/step, lr %g (%s, warmup %lld, min %g), "
            "objective %s\n", (long long)t->tr.steps, (long long)t->tr.batch, (long long)t->tr.seq,
            (long long)(t->tr.batch * t->tr.seq), t->tr.lr, ir_schedule_name[t->tr.schedule], (long long)t->tr.warmup, t->tr.min_lr,
@@ -78,20 +86,19 @@ void trainer_print_summary(Trainer *t)
 
 /* ------------------------------------------------------------ --profile */
 
-/* The roofs a row is measured against, for the GPUs whose figures we know.
- * Nominal: NVIDIA's H200 SXM datasheet (dense, no sparsity). Measured: what
- * the team measured on its H200 (a large bf16 GEMM; a device-to-device copy).
- * A GEMM row's roof follows its operands' storage: fp32 runs on the SIMT
- * cores (today's kernels), bf16 and e4m3 on the tensor cores. */
-typedef struct Peaks {
-    const char *gpu;
-    double fp32_tflops, bf16_tflops, bf16_nominal, fp8_tflops, hbm_gbps, hbm_nominal;
-} Peaks;
-static const Peaks known_peaks[] = {
-    {"H200", 67, 782, 989, 1979, 4240, 4800},
+/* The roofs a row is measured against, for the GPUs whose figures we know
+ * (trainer.h: TrainerPeaks; also the MFU of the progress line and the
+ * capacity --dry-run plans against). Nominal: NVIDIA's H200 SXM datasheet
+ * (dense, no sparsity). Measured: what the team measured on its H200 (a
+ * large bf16 GEMM; a device-to-device copy; cuMemGetInfo's free memory of
+ * an idle H200, 139.2 GiB, rounded down). A GEMM row's roof follows its
+ * operands' storage: fp32 runs on the SIMT cores (today's kernels), bf16
+ * and e4m3 on the tensor cores. */
+static const TrainerPeaks known_peaks[] = {
+    {"H200", 67, 782, 989, 1979, 4240, 4800, 139.0},
 };
 
-static const Peaks *peaks_for(const char *device)
+const TrainerPeaks *trainer_peaks_for(const char *device)
 {
     for (size_t i = 0; i < sizeof known_peaks / sizeof known_peaks[0]; i++)
         if (strstr(device, known_peaks[i].gpu))
@@ -154,7 +161,7 @@ static int is_collective(IrOp op)
 }
 
 /* The roof of a GEMM row: by the storage of its widest-typed operand. */
-static double gemm_roof(const Plan *pl, const IrNode *n, const Peaks *pk)
+static double gemm_roof(const Plan *pl, const IrNode *n, const TrainerPeaks *pk)
 {
     if (!pk)
         return 0;
@@ -194,7 +201,7 @@ static void fmt_pct(char *buf, size_t n, double v, double roof)
 }
 
 /* One line of the table; pos: its place by time (0: a summary line) */
-static void print_row(int pos, const ProfRow *r, double step, const Peaks *pk)
+static void print_row(int pos, const ProfRow *r, double step, const TrainerPeaks *pk)
 {
     double tf = r->gemm && r->seconds > 0 ? r->flops / r->seconds / 1e12 : 0;
     double gb = r->seconds > 0 ? r->bytes / r->seconds / 1e9 : 0;
@@ -218,7 +225,7 @@ static void print_row(int pos, const ProfRow *r, double step, const Peaks *pk)
            1e3 * r->seconds, 100 * r->seconds / (step > 0 ? step : 1), tfs, tfp, gbs, gbp);
 }
 
-static cJSON *row_json(const ProfRow *r, double step, const Peaks *pk)
+static cJSON *row_json(const ProfRow *r, double step, const TrainerPeaks *pk)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "event", "profile");
@@ -262,7 +269,7 @@ void trainer_profile_report(Trainer *t)
     const Plan *pl = t->pl;
     BackendInfo bi;
     t->be->ops->info(t->be, &bi);
-    const Peaks *pk = t->backend == &backend_cuda ? peaks_for(bi.device) : NULL;
+    const TrainerPeaks *pk = t->backend == &backend_cuda ? trainer_peaks_for(bi.device) : NULL;
     double ns = a->steps, step = a->step_seconds / ns;
     ProfRow *rows = calloc((size_t)g->nnodes + BACKEND_PROFILE_NEXTRA, sizeof *rows);
     if (!rows)

@@ -266,6 +266,22 @@ int train_main(int argc, char **argv, const Plan *plan)
                 world);
         return 2;
     }
+    /* --dry-run: the GPU memory plan for this batch, seq and world, from the plan alone (no GPU, no data) */
+    if (f.dry_run) {
+        Plan *q = NULL;
+        if (batch != plan->batch || seq != plan->seq || world != plan->world) {
+            q = driver_replan(plan, batch, seq, world, err, sizeof err);
+            if (!q) {
+                fprintf(stderr, "%s: error: %s\n", prog, err);
+                free(addr);
+                return 1;
+            }
+        }
+        rc = trainer_dry_run(prog, q ? q : plan, &f, world, f.simulate_ranks > 1 && env_rank < 0);
+        plan_free(q);
+        free(addr);
+        return rc;
+    }
     /* the backend: the GPU when asked for or (auto) when a driver and a GPU are there */
     int use_gpu = 0;
     char why[1024] = "";

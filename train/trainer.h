@@ -47,6 +47,8 @@ typedef struct Flags {
     int64_t grad_accum;  /* --grad-accum N: N micro-batches of the plan's batch per optimizer step (1: off) */
     int keep_best;       /* --keep-best: DIR/checkpoint-best.safetensors, the best validation lm_loss so far */
     int no_pll;          /* --no-pseudo-perplexity: --eval of a masked LM without it */
+    int dry_run;         /* --dry-run: the GPU memory plan, no training (dryrun.c) */
+    double gpu_mem_gib;  /* --gpu-mem GiB: the capacity --dry-run plans against (0: the H200's) */
 } Flags;
 
 /* --profile N (metrics.c): the steps it times and what they took */
@@ -94,6 +96,10 @@ typedef struct Trainer {
     TrainerProfile *prof;          /* --profile, or NULL */
     int log_errno;                 /* the first failed write to --log (0: none) */
     int ckpt_lock;                 /* the locked --ckpt-dir's descriptor + 1 (0: none) */
+    double flops_per_token;        /* model FLOPs per token (plan/cost.c: plan_model_flops over the rank's tokens) */
+    double mfu_peak;               /* FLOP/s the MFU is against: bf16 peak x the GPUs of the run; 0: none (CPU) */
+    const char *mfu_gpu;           /* the GPU whose peak that is, or NULL */
+    int mfu_gpus;                  /* how many of them */
     double best_val;               /* --keep-best: the best validation lm_loss so far (NAN: none yet) */
     int64_t best_step;             /* and its step */
 } Trainer;
@@ -210,6 +216,22 @@ int trainer_embed_main(int argc, char **argv, const Plan *pl);
 int trainer_score_main(int argc, char **argv, const Plan *pl);
 
 /* metrics.c */
+/* What a GPU can do, for the GPUs whose figures are known (metrics.c: the one table): --profile's roofs, the
+ * MFU of the progress line (against bf16_tflops) and --dry-run's capacity (usable_gib). */
+typedef struct TrainerPeaks {
+    const char *gpu;           /* matched as a substring of the device's name */
+    double fp32_tflops, bf16_tflops, bf16_nominal, fp8_tflops, hbm_gbps, hbm_nominal;
+    double usable_gib;         /* device memory a run may plan for (free on an idle device), GiB */
+} TrainerPeaks;
+/* The entry whose gpu the name contains, or NULL. */
+const TrainerPeaks *trainer_peaks_for(const char *device);
+/* The GPU --dry-run plans for unless --gpu-mem says otherwise (its usable_gib). */
+#define TRAINER_DRY_RUN_GPU "H200"
+
+/* dryrun.c: --dry-run. The GPU memory plan of pl (already planned for the run's batch, seq and world) on one
+ * GPU per rank (all `world` ranks on one GPU when `shared`), against f->gpu_mem_gib or the H200's usable
+ * memory; what to reduce when it does not fit. The exit status: 0 fits, 1 does not (or a plan failed). */
+int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world, int shared);
 void trainer_log(Trainer *t, cJSON *o);   /* one JSONL line (takes o) */
 /* 1, or 0 after a message when a write to --log failed. */
 int trainer_log_ok(Trainer *t);

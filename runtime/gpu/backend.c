@@ -24,6 +24,13 @@ typedef struct CudaBackend {
 
 int backend_cuda_probe(char *why, size_t n) { return gpu_probe(why, n); }
 
+void backend_cuda_plan_memory(const Plan *p, int ranks, int ring, BackendMemoryPlan *out)
+{
+    GpuMemoryPlan m;
+    gpu_plan_memory(p, ranks, ring, &m);
+    *out = (BackendMemoryPlan){m.params, m.adam, m.acts, m.other, m.total, m.reserve};
+}
+
 static void cuda_destroy(Backend *b)
 {
     CudaBackend *B = (CudaBackend *)b;

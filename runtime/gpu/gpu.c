@@ -304,15 +304,17 @@ static CommGroup allreduce_group(const IrNode *n)
 
 /* Which all_reduce nodes go into buckets: those whose result no node reads (final gradients, read only by
  * the optimizer), when the run has ranks to reduce over. */
-static void plan_buckets(Gpu *G)
+/* The buckets of graph g (buckets[0 .. *nbuckets)), and each node's bucket in bucket_of ([nnodes], -1: none;
+ * NULL: not wanted). Pure: the dry run sizes them too (gpu_plan_memory). */
+static void find_buckets(const IrGraph *g, Bucket *buckets, int *nbuckets, int *bucket_of)
 {
-    const IrGraph *g = G->g;
-    if (!G->comm)
-        return;
-    char *used = calloc((size_t)g->nnodes, 1);
-    G->bucket_of = malloc(sizeof(int) * (size_t)g->nnodes);
+    char *used = calloc((size_t)g->nnodes + 1, 1);
+    if (!used)
+        die("out of memory");
+    *nbuckets = 0;
     for (int i = 0; i < g->nnodes; i++) {
-        G->bucket_of[i] = -1;
+        if (bucket_of)
+            bucket_of[i] = -1;
         for (int s = 0; s < g->nodes[i]->nsrc; s++)
             used[g->nodes[i]->src[s]->id] = 1;
     }
@@ -322,16 +324,27 @@ static void plan_buckets(Gpu *G)
             continue;
         int grp = (int)allreduce_group(n), b = 0;
         double f = ir_attr_f(n, IR_ATTR_FACTOR);
-        while (b < G->nbuckets && !(G->buckets[b].group == grp && G->buckets[b].factor == f))
+        while (b < *nbuckets && !(buckets[b].group == grp && buckets[b].factor == f))
             b++;
         if (b == MAX_BUCKETS)
             continue;  /* stays in place */
-        if (b == G->nbuckets)
-            G->buckets[G->nbuckets++] = (Bucket){grp, f, 0, 0};
-        G->bucket_of[i] = b;
-        G->buckets[b].numel += ir_numel(n);
+        if (b == *nbuckets)
+            buckets[(*nbuckets)++] = (Bucket){grp, f, 0, 0};
+        if (bucket_of)
+            bucket_of[i] = b;
+        buckets[b].numel += ir_numel(n);
     }
     free(used);
+}
+
+static void plan_buckets(Gpu *G)
+{
+    if (!G->comm)
+        return;
+    G->bucket_of = malloc(sizeof(int) * ((size_t)G->g->nnodes + 1));
+    if (!G->bucket_of)
+        die("out of memory");
+    find_buckets(G->g, G->buckets, &G->nbuckets, G->bucket_of);
 }
 
 static int build_launches(Gpu *G)
@@ -384,6 +397,45 @@ static int build_launches(Gpu *G)
 }
 
 static size_t page2m(size_t n) { return (n + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20); }
+
+/* the optimizer's scratch beside the batch: the norm's partials (one per block of the grad-norm kernel and
+ * parameter), the step's scalars, the loss ring */
+static size_t scratch_bytes(const IrGraph *g, int ring)
+{
+    int64_t parts = 0;
+    for (int p = 0; p < g->nparams; p++) {
+        int64_t grid = (ir_numel(g->params[p]) + BLOCK - 1) / BLOCK;
+        parts += grid > SUMSQ_MAX_GRID ? SUMSQ_MAX_GRID : grid < 1 ? 1 : grid;
+    }
+    return align256((size_t)(parts + 1) * sizeof(double)) + align256(NSCALARS * sizeof(double)) +
+           align256((size_t)ring * sizeof(float)) + align256((size_t)ring * sizeof(double));
+}
+
+void gpu_plan_memory(const Plan *plan, int ranks, int ring, GpuMemoryPlan *out)
+{
+    const IrGraph *g = plan->graph;
+    size_t region[PLAN_REGION_COUNT];
+    for (int r = 0; r < PLAN_REGION_COUNT; r++)
+        region[r] = align256((size_t)plan->memory.region_bytes[r] + 256);
+    int64_t nparams_total = 0;
+    for (int p = 0; p < g->nparams; p++)
+        nparams_total += ir_numel(g->params[p]);
+    size_t bucket_bytes = 0;
+    if (ranks > 1) {
+        Bucket buckets[MAX_BUCKETS];
+        int nbuckets = 0;
+        find_buckets(g, buckets, &nbuckets, NULL);
+        for (int b = 0; b < nbuckets; b++)
+            bucket_bytes += align256((size_t)buckets[b].numel * sizeof(float));
+    }
+    memset(out, 0, sizeof *out);
+    out->params = page2m(region[PLAN_REGION_PARAMS]);
+    out->adam = page2m(align256((size_t)nparams_total * 2 * sizeof(float)));
+    out->acts = page2m(region[PLAN_REGION_ACTIVATIONS]);
+    out->other = page2m(region[PLAN_REGION_INPUTS] + scratch_bytes(g, ring > 0 ? ring : 1) + bucket_bytes);
+    out->total = out->params + out->adam + out->acts + out->other;
+    out->reserve = GPU_MEMORY_RESERVE;
+}
 
 /* The kernels' image (embedded, cached or compiled) loaded as a module.
  * Simulated ranks take turns: the first compiles, the others find the cache. */
@@ -485,19 +537,26 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
                        align256(NSCALARS * sizeof(double)) + align256((size_t)G->ring * sizeof(float)) +
                        align256((size_t)G->ring * sizeof(double));
         /* four allocations: parameters, AdamW state, activations + gradients, and the rest (the batch, the
-         * norm's partials, the step's scalars, the loss ring); the driver hands out whole 2 MiB pages */
+         * norm's partials, the step's scalars, the loss ring); the driver hands out whole 2 MiB pages. Their
+         * sizes are gpu_plan_memory's (what --dry-run prints), checked here against what this Gpu lays out */
         plan_buckets(G);
         size_t bucket_bytes = 0;
         for (int b = 0; b < G->nbuckets; b++)
             bucket_bytes += align256((size_t)G->buckets[b].numel * sizeof(float));
         size_t misc_bytes = G->region_bytes[1] + other + bucket_bytes;
-        G->info.planned_params = page2m(G->region_bytes[0]);
-        G->info.planned_adam = page2m(adam_bytes);
-        G->info.planned_acts = page2m(G->region_bytes[2]);
-        G->info.planned_other = page2m(misc_bytes);
-        G->info.planned_bytes =
-            G->info.planned_params + G->info.planned_adam + G->info.planned_acts + G->info.planned_other;
-        size_t reserve = (size_t)256 << 20;  /* the module, the context's own needs, NCCL's buffers */
+        GpuMemoryPlan mp;
+        gpu_plan_memory(plan, G->comm ? G->comm->world : 1, G->ring, &mp);
+        G->info.planned_params = mp.params;
+        G->info.planned_adam = mp.adam;
+        G->info.planned_acts = mp.acts;
+        G->info.planned_other = mp.other;
+        G->info.planned_bytes = mp.total;
+        if (mp.params != page2m(G->region_bytes[0]) || mp.adam != page2m(adam_bytes) ||
+            mp.acts != page2m(G->region_bytes[2]) || mp.other != page2m(misc_bytes)) {
+            ok = fail(G, "internal: the memory plan (gpu_plan_memory) differs from the allocations");
+            goto out;
+        }
+        size_t reserve = mp.reserve;
         if (G->info.planned_bytes + reserve > G->info.free_mem) {
             char a[32], b[32], c[32], d[32], e[32];
             fmt_bytes(a, sizeof a, (double)G->info.planned_bytes);

@@ -55,6 +55,20 @@ typedef struct GpuInfo {
 
 typedef struct Gpu Gpu;
 
+/* What gpu_create allocates for plan p, from the plan alone (no driver, no GPU: --dry-run): the four
+ * allocations, each in whole 2 MiB pages, their total, and the reserve the fit check adds for the module,
+ * the context and NCCL's buffers. gpu_create refuses a plan when total + reserve exceeds the free memory.
+ * ranks: the run's world size (buckets for the gradient all-reduce when > 1); ring: the loss ring's steps. */
+enum { GPU_MEMORY_RESERVE = 256 << 20 };
+typedef struct GpuMemoryPlan {
+    size_t params;            /* the params region: fp32 masters and their bf16 working copies */
+    size_t adam;              /* AdamW's two moments, fp32 */
+    size_t acts;              /* the activations region: activations, gradients and workspaces (plan_memory) */
+    size_t other;             /* the batch, the optimizer's scratch, the gradient buckets */
+    size_t total, reserve;
+} GpuMemoryPlan;
+void gpu_plan_memory(const Plan *p, int ranks, int ring, GpuMemoryPlan *out);
+
 /* Whether a GPU can be used: 1, or 0 with why in `why` (no driver, no device). */
 int gpu_probe(char *why, size_t n);
 

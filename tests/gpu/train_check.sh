@@ -10,6 +10,8 @@
 #   cache     a binary without embedded kernels: NVRTC at start-up, then the on-disk cache
 #   fallback  no embedded kernels and no NVRTC: --device auto falls back to the CPU with a notice, cuda fails
 #   nofit     Mixtral-8x7B layers at batch 16 x 4096 on one GPU is refused before allocating, naming what to reduce
+#   nofit_dry its --dry-run (no GPU used): exit 1, the same total the backend refused
+#   dryrun_mfu mixtral_tiny's --dry-run total = what the GPU run planned; that run's mfu in (0, 1)
 #   mini500   protein_moe_mini, 500 steps on the GPU (loss curve for docs/results/)
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
 # moec, the training binaries (kernels embedded for sm_90a), libcjson.so.1, the FASTA data.
@@ -84,6 +86,15 @@ row graph "$([ $? -eq 0 ] && echo ok || echo FAIL)" "$(tail -1 "$L/graph_cmp.log
 grep -h '^memory' "$L/curve_gpu.log" >"$L/memory.txt"
 row memory "$(grep -q 'memory measured' "$L/curve_gpu.log" && echo ok || echo FAIL)" "$(grep -h 'memory measured' "$L/curve_gpu.log" | sed 's/of device memory in use by this run (cuMemGetInfo), //')"
 
+# --dry-run (no GPU used) plans what the backend allocates: the same total as the run above; that run's JSONL
+# has an mfu in (0, 1) against the H200's bf16 peak
+"$B/mixtral_tiny" --dry-run --device cuda --log-every 1 >"$L/dryrun.log" 2>&1
+drc=$?
+dry=$(awk '$1 == "total" {print $2, $3; exit}' "$L/dryrun.log")
+ran=$(grep '^memory planned: ' "$L/curve_gpu.log" | sed 's/.*: //')
+mfu=$(grep -o '"mfu":[0-9.e+-]*' "$L/curve_gpu.jsonl" | tail -1 | cut -d: -f2)
+row dryrun_mfu "$([ $drc -eq 0 ] && [ -n "$dry" ] && [ "$dry" = "$ran" ] && [ -n "$mfu" ] && awk -v m="$mfu" 'BEGIN { exit !(m > 0 && m < 1) }' && grep -q '| mfu [0-9.]*%' "$L/curve_gpu.log" && echo ok || echo FAIL)" "dry run total $dry, the run planned $ran; mfu $mfu"
+
 # the rank simulator on one GPU
 "$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --log "$L/ep1.jsonl" >"$L/ep1.log" 2>&1
 for ep in 2 4; do
@@ -120,6 +131,12 @@ rc=$?
 "$B/nofit" --data "$DATA" --steps 1 >"$L/nofit_auto.log" 2>&1   # auto: no CPU fallback for this
 arc=$?
 row nofit "$([ $rc -eq 1 ] && grep -q 'does not fit' "$L/nofit.log" && [ $arc -eq 1 ] && grep -q 'does not fit' "$L/nofit_auto.log" && echo ok || echo FAIL)" "rc=$rc (auto $arc): $(grep -m1 -o 'does not fit.\{0,150\}' "$L/nofit.log")"
+# its --dry-run says so too, with the total the backend refused
+"$B/nofit" --dry-run >"$L/nofit_dry.log" 2>&1
+nrc=$?
+ndry=$(awk '$1 == "total" {print $2, $3; exit}' "$L/nofit_dry.log")
+nrun=$(grep -o 'it needs [0-9.]* [KMG]iB' "$L/nofit.log" | head -1 | sed 's/it needs //')
+row nofit_dry "$([ $nrc -eq 1 ] && [ -n "$ndry" ] && [ "$ndry" = "$nrun" ] && grep -q '^peak: .*does not fit' "$L/nofit_dry.log" && echo ok || echo FAIL)" "rc=$nrc; dry run total $ndry, the backend's $nrun; $(grep -m1 'the batch:' "$L/nofit_dry.log")"
 
 # protein_moe_mini, 500 steps
 timeout 300 "$B/protein_moe_mini" --data "$DATA" --device cuda --eval-every 50 --log-every 10 --log "$L/mini500.jsonl" >"$L/mini500.log" 2>&1

@@ -14,7 +14,7 @@
 #include "check.h"
 
 
-static Plan *make_plan(const char *path, int mxfp8)
+static Plan *make_plan_k(const char *path, int mxfp8, int64_t ep, int fast)
 {
     Compilation c;
     memset(&c, 0, sizeof c);
@@ -22,6 +22,8 @@ static Plan *make_plan(const char *path, int mxfp8)
         return NULL;
     PassCtx ctx;
     pass_ctx_init(&ctx, NULL);
+    c.opts.ep = ep;
+    c.kernels = fast ? PLAN_KERNELS_FAST : PLAN_KERNELS_REFERENCE;
     if (mxfp8) {
         c.opts.has_precision = 1;
         c.opts.precision = IR_PREC_MXFP8;
@@ -31,12 +33,15 @@ static Plan *make_plan(const char *path, int mxfp8)
         return NULL;
     }
     char err[1024];
-    Plan *p = driver_make_plan(&c, path, NULL, 0, mxfp8, mxfp8 ? IR_PREC_MXFP8 : IR_PREC_BF16, 0, err, sizeof err);
+    Plan *p = driver_make_plan(&c, path, NULL, 0, mxfp8, mxfp8 ? IR_PREC_MXFP8 : IR_PREC_BF16, ep, err, sizeof err);
     if (!p)
         fprintf(stderr, "%s: %s\n", path, err);
     compilation_free(&c);
     return p;
 }
+
+static Plan *make_plan_ep(const char *path, int mxfp8, int64_t ep) { return make_plan_k(path, mxfp8, ep, 0); }
+static Plan *make_plan(const char *path, int mxfp8) { return make_plan_ep(path, mxfp8, 0); }
 
 static double numel(const IrNode *n) { return (double)ir_numel(n); }
 static double last(const IrNode *n) { return (double)n->shape[n->rank - 1]; }
@@ -166,14 +171,116 @@ static void test_without_plan(const Plan *p)
     CHECK(same, "the plan's storage sizes and the dtypes' agree for fp32 tensors");
 }
 
+/* Model FLOPs per token (the MFU numerator: plan_model_flops over the rank's tokens) against counts by hand
+ * from the model files: per token and layer the projections 2 d (q + k + v + o widths), the attention 4 S d
+ * (half when causal), the router 2 d E, k experts of 2 d 2F + 2 F d; the lm_head 2 d V; the backward twice the
+ * forward (dx and dw of every GEMM, attention's dV dP dQ dK), so 3 x the forward. Not 6 N: attention and the
+ * k of E experts are counted as the plan runs them. */
+static double per_token(const Plan *p) { return plan_model_flops(p->graph) / (double)(p->local_batch * p->seq); }
+
+static void test_model_flops(void)
+{
+    /* micro_protein: d 16, ffn 32, 4 experts top-2, 2 heads, vocab 33, 2 layers, seq 32, bidirectional:
+     * layer 2*16*64 + 4*32*16 + 2*16*4 + 2*(2*16*64 + 2*32*16) = 2048 + 2048 + 128 + 6144 = 10368;
+     * forward 2 * 10368 + 2*16*33 = 21792; 3 x = 65376 */
+    Plan *p = make_plan("tests/train/micro_protein.moe", 0);
+    CHECK(p != NULL, "micro_protein compiles");
+    if (p) {
+        CHECK(per_token(p) == 65376.0, "micro_protein: %.1f model FLOPs per token, want 65376", per_token(p));
+        plan_free(p);
+    }
+    /* mixtral_tiny: d 64, ffn 128, 4 experts top-2, 4 heads and 2 kv heads of 16, vocab 33, 2 layers, seq 128,
+     * causal: layer 2*64*(64+32+32+64) + 4*128*64/2 + 2*64*4 + 2*(2*64*256 + 2*128*64)
+     * = 24576 + 16384 + 512 + 98304 = 139776; forward 2 * 139776 + 2*64*33 = 283776; 3 x = 851328 */
+    p = make_plan("models/mixtral_tiny.moe", 0);
+    double ep1 = 0;
+    CHECK(p != NULL, "mixtral_tiny compiles");
+    if (p) {
+        ep1 = per_token(p);
+        CHECK(ep1 == 851328.0, "mixtral_tiny: %.1f model FLOPs per token, want 851328", ep1);
+        /* recomputation is in --profile's FLOPs, not in the model FLOPs: the backward of the expert MLP counts
+         * 2 x its forward there, 3 + 2 / 3 x here (the gate/up GEMM again) */
+        double all = 0;
+        for (int i = 0; i < p->graph->nnodes; i++)
+            all += plan_node_cost(p, p->graph->nodes[i]).flops;
+        CHECK(all > plan_model_flops(p->graph), "--profile's FLOPs (%.0f) include recomputation, the model's (%.0f) "
+              "not", all, plan_model_flops(p->graph));
+        plan_free(p);
+    }
+    /* expert parallelism: a rank's expert GEMMs run over the receive capacity (ep x its routed rows); the model
+     * FLOPs per token are the same as at ep 1 */
+    p = make_plan_ep("models/mixtral_tiny.moe", 0, 2);
+    CHECK(p != NULL && p->ep == 2, "mixtral_tiny at ep 2 compiles");
+    if (p) {
+        CHECK(per_token(p) == ep1, "mixtral_tiny at ep 2: %.1f model FLOPs per token, want %.1f (ep 1)",
+              per_token(p), ep1);
+        plan_free(p);
+    }
+}
+
+/* plan_memory_breakdown (what --dry-run prints) against the tensor table of a freshly made plan, whose
+ * lifetimes the breakdown plans again on its own copy: the live bytes at every node position counted here by
+ * brute force, the peak among them, and the parts. */
+static void test_memory_breakdown(const char *what, const Plan *p)
+{
+    PlanMemoryBreakdown b;
+    plan_memory_breakdown(p, &b);
+    const IrGraph *g = p->graph;
+    int64_t masters = 0, copies = 0, grads = 0, best = -1;
+    int best_at = -1;
+    for (int i = 0; i < p->nparams; i++) {
+        masters += p->bufs[p->params[i].node].bytes;
+        grads += p->bufs[p->params[i].grad].bytes;
+    }
+    for (int k = 0; k < p->nbufs; k++)
+        if (p->bufs[k].kind == PLAN_BUF_COPY)
+            copies += p->bufs[k].bytes;
+    for (int i = 0; i < g->nnodes; i++) {
+        int64_t live = 0;
+        for (int k = 0; k < p->nbufs; k++)
+            if (p->bufs[k].alias_of < 0 && p->bufs[k].region == PLAN_REGION_ACTIVATIONS && p->bufs[k].first <= i &&
+                p->bufs[k].last >= i)
+                live += p->bufs[k].bytes;
+        if (live > best) {
+            best = live;
+            best_at = i;
+        }
+    }
+    CHECK(b.masters == masters && b.copies == copies, "%s: masters %lld (want %lld), copies %lld (want %lld)", what,
+          (long long)b.masters, (long long)masters, (long long)b.copies, (long long)copies);
+    CHECK(b.grads == grads && grads == masters, "%s: gradients %lld, want %lld (fp32, one per parameter)", what,
+          (long long)b.grads, (long long)grads);
+    CHECK(b.peak_live == best && b.peak_at == best_at, "%s: peak %lld at %d, brute force %lld at %d", what,
+          (long long)b.peak_live, b.peak_at, (long long)best, best_at);
+    CHECK(b.peak_grads + b.peak_acts + b.peak_ws == b.peak_live && b.peak_acts > 0 && b.peak_grads >= 0 &&
+              b.peak_ws >= 0, "%s: the parts add up to the peak", what);
+    CHECK(b.acts_region == p->memory.region_bytes[PLAN_REGION_ACTIVATIONS] && b.peak_live <= b.acts_region,
+          "%s: the region %lld (the plan's %lld) holds the peak %lld", what, (long long)b.acts_region,
+          (long long)p->memory.region_bytes[PLAN_REGION_ACTIVATIONS], (long long)b.peak_live);
+}
+
 int main(void)
 {
+    test_model_flops();
+    {
+        /* the fast kernels: bf16 working copies in the params region, workspaces kept past their node */
+        Plan *f = make_plan_k("tests/gpu/fast_mlp.moe", 0, 0, 1);
+        CHECK(f != NULL, "fast_mlp --kernels fast compiles");
+        if (f) {
+            PlanMemoryBreakdown b;
+            plan_memory_breakdown(f, &b);
+            CHECK(b.copies > 0, "fast_mlp: bf16 copies (%lld bytes)", (long long)b.copies);
+            test_memory_breakdown("fast_mlp fast", f);
+            plan_free(f);
+        }
+    }
     Plan *p = make_plan("models/mixtral_tiny.moe", 0);
     CHECK(p != NULL, "mixtral_tiny compiles");
     if (p) {
         test_families("mixtral_tiny", p);
         test_mixtral_tiny_numbers(p);
         test_without_plan(p);
+        test_memory_breakdown("mixtral_tiny", p);
         plan_free(p);
     }
     p = make_plan("models/mixtral_tiny.moe", 1);
