@@ -90,6 +90,14 @@ static void sb_comment_text(Sb *b, const char *s)
 
 /* ------------------------------------------------------------ the emitter table */
 
+/* fp8-block's quantize nodes: no GPU kernels yet (the CPU reference is
+ * runtime/cpu/fp8_block.c). Refused rather than run as something else. */
+static int emit_fp8_block_refused(Cg *cg, const IrNode *n)
+{
+    cg_error(cg, n, "%s: " CG_FP8_BLOCK_CPU_ONLY, n->name);
+    return 0;
+}
+
 #define K(fn) {CG_KERNELS, fn}
 const CgEmitter cg_emitters[IR_OP_COUNT] = {
     [IR_OP_INPUT] = {CG_LEAF, NULL},
@@ -154,6 +162,8 @@ const CgEmitter cg_emitters[IR_OP_COUNT] = {
     [IR_OP_ALL_REDUCE] = {CG_HOST, NULL},
     [IR_OP_QUANTIZE] = K(cg_emit_quantize),
     [IR_OP_QUANTIZE_GROUPED] = K(cg_emit_quantize_grouped),
+    [IR_OP_QUANTIZE_FP8B] = K(emit_fp8_block_refused),
+    [IR_OP_QUANTIZE_FP8B_GROUPED] = K(emit_fp8_block_refused),
     [IR_OP_CUSTOM] = {CG_UNSUPPORTED, NULL},
 };
 #undef K
@@ -619,6 +629,13 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
     const IrGraph *g = p->graph;
     check_table();
+    if (g->train.precision == IR_PREC_FP8_BLOCK) {
+        /* the fused grouped_mlp would otherwise run its bf16 kernels: wrong numerics, not an error */
+        SrcLoc none = {0, 0, 0};
+        if (d)
+            diag_error(d, none, CG_FP8_BLOCK_CPU_ONLY);
+        return 0;
+    }
     Cg cg;
     memset(&cg, 0, sizeof cg);
     cg.g = g;
