@@ -90,14 +90,6 @@ static void sb_comment_text(Sb *b, const char *s)
 
 /* ------------------------------------------------------------ the emitter table */
 
-/* fp8-block's quantize nodes: no GPU kernels yet (the CPU reference is
- * runtime/cpu/fp8_block.c). Refused rather than run as something else. */
-static int emit_fp8_block_refused(Cg *cg, const IrNode *n)
-{
-    cg_error(cg, n, "%s: " CG_FP8_BLOCK_CPU_ONLY, n->name);
-    return 0;
-}
-
 #define K(fn) {CG_KERNELS, fn}
 const CgEmitter cg_emitters[IR_OP_COUNT] = {
     [IR_OP_INPUT] = {CG_LEAF, NULL},
@@ -162,8 +154,10 @@ const CgEmitter cg_emitters[IR_OP_COUNT] = {
     [IR_OP_ALL_REDUCE] = {CG_HOST, NULL},
     [IR_OP_QUANTIZE] = K(cg_emit_quantize),
     [IR_OP_QUANTIZE_GROUPED] = K(cg_emit_quantize_grouped),
-    [IR_OP_QUANTIZE_FP8B] = K(emit_fp8_block_refused),
-    [IR_OP_QUANTIZE_FP8B_GROUPED] = K(emit_fp8_block_refused),
+    /* fp8-block: no GPU kernels yet (the CPU reference is runtime/cpu/fp8_block.c); refused, never run as
+     * something else */
+    [IR_OP_QUANTIZE_FP8B] = {CG_UNSUPPORTED, NULL},
+    [IR_OP_QUANTIZE_FP8B_GROUPED] = {CG_UNSUPPORTED, NULL},
     [IR_OP_CUSTOM] = {CG_UNSUPPORTED, NULL},
 };
 #undef K
@@ -672,6 +666,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
             cg_collective(&cg, n);
             break;
         case CG_UNSUPPORTED:
+            if (n->op != IR_OP_CUSTOM) {
+                cg_error(&cg, n, "%s: " CG_FP8_BLOCK_CPU_ONLY, n->name);
+                break;
+            }
             cg_error(&cg, n, "custom op `%s` (from a pass plugin) is not supported on the GPU yet: no CUDA kernel for "
                      "%s; compile without --emit-cuda and --arch, or without the plugin", ir_node_op_name(n), n->name);
             break;

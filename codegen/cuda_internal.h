@@ -172,7 +172,7 @@ typedef enum CgKind {
     CG_ALIAS,        /* view: aliases its packed source, no launch */
     CG_KERNELS,      /* one or more kernel launches */
     CG_HOST,         /* a collective: a host-side call recorded in the plan */
-    CG_UNSUPPORTED,  /* refused with an error (custom ops) */
+    CG_UNSUPPORTED,  /* refused with an error (custom ops; fp8-block quantize ops, CPU only for now) */
 } CgKind;
 
 typedef int (*CgEmitFn)(Cg *cg, const IrNode *n);
