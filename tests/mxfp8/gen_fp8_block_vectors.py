@@ -171,7 +171,7 @@ def adversarial_rows():
     rows.append(("all_nan", [float("nan")] * 128))
     rows.append(("nan_inf", [float("nan"), float("-inf")] + [1.0] * 126))
     # E4M3 midpoints at scale 2^0 (448 fixes the scale), and the floats either side
-    codes = torch.arange(0, 0x7E, dtype=torch.uint8).view(F8).float().tolist()
+    codes = torch.arange(0, 0x7E).to(torch.uint8).view(F8).float().tolist()
     mids = [(codes[i] + codes[i + 1]) / 2 for i in range(len(codes) - 1)]
     for part in range(0, len(mids), 40):
         m = mids[part:part + 40]
