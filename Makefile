@@ -27,7 +27,7 @@ PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/segment_a
 FE_SRC   = compiler/parse.c compiler/lower.c
 PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c plan/cost.c plan/gemm_sm90.c
 DRIVER_SRC = driver/compile.c driver/build.c
-RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/backend.c \
+RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/fp8_block.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_wire.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
 DATA_SRC = data/data.c data/shards.c data/alignment.c
@@ -138,6 +138,9 @@ $(BUILD)/test_plot: $(BUILD)/obj/tests/unit/test_plot.o $(BUILD)/libmoec.a
 $(BUILD)/test_mxfp8: $(BUILD)/obj/tests/unit/test_mxfp8.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/test_fp8_block: $(BUILD)/obj/tests/unit/test_fp8_block.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS)
+
 # -rdynamic and the whole library, as for moec: the plugin this test loads resolves the API here
 $(BUILD)/test_plugin_gelu_mlp: $(BUILD)/obj/tests/unit/test_plugin_gelu_mlp.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -rdynamic -o $@ -Wl,--whole-archive $(BUILD)/libmoec.a -Wl,--no-whole-archive $< \
@@ -174,7 +177,7 @@ $(BUILD)/test_gemm_sm90: $(BUILD)/obj/tests/unit/test_gemm_sm90.o $(GEMM_SM90_OB
 $(BUILD)/test_fuzz_inputs: $(BUILD)/obj/tests/unit/test_fuzz_inputs.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
 
-UNIT_TESTS = test_fuzz_inputs test_util test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_plugin_gelu_mlp test_comm \
+UNIT_TESTS = test_fuzz_inputs test_util test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_fp8_block test_plugin_gelu_mlp test_comm \
              test_codegen test_hf test_gemm_sm90 test_cost
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 

@@ -154,6 +154,10 @@ const CgEmitter cg_emitters[IR_OP_COUNT] = {
     [IR_OP_ALL_REDUCE] = {CG_HOST, NULL},
     [IR_OP_QUANTIZE] = K(cg_emit_quantize),
     [IR_OP_QUANTIZE_GROUPED] = K(cg_emit_quantize_grouped),
+    /* fp8-block: no GPU kernels yet (the CPU reference is runtime/cpu/fp8_block.c); refused, never run as
+     * something else */
+    [IR_OP_QUANTIZE_FP8B] = {CG_UNSUPPORTED, NULL},
+    [IR_OP_QUANTIZE_FP8B_GROUPED] = {CG_UNSUPPORTED, NULL},
     [IR_OP_CUSTOM] = {CG_UNSUPPORTED, NULL},
 };
 #undef K
@@ -619,6 +623,13 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
     const IrGraph *g = p->graph;
     check_table();
+    if (g->train.precision == IR_PREC_FP8_BLOCK) {
+        /* the fused grouped_mlp would otherwise run its bf16 kernels: wrong numerics, not an error */
+        SrcLoc none = {0, 0, 0};
+        if (d)
+            diag_error(d, none, CG_FP8_BLOCK_CPU_ONLY);
+        return 0;
+    }
     Cg cg;
     memset(&cg, 0, sizeof cg);
     cg.g = g;
@@ -655,6 +666,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
             cg_collective(&cg, n);
             break;
         case CG_UNSUPPORTED:
+            if (n->op != IR_OP_CUSTOM) {
+                cg_error(&cg, n, "%s: " CG_FP8_BLOCK_CPU_ONLY, n->name);
+                break;
+            }
             cg_error(&cg, n, "custom op `%s` (from a pass plugin) is not supported on the GPU yet: no CUDA kernel for "
                      "%s; compile without --emit-cuda and --arch, or without the plugin", ir_node_op_name(n), n->name);
             break;

@@ -137,7 +137,11 @@ int64_t cg_grid(int64_t items, int block);     /* ceil(items / block), 1 to 6553
 const char *cg_dbl(char buf[64], double v);    /* an exact double literal */
 int64_t cg_lead(const IrNode *n);              /* product of all but the last dimension */
 int64_t cg_last(const IrNode *n);              /* the last dimension (1 for scalars) */
-int cg_is_mxfp8(const IrNode *n);              /* grouped_mlp(_bwd) with precision mxfp8 */
+int cg_is_mxfp8(const IrNode *n);
+/* what codegen says of a plan with precision fp8-block (no GPU kernels yet) */
+#define CG_FP8_BLOCK_CPU_ONLY                                                                                    \
+    "precision fp8-block runs on the CPU backend only for now: its GPU kernels (an FP8 grouped GEMM with 1x128 " \
+    "and 128x128 scales, docs/fp8-block.md) are not written yet; use bf16 or mxfp8 on the GPU"              /* grouped_mlp(_bwd) with precision mxfp8 */
 /* Reports a user-level error at the node (codegen cannot handle it). */
 void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -168,7 +172,7 @@ typedef enum CgKind {
     CG_ALIAS,        /* view: aliases its packed source, no launch */
     CG_KERNELS,      /* one or more kernel launches */
     CG_HOST,         /* a collective: a host-side call recorded in the plan */
-    CG_UNSUPPORTED,  /* refused with an error (custom ops) */
+    CG_UNSUPPORTED,  /* refused with an error (custom ops; fp8-block quantize ops, CPU only for now) */
 } CgKind;
 
 typedef int (*CgEmitFn)(Cg *cg, const IrNode *n);

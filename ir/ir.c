@@ -39,7 +39,7 @@ const char *const ir_precision_name[3] = {"bf16", "mxfp8", "fp8-block"};
 static const char *const init_names[] = {"normal", "uniform", "zeros", "ones", "constant", NULL};
 static const char *const precision_names[] = {"bf16", "mxfp8", "fp8-block", NULL};
 static const char *const group_names[] = {"world", "dp", NULL};
-static const char *const axis_names[] = {"rowwise", "colwise", NULL};
+static const char *const axis_names[] = {"rowwise", "colwise", "tile", NULL};
 static const char *const layout_names[] = {"gate_up", NULL};
 static_assert(sizeof precision_names / sizeof *precision_names == IR_PREC_FP8_BLOCK + 2, "IrPrecision and its names");
 static_assert(sizeof init_names / sizeof *init_names == IR_INIT_CONSTANT + 2, "IrInit and its names");

@@ -143,7 +143,7 @@ extern const char *const ir_precision_name[3];
  * takes IrPrecision. Their names are in ir_attr_enum_names. */
 typedef enum IrInit { IR_INIT_NORMAL, IR_INIT_UNIFORM, IR_INIT_ZEROS, IR_INIT_ONES, IR_INIT_CONSTANT } IrInit;
 typedef enum IrGroup { IR_GROUP_WORLD, IR_GROUP_DP } IrGroup;
-typedef enum IrAxis { IR_AXIS_ROWWISE, IR_AXIS_COLWISE } IrAxis;
+typedef enum IrAxis { IR_AXIS_ROWWISE, IR_AXIS_COLWISE, IR_AXIS_TILE } IrAxis;
 typedef enum IrLayout { IR_LAYOUT_GATE_UP } IrLayout;
 
 /* The names of an enumerated attribute's values in enum order,

@@ -43,6 +43,18 @@ const char *ir_scales_str(const IrNode *n, char *buf, size_t size)
         snprintf(buf, size, "e8m0%s", ir_shape_str(n->rank, sh, sh_buf, sizeof sh_buf));
     } else if (n->op == IR_OP_QUANTIZE_GROUPED && n->rank >= 2) {
         snprintf(buf, size, "e8m0[per 32 rows of each group, %lld]", (long long)n->shape[1]);
+    } else if (n->op == IR_OP_QUANTIZE_FP8B && ir_has_attr(n, IR_ATTR_AXIS) && n->rank >= (row ? 1 : 2)) {
+        /* one power-of-two scale (an e8m0 code) per 1x128, 128x1 or 128x128 block, partial ones included */
+        int64_t sh[IR_MAX_RANK];
+        IrAxis ax = (IrAxis)ir_attr_e(n, IR_ATTR_AXIS);
+        memcpy(sh, n->shape, sizeof sh);
+        if (ax != IR_AXIS_COLWISE)
+            sh[n->rank - 1] = (sh[n->rank - 1] + 127) / 128;
+        if (ax != IR_AXIS_ROWWISE)
+            sh[n->rank - 2] = (sh[n->rank - 2] + 127) / 128;
+        snprintf(buf, size, "e8m0%s", ir_shape_str(n->rank, sh, sh_buf, sizeof sh_buf));
+    } else if (n->op == IR_OP_QUANTIZE_FP8B_GROUPED && n->rank >= 2) {
+        snprintf(buf, size, "e8m0[per 128 rows of each group, %lld]", (long long)n->shape[1]);
     }
     return buf;
 }

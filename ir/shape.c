@@ -489,13 +489,27 @@ static int infer_op(IrNode *n, Diag *d)
         IrNode *x = n->src[0];
         const char *axis = ir_attr_e_name(n, IR_ATTR_AXIS);
         int row = ir_attr_e(n, IR_ATTR_AXIS) == IR_AXIS_ROWWISE;
+        if (ir_attr_e(n, IR_ATTR_AXIS) == IR_AXIS_TILE)
+            return fail(&c, -1, "MXFP8 has no tile blocking (128x128 tiles are fp8-block's: quantize_fp8_block)");
         if (x->rank < (row ? 1 : 2) || (row ? last(x) : x->shape[x->rank - 2]) % 32)
             return fail(&c, -1, "%s MXFP8 blocks of 32 do not tile %s", axis, shp(x, b1));
         copy_shape(n, x);
         n->dtype = IR_E4M3;
         return 1;
     }
+    case IR_OP_QUANTIZE_FP8B: {
+        /* partial blocks at ragged ends: any size works */
+        IrNode *x = n->src[0];
+        int row = ir_attr_e(n, IR_ATTR_AXIS) == IR_AXIS_ROWWISE;
+        if (x->rank < (row ? 1 : 2))
+            return fail(&c, -1, "%s fp8-block quantization needs a matrix, not %s", ir_attr_e_name(n, IR_ATTR_AXIS),
+                        shp(x, b1));
+        copy_shape(n, x);
+        n->dtype = IR_E4M3;
+        return 1;
+    }
     case IR_OP_QUANTIZE_GROUPED:
+    case IR_OP_QUANTIZE_FP8B_GROUPED:
         if (n->src[0]->rank != 2 || n->src[1]->dtype != IR_I32)
             return fail(&c, -1, "grouped quantization takes [rows, cols] and i32 split sizes");
         copy_shape(n, n->src[0]);

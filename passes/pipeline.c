@@ -25,7 +25,7 @@ static const Pass builtin_pipeline[] = {
      pass_autodiff, {"gradient nodes", "gradient sums", "params with zero gradient", NULL}},
     {"grad-allreduce", "with several ranks: sum gradients (dense over all ranks, experts over replicas), mean",
      pass_grad_allreduce, {"dense gradients", "expert gradients", NULL}},
-    {"precision", "with mxfp8: quantize expert GEMM operands (rowwise/colwise copies for forward, dgrad, wgrad)",
+    {"precision", "with mxfp8 or fp8-block: quantize expert GEMM operands (copies for forward, dgrad, wgrad)",
      pass_precision, {"quantize nodes", "GEMMs partly kept in high precision", NULL}},
 };
 

@@ -1,4 +1,4 @@
-/* precision.c - where MXFP8 conversions happen.
+/* precision.c - where MXFP8 and fp8-block conversions happen.
  *
  * With `precision mxfp8` the expert GEMMs read MXFP8 operands: e4m3 values
  * with one e8m0 scale per 32 elements along the GEMM's reduction dimension
@@ -10,25 +10,43 @@
  *   wgrad    dW = dy^T x   dy and x colwise within each expert group
  *                                                     (reduce over rows)
  *
+ * With `precision fp8-block` (docs/fp8-block.md, Transformer Engine's
+ * Float8BlockScaling) activations and gradients are blocked 1x128 along
+ * the reduction dimension as above, and each expert's weight in 128x128
+ * tiles. A tile covers both of W's dimensions, so the one tiled copy serves
+ * the forward and the dgrad GEMM:
+ *
+ *   forward  x rowwise (1x128),  W tile (128x128)
+ *   dgrad    dy rowwise (1x128), W tile (the same copy)
+ *   wgrad    dy and x colwise (128x1) within each expert group
+ *
+ * Blocks at ragged ends are partial (zero padding), so no shape is refused.
+ *
  * For an unfused grouped_linear (and its backward) this pass inserts
- * quantize_mxfp8 nodes in front of it, so dumps show each conversion and its
+ * quantize nodes in front of it, so dumps show each conversion and its
  * e4m3/e8m0 types; a tensor quantized the same way twice is quantized once.
  * A fused grouped_mlp quantizes inside its kernels (that is what fusing the
- * quantization means); the pass records what the kernel converts. GEMMs
- * whose reduction dimension is not a multiple of 32 stay in high precision,
- * recorded with the reason. Master weights and AdamW state stay fp32; GEMM
- * outputs are high precision. The pass runs after autodiff, so it sees the
- * backward GEMMs too; quantization is not differentiated through
- * (straight-through), as in Transformer Engine. */
+ * quantization means); the pass records what the kernel converts. With
+ * mxfp8, GEMMs whose reduction dimension is not a multiple of 32 stay in
+ * high precision, recorded with the reason. Everything else stays in high
+ * precision: attention, the dense linears, the router and lm_head (small
+ * or sensitive GEMMs, as in TE's recipes, which quantize only the
+ * layers they are asked to), norms, softmax and losses; master weights
+ * and AdamW state stay fp32, and GEMM outputs are high precision. The pass
+ * runs after autodiff, so it sees the backward GEMMs too; quantization is
+ * not differentiated through (straight-through), as in Transformer Engine. */
 #include <stdio.h>
 #include <string.h>
 
 #include "pass.h"
 #include "../util/util.h"
 
+/* the kinds of copy: 0 rowwise, 1 colwise, 2 grouped colwise, 3 tile */
+enum { Q_ROW, Q_COL, Q_GROUPED, Q_TILE };
+
 typedef struct Memo {
     IrNode *src, *q;
-    int kind;  /* 0 rowwise, 1 colwise, 2 grouped */
+    int kind;
 } Memo;
 
 typedef struct P {
@@ -37,9 +55,10 @@ typedef struct P {
     Memo *memo;
     int nmemo, capmemo;
     int inserted;  /* nodes inserted before the current one */
+    int fp8b;      /* fp8-block, else mxfp8 */
 } P;
 
-static const char *const kind_name[3] = {"rowwise", "colwise", "grouped colwise"};
+static const char *const kind_name[4] = {"rowwise", "colwise", "grouped colwise", "tile"};
 
 static IrNode *quantized(P *p, IrNode *user, IrNode *x, int kind, IrNode *splits)
 {
@@ -47,12 +66,14 @@ static IrNode *quantized(P *p, IrNode *user, IrNode *x, int kind, IrNode *splits
         if (p->memo[i].src == x && p->memo[i].kind == kind)
             return p->memo[i].q;
     IrNode *src[2] = {x, splits};
-    const char *label = kind == 0 ? "mxfp8_row" : kind == 1 ? "mxfp8_col" : "mxfp8_grouped";
-    IrNode *q = ir_node_new(p->g, kind == 2 ? IR_OP_QUANTIZE_GROUPED : IR_OP_QUANTIZE, kind == 2 ? 2 : 1, src,
-                            x->name, label, user->loc);
+    static const char *const labels[2][4] = {{"mxfp8_row", "mxfp8_col", "mxfp8_grouped", "mxfp8_tile"},
+                                             {"fp8b_row", "fp8b_col", "fp8b_grouped", "fp8b_tile"}};
+    IrOp op = kind == Q_GROUPED ? (p->fp8b ? IR_OP_QUANTIZE_FP8B_GROUPED : IR_OP_QUANTIZE_GROUPED)
+                                : (p->fp8b ? IR_OP_QUANTIZE_FP8B : IR_OP_QUANTIZE);
+    IrNode *q = ir_node_new(p->g, op, kind == Q_GROUPED ? 2 : 1, src, x->name, labels[p->fp8b][kind], user->loc);
     q->layer = user->layer;
-    if (kind < 2)
-        ir_set_attr_e(q, IR_ATTR_AXIS, kind == 0 ? IR_AXIS_ROWWISE : IR_AXIS_COLWISE);
+    if (kind != Q_GROUPED)
+        ir_set_attr_e(q, IR_ATTR_AXIS, kind == Q_ROW ? IR_AXIS_ROWWISE : kind == Q_COL ? IR_AXIS_COLWISE : IR_AXIS_TILE);
     if (!ir_infer_node(q, NULL))
         die("precision: cannot quantize %s %s", x->name, kind_name[kind]);
     /* place it right before its first user, after every source */
@@ -82,21 +103,73 @@ static void quantize_operands(P *p, IrNode *n, int a, int ka, int b, int kb)
         die("precision: %s no longer type-checks", n->name);
 }
 
+/* fp8-block: x and dy 1x128 along the reduction, each expert's weight in
+ * 128x128 tiles (one copy for forward and dgrad), wgrad operands 128x1
+ * within each expert group. */
+static void fp8_block_node(P *p, IrNode *n)
+{
+    IrGraph *g = p->g;
+    switch (n->op) {
+    case IR_OP_GROUPED_LINEAR: {
+        int64_t in = n->src[0]->shape[1], out = n->src[1]->shape[1];
+        char why[320];
+        snprintf(why, sizeof why, "forward x 1x128 along %lld and W in 128x128 tiles; dgrad dy 1x128 along %lld and "
+                 "the same W tiles; wgrad dy and x 128x1 within each expert group%s", (long long)in, (long long)out,
+                 in % 128 || out % 128 ? " (partial blocks at the ragged ends, as zero padding)" : "");
+        ir_add_decision_as(g, "precision", n, 1, "FP8-BLOCK", NULL, why);
+        quantize_operands(p, n, 0, Q_ROW, 1, Q_TILE);
+        break;
+    }
+    case IR_OP_GROUPED_LINEAR_DX:
+        quantize_operands(p, n, 0, Q_ROW, 1, Q_TILE);
+        break;
+    case IR_OP_GROUPED_LINEAR_DW:
+        quantize_operands(p, n, 0, Q_GROUPED, 1, Q_GROUPED);
+        break;
+    case IR_OP_LINEAR:
+    case IR_OP_SDPA: {
+        /* said once per forward GEMM, so that explain lists what stays in high precision */
+        int router = 0;
+        for (int i = n->id + 1; i < g->nnodes && !router; i++)
+            for (int s = 0; s < g->nodes[i]->nsrc; s++)
+                router |= g->nodes[i]->src[s] == n && g->nodes[i]->op == IR_OP_TOPK_EXPERTS;
+        char why[400];
+        snprintf(why, sizeof why, "`%s`: %s", n->label,
+                 n->op == IR_OP_SDPA
+                     ? "attention (QK^T, softmax, PV) stays in high precision; fp8-block covers the expert GEMMs "
+                       "only (Transformer Engine's Float8BlockScaling refuses FP8 attention too)"
+                 : router ? "the router's logits choose the experts: a rounding error flips a top-k choice, and the "
+                            "GEMM is only as wide as the expert count"
+                          : "a dense GEMM outside the experts: fp8-block, like mxfp8, quantizes the expert GEMMs, "
+                            "where a mixture-of-experts model spends most of its FLOPs");
+        ir_add_decision_as(g, "precision", n, 0, "KEPT HIGH PRECISION", NULL, why);
+        break;
+    }
+    case IR_OP_GROUPED_MLP:
+        ir_add_decision_as(g, "precision", n, 1, "FP8-BLOCK", NULL,
+                           "in the fused kernels: forward xs and the SwiGLU output 1x128, w_gate_up and w_down in "
+                           "128x128 tiles; backward dy and dh 1x128, the same weight tiles for dgrad, dy, the "
+                           "SwiGLU output, dh and xs 128x1 within each expert group for wgrad");
+        break;
+    default:
+        break;
+    }
+}
+
 int pass_precision(IrGraph *g, PassCtx *ctx)
 {
     if (g->train.precision == IR_PREC_BF16)
         return 0;
-    if (g->train.precision == IR_PREC_FP8_BLOCK) {
-        SrcLoc none = {0, 0, 0};
-        diag_error(ctx->diag, none, "precision fp8-block (1x128 activation and 128x128 weight scales, the Hopper "
-                   "recipe) is planned for the GPU backend and not implemented yet; use bf16 or mxfp8");
-        return 1;
-    }
-    P p = {g, ctx, NULL, 0, 0, 0};
+    P p = {g, ctx, NULL, 0, 0, 0, g->train.precision == IR_PREC_FP8_BLOCK};
     char why[256];
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         p.inserted = 0;
+        if (p.fp8b) {
+            fp8_block_node(&p, n);
+            i += p.inserted;
+            continue;
+        }
         switch (n->op) {
         case IR_OP_GROUPED_LINEAR: {
             /* the decision for this GEMM and its backward, said once */

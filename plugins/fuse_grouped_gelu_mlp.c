@@ -25,7 +25,8 @@
  *   - h, g and a each have one user and are no output (fusing would
  *     otherwise recompute them or hide a tensor someone reads);
  *   - with mxfp8, both reduction dimensions (H and F) are multiples of the
- *     32-element MXFP8 block;
+ *     32-element MXFP8 block; not with fp8-block (this kernel has no
+ *     fp8-block path: the unfused chain gets the precision pass's copies);
  *   - no expert parallelism (ep 1): the expert-parallel pass shards the
  *     built-in grouped_mlp and knows nothing of this op.
  * Every other candidate is recorded with the reason, in the user's names. */
@@ -376,6 +377,9 @@ static int match(const IrGraph *g, IrNode *down, RewriteMatch *m, const PassCtx 
             return rewrite_decline(m, "the %s `%s` also feeds %s", what[i], inter[i]->label, users);
         }
     int64_t H = up->src[0]->shape[1], F = up->shape[1];
+    if (g->train.precision == IR_PREC_FP8_BLOCK)
+        return rewrite_decline(m, "precision fp8-block: this plugin's kernel quantizes MXFP8 only; the unfused "
+                               "chain's grouped GEMMs get fp8-block copies from the precision pass");
     if (g->train.precision == IR_PREC_MXFP8) {
         if (H % 32)
             return rewrite_decline(m, "hidden = %lld is not a multiple of the MXFP8 block 32", (long long)H);

@@ -54,7 +54,7 @@ void trainer_print_summary(Trainer *t)
     fmt_bytes(ac, sizeof ac, (double)bi.planned_acts);
     fmt_bytes(ot, sizeof ot, (double)bi.planned_other);
     fmt_bytes(tot, sizeof tot, (double)bi.planned_total);
-    int mx = g->train.precision == IR_PREC_MXFP8;
+    int mx = g->train.precision == IR_PREC_MXFP8, fb = g->train.precision == IR_PREC_FP8_BLOCK;
     if (bi.kernels[0]) {
         /* a backend with kernels: where they came from and how a step launches them */
         printf("device: %s\n", bi.device);
@@ -66,7 +66,10 @@ void trainer_print_summary(Trainer *t)
                "scratch %s: %s\n", pa, ad, ac, ot, tot);
     } else {
         printf("plan: %d IR nodes (forward + backward), precision %s (on the %s: fp32 arithmetic%s), %s\n", g->nnodes,
-               ir_precision_name[g->train.precision], bi.device, mx ? " on MXFP8-quantized expert GEMM operands" : "",
+               ir_precision_name[g->train.precision], bi.device,
+               mx   ? " on MXFP8-quantized expert GEMM operands"
+               : fb ? " on fp8-block-quantized expert GEMM operands (1x128 activations, 128x128 weights)"
+                    : "",
                bi.step);
         printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", pa, ad, ac);
     }

@@ -4,6 +4,7 @@
 
 #include "cpu.h"
 #include "mxfp8.h"
+#include "fp8_block.h"
 #include "../comm/comm.h"
 #include "../../util/util.h"
 

@@ -2,7 +2,8 @@
 # tests/ir/roundtrip.sh SCRATCH [PLUGIN.so] - the IR text format reads back.
 #
 # For every model in models/ and models/variants/ (new ones are covered
-# without editing this file), and mixtral_tiny also under --precision mxfp8
+# without editing this file), and mixtral_tiny also under --precision mxfp8,
+# --precision fp8-block (fused and, to show the quantize nodes, unfused)
 # and --ep 2, and the GELU variant with the plugin that fuses it:
 #  1. `moec dump X` read back with `moec dump X.mir` prints the same bytes,
 #     and so does its JSON (which shows label, scope, layer, outputs: what
@@ -54,6 +55,8 @@ for m in models/*.moe models/variants/*.moe; do
     check_model "$m"
 done
 check_model models/mixtral_tiny.moe --precision mxfp8
+check_model models/mixtral_tiny.moe --precision fp8-block
+check_model models/mixtral_tiny.moe --precision fp8-block --disable-pass fuse-grouped-mlp
 check_model models/mixtral_tiny.moe --ep 2
 check_model models/mixtral_tiny.moe --ep 2 --dp 2 --precision mxfp8
 if [ -n "$plugin" ]; then

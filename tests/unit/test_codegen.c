@@ -204,6 +204,8 @@ static void test_table(void)
             fprintf(stderr, "no CUDA emitter for %s\n", ir_op_name((IrOp)op));
     CHECK(missing == 0, "%d ops without an emitter", missing);
     CHECK(cuda_op_handling(IR_OP_CUSTOM) == 4, "custom ops are refused");
+    CHECK(cuda_op_handling(IR_OP_QUANTIZE_FP8B) == 4 && cuda_op_handling(IR_OP_QUANTIZE_FP8B_GROUPED) == 4,
+          "fp8-block quantization is refused on the GPU (CPU only for now)");
     CHECK(cuda_op_handling(IR_OP_ALL_REDUCE) == 3 && cuda_op_handling(IR_OP_EP_DISPATCH) == 3 &&
               cuda_op_handling(IR_OP_EP_COMBINE) == 3 && cuda_op_handling(IR_OP_EP_COUNTS) == 3,
           "collectives are host-side calls");

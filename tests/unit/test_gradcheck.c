@@ -45,7 +45,7 @@ typedef struct Case {
 } Case;
 
 static const char *disable_pass;  /* for the next setup(): run without this pass */
-static int force_mxfp8;           /* for the next setup(): --precision mxfp8 */
+static int force_mxfp8;           /* for the next setup(): 1 --precision mxfp8, 2 --precision fp8-block */
 
 static int setup(Case *k, const char *name, const char *src, const char *path, int64_t batch, int64_t seq)
 {
@@ -57,8 +57,8 @@ static int setup(Case *k, const char *name, const char *src, const char *path, i
         ctx.disabled[ctx.ndisabled++] = disable_pass;
     k->c.opts.batch = batch;
     k->c.opts.seq = seq;
-    k->c.opts.has_precision = force_mxfp8;
-    k->c.opts.precision = IR_PREC_MXFP8;
+    k->c.opts.has_precision = force_mxfp8 != 0;
+    k->c.opts.precision = force_mxfp8 == 2 ? IR_PREC_FP8_BLOCK : IR_PREC_MXFP8;
     char *text = NULL;
     size_t len = 0;
     if (path) {
@@ -357,7 +357,7 @@ static void f32_vs_f64(const char *path)
  * on the same parameters and data, in the fp32 training path: the loss and
  * every gradient are bit-identical, because the fused kernels run the same
  * GEMM and SwiGLU code in the same order. */
-static void fused_vs_unfused(const char *path, int mxfp8)
+static void fused_vs_unfused(const char *path, int mxfp8) /* mxfp8: 0 bf16, 1 mxfp8, 2 fp8-block */
 {
     force_mxfp8 = mxfp8;
     Case f, u;
@@ -379,7 +379,8 @@ static void fused_vs_unfused(const char *path, int mxfp8)
     for (int i = 0; i < gf->nnodes; i++)
         nfused += gf->nodes[i]->op == IR_OP_GROUPED_MLP;
     for (int i = 0; i < gu->nnodes; i++)
-        nquant += gu->nodes[i]->op == IR_OP_QUANTIZE || gu->nodes[i]->op == IR_OP_QUANTIZE_GROUPED;
+        nquant += gu->nodes[i]->op == IR_OP_QUANTIZE || gu->nodes[i]->op == IR_OP_QUANTIZE_GROUPED ||
+                  gu->nodes[i]->op == IR_OP_QUANTIZE_FP8B || gu->nodes[i]->op == IR_OP_QUANTIZE_FP8B_GROUPED;
     CpuPlan pf, pu;
     cpu_plan_init(&pf, gf, CPU_F32);
     cpu_plan_init(&pu, gu, CPU_F32);
@@ -408,7 +409,7 @@ static void fused_vs_unfused(const char *path, int mxfp8)
                memcmp(cpu_plan_data(&pf, gf->grads[p]), cpu_plan_data(&pu, gu->grads[p]),
                       sizeof(float) * (size_t)ir_numel(gf->params[p])) == 0;
     printf("fused vs unfused %-21s %s: %d grouped_mlp nodes (unfused: %d quantize nodes), loss %.9g vs %.9g, "
-           "gradients %s\n", path, mxfp8 ? "mxfp8" : "bf16", nfused, nquant, lf, lu, same ? "bit-identical" : "DIFFER");
+           "gradients %s\n", path, mxfp8 == 2 ? "fp8-block" : mxfp8 ? "mxfp8" : "bf16", nfused, nquant, lf, lu, same ? "bit-identical" : "DIFFER");
     if (same && nfused > 0 && (!mxfp8 || nquant > 0))
         npass++;
     else
@@ -497,6 +498,8 @@ int main(void)
     fused_vs_unfused("models/protein_tiny.moe", 0);
     fused_vs_unfused("models/mixtral_tiny.moe", 1);
     fused_vs_unfused("models/protein_tiny.moe", 1);
+    fused_vs_unfused("models/mixtral_tiny.moe", 2);
+    fused_vs_unfused("models/protein_tiny.moe", 2);
     gradcheck("mixtral_tiny", NULL, "models/mixtral_tiny.moe", 2, 6, 12);
     gradcheck("protein_tiny", NULL, "models/protein_tiny.moe", 2, 6, 12);
     f32_vs_f64("models/mixtral_tiny.moe");
