@@ -26,9 +26,9 @@ typedef struct BackendOptions {
     int graphs;          /* CUDA: capture the step in a graph when it has no collectives */
     int ring;            /* steps whose losses may stay unread (>= the trainer's log interval) */
     int *no_kernels;     /* CUDA: set to 1 when create failed for want of kernels (--device auto falls back) */
-    int forward_only;    /* CPU: forward passes only (eval, forward_probe; put_state without AdamW): the
-                          * activations planned up to the loss, no gradients, no AdamW state; a training
-                          * step is refused (embed and score) */
+    int forward_only;    /* forward passes only (eval, forward_probe, read_metrics; put_state without AdamW):
+                          * the activations planned up to the loss, no gradients, no AdamW state; a training
+                          * step is refused (--eval, embed and score) */
 } BackendOptions;
 
 /* What the trainer prints about the backend and the memory it planned. */
@@ -37,6 +37,9 @@ typedef struct BackendInfo {
     char kernels[4700];      /* where the kernels came from ("" on the CPU) */
     char step[256];          /* how a step runs: "the step is replayed as a CUDA graph", ... */
     size_t planned_params, planned_opt, planned_acts, planned_other, planned_total;
+    size_t training_acts;    /* the activations (and gradients) a training plan of this backend would take:
+                              * planned_acts unless forward_only */
+    int forward_only;        /* set up with BackendOptions.forward_only */
     size_t measured;         /* device memory this backend took (0: not measured) */
     int nlaunches, ncollectives;
     double coll_seconds;     /* wall time inside collectives */

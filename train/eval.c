@@ -146,8 +146,9 @@ int trainer_eval_rows(Trainer *t, const EvalRows *e, EvalResult *res)
 }
 
 /* A masked LM's pseudo-perplexity over the file (infer_pll: every residue masked in turn, one row each):
- * exp(-(the summed pseudo-log-likelihood) / residues), added to o; where the backend cannot read the logits
- * (the GPU's has no forward_probe yet) or the run has several ranks, a note says so. 1, or 0 after a message. */
+ * exp(-(the summed pseudo-log-likelihood) / residues), added to o, on the run's backend (CPU or GPU, both
+ * read the logits through forward_probe); with several ranks a note says it was not computed. 1, or 0 after
+ * a message. */
 static int pll_report(Trainer *t, cJSON *o)
 {
     int node = infer_logits_node(t);

@@ -285,18 +285,23 @@ int trainer_run(Trainer *t)
     /* with --grad-accum N the loader draws N batches at once: the rows of one batch N times as large */
     int64_t gsize = t->tr.batch * t->tr.seq * t->f.grad_accum, lsize = t->local_batch * t->tr.seq;
     t->params = calloc((size_t)t->nparams_total, sizeof(float));
-    t->adam = calloc((size_t)t->nparams_total * 2, sizeof(float));
+    /* --eval runs forward passes only: no AdamW state here or in the backend */
+    t->adam = t->f.eval_path ? NULL : calloc((size_t)t->nparams_total * 2, sizeof(float));
     t->tokens = calloc((size_t)lsize, sizeof(int32_t));
     t->targets = calloc((size_t)lsize, sizeof(int32_t));
     t->gtokens = calloc((size_t)gsize, sizeof(int32_t));
     t->gtargets = calloc((size_t)gsize, sizeof(int32_t));
-    if (!t->params || !t->adam || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
+    if (!t->params || (!t->adam && !t->f.eval_path) || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
         return trainer_error(t, "out of memory for %lld parameters", (long long)t->nparams_total);
     {
         char err[2048];
         BackendOptions o = {0};
         o.graphs = !t->f.no_graphs;
         o.ring = (int)(t->f.log_every < 1024 ? t->f.log_every : 1024);
+        /* --eval: the activations planned up to the loss, no gradients, no AdamW state (as embed and score);
+         * MOEC_EVAL_TRAINING_PLAN=1 evaluates on the training plan's memory instead, for tests to compare */
+        const char *tp = getenv("MOEC_EVAL_TRAINING_PLAN");
+        o.forward_only = t->f.eval_path != NULL && !(tp && !strcmp(tp, "1"));
         int no_kernels = 0;
         o.no_kernels = &no_kernels;
         t->be = t->backend->create(t->pl, t->comm, &o, err, sizeof err);
@@ -332,6 +337,8 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "cannot use %s", ck);
         if (!t->be->ops->put_state(t->be, t->params, NULL))
             return trainer_error(t, "%s", t->be->ops->error(t->be));
+        if (is_rank0(t))
+            trainer_print_eval_memory(t, stderr);  /* stdout holds the one JSON line */
         return trainer_eval_file(t);
     }
 

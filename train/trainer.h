@@ -169,8 +169,12 @@ int trainer_eval_file(Trainer *t);                                     /* exit s
 void trainer_log_moe(Trainer *t, cJSON *o);
 
 /* infer.c: forward passes for embed, score and --eval's pseudo-perplexity */
-int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt);   /* 1, or 0 after a message */
+/* device: --device auto|cpu|cuda (NULL: auto), as the training binary's. 1, or 0 after a message. */
+int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt, const char *device);
 void infer_close(Trainer *t);
+/* What the backend planned, one line on out: "memory: forward passes only: ..." (BackendOptions.forward_only),
+ * else "memory: the training plan: ...". */
+void trainer_print_eval_memory(Trainer *t, FILE *out);
 /* A batch of rows to run: tokens [n, S]; queries (row, position, token,
  * sign, owner): out[owner] += sign * log p(token at position of row). Several
  * owners may share a row (variants masking the same positions). */

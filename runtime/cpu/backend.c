@@ -407,6 +407,8 @@ static void cpu_info(Backend *b, BackendInfo *out)
     out->planned_params = (size_t)B->p->nparams_total * 4;
     out->planned_opt = B->forward_only ? 0 : (size_t)B->p->nparams_total * 8;
     out->planned_acts = B->run.planned_bytes;
+    out->training_acts = B->forward_only ? cpu_plan_arena_bytes(B->p->graph, CPU_F32) : B->run.planned_bytes;
+    out->forward_only = B->forward_only;
     out->planned_total = out->planned_params + out->planned_opt + out->planned_acts;
 }
 
