@@ -159,6 +159,7 @@ typedef struct EvalResult {
     double loss;                 /* the objective (auxiliary terms included), token-weighted */
     int lm_separate;             /* the backend read the language-model loss apart */
     int64_t tokens;              /* scored targets */
+    BackendMetrics *moe;         /* the passes' metrics summed (this rank's; NULL: not read) */
 } EvalResult;
 int eval_rows_build(EvalRows *e, const FastaSet *fs, const Alphabet *a, int64_t seq, Objective obj);
 void eval_rows_free(EvalRows *e);
@@ -167,6 +168,10 @@ int trainer_eval_file(Trainer *t);                                     /* exit s
 
 /* moe_metrics.c: lm_loss, aux_loss and the per-layer expert load of the steps since the last call, added to o */
 void trainer_log_moe(Trainer *t, cJSON *o);
+/* m's per-layer metrics (means over its passes) added to o as "moe": [...] (nothing without layers) */
+void trainer_moe_json(const Trainer *t, const BackendMetrics *m, cJSON *o);
+/* a += b (sums over passes) */
+void trainer_metrics_add(BackendMetrics *a, const BackendMetrics *b);
 
 /* infer.c: forward passes for embed, score and --eval's pseudo-perplexity */
 /* device: --device auto|cpu|cuda (NULL: auto), as the training binary's. 1, or 0 after a message. */

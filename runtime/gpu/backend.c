@@ -94,6 +94,15 @@ static int cuda_step(Backend *b, const int32_t *tokens, const int32_t *targets, 
     return gpu_step(B->gpu, tokens, targets, lr, bc1, bc2);
 }
 
+static int cuda_accum_step(Backend *b, const int32_t *tokens, const int32_t *targets, int micro, const double *weight,
+                           double lr, int64_t step)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    const IrTrain *tr = &B->p->graph->train;
+    double bc1 = 1 - pow(tr->beta1, (double)step), bc2 = 1 - pow(tr->beta2, (double)step);
+    return gpu_accum_step(B->gpu, tokens, targets, micro, weight, lr, bc1, bc2);
+}
+
 /* Appends kernel name k to a row's list unless it is there already. */
 /* 1 if some param has a bf16 working copy (its optimizer launch is moec_adamw_bf16) */
 static int has_copies(const Plan *p)
@@ -271,6 +280,7 @@ const BackendOps backend_cuda = {
     .get_grad = cuda_get_grad,
     .step = cuda_step,
     .profile_step = cuda_profile_step,
+    .accum_step = cuda_accum_step,
     .read_steps = cuda_read_steps,
     .eval = cuda_eval,
     .read_metrics = cuda_read_metrics,

@@ -75,7 +75,8 @@ struct Gpu {
     CUcontext ctx;
     CUstream stream;
     CUmodule mod;
-    CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale, k_adamw16, k_to16;
+    CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale, k_adamw16, k_to16, k_accum, k_accum_out;
+    CUdeviceptr accum;      /* --grad-accum: the gradients' double sum (nparams_total), allocated at its first step */
     CUdeviceptr region[3];  /* params, inputs, activations */
     size_t region_bytes[3];
     CUdeviceptr adam, misc;  /* misc: the inputs region, then partials, scalars, ring_loss, ring_norm */
@@ -406,7 +407,9 @@ static int load_module(Gpu *G, const GpuOptions *o)
          CU(G, cuModuleGetFunction(&G->k_adamw, G->mod, "moec_adamw"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_adamw16, G->mod, "moec_adamw_bf16"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_to16, G->mod, "moec_to_bf16"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL);
+         CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_accum, G->mod, "moec_accum"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_accum_out, G->mod, "moec_accum_out"), NULL);
     free(image);
     return ok;
 }
@@ -664,7 +667,7 @@ void gpu_destroy(Gpu *G)
             if (G->stage[s].done)
                 cu.cuEventDestroy(G->stage[s].done);
         }
-        CUdeviceptr more[] = {G->region[0], G->region[2], G->adam, G->misc};
+        CUdeviceptr more[] = {G->region[0], G->region[2], G->adam, G->misc, G->accum};
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
             if (more[i])
                 cu.cuMemFree(more[i]);
@@ -992,10 +995,11 @@ static int run_launches(Gpu *G, int from, int to)
     return prof_begin(G, &ev) && flush_buckets(G) && prof_end(G, ev, PROF_BUCKETS);
 }
 
+static int enqueue_optimizer(Gpu *G);
+
 /* forward + backward + norm + clip + AdamW, reading the staging s */
 static int enqueue_step(Gpu *G, Staging *s)
 {
-    const IrGraph *g = G->g;
     char *pin = s->pinned;
     const IrNode *tok = G->tok, *tgt = G->tgt;
     int ev;
@@ -1005,8 +1009,14 @@ static int enqueue_step(Gpu *G, Staging *s)
         !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step") ||
         !prof_end(G, ev, PROF_BATCH))
         return 0;
-    if (!run_launches(G, 0, G->nlaunches))
-        return 0;
+    return run_launches(G, 0, G->nlaunches) && enqueue_optimizer(G);
+}
+
+/* the global gradient norm, clipping and AdamW on the gradients' buffers, with the step's scalars */
+static int enqueue_optimizer(Gpu *G)
+{
+    const IrGraph *g = G->g;
+    int ev;
     if (!prof_begin(G, &ev))
         return 0;
     /* the global gradient norm: sums of squares per block, then per kind */
@@ -1134,6 +1144,78 @@ static int finish_step(Gpu *G, Staging *s)
     if (!CU(G, cuMemcpyDtoDAsync(G->ring_loss + (CUdeviceptr)slot * 4, G->buf[G->g->loss->id], 4, G->stream), NULL) ||
         !CU(G, cuMemcpyDtoDAsync(G->ring_norm + (CUdeviceptr)slot * 8, G->scalars + 4 * sizeof(double), 8, G->stream),
             NULL))
+        return 0;
+    G->pending++;
+    return 1;
+}
+
+/* --grad-accum: each micro-batch's forward and backward, its gradients added with its weight into G->accum
+ * (moec_accum, double), the sum written back to the gradients' buffers (moec_accum_out), then the optimizer
+ * as a step's; the loss, sum_k weight[k] * loss_k, and the norm into the ring. Synchronous (one micro-batch
+ * at a time from the host's memory; no CUDA graph), one rank: the plan's gradient all-reduce would average
+ * each micro-batch before its weight applies (the trainer refuses several ranks). */
+int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int micro, const double *weight, double lr,
+                   double bc1, double bc2)
+{
+    const IrGraph *g = G->g;
+    if (G->forward_only)
+        return fail(G, "internal: a training step on a forward-only backend");
+    if (G->comm)
+        return fail(G, "--grad-accum runs on one rank on the GPU");
+    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+        return 0;
+    if (G->pending >= G->ring)
+        return fail(G, "internal: %d steps without reading their losses", G->pending);
+    int64_t nparams_total = 0;
+    for (int p = 0; p < g->nparams; p++)
+        nparams_total += G->numel[p];
+    if (!G->accum) {
+        size_t bytes = align256((size_t)(nparams_total + 1) * sizeof(double));
+        if (!CU(G, cuMemAlloc(&G->accum, bytes), "allocating the accumulated gradients (--grad-accum)"))
+            return 0;
+        G->info.planned_other += bytes;
+        G->info.planned_bytes += bytes;
+    }
+    size_t words = G->tok_bytes / sizeof(int32_t);
+    double loss = 0;
+    for (int k = 0; k < micro; k++) {
+        float lk;
+        if (!h2d(G, G->buf[G->tok->id], tokens + (size_t)k * words, G->tok_bytes, "the batch") ||
+            !h2d(G, G->buf[G->tgt->id], targets + (size_t)k * words, G->tok_bytes, "the batch") ||
+            !run_launches(G, 0, G->nlaunches) || !d2h(G, &lk, G->buf[g->loss->id], sizeof lk, "the loss"))
+            return 0;
+        loss += weight[k] * (double)lk;
+        int64_t off = 0;
+        for (int p = 0; p < g->nparams; p++) {
+            CUdeviceptr acc = G->accum + (CUdeviceptr)off * sizeof(double), gr = G->buf[g->grads[p]->id];
+            long long n = G->numel[p];
+            double w = weight[k];
+            int first = k == 0;
+            void *args[] = {&acc, &gr, &n, &w, &first};
+            if (!CU(G, cuLaunchKernel(G->k_accum, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
+                                      NULL), "moec_accum"))
+                return 0;
+            off += G->numel[p];
+        }
+    }
+    int64_t off = 0;
+    for (int p = 0; p < g->nparams; p++) {
+        CUdeviceptr acc = G->accum + (CUdeviceptr)off * sizeof(double), gr = G->buf[g->grads[p]->id];
+        long long n = G->numel[p];
+        void *args[] = {&gr, &acc, &n};
+        if (!CU(G, cuLaunchKernel(G->k_accum_out, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
+                                  NULL), "moec_accum_out"))
+            return 0;
+        off += G->numel[p];
+    }
+    double sc[3] = {lr, bc1, bc2};
+    float lf = (float)loss;
+    int slot = (G->slot + G->pending) % G->ring;
+    if (!h2d(G, G->scalars, sc, sizeof sc, "the step") || !enqueue_optimizer(G) ||
+        !h2d(G, G->ring_loss + (CUdeviceptr)slot * 4, &lf, sizeof lf, "the loss") ||
+        !CU(G, cuMemcpyDtoDAsync(G->ring_norm + (CUdeviceptr)slot * 8, G->scalars + 4 * sizeof(double), 8, G->stream),
+            NULL) ||
+        !CU(G, cuStreamSynchronize(G->stream), "a step"))
         return 0;
     G->pending++;
     return 1;

@@ -87,6 +87,11 @@ int gpu_get_grad(Gpu *G, int p, float *out);
  * corrections. Asynchronous unless the plan has collectives staged
  * through the host. */
 int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2);
+/* --grad-accum: one step over `micro` micro-batches ([micro, local batch, seq] i32 each), their gradients
+ * sum_k weight[k] * grad_k accumulated in double on the device, then norm, clipping and AdamW as gpu_step
+ * (backend.h accum_step). Synchronous; one rank. */
+int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int micro, const double *weight, double lr,
+                   double bc1, double bc2);
 /* The forward pass only (evaluation); returns the loss (synchronous). With m (else NULL), what the pass
  * showed is added to it as the CPU backend adds it (runtime/cpu/moe_metrics.c, the same code): the
  * language-model loss node's value and per MoE layer the router's logits and chosen experts, each copied
