@@ -121,11 +121,14 @@ typedef struct BackendOps {
     int (*profile_step)(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
                         BackendProfile *prof);
     /* Optional (NULL: not available): one training step over `micro` micro-batches of this
-     * rank's batch shape (tokens, targets: [micro, local batch, seq] i32), its gradient
-     * sum_k weight[k] * (the gradient of micro-batch k's loss), accumulated in double, then
-     * norm, clipping and AdamW as step(). With weight[k] = (micro-batch k's scored targets)
-     * / (all of them), the gradient and loss of the batch of all micro-batches at once
-     * (the losses are token-weighted means), up to fp32 rounding (--grad-accum). Its loss,
+     * rank's batch shape (tokens, targets: [micro, local batch, seq] i32), its gradient that of
+     * sum_k weight[k] * loss_k: each micro-batch's pass runs with the backward's seed (d loss /
+     * d loss, the fill node LOSS.seed) set to weight[k], so the plan's collectives (gradient
+     * all-reduce, expert exchanges) carry weighted gradients, which are summed in double; then
+     * norm, clipping and AdamW as step(). With weight[k] = (this rank's scored targets in
+     * micro-batch k) / (this rank's in all of them), the gradient and loss of the batch of all
+     * micro-batches at once (the losses are token-weighted means; each rank's rows those it
+     * would hold in that batch), up to fp32 rounding (--grad-accum). Its loss,
      * sum_k weight[k] * loss_k, is read by read_steps. */
     int (*accum_step)(Backend *b, const int32_t *tokens, const int32_t *targets, int micro, const double *weight,
                       double lr, int64_t step);

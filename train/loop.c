@@ -320,9 +320,6 @@ int trainer_run(Trainer *t)
         }
     }
     if (t->f.grad_accum > 1 && !t->f.eval_path) {
-        if (t->world > 1)
-            return trainer_error(t, "--grad-accum runs on one rank for now (the graph's gradient all-reduce would "
-                                 "average each micro-batch's gradients before their token weights apply)");
         if (!t->be->ops->accum_step)
             return trainer_error(t, "--grad-accum is not implemented on the %s backend yet: use --device cpu",
                                  t->be->ops->name);
@@ -460,15 +457,19 @@ int trainer_run(Trainer *t)
         int profiled = trainer_profile_wants(t, t->step);
         int ok;
         if (t->f.grad_accum > 1) {
-            /* one rank: the global batch is this rank's; micro-batch k weighs its share of the scored targets */
+            /* the rows this rank would hold in one batch of grad_accum x batch sequences (its rank-major
+             * slice of the global batch), as grad_accum micro-batches of its local batch; micro-batch k weighs
+             * its share of this rank's scored targets (each rank's loss is a token mean over its own rows) */
             double *wk = malloc(sizeof(double) * (size_t)t->f.grad_accum);
             if (!wk)
                 return trainer_error(t, "out of memory");
-            int64_t total = count_targets(t->gtargets, gsize);
+            int64_t big = lsize * t->f.grad_accum;
+            const int32_t *tk = t->gtokens + t->rank * big, *tg = t->gtargets + t->rank * big;
+            int64_t total = count_targets(tg, big);
             for (int64_t k = 0; k < t->f.grad_accum; k++)
-                wk[k] = total ? (double)count_targets(t->gtargets + k * lsize, lsize) / (double)total
+                wk[k] = total ? (double)count_targets(tg + k * lsize, lsize) / (double)total
                               : 1.0 / (double)t->f.grad_accum;
-            ok = t->be->ops->accum_step(t->be, t->gtokens, t->gtargets, (int)t->f.grad_accum, wk, lr, t->step);
+            ok = t->be->ops->accum_step(t->be, tk, tg, (int)t->f.grad_accum, wk, lr, t->step);
             free(wk);
         } else {
             ok = profiled ? t->be->ops->profile_step(t->be, t->tokens, t->targets, lr, t->step, &t->prof->acc)

@@ -24,6 +24,20 @@ void cpu_metrics_watch(const IrGraph *g, CpuWatch *w)
     }
 }
 
+int cpu_loss_seed(const IrGraph *g)
+{
+    if (!g->loss)
+        return -1;
+    size_t l = strlen(g->loss->name);
+    for (int i = g->loss->id + 1; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_FILL && n->rank == 0 && n->dtype == IR_F32 && !strncmp(n->name, g->loss->name, l) &&
+            !strcmp(n->name + l, ".seed"))
+            return i;
+    }
+    return -1;
+}
+
 int cpu_metrics_watched(const CpuWatch *w, int id)
 {
     if (id == w->lm)

@@ -1149,19 +1149,24 @@ static int finish_step(Gpu *G, Staging *s)
     return 1;
 }
 
-/* --grad-accum: each micro-batch's forward and backward, its gradients added with its weight into G->accum
- * (moec_accum, double), the sum written back to the gradients' buffers (moec_accum_out), then the optimizer
- * as a step's; the loss, sum_k weight[k] * loss_k, and the norm into the ring. Synchronous (one micro-batch
- * at a time from the host's memory; no CUDA graph), one rank: the plan's gradient all-reduce would average
- * each micro-batch before its weight applies (the trainer refuses several ranks). */
+/* --grad-accum: each micro-batch's forward and backward with the backward's seed (the fill node LOSS.seed,
+ * 1 in a step) set to its weight after the seed's launch, so that the gradients, after the plan's collectives
+ * (bucketed all-reduce, expert exchanges), are those of weight * loss; each added into G->accum (moec_accum,
+ * double), the sum written back to the gradients' buffers (moec_accum_out), then the optimizer as a step's;
+ * the loss, sum_k weight[k] * loss_k, and the norm into the ring. Synchronous (one micro-batch at a time from
+ * the host's memory; no CUDA graph). The CPU backend's cpu_accum_step, launch for node. */
 int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int micro, const double *weight, double lr,
                    double bc1, double bc2)
 {
     const IrGraph *g = G->g;
     if (G->forward_only)
         return fail(G, "internal: a training step on a forward-only backend");
-    if (G->comm)
-        return fail(G, "--grad-accum runs on one rank on the GPU");
+    int seed = cpu_loss_seed(g);
+    if (seed < 0 || !G->buf[seed])
+        return fail(G, "--grad-accum: the graph has no loss seed to weight (a fill node %s.seed)", g->loss->name);
+    int cut = 0;  /* launches [0, cut) compute the nodes up to the seed (node order) */
+    while (cut < G->nlaunches && G->launches[cut].node->id <= seed)
+        cut++;
     if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
         return 0;
     if (G->pending >= G->ring)
@@ -1179,17 +1184,18 @@ int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int mi
     size_t words = G->tok_bytes / sizeof(int32_t);
     double loss = 0;
     for (int k = 0; k < micro; k++) {
-        float lk;
+        float lk, wf = (float)weight[k];
         if (!h2d(G, G->buf[G->tok->id], tokens + (size_t)k * words, G->tok_bytes, "the batch") ||
             !h2d(G, G->buf[G->tgt->id], targets + (size_t)k * words, G->tok_bytes, "the batch") ||
-            !run_launches(G, 0, G->nlaunches) || !d2h(G, &lk, G->buf[g->loss->id], sizeof lk, "the loss"))
+            !run_launches(G, 0, cut) || !h2d(G, G->buf[seed], &wf, sizeof wf, "the loss seed") ||
+            !run_launches(G, cut, G->nlaunches) || !d2h(G, &lk, G->buf[g->loss->id], sizeof lk, "the loss"))
             return 0;
         loss += weight[k] * (double)lk;
         int64_t off = 0;
         for (int p = 0; p < g->nparams; p++) {
             CUdeviceptr acc = G->accum + (CUdeviceptr)off * sizeof(double), gr = G->buf[g->grads[p]->id];
             long long n = G->numel[p];
-            double w = weight[k];
+            double w = 1.0;  /* the weight is in the gradient already (the seed) */
             int first = k == 0;
             void *args[] = {&acc, &gr, &n, &w, &first};
             if (!CU(G, cuLaunchKernel(G->k_accum, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,

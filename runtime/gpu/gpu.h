@@ -87,9 +87,9 @@ int gpu_get_grad(Gpu *G, int p, float *out);
  * corrections. Asynchronous unless the plan has collectives staged
  * through the host. */
 int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2);
-/* --grad-accum: one step over `micro` micro-batches ([micro, local batch, seq] i32 each), their gradients
- * sum_k weight[k] * grad_k accumulated in double on the device, then norm, clipping and AdamW as gpu_step
- * (backend.h accum_step). Synchronous; one rank. */
+/* --grad-accum: one step over `micro` micro-batches ([micro, local batch, seq] i32 each), the gradient of
+ * sum_k weight[k] * loss_k (each pass seeded with its weight) accumulated in double on the device, then norm,
+ * clipping and AdamW as gpu_step (backend.h accum_step). Synchronous. */
 int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int micro, const double *weight, double lr,
                    double bc1, double bc2);
 /* The forward pass only (evaluation); returns the loss (synchronous). With m (else NULL), what the pass

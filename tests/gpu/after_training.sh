@@ -18,6 +18,8 @@
 #                       <= 5e-5 normwise per tensor, the loss <= 1e-6 (tests/train/grad_accum.test's bounds)
 #   accum_cpu_gpu       --grad-accum 2 on the GPU against the CPU: gradients <= 1e-4, parameters and loss
 #                       <= 1e-5 (train_check.sh's CPU-vs-GPU bounds for one step)
+#   accum_ep2           the same on two simulated ranks (protein_tiny compiled --ep 2, --simulate-ranks 2 on
+#                       one GPU): --grad-accum 2 at batch 16 against batch 32, step 1, the accum_gpu bounds
 #   accum_aux           micro_dna (aux_loss 0.01): --grad-accum 2 at batch 4 against batch 8 on the GPU,
 #                       reported, not checked: the load-balancing loss is computed per micro-batch, so only
 #                       the language-model part of the gradient is the large batch's (docs/training.md)
@@ -51,6 +53,8 @@ if [ "$MODE" != run ]; then
   sed 's/batch 16,/batch 32,/' models/protein_tiny.moe > "$OUT/data/protein_tiny_b32.moe"
   grep -q 'batch 32,' "$OUT/data/protein_tiny_b32.moe"
   c "$OUT/data/protein_tiny_b32.moe" -o "$OUT/bin/mlm_b32"
+  c models/protein_tiny.moe --ep 2 -o "$OUT/bin/mlm_ep2"
+  c "$OUT/data/protein_tiny_b32.moe" --ep 2 -o "$OUT/bin/mlm_ep2_b32"
   c tests/train/micro_dna.moe -o "$OUT/bin/clm"
   sed 's/batch 4,/batch 8,/' tests/train/micro_dna.moe > "$OUT/data/micro_dna_b8.moe"
   grep -q 'batch 8,' "$OUT/data/micro_dna_b8.moe"
@@ -180,6 +184,19 @@ row accum_gpu "$(ok $((r1 + r2 + d)))" "grad/param/loss: $summ; $(grep -o '^grad
 d=$?
 summ=$(grep -o 'largest relative difference [^ ]*' "$L/accum_cpu_gpu_diff.log" | sed 's/largest relative difference //' | paste -sd' ' -)
 row accum_cpu_gpu "$(ok $((r3 + d)))" "grad/param/loss: $summ"
+# two ranks (expert parallel) on one GPU
+"$B/mlm_ep2" --device "$GPU" "${acc[@]}" --simulate-ranks 2 --grad-accum 2 --dump "$L/acc_ep2" >"$L/accum_ep2.log" 2>&1
+r1=$?
+"$B/mlm_ep2_b32" --device "$GPU" "${acc[@]}" --simulate-ranks 2 --dump "$L/big_ep2" >"$L/big_ep2.log" 2>&1
+r2=$?
+{
+  "$B/moec" ckpt-diff "$L/big_ep2/$S" "$L/acc_ep2/$S" --prefix grad. --rtol 1e-5 &&
+  "$B/moec" ckpt-diff "$L/big_ep2/$S" "$L/acc_ep2/$S" --prefix param. --rtol 5e-5 &&
+  "$B/moec" ckpt-diff "$L/big_ep2/$S" "$L/acc_ep2/$S" --prefix loss --rtol 1e-6
+} >"$L/accum_ep2_diff.log" 2>&1
+d=$?
+summ=$(grep -o 'largest relative difference [^ ]*' "$L/accum_ep2_diff.log" | sed 's/largest relative difference //' | paste -sd' ' -)
+row accum_ep2 "$(ok $((r1 + r2 + d)))" "grad/param/loss: $summ; $(grep -o '^ranks: 2 (expert parallel 2' "$L/accum_ep2.log")"
 # with an auxiliary loss: reported
 dacc=(--data "$D/dna.fasta.gz" --steps 1 --set warmup=1 --eval-every 0)
 "$B/clm" --device "$GPU" "${dacc[@]}" --grad-accum 2 --dump "$L/aux_acc" >"$L/aux_acc.log" 2>&1
