@@ -127,6 +127,22 @@ void cg_emit_optimizer(Cg *cg, Sb *src)
             "        y[i] = (float)__dmul_rn((double)y[i], f);\n"
             "}\n\n");
     sb_puts(src,
+            "// --grad-accum (runtime/gpu/gpu.c): each micro-batch's gradient g with its weight w added to a double\n"
+            "// sum, acc = (first ? 0 : acc) + w * g, then the sum as the gradient the optimizer reads, (float)acc: the\n"
+            "// CPU backend's accum_step, operation by operation\n"
+            "extern \"C\" __global__ void __launch_bounds__(256) moec_accum(double *__restrict__ acc, "
+            "const float *__restrict__ g, long long n, double w, int first)\n"
+            "{\n"
+            "    MOEC_FOR(i, n)\n"
+            "        acc[i] = __dadd_rn(first ? 0.0 : acc[i], __dmul_rn(w, (double)g[i]));\n"
+            "}\n\n"
+            "extern \"C\" __global__ void __launch_bounds__(256) moec_accum_out(float *__restrict__ g, "
+            "const double *__restrict__ acc, long long n)\n"
+            "{\n"
+            "    MOEC_FOR(i, n)\n"
+            "        g[i] = (float)acc[i];\n"
+            "}\n\n");
+    sb_puts(src,
             "// the step's scalars, one double array in device memory (runtime/gpu/gpu.c): s[0] lr, s[1] 1 - beta1^step,\n"
             "// s[2] 1 - beta2^step (the host writes these), s[3] the clip factor and s[4] the global norm (moec_clip),\n"
             "// s[5] the sum of squares of the dense gradients and s[6] of the expert shards (moec_sum_partials; s[6]\n"

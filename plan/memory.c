@@ -246,3 +246,51 @@ void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)
     free(grad_bytes);
     free(delta);
 }
+
+int plan_forward_memory(const Plan *p, int64_t *off, PlanMemory *out)
+{
+    const IrGraph *g = p->graph;
+    if (!g->loss || !p->bufs || p->nbufs < g->nnodes)
+        return 0;
+    int n = g->nnodes, upto = g->loss->id + 1, nb = p->nbufs, ok = 1;
+    for (int i = upto; i < n; i++)
+        if (g->nodes[i]->op == IR_OP_PARAM || g->nodes[i]->op == IR_OP_INPUT)
+            return 0;  /* a param or input after the loss: the regions would differ */
+    int *map = malloc(sizeof(int) * (size_t)nb);
+    PlanBuf *fb = calloc((size_t)nb + 1, sizeof *fb);
+    if (!map || !fb)
+        die("out of memory planning buffers");
+    /* the nodes' buffers up to the loss, then the workspaces and copies of those nodes, in the plan's order
+     * (a node's workspaces stay consecutive) */
+    int k = 0;
+    for (int b = 0; b < nb; b++) {
+        map[b] = -1;
+        if (b < n ? b < upto : p->bufs[b].node < upto) {
+            fb[k] = p->bufs[b];
+            map[b] = k++;
+        }
+    }
+    for (int b = 0; b < k && ok; b++) {
+        if (fb[b].alias_of >= 0 && (fb[b].alias_of >= nb || (fb[b].alias_of = map[fb[b].alias_of]) < 0))
+            ok = 0;  /* a view into a buffer of the backward */
+        if (fb[b].until >= upto)
+            fb[b].until = -1;  /* kept for a node of the backward, which does not run */
+    }
+    /* the forward launches name only buffers planned here */
+    for (int l = 0; l < p->eval_launches && ok; l++)
+        for (int a = 0; a < p->launches[l].nargs && ok; a++) {
+            int b = p->launches[l].args[a];
+            if (b >= nb || (b >= 0 && map[b] < 0))
+                ok = 0;
+        }
+    if (ok) {
+        IrGraph head = *g;
+        head.nnodes = upto;
+        plan_memory(&head, fb, k, 256, out);
+        for (int b = 0; b < nb; b++)
+            off[b] = map[b] >= 0 ? fb[map[b]].offset : -1;
+    }
+    free(map);
+    free(fb);
+    return ok;
+}

@@ -102,6 +102,14 @@ typedef struct PlanMemory {
     int nblocks;
 } PlanMemory;
 void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
+struct Plan;
+/* The memory of the forward pass alone (the launches [0, eval_launches): evaluation, embed, score): the
+ * buffers of the nodes up to the loss, with their workspaces and copies, laid out by plan_memory as if the
+ * graph ended at the loss (no gradient, nothing kept for the backward), in the regions of the plan's own
+ * layout. off[b] (nbufs of them) gets buffer b's bytes into its region, or -1 for a buffer that the forward
+ * pass does not have; out the regions' sizes. 0 (nothing written) when the forward launches need a buffer
+ * of a later node, or a param or input comes after the loss: then the plan's own layout serves. */
+int plan_forward_memory(const struct Plan *p, int64_t *off, PlanMemory *out);
 
 /* What a plan's memory holds, for --dry-run (memory.c): the params region's fp32 masters and bf16
  * copies, the parameters' final gradients, and the activations region at its fullest moment: the node

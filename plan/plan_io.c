@@ -276,6 +276,10 @@ char *plan_to_json(const Plan *p, int with_source)
     cJSON_AddStringToObject(ok, "sum_args", "out (double[1]), partial, count; one block");
     cJSON_AddStringToObject(ok, "scale", "moec_scale");
     cJSON_AddStringToObject(ok, "scale_args", "y, numel, factor: y *= factor (an all_reduce's factor)");
+    cJSON_AddStringToObject(ok, "accum", "moec_accum");
+    cJSON_AddStringToObject(ok, "accum_args", "acc (double[numel]), grad, numel, weight, first: --grad-accum's sum");
+    cJSON_AddStringToObject(ok, "accum_out", "moec_accum_out");
+    cJSON_AddStringToObject(ok, "accum_out_args", "grad, acc, numel: the sum as the gradient");
     cJSON_AddStringToObject(ok, "clip", "moec_clip");
     cJSON_AddStringToObject(ok, "clip_args", "scalars (double[7]), grad_clip; one thread");
     cJSON_AddStringToObject(ok, "adamw", "moec_adamw");

@@ -26,9 +26,9 @@ typedef struct BackendOptions {
     int graphs;          /* CUDA: capture the step in a graph when it has no collectives */
     int ring;            /* steps whose losses may stay unread (>= the trainer's log interval) */
     int *no_kernels;     /* CUDA: set to 1 when create failed for want of kernels (--device auto falls back) */
-    int forward_only;    /* CPU: forward passes only (eval, forward_probe; put_state without AdamW): the
-                          * activations planned up to the loss, no gradients, no AdamW state; a training
-                          * step is refused (embed and score) */
+    int forward_only;    /* forward passes only (eval, forward_probe, read_metrics; put_state without AdamW):
+                          * the activations planned up to the loss, no gradients, no AdamW state; a training
+                          * step is refused (--eval, embed and score) */
 } BackendOptions;
 
 /* What the trainer prints about the backend and the memory it planned. */
@@ -37,6 +37,9 @@ typedef struct BackendInfo {
     char kernels[4700];      /* where the kernels came from ("" on the CPU) */
     char step[256];          /* how a step runs: "the step is replayed as a CUDA graph", ... */
     size_t planned_params, planned_opt, planned_acts, planned_other, planned_total;
+    size_t training_acts;    /* the activations (and gradients) a training plan of this backend would take:
+                              * planned_acts unless forward_only */
+    int forward_only;        /* set up with BackendOptions.forward_only */
     size_t measured;         /* device memory this backend took (0: not measured) */
     int nlaunches, ncollectives;
     double coll_seconds;     /* wall time inside collectives */
@@ -118,11 +121,14 @@ typedef struct BackendOps {
     int (*profile_step)(Backend *b, const int32_t *tokens, const int32_t *targets, double lr, int64_t step,
                         BackendProfile *prof);
     /* Optional (NULL: not available): one training step over `micro` micro-batches of this
-     * rank's batch shape (tokens, targets: [micro, local batch, seq] i32), its gradient
-     * sum_k weight[k] * (the gradient of micro-batch k's loss), accumulated in double, then
-     * norm, clipping and AdamW as step(). With weight[k] = (micro-batch k's scored targets)
-     * / (all of them), the gradient and loss of the batch of all micro-batches at once
-     * (the losses are token-weighted means), up to fp32 rounding (--grad-accum). Its loss,
+     * rank's batch shape (tokens, targets: [micro, local batch, seq] i32), its gradient that of
+     * sum_k weight[k] * loss_k: each micro-batch's pass runs with the backward's seed (d loss /
+     * d loss, the fill node LOSS.seed) set to weight[k], so the plan's collectives (gradient
+     * all-reduce, expert exchanges) carry weighted gradients, which are summed in double; then
+     * norm, clipping and AdamW as step(). With weight[k] = (this rank's scored targets in
+     * micro-batch k) / (this rank's in all of them), the gradient and loss of the batch of all
+     * micro-batches at once (the losses are token-weighted means; each rank's rows those it
+     * would hold in that batch), up to fp32 rounding (--grad-accum). Its loss,
      * sum_k weight[k] * loss_k, is read by read_steps. */
     int (*accum_step)(Backend *b, const int32_t *tokens, const int32_t *targets, int micro, const double *weight,
                       double lr, int64_t step);

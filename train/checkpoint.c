@@ -218,8 +218,8 @@ int trainer_load_checkpoint(Trainer *t, const char *path, int full)
     const IrGraph *g = t->g;
     for (int p = 0; ok && p < g->nparams; p++) {
         IrNode *n = g->params[p];
-        float *dst[CKPT_KIND_COUNT] = {t->params + t->param_off[p], t->adam + t->param_off[p],
-                                       t->adam + t->nparams_total + t->param_off[p]};
+        float *dst[CKPT_KIND_COUNT] = {t->params + t->param_off[p], full ? t->adam + t->param_off[p] : NULL,
+                                       full ? t->adam + t->nparams_total + t->param_off[p] : NULL};
         for (int k = 0; ok && k < (full ? CKPT_KIND_COUNT : 1); k++) {
             int64_t shape[IR_MAX_RANK];
             full_shape(t, n, shape);

@@ -7,7 +7,7 @@
  * window a row of the plan's batch, padded with <pad>: rows are independent,
  * so a sequence gets the same embedding alone or in a batch with others
  * (tests/train/embed_score.test checks it). The representation is the
- * output of a layer, read by the CPU backend's forward_probe: --layer 0 is
+ * output of a layer, read by the backend's forward_probe (CPU or GPU): --layer 0 is
  * the embedding, L in 1..N the residual stream after the L-th repeat
  * iteration (the last [B, S, d] node of that iteration), and the default
  * (-1) the input of the LM head (after the final norm).
@@ -28,8 +28,8 @@
 #include "trainer.h"
 
 static const char *const usage_embed =
-    "usage: %s embed --init CKPT --fasta Q.fa -o E.safetensors [--layer L] [--pool mean|cls|none] [--threads N]\n"
-    "  the representations of Q.fa's sequences, keyed by FASTA id, on the CPU:\n"
+    "usage: %s embed --init CKPT --fasta Q.fa -o E.safetensors [--layer L] [--pool mean|cls|none] [--threads N] [--device auto|cpu|cuda]\n"
+    "  the representations of Q.fa's sequences, keyed by FASTA id:\n"
     "  --layer L   0: the embedding; 1..N: after the L-th layer; default: the LM head's input\n"
     "  --pool P    mean (default: over the residues), cls (the BOS position), none (per residue)\n";
 
@@ -94,7 +94,8 @@ int trainer_embed_main(int argc, char **argv, const Plan *pl)
     const char *prog = slash ? slash + 1 : argv[0];
     const char *init = NULL, *fasta = NULL, *out = NULL, *pool = "mean";
     int64_t layer = -1, threads = 0;
-    static const char *const known[] = {"--init", "--fasta", "-o", "--pool", "--layer", "--threads", "--help", NULL};
+    const char *device = "auto";
+    static const char *const known[] = {"--init", "--fasta", "-o", "--pool", "--layer", "--threads", "--device", "--help", NULL};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -119,6 +120,10 @@ int trainer_embed_main(int argc, char **argv, const Plan *pl)
         else if (!strcmp(a, "--layer")) {
             if (!parse_i64_in(v, 0, 1 << 20, &layer))
                 return trainer_usage_error(prog, "embed: --layer takes a layer number >= 0, not '%s'", v);
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return trainer_usage_error(prog, "embed: --device must be auto, cpu or cuda, not '%s'", v);
+            device = v;
         } else if (!strcmp(a, "--threads")) {
             if (!parse_i64_in(v, 1, 256, &threads))
                 return trainer_usage_error(prog, "embed: --threads takes an integer in [1, 256], not '%s'", v);
@@ -139,7 +144,7 @@ int trainer_embed_main(int argc, char **argv, const Plan *pl)
     char **ids = NULL, err[1024];
     int64_t nids = 0, nl = 0;
     int rc = 1;
-    if (!t || !infer_open(t, prog, pl, init))
+    if (!t || !infer_open(t, prog, pl, init, device))
         goto out;
     if (!fasta_read(fasta, t->alpha, &fs, err, sizeof err) || !fasta_ids(fasta, &ids, &nids, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);

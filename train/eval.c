@@ -98,7 +98,9 @@ static int64_t scored(const int32_t *tg, int64_t n)
  * rows); this rank runs its slice of each. */
 int trainer_eval_rows(Trainer *t, const EvalRows *e, EvalResult *res)
 {
+    BackendMetrics *keep = res->moe;
     memset(res, 0, sizeof *res);
+    res->moe = keep;
     int64_t seq = t->tr.seq, gb = t->tr.batch, bs = t->local_batch * seq;
     double sums[4] = {0, 0, 0, 0};  /* lm loss x tokens, tokens, objective x tokens, aux-free flag */
     int has_lm = t->be->ops->read_metrics != NULL;
@@ -123,6 +125,8 @@ int trainer_eval_rows(Trainer *t, const EvalRows *e, EvalResult *res)
         }
         if (has_lm) {
             t->be->ops->read_metrics(t->be, 1, m);
+            if (res->moe)
+                trainer_metrics_add(res->moe, m);
             if (m->has_lm && m->passes == 1)
                 lm = m->lm_loss;
             else
@@ -146,8 +150,9 @@ int trainer_eval_rows(Trainer *t, const EvalRows *e, EvalResult *res)
 }
 
 /* A masked LM's pseudo-perplexity over the file (infer_pll: every residue masked in turn, one row each):
- * exp(-(the summed pseudo-log-likelihood) / residues), added to o; where the backend cannot read the logits
- * (the GPU's has no forward_probe yet) or the run has several ranks, a note says so. 1, or 0 after a message. */
+ * exp(-(the summed pseudo-log-likelihood) / residues), added to o, on the run's backend (CPU or GPU, both
+ * read the logits through forward_probe); with several ranks a note says it was not computed. 1, or 0 after
+ * a message. */
 static int pll_report(Trainer *t, cJSON *o)
 {
     int node = infer_logits_node(t);
@@ -191,7 +196,10 @@ int trainer_eval_file(Trainer *t)
         eval_rows_free(&e);
         return trainer_error(t, "%s has no sequences to evaluate", t->f.eval_path);
     }
-    EvalResult r;
+    EvalResult r = {0};
+    r.moe = calloc(1, sizeof *r.moe);
+    if (!r.moe)
+        die("out of memory");
     int rc = trainer_eval_rows(t, &e, &r);
     if (rc == 0 && r.tokens == 0)
         rc = trainer_error(t, "--eval %s: no token of its sequences is scored (too short for the model's objective); "
@@ -216,6 +224,8 @@ int trainer_eval_file(Trainer *t)
                                                "eval_loss includes the auxiliary terms");
         if (t->obj == OBJECTIVE_MASKED && !t->f.no_pll && !pll_report(t, o))
             rc = trainer_error(t, "--eval %s: the pseudo-perplexity: %s", t->f.eval_path, t->be->ops->error(t->be));
+        /* per MoE layer, over the evaluation's batches (rank 0's rows; padding rows routed too) */
+        trainer_moe_json(t, r.moe, o);
         if (rc == 0) {
             char *s = cJSON_PrintUnformatted(o);
             printf("%s\n", s);
@@ -224,5 +234,6 @@ int trainer_eval_file(Trainer *t)
         cJSON_Delete(o);
     }
     eval_rows_free(&e);
+    free(r.moe);
     return rc;
 }

@@ -1,8 +1,10 @@
 /* infer.c - what `embed` and `score` share (train/embed.c, train/score.c):
  * a Trainer set up for forward passes only (the plan's parameters loaded
- * from a checkpoint by name and shape, on the CPU backend, one rank; no
- * data loader, no AdamW state read), the FASTA records' ids, and the
- * records as rows of the plan's [batch, seq] inputs. */
+ * from a checkpoint by name and shape, on the CPU or the GPU backend
+ * (--device), one rank; no data loader, no AdamW state), the FASTA records'
+ * ids, and the records as rows of the plan's [batch, seq] inputs. Both
+ * backends run the same code here: the rows, the batches and the host-side
+ * log-softmax; only forward_probe (the node's value) is the backend's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,7 @@
 #include "../util/util.h"
 #include "trainer.h"
 
-int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt)
+int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt, const char *device)
 {
     memset(t, 0, sizeof *t);
     t->prog = prog;
@@ -50,12 +52,36 @@ int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt)
         fprintf(stderr, "%s: error: cannot use %s\n", prog, ckpt);
         return 0;
     }
-    char err[1024];
+    char err[2048], why[1024] = "";
     BackendOptions o = {0};
     o.ring = 1;
     o.forward_only = 1;
-    t->backend = &backend_cpu;
-    t->be = backend_cpu.create(pl, t->comm, &o, err, sizeof err);
+    /* the backend as the training binary picks it: the GPU when asked for or (auto) when there is one */
+    if (!device)
+        device = "auto";
+    int use_gpu = strcmp(device, "cpu") != 0 && backend_cuda_probe(why, sizeof why);
+    if (!use_gpu && !strcmp(device, "cuda")) {
+        fprintf(stderr, "%s: error: --device cuda: %s\n", prog, why);
+        return 0;
+    }
+    if (use_gpu) {
+        int no_kernels = 0;
+        o.no_kernels = &no_kernels;
+        t->backend = &backend_cuda;
+        t->be = backend_cuda.create(pl, t->comm, &o, err, sizeof err);
+        if (!t->be && (!no_kernels || strcmp(device, "auto") != 0)) {
+            fprintf(stderr, "%s: error: the GPU backend: %s\n", prog, err);
+            return 0;
+        }
+        if (!t->be)
+            printf("device: cpu (the GPU backend could not start: %s; --device cuda makes this an error)\n", err);
+    } else if (!strcmp(device, "auto")) {
+        printf("device: cpu (no GPU: %s; --device cpu says so without this notice)\n", why);
+    }
+    if (!t->be) {
+        t->backend = &backend_cpu;
+        t->be = backend_cpu.create(pl, t->comm, &o, err, sizeof err);
+    }
     if (!t->be) {
         fprintf(stderr, "%s: error: the cpu backend: %s\n", prog, err);
         return 0;
@@ -64,15 +90,28 @@ int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt)
         fprintf(stderr, "%s: error: %s\n", prog, t->be->ops->error(t->be));
         return 0;
     }
+    trainer_print_eval_memory(t, stdout);
+    return 1;
+}
+
+/* "memory: forward passes only: ..." for a backend set up with BackendOptions.forward_only; else what the
+ * training plan took */
+void trainer_print_eval_memory(Trainer *t, FILE *out)
+{
     BackendInfo bi;
     t->be->ops->info(t->be, &bi);
-    char acts[32], train[32], par[32];
+    char acts[32], train[32], par[32], opt[32];
     fmt_bytes(acts, sizeof acts, (double)bi.planned_acts);
-    fmt_bytes(train, sizeof train, (double)cpu_plan_arena_bytes(pl->graph, CPU_F32));
+    fmt_bytes(train, sizeof train, (double)bi.training_acts);
     fmt_bytes(par, sizeof par, (double)bi.planned_params);
-    printf("memory: forward passes only: parameters %s, activations %s (training plans %s with the gradients); "
-           "no AdamW state\n", par, acts, train);
-    return 1;
+    fmt_bytes(opt, sizeof opt, (double)bi.planned_opt);
+    const char *dev = strcmp(t->be->ops->name, "cpu") ? " on the GPU" : "";
+    if (bi.forward_only)
+        fprintf(out, "memory: forward passes only%s: parameters %s, activations %s (training plans %s with the "
+                "gradients); no AdamW state\n", dev, par, acts, train);
+    else
+        fprintf(out, "memory: the training plan%s: parameters %s, activations and gradients %s, AdamW state %s\n",
+                dev, par, acts, opt);
 }
 
 void infer_close(Trainer *t)

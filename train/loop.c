@@ -285,18 +285,23 @@ int trainer_run(Trainer *t)
     /* with --grad-accum N the loader draws N batches at once: the rows of one batch N times as large */
     int64_t gsize = t->tr.batch * t->tr.seq * t->f.grad_accum, lsize = t->local_batch * t->tr.seq;
     t->params = calloc((size_t)t->nparams_total, sizeof(float));
-    t->adam = calloc((size_t)t->nparams_total * 2, sizeof(float));
+    /* --eval runs forward passes only: no AdamW state here or in the backend */
+    t->adam = t->f.eval_path ? NULL : calloc((size_t)t->nparams_total * 2, sizeof(float));
     t->tokens = calloc((size_t)lsize, sizeof(int32_t));
     t->targets = calloc((size_t)lsize, sizeof(int32_t));
     t->gtokens = calloc((size_t)gsize, sizeof(int32_t));
     t->gtargets = calloc((size_t)gsize, sizeof(int32_t));
-    if (!t->params || !t->adam || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
+    if (!t->params || (!t->adam && !t->f.eval_path) || !t->tokens || !t->targets || !t->gtokens || !t->gtargets)
         return trainer_error(t, "out of memory for %lld parameters", (long long)t->nparams_total);
     {
         char err[2048];
         BackendOptions o = {0};
         o.graphs = !t->f.no_graphs;
         o.ring = (int)(t->f.log_every < 1024 ? t->f.log_every : 1024);
+        /* --eval: the activations planned up to the loss, no gradients, no AdamW state (as embed and score);
+         * MOEC_EVAL_TRAINING_PLAN=1 evaluates on the training plan's memory instead, for tests to compare */
+        const char *tp = getenv("MOEC_EVAL_TRAINING_PLAN");
+        o.forward_only = t->f.eval_path != NULL && !(tp && !strcmp(tp, "1"));
         int no_kernels = 0;
         o.no_kernels = &no_kernels;
         t->be = t->backend->create(t->pl, t->comm, &o, err, sizeof err);
@@ -329,9 +334,6 @@ int trainer_run(Trainer *t)
         }
     }
     if (t->f.grad_accum > 1 && !t->f.eval_path) {
-        if (t->world > 1)
-            return trainer_error(t, "--grad-accum runs on one rank for now (the graph's gradient all-reduce would "
-                                 "average each micro-batch's gradients before their token weights apply)");
         if (!t->be->ops->accum_step)
             return trainer_error(t, "--grad-accum is not implemented on the %s backend yet: use --device cpu",
                                  t->be->ops->name);
@@ -346,6 +348,8 @@ int trainer_run(Trainer *t)
             return trainer_error(t, "cannot use %s", ck);
         if (!t->be->ops->put_state(t->be, t->params, NULL))
             return trainer_error(t, "%s", t->be->ops->error(t->be));
+        if (is_rank0(t))
+            trainer_print_eval_memory(t, stderr);  /* stdout holds the one JSON line */
         return trainer_eval_file(t);
     }
 
@@ -472,15 +476,19 @@ int trainer_run(Trainer *t)
         int profiled = trainer_profile_wants(t, t->step);
         int ok;
         if (t->f.grad_accum > 1) {
-            /* one rank: the global batch is this rank's; micro-batch k weighs its share of the scored targets */
+            /* the rows this rank would hold in one batch of grad_accum x batch sequences (its rank-major
+             * slice of the global batch), as grad_accum micro-batches of its local batch; micro-batch k weighs
+             * its share of this rank's scored targets (each rank's loss is a token mean over its own rows) */
             double *wk = malloc(sizeof(double) * (size_t)t->f.grad_accum);
             if (!wk)
                 return trainer_error(t, "out of memory");
-            int64_t total = count_targets(t->gtargets, gsize);
+            int64_t big = lsize * t->f.grad_accum;
+            const int32_t *tk = t->gtokens + t->rank * big, *tg = t->gtargets + t->rank * big;
+            int64_t total = count_targets(tg, big);
             for (int64_t k = 0; k < t->f.grad_accum; k++)
-                wk[k] = total ? (double)count_targets(t->gtargets + k * lsize, lsize) / (double)total
+                wk[k] = total ? (double)count_targets(tg + k * lsize, lsize) / (double)total
                               : 1.0 / (double)t->f.grad_accum;
-            ok = t->be->ops->accum_step(t->be, t->gtokens, t->gtargets, (int)t->f.grad_accum, wk, lr, t->step);
+            ok = t->be->ops->accum_step(t->be, tk, tg, (int)t->f.grad_accum, wk, lr, t->step);
             free(wk);
         } else {
             ok = profiled ? t->be->ops->profile_step(t->be, t->tokens, t->targets, lr, t->step, &t->prof->acc)

@@ -1,4 +1,4 @@
-/* score.c - `TRAIN_BINARY score`: likelihoods from a trained model, on the CPU.
+/* score.c - `TRAIN_BINARY score`: likelihoods from a trained model, on the CPU or the GPU.
  *
  *   score --init CKPT --fasta Q.fa -o S.csv
  *       per sequence: a causal LM's log-likelihood (natural log, summed over
@@ -22,8 +22,8 @@
  *       mean_score.
  * Long sequences are cut into the windows of --eval (train/eval.c): the
  * context of a position is its window. The log-probabilities come from the
- * LM head's logits (the linear into the loss), read by the CPU backend's
- * forward_probe, with a log-softmax in double on the host. */
+ * LM head's logits (the linear into the loss), read by the backend's
+ * forward_probe (CPU or GPU: --device), with a log-softmax in double on the host. */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,9 +37,9 @@
 #include "trainer.h"
 
 static const char *const usage_score =
-    "usage: %s score --init CKPT --fasta Q.fa -o S.csv [--per-token T.csv] [--threads N]\n"
-    "       %s score --init CKPT --wt WT.fa --mutations M.csv -o S.csv [--threads N]\n"
-    "       %s score --init CKPT --conservation ALN [--wt-id ID] -o S.csv [--threads N]\n"
+    "usage: %s score --init CKPT --fasta Q.fa -o S.csv [--per-token T.csv] [--threads N] [--device auto|cpu|cuda]\n"
+    "       %s score --init CKPT --wt WT.fa --mutations M.csv -o S.csv [--threads N] [--device auto|cpu|cuda]\n"
+    "       %s score --init CKPT --conservation ALN [--wt-id ID] -o S.csv [--threads N] [--device auto|cpu|cuda]\n"
     "  per-sequence log-likelihood (causal LM) or pseudo-log-likelihood (masked LM); --per-token writes\n"
     "  each scored token's log-probability (id,position,token,token_id,log_prob; position 1..L the\n"
     "  residues, L+1 the EOS);\n"
@@ -473,8 +473,9 @@ int trainer_score_main(int argc, char **argv, const Plan *pl)
     const char *init = NULL, *fasta = NULL, *outp = NULL, *wtp = NULL, *muts = NULL, *aln = NULL, *wtid = NULL,
                *per_token = NULL;
     int64_t threads = 0;
+    const char *device = "auto";
     static const char *const known[] = {"--init", "--fasta", "-o", "--wt", "--mutations", "--conservation",
-                                        "--wt-id", "--per-token", "--threads", "--help", NULL};
+                                        "--wt-id", "--per-token", "--threads", "--device", "--help", NULL};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -504,7 +505,11 @@ int trainer_score_main(int argc, char **argv, const Plan *pl)
             wtid = v;
         else if (!strcmp(a, "--per-token"))
             per_token = v;
-        else if (!strcmp(a, "--threads")) {
+        else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return trainer_usage_error(prog, "score: --device must be auto, cpu or cuda, not '%s'", v);
+            device = v;
+        } else if (!strcmp(a, "--threads")) {
             if (!parse_i64_in(v, 1, 256, &threads))
                 return trainer_usage_error(prog, "score: --threads takes an integer in [1, 256], not '%s'", v);
         }
@@ -521,7 +526,7 @@ int trainer_score_main(int argc, char **argv, const Plan *pl)
     cpu_set_threads(threads ? (int)threads : (int)(ncpu > 0 ? ncpu : 1));
     Trainer *t = calloc(1, sizeof *t);
     int rc = 1;
-    if (!t || !infer_open(t, prog, pl, init))
+    if (!t || !infer_open(t, prog, pl, init, device))
         goto out;
     int head = infer_logits_node(t);
     if (head < 0) {

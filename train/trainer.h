@@ -165,6 +165,7 @@ typedef struct EvalResult {
     double loss;                 /* the objective (auxiliary terms included), token-weighted */
     int lm_separate;             /* the backend read the language-model loss apart */
     int64_t tokens;              /* scored targets */
+    BackendMetrics *moe;         /* the passes' metrics summed (this rank's; NULL: not read) */
 } EvalResult;
 int eval_rows_build(EvalRows *e, const FastaSet *fs, const Alphabet *a, int64_t seq, Objective obj);
 void eval_rows_free(EvalRows *e);
@@ -173,10 +174,18 @@ int trainer_eval_file(Trainer *t);                                     /* exit s
 
 /* moe_metrics.c: lm_loss, aux_loss and the per-layer expert load of the steps since the last call, added to o */
 void trainer_log_moe(Trainer *t, cJSON *o);
+/* m's per-layer metrics (means over its passes) added to o as "moe": [...] (nothing without layers) */
+void trainer_moe_json(const Trainer *t, const BackendMetrics *m, cJSON *o);
+/* a += b (sums over passes) */
+void trainer_metrics_add(BackendMetrics *a, const BackendMetrics *b);
 
 /* infer.c: forward passes for embed, score and --eval's pseudo-perplexity */
-int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt);   /* 1, or 0 after a message */
+/* device: --device auto|cpu|cuda (NULL: auto), as the training binary's. 1, or 0 after a message. */
+int infer_open(Trainer *t, const char *prog, const Plan *pl, const char *ckpt, const char *device);
 void infer_close(Trainer *t);
+/* What the backend planned, one line on out: "memory: forward passes only: ..." (BackendOptions.forward_only),
+ * else "memory: the training plan: ...". */
+void trainer_print_eval_memory(Trainer *t, FILE *out);
 /* A batch of rows to run: tokens [n, S]; queries (row, position, token,
  * sign, owner): out[owner] += sign * log p(token at position of row). Several
  * owners may share a row (variants masking the same positions). */

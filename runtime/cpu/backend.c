@@ -30,6 +30,7 @@ typedef struct CpuBackend {
     BackendMetrics metrics[2]; /* of the steps, of the eval passes */
     double *accum;             /* accum_step's gradient sum (nparams_total), allocated at its first call */
     int forward_only;          /* BackendOptions.forward_only: no gradients, no AdamW state (adam is NULL) */
+    int seed;                  /* the backward's seed node (cpu_loss_seed), or -1 */
     char err[1024];
 } CpuBackend;
 
@@ -127,6 +128,7 @@ static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, c
     cpu_plan_bind(&B->run, g->nodes[p->tokens], B->tokens);
     cpu_plan_bind(&B->run, g->nodes[p->targets], B->targets);
     cpu_metrics_watch(g, &B->watch);
+    B->seed = cpu_loss_seed(g);
     return &B->base;
 }
 
@@ -223,12 +225,11 @@ static void prof_add(BackendProfileRow *r, double seconds)
     r->launches++;
 }
 
-/* Nodes [0, to), stopping after each watched one to read its metrics. */
+/* Nodes [from, to), stopping after each watched one to read its metrics. */
 /* 0 when a node failed (a collective: B->comm->error says why) */
-static int run_watched(CpuBackend *B, int to, BackendMetrics *m)
+static int run_watched_from(CpuBackend *B, int from, int to, BackendMetrics *m)
 {
-    int from = 0;
-    for (int i = 0; i < to; i++)
+    for (int i = from; i < to; i++)
         if (cpu_metrics_watched(&B->watch, i)) {
             if (!cpu_plan_run_range(&B->run, from, i + 1))
                 return 0;
@@ -237,6 +238,8 @@ static int run_watched(CpuBackend *B, int to, BackendMetrics *m)
         }
     return cpu_plan_run_range(&B->run, from, to);
 }
+
+static int run_watched(CpuBackend *B, int to, BackendMetrics *m) { return run_watched_from(B, 0, to, m); }
 
 /* A step; with prof, every node timed on its own (the same code in the same
  * order: the results do not change). Inputs and params are bound, not run. */
@@ -290,8 +293,11 @@ static int run_step(CpuBackend *B, const int32_t *tokens, const int32_t *targets
     return 1;
 }
 
-/* --grad-accum: the forward and backward pass of each micro-batch, its gradients added to B->accum
- * (double) with their weight; the sum written back to the gradient buffers, then the optimizer */
+/* --grad-accum: the forward and backward pass of each micro-batch with the backward's seed (d loss / d loss,
+ * 1 in a step) set to the micro-batch's weight, so that the gradients the pass produces, after any collective
+ * of the plan (the data-parallel all-reduce, the expert-parallel exchanges), are those of weight * loss; they
+ * are added to B->accum (double); the sum is written back to the gradient buffers, then the optimizer. The
+ * gradient of sum_k weight[k] * loss_k, whatever the ranks. */
 static int cpu_accum_step(Backend *b, const int32_t *tokens, const int32_t *targets, int micro, const double *weight,
                           double lr, int64_t step)
 {
@@ -302,6 +308,8 @@ static int cpu_accum_step(Backend *b, const int32_t *tokens, const int32_t *targ
         return cpu_fail(B, "internal: a training step on a forward-only backend");
     if (B->pending >= B->ring)
         return cpu_fail(B, "internal: %d steps without reading their losses", B->pending);
+    if (B->seed < 0)
+        return cpu_fail(B, "--grad-accum: the graph has no loss seed to weight (a fill node %s.seed)", g->loss->name);
     if (!B->accum && !(B->accum = malloc(sizeof(double) * (size_t)(p->nparams_total + 1))))
         return cpu_fail(B, "out of memory for the accumulated gradients of %lld parameters",
                         (long long)p->nparams_total);
@@ -311,7 +319,10 @@ static int cpu_accum_step(Backend *b, const int32_t *tokens, const int32_t *targ
     for (int k = 0; k < micro; k++) {
         memcpy(B->tokens, tokens + (size_t)k * words, B->batch_bytes);
         memcpy(B->targets, targets + (size_t)k * words, B->batch_bytes);
-        if (!run_watched(B, g->nnodes, &B->metrics[0]))
+        if (!run_watched(B, B->seed + 1, &B->metrics[0]))
+            return cpu_fail(B, "%s", B->comm->error);
+        *(float *)cpu_plan_data(&B->run, g->nodes[B->seed]) = (float)weight[k];
+        if (!run_watched_from(B, B->seed + 1, g->nnodes, &B->metrics[0]))
             return cpu_fail(B, "%s", B->comm->error);
         double lk = cpu_plan_scalar(&B->run, g->loss);
         B->metrics[0].loss += lk;
@@ -321,7 +332,7 @@ static int cpu_accum_step(Backend *b, const int32_t *tokens, const int32_t *targ
             const float *gr = cpu_plan_data(&B->run, g->nodes[p->params[i].grad]);
             double *acc = B->accum + p->params[i].offset;
             for (int64_t e = 0; e < p->params[i].numel; e++)
-                acc[e] += weight[k] * (double)gr[e];
+                acc[e] += (double)gr[e];
         }
     }
     for (int i = 0; i < p->nparams; i++) {
@@ -407,6 +418,8 @@ static void cpu_info(Backend *b, BackendInfo *out)
     out->planned_params = (size_t)B->p->nparams_total * 4;
     out->planned_opt = B->forward_only ? 0 : (size_t)B->p->nparams_total * 8;
     out->planned_acts = B->run.planned_bytes;
+    out->training_acts = B->forward_only ? cpu_plan_arena_bytes(B->p->graph, CPU_F32) : B->run.planned_bytes;
+    out->forward_only = B->forward_only;
     out->planned_total = out->planned_params + out->planned_opt + out->planned_acts;
 }
 

@@ -67,7 +67,13 @@ typedef struct CpuWatch {
 } CpuWatch;
 void cpu_metrics_watch(const IrGraph *g, CpuWatch *w);
 int cpu_metrics_watched(const CpuWatch *w, int id);
+/* The backward pass's seed, d loss / d loss: the fill node (value 1) autodiff starts from (LOSS.seed), or -1.
+ * --grad-accum writes a micro-batch's weight into it after it runs, on both backends. */
+int cpu_loss_seed(const IrGraph *g);
 void cpu_metrics_observe(const CpuPlan *p, const CpuWatch *w, int id, BackendMetrics *m);
+/* What MoE layer l (the watched topk_experts node n) showed, from host copies of its chosen experts [N, k]
+ * and its router's logits [N, E]; cpu_metrics_observe's arithmetic, which the GPU backend calls too. */
+void cpu_metrics_layer(const IrNode *n, int l, const float *logits, const int32_t *ex, BackendMetrics *m);
 
 void cpu_exec_node_f32(const IrNode *n, void *const *buf, struct Comm *comm);
 void cpu_exec_node_f64(const IrNode *n, void *const *buf, struct Comm *comm);

@@ -24,6 +24,20 @@ void cpu_metrics_watch(const IrGraph *g, CpuWatch *w)
     }
 }
 
+int cpu_loss_seed(const IrGraph *g)
+{
+    if (!g->loss)
+        return -1;
+    size_t l = strlen(g->loss->name);
+    for (int i = g->loss->id + 1; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == IR_OP_FILL && n->rank == 0 && n->dtype == IR_F32 && !strncmp(n->name, g->loss->name, l) &&
+            !strcmp(n->name + l, ".seed"))
+            return i;
+    }
+    return -1;
+}
+
 int cpu_metrics_watched(const CpuWatch *w, int id)
 {
     if (id == w->lm)
@@ -32,6 +46,45 @@ int cpu_metrics_watched(const CpuWatch *w, int id)
         if (w->layer[l] == id)
             return 1;
     return 0;
+}
+
+/* What MoE layer `l` (topk_experts node n) showed: ex its chosen experts [N, k], logits its router's logits
+ * [N, E], both host memory (the CPU's buffers, or the GPU's copied back: the same arithmetic for both). */
+void cpu_metrics_layer(const IrNode *n, int l, const float *logits, const int32_t *ex, BackendMetrics *m)
+{
+    int64_t k = n->shape[n->rank - 1], N = ir_numel(n) / k, E = n->src[0]->shape[n->src[0]->rank - 1];
+    if (m->nlayers < l + 1)
+        m->nlayers = l + 1;
+    BackendMoeLayer *L = &m->layer[l];
+    L->node = n->id;
+    L->experts = (int)E;
+    L->k = (int)k;
+    double f[BACKEND_MOE_EXPERTS] = {0}, P[BACKEND_MOE_EXPERTS] = {0}, pr[BACKEND_MOE_EXPERTS], ent = 0;
+    for (int64_t t = 0; t < N * k; t++)
+        if (ex[t] >= 0 && ex[t] < E)
+            f[ex[t]] += 1;
+    for (int64_t t = 0; t < N; t++) {
+        const float *row = logits + t * E;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t e = 0; e < E; e++)
+            mx = row[e] > mx ? row[e] : mx;
+        for (int64_t e = 0; e < E; e++)
+            sum += pr[e] = exp((double)row[e] - mx);
+        for (int64_t e = 0; e < E; e++) {
+            pr[e] /= sum;
+            P[e] += pr[e];
+            if (pr[e] > 0)
+                ent -= pr[e] * log(pr[e]);
+        }
+    }
+    double aux = 0;
+    for (int64_t e = 0; e < E; e++) {
+        L->load[e] += f[e];
+        aux += (f[e] / (double)N) * (P[e] / (double)N);
+    }
+    L->rows += (double)N;
+    L->entropy += N ? ent / (double)N : 0;
+    L->aux += (double)E * aux;
 }
 
 /* Node `id` has just run: add what it shows to m. */
@@ -44,45 +97,10 @@ void cpu_metrics_observe(const CpuPlan *p, const CpuWatch *w, int id, BackendMet
         m->lm_loss += cpu_plan_scalar(p, p->g->nodes[id]);
         return;
     }
-    for (int l = 0; l < w->nlayers; l++) {
-        if (w->layer[l] != id)
-            continue;
-        const IrNode *n = p->g->nodes[id];
-        const float *logits = p->buf[n->src[0]->id];
-        const int32_t *ex = p->buf[id];
-        int64_t k = n->shape[n->rank - 1], N = ir_numel(n) / k, E = n->src[0]->shape[n->src[0]->rank - 1];
-        if (m->nlayers < l + 1)
-            m->nlayers = l + 1;
-        BackendMoeLayer *L = &m->layer[l];
-        L->node = id;
-        L->experts = (int)E;
-        L->k = (int)k;
-        double f[BACKEND_MOE_EXPERTS] = {0}, P[BACKEND_MOE_EXPERTS] = {0}, pr[BACKEND_MOE_EXPERTS], ent = 0;
-        for (int64_t t = 0; t < N * k; t++)
-            if (ex[t] >= 0 && ex[t] < E)
-                f[ex[t]] += 1;
-        for (int64_t t = 0; t < N; t++) {
-            const float *row = logits + t * E;
-            double mx = -INFINITY, sum = 0;
-            for (int64_t e = 0; e < E; e++)
-                mx = row[e] > mx ? row[e] : mx;
-            for (int64_t e = 0; e < E; e++)
-                sum += pr[e] = exp((double)row[e] - mx);
-            for (int64_t e = 0; e < E; e++) {
-                pr[e] /= sum;
-                P[e] += pr[e];
-                if (pr[e] > 0)
-                    ent -= pr[e] * log(pr[e]);
-            }
+    for (int l = 0; l < w->nlayers; l++)
+        if (w->layer[l] == id) {
+            const IrNode *n = p->g->nodes[id];
+            cpu_metrics_layer(n, l, p->buf[n->src[0]->id], p->buf[id], m);
+            return;
         }
-        double aux = 0;
-        for (int64_t e = 0; e < E; e++) {
-            L->load[e] += f[e];
-            aux += (f[e] / (double)N) * (P[e] / (double)N);
-        }
-        L->rows += (double)N;
-        L->entropy += N ? ent / (double)N : 0;
-        L->aux += (double)E * aux;
-        return;
-    }
 }

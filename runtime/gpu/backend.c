@@ -19,6 +19,7 @@ typedef struct CudaBackend {
     int device_comm;      /* the rank's transport works on device memory (NCCL) */
     int graphs;           /* CUDA graphs allowed (not --no-cuda-graph) */
     GpuProfile prof;      /* --profile: one step's times, moved into the trainer's BackendProfile */
+    BackendMetrics metrics;  /* of the eval() passes since the last read_metrics(eval = 1) */
     char err[2048];
 } CudaBackend;
 
@@ -67,6 +68,7 @@ static Backend *cuda_create(const Plan *p, Comm *comm, const BackendOptions *o, 
     go.ring = o && o->ring > 0 ? o->ring : 1;
     go.param_wd = B->param_wd;
     go.no_kernels = o ? o->no_kernels : NULL;
+    go.forward_only = o ? o->forward_only : 0;
     B->gpu = gpu_create(p, comm, &go, err, errlen);
     if (!B->gpu) {
         cuda_destroy(&B->base);
@@ -97,6 +99,15 @@ static int cuda_step(Backend *b, const int32_t *tokens, const int32_t *targets, 
     const IrTrain *tr = &B->p->graph->train;
     double bc1 = 1 - pow(tr->beta1, (double)step), bc2 = 1 - pow(tr->beta2, (double)step);
     return gpu_step(B->gpu, tokens, targets, lr, bc1, bc2);
+}
+
+static int cuda_accum_step(Backend *b, const int32_t *tokens, const int32_t *targets, int micro, const double *weight,
+                           double lr, int64_t step)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    const IrTrain *tr = &B->p->graph->train;
+    double bc1 = 1 - pow(tr->beta1, (double)step), bc2 = 1 - pow(tr->beta2, (double)step);
+    return gpu_accum_step(B->gpu, tokens, targets, micro, weight, lr, bc1, bc2);
 }
 
 /* Appends kernel name k to a row's list unless it is there already. */
@@ -187,7 +198,31 @@ static int cuda_read_steps(Backend *b, double *losses, double *norms, int *n)
 
 static int cuda_eval(Backend *b, const int32_t *tokens, const int32_t *targets, double *loss)
 {
-    return gpu_eval(((CudaBackend *)b)->gpu, tokens, targets, loss);
+    CudaBackend *B = (CudaBackend *)b;
+    if (!gpu_eval(B->gpu, tokens, targets, loss, &B->metrics))
+        return 0;
+    B->metrics.loss += *loss;
+    B->metrics.passes++;
+    return 1;
+}
+
+/* The eval passes' metrics, read off the device as the CPU backend reads them (gpu_eval). The training
+ * steps' are not measured on the GPU (reading the router's values back would stop the step and its CUDA
+ * graph at every MoE layer): eval = 0 reports no pass, and the log lines go without them. */
+static int cuda_read_metrics(Backend *b, int eval, BackendMetrics *out)
+{
+    CudaBackend *B = (CudaBackend *)b;
+    memset(out, 0, sizeof *out);
+    if (eval) {
+        *out = B->metrics;
+        memset(&B->metrics, 0, sizeof B->metrics);
+    }
+    return 1;
+}
+
+static int cuda_forward_probe(Backend *b, const int32_t *tokens, const int32_t *targets, int node, float *out)
+{
+    return gpu_forward_probe(((CudaBackend *)b)->gpu, tokens, targets, node, out);
 }
 
 static int cuda_host_allreduce(Backend *b, CommGroup g, double *v, int64_t n)
@@ -232,6 +267,8 @@ static void cuda_info(Backend *b, BackendInfo *out)
     out->planned_acts = gi->planned_acts;
     out->planned_other = gi->planned_other;
     out->planned_total = gi->planned_bytes;
+    out->training_acts = gi->forward_only ? gi->training_acts : gi->planned_acts;
+    out->forward_only = gi->forward_only;
     out->measured = gi->measured_bytes;
     out->nlaunches = gi->nlaunches;
     out->ncollectives = gi->ncollectives;
@@ -250,8 +287,11 @@ const BackendOps backend_cuda = {
     .get_grad = cuda_get_grad,
     .step = cuda_step,
     .profile_step = cuda_profile_step,
+    .accum_step = cuda_accum_step,
     .read_steps = cuda_read_steps,
     .eval = cuda_eval,
+    .read_metrics = cuda_read_metrics,
+    .forward_probe = cuda_forward_probe,
     .host_allreduce_f64 = cuda_host_allreduce,
     .host_allgather = cuda_host_allgather,
     .info = cuda_info,

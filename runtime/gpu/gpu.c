@@ -75,7 +75,8 @@ struct Gpu {
     CUcontext ctx;
     CUstream stream;
     CUmodule mod;
-    CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale, k_adamw16, k_to16;
+    CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale, k_adamw16, k_to16, k_accum, k_accum_out;
+    CUdeviceptr accum;      /* --grad-accum: the gradients' double sum (nparams_total), allocated at its first step */
     CUdeviceptr region[3];  /* params, inputs, activations */
     size_t region_bytes[3];
     CUdeviceptr adam, misc;  /* misc: the inputs region, then partials, scalars, ring_loss, ring_norm */
@@ -114,6 +115,9 @@ struct Gpu {
     int npev, pev_used;
     ProfSpan *spans;
     int nspans;
+    /* GpuOptions.forward_only: the forward launches alone, their buffers from plan_forward_memory, no AdamW */
+    int forward_only;
+    CpuWatch watch;         /* what gpu_eval reads for the metrics (the CPU backend's choice of nodes) */
 };
 
 static int fail(Gpu *G, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -351,7 +355,8 @@ static int build_launches(Gpu *G)
 {
     const IrGraph *g = G->g;
     const Plan *p = G->plan;
-    G->nlaunches = p->nlaunches;
+    /* forward only: the launches that compute the loss; the backward's buffers are not there */
+    G->nlaunches = G->forward_only ? p->eval_launches : p->nlaunches;
     G->eval_launches = p->eval_launches;
     G->launches = calloc((size_t)G->nlaunches + 1, sizeof *G->launches);
     size_t bucket_fill[MAX_BUCKETS] = {0};
@@ -454,7 +459,9 @@ static int load_module(Gpu *G, const GpuOptions *o)
          CU(G, cuModuleGetFunction(&G->k_adamw, G->mod, "moec_adamw"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_adamw16, G->mod, "moec_adamw_bf16"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_to16, G->mod, "moec_to_bf16"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL);
+         CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_accum, G->mod, "moec_accum"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_accum_out, G->mod, "moec_accum_out"), NULL);
     free(image);
     return ok;
 }
@@ -469,6 +476,9 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
     G->device_comm = G->comm && strcmp(G->comm->ops->name, "nccl") == 0;
     G->ring = o->ring > 0 ? o->ring : 1;
     G->use_graphs = o->graphs;
+    G->forward_only = o->forward_only;
+    cpu_metrics_watch(g, &G->watch);
+    int64_t *foff = NULL;  /* forward only: each buffer's offset in the forward pass's own layout (-1: none) */
     int ok = cudrv_load(G->err, sizeof G->err);
     if (!ok)
         goto out;
@@ -503,8 +513,22 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
     }
     /* memory: plan it all, check it fits, then allocate */
     {
+        /* forward passes only: the buffers of the nodes up to the loss, laid out as if the graph ended there
+         * (the plan's own layout when that cannot be: plan_forward_memory says when) */
+        PlanMemory fm;
+        if (G->forward_only) {
+            foff = malloc(sizeof(int64_t) * ((size_t)plan->nbufs + 1));
+            if (!foff)
+                die("out of memory");
+            if (!plan_forward_memory(plan, foff, &fm)) {
+                free(foff);
+                foff = NULL;
+            }
+        }
         for (int r = 0; r < PLAN_REGION_COUNT; r++)
-            G->region_bytes[r] = align256((size_t)plan->memory.region_bytes[r] + 256);
+            G->region_bytes[r] = align256((size_t)(foff ? fm.region_bytes[r] : plan->memory.region_bytes[r]) + 256);
+        G->info.training_acts = page2m(align256((size_t)plan->memory.region_bytes[PLAN_REGION_ACTIVATIONS] + 256));
+        G->info.forward_only = G->forward_only;
         int64_t nparams_total = 0;
         G->numel = calloc((size_t)g->nparams + 1, sizeof *G->numel);
         G->part_off = calloc((size_t)g->nparams + 1, sizeof *G->part_off);
@@ -532,20 +556,29 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
                     G->ndense_parts += G->sumsq_grid[p];
             }
         G->tok_bytes = 0;
-        size_t adam_bytes = align256((size_t)nparams_total * 2 * sizeof(float));
+        size_t adam_bytes = G->forward_only ? 0 : align256((size_t)nparams_total * 2 * sizeof(float));
         size_t other = align256((size_t)(G->ndense_parts + G->nshard_parts + 1) * sizeof(double)) +
                        align256(NSCALARS * sizeof(double)) + align256((size_t)G->ring * sizeof(float)) +
                        align256((size_t)G->ring * sizeof(double));
         /* four allocations: parameters, AdamW state, activations + gradients, and the rest (the batch, the
-         * norm's partials, the step's scalars, the loss ring); the driver hands out whole 2 MiB pages. Their
-         * sizes are gpu_plan_memory's (what --dry-run prints), checked here against what this Gpu lays out */
-        plan_buckets(G);
+         * norm's partials, the step's scalars, the loss ring); the driver hands out whole 2 MiB pages. A training
+         * backend's sizes are gpu_plan_memory's (what --dry-run prints), checked here against what this Gpu lays
+         * out; a forward-only one (eval, embed, score) takes its own, smaller figures */
+        if (!G->forward_only)
+            plan_buckets(G);
         size_t bucket_bytes = 0;
         for (int b = 0; b < G->nbuckets; b++)
             bucket_bytes += align256((size_t)G->buckets[b].numel * sizeof(float));
         size_t misc_bytes = G->region_bytes[1] + other + bucket_bytes;
         GpuMemoryPlan mp;
         gpu_plan_memory(plan, G->comm ? G->comm->world : 1, G->ring, &mp);
+        if (G->forward_only) {
+            mp.params = page2m(G->region_bytes[0]);
+            mp.adam = page2m(adam_bytes);
+            mp.acts = page2m(G->region_bytes[2]);
+            mp.other = page2m(misc_bytes);
+            mp.total = mp.params + mp.adam + mp.acts + mp.other;
+        }
         G->info.planned_params = mp.params;
         G->info.planned_adam = mp.adam;
         G->info.planned_acts = mp.acts;
@@ -576,7 +609,7 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
             goto out;
         cu.cuMemGetInfo(&G->free_before, &G->info.total_mem);
         ok = CU(G, cuMemAlloc(&G->region[0], G->region_bytes[0]), "allocating the parameters") &&
-             CU(G, cuMemAlloc(&G->adam, adam_bytes), "allocating the AdamW state") &&
+             (!adam_bytes || CU(G, cuMemAlloc(&G->adam, adam_bytes), "allocating the AdamW state")) &&
              CU(G, cuMemAlloc(&G->region[2], G->region_bytes[2]), "allocating the activations") &&
              CU(G, cuMemAlloc(&G->misc, misc_bytes), "allocating the batch and the optimizer's scratch");
         if (!ok)
@@ -593,7 +626,7 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         }
         /* NaN everywhere a kernel should have written before reading */
         ok = CU(G, cuMemsetD8Async(G->region[2], 0xFF, G->region_bytes[2], G->stream), NULL) &&
-             CU(G, cuMemsetD8Async(G->adam, 0, adam_bytes, G->stream), NULL) &&
+             (!adam_bytes || CU(G, cuMemsetD8Async(G->adam, 0, adam_bytes, G->stream), NULL)) &&
              CU(G, cuMemsetD8Async(G->scalars, 0, NSCALARS * sizeof(double), G->stream), NULL);
         if (!ok)
             goto out;
@@ -601,7 +634,9 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         G->buf = calloc((size_t)G->nbufs, sizeof *G->buf);
         for (int b = 0; b < G->nbufs; b++) {
             int r = (int)plan->bufs[b].region;
-            size_t off = (size_t)plan->bufs[b].offset, bytes = (size_t)plan->bufs[b].bytes;
+            if (foff && foff[b] < 0)
+                continue;  /* a buffer of the backward: no launch here names it */
+            size_t off = (size_t)(foff ? foff[b] : plan->bufs[b].offset), bytes = (size_t)plan->bufs[b].bytes;
             if (off + bytes > G->region_bytes[r]) {
                 ok = fail(G, "internal: plan buffer %d lies outside its region", b);
                 goto out;
@@ -671,6 +706,7 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
     G->ring_norm_h = calloc((size_t)G->ring, sizeof(double));
     ok = CU(G, cuStreamSynchronize(G->stream), NULL);
 out:
+    free(foff);
     if (!ok) {
         snprintf(err, errlen, "%s", G->err);
         gpu_destroy(G);
@@ -698,7 +734,7 @@ void gpu_destroy(Gpu *G)
             if (G->stage[s].done)
                 cu.cuEventDestroy(G->stage[s].done);
         }
-        CUdeviceptr more[] = {G->region[0], G->region[2], G->adam, G->misc};
+        CUdeviceptr more[] = {G->region[0], G->region[2], G->adam, G->misc, G->accum};
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
             if (more[i])
                 cu.cuMemFree(more[i]);
@@ -788,18 +824,24 @@ int gpu_get_params(Gpu *G, float *params, const int64_t *param_off)
 
 int gpu_put_adam(Gpu *G, const float *adam, int64_t nparams_total)
 {
+    if (G->forward_only)
+        return fail(G, "internal: AdamW state given to a forward-only backend");
     return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
            h2d(G, G->adam, adam, (size_t)nparams_total * 2 * sizeof(float), "the AdamW state");
 }
 
 int gpu_get_adam(Gpu *G, float *adam, int64_t nparams_total)
 {
+    if (G->forward_only)
+        return fail(G, "internal: a forward-only backend has no AdamW state");
     return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
            d2h(G, adam, G->adam, (size_t)nparams_total * 2 * sizeof(float), "the AdamW state");
 }
 
 int gpu_get_grad(Gpu *G, int p, float *out)
 {
+    if (G->forward_only)
+        return fail(G, "internal: a forward-only backend has no gradients");
     return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
            d2h(G, out, G->buf[G->g->grads[p]->id], (size_t)G->numel[p] * 4, G->g->grads[p]->name);
 }
@@ -1020,10 +1062,11 @@ static int run_launches(Gpu *G, int from, int to)
     return prof_begin(G, &ev) && flush_buckets(G) && prof_end(G, ev, PROF_BUCKETS);
 }
 
+static int enqueue_optimizer(Gpu *G);
+
 /* forward + backward + norm + clip + AdamW, reading the staging s */
 static int enqueue_step(Gpu *G, Staging *s)
 {
-    const IrGraph *g = G->g;
     char *pin = s->pinned;
     const IrNode *tok = G->tok, *tgt = G->tgt;
     int ev;
@@ -1033,8 +1076,14 @@ static int enqueue_step(Gpu *G, Staging *s)
         !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step") ||
         !prof_end(G, ev, PROF_BATCH))
         return 0;
-    if (!run_launches(G, 0, G->nlaunches))
-        return 0;
+    return run_launches(G, 0, G->nlaunches) && enqueue_optimizer(G);
+}
+
+/* the global gradient norm, clipping and AdamW on the gradients' buffers, with the step's scalars */
+static int enqueue_optimizer(Gpu *G)
+{
+    const IrGraph *g = G->g;
+    int ev;
     if (!prof_begin(G, &ev))
         return 0;
     /* the global gradient norm: sums of squares per block, then per kind */
@@ -1117,6 +1166,8 @@ static int finish_step(Gpu *G, Staging *s);
 
 int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2)
 {
+    if (G->forward_only)
+        return fail(G, "internal: a training step on a forward-only backend");
     if (!cur(G))
         return 0;
     if (G->pending >= G->ring)
@@ -1165,9 +1216,89 @@ static int finish_step(Gpu *G, Staging *s)
     return 1;
 }
 
+/* --grad-accum: each micro-batch's forward and backward with the backward's seed (the fill node LOSS.seed,
+ * 1 in a step) set to its weight after the seed's launch, so that the gradients, after the plan's collectives
+ * (bucketed all-reduce, expert exchanges), are those of weight * loss; each added into G->accum (moec_accum,
+ * double), the sum written back to the gradients' buffers (moec_accum_out), then the optimizer as a step's;
+ * the loss, sum_k weight[k] * loss_k, and the norm into the ring. Synchronous (one micro-batch at a time from
+ * the host's memory; no CUDA graph). The CPU backend's cpu_accum_step, launch for node. */
+int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int micro, const double *weight, double lr,
+                   double bc1, double bc2)
+{
+    const IrGraph *g = G->g;
+    if (G->forward_only)
+        return fail(G, "internal: a training step on a forward-only backend");
+    int seed = cpu_loss_seed(g);
+    if (seed < 0 || !G->buf[seed])
+        return fail(G, "--grad-accum: the graph has no loss seed to weight (a fill node %s.seed)", g->loss->name);
+    int cut = 0;  /* launches [0, cut) compute the nodes up to the seed (node order) */
+    while (cut < G->nlaunches && G->launches[cut].node->id <= seed)
+        cut++;
+    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+        return 0;
+    if (G->pending >= G->ring)
+        return fail(G, "internal: %d steps without reading their losses", G->pending);
+    int64_t nparams_total = 0;
+    for (int p = 0; p < g->nparams; p++)
+        nparams_total += G->numel[p];
+    if (!G->accum) {
+        size_t bytes = align256((size_t)(nparams_total + 1) * sizeof(double));
+        if (!CU(G, cuMemAlloc(&G->accum, bytes), "allocating the accumulated gradients (--grad-accum)"))
+            return 0;
+        G->info.planned_other += bytes;
+        G->info.planned_bytes += bytes;
+    }
+    size_t words = G->tok_bytes / sizeof(int32_t);
+    double loss = 0;
+    for (int k = 0; k < micro; k++) {
+        float lk, wf = (float)weight[k];
+        if (!h2d(G, G->buf[G->tok->id], tokens + (size_t)k * words, G->tok_bytes, "the batch") ||
+            !h2d(G, G->buf[G->tgt->id], targets + (size_t)k * words, G->tok_bytes, "the batch") ||
+            !run_launches(G, 0, cut) || !h2d(G, G->buf[seed], &wf, sizeof wf, "the loss seed") ||
+            !run_launches(G, cut, G->nlaunches) || !d2h(G, &lk, G->buf[g->loss->id], sizeof lk, "the loss"))
+            return 0;
+        loss += weight[k] * (double)lk;
+        int64_t off = 0;
+        for (int p = 0; p < g->nparams; p++) {
+            CUdeviceptr acc = G->accum + (CUdeviceptr)off * sizeof(double), gr = G->buf[g->grads[p]->id];
+            long long n = G->numel[p];
+            double w = 1.0;  /* the weight is in the gradient already (the seed) */
+            int first = k == 0;
+            void *args[] = {&acc, &gr, &n, &w, &first};
+            if (!CU(G, cuLaunchKernel(G->k_accum, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
+                                      NULL), "moec_accum"))
+                return 0;
+            off += G->numel[p];
+        }
+    }
+    int64_t off = 0;
+    for (int p = 0; p < g->nparams; p++) {
+        CUdeviceptr acc = G->accum + (CUdeviceptr)off * sizeof(double), gr = G->buf[g->grads[p]->id];
+        long long n = G->numel[p];
+        void *args[] = {&gr, &acc, &n};
+        if (!CU(G, cuLaunchKernel(G->k_accum_out, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
+                                  NULL), "moec_accum_out"))
+            return 0;
+        off += G->numel[p];
+    }
+    double sc[3] = {lr, bc1, bc2};
+    float lf = (float)loss;
+    int slot = (G->slot + G->pending) % G->ring;
+    if (!h2d(G, G->scalars, sc, sizeof sc, "the step") || !enqueue_optimizer(G) ||
+        !h2d(G, G->ring_loss + (CUdeviceptr)slot * 4, &lf, sizeof lf, "the loss") ||
+        !CU(G, cuMemcpyDtoDAsync(G->ring_norm + (CUdeviceptr)slot * 8, G->scalars + 4 * sizeof(double), 8, G->stream),
+            NULL) ||
+        !CU(G, cuStreamSynchronize(G->stream), "a step"))
+        return 0;
+    G->pending++;
+    return 1;
+}
+
 int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2,
                      GpuProfile *prof)
 {
+    if (G->forward_only)
+        return fail(G, "internal: a training step on a forward-only backend");
     if (!cur(G))
         return 0;
     if (G->pending >= G->ring)
@@ -1244,20 +1375,112 @@ int gpu_read_steps(Gpu *G, double *losses, double *norms, int *n)
     return 1;
 }
 
-int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss)
+/* The launches [0, cut) compute the nodes up to `node`: the launch list is in node order (codegen emits
+ * each node's launches in turn), so none of a later node runs before them and no memory of `node` or of
+ * what it reads is reused yet when they are done. */
+static int launches_upto(const Gpu *G, int node)
 {
-    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
-        return 0;
+    int cut = 0;
+    while (cut < G->eval_launches && G->launches[cut].node->id <= node)
+        cut++;
+    return cut;
+}
+
+/* The batch into the inputs' buffers, synchronously. */
+static int put_batch(Gpu *G, const int32_t *tokens, const int32_t *targets)
+{
+    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+           h2d(G, G->buf[G->tok->id], tokens, G->tok_bytes, "the batch") &&
+           h2d(G, G->buf[G->tgt->id], targets, G->tok_bytes, "the batch");
+}
+
+/* Whether node id's value can be read: a float (or, with i32, an index) buffer in fp32 that a launch writes. */
+static int readable(const Gpu *G, int id, PlanStorage want)
+{
+    const PlanBuf *b = &G->plan->bufs[id];
+    return G->buf[id] && !b->elided && b->storage == want;
+}
+
+/* Watched node id has just been computed: its metrics added to m (cpu_metrics_layer: the CPU's arithmetic). */
+static int observe(Gpu *G, int id, BackendMetrics *m)
+{
+    const IrNode *n = G->g->nodes[id];
+    if (id == G->watch.lm) {
+        float v;
+        if (!readable(G, id, PLAN_F32))
+            return 1;
+        if (!d2h(G, &v, G->buf[id], sizeof v, "the language-model loss"))
+            return 0;
+        m->has_lm = 1;
+        m->lm_loss += v;
+        return 1;
+    }
+    for (int l = 0; l < G->watch.nlayers; l++) {
+        if (G->watch.layer[l] != id)
+            continue;
+        const IrNode *lg = n->src[0];
+        if (!readable(G, id, PLAN_I32) || !readable(G, lg->id, PLAN_F32))
+            return 1;  /* not on the device as a tensor of its own: the layer is left out */
+        float *logits = malloc(sizeof(float) * (size_t)ir_numel(lg) + 4);
+        int32_t *ex = malloc(sizeof(int32_t) * (size_t)ir_numel(n) + 4);
+        if (!logits || !ex)
+            die("out of memory");
+        int ok = d2h(G, logits, G->buf[lg->id], sizeof(float) * (size_t)ir_numel(lg), "the router's logits") &&
+                 d2h(G, ex, G->buf[id], sizeof(int32_t) * (size_t)ir_numel(n), "the chosen experts");
+        if (ok)
+            cpu_metrics_layer(n, l, logits, ex, m);
+        free(logits);
+        free(ex);
+        return ok;
+    }
+    return 1;
+}
+
+int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss, BackendMetrics *m)
+{
     const IrGraph *g = G->g;
-    const IrNode *tok = G->tok, *tgt = G->tgt;
+    if (!put_batch(G, tokens, targets))
+        return 0;
+    /* the pass in pieces, each ending with a watched node, whose values are read before the next piece */
+    int from = 0, prev = -1;
+    for (;;) {
+        int next = g->nnodes;
+        if (m && G->watch.lm > prev)
+            next = G->watch.lm;
+        for (int l = 0; m && l < G->watch.nlayers; l++)
+            if (G->watch.layer[l] > prev && G->watch.layer[l] < next)
+                next = G->watch.layer[l];
+        if (next == g->nnodes)
+            break;
+        int cut = launches_upto(G, next);
+        if (!run_launches(G, from, cut) || !CU(G, cuStreamSynchronize(G->stream), "the forward pass") ||
+            !observe(G, next, m))
+            return 0;
+        from = cut;
+        prev = next;
+    }
     float l;
-    if (!h2d(G, G->buf[tok->id], tokens, G->tok_bytes, "the batch") ||
-        !h2d(G, G->buf[tgt->id], targets, G->tok_bytes, "the batch") ||
-        !run_launches(G, 0, G->eval_launches) || !CU(G, cuStreamSynchronize(G->stream), "the forward pass") ||
+    if (!run_launches(G, from, G->eval_launches) || !CU(G, cuStreamSynchronize(G->stream), "the forward pass") ||
         !d2h(G, &l, G->buf[g->loss->id], 4, "the loss"))
         return 0;
     *loss = l;
     return 1;
+}
+
+int gpu_forward_probe(Gpu *G, const int32_t *tokens, const int32_t *targets, int node, float *out)
+{
+    const IrGraph *g = G->g;
+    if (node < 0 || node > g->loss->id)
+        return fail(G, "internal: node %d is not computed by the forward pass", node);
+    const IrNode *n = g->nodes[node];
+    if (n->dtype == IR_I32 || !readable(G, node, PLAN_F32))
+        return fail(G, "node %s cannot be read on the GPU (%s)", n->name,
+                    n->dtype == IR_I32 ? "not a float tensor"
+                    : G->plan->bufs[node].elided ? "no kernel writes it: a fast kernel reads through it"
+                                                 : "not stored in fp32");
+    return put_batch(G, tokens, targets) && run_launches(G, 0, launches_upto(G, node)) &&
+           CU(G, cuStreamSynchronize(G->stream), "the forward pass") &&
+           d2h(G, out, G->buf[node], sizeof(float) * (size_t)ir_numel(n), n->name);
 }
 
 void gpu_measure(Gpu *G)

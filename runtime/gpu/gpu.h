@@ -26,6 +26,7 @@
 
 #include "../../ir/ir.h"
 #include "../../plan/plan.h"
+#include "../backend.h"
 
 struct Comm;
 
@@ -37,6 +38,8 @@ typedef struct GpuOptions {
     const double *param_wd;   /* [nparams] each param's weight decay (0 = none) */
     int *no_kernels;          /* if not NULL, set to 1 when gpu_create failed for want of kernels (no image
                                  for this GPU and no NVRTC): the one failure --device auto falls back from */
+    int forward_only;         /* forward passes only (eval, forward probes): the plan's forward launches, their
+                                 buffers laid out alone (plan_forward_memory), no AdamW state; steps refused */
 } GpuOptions;
 
 typedef struct GpuInfo {
@@ -47,6 +50,8 @@ typedef struct GpuInfo {
     char image_from[4608];    /* "embedded cubin (sm_90a)", "cache ~/.cache/moec/...", "NVRTC 13.0, 2.1 s" */
     size_t planned_bytes;     /* every allocation of the plan */
     size_t planned_params, planned_adam, planned_acts, planned_other;
+    size_t training_acts;     /* the activations and gradients of the plan's own (training) layout */
+    int forward_only;
     size_t measured_bytes;    /* device memory this Gpu took, from cuMemGetInfo (0 when shared) */
     int nlaunches, ncollectives, graph;
     double coll_seconds;      /* wall time inside collectives (after the kernels before them finished) */
@@ -96,8 +101,19 @@ int gpu_get_grad(Gpu *G, int p, float *out);
  * corrections. Asynchronous unless the plan has collectives staged
  * through the host. */
 int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, double bc1, double bc2);
-/* The forward pass only (evaluation); returns the loss (synchronous). */
-int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss);
+/* --grad-accum: one step over `micro` micro-batches ([micro, local batch, seq] i32 each), the gradient of
+ * sum_k weight[k] * loss_k (each pass seeded with its weight) accumulated in double on the device, then norm,
+ * clipping and AdamW as gpu_step (backend.h accum_step). Synchronous. */
+int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int micro, const double *weight, double lr,
+                   double bc1, double bc2);
+/* The forward pass only (evaluation); returns the loss (synchronous). With m (else NULL), what the pass
+ * showed is added to it as the CPU backend adds it (runtime/cpu/moe_metrics.c, the same code): the
+ * language-model loss node's value and per MoE layer the router's logits and chosen experts, each copied
+ * to the host right after its node's launches, before a later launch reuses its memory. */
+int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss, BackendMetrics *m);
+/* The forward pass up to node `node` (its launches and those before it), whose fp32 value is copied to out
+ * (ir_numel floats); synchronous. */
+int gpu_forward_probe(Gpu *G, const int32_t *tokens, const int32_t *targets, int node, float *out);
 /* --profile: what gpu_profile_step adds its times (seconds) and launch counts to. */
 typedef struct GpuProfile {
     double *node_seconds;     /* [nnodes], by node id */

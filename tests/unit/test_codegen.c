@@ -324,6 +324,78 @@ static void check_plan(const char *what, const Plan *p)
     free(last);
 }
 
+
+/* plan_forward_memory: the forward launches' buffers laid out alone (--eval, embed and score on the GPU).
+ * Every buffer a forward launch names is placed inside its region; two buffers alive together during the
+ * forward pass (lifetimes from the graph up to the loss and from the forward launches) share no byte; the
+ * params and inputs regions are the plan's; the activations no larger than the training layout's. */
+static void check_forward(const char *what, const Plan *p)
+{
+    const IrGraph *g = p->graph;
+    int nb = p->nbufs, n = g->nnodes, upto = g->loss->id + 1, bad = 0;
+    int64_t *off = calloc((size_t)nb + 1, sizeof(int64_t));
+    PlanMemory fm;
+    int ok = plan_forward_memory(p, off, &fm);
+    CHECK(ok, "%s: a forward-only layout", what);
+    if (!ok) {
+        free(off);
+        return;
+    }
+    int *root = calloc((size_t)nb + 1, sizeof(int)), *first = calloc((size_t)nb + 1, sizeof(int));
+    int *last = calloc((size_t)nb + 1, sizeof(int));
+    for (int b = 0; b < nb; b++) {
+        root[b] = p->bufs[b].alias_of >= 0 ? p->bufs[b].alias_of : b;
+        first[b] = last[b] = b < n ? b : p->bufs[b].node;
+        if (b >= n && p->bufs[b].until > first[b] && p->bufs[b].until < upto)
+            last[b] = p->bufs[b].until;
+    }
+    for (int i = 0; i < upto; i++) {
+        const IrNode *x = g->nodes[i];
+        if (x->is_output || x->op == IR_OP_INPUT || x->op == IR_OP_PARAM)
+            last[root[i]] = upto;
+        for (int s = 0; s < x->nsrc; s++)
+            if (last[root[x->src[s]->id]] < i)
+                last[root[x->src[s]->id]] = i;
+    }
+    for (int l = 0; l < p->eval_launches; l++)
+        for (int a = 0; a < p->launches[l].nargs; a++) {
+            int b = p->launches[l].args[a];
+            if (b < 0)
+                continue;
+            if (b >= nb || off[b] < 0 || off[root[b]] < 0) {
+                if (bad++ < 5)
+                    fprintf(stderr, "%s: forward launch %d names buffer %d, not planned\n", what, l, b);
+                continue;
+            }
+            int r = (int)p->bufs[b].region;
+            if (off[b] + p->bufs[b].bytes > fm.region_bytes[r] && bad++ < 5)
+                fprintf(stderr, "%s: buffer %d (%s) lies outside its region\n", what, b, p->bufs[b].name);
+            if (last[root[b]] < p->launches[l].node)
+                last[root[b]] = p->launches[l].node;
+        }
+    for (int a = 0; a < nb && bad < 5; a++) {
+        if (root[a] != a || off[a] < 0 || p->bufs[a].region != PLAN_REGION_ACTIVATIONS || !p->bufs[a].bytes)
+            continue;
+        for (int b = a + 1; b < nb; b++) {
+            if (root[b] != b || off[b] < 0 || p->bufs[b].region != PLAN_REGION_ACTIVATIONS || !p->bufs[b].bytes ||
+                first[a] > last[b] || first[b] > last[a])
+                continue;
+            if (off[a] < off[b] + p->bufs[b].bytes && off[b] < off[a] + p->bufs[a].bytes && bad++ < 5)
+                fprintf(stderr, "%s: forward buffers %d and %d are live together but share bytes\n", what, a, b);
+        }
+    }
+    CHECK(bad == 0 && fm.region_bytes[PLAN_REGION_PARAMS] == p->memory.region_bytes[PLAN_REGION_PARAMS] &&
+              fm.region_bytes[PLAN_REGION_INPUTS] == p->memory.region_bytes[PLAN_REGION_INPUTS] &&
+              fm.region_bytes[PLAN_REGION_ACTIVATIONS] < p->memory.region_bytes[PLAN_REGION_ACTIVATIONS],
+          "%s: the forward pass alone: activations %lld of the training layout's %lld bytes, %d launches", what,
+          (long long)fm.region_bytes[PLAN_REGION_ACTIVATIONS],
+          (long long)p->memory.region_bytes[PLAN_REGION_ACTIVATIONS], p->eval_launches);
+    free(off);
+    free(root);
+    free(first);
+    free(last);
+}
+
 static void test_models(void)
 {
     static const struct {
@@ -375,6 +447,7 @@ static void test_models(void)
         for (int i = 0; i < g->nnodes; i++)
             seen[g->nodes[i]->op] = 1;
         check_plan(what, pl);
+        check_forward(what, pl);
         CHECK(pl->nkernels > 3 && pl->nkernel_launches > 0 && strstr(pl->cuda_source, "moec_adamw"),
               "%s: %d kernels, %d launches", what, pl->nkernels, pl->nkernel_launches);
         char *src1 = xstrdup(pl->cuda_source), *json1 = plan_to_json(pl, 1);
@@ -702,6 +775,7 @@ static void test_fast_mlp(void)
               "%s (K-grouped epilogue option %d): %d fp32 tensor maps, the epilogue asked for", cases[k].path,
               (int)cases[k].kgemm, tmap_f32);
         check_plan(cases[k].path, p);
+        check_forward(cases[k].path, p);
         int copies = 0, kept = 0, elided = 0, glu_ok = 1;
         for (int b = 0; b < p->nbufs; b++) {
             copies += p->bufs[b].kind == PLAN_BUF_COPY && p->graph->nodes[p->bufs[b].node]->rank == 3;
