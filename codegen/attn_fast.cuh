@@ -31,13 +31,7 @@ constexpr int THREADS = 128;
 constexpr float LOG2E = 1.4426950408889634f;
 __device__ __forceinline__ float neg_inff() { return __int_as_float(0xff800000u); }
 
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi)
-{
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
+using sm90::pack_bf16x2; /* codegen/sm90.cuh, pasted before this file */
 __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 /* 16 bytes global -> shared, asynchronously; src_bytes 0 fills zeros (rows past the end) */

@@ -106,13 +106,9 @@ static void attn_fast_consts(Cg *cg, const IrNode *n, const IrNode *q)
 /* blocks of a launch over `items` tiles: at most 65535, the kernels loop over the rest */
 static int64_t attn_grid(int64_t items) { return items < 65535 ? items : 65535; }
 
-/* the query rows per dk/dv step: 64 (the wgmma N of k q^T and v dO^T); 32 measured 1.28x slower at
- * Mixtral shapes (bench/RESULTS.md) */
-static int attn_dkv_rows(int64_t hd)
-{
-    (void)hd;
-    return 64;
-}
+/* the query rows per dk/dv step: the wgmma N of k q^T and v dO^T (32 measured 1.28x slower at Mixtral shapes,
+ * bench/RESULTS.md) */
+enum { ATTN_DKV_QUERIES = 64 };
 
 /* shared memory per block: unpadded bf16 tiles (128-byte swizzle), 1024-byte aligned by the kernel, so 1 KB
  * more than they take: the forward's q, two k and two v tiles; dq's q, dO, two k and two v; dk/dv's k, v,
@@ -123,8 +119,8 @@ static int attn_fwd_smem(int64_t hd) { return 5 * attn_tile(ATTN_ROWS, hd) + ATT
 static int attn_dq_smem(int64_t hd) { return 6 * attn_tile(ATTN_ROWS, hd) + ATTN_SMEM_ALIGN; }
 static int attn_dkv_smem(int64_t hd)
 {
-    int qr = attn_dkv_rows(hd);
-    return 2 * attn_tile(ATTN_ROWS, hd) + 4 * attn_tile(qr, hd) + 6 * qr * 4 + ATTN_SMEM_ALIGN;
+    return 2 * attn_tile(ATTN_ROWS, hd) + 4 * attn_tile(ATTN_DKV_QUERIES, hd) + 6 * ATTN_DKV_QUERIES * 4 +
+           ATTN_SMEM_ALIGN;
 }
 
 static void emit_sdpa_fast(Cg *cg, const IrNode *n)
@@ -239,7 +235,7 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
                                             "probabilities recomputed from the kept log-sum-exp (bf16 wgmma)",
                   "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
-    snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", attn_dkv_rows(hd));
+    snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", ATTN_DKV_QUERIES);
     emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over the "
                                              "group's heads and the query tiles (bf16 wgmma, no atomics)",
                   call, kitems, attn_dkv_smem(hd));
