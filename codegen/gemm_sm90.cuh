@@ -615,8 +615,8 @@ struct GemmFp8MGrouped {
         return __uint_as_float(c == 0 ? 0x00400000u : c == 255 ? 0x7FC00000u : c << 23);
     }
 
-    /* issues promotion group p (0 <= p < GPS) of the K block in stage st of the ring into t; enable 0: nothing */
-    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int p, int half, int enable)
+    /* issues promotion group p (0 <= p < GPS) of the K block in stage st of the ring into t */
+    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int p, int half)
     {
         const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
         const unsigned long long db = desc_sw128(b_at(base, st));
@@ -624,7 +624,7 @@ struct GemmFp8MGrouped {
         wgmma_fence();
 #pragma unroll
         for (int i = 0; i < GROUP; i++) /* the k-th 32-deep slice: 32 bytes further */
-            wgmma_m64n128k32_e4m3(t, da + 2 * (k0 + i), db + 2 * (k0 + i), i != 0, enable);
+            wgmma_m64n128k32_e4m3(t, da + 2 * (k0 + i), db + 2 * (k0 + i), i != 0);
         wgmma_commit();
     }
 
@@ -679,11 +679,11 @@ struct GemmFp8MGrouped {
         }
         __syncthreads();
 
-        const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
-        const int tiles = num_m * NUM_N;
-
+        /* the tile count is read after setmaxnreg in each role: a value live across it is spilled */
         if (wg == 0) {
             setmaxnreg_dec<40>();
+            const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
+            const int tiles = num_m * NUM_N;
             if (warp == 0 && elect_one()) {
                 /* the producer: A, B tiles by TMA, the scale vectors by bulk copies, one stage per K block */
                 tma_prefetch_desc(&tma_a);
@@ -751,9 +751,11 @@ struct GemmFp8MGrouped {
             }
         } else {
             setmaxnreg_inc<232>();
+            const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
+            const int tiles = num_m * NUM_N;
             const int half = wg - 1, wq = warp % 4;
             const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
-            float acc[ACC], t0[ACC], t1[MODE == 0 ? ACC : 1];
+            float acc[ACC], t0[ACC], t1[ACC];
             int ist = 0, rst = 0; /* the stage of the next group to issue, of the next to promote */
             unsigned iph = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -765,22 +767,19 @@ struct GemmFp8MGrouped {
                 for (int i = 0; i < ACC; i++)
                     acc[i] = 0.0f;
                 float sb0 = 0.0f, sb1 = 0.0f; /* fp8-block: the weight scale of the group in t0, t1 */
-                (void)t1;
-                (void)sb1;
                 /* group p goes to t[p % 2]; p + 1 is issued before p is promoted */
 /* group (KB, I): the I-th promotion group (0 <= I < GPS, a constant after unrolling) of K block KB */
 #define MOEC_FP8_ISSUE(T, SBV, KB, I)                                                                    \
     do {                                                                                                \
-        const bool on = (KB) < KBLOCKS;                                                                 \
-        if ((I) == 0 && on) {                                                                           \
+        if ((I) == 0) {                                                                           \
             mbar_wait(full_bar + 8 * ist, iph);                                                         \
             if constexpr (MODE == 1)                                                                    \
                 mbar_wait(ready_bar + 8 * ist, iph);                                                    \
         }                                                                                               \
         if constexpr (MODE == 0)                                                                        \
-            SBV = on ? __ldg(sbp + (KB)) : 0.0f;                                                        \
-        issue(T, base, ist, (I), half, on);                                                             \
-        if ((I) == GPS - 1 && on && ++ist == STAGES) {                                                  \
+            SBV = __ldg(sbp + (KB));                                                                    \
+        issue(T, base, ist, (I), half);                                                                 \
+        if ((I) == GPS - 1 && ++ist == STAGES) {                                                  \
             ist = 0;                                                                                    \
             iph ^= 1;                                                                                   \
         }                                                                                               \
@@ -797,34 +796,33 @@ struct GemmFp8MGrouped {
                 rst = 0;                                                                                \
         }                                                                                               \
     } while (0)
-                /* Group q goes to t[q % 2]; q + 1 is issued before q is promoted. One loop shape from
-                 * the first group to the last, unrolled over STEP groups so every "which group of the
-                 * stage" test is a constant: the issue of the group past the end is predicated off (an
-                 * empty commit group), so ptxas sees the same wait_group 1 between a set's wgmma and
-                 * its reads on every trip and keeps the two sets apart (a separate tail, or run-time
-                 * tests of the group index, made it copy the sets and serialise the wgmma). */
+                /* fp8-block: K blocks in pairs, kb into t0 and kb + 1 into t1, both issued before
+                 * t0 is promoted: t0's promotion overlaps t1's wgmma, t1's overlaps the other
+                 * consumer warpgroup's. Nothing stays in flight across the loop's back edge: ptxas
+                 * keeps two sets apart only then (with t0 of the next pair issued before promoting
+                 * t1 it serialised every wgmma, C7514). */
                 if constexpr (MODE == 0) {
-                    MOEC_FP8_ISSUE(t0, sb0, 0, 0);
                     for (int kb = 0; kb < KBLOCKS; kb += 2) {
+                        MOEC_FP8_ISSUE(t0, sb0, kb, 0);
                         MOEC_FP8_ISSUE(t1, sb1, kb + 1, 0);
                         wgmma_wait<1>();
                         MOEC_FP8_PROMOTE(t0, sb0, 0);
-                        MOEC_FP8_ISSUE(t0, sb0, kb + 2, 0);
-                        wgmma_wait<1>();
+                        wgmma_wait<0>();
                         MOEC_FP8_PROMOTE(t1, sb1, 0);
                     }
-                    wgmma_wait<0>(); /* (only the empty group is left) */
                 } else {
-                    /* MXFP8: one set. Two (as above) need more than the 232 registers with the
-                     * per-column scales (ptxas spilled the accumulators and serialised the wgmma),
-                     * so each k32 step waits for its own wgmma; the other consumer warpgroup's
-                     * wgmma run meanwhile. */
+                    /* MXFP8: the same pairs, of k32 steps: (0, 1) and (2, 3) of each stage (with the
+                     * next group issued before promoting, as in the loop over K blocks first tried,
+                     * ptxas spilled the accumulators past 232 registers and serialised the wgmma). */
                     for (int kb = 0; kb < KBLOCKS; kb++) {
 #pragma unroll
-                        for (int i = 0; i < 4; i++) {
+                        for (int i = 0; i < 4; i += 2) {
                             MOEC_FP8_ISSUE(t0, sb0, kb, i);
-                            wgmma_wait<0>();
+                            MOEC_FP8_ISSUE(t1, sb1, kb, i + 1);
+                            wgmma_wait<1>();
                             MOEC_FP8_PROMOTE(t0, sb0, i);
+                            wgmma_wait<0>();
+                            MOEC_FP8_PROMOTE(t1, sb1, i + 1);
                         }
                     }
                 }

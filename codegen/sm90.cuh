@@ -270,15 +270,14 @@ __device__ __forceinline__ unsigned long long desc_mn_sw128(unsigned addr, unsig
  * fragment as the bf16 instruction: see gemm_sm90.cuh), A and B in shared memory, K-major only (FP8
  * wgmma has no transpose), 128-byte swizzled: a 128-byte swizzle row holds 128 K elements, so the
  * k-th 32-deep slice starts 32 k bytes further (desc_sw128 + 2 k, as the bf16 16-deep slices).
- * accumulate = 0 overwrites d; enable = 0 issues nothing (a uniform predicate: the kernel's loop then
- * has the same shape on its last trip, see GemmFp8MGrouped). The tensor core adds the 32 products of a row/column pair into d at
+ * accumulate = 0 overwrites d. The tensor core adds the 32 products of a row/column pair into d at
  * reduced precision (about 14 bits kept, DeepSeek-V3 s. 3.3.2): the fp8 kernels therefore start a
  * fresh d at every promotion interval and add it into fp32 accumulators themselves. */
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], unsigned long long desc_a,
-                                                       unsigned long long desc_b, int accumulate, int enable = 1)
+                                                       unsigned long long desc_b, int accumulate)
 {
-    asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %66, 0;\nsetp.ne.b32 q, %67, 0;\n"
-                 "@q wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
                  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
                  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
@@ -292,7 +291,7 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], unsigned l
                    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "r"(enable));
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
 /* Copies `bytes` (a multiple of 16) from global src to shared dst (both 16-byte aligned) and

@@ -82,8 +82,9 @@ int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
         snprintf(err, errlen, "mode is 0 (fp8-block) or 1 (MXFP8), not %d", s->mode);
     else if (s->out != GEMM_FP8_OUT_BF16 && s->out != GEMM_FP8_OUT_F32)
         snprintf(err, errlen, "out is 0 (bf16) or 1 (fp32), not %d", s->out);
-    else if (s->K % 128)
-        snprintf(err, errlen, "K %d is not a multiple of 128 (the FP8 kernel's K block)", s->K);
+    else if (s->K % 256)
+        snprintf(err, errlen, "K %d is not a multiple of 256 (the FP8 kernel takes its 128-deep K blocks in pairs)",
+                 s->K);
     else if (s->N % 128)
         snprintf(err, errlen, "N %d is not a multiple of 128 (the FP8 kernel's BLOCK_N)", s->N);
     else if ((long long)s->E * s->N >= 2147483647ll)

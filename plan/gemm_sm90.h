@@ -57,7 +57,7 @@ typedef struct GemmFp8Shape {
 } GemmFp8Shape;
 enum { GEMM_FP8_BLOCK = 0, GEMM_FP8_MX = 1 };
 enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1 };
-/* 1, or 0 with why: E, N, K positive, N % 128, K % 128, E * N < 2^31, mode, out, the ring fits. */
+/* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits. */
 int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
 /* 1024 + stages * (32768 + 512 (+ 512 + 4096 MXFP8)) (+ 32768 bf16 out) + 24 stages */
 int gemm_fp8_smem_bytes(const GemmFp8Shape *s);
