@@ -567,8 +567,9 @@ struct GemmKGrouped {
  * promotion's FMULs/FFMAs overlap the next wgmma (and the other consumer warpgroup's). Registers
  * per consumer thread: acc 64 + t0 64 + t1 64.
  *
- * Shared memory: STAGES x (A 16 KB + B 16 KB + A scales 512 B [+ MXFP8: W scales 512 B + decoded
- * fp32 scales 4 KB]) + the bf16 staging buffers (32 KB, OUT 0) + barriers (full, empty, ready). */
+ * Shared memory: the A and B rings (STAGES x 16 KB each), the bf16 staging buffers (32 KB, OUT 0),
+ * STAGES x (A scales 512 B [+ MXFP8: W scales 512 B + decoded fp32 scales 4 KB]), the barriers (full,
+ * empty, ready). */
 template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16>
 struct GemmFp8MGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_N = 128, BLOCK_K = 128, THREADS = 384;
@@ -592,21 +593,25 @@ struct GemmFp8MGrouped {
     static_assert(OUT == 0 || OUT == 1, "OUT is 0 (bf16, TMA stores) or 1 (fp32 from registers)");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N < 2147483647ll, "the rows of W must fit an int coordinate");
+    static_assert((STAGES * (A_BYTES + B_BYTES)) % 1024 == 0 && OUT_BYTES % 1024 == 0, "swizzled buffers 1024-aligned");
 
-    /* shared-memory map of stage s */
+    /* shared-memory map (base 1024-byte aligned): the A ring, the B ring, the bf16 staging buffers (all
+     * three need 1024-byte alignment for the 128-byte swizzle; their sizes are multiples of 16 KB), then
+     * the per-stage scale areas (16-byte aligned for the bulk copies), then the barriers */
     __device__ static __forceinline__ unsigned a_at(unsigned base, int s) { return base + s * A_BYTES; }
     __device__ static __forceinline__ unsigned b_at(unsigned base, int s) { return base + STAGES * A_BYTES + s * B_BYTES; }
+    __device__ static __forceinline__ unsigned out_at(unsigned base) { return base + STAGES * (A_BYTES + B_BYTES); }
     __device__ static __forceinline__ unsigned sa_at(unsigned base, int s)
     {
-        return base + STAGES * (A_BYTES + B_BYTES) + s * SA_BYTES;
+        return out_at(base) + OUT_BYTES + s * SA_BYTES;
     }
     __device__ static __forceinline__ unsigned sb_at(unsigned base, int s)
     {
-        return base + STAGES * (A_BYTES + B_BYTES + SA_BYTES) + s * SB_BYTES;
+        return out_at(base) + OUT_BYTES + STAGES * SA_BYTES + s * SB_BYTES;
     }
     __device__ static __forceinline__ unsigned fs_at(unsigned base, int s)
     {
-        return base + STAGES * (A_BYTES + B_BYTES + SA_BYTES + SB_BYTES) + s * FS_BYTES;
+        return out_at(base) + OUT_BYTES + STAGES * (SA_BYTES + SB_BYTES) + s * FS_BYTES;
     }
 
     /* E8M0 code -> 2^(c - 127) exactly (code 0: the fp32 subnormal 2^-127; 255: NaN) */
@@ -664,8 +669,8 @@ struct GemmFp8MGrouped {
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-        const unsigned out_buf = base + STAGES * STAGE_BYTES;
-        const unsigned full_bar = out_buf + OUT_BYTES, empty_bar = full_bar + STAGES * 8,
+        const unsigned out_buf = out_at(base);
+        const unsigned full_bar = base + STAGES * STAGE_BYTES + OUT_BYTES, empty_bar = full_bar + STAGES * 8,
                        ready_bar = empty_bar + STAGES * 8;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
 
