@@ -559,7 +559,8 @@ struct GemmKGrouped {
  * kept, so no accumulator is left to it for long: a "group" of k32 steps goes into a temporary tmp
  * (the first with scale-d 0), then each consumer thread adds tmp * scale into its fp32 acc:
  *   MODE 0, fp8-block: a group is the 4 steps of a stage (128 K); scale = sa[row] * sb (one per
- *     tile and K block: the weights' 128 x 128 block);
+ *     tile and K block: the weights' 128 x 128 block); E8M0 codes (decision 35), decoded by the
+ *     consumers (two rows and one tile scale per 128 K);
  *   MODE 1, MXFP8: a group is one k32 step; scale = sa[row][k32] * sb[col][k32] (E8M0 codes, decoded
  *     into fp32 in shared memory by warp 1 of the producer warpgroup, so the consumers spend no
  *     instruction on it).
@@ -568,13 +569,13 @@ struct GemmKGrouped {
  * per consumer thread: acc 64 + t0 64 + t1 64.
  *
  * Shared memory: the A and B rings (STAGES x 16 KB each), the bf16 staging buffers (32 KB, OUT 0),
- * STAGES x (A scales 512 B [+ MXFP8: W scales 512 B + decoded fp32 scales 4 KB]), the barriers (full,
+ * STAGES x (A scales 128 B [MXFP8: 512 B + W scales 512 B + decoded fp32 scales 4 KB]), the barriers (full,
  * empty, ready). */
 template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16>
 struct GemmFp8MGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_N = 128, BLOCK_K = 128, THREADS = 384;
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K, B_BYTES = BLOCK_N * BLOCK_K;
-    static constexpr int SA_BYTES = 512;                   /* fp32 x 128 rows, or 4 E8M0 x 128 rows */
+    static constexpr int SA_BYTES = MODE == 1 ? 512 : 128; /* E8M0 x 128 rows (x 4 for MXFP8) */
     static constexpr int SB_BYTES = MODE == 1 ? 512 : 0;   /* 4 E8M0 x 128 columns */
     static constexpr int FS_BYTES = MODE == 1 ? 4096 : 0;  /* fa [4][128] + fb [4][128] fp32 */
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
@@ -614,7 +615,8 @@ struct GemmFp8MGrouped {
         return out_at(base) + OUT_BYTES + STAGES * (SA_BYTES + SB_BYTES) + s * FS_BYTES;
     }
 
-    /* E8M0 code -> 2^(c - 127) exactly (code 0: the fp32 subnormal 2^-127; 255: NaN) */
+    /* E8M0 code -> 2^(c - 127) exactly (code 0: the fp32 subnormal 2^-127; 255: NaN). fp8-block's
+     * sa * sb is then exact unless the two exponents sum below -149 (a block of amax < 2^-100 or so). */
     __device__ static __forceinline__ float e8m0(unsigned c)
     {
         return __uint_as_float(c == 0 ? 0x00400000u : c == 255 ? 0x7FC00000u : c << 23);
@@ -638,8 +640,8 @@ struct GemmFp8MGrouped {
                                                    int p, int r, int lane, float sbv)
     {
         if constexpr (MODE == 0) {
-            const float s0 = ld_shared_f32(sa_at(base, st) + 4 * r) * sbv;
-            const float s1 = ld_shared_f32(sa_at(base, st) + 4 * (r + 8)) * sbv;
+            const float s0 = e8m0(ld_shared_u8(sa_at(base, st) + r)) * sbv;
+            const float s1 = e8m0(ld_shared_u8(sa_at(base, st) + r + 8)) * sbv;
 #pragma unroll
             for (int j = 0; j < ACC / 4; j++) {
                 acc[4 * j + 0] = __fmaf_rn(t[4 * j + 0], s0, acc[4 * j + 0]);
@@ -707,7 +709,8 @@ struct GemmFp8MGrouped {
                         tma_load_2d(b_at(base, stage), &tma_b, fb, kb * BLOCK_K, g * N + nb * BLOCK_N);
                         if constexpr (MODE == 0) {
                             bulk_load(sa_at(base, stage),
-                                      (const float *)sa + moec_fp8_block_sa_index(mb * BLOCK_M, kb, rows_cap), SA_BYTES, fb);
+                                      (const unsigned char *)sa + moec_fp8_block_sa_index(mb * BLOCK_M, kb, rows_cap),
+                                      SA_BYTES, fb);
                         } else {
                             bulk_load(sa_at(base, stage),
                                       (const unsigned char *)sa + moec_mxfp8_sa_index(mb * BLOCK_M, 4 * kb, rows_cap),
@@ -767,7 +770,8 @@ struct GemmFp8MGrouped {
                 int mb, nb;
                 moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
                 const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
-                const float *sbp = (const float *)sb + moec_fp8_block_sb_index(g, nb * BLOCK_N, 0, N, K);
+                const unsigned char *sbp =
+                    (const unsigned char *)sb + moec_fp8_block_sb_index(g, nb * BLOCK_N, 0, N, K);
 #pragma unroll
                 for (int i = 0; i < ACC; i++)
                     acc[i] = 0.0f;
@@ -782,7 +786,7 @@ struct GemmFp8MGrouped {
                 mbar_wait(ready_bar + 8 * ist, iph);                                                    \
         }                                                                                               \
         if constexpr (MODE == 0)                                                                        \
-            SBV = __ldg(sbp + (KB));                                                                    \
+            SBV = e8m0(__ldg(sbp + (KB)));                                                              \
         issue(T, base, ist, (I), half);                                                                 \
         if ((I) == GPS - 1 && ++ist == STAGES) {                                                  \
             ist = 0;                                                                                    \
@@ -897,7 +901,7 @@ struct GemmFp8MGrouped {
  * tma_d, 1 fp32 D at d. Launch contract: grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory
  * GemmFp8MGrouped<...>::SMEM_BYTES (gemm_fp8_smem_bytes); tensor maps from gemm_fp8_tensor_maps
  * (uint8 A [rows_cap, K] box {128, 128}, W [E*N, K] box {128, 128}, bf16 D box {64, 64}); sa, sb 16-byte
- * aligned in the layouts of gemm_sm90_sched.h; rows_cap % 4 == 0; offsets multiples of 128. */
+ * aligned in the layouts of gemm_sm90_sched.h; rows_cap % 16 == 0; offsets multiples of 128. */
 #define MOEC_SM90_GEMM_FP8(NAME, E, N, K, STAGES, MODE, OUT)                                                \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \

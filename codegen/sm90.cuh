@@ -314,6 +314,12 @@ __device__ __forceinline__ void ld_shared_f32x2(unsigned addr, float &a, float &
 {
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(a), "=f"(b) : "r"(addr) : "memory");
 }
+__device__ __forceinline__ unsigned ld_shared_u8(unsigned addr)
+{
+    unsigned v;
+    asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
 __device__ __forceinline__ unsigned ld_shared_u32(unsigned addr)
 {
     unsigned v;

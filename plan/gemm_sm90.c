@@ -70,7 +70,7 @@ int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t err
 
 int gemm_fp8_smem_bytes(const GemmFp8Shape *s)
 {
-    int stage = 128 * 128 * 2 + 512 + (s->mode == GEMM_FP8_MX ? 512 + 4096 : 0);
+    int stage = 128 * 128 * 2 + (s->mode == GEMM_FP8_MX ? 512 + 512 + 4096 : 128);
     return 1024 + s->stages * stage + (s->out == GEMM_FP8_OUT_BF16 ? 4 * 64 * 64 * 2 : 0) + 24 * s->stages;
 }
 

@@ -243,19 +243,21 @@ static void test_nvrtc_compile(void)
 static void test_fp8_shapes(void)
 {
     char err[256];
-    GemmFp8Shape blk = {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
+    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
                  mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
-                 blk6 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
+                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
+                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
                  f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32},
                  badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0},
                  badm = {8, 4096, 4096, 4, 2, 0}, bado = {8, 4096, 4096, 4, 0, 2};
     CHECK(gemm_fp8_check_shape(&blk, err, sizeof err) &&
-              gemm_fp8_smem_bytes(&blk) == 1024 + 5 * (32768 + 512) + 32768 + 5 * 24,
-          "fp8-block Mixtral gate_up, 5 stages, bf16 out: %d bytes %s", gemm_fp8_smem_bytes(&blk), err);
+              gemm_fp8_smem_bytes(&blk) == 1024 + 6 * (32768 + 128) + 32768 + 6 * 24,
+          "fp8-block Mixtral gate_up, 6 stages, bf16 out: %d bytes %s", gemm_fp8_smem_bytes(&blk), err);
     CHECK(gemm_fp8_check_shape(&mx, err, sizeof err) &&
               gemm_fp8_smem_bytes(&mx) == 1024 + 5 * (32768 + 512 + 512 + 4096) + 32768 + 5 * 24,
           "MXFP8 Mixtral down, 5 stages: %d bytes %s", gemm_fp8_smem_bytes(&mx), err);
-    CHECK(!gemm_fp8_check_shape(&blk6, err, sizeof err) && strstr(err, "shared memory"), "6 stages + bf16 staging: %s", err);
+    CHECK(!gemm_fp8_check_shape(&blk7, err, sizeof err) && strstr(err, "shared memory"), "7 stages + bf16 staging: %s", err);
+    CHECK(!gemm_fp8_check_shape(&mx6, err, sizeof err) && strstr(err, "shared memory"), "MXFP8, 6 stages: %s", err);
     CHECK(gemm_fp8_check_shape(&f32, err, sizeof err), "6 stages, fp32 out: %s", err);
     CHECK(!gemm_fp8_check_shape(&badk, err, sizeof err) && strstr(err, "K 1088"), "K %% 128: %s", err);
     GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0};
@@ -268,27 +270,28 @@ static void test_fp8_shapes(void)
 /* The scale layouts (gemm_sm90_sched.h) as the kernel uses them: each index function is a bijection
  * onto [0, size); the producer's per-stage bulk copy of an M block's A scales (and, MXFP8, an N
  * block's W scales) starts at the index of the block's first row/column for the stage's K block,
- * covers 512 contiguous bytes in which row (column) x of the block sits at byte 4 x (+ k % 4 for
- * MXFP8's k-th 32-wide block: the decoder's order), and starts 16-byte aligned when rows_cap % 4 == 0;
+ * covers 128 (fp8-block) or 512 (MXFP8) contiguous bytes in which row (column) x of the block sits at
+ * byte x (fp8-block) or 4 x + k % 4 (MXFP8's k-th 32-wide block: the decoder's order), and starts
+ * 16-byte aligned when rows_cap % 16 == 0;
  * fp8-block's weight scale of K block kb is the tile's first (kb 0) plus kb (the consumers' sbp + p). */
 static void test_fp8_scale_layout(void)
 {
     int bad = 0;
     for (int it = 0; it < 40; it++) {
         int E = 1 + (int)rnd(5), N = 128 * (1 + (int)rnd(4)), K = 128 * (1 + (int)rnd(4));
-        long long rows_cap = 128 * (1 + (int)rnd(5)) + 4 * (int)rnd(40);
+        long long rows_cap = 128 * (1 + (int)rnd(5)) + 16 * (int)rnd(10); /* rows_cap % 16 == 0 */
         int K128 = K / 128, K32 = K / 32;
-        /* fp8-block A: [K128][rows_cap] fp32 */
+        /* fp8-block A: [K128][rows_cap] E8M0 bytes */
         long long na = (long long)K128 * rows_cap, nb = (long long)E * (N / 128) * K128;
-        char *seen = calloc((size_t)(na > nb ? na : nb) * 4 + 1, 1);
+        char *seen = calloc((size_t)(na > nb ? na : nb) + 1, 1);
         for (long long r = 0; r < rows_cap; r++)
             for (int kb = 0; kb < K128; kb++) {
                 long long i = moec_fp8_block_sa_index(r, kb, rows_cap);
                 bad += i < 0 || i >= na || seen[i]++;
-                /* the stage copy of M block r / 128: 128 fp32 from its first row */
+                /* the stage copy of M block r / 128: 128 bytes from its first row, 16-byte aligned */
                 if (r / 128 * 128 + 128 <= rows_cap)
                     bad += i != moec_fp8_block_sa_index(r / 128 * 128, kb, rows_cap) + r % 128;
-                bad += r % 128 == 0 && (moec_fp8_block_sa_index(r, kb, rows_cap) * 4) % 16 != 0;
+                bad += r % 128 == 0 && i % 16 != 0;
             }
         memset(seen, 0, (size_t)nb + 1);
         for (int g = 0; g < E; g++)
