@@ -44,3 +44,11 @@ char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const 
     return source_with(inst, extra);
 }
 
+
+char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra)
+{
+    char inst[256];
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8(%s, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N, s->K, s->stages,
+             s->mode, s->out);
+    return source_with(inst, extra);
+}

@@ -33,6 +33,43 @@
 namespace moec {
 namespace sm90 {
 
+/* The TMA-store epilogue of a consumer warpgroup (both M-grouped kernels): its 64 x BLOCK_N fp32
+ * accumulators (the m64nN fragment) to bf16, in 64 x 64 chunks: chunk cc (columns 64 cc .. 64 cc + 63)
+ * is written into staging buffer cc % 2 of the warpgroup (out_buf + (2 half + cc % 2) * 8 KB) in
+ * the TMA's 128-byte swizzled layout (row r at 128 r, its 16-byte unit u at (u ^ r % 8) * 16:
+ * conflict-free for the fragment's 8 rows x 4 lanes), then one thread stores it to D at (col0 +
+ * 64 cc, row0 + 64 half) through tma_d (bf16, box {64, 64}). A buffer is rewritten only after the
+ * store that last read it is done (bulk_wait_read 1); the last stores drain while the next tile's
+ * main loop runs (bulk_wait 0 before the block ends). Named barrier 1 + half. */
+template <int BLOCK_N>
+__device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N / 2], unsigned out_buf, int half, int wq,
+                                                    int lane, const TmaDesc *tma_d, int col0, int row0)
+{
+    constexpr int OUT_CHUNK_BYTES = 64 * 64 * 2;
+    const int tid = threadIdx.x % 128;
+    const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
+#pragma unroll
+    for (int cc = 0; cc < BLOCK_N / 64; cc++) {
+        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+        if (tid == 0)
+            bulk_wait_read<1>(); /* the store that last read this buffer is done */
+        named_barrier(1 + half, 128);
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            const int j = cc * 8 + jj;
+            const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+            st_shared_u32(buf + r * 128 + off, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
+            st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+        }
+        fence_proxy_async();
+        named_barrier(1 + half, 128);
+        if (tid == 0) {
+            tma_store_2d(tma_d, buf, col0 + cc * 64, row0 + half * 64);
+            bulk_commit();
+        }
+    }
+}
+
 /* EPILOGUE: 0 (default) = through shared memory and TMA stores (64 x 64 chunks, two buffers per
  * consumer warpgroup, asynchronous: the next tile's main loop starts while the last chunks are
  * written); 1 = 16-byte stores from registers (quad transpose; 32 KB less shared memory);
@@ -187,26 +224,7 @@ struct GemmMGrouped {
                      * unit u at (u ^ r % 8) * 16: conflict-free for the fragment's 8 rows x 4 lanes) */
                     const int tid = threadIdx.x % 128;
                     const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
-#pragma unroll
-                    for (int cc = 0; cc < BLOCK_N / 64; cc++) {
-                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
-                        if (tid == 0)
-                            bulk_wait_read<1>(); /* the store that last read this buffer is done */
-                        named_barrier(1 + half, 128);
-#pragma unroll
-                        for (int jj = 0; jj < 8; jj++) {
-                            const int j = cc * 8 + jj;
-                            const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
-                            st_shared_u32(buf + r * 128 + off, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
-                            st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
-                        }
-                        fence_proxy_async();
-                        named_barrier(1 + half, 128);
-                        if (tid == 0) {
-                            tma_store_2d(&tma_d, buf, nb * BLOCK_N + cc * 64, mb * BLOCK_M + half * 64);
-                            bulk_commit();
-                        }
-                    }
+                    store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
                     if constexpr (EPILOGUE == 3) {
                         /* a = silu(gate) up p from the fp32 accumulators: gate chunk j (< 16), up chunk j + 16;
                          * two 64-wide chunks of a, through the same two buffers (the h chunks used buffers
@@ -523,6 +541,321 @@ struct GemmKGrouped {
     }
 };
 
+/* ======================================================================== FP8 (E4M3) M-grouped GEMM
+ * D[rows of g, N] = dequant(A)[rows of g, K] . dequant(W[g])^T with the products on the FP8 tensor
+ * cores (wgmma m64n128k32 e4m3.e4m3, SASS QGMMA) and the block scales applied in software in fp32:
+ *   A  [rows_cap, K] E4M3 codes, row-major (K contiguous)  - tensor map tma_a (uint8, box {128, 128})
+ *   W  [E, N, K]     E4M3 codes, K contiguous (viewed [E*N, K]) - tensor map tma_b (uint8, box {128, 128})
+ *   sa, sb           the scales, laid out as gemm_sm90_sched.h says (moec_fp8_block_* / moec_mxfp8_*)
+ *   offsets          as GemmMGrouped: multiples of 128, group g owns rows [offsets[g], offsets[g+1])
+ *   D  OUT 0: [rows_cap, N] bf16 through tma_d (box {64, 64}), store_tile_bf16_tma, asynchronous;
+ *      OUT 1: [rows_cap, N] fp32 at d, 8-byte stores from the fragment (for exact checks).
+ * FP8 wgmma takes K-major A and B only; both are (activations with K contiguous, W as [N, K] like the
+ * bf16 kernel's default, no transposed mode here). The same scheduler (moec_sched_*), warp roles,
+ * stage ring with full/empty mbarriers and persistent loop as GemmMGrouped; BLOCK_M 128, BLOCK_N 128,
+ * BLOCK_K 128 (one 128-byte swizzle row of E4M3 = four k32 wgmma).
+ *
+ * Promotion. The tensor core sums a k32 instruction's products into its accumulator with ~14 bits
+ * kept, so no accumulator is left to it for long: a "group" of k32 steps goes into a temporary tmp
+ * (the first with scale-d 0), then each consumer thread adds tmp * scale into its fp32 acc:
+ *   MODE 0, fp8-block: a group is the 4 steps of a stage (128 K); scale = sa[row] * sb (one per
+ *     tile and K block: the weights' 128 x 128 block); E8M0 codes (decision 35), decoded by the
+ *     consumers (two rows and one tile scale per 128 K);
+ *   MODE 1, MXFP8: a group is one k32 step; scale = sa[row][k32] * sb[col][k32] (E8M0 codes, decoded
+ *     into fp32 in shared memory by warp 1 of the producer warpgroup, so the consumers spend no
+ *     instruction on it).
+ * Two tmp sets (t0, t1) alternate: group p + 1 is issued before group p is promoted, so the
+ * promotion's FMULs/FFMAs overlap the next wgmma (and the other consumer warpgroup's). Registers
+ * per consumer thread: acc 64 + t0 64 + t1 64.
+ *
+ * Shared memory: the A and B rings (STAGES x 16 KB each), the bf16 staging buffers (32 KB, OUT 0),
+ * STAGES x (A scales 128 B [MXFP8: 512 B + W scales 512 B + decoded fp32 scales 4 KB]), the barriers (full,
+ * empty, ready). */
+template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16>
+struct GemmFp8MGrouped {
+    static constexpr int BLOCK_M = 128, BLOCK_N = 128, BLOCK_K = 128, THREADS = 384;
+    static constexpr int A_BYTES = BLOCK_M * BLOCK_K, B_BYTES = BLOCK_N * BLOCK_K;
+    static constexpr int SA_BYTES = MODE == 1 ? 512 : 128; /* E8M0 x 128 rows (x 4 for MXFP8) */
+    static constexpr int SB_BYTES = MODE == 1 ? 512 : 0;   /* 4 E8M0 x 128 columns */
+    static constexpr int FS_BYTES = MODE == 1 ? 4096 : 0;  /* fa [4][128] + fb [4][128] fp32 */
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
+    static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES; /* what the copies bring */
+    static constexpr int OUT_BYTES = OUT == 0 ? 4 * 64 * 64 * 2 : 0;
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
+    static constexpr int KBLOCKS = K / BLOCK_K, NUM_N = N / BLOCK_N;
+    static constexpr int GROUP = MODE == 0 ? 4 : 1; /* k32 steps per promotion */
+    static constexpr int GPS = 4 / GROUP;           /* promotion groups per stage */
+    static constexpr int P = KBLOCKS * GPS;         /* promotion groups per tile */
+    static constexpr int ACC = BLOCK_N / 2;
+    static constexpr int CONSUMER_WARPS = 8;
+    static_assert(K % 256 == 0, "K must be a multiple of 256 (an even number of 128-deep K blocks)");
+    static_assert(N % BLOCK_N == 0, "N must be a multiple of 128");
+    static_assert(MODE == 0 || MODE == 1, "MODE is 0 (fp8-block) or 1 (MXFP8)");
+    static_assert(OUT == 0 || OUT == 1, "OUT is 0 (bf16, TMA stores) or 1 (fp32 from registers)");
+    static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
+    static_assert((long long)E * N < 2147483647ll, "the rows of W must fit an int coordinate");
+    static_assert((STAGES * (A_BYTES + B_BYTES)) % 1024 == 0 && OUT_BYTES % 1024 == 0, "swizzled buffers 1024-aligned");
+
+    /* shared-memory map (base 1024-byte aligned): the A ring, the B ring, the bf16 staging buffers (all
+     * three need 1024-byte alignment for the 128-byte swizzle; their sizes are multiples of 16 KB), then
+     * the per-stage scale areas (16-byte aligned for the bulk copies), then the barriers */
+    __device__ static __forceinline__ unsigned a_at(unsigned base, int s) { return base + s * A_BYTES; }
+    __device__ static __forceinline__ unsigned b_at(unsigned base, int s) { return base + STAGES * A_BYTES + s * B_BYTES; }
+    __device__ static __forceinline__ unsigned out_at(unsigned base) { return base + STAGES * (A_BYTES + B_BYTES); }
+    __device__ static __forceinline__ unsigned sa_at(unsigned base, int s)
+    {
+        return out_at(base) + OUT_BYTES + s * SA_BYTES;
+    }
+    __device__ static __forceinline__ unsigned sb_at(unsigned base, int s)
+    {
+        return out_at(base) + OUT_BYTES + STAGES * SA_BYTES + s * SB_BYTES;
+    }
+    __device__ static __forceinline__ unsigned fs_at(unsigned base, int s)
+    {
+        return out_at(base) + OUT_BYTES + STAGES * (SA_BYTES + SB_BYTES) + s * FS_BYTES;
+    }
+
+    /* E8M0 code -> 2^(c - 127) exactly (code 0: the fp32 subnormal 2^-127; 255: NaN). fp8-block's
+     * sa * sb is then exact unless the two exponents sum below -149 (a block of amax < 2^-100 or so). */
+    __device__ static __forceinline__ float e8m0(unsigned c)
+    {
+        return __uint_as_float(c == 0 ? 0x00400000u : c == 255 ? 0x7FC00000u : c << 23);
+    }
+
+    /* issues promotion group p (0 <= p < GPS) of the K block in stage st of the ring into t */
+    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int p, int half)
+    {
+        const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
+        const unsigned long long db = desc_sw128(b_at(base, st));
+        const int k0 = p * GROUP; /* p: the group's index inside its stage */
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < GROUP; i++) /* the k-th 32-deep slice: 32 bytes further */
+            wgmma_m64n128k32_e4m3(t, da + 2 * (k0 + i), db + 2 * (k0 + i), i != 0);
+        wgmma_commit();
+    }
+
+    /* acc += t * scale for group p (0 <= p < GPS) of the K block in stage st; sbv: fp8-block's weight scale of it */
+    __device__ static __forceinline__ void promote(float (&acc)[ACC], const float (&t)[ACC], unsigned base, int st,
+                                                   int p, int r, int lane, float sbv)
+    {
+        if constexpr (MODE == 0) {
+            const float s0 = e8m0(ld_shared_u8(sa_at(base, st) + r)) * sbv;
+            const float s1 = e8m0(ld_shared_u8(sa_at(base, st) + r + 8)) * sbv;
+#pragma unroll
+            for (int j = 0; j < ACC / 4; j++) {
+                acc[4 * j + 0] = __fmaf_rn(t[4 * j + 0], s0, acc[4 * j + 0]);
+                acc[4 * j + 1] = __fmaf_rn(t[4 * j + 1], s0, acc[4 * j + 1]);
+                acc[4 * j + 2] = __fmaf_rn(t[4 * j + 2], s1, acc[4 * j + 2]);
+                acc[4 * j + 3] = __fmaf_rn(t[4 * j + 3], s1, acc[4 * j + 3]);
+            }
+        } else {
+            const int k = p; /* the group's (k32 step's) index inside its stage */
+            const unsigned fa = fs_at(base, st) + k * 512, fb = fs_at(base, st) + 2048 + k * 512;
+            const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
+#pragma unroll
+            for (int j = 0; j < ACC / 4; j++) {
+                float b0, b1; /* columns 8 j + 2 (lane % 4), + 1 */
+                ld_shared_f32x2(fb + 4 * (8 * j + 2 * (lane % 4)), b0, b1);
+                acc[4 * j + 0] = __fmaf_rn(t[4 * j + 0] * b0, a0, acc[4 * j + 0]);
+                acc[4 * j + 1] = __fmaf_rn(t[4 * j + 1] * b1, a0, acc[4 * j + 1]);
+                acc[4 * j + 2] = __fmaf_rn(t[4 * j + 2] * b0, a1, acc[4 * j + 2]);
+                acc[4 * j + 3] = __fmaf_rn(t[4 * j + 3] * b1, a1, acc[4 * j + 3]);
+            }
+        }
+    }
+
+    __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
+                                               void *d, const void *sa, const void *sb, const int *offsets,
+                                               int rows_cap)
+    {
+        extern __shared__ unsigned char smem_raw[];
+        const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+        const unsigned out_buf = out_at(base);
+        const unsigned full_bar = base + STAGES * STAGE_BYTES + OUT_BYTES, empty_bar = full_bar + STAGES * 8,
+                       ready_bar = empty_bar + STAGES * 8;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < STAGES; s++) {
+                mbar_init(full_bar + 8 * s, 1);
+                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+                mbar_init(ready_bar + 8 * s, 1);
+            }
+            mbar_init_fence();
+        }
+        __syncthreads();
+
+        /* the tile count is read after setmaxnreg in each role: a value live across it is spilled */
+        if (wg == 0) {
+            setmaxnreg_dec<40>();
+            const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
+            const int tiles = num_m * NUM_N;
+            if (warp == 0 && elect_one()) {
+                /* the producer: A, B tiles by TMA, the scale vectors by bulk copies, one stage per K block */
+                tma_prefetch_desc(&tma_a);
+                tma_prefetch_desc(&tma_b);
+                int stage = 0;
+                unsigned phase = 0;
+                for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                    int mb, nb;
+                    moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                    const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
+                    for (int kb = 0; kb < KBLOCKS; kb++) {
+                        const unsigned fb = full_bar + 8 * stage;
+                        mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+                        mbar_arrive_expect_tx(fb, TX_BYTES);
+                        tma_load_2d(a_at(base, stage), &tma_a, fb, kb * BLOCK_K, mb * BLOCK_M);
+                        tma_load_2d(b_at(base, stage), &tma_b, fb, kb * BLOCK_K, g * N + nb * BLOCK_N);
+                        if constexpr (MODE == 0) {
+                            bulk_load(sa_at(base, stage),
+                                      (const unsigned char *)sa + moec_fp8_block_sa_index(mb * BLOCK_M, kb, rows_cap),
+                                      SA_BYTES, fb);
+                        } else {
+                            bulk_load(sa_at(base, stage),
+                                      (const unsigned char *)sa + moec_mxfp8_sa_index(mb * BLOCK_M, 4 * kb, rows_cap),
+                                      SA_BYTES, fb);
+                            bulk_load(sb_at(base, stage),
+                                      (const unsigned char *)sb + moec_mxfp8_sb_index(g, nb * BLOCK_N, 4 * kb, N, K),
+                                      SB_BYTES, fb);
+                        }
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+            } else if (MODE == 1 && warp == 1) {
+                /* MXFP8: decodes each stage's E8M0 codes into fp32, fa[k][row] and fb[k][col], once
+                 * the copies have landed; the consumers wait for `ready`. The slot cannot be
+                 * overwritten early: its next copies wait for `empty`, which the consumers give
+                 * after their last read of fa/fb. */
+                int stage = 0;
+                unsigned phase = 0;
+                for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                    for (int kb = 0; kb < KBLOCKS; kb++) {
+                        mbar_wait(full_bar + 8 * stage, phase);
+                        const unsigned fs = fs_at(base, stage);
+#pragma unroll 1
+                        for (int i = 0; i < 4; i++) {
+                            const int x = lane + 32 * i; /* a row of A, a column of W */
+                            const unsigned wa = ld_shared_u32(sa_at(base, stage) + 4 * x);
+                            const unsigned wb = ld_shared_u32(sb_at(base, stage) + 4 * x);
+#pragma unroll
+                            for (int k = 0; k < 4; k++) {
+                                st_shared_f32(fs + k * 512 + 4 * x, e8m0((wa >> (8 * k)) & 255u));
+                                st_shared_f32(fs + 2048 + k * 512 + 4 * x, e8m0((wb >> (8 * k)) & 255u));
+                            }
+                        }
+                        __syncwarp();
+                        if (lane == 0)
+                            mbar_arrive(ready_bar + 8 * stage);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+            }
+        } else {
+            setmaxnreg_inc<232>();
+            const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
+            const int tiles = num_m * NUM_N;
+            const int half = wg - 1, wq = warp % 4;
+            const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
+            float acc[ACC], t0[ACC], t1[ACC];
+            int ist = 0, rst = 0; /* the stage of the next group to issue, of the next to promote */
+            unsigned iph = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                int mb, nb;
+                moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
+                const unsigned char *sbp =
+                    (const unsigned char *)sb + moec_fp8_block_sb_index(g, nb * BLOCK_N, 0, N, K);
+#pragma unroll
+                for (int i = 0; i < ACC; i++)
+                    acc[i] = 0.0f;
+                float sb0 = 0.0f, sb1 = 0.0f; /* fp8-block: the weight scale of the group in t0, t1 */
+                /* group p goes to t[p % 2]; p + 1 is issued before p is promoted */
+/* group (KB, I): the I-th promotion group (0 <= I < GPS, a constant after unrolling) of K block KB */
+#define MOEC_FP8_ISSUE(T, SBV, KB, I)                                                                    \
+    do {                                                                                                \
+        if ((I) == 0) {                                                                           \
+            mbar_wait(full_bar + 8 * ist, iph);                                                         \
+            if constexpr (MODE == 1)                                                                    \
+                mbar_wait(ready_bar + 8 * ist, iph);                                                    \
+        }                                                                                               \
+        if constexpr (MODE == 0)                                                                        \
+            SBV = e8m0(__ldg(sbp + (KB)));                                                              \
+        issue(T, base, ist, (I), half);                                                                 \
+        if ((I) == GPS - 1 && ++ist == STAGES) {                                                  \
+            ist = 0;                                                                                    \
+            iph ^= 1;                                                                                   \
+        }                                                                                               \
+    } while (0)
+#define MOEC_FP8_PROMOTE(T, SBV, I)                                                                      \
+    do {                                                                                                \
+        reg_fence(T);                                                                                   \
+        promote(acc, T, base, rst, (I), r, lane, SBV);                                                  \
+        if ((I) == GPS - 1) { /* the stage's last group: free its slot */                               \
+            __syncwarp();                                                                               \
+            if (lane == 0)                                                                              \
+                mbar_arrive(empty_bar + 8 * rst);                                                       \
+            if (++rst == STAGES)                                                                        \
+                rst = 0;                                                                                \
+        }                                                                                               \
+    } while (0)
+                /* fp8-block: K blocks in pairs, kb into t0 and kb + 1 into t1, both issued before
+                 * t0 is promoted: t0's promotion overlaps t1's wgmma, t1's overlaps the other
+                 * consumer warpgroup's. Nothing stays in flight across the loop's back edge: ptxas
+                 * keeps two sets apart only then (with t0 of the next pair issued before promoting
+                 * t1 it serialised every wgmma, C7514). */
+                if constexpr (MODE == 0) {
+                    for (int kb = 0; kb < KBLOCKS; kb += 2) {
+                        MOEC_FP8_ISSUE(t0, sb0, kb, 0);
+                        MOEC_FP8_ISSUE(t1, sb1, kb + 1, 0);
+                        wgmma_wait<1>();
+                        MOEC_FP8_PROMOTE(t0, sb0, 0);
+                        wgmma_wait<0>();
+                        MOEC_FP8_PROMOTE(t1, sb1, 0);
+                    }
+                } else {
+                    /* MXFP8: the same pairs, of k32 steps: (0, 1) and (2, 3) of each stage (with the
+                     * next group issued before promoting, as in the loop over K blocks first tried,
+                     * ptxas spilled the accumulators past 232 registers and serialised the wgmma). */
+                    for (int kb = 0; kb < KBLOCKS; kb++) {
+#pragma unroll
+                        for (int i = 0; i < 4; i += 2) {
+                            MOEC_FP8_ISSUE(t0, sb0, kb, i);
+                            MOEC_FP8_ISSUE(t1, sb1, kb, i + 1);
+                            wgmma_wait<1>();
+                            MOEC_FP8_PROMOTE(t0, sb0, i);
+                            wgmma_wait<0>();
+                            MOEC_FP8_PROMOTE(t1, sb1, i + 1);
+                        }
+                    }
+                }
+#undef MOEC_FP8_ISSUE
+#undef MOEC_FP8_PROMOTE
+                if constexpr (OUT == 0) {
+                    store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
+                } else {
+                    float *p0 = (float *)d + ((long long)mb * BLOCK_M + r) * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < BLOCK_N / 8; j++) {
+                        st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                        st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                    }
+                }
+            }
+            if constexpr (OUT == 0) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>();
+            }
+        }
+    }
+};
+
 } /* namespace sm90 */
 } /* namespace moec */
 
@@ -562,4 +895,19 @@ struct GemmKGrouped {
     {                                                                                                         \
         moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE>::run(tma_dy, tma_x, tma_dw, dw, offsets,     \
                                                                           rows_cap);                          \
+    }
+
+/* The FP8 M-grouped kernel NAME (GemmFp8MGrouped): MODE 0 fp8-block, 1 MXFP8; OUT 0 bf16 D through
+ * tma_d, 1 fp32 D at d. Launch contract: grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory
+ * GemmFp8MGrouped<...>::SMEM_BYTES (gemm_fp8_smem_bytes); tensor maps from gemm_fp8_tensor_maps
+ * (uint8 A [rows_cap, K] box {128, 128}, W [E*N, K] box {128, 128}, bf16 D box {64, 64}); sa, sb 16-byte
+ * aligned in the layouts of gemm_sm90_sched.h; rows_cap % 16 == 0; offsets multiples of 128. */
+#define MOEC_SM90_GEMM_FP8(NAME, E, N, K, STAGES, MODE, OUT)                                                \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_d, void *d, const void *sa, const void *sb,        \
+             const int *offsets, int rows_cap)                                                               \
+    {                                                                                                         \
+        moec::sm90::GemmFp8MGrouped<E, N, K, STAGES, MODE, OUT>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets,   \
+                                                                     rows_cap);                               \
     }

@@ -16,4 +16,7 @@ char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *ext
  * float *dw, const int *offsets, int rows_cap); GEMM_SM90_KEPI_TMA: MOEC_SM90_GEMM_KGROUPED_EX,
  * parameters (tma_dy, tma_x, tma_dw, float *dw, const int *offsets, int rows_cap); grid #SMs, block 384 */
 char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const char *extra);
+/* the FP8 kernel `name` (MOEC_SM90_GEMM_FP8), parameters (tma_a, tma_b, tma_d, void *d, const void *sa,
+ * const void *sb, const int *offsets, int rows_cap); grid #SMs, block 384, gemm_fp8_smem_bytes() */
+char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra);
 #endif

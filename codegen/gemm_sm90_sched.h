@@ -72,4 +72,35 @@ MOEC_SCHED_FN void moec_sched_ktile(int t, int num_n, int num_k, int band, int *
     moec_sched_tile(t - *group * per_group, num_n, num_k, band, n_block, k_block);
 }
 
+/* Scale layouts of the FP8 M-grouped kernel (GemmFp8MGrouped, docs/kernels-sm90.md), one definition
+ * for the kernel and the C side (the harness's quantiser writes them, the unit test checks them).
+ * K128 = K / 128 (the kernel's K block: one 128-byte swizzle row of E4M3). Element offsets:
+ *
+ * fp8-block (1 x 128 activations, 128 x 128 weights; E8M0 codes, one byte each, as decision 35):
+ *   A: [K128][rows_cap], "MN-major": the 128 rows of an M block for one K block are 128 contiguous
+ *      bytes (one bulk copy per pipeline stage); rows_cap % 16 == 0 keeps them 16-byte aligned.
+ *   W: [E][N / 128][K128]: one code per (expert, 128 n, 128 k), read by the consumers with a plain
+ *      load (the same address for the whole tile).
+ * MXFP8 (1 x 32 both, E8M0 codes, one byte each):
+ *   A: [K128][rows_cap][4]: row r's four 32-wide K blocks of one K128 block in one 32-bit word.
+ *   W: [E][K128][N][4]: the same for each column n of W[g] (a row of W [E, N, K]).
+ *   Per stage an M block's A scales and an N block's W scales are 512 contiguous bytes each
+ *   (rows_cap % 4 == 0 suffices for their alignment; the kernel asks rows_cap % 16 == 0 for both). */
+MOEC_SCHED_FN long long moec_fp8_block_sa_index(long long row, int kb128, long long rows_cap)
+{
+    return (long long)kb128 * rows_cap + row;
+}
+MOEC_SCHED_FN long long moec_fp8_block_sb_index(int g, int n, int kb128, int N, int K)
+{
+    return ((long long)g * (N / 128) + n / 128) * (K / 128) + kb128;
+}
+MOEC_SCHED_FN long long moec_mxfp8_sa_index(long long row, int kb32, long long rows_cap)
+{
+    return ((long long)(kb32 / 4) * rows_cap + row) * 4 + kb32 % 4;
+}
+MOEC_SCHED_FN long long moec_mxfp8_sb_index(int g, int n, int kb32, int N, int K)
+{
+    return (((long long)g * (K / 128) + kb32 / 4) * N + n) * 4 + kb32 % 4;
+}
+
 #endif

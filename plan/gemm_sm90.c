@@ -67,3 +67,31 @@ int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t err
         return 1;
     return 0;
 }
+
+int gemm_fp8_smem_bytes(const GemmFp8Shape *s)
+{
+    int stage = 128 * 128 * 2 + (s->mode == GEMM_FP8_MX ? 512 + 512 + 4096 : 128);
+    return 1024 + s->stages * stage + (s->out == GEMM_FP8_OUT_BF16 ? 4 * 64 * 64 * 2 : 0) + 24 * s->stages;
+}
+
+int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
+{
+    if (s->E < 1 || s->N < 1 || s->K < 1)
+        snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
+    else if (s->mode != GEMM_FP8_BLOCK && s->mode != GEMM_FP8_MX)
+        snprintf(err, errlen, "mode is 0 (fp8-block) or 1 (MXFP8), not %d", s->mode);
+    else if (s->out != GEMM_FP8_OUT_BF16 && s->out != GEMM_FP8_OUT_F32)
+        snprintf(err, errlen, "out is 0 (bf16) or 1 (fp32), not %d", s->out);
+    else if (s->K % 256)
+        snprintf(err, errlen, "K %d is not a multiple of 256 (the FP8 kernel takes its 128-deep K blocks in pairs)",
+                 s->K);
+    else if (s->N % 128)
+        snprintf(err, errlen, "N %d is not a multiple of 128 (the FP8 kernel's BLOCK_N)", s->N);
+    else if ((long long)s->E * s->N >= 2147483647ll)
+        snprintf(err, errlen, "E * N = %lld rows of W do not fit an int", (long long)s->E * s->N);
+    else if (s->stages < 2 || gemm_fp8_smem_bytes(s) > 232448)
+        snprintf(err, errlen, "%d stages need %d bytes of shared memory (2..227 KB)", s->stages, gemm_fp8_smem_bytes(s));
+    else
+        return 1;
+    return 0;
+}

@@ -43,4 +43,24 @@ int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t err
 /* 1024 + stages * (128 + block_n) * 128 + 16 stages (+ 32768 for the TMA-store epilogue) */
 int gemm_sm90_kgrouped_smem_bytes(const GemmSm90Shape *s);
 
+/* ---- FP8 (E4M3) M-grouped (codegen/gemm_sm90.cuh GemmFp8MGrouped): D[., N] = dequant(A)[., K] .
+ * dequant(W[g])^T, W [E, N, K] E4M3, the products on the FP8 tensor cores, the block scales applied in
+ * fp32 by the kernel. mode GEMM_FP8_BLOCK: fp8-block (1 x 128 activation scales, 128 x 128 weight
+ * scales, promotion every 128 K); GEMM_FP8_MX: MXFP8 (1 x 32 scales on both, promotion every 32 K);
+ * the scales are E8M0 codes in both. out: GEMM_FP8_OUT_BF16 (TMA stores) or GEMM_FP8_OUT_F32 (stores
+ * from registers). BLOCK_M = BLOCK_N = BLOCK_K = 128. Scale layouts: codegen/gemm_sm90_sched.h
+ * (moec_fp8_*); rows_cap % 16 == 0. */
+typedef struct GemmFp8Shape {
+    int E, N, K;
+    int stages;
+    int mode; /* GEMM_FP8_BLOCK or GEMM_FP8_MX */
+    int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
+} GemmFp8Shape;
+enum { GEMM_FP8_BLOCK = 0, GEMM_FP8_MX = 1 };
+enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1 };
+/* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits. */
+int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
+/* 1024 + stages * (32768 + 128 (fp8-block) or + 512 + 512 + 4096 (MXFP8)) (+ 32768 bf16 out) + 24 stages */
+int gemm_fp8_smem_bytes(const GemmFp8Shape *s);
+
 #endif

@@ -70,3 +70,22 @@ int gemm_sm90_kgrouped_dw_map(const GemmSm90Shape *s, CUdeviceptr dw, CUtensorMa
     return tma_encode_f32_2d(tdw, dw, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K, 64,
                              err, errlen);
 }
+
+int tma_encode_u8_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols, unsigned box_rows,
+                     char *err, size_t errlen)
+{
+    return encode_2d(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, "u8", p, rows, cols, box_rows, err, errlen);
+}
+
+int gemm_fp8_tensor_maps(const GemmFp8Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
+                         CUtensorMap *ta, CUtensorMap *tb, CUtensorMap *td, char *err, size_t errlen)
+{
+    if ((a | w | d) & 15) {
+        snprintf(err, errlen, "A, W and D must be 16-byte aligned");
+        return 0;
+    }
+    return tma_encode_u8_2d(ta, a, (unsigned long long)rows_cap, (unsigned long long)s->K, 128, err, errlen) &&
+           tma_encode_u8_2d(tb, w, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K, 128,
+                            err, errlen) &&
+           tma_encode_bf16_2d(td, d, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen);
+}

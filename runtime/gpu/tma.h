@@ -33,4 +33,14 @@ int gemm_sm90_kgrouped_tensor_maps(const GemmSm90Shape *s, CUdeviceptr dy, CUdev
  * kernel's TMA-store epilogue (GEMM_SM90_KEPI_TMA) */
 int gemm_sm90_kgrouped_dw_map(const GemmSm90Shape *s, CUdeviceptr dw, CUtensorMap *tdw, char *err, size_t errlen);
 
+/* The same for bytes (E4M3 codes): box {128, box_rows} (128 bytes: one swizzle row). */
+int tma_encode_u8_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, unsigned long long cols,
+                     unsigned box_rows, char *err, size_t errlen);
+
+/* The FP8 kernel's maps (plan/gemm_sm90.h GemmFp8Shape): ta over A [rows_cap, K] E4M3 at a, box {128, 128};
+ * tb over W [E * N, K] E4M3 at w, box {128, 128}; td over D [rows_cap, N] bf16 at d, box {64, 64} (used by
+ * the bf16 output only; an fp32 D is larger, so the map stays inside it). 1, or 0 + err. */
+int gemm_fp8_tensor_maps(const GemmFp8Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
+                         CUtensorMap *ta, CUtensorMap *tb, CUtensorMap *td, char *err, size_t errlen);
+
 #endif

@@ -239,12 +239,137 @@ static void test_nvrtc_compile(void)
     }
 }
 
+/* ---- the FP8 kernel (GemmFp8MGrouped): its shapes, its scale layouts, its compile */
+static void test_fp8_shapes(void)
+{
+    char err[256];
+    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
+                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
+                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
+                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
+                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32},
+                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0},
+                 badm = {8, 4096, 4096, 4, 2, 0}, bado = {8, 4096, 4096, 4, 0, 2};
+    CHECK(gemm_fp8_check_shape(&blk, err, sizeof err) &&
+              gemm_fp8_smem_bytes(&blk) == 1024 + 6 * (32768 + 128) + 32768 + 6 * 24,
+          "fp8-block Mixtral gate_up, 6 stages, bf16 out: %d bytes %s", gemm_fp8_smem_bytes(&blk), err);
+    CHECK(gemm_fp8_check_shape(&mx, err, sizeof err) &&
+              gemm_fp8_smem_bytes(&mx) == 1024 + 5 * (32768 + 512 + 512 + 4096) + 32768 + 5 * 24,
+          "MXFP8 Mixtral down, 5 stages: %d bytes %s", gemm_fp8_smem_bytes(&mx), err);
+    CHECK(!gemm_fp8_check_shape(&blk7, err, sizeof err) && strstr(err, "shared memory"), "7 stages + bf16 staging: %s", err);
+    CHECK(!gemm_fp8_check_shape(&mx6, err, sizeof err) && strstr(err, "shared memory"), "MXFP8, 6 stages: %s", err);
+    CHECK(gemm_fp8_check_shape(&f32, err, sizeof err), "6 stages, fp32 out: %s", err);
+    CHECK(!gemm_fp8_check_shape(&badk, err, sizeof err) && strstr(err, "K 1088"), "K %% 128: %s", err);
+    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0};
+    CHECK(!gemm_fp8_check_shape(&oddk, err, sizeof err) && strstr(err, "256"), "an odd number of K blocks: %s", err);
+    CHECK(!gemm_fp8_check_shape(&badn, err, sizeof err) && strstr(err, "N 4160"), "N %% 128: %s", err);
+    CHECK(!gemm_fp8_check_shape(&badm, err, sizeof err) && strstr(err, "mode"), "mode 2: %s", err);
+    CHECK(!gemm_fp8_check_shape(&bado, err, sizeof err) && strstr(err, "out"), "out 2: %s", err);
+}
+
+/* The scale layouts (gemm_sm90_sched.h) as the kernel uses them: each index function is a bijection
+ * onto [0, size); the producer's per-stage bulk copy of an M block's A scales (and, MXFP8, an N
+ * block's W scales) starts at the index of the block's first row/column for the stage's K block,
+ * covers 128 (fp8-block) or 512 (MXFP8) contiguous bytes in which row (column) x of the block sits at
+ * byte x (fp8-block) or 4 x + k % 4 (MXFP8's k-th 32-wide block: the decoder's order), and starts
+ * 16-byte aligned when rows_cap % 16 == 0;
+ * fp8-block's weight scale of K block kb is the tile's first (kb 0) plus kb (the consumers' sbp + p). */
+static void test_fp8_scale_layout(void)
+{
+    int bad = 0;
+    for (int it = 0; it < 40; it++) {
+        int E = 1 + (int)rnd(5), N = 128 * (1 + (int)rnd(4)), K = 128 * (1 + (int)rnd(4));
+        long long rows_cap = 128 * (1 + (int)rnd(5)) + 16 * (int)rnd(10); /* rows_cap % 16 == 0 */
+        int K128 = K / 128, K32 = K / 32;
+        /* fp8-block A: [K128][rows_cap] E8M0 bytes */
+        long long na = (long long)K128 * rows_cap, nb = (long long)E * (N / 128) * K128;
+        char *seen = calloc((size_t)(na > nb ? na : nb) + 1, 1);
+        for (long long r = 0; r < rows_cap; r++)
+            for (int kb = 0; kb < K128; kb++) {
+                long long i = moec_fp8_block_sa_index(r, kb, rows_cap);
+                bad += i < 0 || i >= na || seen[i]++;
+                /* the stage copy of M block r / 128: 128 bytes from its first row, 16-byte aligned */
+                if (r / 128 * 128 + 128 <= rows_cap)
+                    bad += i != moec_fp8_block_sa_index(r / 128 * 128, kb, rows_cap) + r % 128;
+                bad += r % 128 == 0 && i % 16 != 0;
+            }
+        memset(seen, 0, (size_t)nb + 1);
+        for (int g = 0; g < E; g++)
+            for (int n = 0; n < N; n++)
+                for (int kb = 0; kb < K128; kb++) {
+                    long long i = moec_fp8_block_sb_index(g, n, kb, N, K);
+                    bad += i < 0 || i >= nb || i != moec_fp8_block_sb_index(g, n / 128 * 128, 0, N, K) + kb;
+                    if (n % 128 == 0)
+                        bad += i >= 0 && i < nb && seen[i]++; /* one scalar per (g, n block, k block) */
+                }
+        free(seen);
+        /* MXFP8: bytes, A [K128][rows_cap][4], W [E][K128][N][4] */
+        long long nma = (long long)K32 * rows_cap, nmb = (long long)E * N * K32;
+        seen = calloc((size_t)(nma > nmb ? nma : nmb) + 1, 1);
+        for (long long r = 0; r < rows_cap; r++)
+            for (int k = 0; k < K32; k++) {
+                long long i = moec_mxfp8_sa_index(r, k, rows_cap);
+                bad += i < 0 || i >= nma || seen[i]++;
+                if (r / 128 * 128 + 128 <= rows_cap)
+                    bad += i != moec_mxfp8_sa_index(r / 128 * 128, k / 4 * 4, rows_cap) + 4 * (r % 128) + k % 4;
+                bad += r % 128 == 0 && k % 4 == 0 && i % 16 != 0;
+            }
+        memset(seen, 0, (size_t)nmb + 1);
+        for (int g = 0; g < E; g++)
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K32; k++) {
+                    long long i = moec_mxfp8_sb_index(g, n, k, N, K);
+                    bad += i < 0 || i >= nmb || seen[i]++;
+                    bad += i != moec_mxfp8_sb_index(g, n / 128 * 128, k / 4 * 4, N, K) + 4 * (n % 128) + k % 4;
+                    bad += n % 128 == 0 && k % 4 == 0 && i % 16 != 0;
+                }
+        free(seen);
+    }
+    CHECK(bad == 0, "FP8 scale layouts: %d index faults", bad);
+}
+
+static void test_fp8_compile(void)
+{
+    char err[1024];
+    if (!nvrtc_load(err, sizeof err))
+        return; /* test_nvrtc_compile said why (and failed where NVRTC is required) */
+    const GemmFp8Shape shapes[] = {
+        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16}, /* Mixtral gate_up, fp8-block */
+        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},    /* Mixtral down, MXFP8 */
+        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32},     /* the GPU check's ragged shape */
+        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const GemmFp8Shape *s = &shapes[i];
+        CHECK(gemm_fp8_check_shape(s, err, sizeof err), "FP8 shape %zu: %s", i, err);
+        char *src = gemm_fp8_source(s, "moec_gemm_fp8", NULL);
+        NvrtcOutput out;
+        int ok = nvrtc_compile(src, "gemm_fp8.cu", "sm_90a", &out, err, sizeof err);
+        if (!ok && out.log)
+            nvrtc_print_log(stderr, out.log, src, "gemm_fp8.cu");
+        CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
+              "FP8 E %d N %d K %d mode %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N, s->K,
+              s->mode, s->out, ok ? "" : err, out.nwarnings);
+        /* ptxas says so (C7514 / C7515, an info line, not a warning) when it serialises the wgmma:
+         * the two temporary accumulator sets must stay apart */
+        CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 mode %d out %d: ptxas serialised the wgmma:\n%s",
+              s->mode, s->out, out.log ? out.log : "");
+        if (ok && out.log && *out.log)
+            fprintf(stderr, "%s\n", out.log);
+        nvrtc_output_free(&out);
+        free(src);
+    }
+}
+
 int main(void)
 {
     test_scheduler();
     test_kscheduler();
     test_shapes();
     test_nvrtc_compile();
+    test_fp8_shapes();
+    test_fp8_scale_layout();
+    test_fp8_compile();
     printf("test_gemm_sm90: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }

@@ -1,0 +1,739 @@
+/* gemm_fp8.c - checks and times the sm_90a FP8 (E4M3) M-grouped GEMM (codegen/gemm_sm90.cuh
+ * GemmFp8MGrouped) on a GPU: fp8-block (1 x 128 / 128 x 128 scales) and MXFP8 (1 x 32), E8M0 scale codes.
+ *
+ *   gemm_fp8 --emit DIR   (no GPU) NVRTC-compiles every configuration for sm_90a into DIR/NAME.cubin
+ *                         (+ NAME.cu); fails on any NVRTC warning
+ *   gemm_fp8 --selftest   (no GPU) the quantiser, the scale layouts and the checker on the CPU: see selftest()
+ *   gemm_fp8 --run DIR [SEED]  (GPU) per configuration:
+ *     inputs: pseudo-random floats (a hash of the index and the seed; magnitudes vary by row and by
+ *             128-block so the scales differ), quantised on the host by the reference quantiser
+ *             below, uploaded with their scales in the kernel's layouts (gemm_sm90_sched.h);
+ *     check:  D poisoned with NaN first; against a double-precision GEMM of the dequantised
+ *             operands, every element of the real rows (small shapes) or the first and last row of
+ *             each group plus 2048 random elements (big ones); ragged groups (0 rows, 1, non-multiples
+ *             of 128); two runs bit-identical;
+ *     time:   3 warm-up launches, median of 20 (CUDA events); TFLOP/s = 2 M N K / time, M = real rows.
+ *
+ * Reference quantiser (exactly defined; the fp8-block recipe's CPU side is another branch's): a
+ * block's scale is 2^e with e = ceil(log2(amax / 448)) (computed exactly: amax = m 2^p, m in [0.5, 1),
+ * e = p - 9 + (m > 0.875)), amax the largest |x| of the block; a zero block gets e = 0 (scale 1).
+ * Values: moec_e4m3_encode(x 2^-e) (util/e4m3.h: round to nearest even, saturating). Blocks: A 1 x 128
+ * and W 128 x 128 (fp8-block), or 1 x 32 along K for both (MXFP8); scales stored as E8M0 codes e + 127
+ * (decision 35's format; its rule gives an all-zero block 2^-127, this one 1: the kernel takes either).
+ *
+ * Tolerance, per element, with S = sum_k |a_k b_k| of the dequantised operands:
+ *   |d - ref| <= G 2^-12 S + (K / 32) 2^-23 S + (bf16 out: 2^-8 |ref|)
+ * The products of two E4M3 values are exact; the FP8 tensor core adds them into its accumulator
+ * keeping ~14 bits (DeepSeek-V3 s. 3.3.2, measured on H800): an error of ~2^-13 of the magnitudes
+ * involved per k32 instruction, taken as 2^-12 of that instruction's sum of |products| (twice the
+ * estimate: the hardware's alignment and truncation are not documented), and G instructions share a
+ * temporary before the kernel promotes it in fp32 (G = 4 for fp8-block, 1 for MXFP8); the fp32
+ * promotion adds K/128 or K/32 partials (gamma_n = n 2^-24, doubled). Normwise
+ * ||d - ref|| / ||ref|| <= 2^-11 (4.9e-4) for fp32 out: random data should land at 1e-5..1e-4 (the
+ * per-instruction errors of ~2^-14 relative partly cancel), but truncation is biased, so the bound is
+ * the worst case of a 128-deep fp8-block interval (4 x 2^-13); 2^-8 for bf16 out (its rounding). A
+ * wrong scale or a wrong expert is O(1e-2) or more (the self-test shows both caught).
+ * tests/gpu/gemm_fp8.sh drives it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "../../codegen/gemm_sm90.h"
+#include "../../codegen/gemm_sm90_sched.h"
+#include "../../runtime/gpu/tma.h"
+#include "../../util/e4m3.h"
+#include "nvrtc.h"
+#include "../../runtime/gpu/cudrv.h"
+
+typedef struct Cfg {
+    const char *name;
+    GemmFp8Shape s;
+    int timed, full;
+    int rows[32];
+} Cfg;
+
+#define U8(r) {r, r, r, r, r, r, r, r}
+#define U16(r) {r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r}
+#define RAG6 {0, 1, 200, 128, 1000, 333}
+#define RAG16 {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}
+enum { BLK = GEMM_FP8_BLOCK, MX = GEMM_FP8_MX, BF = GEMM_FP8_OUT_BF16, F32 = GEMM_FP8_OUT_F32 };
+static const Cfg cfgs[] = {
+    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32}, 0, 1, RAG6},
+    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32}, 0, 1, RAG6},
+    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF}, 0, 1, RAG6},
+    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF}, 0, 1, RAG6},
+    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32}, 0, 0, RAG16},
+    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32}, 0, 0, RAG16},
+    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
+    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF}, 1, 0, U8(2048)},
+    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 1, 0, U8(2048)},
+    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF}, 1, 0, U16(1024)},
+    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF}, 1, 0, U16(1024)},
+    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32}, 1, 0, U8(2048)},
+    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF}, 1, 0, U8(2048)},
+    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF}, 1, 0, U8(2048)},
+    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF}, 1, 0, U16(1024)},
+    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF}, 1, 0, U16(1024)},
+};
+#define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "gemm_fp8: %s: %s\n", what, why);
+    exit(2);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static int emit(const char *dir)
+{
+    char err[1024], path[1024];
+    int bad = 0;
+    for (int i = 0; i < NCFG; i++) {
+        const Cfg *c = &cfgs[i];
+        if (!gemm_fp8_check_shape(&c->s, err, sizeof err))
+            die(c->name, err);
+        char *src = gemm_fp8_source(&c->s, "moec_gemm_fp8", NULL);
+        NvrtcOutput out;
+        int ok = nvrtc_compile(src, "gemm_fp8.cu", "sm_90a", &out, err, sizeof err);
+        if (out.log && *out.log)
+            nvrtc_print_log(stderr, out.log, src, "gemm_fp8.cu");
+        printf("emit %-28s NVRTC %d.%d: %s, %d warnings, %.2f s\n", c->name, out.major, out.minor, ok ? "ok" : err,
+               out.nwarnings, out.seconds);
+        bad += !ok || out.nwarnings != 0;
+        if (ok) {
+            snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
+            FILE *f = fopen(path, "wb");
+            if (!f || fwrite(out.image, 1, out.image_size, f) != out.image_size)
+                die(path, "cannot write");
+            fclose(f);
+            snprintf(path, sizeof path, "%s/%s.cu", dir, c->name);
+            f = fopen(path, "w");
+            if (!f)
+                die(path, "cannot write");
+            fputs(src, f);
+            fclose(f);
+        }
+        nvrtc_output_free(&out);
+        free(src);
+    }
+    return bad ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- the host side: inputs, quantiser */
+static unsigned long long mix(unsigned long long x)
+{
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+/* uniform in (-1, 1) times 2^scale_exp (-16 <= scale_exp <= 0); about 1 in 64 elements exactly 0 */
+static float fpow2[32]; /* fpow2[e + 16] = 2^e */
+static float gen(unsigned seed, unsigned long long i, int scale_exp)
+{
+    unsigned long long x = mix(i * 0x9E3779B97F4A7C15ull + (unsigned long long)seed * 0xD1B54A32D192ED03ull);
+    if ((x & 63) == 0)
+        return 0.0f;
+    float u = (float)((x >> 40) & 0xFFFFFF) * (2.0f / 16777216.0f) - 1.0f;
+    return u * fpow2[scale_exp + 16];
+}
+/* the magnitudes: A by row (and a zero K block now and then), W by its 128 x 128 block */
+static float gen_a(unsigned seed, long long r, int k, int K)
+{
+    if ((r * 7 + k / 128) % 23 == 5)
+        return 0.0f; /* a zero block: scale 1 */
+    return gen(seed, (unsigned long long)r * K + k, (int)(r % 9) - 8);
+}
+static float gen_w(unsigned seed, int g, int n, int k, int N, int K)
+{
+    return gen(seed, ((unsigned long long)g * N + n) * K + k, -3 - (int)((n / 128 + k / 128 + g) % 5));
+}
+
+/* the scale exponent of a block: ceil(log2(amax / 448)), 0 for a zero block */
+static int scale_exp(float amax)
+{
+    if (amax == 0.0f)
+        return 0;
+    int p;
+    float m = frexpf(amax, &p);
+    return p - 9 + (m > 0.875f);
+}
+
+static float lut[256];
+static double pow2[256]; /* pow2[e + 128] = 2^e */
+static void init_tables(void)
+{
+    for (int i = 0; i < 256; i++) {
+        lut[i] = moec_e4m3_decode((unsigned)i);
+        pow2[i] = ldexp(1.0, i - 128);
+    }
+    for (int i = 0; i < 32; i++)
+        fpow2[i] = ldexpf(1.0f, i - 16);
+}
+
+/* quantised operands on the host: codes, and the block exponent of every block (ea, ew) */
+typedef struct Q {
+    unsigned char *a, *w;   /* codes */
+    signed char *ea, *ew;   /* A: [rows_cap][K / BK]; W: [E][N][K / 32] (MXFP8) or [E][N / 128][K / 128] */
+    void *sa, *sb;          /* the kernel's scale arrays */
+    size_t sa_bytes, sb_bytes;
+} Q;
+
+typedef struct QJob {
+    const GemmFp8Shape *s;
+    long long rows_cap;
+    unsigned seed_a, seed_w;
+    Q *q;
+    int nthreads, tid;
+} QJob;
+
+/* A rows tid, tid + nthreads, ... and W (expert, 128-row block) units likewise */
+static void *quantise_part(void *arg)
+{
+    const QJob *j = arg;
+    const GemmFp8Shape *s = j->s;
+    Q *q = j->q;
+    const int E = s->E, N = s->N, K = s->K, mx = s->mode == GEMM_FP8_MX;
+    const int BK = mx ? 32 : 128;
+    const long long rows_cap = j->rows_cap;
+    float *blk = malloc(sizeof(float) * 128 * 128);
+    if (!blk)
+        die("quantise", "out of host memory");
+    for (long long r = j->tid; r < rows_cap; r += j->nthreads)
+        for (int kb = 0; kb < K / BK; kb++) {
+            float amax = 0;
+            for (int i = 0; i < BK; i++) {
+                blk[i] = gen_a(j->seed_a, r, kb * BK + i, K);
+                amax = fmaxf(amax, fabsf(blk[i]));
+            }
+            int e = scale_exp(amax);
+            float inv = ldexpf(1.0f, -e);
+            for (int i = 0; i < BK; i++)
+                q->a[r * K + kb * BK + i] = (unsigned char)moec_e4m3_encode(blk[i] * inv);
+            q->ea[r * (K / BK) + kb] = (signed char)e;
+            if (mx)
+                ((unsigned char *)q->sa)[moec_mxfp8_sa_index(r, kb, rows_cap)] = (unsigned char)(e + 127);
+            else
+                ((unsigned char *)q->sa)[moec_fp8_block_sa_index(r, kb, rows_cap)] = (unsigned char)(e + 127);
+        }
+    for (long long u = j->tid; u < (long long)E * (N / 128); u += j->nthreads) {
+        const int g = (int)(u / (N / 128)), nb = (int)(u % (N / 128));
+        for (int kb = 0; kb < K / 128; kb++) {
+            for (int n = 0; n < 128; n++)
+                for (int k = 0; k < 128; k++)
+                    blk[n * 128 + k] = gen_w(j->seed_w, g, nb * 128 + n, kb * 128 + k, N, K);
+            if (mx) {
+                for (int n = 0; n < 128; n++)
+                    for (int k4 = 0; k4 < 4; k4++) {
+                        float amax = 0;
+                        for (int i = 0; i < 32; i++)
+                            amax = fmaxf(amax, fabsf(blk[n * 128 + k4 * 32 + i]));
+                        int e = scale_exp(amax);
+                        float inv = ldexpf(1.0f, -e);
+                        size_t row = ((size_t)g * N + nb * 128 + n) * K + (size_t)kb * 128 + k4 * 32;
+                        for (int i = 0; i < 32; i++)
+                            q->w[row + i] = (unsigned char)moec_e4m3_encode(blk[n * 128 + k4 * 32 + i] * inv);
+                        int kb32 = kb * 4 + k4;
+                        q->ew[((size_t)g * N + nb * 128 + n) * (K / 32) + kb32] = (signed char)e;
+                        ((unsigned char *)q->sb)[moec_mxfp8_sb_index(g, nb * 128 + n, kb32, N, K)] =
+                            (unsigned char)(e + 127);
+                    }
+            } else {
+                float amax = 0;
+                for (int i = 0; i < 128 * 128; i++)
+                    amax = fmaxf(amax, fabsf(blk[i]));
+                int e = scale_exp(amax);
+                float inv = ldexpf(1.0f, -e);
+                for (int n = 0; n < 128; n++)
+                    for (int k = 0; k < 128; k++)
+                        q->w[((size_t)g * N + nb * 128 + n) * K + (size_t)kb * 128 + k] =
+                            (unsigned char)moec_e4m3_encode(blk[n * 128 + k] * inv);
+                q->ew[((size_t)g * (N / 128) + nb) * (K / 128) + kb] = (signed char)e;
+                ((unsigned char *)q->sb)[moec_fp8_block_sb_index(g, nb * 128, kb, N, K)] = (unsigned char)(e + 127);
+            }
+        }
+    }
+    free(blk);
+    return NULL;
+}
+
+/* every element of A [rows_cap, K] (padding rows too: they must not matter) and W [E, N, K]; the same
+ * result for any thread count (each block is quantised by one thread, from the index alone) */
+static void quantise(const GemmFp8Shape *s, long long rows_cap, unsigned seed_a, unsigned seed_w, Q *q)
+{
+    const int E = s->E, N = s->N, K = s->K, mx = s->mode == GEMM_FP8_MX;
+    const int BK = mx ? 32 : 128;
+    q->a = malloc((size_t)rows_cap * K);
+    q->w = malloc((size_t)E * N * K);
+    q->ea = malloc((size_t)rows_cap * (K / BK));
+    q->ew = mx ? malloc((size_t)E * N * (K / 32)) : malloc((size_t)E * (N / 128) * (K / 128));
+    if (mx) {
+        q->sa_bytes = (size_t)rows_cap * (K / 32);
+        q->sb_bytes = (size_t)E * N * (K / 32);
+    } else {
+        q->sa_bytes = (size_t)rows_cap * (K / 128);
+        q->sb_bytes = (size_t)E * (N / 128) * (K / 128);
+    }
+    q->sa = malloc(q->sa_bytes);
+    q->sb = malloc(q->sb_bytes);
+    if (!q->a || !q->w || !q->ea || !q->ew || !q->sa || !q->sb)
+        die("quantise", "out of host memory");
+    enum { MAXT = 64 };
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = nproc < 1 ? 1 : nproc > MAXT ? MAXT : (int)nproc;
+    pthread_t th[MAXT];
+    QJob jobs[MAXT];
+    for (int t = 0; t < nt; t++) {
+        jobs[t] = (QJob){s, rows_cap, seed_a, seed_w, q, nt, t};
+        if (t > 0 && pthread_create(&th[t], NULL, quantise_part, &jobs[t]) != 0)
+            die("quantise", "pthread_create failed");
+    }
+    quantise_part(&jobs[0]);
+    for (int t = 1; t < nt; t++)
+        pthread_join(th[t], NULL);
+}
+
+static double deq_a(const GemmFp8Shape *s, const Q *q, long long r, int k)
+{
+    const int BK = s->mode == GEMM_FP8_MX ? 32 : 128;
+    return (double)lut[q->a[r * s->K + k]] * pow2[q->ea[r * (s->K / BK) + k / BK] + 128];
+}
+static double deq_w(const GemmFp8Shape *s, const Q *q, int g, int n, int k)
+{
+    int e = s->mode == GEMM_FP8_MX ? q->ew[((size_t)g * s->N + n) * (s->K / 32) + k / 32]
+                                   : q->ew[((size_t)g * (s->N / 128) + n / 128) * (s->K / 128) + k / 128];
+    return (double)lut[q->w[((size_t)g * s->N + n) * s->K + k]] * pow2[e + 128];
+}
+
+/* ---------------------------------------------------------------- GPU side */
+static void ck(CUresult r, const char *what)
+{
+    if (r != CUDA_SUCCESS) {
+        char b[200];
+        die(what, cudrv_error(r, b, sizeof b));
+    }
+}
+
+static float bf2f(unsigned short h)
+{
+    unsigned u = (unsigned)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct Stats {
+    long long n, bad, nan;
+    double max_ratio, err2, ref2;
+} Stats;
+
+static unsigned long long rng_state;
+static unsigned long long rng_next(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+typedef struct Result {
+    const char *name;
+    int pass, deterministic, timed, regs, local;
+    long long bad, checked;
+    double normwise, max_ratio, ms, tflops;
+} Result;
+
+static void check_one(const GemmFp8Shape *s, const Q *q, const void *dh, int g, long long r, int n, Stats *st)
+{
+    double sum = 0, sa = 0;
+    for (int k = 0; k < s->K; k++) {
+        double p = deq_a(s, q, r, k) * deq_w(s, q, g, n, k);
+        sum += p;
+        sa += fabs(p);
+    }
+    const int G = s->mode == GEMM_FP8_MX ? 1 : 4;
+    double got = s->out == GEMM_FP8_OUT_F32 ? (double)((const float *)dh)[r * s->N + n]
+                                            : (double)bf2f(((const unsigned short *)dh)[r * s->N + n]);
+    double tol = G * ldexp(sa, -12) + (double)(s->K / 32) * ldexp(sa, -23) +
+                 (s->out == GEMM_FP8_OUT_BF16 ? ldexp(fabs(sum), -8) : 0);
+    double e = fabs(got - sum);
+    st->n++;
+    if (got != got) {
+        st->nan++;
+        st->bad++;
+        return;
+    }
+    st->bad += e > tol;
+    if (tol > 0 && e / tol > st->max_ratio)
+        st->max_ratio = e / tol;
+    st->err2 += e * e;
+    st->ref2 += sum * sum;
+}
+
+/* compares D (the rows of each group's real count) with the reference: res->normwise, max_ratio, pass
+ * (determinism not included) */
+static void verify(const Cfg *c, const Q *q, const int *off, long long real, const void *d1, unsigned seed,
+                   Result *res)
+{
+    const GemmFp8Shape *s = &c->s;
+    const int E = s->E, N = s->N;
+    Stats st = {0};
+    rng_state = 0x9E3779B97F4A7C15ull ^ seed;
+    if (c->full) {
+        for (int g = 0; g < E; g++)
+            for (long long r = off[g]; r < off[g] + c->rows[g]; r++)
+                for (int n = 0; n < N; n++)
+                    check_one(s, q, d1, g, r, n, &st);
+    } else {
+        for (int g = 0; g < E; g++) {
+            if (!c->rows[g])
+                continue;
+            long long pick[2] = {off[g], off[g] + c->rows[g] - 1};
+            for (int pi = 0; pi < 2; pi++)
+                for (int j = 0; j < 256; j++)
+                    check_one(s, q, d1, g, pick[pi], (int)(rng_next() % (unsigned long long)N), &st);
+        }
+        for (int i = 0; i < 2048; i++) {
+            long long rr = (long long)(rng_next() % (unsigned long long)real);
+            int g = 0;
+            while (rr >= c->rows[g])
+                rr -= c->rows[g++];
+            check_one(s, q, d1, g, off[g] + rr, (int)(rng_next() % (unsigned long long)N), &st);
+        }
+    }
+    res->normwise = st.ref2 > 0 ? sqrt(st.err2 / st.ref2) : 0;
+    res->max_ratio = st.max_ratio;
+    double bound = s->out == GEMM_FP8_OUT_F32 ? ldexp(1.0, -11) : ldexp(1.0, -8);
+    res->pass = st.bad == 0 && res->normwise <= bound;
+    res->bad = st.bad;
+    res->checked = st.n;
+}
+
+static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Result *res)
+{
+    char err[512], path[1024];
+    const GemmFp8Shape *s = &c->s;
+    const int E = s->E, N = s->N, K = s->K, BM = 128;
+    memset(res, 0, sizeof *res);
+    res->name = c->name;
+    snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
+    size_t len;
+    char *img = slurp(path, &len);
+    if (!img)
+        die(path, "cannot read (run --emit first)");
+    CUmodule mod;
+    CUfunction fn;
+    ck(cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
+    free(img);
+    ck(cu.cuModuleGetFunction(&fn, mod, "moec_gemm_fp8"), "cuModuleGetFunction");
+    int smem = gemm_fp8_smem_bytes(s);
+    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
+    cu.cuFuncGetAttribute(&res->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    cu.cuFuncGetAttribute(&res->local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+
+    int off[33];
+    long long real = 0;
+    off[0] = 0;
+    for (int g = 0; g < E; g++) {
+        off[g + 1] = off[g] + (c->rows[g] + BM - 1) / BM * BM;
+        real += c->rows[g];
+    }
+    long long rows_cap = off[E] + 64; /* a multiple of 16 */
+    unsigned seed_a = seed * 2 + 1, seed_w = seed * 2 + 2;
+    clock_t t0 = clock();
+    Q q;
+    quantise(s, rows_cap, seed_a, seed_w, &q);
+    double qsec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    size_t esize = s->out == GEMM_FP8_OUT_F32 ? 4 : 2, dbytes = (size_t)rows_cap * N * esize;
+    CUdeviceptr A, W, D, SA, SB, OFF;
+    ck(cu.cuMemAlloc(&A, (size_t)rows_cap * K), "alloc A");
+    ck(cu.cuMemAlloc(&W, (size_t)E * N * K), "alloc W");
+    ck(cu.cuMemAlloc(&D, dbytes), "alloc D");
+    ck(cu.cuMemAlloc(&SA, q.sa_bytes), "alloc sa");
+    ck(cu.cuMemAlloc(&SB, q.sb_bytes), "alloc sb");
+    ck(cu.cuMemAlloc(&OFF, sizeof(int) * (size_t)(E + 1)), "alloc offsets");
+    ck(cu.cuMemcpyHtoD(A, q.a, (size_t)rows_cap * K), "A HtoD");
+    ck(cu.cuMemcpyHtoD(W, q.w, (size_t)E * N * K), "W HtoD");
+    ck(cu.cuMemcpyHtoD(SA, q.sa, q.sa_bytes), "sa HtoD");
+    ck(cu.cuMemcpyHtoD(SB, q.sb, q.sb_bytes), "sb HtoD");
+    ck(cu.cuMemcpyHtoD(OFF, off, sizeof(int) * (size_t)(E + 1)), "offsets HtoD");
+    ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison D");
+    CUtensorMap ta, tb, td;
+    if (!gemm_fp8_tensor_maps(s, A, rows_cap, W, D, &ta, &tb, &td, err, sizeof err))
+        die(c->name, err);
+    int rc_int = (int)rows_cap;
+    void *args[] = {&ta, &tb, &td, &D, &SA, &SB, &OFF, &rc_int};
+    ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+    ck(cu.cuCtxSynchronize(), "run 1");
+    void *d1 = malloc(dbytes), *d2 = malloc(dbytes);
+    if (!d1 || !d2)
+        die(c->name, "out of host memory");
+    ck(cu.cuMemcpyDtoH(d1, D, dbytes), "D DtoH");
+    if (c->timed) {
+        CUevent e0, e1;
+        ck(cu.cuEventCreate(&e0, CU_EVENT_DEFAULT), "event");
+        ck(cu.cuEventCreate(&e1, CU_EVENT_DEFAULT), "event");
+        enum { WARM = 3, REPS = 20 };
+        float t[REPS];
+        for (int r = 0; r < WARM + REPS; r++) {
+            ck(cu.cuEventRecord(e0, NULL), "record");
+            ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+            ck(cu.cuEventRecord(e1, NULL), "record");
+            ck(cu.cuEventSynchronize(e1), "timed run");
+            if (r >= WARM)
+                ck(cu.cuEventElapsedTime(&t[r - WARM], e0, e1), "elapsed");
+        }
+        qsort(t, REPS, sizeof *t, cmp_float);
+        res->ms = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+        res->tflops = 2.0 * (double)real * N * K / (res->ms * 1e-3) / 1e12;
+        res->timed = 1;
+        cu.cuEventDestroy(e0);
+        cu.cuEventDestroy(e1);
+    } else {
+        ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison D");
+        ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+    }
+    ck(cu.cuCtxSynchronize(), "last run");
+    ck(cu.cuMemcpyDtoH(d2, D, dbytes), "D DtoH");
+    int same = 1;
+    for (int g = 0; g < E && same; g++)
+        same = memcmp((char *)d1 + (size_t)off[g] * N * esize, (char *)d2 + (size_t)off[g] * N * esize,
+                      (size_t)c->rows[g] * N * esize) == 0;
+    res->deterministic = same;
+
+    verify(c, &q, off, real, d1, seed, res);
+    res->pass = res->pass && same;
+    printf("%-28s %s E %2d N %5d K %5d out %s: rows %lld (padded %d), regs %d, local %d B, smem %d B, quantised in "
+           "%.1f s\n",
+           c->name, s->mode == GEMM_FP8_MX ? "MXFP8" : "fp8-block", E, N, K, s->out == GEMM_FP8_OUT_F32 ? "fp32" : "bf16",
+           real, off[E], res->regs, res->local, smem, qsec);
+    printf("  check %lld elements: %lld over tolerance (NaN included); max err/tol %.3f, normwise %.3g (bound %.3g); two "
+           "runs bit-identical: %s -> %s\n",
+           res->checked, res->bad, res->max_ratio, res->normwise, s->out == GEMM_FP8_OUT_F32 ? ldexp(1.0, -11) : ldexp(1.0, -8),
+           same ? "yes" : "NO", res->pass ? "PASS" : "FAIL");
+    if (res->timed)
+        printf("  time: median %.4f ms of 20, %.1f TFLOP/s (2 M N K, M = %lld real rows)\n", res->ms, res->tflops, real);
+    fflush(stdout);
+    free(d1);
+    free(d2);
+    free(q.a);
+    free(q.w);
+    free(q.ea);
+    free(q.ew);
+    free(q.sa);
+    free(q.sb);
+    cu.cuMemFree(A);
+    cu.cuMemFree(W);
+    cu.cuMemFree(D);
+    cu.cuMemFree(SA);
+    cu.cuMemFree(SB);
+    cu.cuMemFree(OFF);
+    cu.cuModuleUnload(mod);
+}
+
+static int name_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(list, name); p; p = strstr(p + 1, name))
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' '))
+            return 1;
+    return 0;
+}
+
+static int run(const char *dir, unsigned seed)
+{
+    char err[512];
+    init_tables();
+    if (!cudrv_load(err, sizeof err))
+        die("CUDA driver", err);
+    CUdevice dev;
+    CUcontext ctx;
+    ck(cu.cuDeviceGet(&dev, 0), "cuDeviceGet");
+    ck(cu.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    ck(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    char name[128];
+    int sms = 0, major = 0;
+    cu.cuDeviceGetName(name, sizeof name, dev);
+    cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    printf("device %s, %d SMs, driver %d; seed %u\n", name, sms, cu.version, seed);
+    if (major != 9)
+        die(name, "not a Hopper GPU (sm_90a kernels)");
+    const char *only = getenv("GEMM_FP8_ONLY");
+    Result res[NCFG];
+    int n = 0, fails = 0;
+    for (int i = 0; i < NCFG; i++) {
+        if (only && *only && !name_listed(only, cfgs[i].name))
+            continue;
+        run_one(&cfgs[i], dir, sms, seed + (unsigned)i, &res[n]);
+        fails += !res[n].pass;
+        n++;
+    }
+    printf("\n%-28s %5s %5s %9s %8s %6s %9s %8s\n", "config", "regs", "local", "normwise", "err/tol", "check", "ms",
+           "TFLOP/s");
+    for (int i = 0; i < n; i++) {
+        printf("%-28s %5d %5d %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].normwise,
+               res[i].max_ratio, res[i].pass ? "PASS" : "FAIL");
+        if (res[i].timed)
+            printf(" %9.4f %8.1f\n", res[i].ms, res[i].tflops);
+        else
+            printf(" %9s %8s\n", "-", "-");
+    }
+    return fails ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- --selftest (no GPU)
+ * Emulates the kernel's arithmetic on the CPU from the arrays the GPU would get, read through the
+ * kernel's index functions (gemm_sm90_sched.h): per promotion group an fp32 sum of the exact E4M3
+ * products (the tensor core keeps fewer bits; fp32 here), then acc += tmp * scale in fp32 (fp8-block:
+ * scale = sa[row] sb; MXFP8: (tmp b) a), bf16 or fp32 out. The checker must pass it, and must fail it
+ * once a scale is wrong (one block's scale doubled) or a group's rows are swapped: this tests the
+ * quantiser, the layouts and the checker, not the kernel. */
+static unsigned short f2bf(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even (finite inputs) */
+    return (unsigned short)(u >> 16);
+}
+
+static float e8m0f(unsigned char c)
+{
+    return c == 0 ? ldexpf(1.0f, -127) : ldexpf(1.0f, (int)c - 127);
+}
+
+static void emulate(const GemmFp8Shape *s, const Q *q, const int *off, const int *rows, long long rows_cap, void *dh)
+{
+    const int E = s->E, N = s->N, K = s->K, mx = s->mode == GEMM_FP8_MX, BK = mx ? 32 : 128;
+    for (int g = 0; g < E; g++)
+        for (long long r = off[g]; r < off[g] + rows[g]; r++)
+            for (int n = 0; n < N; n++) {
+                float acc = 0;
+                for (int kb = 0; kb < K / BK; kb++) {
+                    float tmp = 0;
+                    for (int k = kb * BK; k < kb * BK + BK; k++)
+                        tmp += lut[q->a[r * K + k]] * lut[q->w[((size_t)g * N + n) * K + k]];
+                    if (mx) {
+                        float a = e8m0f(((const unsigned char *)q->sa)[moec_mxfp8_sa_index(r, kb, rows_cap)]);
+                        float b = e8m0f(((const unsigned char *)q->sb)[moec_mxfp8_sb_index(g, n, kb, N, K)]);
+                        acc = fmaf(tmp * b, a, acc);
+                    } else {
+                        float sc = e8m0f(((const unsigned char *)q->sa)[moec_fp8_block_sa_index(r, kb, rows_cap)]) *
+                                   e8m0f(((const unsigned char *)q->sb)[moec_fp8_block_sb_index(g, n, kb, N, K)]);
+                        acc = fmaf(tmp, sc, acc);
+                    }
+                }
+                if (s->out == GEMM_FP8_OUT_F32)
+                    ((float *)dh)[r * N + n] = acc;
+                else
+                    ((unsigned short *)dh)[r * N + n] = f2bf(acc);
+            }
+}
+
+static int selftest(void)
+{
+    init_tables();
+    int fails = 0;
+    for (int i = 0; i < NCFG; i++) {
+        const Cfg *c = &cfgs[i];
+        if (!c->full)
+            continue; /* the small ragged shapes */
+        const GemmFp8Shape *s = &c->s;
+        int off[33];
+        long long real = 0;
+        off[0] = 0;
+        for (int g = 0; g < s->E; g++) {
+            off[g + 1] = off[g] + (c->rows[g] + 127) / 128 * 128;
+            real += c->rows[g];
+        }
+        long long rows_cap = off[s->E] + 64;
+        Q q;
+        quantise(s, rows_cap, 11, 12, &q);
+        size_t esize = s->out == GEMM_FP8_OUT_F32 ? 4 : 2, dbytes = (size_t)rows_cap * s->N * esize;
+        void *dh = calloc(1, dbytes);
+        Result ok, bad_scale, bad_rows;
+        emulate(s, &q, off, c->rows, rows_cap, dh);
+        verify(c, &q, off, real, dh, 1, &ok);
+        /* one scale of A wrong: the 201st real row of group 2 (block 1), scale doubled */
+        long long r = off[2] + 150;
+        unsigned char *code = (unsigned char *)q.sa + (s->mode == GEMM_FP8_MX ? moec_mxfp8_sa_index(r, 1, rows_cap)
+                                                                              : moec_fp8_block_sa_index(r, 1, rows_cap));
+        (*code)++;
+        emulate(s, &q, off, c->rows, rows_cap, dh);
+        (*code)--;
+        verify(c, &q, off, real, dh, 1, &bad_scale);
+        /* group 4's result computed with group 3's weights (a wrong expert) */
+        int off2[33];
+        memcpy(off2, off, sizeof off2);
+        emulate(s, &q, off, c->rows, rows_cap, dh);
+        {
+            int rows3[32];
+            memcpy(rows3, c->rows, sizeof rows3);
+            for (int g = 0; g < s->E; g++)
+                if (g != 4)
+                    rows3[g] = 0;
+            off2[3] = off[4]; /* group 3's weights on group 4's rows */
+            rows3[3] = c->rows[4];
+            rows3[4] = 0;
+            emulate(s, &q, off2, rows3, rows_cap, dh);
+        }
+        verify(c, &q, off, real, dh, 1, &bad_rows);
+        int good = ok.pass && !bad_scale.pass && !bad_rows.pass;
+        printf("selftest %-22s emulated: normwise %.3g, max err/tol %.3f (%s); a doubled scale: %lld elements over "
+               "tolerance (%s); a wrong expert: %lld over (%s) -> %s\n",
+               c->name, ok.normwise, ok.max_ratio, ok.pass ? "pass" : "FAIL", bad_scale.bad,
+               bad_scale.pass ? "NOT caught" : "caught", bad_rows.bad, bad_rows.pass ? "NOT caught" : "caught",
+               good ? "PASS" : "FAIL");
+        fails += !good;
+        free(dh);
+        free(q.a);
+        free(q.w);
+        free(q.ea);
+        free(q.ew);
+        free(q.sa);
+        free(q.sb);
+    }
+    return fails ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "--selftest") == 0)
+        return selftest();
+    if (argc >= 3 && strcmp(argv[1], "--emit") == 0)
+        return emit(argv[2]);
+    if (argc >= 3 && strcmp(argv[1], "--run") == 0) {
+        unsigned seed = argc >= 4 ? (unsigned)strtoul(argv[3], NULL, 10) : (unsigned)time(NULL);
+        return run(argv[2], seed);
+    }
+    fprintf(stderr, "usage: gemm_fp8 --emit DIR | --run DIR [SEED] | --selftest\n");
+    return 2;
+}

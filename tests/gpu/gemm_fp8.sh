@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tests/gpu/gemm_fp8.sh [--build-only | --run-only] [OUTDIR]
+# Checks and times the sm_90a FP8 grouped GEMM (codegen/gemm_sm90.cuh GemmFp8MGrouped: fp8-block and
+# MXFP8) with tests/gpu/gemm_fp8.c. Not part of `make test` (tests/unit/test_gemm_sm90.c is: NVRTC
+# compile, scale layouts, on the CPU).
+#
+# Build (make, a C compiler, libnvrtc; no GPU): builds the objects it links from BUILD (default build),
+# links OUTDIR/gemm_fp8, runs its CPU self-test (quantiser, scale layouts, checker) and NVRTC-compiles every
+# configuration into OUTDIR/NAME.cubin (+ NAME.cu).
+# Run (a Hopper GPU, libcuda.so.1): quantises, checks and times every configuration; log OUTDIR/gemm_fp8.log;
+# then the bf16 kernel (tests/gpu/gemm_sm90.c, built into OUTDIR/bf16) at the same shapes, and a table of the
+# three. On a GPU machine without the toolchain build elsewhere, carry OUTDIR, pass --run-only.
+# OUTDIR defaults to BUILD/gpu-gemm-fp8. SEED fixes the inputs (default: the time);
+# GEMM_FP8_ONLY="name name" runs only those configurations; GEMM_FP8_TIMEOUT (default 900 s).
+set -uo pipefail
+MODE=all
+case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=${BUILD:-build}
+OUT=${1:-$ROOT/$BUILD/gpu-gemm-fp8}
+cd "$ROOT"
+if [ "$MODE" != run ]; then
+  set -e
+  objs=("$BUILD/obj/plan/gemm_sm90.o" "$BUILD/obj/codegen/gemm_sm90.o" "$BUILD/obj/runtime/gpu/tma.o"
+        "$BUILD/obj/runtime/gpu/nvrtc.o" "$BUILD/obj/runtime/gpu/cudrv.o" "$BUILD/gen/cuda_prelude.o")
+  make -j2 BUILD="$BUILD" "${objs[@]}" >/dev/null
+  mkdir -p "$OUT"
+  cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra ${WERROR:+-Werror} -Iruntime/gpu -c tests/gpu/gemm_fp8.c -o "$OUT/gemm_fp8.o"
+  cc -o "$OUT/gemm_fp8" "$OUT/gemm_fp8.o" "${objs[@]}" -lm -lpthread -ldl
+  "$OUT/gemm_fp8" --selftest
+  "$OUT/gemm_fp8" --emit "$OUT"
+  # the bf16 kernel at the same shapes, for the side-by-side table (its own harness and cubins)
+  BUILD="$BUILD" bash tests/gpu/gemm_sm90.sh --build-only "$OUT/bf16" >"$OUT/bf16-build.log"
+  set +e
+fi
+[ "$MODE" = build ] && exit 0
+SEED=${SEED:-$(date +%s)}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null
+timeout "${GEMM_FP8_TIMEOUT:-900}" "$OUT/gemm_fp8" --run "$OUT" "$SEED" >"$OUT/gemm_fp8.log" 2>&1
+rc=$?
+cat "$OUT/gemm_fp8.log"
+if [ -x "$OUT/bf16/gemm_sm90" ] && [ -z "${GEMM_FP8_ONLY:-}" ]; then
+  # the bf16 kernel's anchors in the same run (default BLOCK_N 256 and 128), then one table
+  GEMM_SM90_ONLY="mixtral_gate_up mixtral_down bio_up bio_down mixtral_gate_up_bn128 mixtral_down_bn128 bio_up_bn128 bio_down_bn128" \
+    timeout 300 "$OUT/bf16/gemm_sm90" --run "$OUT/bf16" "$SEED" >"$OUT/bf16.log" 2>&1
+  echo
+  printf '%-16s %12s %12s %12s %12s %12s\n' "TFLOP/s" "bf16 BN256" "bf16 BN128" "fp8-block" "MXFP8" "block/bf16"
+  for a in mixtral_gate_up mixtral_down bio_up bio_down; do
+    b=$(awk -v n="$a" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
+    b128=$(awk -v n="${a}_bn128" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
+    f=$(awk -v n="block_$a" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
+    m=$(awk -v n="mx_$a" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
+    r=$(awk -v x="${f:-0}" -v y="${b:-0}" -v z="${b128:-0}" 'BEGIN{t=y>z?y:z; if (t>0 && x>0) printf "%.2f", x/t; else print "-"}')
+    printf '%-16s %12s %12s %12s %12s %12s\n' "$a" "${b:--}" "${b128:--}" "${f:--}" "${m:--}" "$r"
+  done
+fi
+echo "checks: $(grep -c -- '-> PASS' "$OUT/gemm_fp8.log") passed, $(grep -c -- '-> FAIL' "$OUT/gemm_fp8.log") failed (rc $rc); seed $SEED"
+exit $rc
