@@ -1,7 +1,8 @@
 /* test_memory.c - the memory planner (plan/memory.c, decision 39) on every model the repository has:
  *   - plan_memory_check on each plan's tensor table (the GPU layout: alignment, views inside their base,
  *     lifetimes covering the uses, no two buffers live at once sharing a byte), with the reference and the
- *     fast kernels, mxfp8 and ep 2, and on the CPU backend's layout of the same graph;
+ *     fast kernels, mxfp8 and ep 2, and on the CPU backend's layout of the same graph; the fast kernels'
+ *     tensor maps inside their buffers (buffers now lie edge to edge);
  *   - the check itself fails on deliberately broken layouts (two live buffers moved onto each other, a view
  *     past its base, an unaligned offset, a lifetime cut short);
  *   - the layout against the live bytes at the peak (plan_memory_breakdown): within 2% on four Mixtral-8x7B
@@ -48,6 +49,26 @@ static Plan *make_plan(const char *path, int mxfp8, int64_t ep, int fast)
     return p;
 }
 
+/* the tensor maps of the fast kernels (TMA loads and stores, bounded by the map, not by the buffer) lie
+ * inside their buffers: with buffers packed edge to edge, a map past its buffer's end would reach another's */
+static void check_tmaps(const char *what, const Plan *p)
+{
+    for (int l = 0; l < p->nlaunches; l++) {
+        const PlanLaunch *L = &p->launches[l];
+        for (int a = 0; a < L->nargs && L->targs; a++) {
+            const PlanArg *t = &L->targs[a];
+            if (t->kind != PLAN_ARG_TMAP && t->kind != PLAN_ARG_TMAP_F32)
+                continue;
+            int64_t elem = t->kind == PLAN_ARG_TMAP ? 2 : 4;
+            int64_t need = (t->offset + t->rows * t->cols) * elem;
+            CHECK(t->buf >= 0 && t->buf < p->nbufs && need <= p->bufs[t->buf].bytes,
+                  "%s: launch %d (%s) maps %lld x %lld from element %lld of buffer %d (%lld bytes)", what, l,
+                  L->what ? L->what : "?", (long long)t->rows, (long long)t->cols, (long long)t->offset, t->buf,
+                  t->buf >= 0 && t->buf < p->nbufs ? (long long)p->bufs[t->buf].bytes : -1LL);
+        }
+    }
+}
+
 /* the plan's own (GPU) layout, then the table laid out again (same layout: deterministic), then the CPU
  * backend's layout of its graph (runtime/cpu/cpu.c: every node's buffer, 4-byte elements, 64-byte aligned) */
 static void check_plan(const char *what, const Plan *p)
@@ -56,6 +77,7 @@ static void check_plan(const char *what, const Plan *p)
     const IrGraph *g = p->graph;
     if (p->bufs) {
         CHECK(plan_memory_check(g, p->bufs, p->nbufs, 256, &p->memory, err, sizeof err), "%s: %s", what, err);
+        check_tmaps(what, p);
         PlanBuf *again = malloc(sizeof *again * ((size_t)p->nbufs + 1));
         memcpy(again, p->bufs, sizeof *again * (size_t)p->nbufs);
         PlanMemory m;
