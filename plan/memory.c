@@ -191,6 +191,10 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
     free(last_use);
     free(keep);
     free(iv);
+    /* what the layout promises, checked on every plan (about 1 ms for mixtral_8x7b's 3,500 buffers) */
+    char why[512];
+    if (!plan_memory_check(g, bufs, nbufs, align, out, why, sizeof why))
+        die("plan_memory: internal error: the layout breaks its rules: %s", why);
 }
 
 void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)

@@ -110,7 +110,8 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
 /* What plan_memory promises, checked on a laid-out table (the tests run it on every model): each buffer in
  * its region, `align`-aligned, a view inside its base at its offset; every lifetime covering the node's
  * users (an output's to the end, a workspace's its node and `until`); and no two activations buffers whose
- * lifetimes overlap sharing a byte. 1, or 0 with the first violation in err. */
+ * lifetimes overlap sharing a byte. 1, or 0 with the first violation in err. plan_memory runs it on its own
+ * layout and stops with an internal error when it fails. */
 int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t align, const PlanMemory *mem,
                       char *err, size_t errlen);
 struct Plan;

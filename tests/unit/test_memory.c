@@ -263,6 +263,13 @@ int main(void)
         printf("  plan_memory on mixtral_8x7b: %d buffers (%d in the activations) in %.2f ms\n", p->nbufs,
                m.nblocks, ms);
         CHECK(ms < 1000, "plan_memory takes %.0f ms on mixtral_8x7b", ms);
+        char err[512];
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int ok = plan_memory_check(p->graph, t, p->nbufs, 256, &m, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        printf("  plan_memory_check on mixtral_8x7b: %.2f ms\n", ms);
+        CHECK(ok, "mixtral_8x7b: %s", err);
         free(t);
         plan_free(p);
     }
