@@ -114,12 +114,17 @@ static int load_run(Run *r, char *err, size_t errlen)
 }
 
 /* x over every step of every run (from 0 when they start near it), y over
- * every value drawn plus 6%, never below zero for non-negative losses: the
- * single-run chart's rules. Returns -1 when a double cannot hold the span. */
+ * the validation losses and the training line from the first evaluation on,
+ * plus 6%, never below zero for non-negative losses. The first steps' high
+ * training loss runs off the top (clipped) instead of squeezing the part of
+ * the chart where runs differ. Returns -1 when a double cannot hold the span. */
 static int compare_axes(Frame *fr, const Run *runs, int n)
 {
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
     int integral = 1;
+    double first_eval = INFINITY;
+    for (int k = 0; k < n; k++)
+        first_eval = fmin(first_eval, runs[k].vstep[0]);
     for (int k = 0; k < n; k++) {
         const Run *r = &runs[k];
         for (int s = 0; s < 2; s++) {
@@ -130,7 +135,7 @@ static int compare_axes(Frame *fr, const Run *runs, int n)
                 xmax = fmax(xmax, st[i]);
                 if (st[i] != floor(st[i]))
                     integral = 0;
-                if (isfinite(va[i])) {
+                if (isfinite(va[i]) && (s || st[i] >= first_eval)) {
                     ymin = fmin(ymin, va[i]);
                     ymax = fmax(ymax, va[i]);
                 }
