@@ -31,7 +31,7 @@ RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_wire.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
 DATA_SRC = data/data.c data/shards.c data/alignment.c
-FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/hf.c formats/hf_import.c \
+FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/plot_compare.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c
 TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c train/eval.c train/moe_metrics.c train/ckpt_match.c train/ckpt_keep.c train/infer.c train/embed.c train/score.c train/cluster_env.c train/dryrun.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
@@ -102,7 +102,7 @@ $(BUILD)/libmoec.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 # the moec command (cli/): main() and the commands, outside libmoec.a
-CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c cli/prep.c
+CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c cli/prep.c cli/plot.c
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 
 # -rdynamic: pass plugins (--load-pass) link against the IR and pass API in moec
