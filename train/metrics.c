@@ -60,7 +60,10 @@ void trainer_print_summary(Trainer *t)
         printf("device: %s\n", bi.device);
         printf("plan: %d IR nodes (forward + backward), precision %s (fp32 storage and arithmetic%s); %d kernel "
                "launches per step%s%.0d%s; kernels from %s; %s\n", g->nnodes, ir_precision_name[g->train.precision],
-               mx ? ", MXFP8-quantized expert GEMM operands" : "", bi.nlaunches, bi.ncollectives ? " + " : "",
+               mx   ? ", MXFP8-quantized expert GEMM operands"
+               : fb ? ", fp8-block-quantized expert GEMM operands (E4M3, 1x128 activations, 128x128 weights)"
+                    : "",
+               bi.nlaunches, bi.ncollectives ? " + " : "",
                bi.ncollectives, bi.ncollectives ? " collectives" : "", bi.kernels, bi.step);
         printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s, batch and optimizer "
                "scratch %s: %s\n", pa, ad, ac, ot, tot);
