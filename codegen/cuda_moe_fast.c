@@ -622,6 +622,10 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  * The weights are quantised by a pass per step in the forward node (their fp32 master copies read once,
  * the tiled and transposed E4M3 copies kept for the backward); not yet by the optimizer. */
 
+/* the tile quantiser's dynamic shared memory: a 128 x 129 fp32 tile and two rows of 128 column maxima
+ * (fp8_block_fast.cuh moec::fp8b::TILE_SMEM) */
+enum { FP8B_TILE_SMEM = 128 * 129 * 4 + 2 * 128 * 4 };
+
 static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(R, (int)E) + 15) / 16 * 16; }
 
 /* the FP8 kernel's configuration: 6 stages of 128 x 128 x 128 (the most that fit beside the bf16
@@ -713,8 +717,19 @@ static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, 
     cg->fp8b_used = 1;
 }
 
-/* one row kernel over the padded rows / one column kernel over the 128-row blocks */
-static int64_t col_grid(const Fast *f, int64_t C) { return min64(f->rcap / 128 * ((C + CG_BLOCK - 1) / CG_BLOCK), 132 * 16); }
+/* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): one block of 256 threads per
+ * 128 x 128 tile of the padded rows, the tile in dynamic shared memory when it writes a colwise copy */
+static void fp8_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
+                          const char *colq, const char *src, const char *probs)
+{
+    fast_consts(cg, f);
+    cg_line(cg, "static_assert(moec::fp8b::TILE_SMEM == %d, \"the launch's dynamic shared memory\");", FP8B_TILE_SMEM);
+    cg_line(cg, "moec::fp8b::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
+            colq, src, probs);
+    cg_launch_extra(cg, strcmp(colq, "nullptr") ? FP8B_TILE_SMEM : 0, 0);
+    cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
+    cg->fp8b_used = 1;
+}
 
 static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
 {
@@ -744,33 +759,25 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 7 + (bwd != NULL) + (comb == NULL);
+    f.steps = 7 + (comb == NULL);
 
     emit_offsets(cg, &f, sp);
 
-    fast_begin(cg, &f, "fp8b_gather", "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, "
-                                      "from the fp32 rows, bit-exact with the CPU reference), and probs");
+    fast_begin(cg, &f, bwd ? "fp8b_gather_xg" : "fp8b_gather",
+               bwd ? "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, from the fp32 rows, "
+                     "bit-exact with the CPU reference), and 128x1 within each group dequantised to bf16 (exact; "
+                     "kept for dw_gate_up), in one read of each 128x128 tile; probs"
+                   : "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, from the fp32 rows, "
+                     "bit-exact with the CPU reference); probs");
     cg_param(cg, xq, 1, "q");
     cg_param(cg, xsa, 1, "sa");
+    if (bwd)
+        cg_param(cg, xg, 1, "xg");
     cg_param(cg, pp, 1, "pp");
     cg_in(cg, xs, "xs");
     cg_in(cg, p, "p");
     cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::quant_rows<E, H>(q, sa, %lldll, moec::fp8b::GraphRows<E, H>{xs}, pp, p, ofs);",
-            (long long)rc);
-    cg_end(cg, CG_BLOCK, row_grid(rc));
-
-    if (bwd) {
-        fast_begin(cg, &f, "fp8b_xs_colwise", "xs quantised 128x1 within each expert group and dequantised to bf16 "
-                                              "(exact), for the backward's dw_gate_up (kept)");
-        cg_param(cg, xg, 1, "xg");
-        cg_in(cg, xs, "xs");
-        cg_param(cg, f.ofs, 0, "ofs");
-        fast_consts(cg, &f);
-        cg_line(cg, "moec::fp8b::fq_cols_bf16<E, H>(xg, moec::fp8b::GraphRows<E, H>{xs}, ofs);");
-        cg_end(cg, CG_BLOCK, col_grid(&f, H));
-    }
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xg" : "nullptr", "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
 
     emit_fp8_weight(cg, &f, w1, "w_gate_up", w1q, w1s, w1t, w1ts, 2 * F, H);
     emit_fp8_weight(cg, &f, w2, "w_down", w2q, w2s, w2t, w2ts, H, F);
@@ -786,10 +793,7 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, hp, 0, "hp");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::quant_rows<E, F>(q, sa, %lldll, moec::fp8b::Swiglu<F>{hp, pp}, nullptr, nullptr, ofs);",
-            (long long)rc);
-    cg_end(cg, CG_BLOCK, row_grid(rc));
+    fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, bf16 out)", aq, asa, w2q, w2s, yp,
                   H, F);
@@ -837,42 +841,31 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     int ag = cg_ws(cg, n, PLAN_BF16, rc * F, "a_colwise_bf16");
     int dhg = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_colwise_bf16");
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
-    f.steps = 11;
+    f.steps = 9;
 
     fast_begin(cg, &f, "fp8b_gather_dy", "dy into zero-padded groups quantised 1x128 along H (from the fp32 rows, "
-                                         "bit-exact with the CPU reference)");
+                                         "bit-exact with the CPU reference), and 128x1 within each group dequantised "
+                                         "to bf16 (exact) for dw_down, in one read of each 128x128 tile");
     cg_param(cg, dyq, 1, "q");
     cg_param(cg, dysa, 1, "sa");
-    cg_in(cg, dy, "dy");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::quant_rows<E, H>(q, sa, %lldll, moec::fp8b::GraphRows<E, H>{dy}, nullptr, nullptr, ofs);",
-            (long long)rc);
-    cg_end(cg, CG_BLOCK, row_grid(rc));
-
-    fast_begin(cg, &f, "fp8b_dy_colwise", "dy quantised 128x1 within each expert group, dequantised to bf16 (exact), "
-                                          "for dw_down");
     cg_param(cg, dyg, 1, "dyg");
     cg_in(cg, dy, "dy");
     cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::fq_cols_bf16<E, H>(dyg, moec::fp8b::GraphRows<E, H>{dy}, ofs);");
-    cg_end(cg, CG_BLOCK, col_grid(&f, H));
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyg", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM on the transposed tile copy of "
                                      "w_down, bf16 out)", dyq, dysa, w2t, w2ts, dap, F, H);
 
-    fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) quantised 1x128 along 2F (E4M3 and scales)");
+    fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) quantised 1x128 along 2F (E4M3 and scales), and "
+                                       "128x1 within each group dequantised to bf16 (exact) for dw_gate_up");
     cg_param(cg, dhq, 1, "q");
     cg_param(cg, dhsa, 1, "sa");
+    cg_param(cg, dhg, 1, "dhg");
     cg_param(cg, hp, 0, "hp");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::quant_rows<E, 2 * F>(q, sa, %lldll, moec::fp8b::Dswiglu<F>{hp, dap, pp}, nullptr, "
-                "nullptr, ofs);", (long long)rc);
-    cg_end(cg, CG_BLOCK, row_grid(rc));
+    fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhg", "moec::fp8b::Dswiglu<F>{hp, dap, pp}", "nullptr, nullptr");
 
     fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row (fixed order)");
     cg_param(cg, dpp, 1, "dpp");
@@ -883,26 +876,13 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, hp, dap, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
-    fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs quantised 128x1 within each expert group, "
-                                         "dequantised to bf16 (exact), for dw_down");
+    fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs (recomputed from h) quantised 128x1 within each "
+                                         "expert group, dequantised to bf16 (exact), for dw_down");
     cg_param(cg, ag, 1, "ag");
     cg_param(cg, hp, 0, "hp");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::fq_cols_bf16<E, F>(ag, moec::fp8b::Swiglu<F>{hp, pp}, ofs);");
-    cg_end(cg, CG_BLOCK, col_grid(&f, F));
-
-    fast_begin(cg, &f, "fp8b_dh_colwise", "dh quantised 128x1 within each expert group, dequantised to bf16 (exact), "
-                                          "for dw_gate_up");
-    cg_param(cg, dhg, 1, "dhg");
-    cg_param(cg, hp, 0, "hp");
-    cg_param(cg, dap, 0, "dap");
-    cg_param(cg, pp, 0, "pp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::fq_cols_bf16<E, 2 * F>(dhg, moec::fp8b::Dswiglu<F>{hp, dap, pp}, ofs);");
-    cg_end(cg, CG_BLOCK, col_grid(&f, 2 * F));
+    fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "ag", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tile copy of "
                                       "w_gate_up, bf16 out)", dhq, dhsa, w1t, w1ts, dxp, H, 2 * F);

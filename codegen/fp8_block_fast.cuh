@@ -100,85 +100,101 @@ template <long long F> struct Dswiglu {
     }
 };
 
-/* Rowwise (1 x 128 along C) over the padded rows pr < ofs[E]: values q [rcap, C], scales sa [C/128][rcap];
- * pdst [pr] <- the graph row's probability (psrc, if given; 0 on a padding row). One block per padded row,
- * one warp per 128-column block (4 columns a lane, the amax by shuffles). C % 128 == 0. */
+/* The tile quantiser: per 128 x 128 tile of the padded rows pr < ofs[E] (a tile never spans two groups: each
+ * starts at a multiple of 128) reads each source value once, and
+ *  - with q: quantises each row's 128 values, one 1 x 128 block: values q [rcap, C], scales sa [C/128][rcap]
+ *    (from registers: a warp holds a row, 4 columns a lane, the amax by shuffles);
+ *  - with colq: quantises each column's 128 values, one 128 x 1 block within the group (padding rows are
+ *    zeros, so a group's last block is fp8-block's partial block), and writes them dequantised in bf16 to
+ *    colq [rcap, C]: E4M3 codes times powers of two, exact in bf16 (4 significant bits) except below bf16's
+ *    subnormal range (|x| < 2^-133, a block of amax < 2^-124). Through the tile in dynamic shared memory
+ *    (FP8B_TILE_SMEM bytes), padded to 129 columns;
+ *  - with psrc: pdst [pr] <- the graph row's probability (0 on a padding row), in the tiles of column 0.
+ * 256 threads. C % 128 == 0. */
+constexpr int TILE_SMEM = 128 * 129 * 4 + 2 * 128 * 4;
+#ifndef MOEC_FP8B_DYN_SMEM /* the emulator (tests/codegen/emu) has no dynamic shared memory: it defines its own */
+#define MOEC_FP8B_DYN_SMEM(name) extern __shared__ float name[]
+#endif
 template <int E, long long C, class Src>
-__device__ void quant_rows(unsigned char *q, unsigned char *sa, long long rcap, const Src src, float *pdst,
-                           const float *psrc, const int *ofs)
+__device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned short *colq, const Src src,
+                            float *pdst, const float *psrc, const int *ofs)
 {
-    static_assert(C % 128 == 0, "1x128 blocks along C");
-    const int total = ofs[E], warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    for (int pr = blockIdx.x; pr < total; pr += gridDim.x) {
-        const int g = moec_sched_group_of(ofs, E, pr);
-        const auto r = src.row(pr, g, ofs);
-        if (psrc && threadIdx.x == 0) {
-            const int k = pr - ofs[g];
-            pdst[pr] = k < ofs[E + 2 + g] - ofs[E + 1 + g] ? psrc[ofs[E + 1 + g] + k] : 0.0f;
-        }
-        for (long long kb = warp; kb < C / 128; kb += nw) {
-            float v[4];
-            src.load4(r, kb * 128 + 4 * lane, v);
-            float m = amax4(v);
-#pragma unroll
-            for (int o = 16; o; o >>= 1)
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            const int e = moec_mx_scale_exp(m);
-            *(unsigned *)(q + (long long)pr * C + kb * 128 + 4 * lane) = pack_q4(v, e);
-            if (lane == 0)
-                sa[kb * rcap + pr] = (unsigned char)(e + 127);
-        }
-    }
-}
-
-/* Colwise (128 x 1 within each expert group) fake quantisation into bf16: dst [rcap, C] gets
- * dequant(quant(x)) of every column of each 128-row block of the padded rows (a block never spans two
- * groups; padding rows are zeros, so each group's last block is fp8-block's partial block). The
- * dequantised values are E4M3 codes times powers of two: exact in bf16 (4 significant bits) except below
- * bf16's subnormal range (|x| < 2^-133, a block of amax < 2^-124). One thread per column, 256 columns a
- * block; the amax pass and the encode pass read the 128 rows twice (the second from L1/L2). */
-template <int E, long long C, class Src>
-__device__ void fq_cols_bf16(unsigned short *dst, const Src src, const int *ofs)
-{
-    const long long chunks = (C + blockDim.x - 1) / blockDim.x;
-    const long long items = (long long)(ofs[E] / 128) * chunks;
+    static_assert(C % 128 == 0, "128-wide blocks along C");
+    MOEC_FP8B_DYN_SMEM(fp8b_tile);
+    float(*t)[129] = reinterpret_cast<float(*)[129]>(fp8b_tile);
+    float *camax = fp8b_tile + 128 * 129; /* [2][128] */
+    constexpr long long CB = C / 128;
+    const long long items = (long long)(ofs[E] / 128) * CB;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     for (long long it = blockIdx.x; it < items; it += gridDim.x) {
-        const int mb = (int)(it / chunks);
-        const long long c = (it % chunks) * blockDim.x + threadIdx.x;
-        if (c >= C)
-            continue;
+        const int mb = (int)(it / CB);
+        const long long cb = it % CB, c0 = cb * 128;
         const int g = moec_sched_group_of(ofs, E, mb * 128);
-        float m = 0.0f;
-        for (int i = 0; i < 128; i++)
-            m = fmaxf(m, fabsf(src.at(src.row(mb * 128 + i, g, ofs), c)));
-        const int e = moec_mx_scale_exp(m);
-        for (int i = 0; i < 128; i++) {
+        for (int i = warp; i < 128; i += nw) {
             const int pr = mb * 128 + i;
-            dst[(long long)pr * C + c] = moec::fast::f2bf(dq8(q8(src.at(src.row(pr, g, ofs), c), e), e));
+            const auto r = src.row(pr, g, ofs);
+            float v[4];
+            src.load4(r, c0 + 4 * lane, v);
+            if (q) {
+                float m = amax4(v);
+#pragma unroll
+                for (int o = 16; o; o >>= 1)
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                const int e = moec_mx_scale_exp(m);
+                *(unsigned *)(q + (long long)pr * C + c0 + 4 * lane) = pack_q4(v, e);
+                if (lane == 0)
+                    sa[cb * rcap + pr] = (unsigned char)(e + 127);
+            }
+            if (colq) {
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    t[i][4 * lane + k] = v[k];
+            }
+            if (psrc && cb == 0 && lane == 0) {
+                const int k = pr - ofs[g];
+                pdst[pr] = k < ofs[E + 2 + g] - ofs[E + 1 + g] ? psrc[ofs[E + 1 + g] + k] : 0.0f;
+            }
+        }
+        if (colq) {
+            __syncthreads();
+            const int c = threadIdx.x % 128, half = threadIdx.x / 128; /* two threads a column, 64 rows each */
+            float m = 0.0f;
+            for (int i = 64 * half; i < 64 * half + 64; i++)
+                m = fmaxf(m, fabsf(t[i][c]));
+            camax[half * 128 + c] = m;
+            __syncthreads();
+            const int e = moec_mx_scale_exp(fmaxf(camax[c], camax[128 + c]));
+            for (int i = 64 * half; i < 64 * half + 64; i++)
+                colq[((long long)mb * 128 + i) * C + c0 + c] = moec::fast::f2bf(dq8(q8(t[i][c], e), e));
+            __syncthreads(); /* the next tile overwrites t and camax */
         }
     }
 }
 
 /* A weight w [E, N, K] fp32 in 128 x 128 tiles: q [E, N, K] and scales s [E][N/128][K/128]; with qt, the
- * transposed copy qt [E, K, N] and st [E][K/128][N/128] (through shared memory). One block of 256
- * threads per tile; the amax pass and the encode pass read the tile twice. N % 128 == K % 128 == 0. */
+ * transposed copy qt [E, K, N] and st [E][K/128][N/128] (through shared memory). One block of 256 threads per
+ * tile, each thread holding 64 of its values in registers: the weight is read once. N % 128 == K % 128 == 0. */
 template <int E, long long N, long long K>
 __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
                              const float *w)
 {
     static_assert(N % 128 == 0 && K % 128 == 0, "128 x 128 tiles");
     constexpr long long NB = N / 128, KB = K / 128, TILES = (long long)E * NB * KB;
+    constexpr int PER = 128 * 32 / 256; /* float4s a thread (blockDim.x == 256) */
     __shared__ unsigned char tile[128][132];
-    __shared__ float red[32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    __shared__ float red[8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
         const long long g = t / (NB * KB), nb = t / KB % NB, kb = t % KB;
         const float *base = w + (g * N + nb * 128) * K + kb * 128;
+        float v[PER][4];
         float m = 0.0f;
-        for (int i = threadIdx.x; i < 128 * 32; i += blockDim.x) {
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int i = threadIdx.x + 256 * j; /* row i / 32, columns 4 (i % 32) .. + 3 */
             const float4 f = *(const float4 *)(base + (long long)(i / 32) * K + (i % 32) * 4);
-            const float v[4] = {f.x, f.y, f.z, f.w};
-            m = fmaxf(m, amax4(v));
+            v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
+            m = fmaxf(m, amax4(v[j]));
         }
 #pragma unroll
         for (int o = 16; o; o >>= 1)
@@ -187,14 +203,13 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
             red[warp] = m;
         __syncthreads();
         m = 0.0f;
-        for (int i = 0; i < nw; i++)
+        for (int i = 0; i < 8; i++)
             m = fmaxf(m, red[i]);
         const int e = moec_mx_scale_exp(m);
-        for (int i = threadIdx.x; i < 128 * 32; i += blockDim.x) {
-            const int r = i / 32, c = (i % 32) * 4;
-            const float4 f = *(const float4 *)(base + (long long)r * K + c);
-            const float v[4] = {f.x, f.y, f.z, f.w};
-            const unsigned p = pack_q4(v, e);
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int i = threadIdx.x + 256 * j, r = i / 32, c = (i % 32) * 4;
+            const unsigned p = pack_q4(v[j], e);
             *(unsigned *)(q + (g * N + nb * 128 + r) * K + kb * 128 + c) = p;
             if (qt)
                 *(unsigned *)&tile[r][c] = p;
@@ -204,9 +219,9 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
             if (st)
                 st[(g * KB + kb) * NB + nb] = (unsigned char)(e + 127);
         }
-        __syncthreads();
+        __syncthreads(); /* tile complete; red read by all */
         if (qt) {
-            for (int i = threadIdx.x; i < 128 * 32; i += blockDim.x) {
+            for (int i = threadIdx.x; i < 128 * 32; i += 256) {
                 const int k = i / 32, n = (i % 32) * 4; /* row k of W^T's tile, columns n .. n + 3 */
                 const unsigned p = (unsigned)tile[n][k] | ((unsigned)tile[n + 1][k] << 8) |
                                    ((unsigned)tile[n + 2][k] << 16) | ((unsigned)tile[n + 3][k] << 24);

@@ -122,6 +122,15 @@ int main(void)
     std::vector<unsigned short> xg((size_t)(RCAP * H), 0xABAB);
     void *a2[] = {xg.data(), x.data(), ofs.data()};
     emu_launch("k_cols_x", 5, 256, a2);
+    /* the kernels the plans launch write both in one pass: the same bytes */
+    std::vector<unsigned char> q2((size_t)(RCAP * H), 0xAB), sa2((size_t)(H / 128 * RCAP), 0xAB);
+    std::vector<unsigned short> xg2((size_t)(RCAP * H), 0xABAB);
+    std::vector<float> pp2((size_t)RCAP, -1.0f);
+    void *a3[] = {q2.data(), sa2.data(), xg2.data(), pp2.data(), x.data(), p.data(), ofs.data()};
+    emu_launch("k_both_x", 4, 256, a3);
+    check(q2 == q && sa2 == sa && memcmp(pp2.data(), pp.data(), pp.size() * 4) == 0 &&
+              memcmp(xg2.data(), xg.data(), xg.size() * 2) == 0,
+          "rowwise and colwise in one pass: the same bytes as apart", 0);
     int inexact = 0;
     for (int g = 0; g < E; g++) {
         long long n = start[g + 1] - start[g], padded = ofs[g + 1] - ofs[g];
