@@ -13,7 +13,9 @@
 #     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL), 30 training steps on
 #     the GPU against the CPU backend running the same binary (--device cpu: the fp8-block reference), every
 #     step's loss within 2%, the same model at bf16 on the GPU beside it (reported, final loss within 5%),
-#     and the layer benchmark at fp8-block for FP8_LAYERS (default bio mixtral) beside bf16 fast.
+#     the layer at bio shapes against the CPU's fp8-block reference (bench/layer.c --cpu-check: loss and
+#     every gradient within 5e-2), and the layer benchmark at fp8-block for FP8_LAYERS (default bio mixtral)
+#     beside bf16 fast.
 # Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
 set -uo pipefail
 MODE=all
@@ -161,6 +163,15 @@ if [ "$FP8" = 1 ]; then
   lf=$(losses "$L/fp8.gpu.jsonl" | tail -1) lb=$(losses "$L/fp8.bf16.jsonl" | tail -1)
   ok=$([ $r2 -eq 0 ] && [ $r3 -eq 0 ] && [ -n "$lf" ] && [ -n "$lb" ] && awk -v f="$lf" -v b="$lb" 'BEGIN {d = (f - b) / b; if (d < 0) d = -d; exit !(d < 0.05)}' && echo ok || echo FAIL)
   row train_fp8_vs_bf16_gpu "$ok" "last loss fp8-block $lf, bf16 $lb (the same model on the GPU, 30 steps)"
+  # the layer at bio shapes against the CPU's fp8-block reference (loss and every gradient within 5e-2)
+  if [[ " $FP8_LAYERS " == *" bio "* ]]; then
+    timeout 600 "$B/layer" "$OUT/cuda/layer_bio_fp8" --name bio_fp8_check --warmup 0 --reps 1 --cpu-check \
+        >"$L/layer_bio_fp8_check.log" 2>&1
+    rc=$?
+    grep -E "^# cpu check|gradient" "$L/layer_bio_fp8_check.log" | head -12
+    row layer_bio_fp8_cpu_check "$([ $rc -eq 0 ] && grep -q 'cpu=ok' "$L/layer_bio_fp8_check.log" && echo ok || echo FAIL)" \
+        "$(grep '^# cpu check' "$L/layer_bio_fp8_check.log" | cut -c1-120)"
+  fi
   for l in $FP8_LAYERS; do
     for v in _fast _fp8; do
       if [ "$v" = _fast ] && [[ " $LAYERS " == *" $l "* ]]; then continue; fi  # timed above
