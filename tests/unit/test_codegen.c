@@ -913,6 +913,15 @@ static void test_fast_mlp_fp8(void)
      * combine reads y_padded); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs,
      * a colwise, dxs, two weight gradients, scatter */
     CHECK(fwd == 7 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    /* the quantisers lay the activation scales out with the stride the GEMMs read them with (rows_cap) */
+    long long rows_cap = -1;
+    for (int i = 0; i < p->nlaunches && rows_cap < 0; i++)
+        if (strstr(p->kernel_names[p->launches[i].kernel], "_fp8b_s6"))
+            rows_cap = p->launches[i].targs[p->launches[i].nargs - 1].value;
+    char want[64];
+    snprintf(want, sizeof want, "(q, sa, %lldll, ", rows_cap);
+    CHECK(rows_cap == (384 + 4 * 128 + 15) / 16 * 16 && strstr(p->cuda_source, want) != NULL,
+          "fast_mlp_fp8: the quantisers' scale stride is the GEMMs' rows_cap %lld", rows_cap);
     CHECK(fp8_gemms == 4 * layers && u8maps == 8 * layers && kgemms == 2 * layers && caps,
           "fast_mlp_fp8: %d FP8 GEMMs (%d E4M3 tensor maps), %d bf16 weight-gradient GEMMs per plan", fp8_gemms,
           u8maps, kgemms);
