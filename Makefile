@@ -39,7 +39,8 @@ TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/me
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
            codegen/cuda_loss.c codegen/cuda_optim.c codegen/cuda_moe_fast.c runtime/gpu/nvrtc.c
 CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh \
-           codegen/moe_fast_offsets.h codegen/moe_fast.cuh codegen/dense_fast.cuh codegen/attn_fast.cuh
+           codegen/moe_fast_offsets.h codegen/moe_fast.cuh codegen/dense_fast.cuh codegen/attn_fast.cuh \
+           codegen/fp8_block_fast.cuh
 LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(DRIVER_SRC) $(RT_SRC) $(DATA_SRC) \
            $(FMT_SRC) $(TRAIN_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
@@ -83,7 +84,9 @@ $(GEN)/cuda_prelude.c: $(CODEGEN_CUH) Makefile
 	  echo 'const char cuda_prelude_dense_fast[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/dense_fast.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_attn_fast[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/attn_fast.cuh; echo ';'; } > $@.tmp
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/attn_fast.cuh; echo ';'; \
+	  echo 'const char cuda_prelude_fp8_block_fast[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/fp8_block_fast.cuh; echo ';'; } > $@.tmp
 	@mv $@.tmp $@
 
 # generated code is not held to -Wextra (flex emits unused functions)
