@@ -23,7 +23,7 @@
 # MOEC_CONV_STEPS, MOEC_CONV_EVAL_EVERY, MOEC_CONV_LOG_EVERY, MOEC_CONV_VAL_BATCHES, and MOEC_CONV_ARGS for more
 # flags, e.g. "--set seq=128 --batch 2"); MOEC_CONV_SEED; MOEC_CONV_TIMEOUT (seconds a run may take, 70:
 # eight runs stay inside a 10-minute command even if each hangs);
-# MOEC_CONV_NOISE=0 leaves out the bf16 run from seed + 1 (by default one per model: an info row and a curve,
+# MOEC_CONV_MODELS ("protein dna", or one of them); MOEC_CONV_NOISE=0 leaves out the bf16 run from seed + 1 (by default one per model: an info row and a curve,
 # the spread that the seed alone makes); MOEC_GPU_ARCH (sm_90a; empty: no kernels embedded, NVRTC at start).
 set -uo pipefail
 MODE=all
@@ -33,7 +33,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 OUT=${1:-$ROOT/build/gpu-convergence}
 BUILD=${BUILD:-build}
 ARCH=${MOEC_GPU_ARCH-sm_90a}
-MODELS="protein dna"
+MODELS=${MOEC_CONV_MODELS:-protein dna}
 PRECISIONS="bf16 mxfp8 fp8-block"
 model_file() { case $1 in protein) echo models/protein_moe_mini.moe;; dna) echo tests/gpu/dna_moe_mini.moe;; esac; }
 model_data() { case $1 in protein) echo proteins.fasta.gz;; dna) echo dna.fasta.gz;; esac; }

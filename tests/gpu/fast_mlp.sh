@@ -148,7 +148,7 @@ if [ "$FP8" = 1 ]; then
   row run_plan_fp8 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_fp8.log" | tail -1 | cut -c1-150)"
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" --chain >"$L/run_plan_fp8_chain.log" 2>&1
   rc=$?
-  grep -E "SUMMARY|FAIL|routing" "$L/run_plan_fp8_chain.log" | head -10
+  grep -E "SUMMARY|FAIL|routing" "$L/run_plan_fp8_chain.log" | head -30
   row run_plan_fp8_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_fp8_chain.log" | tail -1 | cut -c1-150)"
   # 30 steps on the GPU against the CPU backend (the fp8-block reference) with the same binary, seed and data
   cpu_common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cpu)

@@ -77,6 +77,13 @@ static void d2h(void *h, CUdeviceptr d, size_t n) { CU(cuMemcpyDtoH(h, d, n)); }
  * error does (FAST_CHAIN_TOL measured 3.1e-2 for bf16): 0.1, the routing-flip bounds as for bf16. */
 #define FP8B_TOL 5e-2
 #define FP8B_CHAIN_TOL 0.1
+/* fp8-block, chained, once routing choices differ: E4M3's steps (2^-4 to 2^-3 of a value) move the logits
+ * more than bf16 does, so more tokens flip (H200, 2026-12-01: 3 of 384 and 18 of 768 choices against bf16's
+ * 7 of 1152), and each flip moves every gradient upstream of its layer: measured 0.137-0.16 normwise on the
+ * gradients and 0.215 on a router's (layers.1's rmsnorm_dw 0.160 over the bf16 bound 0.15). 0.25 and 0.35:
+ * a stale buffer or a wrong index still shows (0.45-0.51 measured for a buffer freed too early). */
+#define FP8B_CHAIN_FLIP_TOL 0.25
+#define FP8B_ROUTER_CHAIN_TOL 0.35
 
 /* --chain on a fast plan once a routing choice differs from the CPU's (counted and printed): a token whose
  * top-k flips between two near-tied experts (the bf16 error upstream moves its logits) changes its whole
@@ -378,14 +385,18 @@ int main(int argc, char **argv)
         /* chained through a fast plan, every later node inherits the bf16 error of the fast kernels */
         int fast_chain = chain && plan->source.kernels == PLAN_KERNELS_FAST;
         int fp8b = g->train.precision == IR_PREC_FP8_BLOCK;
-        int fp8b_node = fast_node == i && fp8b && (n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD);
+        /* the combine reads the fp8-block expert MLP's output rows through (decision 22's read-through), so it
+         * carries their error: 1.4e-2 and 1.6e-2 measured on the H200, over the bf16 bound */
+        int fp8b_node = fast_node == i && fp8b &&
+                        (n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD || n->op == IR_OP_COMBINE);
         double tol = fast_chain ? (fp8b ? FP8B_CHAIN_TOL : FAST_CHAIN_TOL)
                      : fp8b_node ? FP8B_TOL
                      : fast_node == i ? FAST_TOL
                      : chain ? 1e-3
                              : 1e-5;
         if (fast_chain && route_flips > 0)
-            tol = router_grad ? FAST_ROUTER_CHAIN_TOL : FAST_CHAIN_FLIP_TOL;
+            tol = fp8b ? (router_grad ? FP8B_ROUTER_CHAIN_TOL : FP8B_CHAIN_FLIP_TOL)
+                       : router_grad ? FAST_ROUTER_CHAIN_TOL : FAST_CHAIN_FLIP_TOL;
         if (fast_node == i && n->op == IR_OP_GROUPED_MLP_BWD)
             fast_parts(n, (const float *)want, (const float *)got);
         int fail = exact || n->dtype == IR_I32 ? ndiff > 0 : !(norm_rel < tol);
