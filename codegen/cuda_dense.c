@@ -108,13 +108,30 @@ int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n)
  * tokens takes 132 and no local memory, tools/sass.sh) */
 enum { SKINNY_MAX_N = 48 };
 
+/* 1 if linear node n takes the skinny kernels */
+static int skinny_ok(const Cg *cg, const IrNode *n)
+{
+    const IrNode *s0 = n->src[0], *s1 = n->src[1];
+    const IrNode *w = n->op == IR_OP_LINEAR_DW ? NULL : s1;
+    int64_t rows = cg_lead(s0);
+    int64_t N = w ? w->shape[0] : cg_last(s0), K = w ? w->shape[1] : cg_last(s1);
+    return cg->kernel_choice == PLAN_KERNELS_FAST && N >= 1 && N <= SKINNY_MAX_N && K % 128 == 0 && rows >= 1;
+}
+
+int cg_linear_on_gemm(const Cg *cg, const IrNode *n)
+{
+    char why[240];
+    return (n->op == IR_OP_LINEAR || n->op == IR_OP_LINEAR_DX || n->op == IR_OP_LINEAR_DW) &&
+           cg->kernel_choice == PLAN_KERNELS_FAST && !skinny_ok(cg, n) && cuda_fast_linear_ok(n, why, sizeof why);
+}
+
 static int skinny_linear(Cg *cg, const IrNode *n)
 {
     const IrNode *s0 = n->src[0], *s1 = n->src[1];
     const IrNode *w = n->op == IR_OP_LINEAR_DW ? NULL : s1;
     int64_t rows = cg_lead(s0);
     int64_t N = w ? w->shape[0] : cg_last(s0), K = w ? w->shape[1] : cg_last(s1);
-    if (cg->kernel_choice != PLAN_KERNELS_FAST || N < 1 || N > SKINNY_MAX_N || K % 128 || rows < 1)
+    if (!skinny_ok(cg, n))
         return 0;
     /* dx, dw: TB threads of 4 columns each per block; K / (4 TB) column slabs */
     int tb = 256;
@@ -378,9 +395,17 @@ int cg_emit_rope(Cg *cg, const IrNode *n)
     cg_line(cg, "    long long at = (b * S + s) * (H * HD) + h * HD + j;");
     cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
     cg_line(cg, "    double c = cos(ang), sn = SIGN * sin(ang);");
-    cg_line(cg, "    double x1 = x[at], x2 = x[at + HALF];");
-    cg_line(cg, "    y[at] = (float)(x1 * c - x2 * sn);");
-    cg_line(cg, "    y[at + HALF] = (float)(x2 * c + x1 * sn);");
+    if (cg_is_bf16(cg, x->id) || cg_is_bf16(cg, n->id)) {
+        /* bf16 storage (either side): moec::sm90::ld / st widen and round (to nearest even) the value the
+         * fp32 kernel would have written, as the CPU backend rounds it */
+        cg_line(cg, "    double x1 = moec::sm90::ld(x + at), x2 = moec::sm90::ld(x + at + HALF);");
+        cg_line(cg, "    moec::sm90::st(y + at, (float)(x1 * c - x2 * sn));");
+        cg_line(cg, "    moec::sm90::st(y + at + HALF, (float)(x2 * c + x1 * sn));");
+    } else {
+        cg_line(cg, "    double x1 = x[at], x2 = x[at + HALF];");
+        cg_line(cg, "    y[at] = (float)(x1 * c - x2 * sn);");
+        cg_line(cg, "    y[at + HALF] = (float)(x2 * c + x1 * sn);");
+    }
     cg_line(cg, "}");
     cg_end(cg, CG_BLOCK, cg_grid(total, CG_BLOCK));
     return 1;

@@ -27,6 +27,7 @@
 
 #include "../../plan/plan.h"
 #include "../../runtime/cpu/cpu.h"
+#include "../../util/bf16.h"
 #include "../../util/util.h"
 #include "../../runtime/gpu/cudrv.h"
 #include "../../runtime/gpu/plan_args.h"
@@ -59,6 +60,34 @@ typedef struct OpStat {
 
 static void h2d(CUdeviceptr d, const void *h, size_t n) { CU(cuMemcpyHtoD(d, h, n)); }
 static void d2h(void *h, CUdeviceptr d, size_t n) { CU(cuMemcpyDtoH(h, d, n)); }
+
+/* A node's values to and from its device buffer, fp32 on the host: a buffer the plan stores in bf16
+ * (docs/decisions.md 40) is converted (to bf16 rounded to nearest even; the CPU's values there are
+ * rounded already, so exactly; from bf16 exactly) */
+static void put_node(const Plan *plan, int id, CUdeviceptr d, const float *h, int64_t numel)
+{
+    if (plan->bufs[id].storage != PLAN_BF16) {
+        h2d(d, h, (size_t)numel * 4);
+        return;
+    }
+    uint16_t *b = malloc((size_t)numel * 2 + 2);
+    for (int64_t e = 0; e < numel; e++)
+        b[e] = f32_to_bf16(h[e]);
+    h2d(d, b, (size_t)numel * 2);
+    free(b);
+}
+static void get_node(const Plan *plan, int id, float *h, CUdeviceptr d, int64_t numel)
+{
+    if (plan->bufs[id].storage != PLAN_BF16) {
+        d2h(h, d, (size_t)numel * 4);
+        return;
+    }
+    uint16_t *b = malloc((size_t)numel * 2 + 2);
+    d2h(b, d, (size_t)numel * 2);
+    for (int64_t e = 0; e < numel; e++)
+        h[e] = bf16_to_f32(b[e]);
+    free(b);
+}
 
 /* --kernels fast: the normwise tolerance of a node on the bf16 tensor-core kernels (docs/kernels-sm90.md) */
 #define FAST_TOL 1e-2
@@ -189,7 +218,7 @@ int main(int argc, char **argv)
         int r = (int)o->region;
         ptr[b] = base[r] + (size_t)o->offset;
         dptr[b] = dbase[r] + (CUdeviceptr)o->offset;
-        if (b < g->nnodes && o->bytes != ir_numel(g->nodes[b]) * 4)
+        if (b < g->nnodes && o->bytes != ir_numel(g->nodes[b]) * plan_storage_bytes[o->storage])
             die("plan buffer %d is %lld bytes, node %s has %lld elements", b, (long long)o->bytes, g->nodes[b]->name,
                 (long long)ir_numel(g->nodes[b]));
     }
@@ -197,6 +226,7 @@ int main(int argc, char **argv)
     /* the same params and inputs for both (generated as check.c does, then uploaded) */
     CpuPlan cpu;
     cpu_plan_init(&cpu, g, CPU_F32);
+    cpu_plan_round_bf16(&cpu, plan); /* rounded where the plan stores bf16, as the GPU */
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         int64_t numel = ir_numel(n);
@@ -262,7 +292,7 @@ int main(int argc, char **argv)
             for (int s = 0; s < n->nsrc; s++) {
                 const IrNode *x = n->src[s];
                 if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM)
-                    h2d(dptr[x->id], cpu_plan_data(&cpu, x), (size_t)ir_numel(x) * 4);
+                    put_node(plan, x->id, dptr[x->id], cpu_plan_data(&cpu, x), ir_numel(x));
             }
         for (; li < nl; li++) {
             const PlanLaunch *l = &plan->launches[li];
@@ -325,7 +355,7 @@ int main(int argc, char **argv)
             host_cap = nb * 2;
             host = malloc(host_cap);
         }
-        d2h(host, dptr[i], nb);
+        get_node(plan, i, (float *)host, dptr[i], numel);
         const void *want = cpu_plan_data(&cpu, n);
         const void *got = host;
         int exact = (n->dtype == IR_I32 || exact_op(n->op)) && !chain && fast_node != i;
@@ -386,7 +416,8 @@ int main(int argc, char **argv)
         }
         {
             char kind[8];
-            snprintf(kind, sizeof kind, "%s", n->dtype == IR_I32 ? "i32" : exact ? "exact" : "fp32");
+            snprintf(kind, sizeof kind, "%s", n->dtype == IR_I32 ? "i32" : exact ? "exact"
+                                              : plan->bufs[i].storage == PLAN_BF16 ? "bf16" : "fp32");
             printf("  %-5d %-40s %-22s %-5s %12.3e %12.3e %s", i, n->name, ir_node_op_name(n), kind, norm_rel, max_rel,
                    fail ? "FAIL" : "ok");
             if (exact || n->dtype == IR_I32)
