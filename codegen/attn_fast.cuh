@@ -7,7 +7,8 @@
  * h HD .. h HD + HD - 1), the backward's output [B, S, H HD + 2 KV HD] = [dq | dk | dv]. Where the plan
  * stores q, k and v in bf16 (docs/decisions.md 40: the projections and RoPE write bf16) the kernels read
  * them where they are; else the node first rounds them to bf16 once (to_bf16 below; the forward keeps
- * them for the backward). o is written in fp32 or bf16, and the backward rounds dO unless it is bf16. Softmax statistics are base 2: lse2 = log2(sum_j
+ * them for the backward). o and the backward's [dq | dk | dv] are written in fp32 or bf16 (st2), and the
+ * backward rounds dO unless it is bf16. Softmax statistics are base 2: lse2 = log2(sum_j
  * 2^(s_ij log2e / sqrt(HD))) per (b, h, i), kept by the forward for the backward.
  *
  * Every tile kernel is one warpgroup (4 warps, 128 threads) owning 64 rows (queries, or in dk/dv keys),
@@ -33,6 +34,9 @@ constexpr float LOG2E = 1.4426950408889634f;
 __device__ __forceinline__ float neg_inff() { return __int_as_float(0xff800000u); }
 
 using sm90::pack_bf16x2; /* codegen/sm90.cuh, pasted before this file */
+/* two adjacent outputs (8-byte aligned): fp32, or rounded to bf16 where the plan stores the output in bf16 */
+__device__ __forceinline__ void st2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
+__device__ __forceinline__ void st2(unsigned short *p, float a, float b) { sm90::st_global_u32(p, pack_bf16x2(a, b)); }
 __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 /* 16 bytes global -> shared, asynchronously; src_bytes 0 fills zeros (rows past the end) */
@@ -424,11 +428,7 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
         OT *out = o + (row + i) * WQ + (long long)h * HD + 2 * t;
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) {
-            const float y0 = acc[4 * n + 2 * r] * inv, y1 = acc[4 * n + 2 * r + 1] * inv;
-            if constexpr (sizeof(OT) == 2)
-                sm90::st_global_u32(out + n * 8, pack_bf16x2(y0, y1));
-            else
-                *(float2 *)(out + n * 8) = make_float2(y0, y1);
+            st2(out + n * 8, acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
         }
         if (t == 0)
             lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
@@ -437,8 +437,8 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
 
 /* ---- backward, dq: one block per (b, h, 64 queries) over the key tiles; s = q k^T and
  * dP = dO v^T (shared memory operands), dq += dS k (dS in registers, k read MN-major) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL>
-__device__ void bwd_dq(long long item, float *out, const unsigned short *q, const unsigned short *k,
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, typename OT>
+__device__ void bwd_dq(long long item, OT *out, const unsigned short *q, const unsigned short *k,
                           const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
                           const int *seg)
 {
@@ -537,18 +537,18 @@ __device__ void bwd_dq(long long item, float *out, const unsigned short *q, cons
         long long i = i0 + 8 * r;
         if (i >= S)
             continue;
-        float *dst = out + (row + i) * WP + (long long)h * HD + 2 * t;
+        OT *dst = out + (row + i) * WP + (long long)h * HD + 2 * t;
 #pragma unroll
         for (int n = 0; n < HD / 8; n++)
-            *(float2 *)(dst + n * 8) = make_float2(dq[4 * n + 2 * r] * scale, dq[4 * n + 2 * r + 1] * scale);
+            st2(dst + n * 8, dq[4 * n + 2 * r] * scale, dq[4 * n + 2 * r + 1] * scale);
     }
 }
 
 /* ---- backward, dk and dv: one block per (b, kv head, 64 keys) over the group's heads and the query
  * tiles (QR at a time); s^T = k q^T, dP^T = v dO^T (shared memory operands), dv += P^T dO and
  * dk += dS^T q (P^T, dS^T in registers, dO and q read MN-major) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QR>
-__device__ void bwd_dkv(long long item, float *out, const unsigned short *q, const unsigned short *k,
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QR, typename OT>
+__device__ void bwd_dkv(long long item, OT *out, const unsigned short *q, const unsigned short *k,
                            const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
                            const int *seg)
 {
@@ -661,11 +661,11 @@ __device__ void bwd_dkv(long long item, float *out, const unsigned short *q, con
         long long j = jw + 8 * r;
         if (j >= S)
             continue;
-        float *dkp = out + (row + j) * WP + WQ + (long long)kvh * HD + 2 * t, *dvp = dkp + WK;
+        OT *dkp = out + (row + j) * WP + WQ + (long long)kvh * HD + 2 * t, *dvp = dkp + WK;
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) {
-            *(float2 *)(dkp + n * 8) = make_float2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
-            *(float2 *)(dvp + n * 8) = make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+            st2(dkp + n * 8, dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            st2(dvp + n * 8, dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
         }
     }
 }

@@ -267,9 +267,9 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     char why[200], impl[400];
     int direct = attn_direct(cg, n), dy_bf16 = cg_is_bf16(cg, dy->id);
     cuda_fast_attention_ok(n, why, sizeof why);
-    snprintf(impl, sizeof impl, "fast: %s; %s and the log-sum-exp kept by %s%s", why,
+    snprintf(impl, sizeof impl, "fast: %s; %s and the log-sum-exp kept by %s%s%s", why,
              direct ? "q, k, v read in bf16 as stored" : "q, k, v in bf16", f->name,
-             dy_bf16 ? "; dO read in bf16 as stored" : "");
+             dy_bf16 ? "; dO read in bf16 as stored" : "", cg_is_bf16(cg, n->id) ? "; [dq | dk | dv] written in bf16" : "");
     cg_impl(cg, impl);
     int qkv = direct ? -1 : cg_find_ws(cg, f, "qkv_bf16"), lse = cg_find_ws(cg, f, "lse2");
     if ((!direct && qkv < 0) || lse < 0 || cg->bufs[lse].until != n->id)

@@ -268,7 +268,10 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
     cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
     rms_inv_lines(cg, "x");
     cg_line(cg, "    for (long long i = threadIdx.x; i < D; i += blockDim.x)");
-    cg_line(cg, "        y[r * D + i] = (float)((double)x[r * D + i] * inv * w[i]);");
+    if (cg_is_bf16(cg, n->id)) /* bf16 storage: the fp32 value rounded (to nearest even); the statistics stay double */
+        cg_line(cg, "        moec::sm90::st(y + r * D + i, (float)((double)x[r * D + i] * inv * w[i]));");
+    else
+        cg_line(cg, "        y[r * D + i] = (float)((double)x[r * D + i] * inv * w[i]);");
     cg_line(cg, "}");
     cg_end(cg, CG_BLOCK, min64(cg_lead(x), 65535));
     return 1;
@@ -531,7 +534,10 @@ int cg_emit_slice(Cg *cg, const IrNode *n)
     cg_const(cg, "OFF", ir_attr_i(n, IR_ATTR_OFFSET));
     cg_const(cg, "SIZE", size);
     cg_line(cg, "MOEC_FOR(i, ROWS * SIZE)");
-    cg_line(cg, "    y[i] = x[i / SIZE * W + OFF + i %% SIZE];");
+    if (cg_is_bf16(cg, x->id) || cg_is_bf16(cg, n->id)) /* bf16 storage: widened exactly, stored rounded */
+        cg_line(cg, "    moec::sm90::st(y + i, moec::sm90::ld(x + i / SIZE * W + OFF + i %% SIZE));");
+    else
+        cg_line(cg, "    y[i] = x[i / SIZE * W + OFF + i %% SIZE];");
     cg_end(cg, CG_BLOCK, cg_grid(rows * size, CG_BLOCK));
     return 1;
 }
