@@ -1016,9 +1016,54 @@ static void test_bf16_storage(void)
                   "CPU backend: the 28 bf16 nodes hold bf16 values (%d), not without the rounding (%d); loss %.9g "
                   "rounded, %.9g not", rounded, unrounded, l1, l0);
         }
+        if (fast) {
+            /* a bf16 index tensor is refused by the plan reader */
+            int seg = node_id(g, "segments");
+            PlanBuf keep = p->bufs[seg];
+            p->bufs[seg].storage = PLAN_BF16;
+            p->bufs[seg].bytes = ir_numel(g->nodes[seg]) * 2;
+            char *doc = plan_to_json(p, 0);
+            Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+            CHECK(!q && strstr(err, "storage bf16 for a i32 tensor"), "plan reader: bf16 storage of an index tensor "
+                  "refused: %s", q ? "read" : err);
+            plan_free(q);
+            free(doc);
+            p->bufs[seg] = keep;
+        }
         plan_free(p);
         compilation_free(&c);
     }
+
+    /* the planner sizes buffers by storage: four Mixtral-shape layers (tests/gpu/nofit.moe, bf16, 16 x 4096), the
+     * fast plan as made, then the same tensor table with its bf16 tensors widened back to fp32 and laid out again */
+    Compilation c;
+    IrGraph *g = compile_model(&c, "tests/gpu/nofit.moe", "bf16", 0, NULL);
+    char err[1024];
+    Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+    if (p)
+        p->source.kernels = PLAN_KERNELS_FAST;
+    CHECK(p && cuda_codegen(p, NULL, NULL), "nofit.moe: a fast plan");
+    if (p) {
+        PlanMemoryBreakdown a, b;
+        plan_memory_breakdown(p, &a);
+        int64_t half = 0;
+        for (int i = 0; i < p->graph->nnodes; i++)
+            if (p->bufs[i].storage == PLAN_BF16) {
+                half += p->bufs[i].bytes;
+                p->bufs[i].storage = PLAN_F32;
+                p->bufs[i].bytes *= 2;
+            }
+        plan_memory(p->graph, p->bufs, p->nbufs, 256, &p->memory);
+        plan_memory_breakdown(p, &b);
+        printf("nofit.moe (bf16, --kernels fast, 16 x 4096): %.2f GiB in bf16 tensors; activations at the peak %.2f "
+               "GiB, region %.2f GiB (with them in fp32: %.2f, %.2f)\n", half / 1073741824.0,
+               a.peak_acts / 1073741824.0, a.acts_region / 1073741824.0, b.peak_acts / 1073741824.0,
+               b.acts_region / 1073741824.0);
+        CHECK(half > 0 && a.peak_acts < b.peak_acts && a.acts_region < b.acts_region,
+              "nofit.moe: bf16 storage shrinks the activations at the peak and the region the planner lays out");
+        plan_free(p);
+    }
+    compilation_free(&c);
 }
 
 int main(void)
