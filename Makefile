@@ -164,6 +164,10 @@ $(BUILD)/test_util: $(BUILD)/obj/tests/unit/test_util.o $(BUILD)/libmoec.a
 $(BUILD)/test_cost: $(BUILD)/obj/tests/unit/test_cost.o $(BUILD)/libmoec.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
 
+# -ldl: as test_cost (plans through codegen)
+$(BUILD)/test_memory: $(BUILD)/obj/tests/unit/test_memory.o $(BUILD)/libmoec.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
+
 # the sm_90a grouped GEMM (its configuration plan/gemm_sm90.c, its source codegen/gemm_sm90.c, its tensor maps
 # runtime/gpu/tma.c; not in libmoec.a yet) and only what it uses: NVRTC, the driver table, the device-library
 # strings (-ldl: both load their library with dlopen)
@@ -178,7 +182,7 @@ $(BUILD)/test_fuzz_inputs: $(BUILD)/obj/tests/unit/test_fuzz_inputs.o $(BUILD)/l
 	$(CC) $(SANITIZE) -o $@ $^ $(LDLIBS) -ldl
 
 UNIT_TESTS = test_fuzz_inputs test_util test_ir test_gradcheck test_data test_safetensors test_plot test_mxfp8 test_fp8_block test_plugin_gelu_mlp test_comm \
-             test_codegen test_hf test_gemm_sm90 test_cost
+             test_codegen test_hf test_gemm_sm90 test_cost test_memory
 TEST_BINS = $(BUILD)/moec $(BUILD)/filecheck $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(PLUGIN_SO)
 
 test-plain: $(TEST_BINS)

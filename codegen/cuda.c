@@ -754,7 +754,7 @@ static void check_table(void)
 
 const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {
     "moec_grad_sumsq", "moec_sum_partials", "moec_scale", "moec_clip", "moec_adamw", "moec_adamw_bf16", "moec_to_bf16",
-    "moec_accum", "moec_accum_out"};
+    "moec_accum", "moec_accum_out", "moec_moe_stats", "moec_moe_stats_add", "moec_metric_add"};
 
 int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {

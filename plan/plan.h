@@ -82,7 +82,7 @@ typedef struct PlanBuf {
     /* filled by plan_memory */
     PlanRegion region;
     int64_t offset;      /* bytes into the region */
-    int block;           /* the planner's block in the activations, -1 elsewhere */
+    int block;           /* an activations buffer's place in the planner's order (a view: its base's), -1 elsewhere */
     int first, last;     /* lifetime: the node positions that take and release it */
 } PlanBuf;
 
@@ -90,18 +90,30 @@ typedef struct PlanBuf {
  * are the nodes' own buffers (buf i is node i), workspaces and copies follow.
  * A node's buffer is taken when it runs and released after its last user ran
  * (a use of a view is a use of what it lies in); a node's workspaces are
- * taken after its output and released when it is done (or after node
+ * taken with its output and released when it is done (or after node
  * `until`); params and their working copies and inputs live in their own
  * regions; outputs (loss, gradients, `output` tensors) keep their
- * buffers to the end. The smallest free block that fits is reused, else the
- * largest free one grows, else a new block; blocks are laid out one after
- * another, each `align` bytes aligned. Fills region, offset, block, first
- * and last; returns the activations' bytes and the region sizes. */
+ * buffers to the end. Each activations buffer (views excepted: they lie in
+ * their base) is thus an interval [first, last] of node positions, both
+ * inclusive, so a node's output never shares bytes with its sources or its
+ * workspaces. The intervals are packed at offsets (decision 39): the largest
+ * first, each at the lowest `align`-aligned offset where it shares no byte
+ * with a placed buffer whose lifetime overlaps its own; deterministic.
+ * Fills region, offset, block (the activations buffer's place in that
+ * order; -1 elsewhere), first and last; returns the region sizes (the
+ * activations': the highest end). */
 typedef struct PlanMemory {
     int64_t region_bytes[PLAN_REGION_COUNT];
-    int nblocks;
+    int nblocks;         /* the buffers laid out in the activations region (views excepted) */
 } PlanMemory;
 void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
+/* What plan_memory promises, checked on a laid-out table (the tests run it on every model): each buffer in
+ * its region, `align`-aligned, a view inside its base at its offset; every lifetime covering the node's
+ * users (an output's to the end, a workspace's its node and `until`); and no two activations buffers whose
+ * lifetimes overlap sharing a byte. 1, or 0 with the first violation in err. plan_memory runs it on its own
+ * layout and stops with an internal error when it fails. */
+int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t align, const PlanMemory *mem,
+                      char *err, size_t errlen);
 struct Plan;
 /* The memory of the forward pass alone (the launches [0, eval_launches): evaluation, embed, score): the
  * buffers of the nodes up to the loss, with their workspaces and copies, laid out by plan_memory as if the
@@ -114,8 +126,8 @@ int plan_forward_memory(const struct Plan *p, int64_t *off, PlanMemory *out);
 /* What a plan's memory holds, for --dry-run (memory.c): the params region's fp32 masters and bf16
  * copies, the parameters' final gradients, and the activations region at its fullest moment: the node
  * position where the live buffers (each from the node that takes it to the one that releases it) add up
- * most, and what they are there. The region as laid out (acts_region) is at least peak_live: the planner's
- * blocks are reused whole, so the difference is the layout's slack. Zeros without the GPU part. */
+ * most, and what they are there. The region as laid out (acts_region) is at least peak_live: the
+ * difference is the layout's slack (alignment, and lifetimes that do not nest: the packing is greedy). Zeros without the GPU part. */
 typedef struct PlanMemoryBreakdown {
     int64_t masters, copies;     /* the params region: fp32 parameters, their bf16 working copies */
     int64_t grads;               /* the parameters' gradients, all of them (they are kept to the end) */

@@ -135,7 +135,7 @@ int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world,
     row("  activations", (double)b.peak_acts, "the nodes' tensors: activations and intermediate gradients");
     row("  workspaces", (double)b.peak_ws, "the kernels' scratch");
     row("  layout slack", (double)m.acts - (double)b.peak_live,
-        "blocks reused whole, alignment, whole 2 MiB pages");
+        "alignment, lifetimes that do not nest, whole 2 MiB pages");
     row("batch and optimizer scratch", (double)m.other,
         world > 1 ? "the batch, the gradient all-reduce's buckets, the norm's partials, the loss ring"
                   : "the batch, the gradient norm's partials, the loss ring");

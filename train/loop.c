@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../runtime/cpu/cpu.h"
 #include "../util/util.h"
 #include "trainer.h"
 
@@ -72,19 +73,37 @@ static int find_inputs(Trainer *t)
     return 1;
 }
 
-static void init_params(Trainer *t)
+/* Parameter initialisation over all CPU threads (a few billion values take minutes on one): the values are
+ * those of one pass over each parameter's own stream, whatever the threads. Element e of a parameter is
+ * drawn after e values (skip + e for an expert shard's), each of `calls` draws of rng_u64, which advances the
+ * state by a constant: the stream at e is the seed plus e * calls of it. */
+typedef struct InitJob {
+    Trainer *t;
+    int64_t *start;  /* [nparams + 1]: each parameter's first element in the concatenation of this rank's */
+} InitJob;
+
+static void init_range(void *ctx, int64_t lo, int64_t hi)
 {
+    InitJob *job = ctx;
+    Trainer *t = job->t;
     const IrGraph *g = t->g;
     for (int p = 0; p < g->nparams; p++) {
+        int64_t a = lo > job->start[p] ? lo : job->start[p], b = hi < job->start[p + 1] ? hi : job->start[p + 1];
+        if (a >= b)
+            continue;
+        a -= job->start[p];
+        b -= job->start[p];
         IrNode *n = g->params[p];
         float *w = t->params + t->param_off[p];
         /* an expert shard takes its slice of the full tensor's values, so
          * every ep gives the same initial model */
         int64_t shard = ir_has_attr(n, IR_ATTR_SHARD) ? n->attr[IR_ATTR_SHARD].i : 1;
-        int64_t numel = ir_numel(n), skip = shard > 1 ? numel * comm_ep_rank(t->comm) : 0;
-        Rng r = {hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull};
+        int64_t skip = shard > 1 ? ir_numel(n) * comm_ep_rank(t->comm) : 0;
         IrInit init = (IrInit)ir_attr_e(n, IR_ATTR_INIT);
-        for (int64_t e = -skip; e < numel; e++) {
+        uint64_t calls = init == IR_INIT_NORMAL ? 2 : init == IR_INIT_UNIFORM ? 1 : 0;
+        Rng r = {(hash64(n->name, strlen(n->name)) ^ (uint64_t)t->f.seed * 0x9e3779b97f4a7c15ull) +
+                 (uint64_t)(skip + a) * calls * 0x9e3779b97f4a7c15ull};
+        for (int64_t e = a; e < b; e++) {
             double v = 0;
             if (init == IR_INIT_NORMAL)
                 v = n->attr[IR_ATTR_STD].f * rng_normal(&r);
@@ -94,10 +113,27 @@ static void init_params(Trainer *t)
                 v = n->attr[IR_ATTR_VALUE].f;
             else if (init == IR_INIT_ONES)
                 v = 1;
-            if (e >= 0)
-                w[e] = (float)v;
+            w[e] = (float)v;
         }
     }
+}
+
+static void init_params(Trainer *t)
+{
+    const IrGraph *g = t->g;
+    InitJob job = {t, malloc(sizeof(int64_t) * ((size_t)g->nparams + 1))};
+    if (!job.start)
+        die("out of memory");
+    job.start[0] = 0;
+    for (int p = 0; p < g->nparams; p++)
+        job.start[p + 1] = job.start[p] + ir_numel(g->params[p]);
+    /* one thread for a small model (the splitting would cost more than it saves), else all of them */
+    int64_t n = job.start[g->nparams];
+    if (n < (INT64_C(1) << 16))
+        init_range(&job, 0, n);
+    else
+        cpu_parallel_for(n, init_range, &job);
+    free(job.start);
 }
 
 static double lr_at(const Trainer *t, int64_t step)

@@ -206,9 +206,9 @@ static int cuda_eval(Backend *b, const int32_t *tokens, const int32_t *targets, 
     return 1;
 }
 
-/* The eval passes' metrics, read off the device as the CPU backend reads them (gpu_eval). The training
- * steps' are not measured on the GPU (reading the router's values back would stop the step and its CUDA
- * graph at every MoE layer): eval = 0 reports no pass, and the log lines go without them. */
+/* The eval passes' metrics, read off the device as the CPU backend reads them (gpu_eval); the training
+ * steps', summed on the device after each watched node of the step (gpu_read_step_metrics: reading the
+ * router's values back would stop the step and its CUDA graph at every MoE layer). */
 static int cuda_read_metrics(Backend *b, int eval, BackendMetrics *out)
 {
     CudaBackend *B = (CudaBackend *)b;
@@ -216,8 +216,9 @@ static int cuda_read_metrics(Backend *b, int eval, BackendMetrics *out)
     if (eval) {
         *out = B->metrics;
         memset(&B->metrics, 0, sizeof B->metrics);
+        return 1;
     }
-    return 1;
+    return gpu_read_step_metrics(B->gpu, out);
 }
 
 static int cuda_forward_probe(Backend *b, const int32_t *tokens, const int32_t *targets, int node, float *out)

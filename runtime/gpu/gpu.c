@@ -76,6 +76,7 @@ struct Gpu {
     CUstream stream;
     CUmodule mod;
     CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale, k_adamw16, k_to16, k_accum, k_accum_out;
+    CUfunction k_mstats, k_mstats_add, k_madd;
     CUdeviceptr accum;      /* --grad-accum: the gradients' double sum (nparams_total), allocated at its first step */
     CUdeviceptr region[3];  /* params, inputs, activations */
     size_t region_bytes[3];
@@ -118,8 +119,15 @@ struct Gpu {
     /* GpuOptions.forward_only: the forward launches alone, their buffers from plan_forward_memory, no AdamW */
     int forward_only;
     CpuWatch watch;         /* what gpu_eval reads for the metrics (the CPU backend's choice of nodes) */
+    /* the training steps' metrics, summed on the device (moec_moe_stats*, moec_metric_add) after each watched
+     * node of a training pass and read by gpu_read_step_metrics: mstat = {loss, lm_loss, then per watched
+     * layer {rows, load[E], entropy, aux}}, mpart the per-block sums of the layer being measured */
+    CUdeviceptr mstat, mpart;
+    int mpasses;            /* training passes since the last read */
+    int mnodes, mnode[BACKEND_MOE_LAYERS + 2], mcut[BACKEND_MOE_LAYERS + 2]; /* watched nodes in order, their cuts */
 };
 
+static void metrics_points(Gpu *G);
 static int fail(Gpu *G, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(Gpu *G, const char *fmt, ...)
 {
@@ -403,6 +411,34 @@ static int build_launches(Gpu *G)
 
 static size_t page2m(size_t n) { return (n + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20); }
 
+/* The training steps' metrics (moec_moe_stats): one block per 256 rows of a layer, at most this many */
+enum { MSTATS_MAX_GRID = 256 };
+
+static int mstats_grid(int64_t rows)
+{
+    int64_t g = (rows + BLOCK - 1) / BLOCK;
+    return g < 1 ? 1 : g > MSTATS_MAX_GRID ? MSTATS_MAX_GRID : (int)g;
+}
+
+/* The device memory of the training steps' metrics: the accumulator (2 + per watched layer E + 3 doubles) and
+ * the largest layer's per-block sums; the same watched nodes as the CPU backend's (cpu_metrics_watch). */
+static size_t metrics_bytes(const IrGraph *g, size_t *acc_bytes)
+{
+    CpuWatch w;
+    cpu_metrics_watch(g, &w);
+    int64_t acc = 2, part = 0;
+    for (int l = 0; l < w.nlayers; l++) {
+        const IrNode *n = g->nodes[w.layer[l]];
+        int64_t E = n->src[0]->shape[n->src[0]->rank - 1], k = n->shape[n->rank - 1];
+        int64_t p = (int64_t)mstats_grid(ir_numel(n) / k) * (2 * E + 1);
+        acc += E + 3;
+        part = p > part ? p : part;
+    }
+    if (acc_bytes)
+        *acc_bytes = align256((size_t)acc * sizeof(double));
+    return align256((size_t)acc * sizeof(double)) + align256((size_t)(part ? part : 1) * sizeof(double));
+}
+
 /* the optimizer's scratch beside the batch: the norm's partials (one per block of the grad-norm kernel and
  * parameter), the step's scalars, the loss ring */
 static size_t scratch_bytes(const IrGraph *g, int ring)
@@ -413,7 +449,7 @@ static size_t scratch_bytes(const IrGraph *g, int ring)
         parts += grid > SUMSQ_MAX_GRID ? SUMSQ_MAX_GRID : grid < 1 ? 1 : grid;
     }
     return align256((size_t)(parts + 1) * sizeof(double)) + align256(NSCALARS * sizeof(double)) +
-           align256((size_t)ring * sizeof(float)) + align256((size_t)ring * sizeof(double));
+           align256((size_t)ring * sizeof(float)) + align256((size_t)ring * sizeof(double)) + metrics_bytes(g, NULL);
 }
 
 void gpu_plan_memory(const Plan *plan, int ranks, int ring, GpuMemoryPlan *out)
@@ -461,7 +497,10 @@ static int load_module(Gpu *G, const GpuOptions *o)
          CU(G, cuModuleGetFunction(&G->k_to16, G->mod, "moec_to_bf16"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_accum, G->mod, "moec_accum"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_accum_out, G->mod, "moec_accum_out"), NULL);
+         CU(G, cuModuleGetFunction(&G->k_accum_out, G->mod, "moec_accum_out"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_mstats, G->mod, "moec_moe_stats"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_mstats_add, G->mod, "moec_moe_stats_add"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_madd, G->mod, "moec_metric_add"), NULL);
     free(image);
     return ok;
 }
@@ -559,7 +598,7 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         size_t adam_bytes = G->forward_only ? 0 : align256((size_t)nparams_total * 2 * sizeof(float));
         size_t other = align256((size_t)(G->ndense_parts + G->nshard_parts + 1) * sizeof(double)) +
                        align256(NSCALARS * sizeof(double)) + align256((size_t)G->ring * sizeof(float)) +
-                       align256((size_t)G->ring * sizeof(double));
+                       align256((size_t)G->ring * sizeof(double)) + metrics_bytes(g, NULL);
         /* four allocations: parameters, AdamW state, activations + gradients, and the rest (the batch, the
          * norm's partials, the step's scalars, the loss ring); the driver hands out whole 2 MiB pages. A training
          * backend's sizes are gpu_plan_memory's (what --dry-run prints), checked here against what this Gpu lays
@@ -619,7 +658,11 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         G->scalars = G->partials + align256((size_t)(G->ndense_parts + G->nshard_parts + 1) * sizeof(double));
         G->ring_loss = G->scalars + align256(NSCALARS * sizeof(double));
         G->ring_norm = G->ring_loss + align256((size_t)G->ring * sizeof(float));
-        CUdeviceptr bp = G->ring_norm + align256((size_t)G->ring * sizeof(double));
+        size_t macc;  /* the metrics' accumulator, then their per-block sums, then the buckets */
+        size_t mbytes = metrics_bytes(g, &macc);
+        G->mstat = G->ring_norm + align256((size_t)G->ring * sizeof(double));
+        G->mpart = G->mstat + macc;
+        CUdeviceptr bp = G->mstat + mbytes;
         for (int b = 0; b < G->nbuckets; b++) {
             G->buckets[b].buf = bp;
             bp += align256((size_t)G->buckets[b].numel * sizeof(float));
@@ -627,7 +670,8 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         /* NaN everywhere a kernel should have written before reading */
         ok = CU(G, cuMemsetD8Async(G->region[2], 0xFF, G->region_bytes[2], G->stream), NULL) &&
              (!adam_bytes || CU(G, cuMemsetD8Async(G->adam, 0, adam_bytes, G->stream), NULL)) &&
-             CU(G, cuMemsetD8Async(G->scalars, 0, NSCALARS * sizeof(double), G->stream), NULL);
+             CU(G, cuMemsetD8Async(G->scalars, 0, NSCALARS * sizeof(double), G->stream), NULL) &&
+             CU(G, cuMemsetD8Async(G->mstat, 0, macc, G->stream), NULL);
         if (!ok)
             goto out;
         G->nbufs = plan->nbufs;
@@ -661,6 +705,8 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         ok = 0;
         goto out;
     }
+    if (!G->forward_only)
+        metrics_points(G);
     /* the batch's pinned staging, twice */
     {
         /* the inputs the batch goes to: the token ids fed to the embedding, the targets fed to the loss */
@@ -1033,6 +1079,84 @@ static int prof_end(Gpu *G, int ev0, int slot)
     return 1;
 }
 
+static int readable(const Gpu *G, int id, PlanStorage want);
+static int launches_upto(const Gpu *G, int node);
+
+/* The nodes of a training pass after which its metrics are taken on the device (the CPU backend's watched
+ * nodes, gpu_eval's: the language-model loss, each MoE layer's topk_experts), plus the loss, in launch order,
+ * each with the launch index right after its own launches; a layer whose values are not plain buffers of
+ * their own (read through by a fast kernel) is left out, as in gpu_eval. */
+static void metrics_points(Gpu *G)
+{
+    const IrGraph *g = G->g;
+    G->mnodes = 0;
+    for (int i = 0; i < g->nnodes && i <= g->loss->id; i++) {
+        int want = i == g->loss->id || (i == G->watch.lm && readable(G, i, PLAN_F32));
+        for (int l = 0; !want && l < G->watch.nlayers; l++)
+            want = G->watch.layer[l] == i && readable(G, i, PLAN_I32) &&
+                   readable(G, g->nodes[i]->src[0]->id, PLAN_F32);
+        if (want) {
+            G->mnode[G->mnodes] = i;
+            G->mcut[G->mnodes++] = launches_upto(G, i);
+        }
+    }
+}
+
+/* Watched node id of a training pass has just been enqueued: its metrics added on the device. */
+static int enqueue_metrics(Gpu *G, int id)
+{
+    const IrGraph *g = G->g;
+    if (id == g->loss->id || id == G->watch.lm) {
+        /* the objective into mstat[0], the language-model loss into mstat[1] (one node may be both) */
+        for (int w = 0; w < 2; w++) {
+            if (id != (w ? G->watch.lm : g->loss->id))
+                continue;
+            CUdeviceptr acc = G->mstat + (CUdeviceptr)w * sizeof(double);
+            void *args[] = {&acc, &G->buf[id]};
+            if (!CU(G, cuLaunchKernel(G->k_madd, 1, 1, 1, 32, 1, 1, 0, G->stream, args, NULL), "moec_metric_add"))
+                return 0;
+        }
+        return 1;
+    }
+    int64_t off = 2;
+    for (int l = 0; l < G->watch.nlayers; l++) {
+        const IrNode *n = g->nodes[G->watch.layer[l]];
+        int e = (int)n->src[0]->shape[n->src[0]->rank - 1], k = (int)n->shape[n->rank - 1];
+        if (G->watch.layer[l] != id) {
+            off += e + 3;
+            continue;
+        }
+        long long rows = ir_numel(n) / k;
+        int grid = mstats_grid(rows);
+        CUdeviceptr acc = G->mstat + (CUdeviceptr)off * sizeof(double);
+        void *a1[] = {&G->mpart, &G->buf[n->src[0]->id], &G->buf[id], &rows, &e, &k};
+        void *a2[] = {&acc, &G->mpart, &grid, &rows, &e};
+        return CU(G, cuLaunchKernel(G->k_mstats, (unsigned)grid, 1, 1, BLOCK, 1, 1, 0, G->stream, a1, NULL),
+                  "moec_moe_stats") &&
+               CU(G, cuLaunchKernel(G->k_mstats_add, 1, 1, 1, BLOCK, 1, 1, 0, G->stream, a2, NULL),
+                  "moec_moe_stats_add");
+    }
+    return 1;
+}
+
+static int run_launches(Gpu *G, int from, int to);
+
+/* A training pass's launches [from, to) with its metrics taken after each watched node (metrics_points);
+ * under --profile each is timed with its node. */
+static int run_pass_launches(Gpu *G, int from, int to)
+{
+    for (int i = 0; i < G->mnodes; i++) {
+        int cut = G->mcut[i], ev;
+        if (cut <= from || cut > to)
+            continue;
+        if (!run_launches(G, from, cut) || !prof_begin(G, &ev) || !enqueue_metrics(G, G->mnode[i]) ||
+            !prof_end(G, ev, G->mnode[i]))
+            return 0;
+        from = cut;
+    }
+    return run_launches(G, from, to);
+}
+
 static int run_launches(Gpu *G, int from, int to)
 {
     int bucketed = 0, ev;
@@ -1076,7 +1200,7 @@ static int enqueue_step(Gpu *G, Staging *s)
         !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step") ||
         !prof_end(G, ev, PROF_BATCH))
         return 0;
-    return run_launches(G, 0, G->nlaunches) && enqueue_optimizer(G);
+    return run_pass_launches(G, 0, G->nlaunches) && enqueue_optimizer(G);
 }
 
 /* the global gradient norm, clipping and AdamW on the gradients' buffers, with the step's scalars */
@@ -1197,6 +1321,7 @@ int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, d
     } else if (!enqueue_step(G, s)) {
         return 0;
     }
+    G->mpasses++;  /* the step's metrics are summed on the device (a replayed graph does it too) */
     return finish_step(G, s);
 }
 
@@ -1254,8 +1379,8 @@ int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int mi
         float lk, wf = (float)weight[k];
         if (!h2d(G, G->buf[G->tok->id], tokens + (size_t)k * words, G->tok_bytes, "the batch") ||
             !h2d(G, G->buf[G->tgt->id], targets + (size_t)k * words, G->tok_bytes, "the batch") ||
-            !run_launches(G, 0, cut) || !h2d(G, G->buf[seed], &wf, sizeof wf, "the loss seed") ||
-            !run_launches(G, cut, G->nlaunches) || !d2h(G, &lk, G->buf[g->loss->id], sizeof lk, "the loss"))
+            !(++G->mpasses, run_pass_launches(G, 0, cut)) || !h2d(G, G->buf[seed], &wf, sizeof wf, "the loss seed") ||
+            !run_pass_launches(G, cut, G->nlaunches) || !d2h(G, &lk, G->buf[g->loss->id], sizeof lk, "the loss"))
             return 0;
         loss += weight[k] * (double)lk;
         int64_t off = 0;
@@ -1323,6 +1448,7 @@ int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, doub
     G->nspans = 0;
     int ev;
     int ok = prof_begin(G, &ev) && enqueue_step(G, s) && prof_end(G, ev, PROF_STEP);
+    G->mpasses += ok;
     G->prof = NULL;
     if (!ok || !finish_step(G, s) || !CU(G, cuStreamSynchronize(G->stream), "a profiled step"))
         return 0;
@@ -1465,6 +1591,53 @@ int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss
         return 0;
     *loss = l;
     return 1;
+}
+
+int gpu_read_step_metrics(Gpu *G, BackendMetrics *m)
+{
+    const IrGraph *g = G->g;
+    memset(m, 0, sizeof *m);
+    if (G->forward_only || !G->mpasses)
+        return 1;
+    size_t macc;
+    metrics_bytes(g, &macc);
+    double *acc = malloc(macc);
+    if (!acc)
+        return fail(G, "out of memory");
+    int ok = cur(G) && CU(G, cuStreamSynchronize(G->stream), "the steps") &&
+             d2h(G, acc, G->mstat, macc, "the steps' metrics") &&
+             CU(G, cuMemsetD8Async(G->mstat, 0, macc, G->stream), NULL);
+    if (ok) {
+        m->passes = G->mpasses;
+        m->loss = acc[0];
+        m->lm_loss = acc[1];
+        for (int i = 0; i < G->mnodes; i++)
+            m->has_lm |= G->mnode[i] == G->watch.lm;
+        int64_t off = 2;
+        for (int l = 0; l < G->watch.nlayers; l++) {
+            const IrNode *n = g->nodes[G->watch.layer[l]];
+            int e = (int)n->src[0]->shape[n->src[0]->rank - 1];
+            int measured = 0;
+            for (int i = 0; i < G->mnodes; i++)
+                measured |= G->mnode[i] == n->id;
+            if (measured) {
+                BackendMoeLayer *L = &m->layer[l];
+                L->node = n->id;
+                L->experts = e;
+                L->k = (int)n->shape[n->rank - 1];
+                L->rows = acc[off];
+                for (int j = 0; j < e; j++)
+                    L->load[j] = acc[off + 1 + j];
+                L->entropy = acc[off + 1 + e];
+                L->aux = acc[off + 2 + e];
+                m->nlayers = l + 1;
+            }
+            off += e + 3;
+        }
+        G->mpasses = 0;
+    }
+    free(acc);
+    return ok;
 }
 
 int gpu_forward_probe(Gpu *G, const int32_t *tokens, const int32_t *targets, int node, float *out)

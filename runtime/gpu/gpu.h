@@ -111,6 +111,10 @@ int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int mi
  * language-model loss node's value and per MoE layer the router's logits and chosen experts, each copied
  * to the host right after its node's launches, before a later launch reuses its memory. */
 int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss, BackendMetrics *m);
+/* The training passes' metrics since the last call (the steps' and --grad-accum's micro-batches': loss,
+ * language-model loss, per MoE layer the load, entropy and auxiliary loss), summed on the device during the
+ * steps (no copy inside a step, which stays one CUDA graph) and read here after waiting for them; then reset. */
+int gpu_read_step_metrics(Gpu *G, BackendMetrics *m);
 /* The forward pass up to node `node` (its launches and those before it), whose fp32 value is copied to out
  * (ir_numel floats); synchronous. */
 int gpu_forward_probe(Gpu *G, const int32_t *tokens, const int32_t *targets, int node, float *out);

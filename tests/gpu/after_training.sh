@@ -20,6 +20,10 @@
 #                       <= 1e-5 (train_check.sh's CPU-vs-GPU bounds for one step)
 #   accum_ep2           the same on two simulated ranks (protein_tiny compiled --ep 2, --simulate-ranks 2 on
 #                       one GPU): --grad-accum 2 at batch 16 against batch 32, step 1, the accum_gpu bounds
+#   step_metrics        micro_dna trained 20 steps on each backend from the same seed, --log-every 5: the
+#                       training log's lm_loss and aux_loss (|a - b| <= 1e-4 max(|a|, 1)) and per-layer MoE
+#                       metrics (1e-3, the eval rows' bound) of the GPU's steps (summed on the device) against
+#                       the CPU's; the GPU's lines must carry them
 #   accum_aux           micro_dna (aux_loss 0.01): --grad-accum 2 at batch 4 against batch 8 on the GPU,
 #                       reported, not checked: the load-balancing loss is computed per micro-batch, so only
 #                       the language-model part of the gradient is the large batch's (docs/training.md)
@@ -197,6 +201,17 @@ r2=$?
 d=$?
 summ=$(grep -o 'largest relative difference [^ ]*' "$L/accum_ep2_diff.log" | sed 's/largest relative difference //' | paste -sd' ' -)
 row accum_ep2 "$(ok $((r1 + r2 + d)))" "grad/param/loss: $summ; $(grep -o '^ranks: 2 (expert parallel 2' "$L/accum_ep2.log")"
+# the training steps' metrics (lm_loss, aux_loss, moe) in the log on both backends
+for side in gpu cpu; do
+  dev=$([ $side = gpu ] && echo "$GPU" || echo cpu)
+  "$B/clm" --device "$dev" --data "$D/dna.fasta.gz" --steps 20 --log-every 5 --eval-every 0 --log "$L/steps_$side.jsonl" \
+    >"$L/steps_$side.log" 2>&1
+  grep '"step"' "$L/steps_$side.jsonl" | sed 's/.*"lm_loss"/"lm_loss"/' >"$L/steps_$side.txt"
+done
+res=$(numbers "$L/steps_gpu.txt" "$L/steps_cpu.txt" 1e-4 moe 1e-3)
+rc=$?
+[ "$(grep -c '"aux_loss".*"moe":\[{' "$L/steps_gpu.txt")" -eq 4 ] || rc=1
+row step_metrics "$(ok $rc)" "$res; 4 log lines, gpu last: $(tail -1 "$L/steps_gpu.txt" | cut -c1-60)"
 # with an auxiliary loss: reported
 dacc=(--data "$D/dna.fasta.gz" --steps 1 --set warmup=1 --eval-every 0)
 "$B/clm" --device "$GPU" "${dacc[@]}" --grad-accum 2 --dump "$L/aux_acc" >"$L/aux_acc.log" 2>&1

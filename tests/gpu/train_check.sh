@@ -11,6 +11,8 @@
 #   fallback  no embedded kernels and no NVRTC: --device auto falls back to the CPU with a notice, cuda fails
 #   nofit     Mixtral-8x7B layers at batch 16 x 4096 on one GPU is refused before allocating, naming what to reduce
 #   nofit_dry its --dry-run (no GPU used): exit 1, the same total the backend refused
+#   mixtral4  four Mixtral-8x7B layers at 4 x 4096 (bf16, fast kernels): the dry run fits, 3 steps train,
+#             the measured memory within 10% of the plan (tests/gpu/mem_check.sh, run from here)
 #   dryrun_mfu mixtral_tiny's --dry-run total = what the GPU run planned; that run's mfu in (0, 1)
 #   mini500   protein_moe_mini, 500 steps on the GPU (loss curve for docs/results/)
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
@@ -42,6 +44,7 @@ if [ "$MODE" != run ]; then
   c models/mixtral_tiny.moe --ep 4 -o "$OUT/bin/mixtral_tiny_ep4" --arch "$ARCH"
   c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny_nvrtc"
   c tests/gpu/nofit.moe -o "$OUT/bin/nofit"
+  c tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH"
   c models/protein_moe_mini.moe -o "$OUT/bin/protein_moe_mini" --arch "$ARCH"
   set +e
 fi
@@ -137,6 +140,11 @@ nrc=$?
 ndry=$(awk '$1 == "total" {print $2, $3; exit}' "$L/nofit_dry.log")
 nrun=$(grep -o 'it needs [0-9.]* [KMG]iB' "$L/nofit.log" | head -1 | sed 's/it needs //')
 row nofit_dry "$([ $nrc -eq 1 ] && [ -n "$ndry" ] && [ "$ndry" = "$nrun" ] && grep -q '^peak: .*does not fit' "$L/nofit_dry.log" && echo ok || echo FAIL)" "rc=$nrc; dry run total $ndry, the backend's $nrun; $(grep -m1 'the batch:' "$L/nofit_dry.log")"
+
+# four Mixtral-8x7B layers at 4 x 4096 on one GPU: planned (the dry run), trained, measured
+bash "$HERE/mem_check.sh" --run-only "$OUT" >"$L/mem_check.log" 2>&1
+mrc=$?
+row mixtral4 "$([ $mrc -eq 0 ] && echo ok || echo FAIL)" "$(grep -h '^mixtral4_' "$L/mem_check.log" | cut -c22- | paste -sd'|' -)"
 
 # protein_moe_mini, 500 steps
 timeout 300 "$B/protein_moe_mini" --data "$DATA" --device cuda --eval-every 50 --log-every 10 --log "$L/mini500.jsonl" >"$L/mini500.log" 2>&1

@@ -29,6 +29,8 @@ int emu_launch(const char *name, long long grid, int block, void **args);
 int emu_adamw(float *w, float *m, float *v, const float *g, long long n, double lr, double wd, double clip,
               double bc1, double bc2);
 
+int emu_moe_stats(double *acc, double *part, const float *logits, const int *ex, long long n, int e, int k, int grid);
+
 #include "plan_check.h"
 
 typedef struct OpStat {
@@ -241,6 +243,44 @@ int main(int argc, char **argv)
         printf("  adamw: %d of %d elements differ from the CPU backend's formula (runtime/cpu/backend.c)\n", diff, N);
         bad += diff != 0;
         free(w);
+    }
+    /* the training steps' MoE metrics on the GPU (moec_moe_stats*, runtime/gpu/gpu.c) against the CPU backend's
+     * arithmetic (cpu_metrics_layer) on random logits and experts of the first MoE layer's shapes, some out of
+     * range: loads exact, entropy and auxiliary loss within 1e-12 (only the order of the double sums differs) */
+    {
+        CpuWatch w;
+        cpu_metrics_watch(g, &w);
+        if (w.nlayers > 0) {
+            const IrNode *n = g->nodes[w.layer[0]];
+            int64_t k = n->shape[n->rank - 1], N = ir_numel(n) / k, E = n->src[0]->shape[n->src[0]->rank - 1];
+            float *lg = malloc(sizeof(float) * (size_t)(N * E));
+            int32_t *ex = malloc(sizeof(int32_t) * (size_t)(N * k));
+            double *acc = calloc((size_t)E + 3, sizeof(double)), *part = calloc(3 * (size_t)(2 * E + 1), sizeof(double));
+            for (int64_t e = 0; e < N * E; e++)
+                lg[e] = (float)(3 * rng_normal());
+            for (int64_t e = 0; e < N * k; e++)
+                ex[e] = e % 97 == 5 ? -1 : (int32_t)(rng_uniform() * (double)E) % (int32_t)E;
+            BackendMetrics *m = calloc(1, sizeof *m);
+            for (int pass = 0; pass < 2; pass++) {  /* two passes add up */
+                emu_moe_stats(acc, part, lg, ex, N, (int)E, (int)k, 3);
+                cpu_metrics_layer(n, 0, lg, ex, m);
+            }
+            const BackendMoeLayer *L = &m->layer[0];
+            int diff = acc[0] != L->rows;
+            for (int64_t e = 0; e < E; e++)
+                diff += acc[1 + e] != L->load[e];
+            double de = fabs(acc[1 + E] - L->entropy) / fmax(fabs(L->entropy), 1e-300),
+                   da = fabs(acc[2 + E] - L->aux) / fmax(fabs(L->aux), 1e-300);
+            printf("  moe metrics (%s, %lld rows, %lld experts, top-%lld, 2 passes): %d counts differ, entropy %.1e, "
+                   "aux %.1e relative to the CPU backend's\n", n->name, (long long)N, (long long)E, (long long)k, diff,
+                   de, da);
+            bad += diff != 0 || !(de <= 1e-12) || !(da <= 1e-12);
+            free(m);
+            free(lg);
+            free(ex);
+            free(acc);
+            free(part);
+        }
     }
     cpu_plan_free(&cpu);
     for (int r = 0; r < 3; r++)

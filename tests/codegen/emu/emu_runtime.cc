@@ -194,4 +194,16 @@ extern "C" int emu_adamw(float *w, float *m, float *v, const float *g, long long
     launch(f, 2, 256, nullptr);
     return 1;
 }
+
+// the training steps' MoE metrics (runtime/gpu/gpu.c enqueue_metrics): moec_moe_stats over `grid` blocks, then
+// moec_moe_stats_add into acc ({rows, load[e], entropy, aux})
+extern "C" int emu_moe_stats(double *acc, double *part, const float *logits, const int *ex, long long n, int e, int k,
+                             int grid)
+{
+    std::function<void(void **)> f1 = [=](void **) { moec_moe_stats(part, logits, ex, n, e, k); };
+    launch(f1, grid, 256, nullptr);
+    std::function<void(void **)> f2 = [=](void **) { moec_moe_stats_add(acc, part, grid, n, e); };
+    launch(f2, 1, 256, nullptr);
+    return 1;
+}
 #endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tests/gpu/mem_check.sh [--build-only | --run-only] [OUTDIR]
+# The memory plan against the GPU (issue 13's memory target, decision 39): four Mixtral-8x7B decoder layers
+# (tests/gpu/mixtral4.moe: batch 4 x seq 4096, bf16, --kernels fast) on one H200:
+#   mixtral4_dry   --dry-run --device cuda (no GPU used) says it fits: exit 0, its total
+#   mixtral4_run   3 training steps on the GPU: the run plans the dry run's total, the losses are finite, and
+#                  the memory it measured (cuMemGetInfo before the allocations minus after the steps) is within
+#                  10% of that plan
+# Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-mem): moec,
+# the training binary (kernels embedded for sm_90a), libcjson.so.1, the FASTA data: the layout of
+# tests/gpu/train_check.sh's OUTDIR, whose run runs this one too (its row mixtral4). Run (the GPU machine: a
+# driver, nothing else) writes OUTDIR/logs/mem and prints a table last; exit 0 when every row is ok.
+set -uo pipefail
+MODE=all
+case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OUT=${1:-$ROOT/build/gpu-mem}
+BUILD=${BUILD:-build}
+ARCH=${MOEC_GPU_ARCH:-sm_90a}
+DATA_SRC=${MOEC_DATA:-/usr/share/doc/mmseqs2/example-data/DB.fasta.gz}
+cd "$ROOT"
+if [ "$MODE" != run ]; then
+  set -e
+  make BUILD="$BUILD" -j2 >/dev/null
+  mkdir -p "$OUT/lib" "$OUT/bin" "$OUT/data"
+  cp "$BUILD/moec" "$OUT/bin/moec"
+  cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
+  cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
+  "$BUILD/moec" compile tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH" >/dev/null
+  set +e
+fi
+[ "$MODE" = build ] && exit 0
+
+export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MOEC_CACHE_DIR="$OUT/cache"
+B=$OUT/bin
+L=$OUT/logs/mem
+rm -rf "$L"
+mkdir -p "$L"
+rows=()
+status=0
+row() { rows+=("$(printf '%-14s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || status=1; }
+
+"$B/mixtral4" --dry-run --device cuda --log-every 1 >"$L/mixtral4_dry.log" 2>&1
+drc=$?
+dry=$(awk '$1 == "total" {print $2, $3; exit}' "$L/mixtral4_dry.log")
+row mixtral4_dry "$([ $drc -eq 0 ] && [ -n "$dry" ] && grep -q '^peak: .*: fits' "$L/mixtral4_dry.log" && echo ok || echo FAIL)" "rc=$drc; $(grep -m1 '^peak:' "$L/mixtral4_dry.log")"
+
+t0=$(date +%s)
+"$B/mixtral4" --data "$OUT/data/proteins.fasta.gz" --device cuda --steps 3 --eval-every 0 --log-every 1 \
+  --log "$L/mixtral4.jsonl" >"$L/mixtral4_run.log" 2>&1
+rc=$?
+secs=$(( $(date +%s) - t0 ))
+ran=$(grep '^memory planned: ' "$L/mixtral4_run.log" | sed 's/.*: //')
+planned=$(grep -so '"planned_bytes":[0-9.e+]*' "$L/mixtral4.jsonl" | head -1 | cut -d: -f2)
+measured=$(grep -so '"measured_bytes":[0-9.e+]*' "$L/mixtral4.jsonl" | head -1 | cut -d: -f2)
+finite=$(grep '^step' "$L/mixtral4_run.log" | grep -ci 'nan\|inf')
+within=$(awk -v p="${planned:-0}" -v m="${measured:-0}" 'BEGIN { if (p > 0 && m > 0) { d = (m - p) / p; printf "%+.1f%%", 100 * d; exit !(d <= 0.10 && d >= -0.10) } print "?"; exit 1 }')
+wrc=$?
+row mixtral4_run "$([ $rc -eq 0 ] && [ -n "$ran" ] && [ "$ran" = "$dry" ] && [ "$finite" = 0 ] && [ $wrc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc in ${secs}s; planned $ran (dry run $dry), measured/planned $within; $(grep -m1 'memory measured' "$L/mixtral4_run.log" | sed 's/of device memory in use by this run (cuMemGetInfo), //'); last: $(grep '^step' "$L/mixtral4_run.log" | tail -1 | tr -s ' ')"
+
+echo
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
+printf '%-14s %-5s %s\n' check ok details
+printf '%s\n' "${rows[@]}"
+exit $status

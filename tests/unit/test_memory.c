@@ -1,0 +1,278 @@
+/* test_memory.c - the memory planner (plan/memory.c, decision 39) on every model the repository has:
+ *   - plan_memory_check on each plan's tensor table (the GPU layout: alignment, views inside their base,
+ *     lifetimes covering the uses, no two buffers live at once sharing a byte), with the reference and the
+ *     fast kernels, mxfp8 and ep 2, and on the CPU backend's layout of the same graph; the fast kernels'
+ *     tensor maps inside their buffers (buffers now lie edge to edge);
+ *   - the check itself fails on deliberately broken layouts (two live buffers moved onto each other, a view
+ *     past its base, an unaligned offset, a lifetime cut short);
+ *   - the layout against the live bytes at the peak (plan_memory_breakdown): within 2% on four Mixtral-8x7B
+ *     layers at 4 x 4096 and 16 x 4096 tokens (tests/gpu/nofit.moe), and the 4 x 4096 one fits an H200;
+ *   - the same layout from the same table twice (deterministic), and the planner's time on the largest
+ *     model (models/mixtral_8x7b.moe, thousands of buffers).
+ * Run from the repository root. */
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../driver/build.h"
+#include "../../driver/compile.h"
+#include "../../plan/plan.h"
+#include "check.h"
+
+static const double GIB = 1024.0 * 1024.0 * 1024.0;
+
+/* NULL (quietly) when the file does not compile: tests/errors' models, plugin models */
+static Plan *make_plan(const char *path, int mxfp8, int64_t ep, int fast)
+{
+    Compilation c;
+    memset(&c, 0, sizeof c);
+    FILE *quiet = fopen("/dev/null", "w");
+    Plan *p = NULL;
+    if (compilation_read(&c, path, quiet)) {
+        PassCtx ctx;
+        pass_ctx_init(&ctx, NULL);
+        c.opts.ep = ep;
+        c.kernels = fast ? PLAN_KERNELS_FAST : PLAN_KERNELS_REFERENCE;
+        if (mxfp8) {
+            c.opts.has_precision = 1;
+            c.opts.precision = IR_PREC_MXFP8;
+        }
+        char err[1024];
+        if (compilation_run(&c, path, c.text, c.len, quiet, &ctx) == 0)
+            p = driver_make_plan(&c, path, NULL, 0, mxfp8, mxfp8 ? IR_PREC_MXFP8 : IR_PREC_BF16, ep, err,
+                                 sizeof err);
+    }
+    compilation_free(&c);
+    fclose(quiet);
+    return p;
+}
+
+/* the tensor maps of the fast kernels (TMA loads and stores, bounded by the map, not by the buffer) lie
+ * inside their buffers: with buffers packed edge to edge, a map past its buffer's end would reach another's */
+static void check_tmaps(const char *what, const Plan *p)
+{
+    for (int l = 0; l < p->nlaunches; l++) {
+        const PlanLaunch *L = &p->launches[l];
+        for (int a = 0; a < L->nargs && L->targs; a++) {
+            const PlanArg *t = &L->targs[a];
+            if (t->kind != PLAN_ARG_TMAP && t->kind != PLAN_ARG_TMAP_F32)
+                continue;
+            int64_t elem = t->kind == PLAN_ARG_TMAP ? 2 : 4;
+            int64_t need = (t->offset + t->rows * t->cols) * elem;
+            CHECK(t->buf >= 0 && t->buf < p->nbufs && need <= p->bufs[t->buf].bytes,
+                  "%s: launch %d (%s) maps %lld x %lld from element %lld of buffer %d (%lld bytes)", what, l,
+                  L->what ? L->what : "?", (long long)t->rows, (long long)t->cols, (long long)t->offset, t->buf,
+                  t->buf >= 0 && t->buf < p->nbufs ? (long long)p->bufs[t->buf].bytes : -1LL);
+        }
+    }
+}
+
+/* the plan's own (GPU) layout, then the table laid out again (same layout: deterministic), then the CPU
+ * backend's layout of its graph (runtime/cpu/cpu.c: every node's buffer, 4-byte elements, 64-byte aligned) */
+static void check_plan(const char *what, const Plan *p)
+{
+    char err[512];
+    const IrGraph *g = p->graph;
+    if (p->bufs) {
+        CHECK(plan_memory_check(g, p->bufs, p->nbufs, 256, &p->memory, err, sizeof err), "%s: %s", what, err);
+        check_tmaps(what, p);
+        PlanBuf *again = malloc(sizeof *again * ((size_t)p->nbufs + 1));
+        memcpy(again, p->bufs, sizeof *again * (size_t)p->nbufs);
+        PlanMemory m;
+        plan_memory(g, again, p->nbufs, 256, &m);
+        int same = m.region_bytes[PLAN_REGION_ACTIVATIONS] == p->memory.region_bytes[PLAN_REGION_ACTIVATIONS];
+        for (int b = 0; b < p->nbufs && same; b++)
+            same = again[b].offset == p->bufs[b].offset && again[b].first == p->bufs[b].first &&
+                   again[b].last == p->bufs[b].last;
+        CHECK(same, "%s: the same table laid out twice differs", what);
+        free(again);
+        PlanMemoryBreakdown br;
+        plan_memory_breakdown(p, &br);
+        CHECK(br.peak_live <= br.acts_region, "%s: region %lld below the live peak %lld", what,
+              (long long)br.acts_region, (long long)br.peak_live);
+    }
+    int n = g->nnodes;
+    PlanBuf *cb = calloc((size_t)n + 1, sizeof *cb);
+    for (int i = 0; i < n; i++)
+        cb[i] = (PlanBuf){.node = i, .kind = PLAN_BUF_TENSOR, .storage = PLAN_F32, .bytes = 4 * ir_numel(g->nodes[i]),
+                          .alias_of = -1, .until = -1};
+    PlanMemory cm;
+    plan_memory(g, cb, n, 64, &cm);
+    CHECK(plan_memory_check(g, cb, n, 64, &cm, err, sizeof err), "%s (the CPU layout): %s", what, err);
+    free(cb);
+}
+
+/* the check fails on broken layouts of mixtral_tiny's table */
+static void test_check_fails(const Plan *p)
+{
+    char err[512];
+    const IrGraph *g = p->graph;
+    int nb = p->nbufs;
+    PlanBuf *t = malloc(sizeof *t * ((size_t)nb + 1));
+    /* two activations buffers live at once (a node and its first source's buffer) moved onto each other */
+    int x = -1, y = -1;
+    for (int i = 0; i < g->nnodes && x < 0; i++) {
+        const IrNode *node = g->nodes[i];
+        if (p->bufs[i].alias_of >= 0 || p->bufs[i].region != PLAN_REGION_ACTIVATIONS || !p->bufs[i].bytes)
+            continue;
+        for (int s = 0; s < node->nsrc && x < 0; s++) {
+            int r = node->src[s]->id;
+            if (p->bufs[r].alias_of < 0 && p->bufs[r].region == PLAN_REGION_ACTIVATIONS && p->bufs[r].bytes)
+                x = i, y = r;
+        }
+    }
+    CHECK(x >= 0, "mixtral_tiny has a node reading an activations buffer");
+    if (x >= 0) {
+        memcpy(t, p->bufs, sizeof *t * (size_t)nb);
+        CHECK(plan_memory_check(g, t, nb, 256, &p->memory, err, sizeof err), "the copy passes: %s", err);
+        t[x].offset = t[y].offset;
+        for (int b = 0; b < nb; b++)
+            if (t[b].alias_of == x)
+                t[b].offset = t[x].offset + t[b].alias_offset;
+        CHECK(!plan_memory_check(g, t, nb, 256, &p->memory, err, sizeof err) && strstr(err, "share bytes"),
+              "a node's buffer moved onto its source's: %s", err);
+        /* a lifetime cut short: the source released before its reader */
+        memcpy(t, p->bufs, sizeof *t * (size_t)nb);
+        t[y].last = t[y].first;
+        CHECK(!plan_memory_check(g, t, nb, 256, &p->memory, err, sizeof err), "a lifetime cut short: %s", err);
+        /* an unaligned offset */
+        memcpy(t, p->bufs, sizeof *t * (size_t)nb);
+        t[x].offset += 64;
+        for (int b = 0; b < nb; b++)
+            if (t[b].alias_of == x)
+                t[b].offset += 64;
+        CHECK(!plan_memory_check(g, t, nb, 256, &p->memory, err, sizeof err), "an offset off by 64: %s", err);
+    }
+    /* a view past its base */
+    int v = -1;
+    for (int b = 0; b < nb && v < 0; b++)
+        if (p->bufs[b].alias_of >= 0)
+            v = b;
+    if (v >= 0) {
+        memcpy(t, p->bufs, sizeof *t * (size_t)nb);
+        t[v].alias_offset = t[t[v].alias_of].bytes;
+        t[v].offset = t[t[v].alias_of].offset + t[v].alias_offset;
+        CHECK(!plan_memory_check(g, t, nb, 256, &p->memory, err, sizeof err) && strstr(err, "outside its base"),
+              "a view moved past its base: %s", err);
+    }
+    /* a region too small for its last buffer */
+    PlanMemory small = p->memory;
+    small.region_bytes[PLAN_REGION_ACTIVATIONS] -= 256;
+    CHECK(!plan_memory_check(g, p->bufs, nb, 256, &small, err, sizeof err), "a region 256 bytes short: %s", err);
+    free(t);
+}
+
+static void slack(const char *what, const Plan *p, double within, double fits_gib)
+{
+    PlanMemoryBreakdown b;
+    plan_memory_breakdown(p, &b);
+    double r = (double)b.acts_region / (double)b.peak_live;
+    printf("  %-36s region %9.3f GiB, live peak %9.3f GiB (+%.2f%%), %d buffers\n", what, b.acts_region / GIB,
+           b.peak_live / GIB, 100 * (r - 1), p->memory.nblocks);
+    CHECK(r <= 1 + within, "%s: region %lld is %.2f%% above the live peak %lld", what, (long long)b.acts_region,
+          100 * (r - 1), (long long)b.peak_live);
+    if (fits_gib > 0) {
+        double state = (double)b.masters + (double)b.copies + 8.0 * (double)p->nparams_total;
+        CHECK(state + (double)b.acts_region < fits_gib * GIB, "%s: %.2f GiB do not fit %.1f GiB", what,
+              (state + (double)b.acts_region) / GIB, fits_gib);
+    }
+}
+
+int main(void)
+{
+    /* every model of the repository that compiles, with the reference kernels; the fast ones and mxfp8 and
+     * ep 2 where they compile */
+    const char *pats[] = {"models/*.moe", "models/variants/*.moe", "tests/*/*.moe", "bench/*.moe", "bench/*/*.moe"};
+    int compiled = 0, seen = 0;
+    for (size_t k = 0; k < sizeof pats / sizeof *pats; k++) {
+        glob_t gl;
+        if (glob(pats[k], 0, NULL, &gl) != 0)
+            continue;
+        for (size_t f = 0; f < gl.gl_pathc; f++) {
+            const char *path = gl.gl_pathv[f];
+            seen++;
+            static const struct { int mxfp8, fast; int64_t ep; const char *name; } var[] = {
+                {0, 0, 0, "reference"}, {0, 1, 0, "fast"}, {1, 0, 0, "mxfp8"}, {0, 0, 2, "ep 2"}};
+            for (size_t v = 0; v < sizeof var / sizeof *var; v++) {
+                Plan *p = make_plan(path, var[v].mxfp8, var[v].ep, var[v].fast);
+                if (!p)
+                    continue;
+                char what[512];
+                snprintf(what, sizeof what, "%s (%s)", path, var[v].name);
+                check_plan(what, p);
+                compiled += v == 0;
+                plan_free(p);
+            }
+        }
+        globfree(&gl);
+    }
+    printf("  %d of %d model files compile and were checked\n", compiled, seen);
+    CHECK(compiled >= 20, "%d model files compiled", compiled);
+
+    Plan *p = make_plan("models/mixtral_tiny.moe", 0, 0, 0);
+    CHECK(p != NULL, "mixtral_tiny compiles");
+    if (p) {
+        test_check_fails(p);
+        plan_free(p);
+    }
+
+    /* four Mixtral-8x7B layers (tests/gpu/nofit.moe: batch 16 x 4096), and at 4 x 4096 */
+    p = make_plan("tests/gpu/nofit.moe", 0, 0, 0);
+    CHECK(p != NULL, "nofit compiles");
+    if (p) {
+        slack("4 Mixtral layers, 16 x 4096", p, 0.02, 0);
+        char err[1024];
+        Plan *q = driver_replan(p, 4, 0, 1, err, sizeof err);
+        CHECK(q != NULL, "nofit at batch 4: %s", q ? "" : err);
+        if (q) {
+            check_plan("nofit at batch 4", q);
+            slack("4 Mixtral layers, 4 x 4096", q, 0.02, 139.0);
+            plan_free(q);
+        }
+        plan_free(p);
+    }
+    p = make_plan("tests/gpu/nofit.moe", 0, 0, 1);
+    if (p) {
+        char err[1024];
+        Plan *q = driver_replan(p, 4, 0, 1, err, sizeof err);
+        if (q) {
+            check_plan("nofit at batch 4, fast", q);
+            slack("4 Mixtral layers, 4 x 4096, fast", q, 0.02, 139.0);
+            plan_free(q);
+        }
+        plan_free(p);
+    }
+
+    /* the planner's time on the largest model: 32 Mixtral layers, one rank of ep 8 */
+    p = make_plan("models/mixtral_8x7b.moe", 0, 0, 0);
+    CHECK(p != NULL && p->bufs, "mixtral_8x7b compiles with its GPU part");
+    if (p && p->bufs) {
+        slack("mixtral_8x7b (32 layers, ep 8)", p, 0.02, 0);
+        PlanBuf *t = malloc(sizeof *t * ((size_t)p->nbufs + 1));
+        PlanMemory m;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int rep = 0; rep < 5; rep++) {
+            memcpy(t, p->bufs, sizeof *t * (size_t)p->nbufs);
+            plan_memory(p->graph, t, p->nbufs, 256, &m);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / 5;
+        printf("  plan_memory on mixtral_8x7b: %d buffers (%d in the activations) in %.2f ms\n", p->nbufs,
+               m.nblocks, ms);
+        CHECK(ms < 1000, "plan_memory takes %.0f ms on mixtral_8x7b", ms);
+        char err[512];
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int ok = plan_memory_check(p->graph, t, p->nbufs, 256, &m, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+        printf("  plan_memory_check on mixtral_8x7b: %.2f ms\n", ms);
+        CHECK(ok, "mixtral_8x7b: %s", err);
+        free(t);
+        plan_free(p);
+    }
+    printf("test_memory: %d passed, %d failed\n", npass, nfail);
+    return nfail != 0;
+}
