@@ -31,7 +31,7 @@ RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_wire.c runtime/comm/comm_nccl.c \
            runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
 DATA_SRC = data/data.c data/shards.c data/alignment.c
-FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/hf.c formats/hf_import.c \
+FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/plot_compare.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c
 TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/metrics.c train/launch.c train/eval.c train/moe_metrics.c train/ckpt_match.c train/ckpt_keep.c train/infer.c train/embed.c train/score.c train/cluster_env.c train/dryrun.c
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
@@ -39,7 +39,8 @@ TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/me
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
            codegen/cuda_loss.c codegen/cuda_optim.c codegen/cuda_moe_fast.c runtime/gpu/nvrtc.c
 CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh \
-           codegen/moe_fast_offsets.h codegen/moe_fast.cuh codegen/dense_fast.cuh codegen/attn_fast.cuh
+           codegen/moe_fast_offsets.h codegen/moe_fast.cuh codegen/dense_fast.cuh codegen/attn_fast.cuh \
+           codegen/fp8_block_fast.cuh
 LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(DRIVER_SRC) $(RT_SRC) $(DATA_SRC) \
            $(FMT_SRC) $(TRAIN_SRC)
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(GEN)/parser.o $(GEN)/lexer.o $(GEN)/cuda_prelude.o
@@ -83,7 +84,9 @@ $(GEN)/cuda_prelude.c: $(CODEGEN_CUH) Makefile
 	  echo 'const char cuda_prelude_dense_fast[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/dense_fast.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_attn_fast[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/attn_fast.cuh; echo ';'; } > $@.tmp
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/attn_fast.cuh; echo ';'; \
+	  echo 'const char cuda_prelude_fp8_block_fast[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/fp8_block_fast.cuh; echo ';'; } > $@.tmp
 	@mv $@.tmp $@
 
 # generated code is not held to -Wextra (flex emits unused functions)
@@ -102,7 +105,7 @@ $(BUILD)/libmoec.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 # the moec command (cli/): main() and the commands, outside libmoec.a
-CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c cli/prep.c
+CLI_SRC  = cli/main.c cli/options.c cli/compile.c cli/inspect.c cli/ckpt_diff.c cli/prep.c cli/plot.c
 CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 
 # -rdynamic: pass plugins (--load-pass) link against the IR and pass API in moec

@@ -29,7 +29,7 @@
  * (runtime/cpu, fp32) runs the same step on the same values and the loss
  * must agree within 1e-4 relative and every gradient within 1e-3 normwise
  * for the fp32 reference kernels; for a --kernels fast plan (bf16 operands
- * and intermediates) within 1e-2 both, the bound docs/kernels-sm90.md
+ * and intermediates) within 1e-2 both (5e-2 at fp8-block, docs/fp8-block.md), the bound docs/kernels-sm90.md
  * justifies. Plans whose memory (params + inputs + activations, from
  * plan->memory.region_bytes) exceeds --max-gib, or the GPU's free memory,
  * are skipped with a message (exit 0, a SKIP line).
@@ -439,7 +439,9 @@ int main(int argc, char **argv)
         cpu_plan_run(&cpu);
         double lc = cpu_plan_scalar(&cpu, g->loss), rel = fabs(loss_gpu - lc) / fmax(fabs(lc), 1e-30);
         int fast = plan->source.kernels == PLAN_KERNELS_FAST;
-        double tol_loss = fast ? 1e-2 : 1e-4, tol_grad = fast ? 1e-2 : 1e-3;
+        /* fp8-block's fast expert MLP: 5e-2, the bound tests/gpu/run_plan.c argues (docs/fp8-block.md) */
+        double fast_tol = g->train.precision == IR_PREC_FP8_BLOCK ? 5e-2 : 1e-2;
+        double tol_loss = fast ? fast_tol : 1e-4, tol_grad = fast ? fast_tol : 1e-3;
         printf("# cpu check: loss gpu %.9g, cpu %.9g, relative difference %.2e (within %.0e: %s)\n", loss_gpu, lc,
                rel, tol_loss, rel < tol_loss ? "yes" : "NO");
         int ok = rel < tol_loss;

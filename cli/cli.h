@@ -53,6 +53,9 @@ int cli_run_front(const Options *o);
 /* prep.c: moec prep INPUT... -o DIR --alphabet protein|dna [--clusters TSV] */
 int cli_prep(int argc, char **argv);
 
+/* plot.c: moec plot METRICS.jsonl [MORE.jsonl ...] -o OUT.svg [--label NAME ...] [--title T] */
+int cli_plot(int argc, char **argv);
+
 /* ckpt_diff.c: moec ckpt-diff A B [--rtol X] [--prefix P] */
 int cli_ckpt_diff(int argc, char **argv);
 

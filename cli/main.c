@@ -42,7 +42,8 @@ static const char *const usage_main =
     "                  those named) and print the IR after them\n"
     "  compile FILE -o OUT   write a standalone training binary (--emit-cuda DIR,\n"
     "                  --arch sm_90a: its CUDA kernels, compiled with NVRTC)\n"
-    "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss\n"
+    "  plot METRICS.jsonl -o OUT.svg   draw training and validation loss (several\n"
+    "                  files: the runs overlaid, final losses compared)\n"
     "  ckpt-diff A B   compare two checkpoints' parameters\n"
     "  prep INPUT... -o DIR --alphabet A   FASTA(.gz) files, directories, globs or\n"
     "                  '-' -> a token shard directory for --data (docs/data.md)\n"
@@ -200,11 +201,26 @@ static const char *const usage_compile =
     "Without -o only the CUDA code is generated, and the model needs no alphabet.\n";
 
 static const char *const usage_plot =
-    "usage: moec plot METRICS.jsonl -o OUT.svg\n"
+    "usage: moec plot METRICS.jsonl -o OUT.svg [--title T]\n"
+    "       moec plot A.jsonl B.jsonl [...] -o OUT.svg [--label NAME ...] [--title T]\n"
     "\n"
-    "Draws the training loss (raw and smoothed) and validation loss of a\n"
-    "training run's --log file against steps, with the unigram entropy as a\n"
-    "reference line, as an SVG.\n";
+    "One file: draws the training loss (raw and smoothed) and validation loss of\n"
+    "a training run's --log file against steps, with the unigram entropy as a\n"
+    "reference line, as an SVG; the lm_loss, aux_loss and expert-load panels\n"
+    "below when the log has them.\n"
+    "\n"
+    "Two to 8 files: the runs overlaid on one chart, each in its colour: its\n"
+    "validation loss (thick line, markers) and training loss (thin, smoothed),\n"
+    "a legend, and under the chart a table of each run's final validation loss\n"
+    "and its difference from the first file's in percent (the first file is the\n"
+    "reference: put the baseline first). Every file needs validation losses\n"
+    "(--eval-every), and their last evaluations must be at the same step.\n"
+    "\n"
+    "  -o OUT.svg      the picture to write\n"
+    "  --label NAME    a run's name in the legend and table, one per file in\n"
+    "                  their order (default: the file name without .jsonl)\n"
+    "  --title T       the title (default: the file name; for a comparison\n"
+    "                  \"validation loss: A vs B ...\")\n";
 
 const char *cli_usage_for(const char *cmd)
 {
@@ -296,6 +312,8 @@ static int moec_main(int argc, char **argv)
         return cli_ckpt_diff(argc, argv);
     if (strcmp(cmd, "prep") == 0)
         return cli_prep(argc, argv);
+    if (strcmp(cmd, "plot") == 0)
+        return cli_plot(argc, argv);
     if (strcmp(cmd, "import-hf") == 0)
         return hf_import_main(argc, argv);
     if (strcmp(cmd, "export-hf") == 0)
@@ -334,17 +352,6 @@ static int moec_main(int argc, char **argv)
             BuiltinDoc d = lower_builtin_doc(i);
             printf("%s\n    %s\n", d.signature, d.summary);
         }
-        return 0;
-    }
-    if (strcmp(cmd, "plot") == 0) {
-        if (!o.file || !o.output)
-            return cli_usage_error("plot ", "usage: moec plot METRICS.jsonl -o OUT.svg%s", "");
-        char err[1024];
-        if (plot_metrics_svg(o.file, o.output, NULL, err, sizeof err) != 0) {
-            fprintf(stderr, "moec: error: %s\n", err);
-            return 1;
-        }
-        printf("wrote %s\n", o.output);
         return 0;
     }
     if (strcmp(cmd, "compile") == 0 && !o.output && !o.emit_cuda && !o.arch)

@@ -238,7 +238,8 @@ const char *cg_ctype(PlanStorage s)
     case PLAN_F64: return "double";
     case PLAN_I32: return "int";
     case PLAN_BF16: return "unsigned short"; /* raw bf16 bits (the fast kernels) */
-    default: die("codegen: no C type for storage %s", plan_storage_name[s]);
+    case PLAN_E4M3: return "unsigned char";  /* E4M3 codes or E8M0 scale codes (the fp8-block fast kernels) */
+    default: die("codegen: no C type for storage %d", (int)s);
     }
 }
 
@@ -479,6 +480,20 @@ void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const ch
     sb_printf(&cg->params, "%sconst __grid_constant__ moec::sm90::TmaDesc %s", cg->nargs ? ", " : "", name);
     cg->targs[cg->nargs] =
         (PlanArg){.kind = PLAN_ARG_TMAP, .buf = buf, .rows = rows, .cols = cols, .box_rows = box_rows, .box_cols = 64};
+    cg->args[cg->nargs++] = buf;
+    cg->typed = 1;
+}
+
+void cg_tmap_u8(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name)
+{
+    if (cg->nargs == CG_MAX_ARGS)
+        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
+    if (cg->bufs[buf].storage != PLAN_E4M3 || rows * cols > cg->bufs[buf].bytes || cols % 16)
+        die("codegen: byte tensor map %s of %s over a buffer that is no e4m3 [%lld x %lld]", name, cg->node->name,
+            (long long)rows, (long long)cols);
+    sb_printf(&cg->params, "%sconst __grid_constant__ moec::sm90::TmaDesc %s", cg->nargs ? ", " : "", name);
+    cg->targs[cg->nargs] =
+        (PlanArg){.kind = PLAN_ARG_TMAP_U8, .buf = buf, .rows = rows, .cols = cols, .box_rows = box_rows, .box_cols = 128};
     cg->args[cg->nargs++] = buf;
     cg->typed = 1;
 }
@@ -760,8 +775,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
     const IrGraph *g = p->graph;
     check_table();
-    if (g->train.precision == IR_PREC_FP8_BLOCK) {
-        /* the fused grouped_mlp would otherwise run its bf16 kernels: wrong numerics, not an error */
+    if (g->train.precision == IR_PREC_FP8_BLOCK && p->source.kernels != PLAN_KERNELS_FAST) {
+        /* the reference kernels have no fp8-block path: the fused grouped_mlp would otherwise run its
+         * fp32 kernels, wrong numerics, not an error. --kernels fast has one (cuda_moe_fast.c); a node
+         * it cannot take is refused there (cg_emit_grouped_mlp) */
         SrcLoc none = {0, 0, 0};
         if (d)
             diag_error(d, none, CG_FP8_BLOCK_CPU_ONLY);
@@ -883,6 +900,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         sb_puts(&src, cuda_prelude_gemm_sm90);
         sb_puts(&src, "\n// ======== sm_90a: codegen/moe_fast_offsets.h, moe_fast.cuh ========\n");
         sb_puts(&src, cuda_prelude_moe_fast);
+    }
+    if (cg.fp8b_used) {
+        sb_puts(&src, "\n// ======== fp8-block: codegen/fp8_block_fast.cuh ========\n");
+        sb_puts(&src, cuda_prelude_fp8_block_fast);
     }
     if (cg.dense_fast_used) {
         sb_puts(&src, "\n// ======== fast dense kernels: codegen/dense_fast.cuh ========\n");

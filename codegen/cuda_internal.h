@@ -95,6 +95,7 @@ typedef struct Cg {
     int fast_used;       /* a kernel needs the sm_90a device code (moe_fast.cuh and the GEMM) */
     int dense_fast_used; /* a kernel needs dense_fast.cuh (the skinny linears) */
     int attn_fast_used;  /* a kernel needs attn_fast.cuh (flash attention) */
+    int fp8b_used;       /* a kernel needs fp8_block_fast.cuh (the fp8-block expert MLP; sets fast_used too) */
     CudaKgemmEpilogue kgemm_epilogue; /* CudaOptions.kgemm_epilogue */
 } Cg;
 
@@ -121,6 +122,8 @@ void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long 
 void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name);
 /* The same for an fp32 tensor map over buffer buf from element `offset` on (16-byte aligned), box
  * {32, box_rows} (plan.h PLAN_ARG_TMAP_F32). */
+/* an E4M3 (byte) tensor map over buf viewed [rows, cols], box {128, box_rows} (plan.h PLAN_ARG_TMAP_U8) */
+void cg_tmap_u8(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name);
 void cg_tmap_f32(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name);
 void cg_i32(Cg *cg, int64_t value, const char *name);
 /* The launch being built: `shared` bytes of dynamic shared memory, and (all_sms) one block per SM. */
@@ -140,8 +143,9 @@ int64_t cg_last(const IrNode *n);              /* the last dimension (1 for scal
 int cg_is_mxfp8(const IrNode *n);
 /* what codegen says of a plan with precision fp8-block (no GPU kernels yet) */
 #define CG_FP8_BLOCK_CPU_ONLY                                                                                    \
-    "precision fp8-block runs on the CPU backend only for now: its GPU kernels (an FP8 grouped GEMM with 1x128 " \
-    "and 128x128 scales, docs/fp8-block.md) are not written yet; use bf16 or mxfp8 on the GPU"              /* grouped_mlp(_bwd) with precision mxfp8 */
+    "precision fp8-block runs on the GPU only with --kernels fast, on the fused expert MLP (grouped_mlp) with " \
+    "hidden and FFN sizes multiples of 256 (docs/fp8-block.md); otherwise use the CPU backend, or bf16 or mxfp8 " \
+    "on the GPU"              /* grouped_mlp(_bwd) with precision mxfp8 */
 /* Reports a user-level error at the node (codegen cannot handle it). */
 void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -261,5 +265,6 @@ extern const char cuda_prelude_sm90_sched[], cuda_prelude_sm90[], cuda_prelude_g
 extern const char cuda_prelude_dense_fast[];
 /* flash attention on the tensor cores (mma.sync), pasted only when used */
 extern const char cuda_prelude_attn_fast[];
+extern const char cuda_prelude_fp8_block_fast[];
 
 #endif

@@ -372,6 +372,20 @@ static int fast_or_why(Cg *cg, const IrNode *n)
     return 0;
 }
 
+/* fp8-block has no reference kernels: a node the fast ones cannot take is refused, with their reason */
+static int refuse_fp8b(Cg *cg, const IrNode *n)
+{
+    if (ir_attr_e(n, IR_ATTR_PRECISION) != IR_PREC_FP8_BLOCK)
+        return 0;
+    char why[320];
+    if (cg->kernel_choice != PLAN_KERNELS_FAST)
+        snprintf(why, sizeof why, "the reference kernels have no fp8-block path");
+    else
+        cuda_fast_mlp_ok(n, why, sizeof why);
+    cg_error(cg, n, "%s: " CG_FP8_BLOCK_CPU_ONLY " (%s)", n->name, why);
+    return 1;
+}
+
 /* xs [R, H], w_gate_up [E, 2F, H], w_down [E, H, F], splits [E], probs [R] -> [R, H] */
 int cg_emit_grouped_mlp(Cg *cg, const IrNode *n)
 {
@@ -380,6 +394,8 @@ int cg_emit_grouped_mlp(Cg *cg, const IrNode *n)
     int mx = cg_is_mxfp8(n);
     if (cg->kernel_choice == PLAN_KERNELS_FAST && fast_or_why(cg, n))
         return cg_emit_grouped_mlp_fast(cg, n);
+    if (refuse_fp8b(cg, n))
+        return 0;
     if (mx && !check_mx_dims(cg, n, H, F))
         return 0;
     int h = cg_ws(cg, n, PLAN_F32, R * 2 * F, "h"), a = cg_ws(cg, n, PLAN_F32, R * F, "a");
@@ -424,6 +440,8 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
     int mx = cg_is_mxfp8(n);
     if (cg->kernel_choice == PLAN_KERNELS_FAST && fast_or_why(cg, n))
         return cg_emit_grouped_mlp_bwd_fast(cg, n);
+    if (refuse_fp8b(cg, n))
+        return 0;
     if (mx && !check_mx_dims(cg, n, H, F))
         return 0;
     int h = cg_ws(cg, n, PLAN_F32, R * 2 * F, "h"), a = cg_ws(cg, n, PLAN_F32, R * F, "a");

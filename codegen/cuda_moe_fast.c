@@ -57,12 +57,21 @@ static int kgemm_tma(const Cg *cg)
            (cg->kgemm_epilogue == CUDA_KGEMM_DEFAULT && FAST_KGEMM_EPILOGUE == GEMM_SM90_KEPI_TMA);
 }
 
+static int is_fp8b(const IrNode *n)
+{
+    return ir_has_attr(n, IR_ATTR_PRECISION) && ir_attr_e(n, IR_ATTR_PRECISION) == IR_PREC_FP8_BLOCK;
+}
+
+static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len);
+
 int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
 {
     if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD) {
         snprintf(why, len, "not a grouped_mlp node");
         return 0;
     }
+    if (is_fp8b(n))
+        return fp8b_mlp_ok(n, why, len);
     if (ir_has_attr(n, IR_ATTR_PRECISION) && ir_attr_e(n, IR_ATTR_PRECISION) != IR_PREC_BF16) {
         snprintf(why, len, "precision %s (the fast kernels are bf16)",
                  ir_precision_name[ir_attr_e(n, IR_ATTR_PRECISION)]);
@@ -216,6 +225,8 @@ static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const 
     f->E = w1->shape[0];
     f->F = w1->shape[1] / 2;
     f->rcap = moec_fast_rows_cap(f->R, (int)f->E);
+    if (is_fp8b(n))
+        f->rcap = (f->rcap + 15) / 16 * 16; /* the FP8 kernel's activation scales: rows_cap % 16 == 0 */
     f->steps = steps;
     f->op = ir_node_op_name(n);
     char why[256], impl[300];
@@ -275,6 +286,8 @@ int cg_fast_reads_through(Cg *cg, const IrNode *d)
             users++;
             if (u->is_output)
                 return 0;
+            if (is_fp8b(u))
+                return 0; /* the fp8-block quantisers read the dispatch's fp32 rows */
             if (u->op == IR_OP_GROUPED_MLP && s == 0 && cuda_fast_mlp_ok(u, why, sizeof why) && fast_backward_of(cg, u))
                 continue;
             if (u->op == IR_OP_GROUPED_MLP_BWD && (s == 0 || s == 1) && cuda_fast_mlp_ok(u, why, sizeof why)) {
@@ -345,8 +358,13 @@ static void emit_convert(Cg *cg, Fast *f, const IrNode *w, int wb, const char *n
     cg_end(cg, CG_BLOCK, min64(cg_grid(ir_numel(w) / 4, CG_BLOCK), 132 * 16));
 }
 
+static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n);
+static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n);
+
 int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
 {
+    if (is_fp8b(n))
+        return emit_grouped_mlp_fp8(cg, n);
     const IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
     Fast f;
     int cv1, cv2;
@@ -468,6 +486,8 @@ int cg_emit_combine_fast(Cg *cg, const IrNode *n)
 
 int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
 {
+    if (is_fp8b(n))
+        return emit_grouped_mlp_bwd_fp8(cg, n);
     const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3], *sp = n->src[4], *p = n->src[5];
     Fast f;
     int cv1, cv2;
@@ -583,6 +603,303 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     fast_consts(cg, &f);
     cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(R));
+    return 1;
+}
+
+/* ---- fp8-block (--precision fp8-block --kernels fast; docs/fp8-block.md, decision 38): the same padded
+ * groups and launch order, the two forward GEMMs and the two data-gradient GEMMs on the FP8 grouped GEMM
+ * (gemm_sm90.cuh GemmFp8MGrouped, fp8-block mode: 1 x 128 activation scales, 128 x 128 weight scales,
+ * fp32 promotion every 128 of K), the quantisers in codegen/fp8_block_fast.cuh, quantising where the CPU
+ * reference does (runtime/cpu/kernels.inc grouped_mlp / grouped_mlp_bwd):
+ *   forward   xs 1x128 along H (from the graph's fp32 rows, in the gather), w_gate_up and w_down in
+ *             128x128 tiles, the SwiGLU output a 1x128 along F (from bf16 h, in the SwiGLU kernel);
+ *   dgrad     dy 1x128 along H (from fp32, in the gather), dh 1x128 along 2F (in the dSwiGLU kernel), the
+ *             same weight tiles read transposed: W^T copies [E, K, N] written beside W's (FP8 wgmma takes
+ *             K-major operands only);
+ *   wgrad     dy, a, dh and xs 128x1 within each expert group, dequantised to bf16 (exact: E4M3 times a
+ *             power of two) for the bf16 K-grouped GEMM: the operands are the CPU reference's, the
+ *             products run on the bf16 tensor cores (no FP8 K-grouped kernel yet).
+ * The weights are quantised by a pass per step in the forward node (their fp32 master copies read once,
+ * the tiled and transposed E4M3 copies kept for the backward); not yet by the optimizer. */
+
+/* the tile quantiser's dynamic shared memory: a 128 x 129 fp32 tile and two rows of 128 column maxima
+ * (fp8_block_fast.cuh moec::fp8b::TILE_SMEM) */
+enum { FP8B_TILE_SMEM = 128 * 129 * 4 + 2 * 128 * 4 };
+
+static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(R, (int)E) + 15) / 16 * 16; }
+
+/* the FP8 kernel's configuration: 6 stages of 128 x 128 x 128 (the most that fit beside the bf16
+ * staging buffers: decision 36), bf16 out through TMA stores */
+static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
+{
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16};
+    return s;
+}
+
+static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
+{
+    const IrNode *xs = n->src[n->op == IR_OP_GROUPED_MLP ? 0 : 1], *w1 = n->src[n->op == IR_OP_GROUPED_MLP ? 1 : 2];
+    int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
+    if (H % 256 || F % 256) {
+        snprintf(why, len, "fp8-block: H %lld and F %lld must be multiples of 256 (the FP8 GEMM takes its 128-deep K "
+                 "blocks in pairs, and K is H or F forward, H or 2F in the data gradients)", (long long)H, (long long)F);
+        return 0;
+    }
+    if (fp8b_rows_cap(R, E) >= ((int64_t)1 << 31) || E * 2 * F * H >= ((int64_t)1 << 40)) {
+        snprintf(why, len, "too large: R + 128 E = %lld rows", (long long)fp8b_rows_cap(R, E));
+        return 0;
+    }
+    GemmFp8Shape m[4] = {fp8b_shape(E, 2 * F, H), fp8b_shape(E, H, F), fp8b_shape(E, F, H), fp8b_shape(E, H, 2 * F)};
+    GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
+                          kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
+    char err[200];
+    for (int i = 0; i < 4; i++)
+        if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
+            snprintf(why, len, "fp8-block: FP8 GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
+            return 0;
+        }
+    for (int i = 0; i < 4; i++)
+        if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
+            snprintf(why, len, "fp8-block: weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
+            return 0;
+        }
+    snprintf(why, len, "fp8-block: FP8 grouped GEMMs (1x128 x 128x128, promotion every 128) forward and dgrad, "
+             "wgrad on 128x1-quantised operands in bf16; H %lld and F %lld multiples of 256", (long long)H,
+             (long long)F);
+    return 1;
+}
+
+/* D [rcap, N] bf16 = dequant(A [rcap, K], sa) . dequant(W [E, N, K], sw)^T per padded group */
+static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w, int sw, int d,
+                          int64_t N, int64_t K)
+{
+    GemmFp8Shape s = fp8b_shape(f->E, N, K);
+    char sfx[96];
+    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d", suffix, s.stages);
+    fast_begin(cg, f, sfx, what);
+    cg_tmap_u8(cg, a, f->rcap, K, 128, "tma_a");
+    cg_tmap_u8(cg, w, f->E * N, K, 128, "tma_b");
+    cg_tmap(cg, d, f->rcap, N, 64, "tma_d");
+    cg_param(cg, d, 1, "d");
+    cg_param(cg, sa, 0, "sa");
+    cg_param(cg, sw, 0, "sb");
+    cg_param(cg, f->ofs, 0, "offsets");
+    cg_i32(cg, f->rcap, "rows_cap");
+    cg_line(cg, "moec::sm90::GemmFp8MGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets, "
+                "rows_cap);", s.E, s.N, s.K, s.stages, s.mode, s.out);
+    cg_launch_extra(cg, gemm_fp8_smem_bytes(&s), 1);
+    cg_end(cg, GEMM_SM90_THREADS, 1);
+    cg->fast_used = 1;
+    cg->fp8b_used = 1;
+}
+
+/* q, s (and with qt, the transposed copy qt, st) <- the weight w [E, N, K] in 128x128 tiles */
+static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, int q, int s, int qt, int st,
+                            int64_t N, int64_t K)
+{
+    char what[300];
+    snprintf(what, sizeof what, "%s in 128x128 tiles: E4M3 [E, %lld, %lld] and its scales%s (from the fp32 "
+             "weight, every step)", name, (long long)N, (long long)K,
+             qt >= 0 ? ", and the transposed copy [E, K, N] for the data gradient (kept for the backward)" : "");
+    char sfx[64];
+    snprintf(sfx, sizeof sfx, "fp8b_%s", name);
+    fast_begin(cg, f, sfx, what);
+    cg_param(cg, q, 1, "q");
+    cg_param(cg, s, 1, "s");
+    if (qt >= 0) {
+        cg_param(cg, qt, 1, "qt");
+        cg_param(cg, st, 1, "st");
+    }
+    cg_in(cg, w, "w");
+    cg_line(cg, "moec::fp8b::quant_weight<%lld, %lldll, %lldll>(q, s, %s, %s, w);", (long long)f->E, (long long)N,
+            (long long)K, qt >= 0 ? "qt" : "nullptr", qt >= 0 ? "st" : "nullptr");
+    cg_end(cg, CG_BLOCK, min64(f->E * (N / 128) * (K / 128), 132 * 16));
+    cg->fp8b_used = 1;
+}
+
+/* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): one block of 256 threads per
+ * 128 x 128 tile of the padded rows, the tile in dynamic shared memory when it writes a colwise copy */
+static void fp8_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
+                          const char *colq, const char *src, const char *probs)
+{
+    fast_consts(cg, f);
+    cg_line(cg, "static_assert(moec::fp8b::TILE_SMEM == %d, \"the launch's dynamic shared memory\");", FP8B_TILE_SMEM);
+    cg_line(cg, "moec::fp8b::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
+            colq, src, probs);
+    cg_launch_extra(cg, strcmp(colq, "nullptr") ? FP8B_TILE_SMEM : 0, 0);
+    cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
+    cg->fp8b_used = 1;
+}
+
+static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
+{
+    const IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
+    Fast f;
+    fast_init(cg, &f, n, xs, w1, 0);
+    const IrNode *bwd = fast_backward_of(cg, n);
+    int64_t H = f.H, F = f.F, E = f.E, rc = f.rcap;
+    f.ofs = fwd_ws(cg, &f, bwd, PLAN_I32, 2 * E + 2, "fast_offsets");
+    int pp = fwd_ws(cg, &f, bwd, PLAN_F32, rc, "probs_padded");
+    int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
+    int xq = cg_ws(cg, n, PLAN_E4M3, rc * H, "xs_e4m3"), xsa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "xs_scales");
+    int aq = cg_ws(cg, n, PLAN_E4M3, rc * F, "a_e4m3"), asa = cg_ws(cg, n, PLAN_E4M3, F / 128 * rc, "a_scales");
+    int w1q = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H, "w_gate_up_e4m3");
+    int w1s = cg_ws(cg, n, PLAN_E4M3, E * (2 * F / 128) * (H / 128), "w_gate_up_scales");
+    int w2q = cg_ws(cg, n, PLAN_E4M3, E * H * F, "w_down_e4m3");
+    int w2s = cg_ws(cg, n, PLAN_E4M3, E * (H / 128) * (F / 128), "w_down_scales");
+    int xg = -1, w1t = -1, w1ts = -1, w2t = -1, w2ts = -1;
+    if (bwd) {
+        xg = cg_ws_kept(cg, n, bwd, PLAN_BF16, rc * H, "xs_colwise_bf16");
+        w1t = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * 2 * F * H, "w_gate_up_t_e4m3");
+        w1ts = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * (2 * F / 128) * (H / 128), "w_gate_up_t_scales");
+        w2t = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * H * F, "w_down_t_e4m3");
+        w2ts = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * (H / 128) * (F / 128), "w_down_t_scales");
+    }
+    const IrNode *comb = fast_combine_of(cg, n);
+    int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
+    if (comb && !bwd)
+        f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
+    f.steps = 7 + (comb == NULL);
+
+    emit_offsets(cg, &f, sp);
+
+    fast_begin(cg, &f, bwd ? "fp8b_gather_xg" : "fp8b_gather",
+               bwd ? "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, from the fp32 rows, "
+                     "bit-exact with the CPU reference), and 128x1 within each group dequantised to bf16 (exact; "
+                     "kept for dw_gate_up), in one read of each 128x128 tile; probs"
+                   : "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, from the fp32 rows, "
+                     "bit-exact with the CPU reference); probs");
+    cg_param(cg, xq, 1, "q");
+    cg_param(cg, xsa, 1, "sa");
+    if (bwd)
+        cg_param(cg, xg, 1, "xg");
+    cg_param(cg, pp, 1, "pp");
+    cg_in(cg, xs, "xs");
+    cg_in(cg, p, "p");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xg" : "nullptr", "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
+
+    emit_fp8_weight(cg, &f, w1, "w_gate_up", w1q, w1s, w1t, w1ts, 2 * F, H);
+    emit_fp8_weight(cg, &f, w2, "w_down", w2q, w2s, w2t, w2ts, H, F);
+
+    emit_fp8_gemm(cg, &f, "fast_gate_up",
+                  bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM, bf16 out; h kept for the backward)"
+                      : "h = xs w_gate_up^T per group (FP8 grouped GEMM, bf16 out)",
+                  xq, xsa, w1q, w1s, hp, 2 * F, H);
+
+    fast_begin(cg, &f, "fp8b_swiglu", "a = silu(gate) up probs, quantised 1x128 along F (E4M3 and scales)");
+    cg_param(cg, aq, 1, "q");
+    cg_param(cg, asa, 1, "sa");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+
+    emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, bf16 out)", aq, asa, w2q, w2s, yp,
+                  H, F);
+
+    if (comb) {
+        cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
+        return 1;
+    }
+    fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "y");
+    cg_param(cg, yp, 0, "yp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(f.R));
+    return 1;
+}
+
+static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
+{
+    const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2];
+    Fast f;
+    fast_init(cg, &f, n, xs, w1, 0);
+    const IrNode *fwd = fast_forward_of(cg, n);
+    if (!fwd) {
+        cg_error(cg, n, "%s: precision fp8-block: the fast expert-MLP backward reads the quantised weights and xs its "
+                 "forward node keeps, and no forward grouped_mlp with the same operands keeps them for it (a "
+                 "recomputing backward is not written for fp8-block); use the CPU backend", n->name);
+        return 0;
+    }
+    int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
+    f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
+    int pp = cg_find_ws(cg, fwd, "probs_padded"), hp = cg_find_ws(cg, fwd, "h_padded");
+    int xg = cg_find_ws(cg, fwd, "xs_colwise_bf16");
+    int w1t = cg_find_ws(cg, fwd, "w_gate_up_t_e4m3"), w1ts = cg_find_ws(cg, fwd, "w_gate_up_t_scales");
+    int w2t = cg_find_ws(cg, fwd, "w_down_t_e4m3"), w2ts = cg_find_ws(cg, fwd, "w_down_t_scales");
+    if (f.ofs < 0 || pp < 0 || hp < 0 || xg < 0 || w1t < 0 || w1ts < 0 || w2t < 0 || w2ts < 0)
+        die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
+    int dyq = cg_ws(cg, n, PLAN_E4M3, rc * H, "dy_e4m3"), dysa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "dy_scales");
+    int dyg = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_colwise_bf16");
+    int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
+    int dhq = cg_ws(cg, n, PLAN_E4M3, rc * 2 * F, "dh_e4m3");
+    int dhsa = cg_ws(cg, n, PLAN_E4M3, 2 * F / 128 * rc, "dh_scales");
+    int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
+    int ag = cg_ws(cg, n, PLAN_BF16, rc * F, "a_colwise_bf16");
+    int dhg = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_colwise_bf16");
+    int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
+    f.steps = 9;
+
+    fast_begin(cg, &f, "fp8b_gather_dy", "dy into zero-padded groups quantised 1x128 along H (from the fp32 rows, "
+                                         "bit-exact with the CPU reference), and 128x1 within each group dequantised "
+                                         "to bf16 (exact) for dw_down, in one read of each 128x128 tile");
+    cg_param(cg, dyq, 1, "q");
+    cg_param(cg, dysa, 1, "sa");
+    cg_param(cg, dyg, 1, "dyg");
+    cg_in(cg, dy, "dy");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyg", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
+
+    emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM on the transposed tile copy of "
+                                     "w_down, bf16 out)", dyq, dysa, w2t, w2ts, dap, F, H);
+
+    fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) quantised 1x128 along 2F (E4M3 and scales), and "
+                                       "128x1 within each group dequantised to bf16 (exact) for dw_gate_up");
+    cg_param(cg, dhq, 1, "q");
+    cg_param(cg, dhsa, 1, "sa");
+    cg_param(cg, dhg, 1, "dhg");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, dap, 0, "dap");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhg", "moec::fp8b::Dswiglu<F>{hp, dap, pp}", "nullptr, nullptr");
+
+    fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row (fixed order)");
+    cg_param(cg, dpp, 1, "dpp");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, dap, 0, "dap");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, hp, dap, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(rc));
+
+    fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs (recomputed from h) quantised 128x1 within each "
+                                         "expert group, dequantised to bf16 (exact), for dw_down");
+    cg_param(cg, ag, 1, "ag");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "ag", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+
+    emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tile copy of "
+                                      "w_gate_up, bf16 out)", dhq, dhsa, w1t, w1ts, dxp, H, 2 * F);
+    emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (bf16 K-grouped GEMM on the 128x1-quantised "
+                                       "operands, fp32 out)", dyg, ag, R * H + R + E * 2 * F * H, H, F, 0);
+    emit_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (bf16 K-grouped GEMM on the "
+                                          "128x1-quantised operands, fp32 out)", dhg, xg, R * H + R, 2 * F, H, 0);
+
+    fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "out");
+    cg_param(cg, dxp, 0, "dxp");
+    cg_param(cg, dpp, 0, "dpp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(R));
+    cg->fp8b_used = 1;
     return 1;
 }
 

@@ -1,12 +1,13 @@
 /* plot.c - metrics JSONL -> loss-curve SVG (see plot.h for the input rules).
  *
- * Two halves: load_metrics() turns the file into sorted, de-duplicated
+ * Two halves: plot_load_metrics() turns the file into sorted, de-duplicated
  * (step, value) series, and render_svg() lays them out on a fixed 900x540
  * canvas. The SVG is built in memory and written in one go, so a failure
  * never leaves half a picture on disk. Coordinates carry one decimal and
  * long series are thinned per pixel column, so a million-step run still
  * gives a file of a few tens of kilobytes. */
 #include "plot.h"
+#include "plot_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -20,28 +21,12 @@
 
 #include "../util/util.h"
 
-/* ---- canvas layout (pixels) ---- */
-enum {
-    CANVAS_W = 900,
-    CANVAS_H = 540,
-    MARGIN_L = 78,
-    MARGIN_R = 26,
-    MARGIN_T = 66,
-    MARGIN_B = 58,
-};
-
-#define FONT_FAMILY "DejaVu Sans,Helvetica,Arial,sans-serif"
 #define COLOR_TRAIN "#1f77b4"
 #define COLOR_VAL "#e6550d"
 #define COLOR_REF "#555555"
 #define COLOR_BAD "#d62728"
-#define TITLE_MAX_CHARS 66 /* bold 17px: about 10px a character, 796px of room */
-/* Average advance of DejaVu Sans at 12px; only used to size the legend box. */
-#define LEGEND_CHAR_W 6.9
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
+void plot_set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0)
         return;
@@ -54,25 +39,6 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
 /* ======================================================================
  * Loading
  * ====================================================================== */
-
-typedef struct Point {
-    double step;
-    double value; /* NaN for a null, NaN or infinite loss */
-    size_t seq;   /* input order, so the last of a repeated step wins */
-} Point;
-
-typedef struct Series {
-    Point *p;
-    size_t n, cap;
-    size_t nonfinite; /* after de-duplication */
-    size_t nfinite;
-} Series;
-
-typedef struct Metrics {
-    Series train, val;
-    int have_ref;
-    double ref;
-} Metrics;
 
 static int series_push(Series *s, double step, double value, size_t seq)
 {
@@ -205,7 +171,7 @@ static int read_value(const cJSON *obj, const char *key, double *out, const char
         return 1;
     }
     if (!cJSON_IsNumber(v)) {
-        set_err(err, errlen, "%s:%zu: \"%s\" is %s, expected a number", path, lineno, key, json_kind(v));
+        plot_set_err(err, errlen, "%s:%zu: \"%s\" is %s, expected a number", path, lineno, key, json_kind(v));
         return -1;
     }
     *out = isfinite(v->valuedouble) ? v->valuedouble : NAN;
@@ -217,7 +183,7 @@ static int load_line(Metrics *m, char *line, size_t len, size_t lineno, const ch
                      size_t errlen)
 {
     if (memchr(line, '\0', len)) {
-        set_err(err, errlen, "%s:%zu: line contains a NUL byte", path, lineno);
+        plot_set_err(err, errlen, "%s:%zu: line contains a NUL byte", path, lineno);
         return -1;
     }
     const char *end = NULL;
@@ -228,19 +194,19 @@ static int load_line(Metrics *m, char *line, size_t len, size_t lineno, const ch
             col++; /* cJSON stops before the blanks; point at the bad token */
         char *fixed = replace_nonfinite_tokens(line, len);
         if (!fixed) {
-            set_err(err, errlen, "%s:%zu: out of memory", path, lineno);
+            plot_set_err(err, errlen, "%s:%zu: out of memory", path, lineno);
             return -1;
         }
         obj = cJSON_ParseWithOpts(fixed, NULL, 1);
         free(fixed);
         if (!obj) {
-            set_err(err, errlen, "%s:%zu: malformed JSON at column %zu", path, lineno, col);
+            plot_set_err(err, errlen, "%s:%zu: malformed JSON at column %zu", path, lineno, col);
             return -1;
         }
     }
     int rc = -1;
     if (!cJSON_IsObject(obj)) {
-        set_err(err, errlen, "%s:%zu: expected a JSON object, found %s", path, lineno, json_kind(obj));
+        plot_set_err(err, errlen, "%s:%zu: expected a JSON object, found %s", path, lineno, json_kind(obj));
         goto out;
     }
     double ref;
@@ -257,11 +223,11 @@ static int load_line(Metrics *m, char *line, size_t len, size_t lineno, const ch
         goto out;
     }
     if (!cJSON_IsNumber(step)) {
-        set_err(err, errlen, "%s:%zu: \"step\" is %s, expected a number", path, lineno, json_kind(step));
+        plot_set_err(err, errlen, "%s:%zu: \"step\" is %s, expected a number", path, lineno, json_kind(step));
         goto out;
     }
     if (!isfinite(step->valuedouble)) {
-        set_err(err, errlen, "%s:%zu: \"step\" is not a finite number", path, lineno);
+        plot_set_err(err, errlen, "%s:%zu: \"step\" is not a finite number", path, lineno);
         goto out;
     }
     double loss, val;
@@ -273,7 +239,7 @@ static int load_line(Metrics *m, char *line, size_t len, size_t lineno, const ch
         goto out;
     if ((has_loss && series_push(&m->train, step->valuedouble, loss, lineno) < 0) ||
         (has_val && series_push(&m->val, step->valuedouble, val, lineno) < 0)) {
-        set_err(err, errlen, "%s:%zu: out of memory", path, lineno);
+        plot_set_err(err, errlen, "%s:%zu: out of memory", path, lineno);
         goto out;
     }
     rc = 0;
@@ -282,11 +248,11 @@ out:
     return rc;
 }
 
-static int load_metrics(const char *path, Metrics *m, char *err, size_t errlen)
+int plot_load_metrics(const char *path, Metrics *m, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        plot_set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     char *line = NULL;
@@ -310,7 +276,7 @@ static int load_metrics(const char *path, Metrics *m, char *err, size_t errlen)
         }
     }
     if (rc == 0 && ferror(f)) {
-        set_err(err, errlen, "%s: read error: %s", path, strerror(errno));
+        plot_set_err(err, errlen, "%s: read error: %s", path, strerror(errno));
         rc = -1;
     }
     free(line);
@@ -318,18 +284,18 @@ static int load_metrics(const char *path, Metrics *m, char *err, size_t errlen)
     if (rc < 0)
         return -1;
     if (nonblank == 0) {
-        set_err(err, errlen, "%s: empty file, no metrics to plot", path);
+        plot_set_err(err, errlen, "%s: empty file, no metrics to plot", path);
         return -1;
     }
     series_finish(&m->train);
     series_finish(&m->val);
     if (m->train.n + m->val.n == 0) {
-        set_err(err, errlen, "%s: no step records with \"loss\" or \"val_loss\" in %zu line%s", path, nonblank,
+        plot_set_err(err, errlen, "%s: no step records with \"loss\" or \"val_loss\" in %zu line%s", path, nonblank,
                 nonblank == 1 ? "" : "s");
         return -1;
     }
     if (m->train.nfinite + m->val.nfinite == 0) {
-        set_err(err, errlen, "%s: every loss value is NaN, infinite or null, nothing to plot", path);
+        plot_set_err(err, errlen, "%s: every loss value is NaN, infinite or null, nothing to plot", path);
         return -1;
     }
     return 0;
@@ -341,7 +307,7 @@ static int load_metrics(const char *path, Metrics *m, char *err, size_t errlen)
 
 /* Pixel coordinate with one decimal and no trailing ".0": enough for any
  * screen, and the bulk of the file is these. */
-static const char *fmt_px(char buf[32], double v)
+const char *plot_fmt_px(char buf[32], double v)
 {
     snprintf(buf, 32, "%.1f", v);
     size_t n = strlen(buf);
@@ -354,7 +320,7 @@ static const char *fmt_px(char buf[32], double v)
 
 /* A loss value for people: three decimals in the usual range, so that
  * numbers side by side line up (2.820, not 2.82), else four digits. */
-static const char *fmt_val(char buf[32], double v)
+const char *plot_fmt_val(char buf[32], double v)
 {
     if (fabs(v) >= 0.1 && fabs(v) < 1000)
         snprintf(buf, 32, "%.3f", v);
@@ -364,7 +330,7 @@ static const char *fmt_val(char buf[32], double v)
 }
 
 /* A step for people: integral steps print as integers. */
-static const char *fmt_step(char buf[32], double v)
+const char *plot_fmt_step(char buf[32], double v)
 {
     if (v == floor(v) && fabs(v) < 1e15)
         snprintf(buf, 32, "%.0f", v);
@@ -377,12 +343,6 @@ static const char *fmt_step(char buf[32], double v)
  * Axes
  * ====================================================================== */
 
-typedef struct Axis {
-    double lo, hi;     /* data range shown */
-    double tick;       /* 1, 2 or 5 times a power of ten */
-    long first, count; /* ticks are (first + i) * tick */
-} Axis;
-
 static double nice_tick(double range, int target)
 {
     double raw = range / target;
@@ -394,7 +354,7 @@ static double nice_tick(double range, int target)
 
 /* nonneg: the data has no negative values, so no negative tick either
  * (a lone point at step 0 gets an axis from -1 to 1 to sit in the middle). */
-static void axis_ticks(Axis *a, int target, int integral, int nonneg)
+void plot_axis_ticks(Axis *a, int target, int integral, int nonneg)
 {
     a->tick = nice_tick(a->hi - a->lo, target);
     if (integral && a->tick < 1)
@@ -465,7 +425,7 @@ static int utf8_seq_len(const unsigned char *s)
  * one an ellipsis when cut). A file name is arbitrary bytes, and one bad
  * byte makes the whole SVG unreadable, so invalid UTF-8 becomes U+FFFD and
  * control characters (not allowed in XML 1.0) become spaces. */
-static void xml_text(FILE *f, const char *str, size_t max_chars)
+void plot_xml_text(FILE *f, const char *str, size_t max_chars)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t total = 0;
@@ -503,33 +463,22 @@ static void xml_text(FILE *f, const char *str, size_t max_chars)
  * Rendering
  * ====================================================================== */
 
-typedef struct Frame {
-    double x0, x1, y0, y1; /* plot area in pixels; y0 is the top */
-    Axis xa, ya;
-} Frame;
-
-static double map_x(const Frame *fr, double v)
+double plot_map_x(const Frame *fr, double v)
 {
     return fr->x0 + (v - fr->xa.lo) / (fr->xa.hi - fr->xa.lo) * (fr->x1 - fr->x0);
 }
 
-static double map_y(const Frame *fr, double v)
+double plot_map_y(const Frame *fr, double v)
 {
     return fr->y1 - (v - fr->ya.lo) / (fr->ya.hi - fr->ya.lo) * (fr->y1 - fr->y0);
 }
-
-/* A polyline in pixel coordinates, thinned for drawing. */
-typedef struct Path {
-    double *x, *y;
-    size_t n;
-} Path;
 
 /* Builds the pixel path of (steps[i], values[i]) for the finite values.
  * With thin set it keeps per pixel column only the first, lowest,
  * highest and last point (in order): the drawn line is the same, spikes
  * included, and its size is bounded by the plot width instead of the run
  * length. Without, every point stays (one marker each). */
-static int path_build(Path *p, const Frame *fr, const double *steps, const double *values, size_t n, int thin)
+int plot_path_build(Path *p, const Frame *fr, const double *steps, const double *values, size_t n, int thin)
 {
     p->n = 0;
     p->x = malloc((n ? n : 1) * sizeof *p->x);
@@ -542,14 +491,14 @@ static int path_build(Path *p, const Frame *fr, const double *steps, const doubl
             i++;
             continue;
         }
-        double px = map_x(fr, steps[i]);
+        double px = plot_map_x(fr, steps[i]);
         long col = (long)floor(px);
         size_t first = i, last = i, lo = i, hi = i;
         size_t j = i + 1;
         for (; j < n; j++) {
             if (!isfinite(values[j]))
                 continue;
-            if (!thin || (long)floor(map_x(fr, steps[j])) != col)
+            if (!thin || (long)floor(plot_map_x(fr, steps[j])) != col)
                 break;
             last = j;
             if (values[j] < values[lo])
@@ -568,8 +517,8 @@ static int path_build(Path *p, const Frame *fr, const double *steps, const doubl
         for (int a = 0; a < 4; a++) {
             if (a > 0 && pick[a] == pick[a - 1])
                 continue;
-            p->x[p->n] = map_x(fr, steps[pick[a]]);
-            p->y[p->n] = map_y(fr, values[pick[a]]);
+            p->x[p->n] = plot_map_x(fr, steps[pick[a]]);
+            p->y[p->n] = plot_map_y(fr, values[pick[a]]);
             p->n++;
         }
         i = j;
@@ -577,20 +526,20 @@ static int path_build(Path *p, const Frame *fr, const double *steps, const doubl
     return 0;
 }
 
-static void path_free(Path *p)
+void plot_path_free(Path *p)
 {
     free(p->x);
     free(p->y);
 }
 
-static void emit_polyline(FILE *f, const Path *p, const char *attrs)
+void plot_emit_polyline(FILE *f, const Path *p, const char *attrs)
 {
     char bx[32], by[32];
     if (p->n < 2)
         return;
     fprintf(f, "<polyline fill=\"none\" stroke-linejoin=\"round\" stroke-linecap=\"round\" %s points=\"", attrs);
     for (size_t i = 0; i < p->n; i++)
-        fprintf(f, "%s%s,%s", i ? " " : "", fmt_px(bx, p->x[i]), fmt_px(by, p->y[i]));
+        fprintf(f, "%s%s,%s", i ? " " : "", plot_fmt_px(bx, p->x[i]), plot_fmt_px(by, p->y[i]));
     fputs("\"/>\n", f);
 }
 
@@ -601,8 +550,8 @@ static void emit_markers(FILE *f, const Path *p, double r, const char *attrs)
         return;
     fprintf(f, "<g %s>", attrs);
     for (size_t i = 0; i < p->n; i++)
-        fprintf(f, "<circle cx=\"%s\" cy=\"%s\" r=\"%s\"/>", fmt_px(bx, p->x[i]), fmt_px(by, p->y[i]),
-                fmt_px(br, r));
+        fprintf(f, "<circle cx=\"%s\" cy=\"%s\" r=\"%s\"/>", plot_fmt_px(bx, p->x[i]), plot_fmt_px(by, p->y[i]),
+                plot_fmt_px(br, r));
     fputs("</g>\n", f);
 }
 
@@ -612,7 +561,7 @@ static void emit_markers(FILE *f, const Path *p, double r, const char *attrs)
  * a fiftieth of the run: a causal EMA lags by (span - 1) / 2 points, so the
  * smoothed curve trails the data by about 1% of the x axis (8 pixels) on
  * the steep early part, and 200 points get TensorBoard's default weight. */
-static void ema_smooth(const double *values, double *out, size_t n, size_t nfinite)
+void plot_ema_smooth(const double *values, double *out, size_t n, size_t nfinite)
 {
     double span = fmax(1.0, (double)nfinite / 50.0);
     double w = 1.0 - 2.0 / (span + 1.0);
@@ -688,9 +637,9 @@ static Box place_legend(const Scene *sc, double w, double h)
 static void emit_legend_sample(FILE *f, LegendKind kind, double x, double y)
 {
     char a[32], b[32], c[32], d[32];
-    fmt_px(a, x);
-    fmt_px(b, x + 26);
-    fmt_px(c, y);
+    plot_fmt_px(a, x);
+    plot_fmt_px(b, x + 26);
+    plot_fmt_px(c, y);
     switch (kind) {
     case LEG_RAW:
         fprintf(f, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"" COLOR_TRAIN
@@ -705,13 +654,13 @@ static void emit_legend_sample(FILE *f, LegendKind kind, double x, double y)
         fprintf(f,
                 "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"" COLOR_TRAIN "\" stroke-width=\"1.8\"/>"
                 "<circle cx=\"%s\" cy=\"%s\" r=\"3\" fill=\"" COLOR_TRAIN "\"/>",
-                a, c, b, c, fmt_px(d, x + 13), c);
+                a, c, b, c, plot_fmt_px(d, x + 13), c);
         break;
     case LEG_VAL:
         fprintf(f,
                 "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"" COLOR_VAL "\" stroke-width=\"1.8\"/>"
                 "<circle cx=\"%s\" cy=\"%s\" r=\"3.5\" fill=\"" COLOR_VAL "\" stroke=\"#fff\" stroke-width=\"1\"/>",
-                a, c, b, c, fmt_px(d, x + 13), c);
+                a, c, b, c, plot_fmt_px(d, x + 13), c);
         break;
     case LEG_VAL_LINE:
         fprintf(f, "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"" COLOR_VAL "\" stroke-width=\"1.8\"/>",
@@ -723,8 +672,8 @@ static void emit_legend_sample(FILE *f, LegendKind kind, double x, double y)
                 a, c, b, c);
         break;
     case LEG_BAD:
-        fprintf(f, "<path d=\"M%s %sv-8\" stroke=\"" COLOR_BAD "\" stroke-width=\"2\"/>", fmt_px(d, x + 13),
-                fmt_px(b, y + 4));
+        fprintf(f, "<path d=\"M%s %sv-8\" stroke=\"" COLOR_BAD "\" stroke-width=\"2\"/>", plot_fmt_px(d, x + 13),
+                plot_fmt_px(b, y + 4));
         break;
     }
 }
@@ -743,12 +692,12 @@ static void emit_legend(FILE *f, const Scene *sc, const LegendItem *items, int n
     fprintf(f,
             "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" rx=\"4\" fill=\"#fff\" fill-opacity=\"0.9\" "
             "stroke=\"#c8c8c8\"/>\n",
-            fmt_px(bx, b.x), fmt_px(by, b.y), fmt_px(bw, b.w), fmt_px(bh, b.h));
+            plot_fmt_px(bx, b.x), plot_fmt_px(by, b.y), plot_fmt_px(bw, b.w), plot_fmt_px(bh, b.h));
     for (int i = 0; i < nitems; i++) {
         double cy = b.y + pad + row * i + 8;
         emit_legend_sample(f, items[i].kind, b.x + pad, cy);
-        fprintf(f, "<text x=\"%s\" y=\"%s\" fill=\"#333\">", fmt_px(bx, b.x + pad + 34), fmt_px(by, cy + 4));
-        xml_text(f, items[i].label, sizeof items[i].label);
+        fprintf(f, "<text x=\"%s\" y=\"%s\" fill=\"#333\">", plot_fmt_px(bx, b.x + pad + 34), plot_fmt_px(by, cy + 4));
+        plot_xml_text(f, items[i].label, sizeof items[i].label);
         fputs("</text>\n", f);
     }
 }
@@ -762,59 +711,59 @@ static double crisp(double px, double lo, double hi)
 
 static double tick_x(const Frame *fr, long i)
 {
-    return crisp(map_x(fr, tick_value(&fr->xa, i)), fr->x0, fr->x1);
+    return crisp(plot_map_x(fr, tick_value(&fr->xa, i)), fr->x0, fr->x1);
 }
 
 static double tick_y(const Frame *fr, long i)
 {
-    return crisp(map_y(fr, tick_value(&fr->ya, i)), fr->y0, fr->y1);
+    return crisp(plot_map_y(fr, tick_value(&fr->ya, i)), fr->y0, fr->y1);
 }
 
-static void emit_axes(FILE *f, const Frame *fr, int x_suffix)
+void plot_emit_axes(FILE *f, const Frame *fr, int x_suffix)
 {
     char a[32], b[32], c[32], d[32];
     /* grid: one path per direction, on half pixels so 1px lines stay crisp */
     fputs("<path fill=\"none\" stroke=\"#e6e6e6\" stroke-width=\"1\" d=\"", f);
     for (long i = 0; i < fr->xa.count; i++) {
         double x = tick_x(fr, i);
-        fprintf(f, "M%s %sV%s", fmt_px(a, x), fmt_px(b, fr->y0), fmt_px(c, fr->y1));
+        fprintf(f, "M%s %sV%s", plot_fmt_px(a, x), plot_fmt_px(b, fr->y0), plot_fmt_px(c, fr->y1));
     }
     for (long i = 0; i < fr->ya.count; i++) {
         double y = tick_y(fr, i);
-        fprintf(f, "M%s %sH%s", fmt_px(a, fr->x0), fmt_px(b, y), fmt_px(c, fr->x1));
+        fprintf(f, "M%s %sH%s", plot_fmt_px(a, fr->x0), plot_fmt_px(b, y), plot_fmt_px(c, fr->x1));
     }
     fputs("\"/>\n", f);
     fprintf(f, "<rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\" fill=\"none\" stroke=\"#9a9a9a\"/>\n",
-            fmt_px(a, fr->x0 + 0.5), fmt_px(b, fr->y0 + 0.5), fmt_px(c, fr->x1 - fr->x0 - 1),
-            fmt_px(d, fr->y1 - fr->y0 - 1));
+            plot_fmt_px(a, fr->x0 + 0.5), plot_fmt_px(b, fr->y0 + 0.5), plot_fmt_px(c, fr->x1 - fr->x0 - 1),
+            plot_fmt_px(d, fr->y1 - fr->y0 - 1));
     /* tick marks outside the frame */
     fputs("<path stroke=\"#9a9a9a\" d=\"", f);
     for (long i = 0; i < fr->xa.count; i++)
-        fprintf(f, "M%s %sv5", fmt_px(a, tick_x(fr, i)), fmt_px(b, fr->y1));
+        fprintf(f, "M%s %sv5", plot_fmt_px(a, tick_x(fr, i)), plot_fmt_px(b, fr->y1));
     for (long i = 0; i < fr->ya.count; i++)
-        fprintf(f, "M%s %sh-5", fmt_px(a, fr->x0), fmt_px(b, tick_y(fr, i)));
+        fprintf(f, "M%s %sh-5", plot_fmt_px(a, fr->x0), plot_fmt_px(b, tick_y(fr, i)));
     fputs("\"/>\n", f);
     /* tick labels */
     fputs("<g fill=\"#444\" font-size=\"11\" text-anchor=\"middle\">", f);
     for (long i = 0; i < fr->xa.count; i++) {
         double v = tick_value(&fr->xa, i);
-        fprintf(f, "<text x=\"%s\" y=\"%s\">%s</text>", fmt_px(a, map_x(fr, v)), fmt_px(b, fr->y1 + 19),
+        fprintf(f, "<text x=\"%s\" y=\"%s\">%s</text>", plot_fmt_px(a, plot_map_x(fr, v)), plot_fmt_px(b, fr->y1 + 19),
                 fmt_tick(c, v, &fr->xa, x_suffix));
     }
     fputs("</g>\n<g fill=\"#444\" font-size=\"11\" text-anchor=\"end\">", f);
     for (long i = 0; i < fr->ya.count; i++) {
         double v = tick_value(&fr->ya, i);
-        fprintf(f, "<text x=\"%s\" y=\"%s\">%s</text>", fmt_px(a, fr->x0 - 9), fmt_px(b, map_y(fr, v) + 4),
+        fprintf(f, "<text x=\"%s\" y=\"%s\">%s</text>", plot_fmt_px(a, fr->x0 - 9), plot_fmt_px(b, plot_map_y(fr, v) + 4),
                 fmt_tick(c, v, &fr->ya, 0));
     }
     fputs("</g>\n", f);
     /* axis titles */
     fprintf(f, "<text x=\"%s\" y=\"%s\" text-anchor=\"middle\" font-size=\"13\" fill=\"#222\">step</text>\n",
-            fmt_px(a, (fr->x0 + fr->x1) / 2), fmt_px(b, fr->y1 + 44));
+            plot_fmt_px(a, (fr->x0 + fr->x1) / 2), plot_fmt_px(b, fr->y1 + 44));
     fprintf(f,
             "<text transform=\"translate(%s %s) rotate(-90)\" text-anchor=\"middle\" font-size=\"13\" "
             "fill=\"#222\">loss (nats)</text>\n",
-            fmt_px(a, 20), fmt_px(b, (fr->y0 + fr->y1) / 2));
+            plot_fmt_px(a, 20), plot_fmt_px(b, (fr->y0 + fr->y1) / 2));
 }
 
 /* Chooses the axes: x spans the steps (from 0 when the run starts near
@@ -861,8 +810,8 @@ static int choose_axes(Frame *fr, const Metrics *m)
     if (!isfinite(fr->xa.hi - fr->xa.lo) || !isfinite(fr->ya.hi - fr->ya.lo) || fr->xa.hi <= fr->xa.lo ||
         fr->ya.hi <= fr->ya.lo)
         return -1;
-    axis_ticks(&fr->xa, 9, integral, nonneg_steps);
-    axis_ticks(&fr->ya, 7, 0, 0);
+    plot_axis_ticks(&fr->xa, 9, integral, nonneg_steps);
+    plot_axis_ticks(&fr->ya, 7, 0, 0);
     return 0;
 }
 
@@ -875,15 +824,15 @@ static void emit_summary(FILE *f, const Metrics *m, const Scene *sc, const doubl
         last_step = m->train.p[m->train.n - 1].step;
     if (m->val.n)
         last_step = fmax(last_step, m->val.p[m->val.n - 1].step);
-    fprintf(f, "<text x=\"%s\" y=\"48\" font-size=\"12\" fill=\"#666\">last step %s", fmt_px(a, sc->fr.x0),
-            fmt_step(b, last_step));
+    fprintf(f, "<text x=\"%s\" y=\"48\" font-size=\"12\" fill=\"#666\">last step %s", plot_fmt_px(a, sc->fr.x0),
+            plot_fmt_step(b, last_step));
     for (size_t i = m->train.n; i-- > 0;) {
         if (!isfinite(m->train.p[i].value))
             continue;
         if (sc->have_ema)
-            fprintf(f, " &#183; train %s (smoothed %s)", fmt_val(a, m->train.p[i].value), fmt_val(b, ema[i]));
+            fprintf(f, " &#183; train %s (smoothed %s)", plot_fmt_val(a, m->train.p[i].value), plot_fmt_val(b, ema[i]));
         else
-            fprintf(f, " &#183; train %s", fmt_val(a, m->train.p[i].value));
+            fprintf(f, " &#183; train %s", plot_fmt_val(a, m->train.p[i].value));
         break;
     }
     size_t best = SIZE_MAX;
@@ -893,8 +842,8 @@ static void emit_summary(FILE *f, const Metrics *m, const Scene *sc, const doubl
     for (size_t i = m->val.n; i-- > 0;) {
         if (!isfinite(m->val.p[i].value))
             continue;
-        fprintf(f, " &#183; val %s (best %s at step %s)", fmt_val(a, m->val.p[i].value),
-                fmt_val(b, m->val.p[best].value), fmt_step(c, m->val.p[best].step));
+        fprintf(f, " &#183; val %s (best %s at step %s)", plot_fmt_val(a, m->val.p[i].value),
+                plot_fmt_val(b, m->val.p[best].value), plot_fmt_step(c, m->val.p[best].step));
         break;
     }
     fputs("</text>\n", f);
@@ -940,15 +889,15 @@ static int render_svg(FILE *f, const Metrics *m, const char *title)
     /* Below ten points smoothing has nothing to smooth; the raw line is
      * then drawn as the main line instead. */
     sc.have_ema = m->train.nfinite >= 10;
-    ema_smooth(tval, tema, nt, m->train.nfinite);
+    plot_ema_smooth(tval, tema, nt, m->train.nfinite);
     /* A marker per validation point, unless there are so many that they
      * would merge into a thick line and bloat the file. */
     int val_markers = m->val.nfinite <= 200;
     sc.have_ref = m->have_ref;
-    sc.ref_y = m->have_ref ? map_y(&sc.fr, m->ref) : 0;
-    if (path_build(&sc.train_raw, &sc.fr, tstep, tval, nt, 1) < 0 ||
-        path_build(&sc.train_ema, &sc.fr, tstep, tema, sc.have_ema ? nt : 0, 1) < 0 ||
-        path_build(&sc.val, &sc.fr, vstep, vval, nv, !val_markers) < 0)
+    sc.ref_y = m->have_ref ? plot_map_y(&sc.fr, m->ref) : 0;
+    if (plot_path_build(&sc.train_raw, &sc.fr, tstep, tval, nt, 1) < 0 ||
+        plot_path_build(&sc.train_ema, &sc.fr, tstep, tema, sc.have_ema ? nt : 0, 1) < 0 ||
+        plot_path_build(&sc.val, &sc.fr, vstep, vval, nv, !val_markers) < 0)
         goto out;
 
     char a[32], b[32], c[32], d[32];
@@ -956,29 +905,29 @@ static int render_svg(FILE *f, const Metrics *m, const char *title)
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
             "font-family=\"" FONT_FAMILY "\" font-size=\"12\">\n<title>",
             CANVAS_W, CANVAS_H, CANVAS_W, CANVAS_H);
-    xml_text(f, title, 400);
+    plot_xml_text(f, title, 400);
     fputs("</title>\n", f);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n", CANVAS_W, CANVAS_H);
     fprintf(f,
             "<defs><clipPath id=\"moec-plot-area\"><rect x=\"%s\" y=\"%s\" width=\"%s\" height=\"%s\"/>"
             "</clipPath></defs>\n",
-            fmt_px(a, sc.fr.x0), fmt_px(b, sc.fr.y0), fmt_px(c, sc.fr.x1 - sc.fr.x0),
-            fmt_px(d, sc.fr.y1 - sc.fr.y0));
-    emit_axes(f, &sc.fr, 1);
+            plot_fmt_px(a, sc.fr.x0), plot_fmt_px(b, sc.fr.y0), plot_fmt_px(c, sc.fr.x1 - sc.fr.x0),
+            plot_fmt_px(d, sc.fr.y1 - sc.fr.y0));
+    plot_emit_axes(f, &sc.fr, 1);
 
     fputs("<g clip-path=\"url(#moec-plot-area)\">\n", f);
     if (sc.have_ref)
         fprintf(f,
                 "<line x1=\"%s\" y1=\"%s\" x2=\"%s\" y2=\"%s\" stroke=\"" COLOR_REF
                 "\" stroke-width=\"1.3\" stroke-dasharray=\"6 4\"/>\n",
-                fmt_px(a, sc.fr.x0), fmt_px(b, sc.ref_y), fmt_px(c, sc.fr.x1), fmt_px(d, sc.ref_y));
+                plot_fmt_px(a, sc.fr.x0), plot_fmt_px(b, sc.ref_y), plot_fmt_px(c, sc.fr.x1), plot_fmt_px(d, sc.ref_y));
     if (sc.have_ema) {
-        emit_polyline(f, &sc.train_raw, "stroke=\"" COLOR_TRAIN "\" stroke-opacity=\"0.4\" stroke-width=\"1\"");
-        emit_polyline(f, &sc.train_ema, "stroke=\"" COLOR_TRAIN "\" stroke-width=\"2.4\"");
+        plot_emit_polyline(f, &sc.train_raw, "stroke=\"" COLOR_TRAIN "\" stroke-opacity=\"0.4\" stroke-width=\"1\"");
+        plot_emit_polyline(f, &sc.train_ema, "stroke=\"" COLOR_TRAIN "\" stroke-width=\"2.4\"");
     } else {
-        emit_polyline(f, &sc.train_raw, "stroke=\"" COLOR_TRAIN "\" stroke-width=\"1.8\"");
+        plot_emit_polyline(f, &sc.train_raw, "stroke=\"" COLOR_TRAIN "\" stroke-width=\"1.8\"");
     }
-    emit_polyline(f, &sc.val, "stroke=\"" COLOR_VAL "\" stroke-width=\"1.8\"");
+    plot_emit_polyline(f, &sc.val, "stroke=\"" COLOR_VAL "\" stroke-width=\"1.8\"");
     fputs("</g>\n", f);
     /* Markers sit outside the clip so a point on the frame shows whole. */
     if (!sc.have_ema)
@@ -990,11 +939,11 @@ static int render_svg(FILE *f, const Metrics *m, const char *title)
         fputs("<path stroke=\"" COLOR_BAD "\" stroke-width=\"2\" d=\"", f);
         double prev = -1;
         for (size_t i = 0; i < nb; i++) {
-            double x = floor(map_x(&sc.fr, bstep[i])) + 0.5;
+            double x = floor(plot_map_x(&sc.fr, bstep[i])) + 0.5;
             if (x == prev)
                 continue;
             prev = x;
-            fprintf(f, "M%s %sv-8", fmt_px(a, x), fmt_px(b, sc.fr.y1 - 1));
+            fprintf(f, "M%s %sv-8", plot_fmt_px(a, x), plot_fmt_px(b, sc.fr.y1 - 1));
         }
         fputs("\"/>\n", f);
     }
@@ -1015,7 +964,7 @@ static int render_svg(FILE *f, const Metrics *m, const char *title)
     }
     if (sc.have_ref) {
         items[ni].kind = LEG_REF;
-        snprintf(items[ni++].label, sizeof items[0].label, "unigram entropy (%s)", fmt_val(a, m->ref));
+        snprintf(items[ni++].label, sizeof items[0].label, "unigram entropy (%s)", plot_fmt_val(a, m->ref));
     }
     if (nb) {
         items[ni].kind = LEG_BAD;
@@ -1028,16 +977,16 @@ static int render_svg(FILE *f, const Metrics *m, const char *title)
     }
     emit_legend(f, &sc, items, ni);
 
-    fprintf(f, "<text x=\"%s\" y=\"27\" font-size=\"17\" font-weight=\"bold\" fill=\"#222\">", fmt_px(a, sc.fr.x0));
-    xml_text(f, title, TITLE_MAX_CHARS);
+    fprintf(f, "<text x=\"%s\" y=\"27\" font-size=\"17\" font-weight=\"bold\" fill=\"#222\">", plot_fmt_px(a, sc.fr.x0));
+    plot_xml_text(f, title, TITLE_MAX_CHARS);
     fputs("</text>\n", f);
     emit_summary(f, m, &sc, tema);
     fputs("</svg>\n", f);
     rc = 0;
 out:
-    path_free(&sc.train_raw);
-    path_free(&sc.train_ema);
-    path_free(&sc.val);
+    plot_path_free(&sc.train_raw);
+    plot_path_free(&sc.train_ema);
+    plot_path_free(&sc.val);
     free(tstep);
     free(tval);
     free(tema);
@@ -1051,7 +1000,7 @@ out:
  * Entry point
  * ====================================================================== */
 
-static const char *base_name(const char *path)
+const char *plot_base_name(const char *path)
 {
     const char *slash = strrchr(path, '/');
     return slash && slash[1] ? slash + 1 : path;
@@ -1062,18 +1011,18 @@ int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *t
     if (err && errlen)
         err[0] = '\0';
     if (!jsonl_path || !svg_path) {
-        set_err(err, errlen, "plot: no %s path given", jsonl_path ? "output" : "input");
+        plot_set_err(err, errlen, "plot: no %s path given", jsonl_path ? "output" : "input");
         return -1;
     }
     Metrics m = {0};
     char *buf = NULL;
     size_t len = 0;
     int rc = -1;
-    if (load_metrics(jsonl_path, &m, err, errlen) < 0)
+    if (plot_load_metrics(jsonl_path, &m, err, errlen) < 0)
         goto out;
     FILE *mem = open_memstream(&buf, &len);
     if (!mem) {
-        set_err(err, errlen, "%s: out of memory", svg_path);
+        plot_set_err(err, errlen, "%s: out of memory", svg_path);
         goto out;
     }
     /* with lm_loss, aux_loss or expert load in the metrics: the loss chart
@@ -1084,7 +1033,7 @@ int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *t
         fprintf(mem, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                 "font-family=\"" FONT_FAMILY "\" font-size=\"12\">\n<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
                 CANVAS_W, CANVAS_H + extra, CANVAS_W, CANVAS_H + extra, CANVAS_W, CANVAS_H + extra);
-    int r = render_svg(mem, &m, title ? title : base_name(jsonl_path));
+    int r = render_svg(mem, &m, title ? title : plot_base_name(jsonl_path));
     if (extra > 0) {
         plot_moe_panels(mem, moe, CANVAS_H);
         fputs("</svg>\n", mem);
@@ -1096,11 +1045,11 @@ int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *t
     if (fclose(mem) != 0 && r == 0)
         r = RENDER_NOMEM;
     if (r == RENDER_RANGE) {
-        set_err(err, errlen, "%s: steps or losses span too wide a range to plot", jsonl_path);
+        plot_set_err(err, errlen, "%s: steps or losses span too wide a range to plot", jsonl_path);
         goto out;
     }
     if (r < 0) {
-        set_err(err, errlen, "%s: out of memory while drawing", svg_path);
+        plot_set_err(err, errlen, "%s: out of memory while drawing", svg_path);
         goto out;
     }
     rc = write_file(svg_path, buf, len, err, errlen) ? 0 : -1;

@@ -28,6 +28,22 @@
 int plot_metrics_svg(const char *jsonl_path, const char *svg_path, const char *title, char *err,
                      size_t errlen);
 
+/* plot_compare.c: several runs on one chart (`moec plot A.jsonl B.jsonl ...`).
+ * Reads each of the n files (2 to PLOT_MAX_RUNS) by the rules above and
+ * writes one SVG: per run its validation loss (a thick line with markers)
+ * and training loss (thin; smoothed as in the single-run plot) in a colour
+ * of its own, a legend of the labels, and under the chart a table of each
+ * run's final validation loss (at its last evaluation, finite or not) with
+ * the difference from the first run's in percent. labels: NULL, or n
+ * strings (NULL entries: the file name without ".jsonl"); title NULL:
+ * "validation loss: A vs B ...". Errors as plot_metrics_svg's, and these:
+ * a file without "val_loss" records ("... train with --eval-every N"), runs
+ * whose last evaluation is at different steps (their final losses would not
+ * compare). */
+#define PLOT_MAX_RUNS 8
+int plot_compare_svg(const char *const *jsonl_paths, const char *const *labels, int n, const char *svg_path,
+                     const char *title, char *err, size_t errlen);
+
 /* plot_moe.c: the panels below the loss curves when the metrics carry
  * lm_loss / aux_loss or per-layer expert load ("moe"): their height (0:
  * none) and state from the file, then drawn at y0 (which frees the state). */

@@ -147,13 +147,15 @@ void plan_memory_breakdown(const struct Plan *p, PlanMemoryBreakdown *out);
  * (-1 for a constant). A tensor map is 2-D, 128-byte swizzled, over buffer `buf` from element `offset`
  * on (of the map's type; 0 for TMAP), viewed as [rows, cols] (row-major, cols contiguous) with box
  * {box_cols, box_rows}, box_cols elements being one 128-byte swizzle row: TMAP bf16 (box_cols 64),
- * TMAP_F32 fp32 (box_cols 32; the K-grouped kernel's fp32 dW). The runtime encodes it once (arena
+ * TMAP_F32 fp32 (box_cols 32; the K-grouped kernel's fp32 dW), TMAP_U8 bytes (box_cols 128; the FP8 kernel's
+ * E4M3 operands, over an e4m3 buffer). The runtime encodes it once (arena
  * addresses never move) and passes it by value (a 64-byte-aligned CUtensorMap). */
 typedef enum PlanArgKind {
     PLAN_ARG_BUF,
     PLAN_ARG_TMAP,
     PLAN_ARG_I32,
     PLAN_ARG_TMAP_F32,
+    PLAN_ARG_TMAP_U8,
     PLAN_ARG_KIND_COUNT
 } PlanArgKind;
 extern const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT];

@@ -212,8 +212,11 @@ char *plan_to_json(const Plan *p, int with_source)
                 /* typed arguments (only fast plans have them): {"tmap": buf, rows, cols, box},
                  * {"tmap_f32": buf, "offset", rows, cols, box} or {"i32": v} */
                 cJSON *ta = cJSON_CreateObject();
-                if (t->kind == PLAN_ARG_TMAP || t->kind == PLAN_ARG_TMAP_F32) {
-                    cJSON_AddNumberToObject(ta, t->kind == PLAN_ARG_TMAP ? "tmap" : "tmap_f32", t->buf);
+                if (t->kind == PLAN_ARG_TMAP || t->kind == PLAN_ARG_TMAP_F32 || t->kind == PLAN_ARG_TMAP_U8) {
+                    cJSON_AddNumberToObject(ta, t->kind == PLAN_ARG_TMAP      ? "tmap"
+                                                : t->kind == PLAN_ARG_TMAP_F32 ? "tmap_f32"
+                                                                               : "tmap_u8",
+                                            t->buf);
                     if (t->kind == PLAN_ARG_TMAP_F32)
                         cJSON_AddNumberToObject(ta, "offset", (double)t->offset);
                     cJSON_AddNumberToObject(ta, "rows", (double)t->rows);
@@ -443,8 +446,9 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
 }
 
 /* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"},
- * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie
- * inside a buffer of its type (bf16, fp32), 16-byte aligned, with a box the runtime can encode (a
+ * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"}, {"tmap_u8": buf, "rows", "cols",
+ * "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie inside a buffer of its type (bf16, fp32,
+ * e4m3), 16-byte aligned, with a box the runtime can encode (a
  * 128-byte inner box for the 128-byte swizzle, at most 256 rows). */
 static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const cJSON *x)
 {
@@ -466,9 +470,11 @@ static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const
         return !r->failed;
     }
     int f32 = cJSON_GetObjectItemCaseSensitive(x, "tmap_f32") != NULL;
-    int64_t esize = f32 ? 4 : 2;
-    t->kind = f32 ? PLAN_ARG_TMAP_F32 : PLAN_ARG_TMAP;
-    t->buf = (int)get_int(r, x, f32 ? "tmap_f32" : "tmap", 0, p->nbufs - 1);
+    int u8 = !f32 && cJSON_GetObjectItemCaseSensitive(x, "tmap_u8") != NULL;
+    int64_t esize = f32 ? 4 : u8 ? 1 : 2;
+    PlanStorage want = f32 ? PLAN_F32 : u8 ? PLAN_E4M3 : PLAN_BF16;
+    t->kind = f32 ? PLAN_ARG_TMAP_F32 : u8 ? PLAN_ARG_TMAP_U8 : PLAN_ARG_TMAP;
+    t->buf = (int)get_int(r, x, f32 ? "tmap_f32" : u8 ? "tmap_u8" : "tmap", 0, p->nbufs - 1);
     t->offset = f32 ? get_int(r, x, "offset", 0, (int64_t)1 << 50) : 0;
     t->rows = get_int(r, x, "rows", 1, INT32_MAX);
     t->cols = get_int(r, x, "cols", 8, INT32_MAX);
@@ -477,12 +483,12 @@ static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const
     if (r->failed)
         return 0;
     const PlanBuf *b = &p->bufs[t->buf];
-    if (b->storage != (f32 ? PLAN_F32 : PLAN_BF16) || (t->cols * esize) % 16 || (t->offset * esize) % 16 ||
+    if (b->storage != want || (t->cols * esize) % 16 || (t->offset * esize) % 16 ||
         t->offset + t->rows * t->cols > b->bytes / esize)
         return bad(r, "launch %d: argument %d: a tensor map [%lld x %lld] from element %lld of buffer %d (%s, %lld "
                       "bytes), which is no %s buffer that large with 16-byte rows and a 16-byte-aligned start",
                    i, a, (long long)t->rows, (long long)t->cols, (long long)t->offset, t->buf,
-                   plan_storage_name[b->storage], (long long)b->bytes, f32 ? "f32" : "bf16");
+                   plan_storage_name[b->storage], (long long)b->bytes, plan_storage_name[want]);
     l->args[a] = t->buf;
     return 1;
 }

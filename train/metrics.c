@@ -60,7 +60,10 @@ void trainer_print_summary(Trainer *t)
         printf("device: %s\n", bi.device);
         printf("plan: %d IR nodes (forward + backward), precision %s (fp32 storage and arithmetic%s); %d kernel "
                "launches per step%s%.0d%s; kernels from %s; %s\n", g->nnodes, ir_precision_name[g->train.precision],
-               mx ? ", MXFP8-quantized expert GEMM operands" : "", bi.nlaunches, bi.ncollectives ? " + " : "",
+               mx   ? ", MXFP8-quantized expert GEMM operands"
+               : fb ? ", fp8-block-quantized expert GEMM operands (E4M3, 1x128 activations, 128x128 weights)"
+                    : "",
+               bi.nlaunches, bi.ncollectives ? " + " : "",
                bi.ncollectives, bi.ncollectives ? " collectives" : "", bi.kernels, bi.step);
         printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s, batch and optimizer "
                "scratch %s: %s\n", pa, ad, ac, ot, tot);
@@ -170,10 +173,18 @@ static double gemm_roof(const Plan *pl, const IrNode *n, const TrainerPeaks *pk)
         return 0;
     /* a node on the bf16 tensor-core kernels (--kernels fast: its launches' impl says bf16) converts its fp32
      * operands itself: the bf16 roof */
-    for (int i = 0; i < pl->nlaunches; i++)
-        if (pl->launches[i].node == n->id && pl->launches[i].impl && strncmp(pl->launches[i].impl, "fast", 4) == 0 &&
-            strstr(pl->launches[i].impl, "bf16"))
+    for (int i = 0; i < pl->nlaunches; i++) {
+        const char *im = pl->launches[i].impl;
+        if (pl->launches[i].node != n->id || !im || strncmp(im, "fast", 4) != 0)
+            continue;
+        /* the fp8-block expert MLP (decision 38): its forward's two GEMMs on the FP8 tensor cores; of its
+         * backward's four equal GEMMs, the data gradients on FP8 and the weight gradients on bf16 */
+        if (strncmp(im, "fast: fp8-block", 15) == 0)
+            return n->op == IR_OP_GROUPED_MLP ? pk->fp8_tflops
+                                              : 1.0 / (0.5 / pk->fp8_tflops + 0.5 / pk->bf16_tflops);
+        if (strstr(im, "bf16"))
             return pk->bf16_tflops;
+    }
     int narrow = 0;
     for (int s = 0; s < n->nsrc && pl->bufs; s++) {
         PlanStorage st = pl->bufs[n->src[s]->id].storage;

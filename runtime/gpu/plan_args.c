@@ -47,6 +47,10 @@ int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char
                 if (!tma_encode_f32_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
                                        (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
                     return 0;
+            } else if (k == PLAN_ARG_TMAP_U8) {
+                if (!tma_encode_u8_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
+                                      (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
+                    return 0;
             } else if (!tma_encode_bf16_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
                                            (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
                 return 0;

@@ -8,7 +8,14 @@
 #  2. 30 training steps of fast_mlp.moe, --kernels fast against the reference kernels: every step's loss
 #     within 1%;
 #     the same for tests/gpu/fast_attn.moe (the fast attention: run_plan, --chain, 30 steps);
-#  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward.
+#  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward;
+#  4. fp8-block (FP8=0 skips it; decision 38): run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
+#     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL), 30 training steps on
+#     the GPU against the CPU backend running the same binary (--device cpu: the fp8-block reference), every
+#     step's loss within 2%, the same model at bf16 on the GPU beside it (reported, final loss within 5%),
+#     the layer at bio shapes against the CPU's fp8-block reference (bench/layer.c --cpu-check: loss and
+#     every gradient within 5e-2), and the layer benchmark at fp8-block for FP8_LAYERS (default bio mixtral)
+#     beside bf16 fast.
 # Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
 set -uo pipefail
 MODE=all
@@ -20,6 +27,8 @@ OUT=${1:-$ROOT/$BUILD/gpu-fast-mlp}
 ARCH=${MOEC_GPU_ARCH:-sm_90a}
 DATA_SRC=${MOEC_DATA:-/usr/share/doc/mmseqs2/example-data/DB.fasta.gz}
 LAYERS=${MOEC_FAST_LAYERS:-bio}
+FP8=${FP8:-1}
+FP8_LAYERS=${FP8_LAYERS:-bio mixtral}
 cd "$ROOT"
 if [ "$MODE" != run ]; then
   set -e
@@ -45,6 +54,24 @@ if [ "$MODE" != run ]; then
   cp $a "$OUT/fast_attn.moe"
   "$BUILD/moec" compile $a --kernels fast -o "$OUT/bin/attn_fast" --arch "$ARCH" >/dev/null
   "$BUILD/moec" compile $a -o "$OUT/bin/attn_ref" --arch "$ARCH" >/dev/null
+  if [ "$FP8" = 1 ]; then
+    f=tests/gpu/fast_mlp_fp8.moe
+    rm -rf "$OUT/cuda/fast_mlp_fp8"
+    "$BUILD/moec" compile $f --kernels fast --emit-cuda "$OUT/cuda/fast_mlp_fp8" --arch "$ARCH" >/dev/null
+    cp $f "$OUT/fast_mlp_fp8.moe"
+    "$BUILD/moec" compile $f --kernels fast -o "$OUT/bin/train_fp8" --arch "$ARCH" >/dev/null
+    "$BUILD/moec" compile $f --kernels fast --precision bf16 -o "$OUT/bin/train_fp8_bf16" --arch "$ARCH" >/dev/null
+    for l in $FP8_LAYERS; do
+      rm -rf "$OUT/cuda/layer_${l}_fp8"
+      "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast --precision fp8-block \
+          --emit-cuda "$OUT/cuda/layer_${l}_fp8" --arch "$ARCH" >/dev/null
+      case " $LAYERS " in *" $l "*) ;; *)
+        rm -rf "$OUT/cuda/layer_${l}_fast"
+        "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast --emit-cuda "$OUT/cuda/layer_${l}_fast" \
+            --arch "$ARCH" >/dev/null;;
+      esac
+    done
+  fi
   for l in $LAYERS; do
     rm -rf "$OUT/cuda/layer_$l" "$OUT/cuda/layer_${l}_fast"
     "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --emit-cuda "$OUT/cuda/layer_$l" --arch "$ARCH" >/dev/null
@@ -113,6 +140,49 @@ for l in $LAYERS; do
     row "layer_$l$v" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
   done
 done
+if [ "$FP8" = 1 ]; then
+  # fp8-block: every node on the CPU's inputs (the expert MLPs against the CPU's fp8-block reference), then chained
+  "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" >"$L/run_plan_fp8.log" 2>&1
+  rc=$?
+  grep -E "grouped_mlp|SUMMARY|FAIL" "$L/run_plan_fp8.log" | head -20
+  row run_plan_fp8 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_fp8.log" | tail -1 | cut -c1-150)"
+  "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" --chain >"$L/run_plan_fp8_chain.log" 2>&1
+  rc=$?
+  grep -E "SUMMARY|FAIL|routing" "$L/run_plan_fp8_chain.log" | head -10
+  row run_plan_fp8_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_fp8_chain.log" | tail -1 | cut -c1-150)"
+  # 30 steps on the GPU against the CPU backend (the fp8-block reference) with the same binary, seed and data
+  cpu_common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cpu)
+  "$B/train_fp8" "${cpu_common[@]}" --log "$L/fp8.cpu.jsonl" >"$L/fp8.cpu.log" 2>&1; r1=$?
+  "$B/train_fp8" "${common[@]}" --log "$L/fp8.gpu.jsonl" >"$L/fp8.gpu.log" 2>&1; r2=$?
+  "$B/train_fp8_bf16" "${common[@]}" --log "$L/fp8.bf16.jsonl" >"$L/fp8.bf16.log" 2>&1; r3=$?
+  read -r nsteps wrel wstep <<<"$(paste <(losses "$L/fp8.cpu.jsonl") <(losses "$L/fp8.gpu.jsonl") | awk '
+    {n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) {w = d; s = n}} END {printf "%d %.3e %d", n, w, s}')"
+  ok=$([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ "${nsteps:-0}" -ge 30 ] && awk -v w="$wrel" 'BEGIN {exit !(w < 0.02)}' && echo ok || echo FAIL)
+  row train_fp8_gpu_vs_cpu "$ok" "steps $nsteps, worst loss rel diff $wrel (step $wstep); first/last cpu $(losses "$L/fp8.cpu.jsonl" | head -1)/$(losses "$L/fp8.cpu.jsonl" | tail -1) gpu $(losses "$L/fp8.gpu.jsonl" | head -1)/$(losses "$L/fp8.gpu.jsonl" | tail -1)"
+  [ $r2 -ne 0 ] && tail -5 "$L/fp8.gpu.log"
+  lf=$(losses "$L/fp8.gpu.jsonl" | tail -1) lb=$(losses "$L/fp8.bf16.jsonl" | tail -1)
+  ok=$([ $r2 -eq 0 ] && [ $r3 -eq 0 ] && [ -n "$lf" ] && [ -n "$lb" ] && awk -v f="$lf" -v b="$lb" 'BEGIN {d = (f - b) / b; if (d < 0) d = -d; exit !(d < 0.05)}' && echo ok || echo FAIL)
+  row train_fp8_vs_bf16_gpu "$ok" "last loss fp8-block $lf, bf16 $lb (the same model on the GPU, 30 steps)"
+  # the layer at bio shapes against the CPU's fp8-block reference (loss and every gradient within 5e-2)
+  if [[ " $FP8_LAYERS " == *" bio "* ]]; then
+    timeout 600 "$B/layer" "$OUT/cuda/layer_bio_fp8" --name bio_fp8_check --warmup 0 --reps 1 --cpu-check \
+        >"$L/layer_bio_fp8_check.log" 2>&1
+    rc=$?
+    grep -E "^# cpu check|gradient" "$L/layer_bio_fp8_check.log" | head -12
+    row layer_bio_fp8_cpu_check "$([ $rc -eq 0 ] && grep -q 'cpu=ok' "$L/layer_bio_fp8_check.log" && echo ok || echo FAIL)" \
+        "$(grep '^# cpu check' "$L/layer_bio_fp8_check.log" | cut -c1-120)"
+  fi
+  for l in $FP8_LAYERS; do
+    for v in _fast _fp8; do
+      if [ "$v" = _fast ] && [[ " $LAYERS " == *" $l "* ]]; then continue; fi  # timed above
+      timeout 300 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 >"$L/layer_$l$v.log" 2>&1
+      rc=$?
+      r=$(grep '^RESULT' "$L/layer_$l$v.log" | tail -1)
+      [ -z "$r" ] && tail -3 "$L/layer_$l$v.log"
+      row "layer_$l$v" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
+    done
+  done
+fi
 echo
 printf '%s\n' "${rows[@]}"
 exit $status

@@ -190,7 +190,9 @@ static IrGraph *compile_model(Compilation *c, const char *path, const char *prec
         ctx.disabled[ctx.ndisabled++] = disable;
     if (precision) {
         c->opts.has_precision = 1;
-        c->opts.precision = strcmp(precision, "mxfp8") == 0 ? IR_PREC_MXFP8 : IR_PREC_BF16;
+        c->opts.precision = strcmp(precision, "mxfp8") == 0       ? IR_PREC_MXFP8
+                            : strcmp(precision, "fp8-block") == 0 ? IR_PREC_FP8_BLOCK
+                                                                  : IR_PREC_BF16;
     }
     c->opts.ep = ep;
     if (compilation_run(c, path, c->text, c->len, stderr, &ctx) != 0)
@@ -863,6 +865,150 @@ static void test_fast_mlp(void)
     }
 }
 
+/* --precision fp8-block --kernels fast (cuda_moe_fast.c, decision 38): tests/gpu/fast_mlp_fp8.moe's expert MLPs
+ * on the FP8 grouped GEMM and the quantisers of fp8_block_fast.cuh (their numerics: tests/codegen/fp8b_quant.test) */
+static void test_fast_mlp_fp8(void)
+{
+    Compilation c;
+    IrGraph *g = compile_model(&c, "tests/gpu/fast_mlp_fp8.moe", NULL, 0, NULL);
+    char err[1024];
+    Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+    if (p)
+        p->source.kernels = PLAN_KERNELS_FAST;
+    CHECK(g && g->train.precision == IR_PREC_FP8_BLOCK && p && cuda_codegen(p, NULL, NULL),
+          "fast_mlp_fp8: an fp8-block fast plan");
+    if (!p) {
+        compilation_free(&c);
+        return;
+    }
+    int nodes = 0, fast = 0, fwd = 0, bwd = 0, fp8_gemms = 0, u8maps = 0, kgemms = 0, caps = 1, impl_ok = 1;
+    for (int i = 0; i < p->graph->nnodes; i++) {
+        const IrNode *n = p->graph->nodes[i];
+        if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
+            continue;
+        char why[256];
+        nodes++;
+        fast += cuda_fast_mlp_ok(n, why, sizeof why) && strncmp(why, "fp8-block: FP8 grouped GEMMs", 28) == 0;
+    }
+    for (int i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        const IrNode *n = p->graph->nodes[l->node];
+        if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
+            continue;
+        fwd += n->op == IR_OP_GROUPED_MLP;
+        bwd += n->op == IR_OP_GROUPED_MLP_BWD;
+        impl_ok &= l->impl && strncmp(l->impl, "fast: fp8-block", 15) == 0;
+        const char *kn = p->kernel_names[l->kernel];
+        int is_fp8 = strstr(kn, "_fp8b_s6") != NULL, maps = 0;
+        fp8_gemms += is_fp8;
+        kgemms += strstr(kn, "_dw_") != NULL;
+        for (int a = 0; l->targs && a < l->nargs; a++) {
+            const PlanArg *t = &l->targs[a];
+            if (t->kind != PLAN_ARG_TMAP_U8)
+                continue;
+            maps++;
+            /* an E4M3 operand: a byte buffer, box {128, 128}, rows_cap (the i32 argument) a multiple of 16 */
+            const PlanArg *rc = &l->targs[l->nargs - 1];
+            caps &= p->bufs[t->buf].storage == PLAN_E4M3 && t->box_cols == 128 && t->box_rows == 128 &&
+                    rc->kind == PLAN_ARG_I32 && rc->value % 16 == 0 && (a > 0 || t->rows == rc->value) &&
+                    t->rows * t->cols <= p->bufs[t->buf].bytes;
+        }
+        u8maps += maps;
+        caps &= maps == (is_fp8 ? 2 : 0);
+    }
+    int layers = nodes / 2;
+    CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8: %d of %d grouped_mlp nodes take the fp8-block kernels", fast,
+          nodes);
+    CHECK(impl_ok, "fast_mlp_fp8: every expert-MLP launch says fast: fp8-block");
+    /* forward: offsets, gather + xs rowwise and colwise, two weights, gate_up, SwiGLU + quantise, down (the
+     * combine reads y_padded); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs,
+     * a colwise, dxs, two weight gradients, scatter */
+    CHECK(fwd == 7 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    /* the quantisers lay the activation scales out with the stride the GEMMs read them with (rows_cap) */
+    long long rows_cap = -1;
+    for (int i = 0; i < p->nlaunches && rows_cap < 0; i++)
+        if (strstr(p->kernel_names[p->launches[i].kernel], "_fp8b_s6"))
+            rows_cap = p->launches[i].targs[p->launches[i].nargs - 1].value;
+    char want[64];
+    snprintf(want, sizeof want, "(q, sa, %lldll, ", rows_cap);
+    CHECK(rows_cap == (384 + 4 * 128 + 15) / 16 * 16 && strstr(p->cuda_source, want) != NULL,
+          "fast_mlp_fp8: the quantisers' scale stride is the GEMMs' rows_cap %lld", rows_cap);
+    CHECK(fp8_gemms == 4 * layers && u8maps == 8 * layers && kgemms == 2 * layers && caps,
+          "fast_mlp_fp8: %d FP8 GEMMs (%d E4M3 tensor maps), %d bf16 weight-gradient GEMMs per plan", fp8_gemms,
+          u8maps, kgemms);
+    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0>::run(") &&
+              strstr(p->cuda_source, "moec::fp8b::quant_weight<4, 512ll, 256ll>(q, s, qt, st, w)") &&
+              strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, H>(q, sa, ") &&
+              !strstr(p->cuda_source, "GemmMGrouped<4, 512"),
+          "fast_mlp_fp8: the FP8 GEMM and the quantisers, no bf16 expert GEMM");
+    check_plan("fast_mlp_fp8", p);
+    check_forward("fast_mlp_fp8", p);
+    int copies = 0, kept = 0, e4m3 = 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        copies += p->bufs[b].kind == PLAN_BUF_COPY && p->graph->nodes[p->bufs[b].node]->rank == 3;
+        kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node &&
+                p->graph->nodes[p->bufs[b].node]->op == IR_OP_GROUPED_MLP;
+        e4m3 += p->bufs[b].storage == PLAN_E4M3;
+    }
+    /* kept per layer: offsets, probs, h, xs colwise, the two transposed weight copies and their scales, y for the
+     * combine; no bf16 working copy of an expert weight (the quantisers read the fp32 master); E4M3 buffers
+     * (values or scale codes): 12 in the forward (xs, a, both weights and their transposed copies), 4 in the
+     * backward (dy, dh) */
+    CHECK(copies == 0 && kept == 9 * layers && e4m3 == 16 * layers,
+          "fast_mlp_fp8: %d bf16 expert-weight copies, %d kept workspaces, %d E4M3 buffers", copies, kept, e4m3);
+    char *doc = plan_to_json(p, 0);
+    Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+    int same = q && q->nlaunches == p->nlaunches && q->nbufs == p->nbufs;
+    for (int b = 0; same && b < p->nbufs; b++)
+        same = q->bufs[b].storage == p->bufs[b].storage && q->bufs[b].bytes == p->bufs[b].bytes;
+    for (int i = 0; same && i < p->nlaunches; i++)
+        for (int j = 0; same && p->launches[i].targs && j < p->launches[i].nargs; j++)
+            same = memcmp(&p->launches[i].targs[j], &q->launches[i].targs[j], sizeof(PlanArg)) == 0;
+    CHECK(same, "fast_mlp_fp8: the E4M3 buffers and tensor maps survive plan.json: %s", q ? "" : err);
+    plan_free(q);
+    free(doc);
+    /* an E4M3 tensor map over a bf16 buffer is refused by the reader */
+    for (int i = 0; i < p->nlaunches; i++) {
+        PlanArg *t = p->launches[i].targs;
+        if (!t || t[0].kind != PLAN_ARG_TMAP_U8)
+            continue;
+        int keep = t[0].buf, other = -1;
+        for (int b = 0; b < p->nbufs && other < 0; b++)
+            if (p->bufs[b].storage == PLAN_BF16 && p->bufs[b].bytes >= p->bufs[keep].bytes)
+                other = b;
+        t[0].buf = other;
+        p->launches[i].args[0] = other;
+        doc = plan_to_json(p, 0);
+        q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+        CHECK(other >= 0 && !q && strstr(err, "no e4m3 buffer"), "an E4M3 tensor map over a bf16 buffer is refused: %s",
+              q ? "read" : err);
+        plan_free(q);
+        free(doc);
+        t[0].buf = keep;
+        p->launches[i].args[0] = keep;
+        break;
+    }
+    plan_free(p);
+    compilation_free(&c);
+
+    /* hidden 128: no FP8 kernels; codegen refuses rather than run another precision */
+    g = compile_model(&c, "tests/gpu/fast_mlp.moe", "fp8-block", 0, NULL);
+    p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+    if (p)
+        p->source.kernels = PLAN_KERNELS_FAST;
+    int refused = p && !cuda_codegen(p, NULL, NULL);
+    char why[256] = "";
+    for (int i = 0; g && i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_GROUPED_MLP) {
+            cuda_fast_mlp_ok(g->nodes[i], why, sizeof why);
+            break;
+        }
+    CHECK(refused && strstr(why, "H 128 and F 256 must be multiples of 256"),
+          "fast_mlp at fp8-block (H 128) is refused: %s", why);
+    plan_free(p);
+    compilation_free(&c);
+}
+
 /* ------------------------------------------------------------ bf16 storage (docs/decisions.md 40) */
 
 static int node_id(const IrGraph *g, const char *name)
@@ -1076,6 +1222,7 @@ int main(void)
     test_models();
     test_plan_refusals();
     test_fast_mlp();
+    test_fast_mlp_fp8();
     test_bf16_storage();
     test_log_context();
     test_nvrtc();

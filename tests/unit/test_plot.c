@@ -2,7 +2,9 @@
  * with every element (axes, both series, smoothing, reference line,
  * legend), title escaping, non-finite and repeated steps, thinning of long
  * runs, and each error (missing, empty, malformed, wrong types, unwritable)
- * with its file:line message and no output file left behind. */
+ * with its file:line message and no output file left behind; several runs
+ * compared on one chart (plot_compare_svg): the table's final losses and
+ * differences, labels, and its own errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,11 +312,110 @@ static void test_errors(void)
     CHECK(plot_metrics_svg(tmp("missing.jsonl"), tmp("x.svg"), NULL, NULL, 0) == -1, "NULL err");
 }
 
+/* A run for the comparison: val_loss every 10 steps to step `last`, ending
+ * at `final` (a string: "2.05", "NaN"); training loss at every step. */
+static void write_cmp_run(const char *path, int last, const char *final, int with_val)
+{
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"event\": \"start\", \"unigram_entropy\": 2.9}\n");
+    for (int step = 1; step <= last; step++) {
+        fprintf(f, "{\"step\": %d, \"loss\": %.4f", step, 2.1 + 2.0 * exp(-step / 15.0));
+        if (with_val && step % 10 == 0) {
+            if (step == last)
+                fprintf(f, ", \"val_loss\": %s", final);
+            else
+                fprintf(f, ", \"val_loss\": %.4f", 2.2 + 2.0 * exp(-step / 15.0));
+        }
+        fputs("}\n", f);
+    }
+    fclose(f);
+}
+
+static void test_compare(void)
+{
+    char err[512] = "";
+    write_cmp_run(tmp("ra.jsonl"), 100, "2.0", 1);
+    write_cmp_run(tmp("rb.jsonl"), 100, "2.05", 1);
+    write_cmp_run(tmp("rc.jsonl"), 100, "1.9", 1);
+    const char *paths[] = {tmp("ra.jsonl"), tmp("rb.jsonl"), tmp("rc.jsonl")};
+    int rc = plot_compare_svg(paths, NULL, 3, tmp("cmp.svg"), NULL, err, sizeof err);
+    CHECK(rc == 0, "compare: %s", err);
+    char *svg = read_text(tmp("cmp.svg"));
+    CHECK(svg && strncmp(svg, "<svg ", 5) == 0, "compare: an svg");
+    if (svg) {
+        CHECK(strstr(svg, "<title>validation loss: ra vs rb vs rc</title>") != NULL, "default title from file names");
+        CHECK(strstr(svg, ">reference</text>") != NULL, "the first run is the reference");
+        CHECK(strstr(svg, ">+2.50%</text>") != NULL, "2.05 vs 2.0 is +2.50%%");
+        CHECK(strstr(svg, ">-5.00%</text>") != NULL, "1.9 vs 2.0 is -5.00%%");
+        CHECK(strstr(svg, ">2.050</text>") != NULL, "final loss of rb");
+        CHECK(strstr(svg, ">rb.jsonl</text>") != NULL, "file names in the table");
+        CHECK(strstr(svg, "#1f77b4") && strstr(svg, "#ff7f0e") && strstr(svg, "#2ca02c"), "a colour per run");
+        CHECK(strstr(svg, "training loss (smoothed)") != NULL, "the key says the training lines are smoothed");
+        CHECK(strstr(svg, "</svg>\n") != NULL, "closed");
+        /* per run: one training and one validation polyline */
+        int lines = 0;
+        for (const char *q = svg; (q = strstr(q, "<polyline")); q++)
+            lines++;
+        CHECK(lines == 6, "%d polylines, expected 6", lines);
+    }
+    free(svg);
+    /* labels and title given; a non-finite final loss has no difference */
+    write_cmp_run(tmp("rn.jsonl"), 100, "NaN", 1);
+    const char *p2[] = {tmp("ra.jsonl"), tmp("rn.jsonl")};
+    const char *labels[] = {"bf16 <ref>", "fp8"};
+    rc = plot_compare_svg(p2, labels, 2, tmp("cmp2.svg"), "my title", err, sizeof err);
+    CHECK(rc == 0, "compare with labels: %s", err);
+    svg = read_text(tmp("cmp2.svg"));
+    if (svg) {
+        CHECK(strstr(svg, "<title>my title</title>") != NULL, "title given");
+        CHECK(strstr(svg, ">bf16 &lt;ref&gt;</text>") != NULL, "label escaped");
+        CHECK(strstr(svg, ">non-finite</text>") != NULL, "a NaN final loss is shown as such");
+        CHECK(strstr(svg, ">&#8212;</text>") != NULL, "and no difference for it");
+    }
+    free(svg);
+
+    /* errors: located, and no picture left behind */
+    struct {
+        const char *file, *want;
+    } bad[] = {
+        {"missing.jsonl", "missing.jsonl: cannot open"},
+        {"noval.jsonl", "noval.jsonl: no validation loss (\"val_loss\") to compare: train with --eval-every"},
+        {"short.jsonl", "short.jsonl: the last validation loss is at step 50, "},
+        {"badline.jsonl", "badline.jsonl:3: malformed JSON"},
+    };
+    write_cmp_run(tmp("noval.jsonl"), 100, "", 0);
+    write_cmp_run(tmp("short.jsonl"), 50, "2.0", 1);
+    write_text(tmp("badline.jsonl"), "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": 3}\n{\"step\": 3,\n");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *pp[] = {tmp("ra.jsonl"), tmp(bad[i].file)};
+        unlink(tmp("bad.svg"));
+        err[0] = '\0';
+        rc = plot_compare_svg(pp, NULL, 2, tmp("bad.svg"), NULL, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, bad[i].want) != NULL, "%s: rc %d, \"%s\"", bad[i].file, rc, err);
+        CHECK(!exists(tmp("bad.svg")), "%s: svg written on error", bad[i].file);
+    }
+    char ra[256];
+    snprintf(ra, sizeof ra, "%s", tmp("ra.jsonl")); /* tmp()'s buffers are reused */
+    const char *nine[9];
+    for (int i = 0; i < 9; i++)
+        nine[i] = ra;
+    CHECK(plot_compare_svg(nine, NULL, 9, tmp("bad.svg"), NULL, err, sizeof err) == -1 &&
+              strstr(err, "compare 2 to 8 runs, not 9"),
+          "nine runs: %s", err);
+    CHECK(plot_compare_svg(nine, NULL, 1, tmp("bad.svg"), NULL, err, sizeof err) == -1 &&
+              strstr(err, "compare 2 to 8 runs, not 1"),
+          "one run: %s", err);
+    CHECK(plot_compare_svg(nine, NULL, 8, tmp("cmp8.svg"), NULL, err, sizeof err) == 0, "eight runs: %s", err);
+    CHECK(!exists(tmp("bad.svg")), "no svg from the run-count errors");
+}
+
 static void remove_dir(void)
 {
     const char *names[] = {"run.jsonl", "run.svg", "title.svg", "nan.jsonl", "nan.svg", "one.jsonl", "one.svg",
                            "flat.jsonl", "flat.svg",
-                           "long.jsonl", "long.svg", "bad.jsonl", "bad.svg"};
+                           "long.jsonl", "long.svg", "bad.jsonl", "bad.svg", "ra.jsonl", "rb.jsonl",
+                           "rc.jsonl", "rn.jsonl", "noval.jsonl", "short.jsonl", "badline.jsonl", "cmp.svg",
+                           "cmp2.svg", "cmp8.svg"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(tmp(names[i]));
     rmdir(dir);
@@ -333,6 +434,7 @@ int main(int argc, char **argv)
     test_single_point();
     test_long_run_is_thinned();
     test_errors();
+    test_compare();
     /* --keep leaves the files for a look (tests/unit/test_plot --keep) */
     if (argc > 1 && strcmp(argv[1], "--keep") == 0)
         fprintf(stderr, "test_plot: files kept in %s\n", dir);

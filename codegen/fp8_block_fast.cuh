@@ -1,0 +1,264 @@
+/* fp8_block_fast.cuh - device code of the fp8-block fast grouped MLP (codegen/cuda_moe_fp8.c,
+ * docs/fp8-block.md, decision 38): the quantisers around the FP8 grouped GEMM (gemm_sm90.cuh
+ * GemmFp8MGrouped). Pasted into a plan's kernels.cu only when a node got these kernels, after
+ * moe_fast.cuh (whose offsets, f2bf and unpack8 it uses) and mxfp8.cuh / e4m3.h (the scale rule and the
+ * E4M3 encoder, the lines the CPU reference runs: runtime/cpu/fp8_block.c).
+ *
+ * Bit-exact with fp8b_quantize on the same fp32 input: amax = the largest |x| of the block with NaN left
+ * out (fmaxf drops a NaN operand, as `a > amax` does on the CPU), e = moec_mx_scale_exp(amax) (the TE rule
+ * of fp8b_scale_exponent), code = moec_e4m3_encode(x * 2^-e) (one exact power-of-two multiply, which rounds
+ * as ldexpf), scale code e + 127. Partial blocks do not arise here: the callers take H and F as multiples
+ * of 256, and each expert group starts at a multiple of 128 padded rows with zero rows after its last
+ * one, which is fp8-block's partial block exactly (docs/fp8-block.md, ragged ends).
+ *
+ * Layouts (gemm_sm90_sched.h moec_fp8_block_*): activation values [rcap, C] row-major, their scales
+ * [C / 128][rcap] (row pr of K block kb at kb * rcap + pr); a weight W [E, N, K] in tiles: values as W,
+ * scales [E][N / 128][K / 128]; its transposed copy W^T [E, K, N] with scales [E][K / 128][N / 128]
+ * (tile(W)^T = tile(W^T): the same codes, transposed). */
+namespace moec {
+namespace fp8b {
+
+__device__ __forceinline__ unsigned q8(float x, int e) { return moec_e4m3_encode(x * moec_mx_pow2(-e)); }
+__device__ __forceinline__ float dq8(unsigned c, int e) { return moec_e4m3_decode(c) * moec_mx_pow2(e); }
+__device__ __forceinline__ float amax4(const float (&v)[4])
+{
+    return fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+}
+__device__ __forceinline__ unsigned pack_q4(const float (&v)[4], int e)
+{
+    return q8(v[0], e) | (q8(v[1], e) << 8) | (q8(v[2], e) << 16) | (q8(v[3], e) << 24);
+}
+
+/* ---- sources: value (padded row pr, column c) of the tensor being quantised; `prep` once per padded
+ * row (rowwise) or per 128-row block (colwise, group g of the block) */
+
+/* graph rows x [R, C] fp32, grouped: padded row pr of group g is graph row start[g] + pr - ofs[g] while
+ * that is below start[g + 1], else a zero row */
+template <int E, long long C> struct GraphRows {
+    const float *x;
+    __device__ __forceinline__ const float *row(int pr, int g, const int *ofs) const
+    {
+        const int k = pr - ofs[g];
+        return k < ofs[E + 2 + g] - ofs[E + 1 + g] ? x + ((long long)ofs[E + 1 + g] + k) * C : nullptr;
+    }
+    __device__ __forceinline__ void load4(const float *r, long long c, float (&v)[4]) const
+    {
+        const float4 f = r ? *(const float4 *)(r + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    }
+    __device__ __forceinline__ float at(const float *r, long long c) const { return r ? r[c] : 0.0f; }
+};
+
+/* a = silu(gate) up p from h [., 2F] bf16 (gate columns 0 .. F - 1, up F .. 2F - 1) and p [.] fp32:
+ * the bf16 path's arithmetic (moe_fast.cuh swiglu) */
+template <long long F> struct Swiglu {
+    const unsigned short *h;
+    const float *p;
+    struct Row {
+        const unsigned short *h;
+        float p;
+    };
+    __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{h + (long long)pr * 2 * F, p[pr]}; }
+    __device__ __forceinline__ float at(const Row &r, long long c) const
+    {
+        const float g = moec::fast::bf2f(r.h[c]), u = moec::fast::bf2f(r.h[F + c]);
+        return g / (1.0f + __expf(-g)) * u * r.p;
+    }
+    __device__ __forceinline__ void load4(const Row &r, long long c, float (&v)[4]) const
+    {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            v[i] = at(r, c + i);
+    }
+};
+
+/* dh [., 2F] = [d up silu'(gate) | d silu(gate)], d = da p, from h [., 2F], da [., F] (bf16) and p: the
+ * bf16 path's arithmetic (moe_fast.cuh dswiglu, without the GLU interleave) */
+template <long long F> struct Dswiglu {
+    const unsigned short *h, *da;
+    const float *p;
+    struct Row {
+        const unsigned short *h, *da;
+        float p;
+    };
+    __device__ __forceinline__ Row row(int pr, int, const int *) const
+    {
+        return Row{h + (long long)pr * 2 * F, da + (long long)pr * F, p[pr]};
+    }
+    __device__ __forceinline__ float at(const Row &r, long long c) const
+    {
+        const long long f = c < F ? c : c - F;
+        const float g = moec::fast::bf2f(r.h[f]), u = moec::fast::bf2f(r.h[F + f]);
+        const float sg = 1.0f / (1.0f + __expf(-g)), d = moec::fast::bf2f(r.da[f]) * r.p;
+        return c < F ? d * u * (sg * (1.0f + g * (1.0f - sg))) : d * (g * sg);
+    }
+    __device__ __forceinline__ void load4(const Row &r, long long c, float (&v)[4]) const
+    {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            v[i] = at(r, c + i);
+    }
+};
+
+/* The tile quantiser: per 128 x 128 tile of the padded rows pr < ofs[E] (a tile never spans two groups: each
+ * starts at a multiple of 128) reads each source value once, and
+ *  - with q: quantises each row's 128 values, one 1 x 128 block: values q [rcap, C], scales sa [C/128][rcap]
+ *    (from registers: a warp holds a row, 4 columns a lane, the amax by shuffles);
+ *  - with colq: quantises each column's 128 values, one 128 x 1 block within the group (padding rows are
+ *    zeros, so a group's last block is fp8-block's partial block), and writes them dequantised in bf16 to
+ *    colq [rcap, C]: E4M3 codes times powers of two, exact in bf16 (4 significant bits) except below bf16's
+ *    subnormal range (|x| < 2^-133, a block of amax < 2^-124). Through the tile in dynamic shared memory
+ *    (FP8B_TILE_SMEM bytes), padded to 129 columns;
+ *  - with psrc: pdst [pr] <- the graph row's probability (0 on a padding row), in the tiles of column 0.
+ * 256 threads. C % 128 == 0. */
+constexpr int TILE_SMEM = 128 * 129 * 4 + 2 * 128 * 4;
+#ifndef MOEC_FP8B_DYN_SMEM /* the emulator (tests/codegen/emu) has no dynamic shared memory: it defines its own */
+#define MOEC_FP8B_DYN_SMEM(name) extern __shared__ float name[]
+#endif
+template <int E, long long C, class Src>
+__device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned short *colq, const Src src,
+                            float *pdst, const float *psrc, const int *ofs)
+{
+    static_assert(C % 128 == 0, "128-wide blocks along C");
+    MOEC_FP8B_DYN_SMEM(fp8b_tile);
+    float(*t)[129] = reinterpret_cast<float(*)[129]>(fp8b_tile);
+    float *camax = fp8b_tile + 128 * 129; /* [2][128] */
+    constexpr long long CB = C / 128;
+    const long long items = (long long)(ofs[E] / 128) * CB;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
+        const int mb = (int)(it / CB);
+        const long long cb = it % CB, c0 = cb * 128;
+        const int g = moec_sched_group_of(ofs, E, mb * 128);
+        for (int i = warp; i < 128; i += nw) {
+            const int pr = mb * 128 + i;
+            const auto r = src.row(pr, g, ofs);
+            float v[4];
+            src.load4(r, c0 + 4 * lane, v);
+            if (q) {
+                float m = amax4(v);
+#pragma unroll
+                for (int o = 16; o; o >>= 1)
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                const int e = moec_mx_scale_exp(m);
+                *(unsigned *)(q + (long long)pr * C + c0 + 4 * lane) = pack_q4(v, e);
+                if (lane == 0)
+                    sa[cb * rcap + pr] = (unsigned char)(e + 127);
+            }
+            if (colq) {
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    t[i][4 * lane + k] = v[k];
+            }
+            if (psrc && cb == 0 && lane == 0) {
+                const int k = pr - ofs[g];
+                pdst[pr] = k < ofs[E + 2 + g] - ofs[E + 1 + g] ? psrc[ofs[E + 1 + g] + k] : 0.0f;
+            }
+        }
+        if (colq) {
+            __syncthreads();
+            const int c = threadIdx.x % 128, half = threadIdx.x / 128; /* two threads a column, 64 rows each */
+            float m = 0.0f;
+            for (int i = 64 * half; i < 64 * half + 64; i++)
+                m = fmaxf(m, fabsf(t[i][c]));
+            camax[half * 128 + c] = m;
+            __syncthreads();
+            const int e = moec_mx_scale_exp(fmaxf(camax[c], camax[128 + c]));
+            for (int i = 64 * half; i < 64 * half + 64; i++)
+                colq[((long long)mb * 128 + i) * C + c0 + c] = moec::fast::f2bf(dq8(q8(t[i][c], e), e));
+            __syncthreads(); /* the next tile overwrites t and camax */
+        }
+    }
+}
+
+/* A weight w [E, N, K] fp32 in 128 x 128 tiles: q [E, N, K] and scales s [E][N/128][K/128]; with qt, the
+ * transposed copy qt [E, K, N] and st [E][K/128][N/128] (through shared memory). One block of 256 threads per
+ * tile, each thread holding 64 of its values in registers: the weight is read once. N % 128 == K % 128 == 0. */
+template <int E, long long N, long long K>
+__device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
+                             const float *w)
+{
+    static_assert(N % 128 == 0 && K % 128 == 0, "128 x 128 tiles");
+    constexpr long long NB = N / 128, KB = K / 128, TILES = (long long)E * NB * KB;
+    constexpr int PER = 128 * 32 / 256; /* float4s a thread (blockDim.x == 256) */
+    __shared__ unsigned char tile[128][132];
+    __shared__ float red[8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
+        const long long g = t / (NB * KB), nb = t / KB % NB, kb = t % KB;
+        const float *base = w + (g * N + nb * 128) * K + kb * 128;
+        float v[PER][4];
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int i = threadIdx.x + 256 * j; /* row i / 32, columns 4 (i % 32) .. + 3 */
+            const float4 f = *(const float4 *)(base + (long long)(i / 32) * K + (i % 32) * 4);
+            v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
+            m = fmaxf(m, amax4(v[j]));
+        }
+#pragma unroll
+        for (int o = 16; o; o >>= 1)
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0)
+            red[warp] = m;
+        __syncthreads();
+        m = 0.0f;
+        for (int i = 0; i < 8; i++)
+            m = fmaxf(m, red[i]);
+        const int e = moec_mx_scale_exp(m);
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int i = threadIdx.x + 256 * j, r = i / 32, c = (i % 32) * 4;
+            const unsigned p = pack_q4(v[j], e);
+            *(unsigned *)(q + (g * N + nb * 128 + r) * K + kb * 128 + c) = p;
+            if (qt)
+                *(unsigned *)&tile[r][c] = p;
+        }
+        if (threadIdx.x == 0) {
+            s[(g * NB + nb) * KB + kb] = (unsigned char)(e + 127);
+            if (st)
+                st[(g * KB + kb) * NB + nb] = (unsigned char)(e + 127);
+        }
+        __syncthreads(); /* tile complete; red read by all */
+        if (qt) {
+            for (int i = threadIdx.x; i < 128 * 32; i += 256) {
+                const int k = i / 32, n = (i % 32) * 4; /* row k of W^T's tile, columns n .. n + 3 */
+                const unsigned p = (unsigned)tile[n][k] | ((unsigned)tile[n + 1][k] << 8) |
+                                   ((unsigned)tile[n + 2][k] << 16) | ((unsigned)tile[n + 3][k] << 24);
+                *(unsigned *)(qt + (g * K + kb * 128 + k) * N + nb * 128 + n) = p;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* dp [pr] = sum_f da silu(gate) up over the padded rows (f32; double partials, the block's fixed-order
+ * tree): the bf16 path's dprobs (moe_fast.cuh dswiglu) without its other outputs. 256 threads. */
+template <int E, long long F>
+__device__ void dprobs(float *dp, const unsigned short *h, const unsigned short *da, const int *ofs)
+{
+    const int total = ofs[E];
+    for (int pr = blockIdx.x; pr < total; pr += gridDim.x) {
+        const unsigned short *hr = h + (long long)pr * 2 * F;
+        double s = 0.0;
+        for (long long f = 8 * threadIdx.x; f < F; f += 8 * blockDim.x) {
+            float g[8], u[8], d_a[8];
+            moec::fast::unpack8(*(const uint4 *)(hr + f), g);
+            moec::fast::unpack8(*(const uint4 *)(hr + F + f), u);
+            moec::fast::unpack8(*(const uint4 *)(da + (long long)pr * F + f), d_a);
+            float part = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float sg = 1.0f / (1.0f + __expf(-g[i])), sl = g[i] * sg;
+                part += d_a[i] * sl * u[i];
+            }
+            s += (double)part;
+        }
+        s = block_sum<256>(s);
+        if (threadIdx.x == 0)
+            dp[pr] = (float)s;
+    }
+}
+
+} /* namespace fp8b */
+} /* namespace moec */

@@ -1,0 +1,279 @@
+// fp8b_check.cc - the fp8-block quantisers of codegen/fp8_block_fast.cuh (built with fp8b_kernels.cu on the
+// CPU emulator) against the CPU reference runtime/cpu/fp8_block.c, bit for bit (tests/codegen/fp8b_quant.test):
+//  1. xs rows gathered into zero-padded expert groups and quantised 1x128 along H: E4M3 codes and E8M0
+//     scale codes in GemmFp8MGrouped's layout (gemm_sm90_sched.h moec_fp8_block_sa_index), against
+//     fp8b_quantize(FP8B_ROWWISE) of each graph row; padding rows all zero with scale code 0; probs gathered;
+//  2. the same rows quantised 128x1 within each expert group and dequantised to bf16, against
+//     fp8b_fake_quant(FP8B_COLWISE) of each group's rows (exact in bf16: checked);
+//  3. the SwiGLU output a = silu(gate) up p and dh = dSwiGLU(da p) computed from bf16 h, da: rowwise and
+//     colwise, against the reference quantiser on the same floats computed here;
+//  4. a weight [2, 256, 384] in 128x128 tiles (moec_fp8_block_sb_index layout) and its transposed copy,
+//     against fp8b_quantize(FP8B_TILE) of each expert's W and of W^T;
+//  5. dprobs against a double sum (within 1e-5).
+// Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and
+// per-row magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+extern "C" {
+#include "fp8_block.h"
+int emu_launch(const char *name, long long grid, int block, void **args);
+int checked_mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+}
+#include "gemm_sm90_sched.h"
+
+static const int E = 3;
+static const long long R = 300, H = 256, F = 256, RCAP = (R + 128 * E + 15) / 16 * 16;
+static const int SPLITS[E] = {5, 0, 260}; /* 265 rows in groups, 35 past them; one empty expert */
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static float bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+/* one value of a row of magnitude 2^mag */
+static float value(int mag)
+{
+    double u = (double)(next() >> 11) / 9007199254740992.0;
+    switch (next() % 40) {
+    case 0: return 0.0f;
+    case 1: return -0.0f;
+    case 2: return bits(0x7FC00000u | (uint32_t)(next() & 1) << 31);  /* NaN of either sign */
+    case 3: return next() % 4 ? ldexpf(448.0f, mag) : -ldexpf(448.0f, mag); /* amax exactly 448 x 2^k */
+    case 4: return bits((uint32_t)(next() % 0x7FFFFF) | (uint32_t)(next() & 1) << 31); /* a subnormal */
+    default: return ldexpf((float)(2.0 * u - 1.0), mag);
+    }
+}
+static void fill_rows(float *x, long long rows, long long cols, int allow_inf)
+{
+    for (long long r = 0; r < rows; r++) {
+        int mag = (int)(next() % 81) - 40;
+        for (long long c = 0; c < cols; c++)
+            x[r * cols + c] = value(mag);
+        if (allow_inf && r % 17 == 3)
+            x[r * cols + (long long)(next() % cols)] = next() % 2 ? INFINITY : -INFINITY;
+    }
+}
+static unsigned short bf16_exact(float f, int *inexact)
+{
+    uint32_t u = fbits(f);
+    if (isnan(f))
+        return (unsigned short)((u >> 16) | 0x40);
+    if (u & 0xFFFF)
+        ++*inexact;
+    return (unsigned short)(u >> 16);
+}
+static float bf2f(unsigned short b) { return bits((uint32_t)b << 16); }
+static int same_bf16(unsigned short a, unsigned short b)
+{
+    return a == b || (isnan(bf2f(a)) && isnan(bf2f(b)) && ((a ^ b) & 0x8000) == 0);
+}
+
+static int fails = 0;
+static long long checks = 0;
+static void check(int ok, const char *what, long long i)
+{
+    checks++;
+    if (!ok && fails++ < 20)
+        printf("FAIL: %s at %lld\n", what, i);
+}
+
+int main(void)
+{
+    /* offsets on the device, as the plan's offsets kernel computes them */
+    std::vector<int> splits(SPLITS, SPLITS + E), ofs(2 * E + 2, -1);
+    void *a0[] = {ofs.data(), splits.data()};
+    emu_launch("k_offsets", 1, 32, a0);
+    const int *start = ofs.data() + E + 1;
+    const int total = ofs[E];
+    if (ofs[E] % 128 || start[E] != 265) {
+        printf("FAIL: offsets\n");
+        return 1;
+    }
+
+    /* 1, 2: the graph rows */
+    std::vector<float> x((size_t)(R * H)), p((size_t)R);
+    fill_rows(x.data(), R, H, 1);
+    for (long long r = 0; r < R; r++)
+        p[(size_t)r] = (float)(next() % 1000) / 997.0f;
+    std::vector<unsigned char> q((size_t)(RCAP * H), 0xAB), sa((size_t)(H / 128 * RCAP), 0xAB);
+    std::vector<float> pp((size_t)RCAP, -1.0f);
+    void *a1[] = {q.data(), sa.data(), pp.data(), x.data(), p.data(), ofs.data()};
+    emu_launch("k_rows_x", 7, 256, a1);
+    std::vector<unsigned short> xg((size_t)(RCAP * H), 0xABAB);
+    void *a2[] = {xg.data(), x.data(), ofs.data()};
+    emu_launch("k_cols_x", 5, 256, a2);
+    /* the kernels the plans launch write both in one pass: the same bytes */
+    std::vector<unsigned char> q2((size_t)(RCAP * H), 0xAB), sa2((size_t)(H / 128 * RCAP), 0xAB);
+    std::vector<unsigned short> xg2((size_t)(RCAP * H), 0xABAB);
+    std::vector<float> pp2((size_t)RCAP, -1.0f);
+    void *a3[] = {q2.data(), sa2.data(), xg2.data(), pp2.data(), x.data(), p.data(), ofs.data()};
+    emu_launch("k_both_x", 4, 256, a3);
+    check(q2 == q && sa2 == sa && memcmp(pp2.data(), pp.data(), pp.size() * 4) == 0 &&
+              memcmp(xg2.data(), xg.data(), xg.size() * 2) == 0,
+          "rowwise and colwise in one pass: the same bytes as apart", 0);
+    int inexact = 0;
+    for (int g = 0; g < E; g++) {
+        long long n = start[g + 1] - start[g], padded = ofs[g + 1] - ofs[g];
+        std::vector<unsigned char> vq((size_t)(n * H) + 1), vs((size_t)(n * 2) + 1);
+        fp8b_quantize(x.data() + start[g] * H, n, H, FP8B_ROWWISE, vq.data(), vs.data());
+        std::vector<float> fq(x.begin() + start[g] * H, x.begin() + (start[g] + n) * H);
+        fp8b_fake_quant(fq.data(), n, H, FP8B_COLWISE);
+        for (long long k = 0; k < padded; k++) {
+            long long pr = ofs[g] + k;
+            for (long long c = 0; c < H; c++) {
+                unsigned char want = k < n ? vq[(size_t)(k * H + c)] : 0;
+                check(q[(size_t)(pr * H + c)] == want, "xs rowwise code", pr * H + c);
+                unsigned short wb = k < n ? bf16_exact(fq[(size_t)(k * H + c)], &inexact) : 0;
+                check(same_bf16(xg[(size_t)(pr * H + c)], wb), "xs colwise bf16", pr * H + c);
+            }
+            for (int kb = 0; kb < H / 128; kb++)
+                check(sa[(size_t)moec_fp8_block_sa_index(pr, kb, RCAP)] == (k < n ? vs[(size_t)(k * 2 + kb)] : 0),
+                      "xs rowwise scale", pr);
+            check(pp[(size_t)pr] == (k < n ? p[(size_t)(start[g] + k)] : 0.0f), "probs", pr);
+        }
+    }
+    if (inexact)
+        printf("FAIL: %d colwise values not exact in bf16\n", inexact), fails++;
+
+    /* 3: from bf16 h [., 2F], da [., F] over the padded rows */
+    std::vector<float> hf((size_t)(total * 2 * F)), daf((size_t)(total * F));
+    fill_rows(hf.data(), total, 2 * F, 0);
+    fill_rows(daf.data(), total, F, 0);
+    std::vector<unsigned short> h((size_t)(RCAP * 2 * F), 0), da((size_t)(RCAP * F), 0);
+    for (size_t i = 0; i < hf.size(); i++) { /* keep h finite and moderate: silu of +-Inf is NaN either way */
+        float v = isnan(hf[i]) || isinf(hf[i]) ? 1.5f : fmaxf(fminf(hf[i], 30.0f), -30.0f);
+        h[i] = (unsigned short)(fbits(v) >> 16);
+    }
+    for (size_t i = 0; i < daf.size(); i++)
+        da[i] = (unsigned short)(fbits(daf[i]) >> 16);
+    std::vector<float> av((size_t)(total * F)), dhv((size_t)(total * 2 * F));
+    for (long long pr = 0; pr < total; pr++) {
+        float pv = pp[(size_t)pr];
+        for (long long c = 0; c < F; c++) {
+            float gt = bf2f(h[(size_t)(pr * 2 * F + c)]), u = bf2f(h[(size_t)(pr * 2 * F + F + c)]);
+            av[(size_t)(pr * F + c)] = gt / (1.0f + expf(-gt)) * u * pv;
+            float sg = 1.0f / (1.0f + expf(-gt)), d = bf2f(da[(size_t)(pr * F + c)]) * pv;
+            dhv[(size_t)(pr * 2 * F + c)] = d * u * (sg * (1.0f + gt * (1.0f - sg)));
+            dhv[(size_t)(pr * 2 * F + F + c)] = d * (gt * sg);
+        }
+    }
+    struct Case {
+        const char *rows, *cols, *name;
+        long long C;
+        const std::vector<float> *v;
+    } cases[2] = {{"k_rows_a", "k_cols_a", "a", F, &av}, {"k_rows_dh", "k_cols_dh", "dh", 2 * F, &dhv}};
+    for (const Case &cs : cases) {
+        long long C = cs.C;
+        std::vector<unsigned char> cq((size_t)(RCAP * C), 0xAB), cs_((size_t)(C / 128 * RCAP), 0xAB);
+        std::vector<unsigned short> cg((size_t)(RCAP * C), 0xABAB);
+        if (C == F) {
+            void *ar[] = {cq.data(), cs_.data(), h.data(), pp.data(), ofs.data()};
+            emu_launch(cs.rows, 3, 256, ar);
+            void *ac[] = {cg.data(), h.data(), pp.data(), ofs.data()};
+            emu_launch(cs.cols, 2, 256, ac);
+        } else {
+            void *ar[] = {cq.data(), cs_.data(), h.data(), da.data(), pp.data(), ofs.data()};
+            emu_launch(cs.rows, 3, 256, ar);
+            void *ac[] = {cg.data(), h.data(), da.data(), pp.data(), ofs.data()};
+            emu_launch(cs.cols, 2, 256, ac);
+        }
+        std::vector<unsigned char> vq((size_t)(total * C)), vs((size_t)(total * C / 128));
+        fp8b_quantize(cs.v->data(), total, C, FP8B_ROWWISE, vq.data(), vs.data());
+        std::vector<float> fq(*cs.v);
+        fp8b_fake_quant(fq.data(), total, C, FP8B_COLWISE); /* 128-row blocks from row 0: the groups' blocks */
+        inexact = 0;
+        char what[64];
+        for (long long pr = 0; pr < total; pr++) {
+            for (long long c = 0; c < C; c++) {
+                snprintf(what, sizeof what, "%s rowwise code", cs.name);
+                check(cq[(size_t)(pr * C + c)] == vq[(size_t)(pr * C + c)], what, pr * C + c);
+                snprintf(what, sizeof what, "%s colwise bf16", cs.name);
+                check(same_bf16(cg[(size_t)(pr * C + c)], bf16_exact(fq[(size_t)(pr * C + c)], &inexact)), what,
+                      pr * C + c);
+            }
+            for (int kb = 0; kb < C / 128; kb++) {
+                snprintf(what, sizeof what, "%s rowwise scale", cs.name);
+                check(cs_[(size_t)moec_fp8_block_sa_index(pr, kb, RCAP)] == vs[(size_t)(pr * (C / 128) + kb)], what, pr);
+            }
+        }
+        if (inexact)
+            printf("FAIL: %s: %d colwise values not exact in bf16\n", cs.name, inexact), fails++;
+    }
+
+    /* 5: dprobs */
+    std::vector<float> dp((size_t)RCAP, -1.0f);
+    void *a5[] = {dp.data(), h.data(), da.data(), ofs.data()};
+    emu_launch("k_dprobs", 3, 256, a5);
+    for (long long pr = 0; pr < total; pr++) {
+        double s = 0, sa_ = 0;
+        for (long long c = 0; c < F; c++) {
+            double gt = bf2f(h[(size_t)(pr * 2 * F + c)]), u = bf2f(h[(size_t)(pr * 2 * F + F + c)]);
+            double t = bf2f(da[(size_t)(pr * F + c)]) * gt / (1.0 + exp(-gt)) * u;
+            s += t;
+            sa_ += fabs(t);
+        }
+        check(fabs(dp[(size_t)pr] - s) <= 1e-5 * sa_ + 1e-30 || (isnan(s) && isnan(dp[(size_t)pr])), "dprobs", pr);
+    }
+
+    /* 4: the weight [2, 256, 384] in tiles, and its transposed copy */
+    const int WE = 2;
+    const long long N = 256, K = 384;
+    std::vector<float> w((size_t)(WE * N * K));
+    fill_rows(w.data(), WE * N, K, 1);
+    std::vector<unsigned char> wq((size_t)(WE * N * K), 0xAB), ws((size_t)(WE * 2 * 3), 0xAB);
+    std::vector<unsigned char> wqt((size_t)(WE * N * K), 0xAB), wst((size_t)(WE * 2 * 3), 0xAB);
+    void *a4[] = {wq.data(), ws.data(), wqt.data(), wst.data(), w.data()};
+    emu_launch("k_weight", 4, 256, a4);
+    std::vector<unsigned char> wq2((size_t)(WE * N * K), 0xAB), ws2((size_t)(WE * 2 * 3), 0xAB);
+    void *a4b[] = {wq2.data(), ws2.data(), w.data()};
+    emu_launch("k_weight_nt", 3, 256, a4b);
+    for (int g = 0; g < WE; g++) {
+        std::vector<unsigned char> vq((size_t)(N * K)), vs(6), vqt((size_t)(N * K)), vst(6);
+        fp8b_quantize(w.data() + g * N * K, N, K, FP8B_TILE, vq.data(), vs.data());
+        std::vector<float> wt((size_t)(N * K));
+        for (long long n = 0; n < N; n++)
+            for (long long k = 0; k < K; k++)
+                wt[(size_t)(k * N + n)] = w[(size_t)(g * N * K + n * K + k)];
+        fp8b_quantize(wt.data(), K, N, FP8B_TILE, vqt.data(), vst.data());
+        for (long long i = 0; i < N * K; i++) {
+            check(wq[(size_t)(g * N * K + i)] == vq[(size_t)i], "weight tile code", i);
+            check(wq2[(size_t)(g * N * K + i)] == vq[(size_t)i], "weight tile code (no transposed copy)", i);
+            check(wqt[(size_t)(g * N * K + i)] == vqt[(size_t)i], "transposed weight tile code", i);
+        }
+        for (int nb = 0; nb < 2; nb++)
+            for (int kb = 0; kb < 3; kb++) {
+                check(ws[(size_t)moec_fp8_block_sb_index(g, nb * 128, kb, (int)N, (int)K)] == vs[(size_t)(nb * 3 + kb)],
+                      "weight tile scale", nb * 3 + kb);
+                check(ws2[(size_t)moec_fp8_block_sb_index(g, nb * 128, kb, (int)N, (int)K)] == vs[(size_t)(nb * 3 + kb)],
+                      "weight tile scale (no transposed copy)", nb * 3 + kb);
+                check(wst[(size_t)moec_fp8_block_sb_index(g, kb * 128, nb, (int)K, (int)N)] ==
+                          vst[(size_t)(kb * 2 + nb)],
+                      "transposed weight tile scale", kb * 2 + nb);
+            }
+    }
+    printf("fp8b quantisers: %lld checks (xs rowwise and colwise, a and dh rowwise and colwise, dprobs, weight "
+           "tiles and their transposed copy), %d failed\n", checks, fails);
+    if (!fails)
+        printf("all bit-identical to runtime/cpu/fp8_block.c\n");
+    return fails ? 1 : 0;
+}

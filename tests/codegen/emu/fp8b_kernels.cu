@@ -1,0 +1,86 @@
+// fp8b_kernels.cu - test kernels for fp8b_check.cc (tests/codegen/fp8b_quant.test): the quantisers of
+// codegen/fp8_block_fast.cuh (the fp8-block fast expert MLP) at fixed shapes, built for the CPU with emu.h
+// by fp8b_run.sh. The CUDA vector types and intrinsics moe_fast.cuh and fp8_block_fast.cuh use, which
+// emu.h does not provide, are defined here first.
+#include <math.h>
+
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float __expf(float x) { return expf(x); } /* the host check computes with expf too */
+inline float __shfl_xor_sync(unsigned mask, float v, int m)
+{
+    (void)mask;
+    emu_warp_put((double)v);
+    emu_syncwarp();
+    float r = (float)emu_warp_get((int)(threadIdx.x & 31) ^ m);
+    emu_syncwarp();
+    return r;
+}
+
+/* the tile quantiser's dynamic shared memory: static storage here (blocks run one after another) */
+#define MOEC_FP8B_DYN_SMEM(name) static float name[128 * 129 + 256]
+
+#include "mxfp8.cuh"
+#include "prelude.cuh"
+#include "gemm_sm90_sched.h"
+#include "moe_fast_offsets.h"
+#include "moe_fast.cuh"
+#include "fp8_block_fast.cuh"
+
+#define K256 extern "C" __global__ void __launch_bounds__(256)
+
+// the shapes (fp8b_check.cc has the same): 3 experts, R 300 graph rows, H 256, F 256; weights 2 x 256 x 384
+constexpr int E = 3;
+constexpr long long R = 300, H = 256, F = 256, RCAP = (R + 128 * E + 15) / 16 * 16;
+
+K256 k_offsets(int *ofs, const int *splits) { moec::fast::offsets<E, R>(ofs, splits); }
+K256 k_rows_x(unsigned char *q, unsigned char *sa, float *pdst, const float *x, const float *p, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, nullptr, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
+}
+K256 k_cols_x(unsigned short *dst, const float *x, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, H>(nullptr, nullptr, RCAP, dst, moec::fp8b::GraphRows<E, H>{x}, nullptr, nullptr, ofs);
+}
+K256 k_both_x(unsigned char *q, unsigned char *sa, unsigned short *dst, float *pdst, const float *x, const float *p,
+              const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, dst, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
+}
+K256 k_rows_a(unsigned char *q, unsigned char *sa, const unsigned short *h, const float *pp, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, F>(q, sa, RCAP, nullptr, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
+}
+K256 k_cols_a(unsigned short *dst, const unsigned short *h, const float *pp, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, F>(nullptr, nullptr, RCAP, dst, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
+}
+K256 k_rows_dh(unsigned char *q, unsigned char *sa, const unsigned short *h, const unsigned short *da, const float *pp,
+               const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, 2 * F>(q, sa, RCAP, nullptr, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr, nullptr, ofs);
+}
+K256 k_cols_dh(unsigned short *dst, const unsigned short *h, const unsigned short *da, const float *pp, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, 2 * F>(nullptr, nullptr, RCAP, dst, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr,
+                                      nullptr, ofs);
+}
+K256 k_dprobs(float *dp, const unsigned short *h, const unsigned short *da, const int *ofs)
+{
+    moec::fp8b::dprobs<E, F>(dp, h, da, ofs);
+}
+K256 k_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st, const float *w)
+{
+    moec::fp8b::quant_weight<2, 256, 384>(q, s, qt, st, w);
+}
+K256 k_weight_nt(unsigned char *q, unsigned char *s, const float *w)
+{
+    moec::fp8b::quant_weight<2, 256, 384>(q, s, nullptr, nullptr, w);
+}
