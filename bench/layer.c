@@ -432,6 +432,7 @@ int main(int argc, char **argv)
     if (cpu_check) {
         CpuPlan cpu;
         cpu_plan_init(&cpu, g, CPU_F32);
+        cpu_plan_round_bf16(&cpu, plan); /* rounded where the plan stores bf16, as the GPU (docs/decisions.md 40) */
         for (int i = 0; i < g->nnodes; i++)
             if (host[i])
                 cpu_plan_bind(&cpu, g->nodes[i], host[i]);

@@ -13,8 +13,8 @@
 #include "cli.h"
 
 /* `moec explain --kernels K`: after the fusion decisions, the code generator's for K: every node with a
- * choice of implementation (its launches' "impl" in plan.json) and every node whose buffer no kernel
- * writes (the fast kernels read through it), one line each. Takes over c's graph (the plan does). */
+ * choice of implementation (its launches' "impl" in plan.json), every node whose buffer no kernel
+ * writes (the fast kernels read through it), and every node tensor stored in bf16, one line each. Takes over c's graph (the plan does). */
 static int explain_kernels(const Options *o, Compilation *c)
 {
     char err[1024];
@@ -49,6 +49,26 @@ static int explain_kernels(const Options *o, Compilation *c)
         }
     printf("codegen (--kernels %s): %d node%s with a choice of implementation or read through\n",
            plan_kernels_name[p->source.kernels], lines, lines == 1 ? "" : "s");
+    /* storage types (docs/decisions.md 40): the node tensors not stored as their dtype's default */
+    int nbf16 = 0;
+    double bf16_bytes = 0, all_bytes = 0;
+    for (int b = 0; b < g->nnodes && b < p->nbufs; b++) {
+        const PlanBuf *pb = &p->bufs[b];
+        if (pb->kind != PLAN_BUF_TENSOR || g->nodes[b]->op == IR_OP_PARAM || g->nodes[b]->op == IR_OP_INPUT)
+            continue;
+        all_bytes += (double)pb->bytes;
+        if (pb->storage != PLAN_BF16)
+            continue;
+        const IrNode *n = g->nodes[b];
+        printf("%s:%d: storage: %s (%s): bf16 (its kernel writes bf16, every consumer reads it)\n", file, n->loc.line,
+               n->name, ir_node_op_name(n));
+        nbf16++;
+        bf16_bytes += (double)pb->bytes;
+    }
+    printf("storage (--kernels %s): %d node tensor%s in bf16 (%.1f MiB of the nodes' %.1f MiB), the rest fp32 "
+           "(indices i32)\n",
+           plan_kernels_name[p->source.kernels], nbf16, nbf16 == 1 ? "" : "s", bf16_bytes / 1048576.0,
+           all_bytes / 1048576.0);
     plan_free(p);
     return 0;
 }

@@ -165,7 +165,8 @@ static const char *const usage_explain =
     "silently. The same records head `moec dump` after the pass.\n"
     "With --kernels (text only), then the code generator's choices for that kernel\n"
     "set: each node with a choice of implementation and why (fast, or reference\n"
-    "and the reason), and each node the fast kernels read through (not materialised).\n";
+    "and the reason), each node the fast kernels read through (not materialised),\n"
+    "and each node tensor the plan stores in bf16 (the rest is fp32).\n";
 
 static const char *const usage_compile =
     "usage: moec compile FILE -o OUT [--emit-cuda DIR] [--arch ARCH]\n"

@@ -4,9 +4,11 @@
  * cuda_prelude_attn_fast. Design and tolerances: docs/kernels-sm90.md ("Attention").
  *
  * Layouts are the graph's: q and o [B, S, H HD], k and v [B, S, KV HD] row-major (head h's columns
- * h HD .. h HD + HD - 1), the backward's output [B, S, H HD + 2 KV HD] = [dq | dk | dv]. The graph
- * stores fp32, so the node first rounds q, k and v to bf16 once (to_bf16 below; the forward keeps them
- * for the backward), and the backward rounds dO. Softmax statistics are base 2: lse2 = log2(sum_j
+ * h HD .. h HD + HD - 1), the backward's output [B, S, H HD + 2 KV HD] = [dq | dk | dv]. Where the plan
+ * stores q, k and v in bf16 (docs/decisions.md 40: the projections and RoPE write bf16) the kernels read
+ * them where they are; else the node first rounds them to bf16 once (to_bf16 below; the forward keeps
+ * them for the backward). o and the backward's [dq | dk | dv] are written in fp32 or bf16 (st2), and the
+ * backward rounds dO unless it is bf16. Softmax statistics are base 2: lse2 = log2(sum_j
  * 2^(s_ij log2e / sqrt(HD))) per (b, h, i), kept by the forward for the backward.
  *
  * Every tile kernel is one warpgroup (4 warps, 128 threads) owning 64 rows (queries, or in dk/dv keys),
@@ -32,6 +34,9 @@ constexpr float LOG2E = 1.4426950408889634f;
 __device__ __forceinline__ float neg_inff() { return __int_as_float(0xff800000u); }
 
 using sm90::pack_bf16x2; /* codegen/sm90.cuh, pasted before this file */
+/* two adjacent outputs (8-byte aligned): fp32, or rounded to bf16 where the plan stores the output in bf16 */
+__device__ __forceinline__ void st2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
+__device__ __forceinline__ void st2(unsigned short *p, float a, float b) { sm90::st_global_u32(p, pack_bf16x2(a, b)); }
 __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 /* 16 bytes global -> shared, asynchronously; src_bytes 0 fills zeros (rows past the end) */
@@ -67,9 +72,10 @@ template <long long N> __device__ void to_bf16(unsigned short *dst, const float 
 }
 
 /* ---- backward preparation: dO -> bf16 and D = rowsum(dO o) per (b, s, h); one group of HD / 8 threads
- * per row, 8 elements each */
-template <long long B, long long S, int H, int HD>
-__device__ void bwd_prep(unsigned short *dob, float *dsum, const float *dout, const float *o)
+ * per row, 8 elements each. dO and o are fp32 or bf16 (the plan's storage, docs/decisions.md 40); dob
+ * nullptr: dO is bf16 already and the dq / dk-dv kernels read it where it is, only D is made here */
+template <long long B, long long S, int H, int HD, typename DT, typename OT>
+__device__ void bwd_prep(unsigned short *dob, float *dsum, const DT *dout, const OT *o)
 {
     constexpr int G = HD / 8;
     constexpr long long ROWS_ALL = B * S * H;
@@ -80,18 +86,21 @@ __device__ void bwd_prep(unsigned short *dob, float *dsum, const float *dout, co
         idx = in ? idx : 0;
         long long r = idx / G; /* (b s) h */
         int c = (int)(idx % G) * 8;
-        const float *pd = dout + r * HD + c, *po = o + r * HD + c;
-        float4 d0 = *(const float4 *)pd, d1 = *(const float4 *)(pd + 4);
-        float4 o0 = *(const float4 *)po, o1 = *(const float4 *)(po + 4);
-        uint4 u;
-        u.x = pack_bf16x2(d0.x, d0.y);
-        u.y = pack_bf16x2(d0.z, d0.w);
-        u.z = pack_bf16x2(d1.x, d1.y);
-        u.w = pack_bf16x2(d1.z, d1.w);
-        if (in)
+        float d[8], ov[8];
+        sm90::ld8(d, dout + r * HD + c);
+        sm90::ld8(ov, o + r * HD + c);
+        if (dob && in) {
+            uint4 u;
+            u.x = pack_bf16x2(d[0], d[1]);
+            u.y = pack_bf16x2(d[2], d[3]);
+            u.z = pack_bf16x2(d[4], d[5]);
+            u.w = pack_bf16x2(d[6], d[7]);
             *(uint4 *)(dob + r * HD + c) = u;
-        float acc = d0.x * o0.x + d0.y * o0.y + d0.z * o0.z + d0.w * o0.w + d1.x * o1.x + d1.y * o1.y +
-                    d1.z * o1.z + d1.w * o1.w;
+        }
+        float acc = d[0] * ov[0];
+#pragma unroll
+        for (int e = 1; e < 8; e++)
+            acc += d[e] * ov[e];
 #pragma unroll
         for (int off = 1; off < G; off <<= 1)
             acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -282,8 +291,9 @@ template <int N> __device__ __forceinline__ void tiles_ready()
  * memory), then P_j from s_j in registers. o += P_{j-1} v_{j-1} is issued right behind s_j, so the
  * tensor cores work on it while the warpgroup computes the softmax of s_j; o is rescaled to the new
  * running max once it is done. Shared memory: q, k_j and k_{j+1}, v_{j-1} and v_j. */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL>
-__device__ void fwd(long long item, float *o, float *lse2, const unsigned short *q, const unsigned short *k,
+/* o: fp32 or bf16 (OT unsigned short: the plan stores the output in bf16, rounded to nearest even) */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, typename OT>
+__device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q, const unsigned short *k,
                     const unsigned short *v, const int *seg)
 {
     constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2;
@@ -415,10 +425,11 @@ __device__ void fwd(long long item, float *o, float *lse2, const unsigned short 
         if (i >= S)
             continue;
         float inv = 1.f / l[r];
-        float *out = o + (row + i) * WQ + (long long)h * HD + 2 * t;
+        OT *out = o + (row + i) * WQ + (long long)h * HD + 2 * t;
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++)
-            *(float2 *)(out + n * 8) = make_float2(acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
+        for (int n = 0; n < HD / 8; n++) {
+            st2(out + n * 8, acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
+        }
         if (t == 0)
             lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
     }
@@ -426,8 +437,8 @@ __device__ void fwd(long long item, float *o, float *lse2, const unsigned short 
 
 /* ---- backward, dq: one block per (b, h, 64 queries) over the key tiles; s = q k^T and
  * dP = dO v^T (shared memory operands), dq += dS k (dS in registers, k read MN-major) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL>
-__device__ void bwd_dq(long long item, float *out, const unsigned short *q, const unsigned short *k,
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, typename OT>
+__device__ void bwd_dq(long long item, OT *out, const unsigned short *q, const unsigned short *k,
                           const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
                           const int *seg)
 {
@@ -526,18 +537,18 @@ __device__ void bwd_dq(long long item, float *out, const unsigned short *q, cons
         long long i = i0 + 8 * r;
         if (i >= S)
             continue;
-        float *dst = out + (row + i) * WP + (long long)h * HD + 2 * t;
+        OT *dst = out + (row + i) * WP + (long long)h * HD + 2 * t;
 #pragma unroll
         for (int n = 0; n < HD / 8; n++)
-            *(float2 *)(dst + n * 8) = make_float2(dq[4 * n + 2 * r] * scale, dq[4 * n + 2 * r + 1] * scale);
+            st2(dst + n * 8, dq[4 * n + 2 * r] * scale, dq[4 * n + 2 * r + 1] * scale);
     }
 }
 
 /* ---- backward, dk and dv: one block per (b, kv head, 64 keys) over the group's heads and the query
  * tiles (QR at a time); s^T = k q^T, dP^T = v dO^T (shared memory operands), dv += P^T dO and
  * dk += dS^T q (P^T, dS^T in registers, dO and q read MN-major) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QR>
-__device__ void bwd_dkv(long long item, float *out, const unsigned short *q, const unsigned short *k,
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QR, typename OT>
+__device__ void bwd_dkv(long long item, OT *out, const unsigned short *q, const unsigned short *k,
                            const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
                            const int *seg)
 {
@@ -650,11 +661,11 @@ __device__ void bwd_dkv(long long item, float *out, const unsigned short *q, con
         long long j = jw + 8 * r;
         if (j >= S)
             continue;
-        float *dkp = out + (row + j) * WP + WQ + (long long)kvh * HD + 2 * t, *dvp = dkp + WK;
+        OT *dkp = out + (row + j) * WP + WQ + (long long)kvh * HD + 2 * t, *dvp = dkp + WK;
 #pragma unroll
         for (int n = 0; n < HD / 8; n++) {
-            *(float2 *)(dkp + n * 8) = make_float2(dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
-            *(float2 *)(dvp + n * 8) = make_float2(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+            st2(dkp + n * 8, dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+            st2(dvp + n * 8, dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
         }
     }
 }

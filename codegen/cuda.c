@@ -243,6 +243,142 @@ const char *cg_ctype(PlanStorage s)
     }
 }
 
+int cg_is_bf16(const Cg *cg, int id) { return id >= 0 && id < cg->nbufs && cg->bufs[id].storage == PLAN_BF16; }
+
+/* ------------------------------------------------------------ storage types (docs/decisions.md 40)
+ *
+ * Under --kernels fast a node's tensor is stored in bf16 when
+ *   - its producer has a kernel that writes bf16 (bf16_producer),
+ *   - every consumer in the graph has a kernel that reads it in bf16 (bf16_consumer; a view is none),
+ *   - it is a floating-point activation or intermediate gradient: not an input, param, output, the loss
+ *     or a parameter's gradient (those stay fp32, as do router logits and probabilities, norm
+ *     statistics and everything else no listed kernel produces),
+ *   - it touches a tensor-core kernel (the GEMM of a dense linear, the flash attention) as producer or
+ *     consumer, or is joined to such a bf16 tensor through the typed elementwise kernels (RoPE, its
+ *     gradient, slice, rmsnorm), so that bf16 removes conversions rather than adding roundings,
+ *   - and, for the q, k and v of a fast attention, all three are (its kernels take one operand type).
+ * Everything else stays fp32 (indices i32). The rule is deterministic: it reads the graph and the
+ * kernels codegen will choose, nothing measured. The CPU backend rounds these nodes' values to bf16
+ * (runtime/cpu/cpu.c cpu_plan_round_bf16), so it stays the reference. */
+static int bf16_producer(const Cg *cg, const IrNode *n)
+{
+    switch (n->op) {
+    case IR_OP_LINEAR:
+    case IR_OP_LINEAR_DX: return cg_linear_on_gemm(cg, n); /* the GEMM's TMA-store epilogue */
+    case IR_OP_ROPE:
+    case IR_OP_ROPE_DX: return 1;                          /* moec::sm90::st */
+    case IR_OP_SDPA:                                       /* the flash forward's o, */
+    case IR_OP_SDPA_BWD: return cg_attn_fast(cg, n);       /* the backward's [dq | dk | dv] (attn_fast.cuh st2) */
+    case IR_OP_SLICE:                                      /* moec::sm90::st */
+    case IR_OP_RMSNORM: return 1;                          /* (its statistics are computed in double, not stored) */
+    default: return 0;
+    }
+}
+
+static int bf16_consumer(const Cg *cg, const IrNode *u, int s)
+{
+    switch (u->op) {
+    case IR_OP_LINEAR:
+    case IR_OP_LINEAR_DX: return s == 0 && cg_linear_on_gemm(cg, u); /* A by tensor map */
+    case IR_OP_LINEAR_DW: return s < 2 && cg_linear_on_gemm(cg, u);  /* dy and x by tensor map */
+    case IR_OP_ROPE:
+    case IR_OP_ROPE_DX: return s == 0;                               /* moec::sm90::ld */
+    case IR_OP_SDPA: return s < 3 && cg_attn_fast(cg, u);            /* q, k, v */
+    case IR_OP_SDPA_BWD: return s < 4 && cg_attn_fast(cg, u);        /* dO (prep), q, k, v */
+    case IR_OP_SLICE: return s == 0;                                 /* moec::sm90::ld */
+    default: return 0;
+    }
+}
+
+/* a tensor-core kernel: the sm_90a GEMM of a dense linear, the flash attention */
+static int tc_kernel(const Cg *cg, const IrNode *n)
+{
+    return cg_linear_on_gemm(cg, n) || cg_attn_fast(cg, n);
+}
+
+static void decide_storage(Cg *cg)
+{
+    const IrGraph *g = cg->g;
+    if (cg->kernel_choice != PLAN_KERNELS_FAST)
+        return;
+    int n = g->nnodes;
+    char *ok = calloc((size_t)n + 1, 1), *bf = calloc((size_t)n + 1, 1), *tc = calloc((size_t)n + 1, 1);
+    int *users = calloc((size_t)n + 1, sizeof(int));
+    if (!ok || !bf || !tc || !users)
+        die("out of memory");
+    /* ok: the tensor may be bf16 (its producer writes, every consumer reads bf16) */
+    for (int i = 0; i < n; i++) {
+        const IrNode *x = g->nodes[i];
+        tc[i] = tc_kernel(cg, x);
+        ok[i] = (x->dtype == IR_F32 || x->dtype == IR_BF16) && !x->is_output && x != g->loss && x->op != IR_OP_VIEW &&
+                bf16_producer(cg, x);
+    }
+    for (int p = 0; p < g->nparams; p++)
+        if (g->grads[p])
+            ok[g->grads[p]->id] = 0;
+    for (int i = 0; i < n; i++) {
+        const IrNode *u = g->nodes[i];
+        for (int s = 0; s < u->nsrc; s++) {
+            users[u->src[s]->id]++;
+            if (!bf16_consumer(cg, u, s))
+                ok[u->src[s]->id] = 0;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        ok[i] &= users[i] > 0;
+    /* bf: it is. Seeds: a tensor a tensor-core kernel writes or reads (there the conversion passes were);
+     * then, through the typed elementwise kernels (RoPE, slice, rmsnorm), a tensor whose producer reads a
+     * bf16 one or one of whose consumers writes one. A chain of elementwise kernels alone (a model on the
+     * reference attention) stays fp32: bf16 there would round without removing a conversion. */
+    for (int i = 0; i < n; i++) {
+        const IrNode *x = g->nodes[i];
+        if (!ok[i])
+            continue;
+        bf[i] = tc[i];
+        for (int j = i + 1; j < n && !bf[i]; j++)
+            for (int s = 0; s < g->nodes[j]->nsrc; s++)
+                if (g->nodes[j]->src[s] == x && tc[j])
+                    bf[i] = 1;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < n; i++) {
+            const IrNode *x = g->nodes[i];
+            if (!ok[i] || bf[i])
+                continue;
+            int grow = 0;
+            for (int s = 0; s < x->nsrc && !grow; s++)
+                grow = bf[x->src[s]->id];
+            for (int j = i + 1; j < n && !grow; j++)
+                for (int s = 0; s < g->nodes[j]->nsrc; s++)
+                    if (g->nodes[j]->src[s] == x && bf[j])
+                        grow = 1;
+            if (grow)
+                bf[i] = changed = 1;
+        }
+        /* the q, k and v of a fast attention: all three or none (its kernels take one operand type) */
+        for (int i = 0; i < n; i++) {
+            const IrNode *u = g->nodes[i];
+            if (u->op != IR_OP_SDPA || !tc[i])
+                continue;
+            int q = u->src[0]->id, k = u->src[1]->id, v = u->src[2]->id;
+            if ((bf[q] || bf[k] || bf[v]) && !(bf[q] && bf[k] && bf[v])) {
+                ok[q] = ok[k] = ok[v] = bf[q] = bf[k] = bf[v] = 0;
+                changed = 1;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (bf[i]) {
+            cg->bufs[i].storage = PLAN_BF16;
+            cg->bufs[i].bytes = ir_numel(g->nodes[i]) * plan_storage_bytes[PLAN_BF16];
+        }
+    free(ok);
+    free(bf);
+    free(tc);
+    free(users);
+}
+
 static int add_buf(Cg *cg, const char *name, int node, PlanBufKind kind, PlanStorage storage, int64_t count)
 {
     if (cg->nbufs == cg->capbufs) {
@@ -668,6 +804,10 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
             cg.bufs[b].alias_offset = (src->alias_of >= 0 ? src->alias_offset : 0) + ir_attr_i(n, IR_ATTR_OFFSET) * 4;
         }
     }
+    decide_storage(&cg);
+    int nbf16 = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        nbf16 += cg.bufs[i].storage == PLAN_BF16;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
         const CgEmitter *em = &cg_emitters[n->op];
@@ -735,16 +875,24 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
               nkernel_launches);
     if (ncollectives)
         sb_printf(&src, " and %d host-side collectives", ncollectives);
-    sb_printf(&src, ";\n// the order, grids and buffers of the launches are in plan.json. Precision %s: every\n"
-              "// floating-point tensor is stored in fp32 (an e4m3 tensor as its dequantized values), indices in\n"
-              "// i32. Compiled by moec compile --arch with NVRTC: -std=c++17 --gpu-architecture=ARCH\n"
-              "// -default-device. Design: docs/codegen.md.\n\n",
-              ir_precision_name[g->train.precision]);
+    if (nbf16)
+        sb_printf(&src, ";\n// the order, grids and buffers of the launches are in plan.json. Precision %s: %d node\n"
+                  "// tensors are stored in bf16 (plan.json's \"storage\", docs/decisions.md 40), every other\n"
+                  "// floating-point tensor in fp32 (an e4m3 tensor as its dequantized values), indices in\n"
+                  "// i32. Compiled by moec compile --arch with NVRTC: -std=c++17 --gpu-architecture=ARCH\n"
+                  "// -default-device. Design: docs/codegen.md.\n\n",
+                  ir_precision_name[g->train.precision], nbf16);
+    else
+        sb_printf(&src, ";\n// the order, grids and buffers of the launches are in plan.json. Precision %s: every\n"
+                  "// floating-point tensor is stored in fp32 (an e4m3 tensor as its dequantized values), indices in\n"
+                  "// i32. Compiled by moec compile --arch with NVRTC: -std=c++17 --gpu-architecture=ARCH\n"
+                  "// -default-device. Design: docs/codegen.md.\n\n",
+                  ir_precision_name[g->train.precision]);
     sb_puts(&src, "// ======== device library: codegen/mxfp8.cuh ========\n");
     sb_puts(&src, cuda_prelude_mxfp8);
     sb_puts(&src, "\n// ======== device library: codegen/prelude.cuh ========\n");
     sb_puts(&src, cuda_prelude_lib);
-    if (cg.fast_used || cg.attn_fast_used) {
+    if (cg.fast_used || cg.attn_fast_used || nbf16) {
         /* only plans with fast kernels (moec compile --kernels fast): the sm_90a device code */
         sb_puts(&src, "\n// ======== sm_90a: codegen/gemm_sm90_sched.h, sm90.cuh, gemm_sm90.cuh ========\n");
         sb_puts(&src, cuda_prelude_sm90_sched);

@@ -69,7 +69,7 @@ int cuda_fast_attention_ok(const IrNode *n, char *why, size_t len)
 }
 
 /* the sdpa_bwd node of forward f (the same q, k, v and segment ids), else NULL */
-static const IrNode *attn_backward_of(Cg *cg, const IrNode *f)
+static const IrNode *attn_backward_of(const Cg *cg, const IrNode *f)
 {
     for (int i = f->id + 1; i < cg->g->nnodes; i++) {
         const IrNode *b = cg->g->nodes[i];
@@ -80,18 +80,45 @@ static const IrNode *attn_backward_of(Cg *cg, const IrNode *f)
     return NULL;
 }
 
-/* the sdpa forward of backward b whose kept workspaces it reads, else NULL */
-static const IrNode *attn_forward_of(Cg *cg, const IrNode *b)
+/* the sdpa forward of backward b (the same q, k, v and segment ids), else NULL */
+static const IrNode *attn_forward_by_sources(const Cg *cg, const IrNode *b)
 {
     for (int i = b->id - 1; i >= 0; i--) {
         const IrNode *f = cg->g->nodes[i];
         if (f->op == IR_OP_SDPA && b->nsrc == f->nsrc + 1 && b->src[1] == f->src[0] && b->src[2] == f->src[1] &&
-            b->src[3] == f->src[2] && (f->nsrc < 4 || b->src[4] == f->src[3])) {
-            int w = cg_find_ws(cg, f, "qkv_bf16");
-            return w >= 0 && cg->bufs[w].until == b->id ? f : NULL;
-        }
+            b->src[3] == f->src[2] && (f->nsrc < 4 || b->src[4] == f->src[3]))
+            return f;
     }
     return NULL;
+}
+
+int cg_attn_fast(const Cg *cg, const IrNode *n)
+{
+    char why[256];
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || (n->op != IR_OP_SDPA && n->op != IR_OP_SDPA_BWD) ||
+        !cuda_fast_attention_ok(n, why, sizeof why))
+        return 0;
+    if (n->op == IR_OP_SDPA)
+        return 1;
+    const IrNode *f = attn_forward_by_sources(cg, n);
+    return f && cuda_fast_attention_ok(f, why, sizeof why) && attn_backward_of(cg, f) == n;
+}
+
+/* q, k and v of sdpa (or sdpa_bwd) node n are stored in bf16: its kernels read them where they are */
+static int attn_direct(const Cg *cg, const IrNode *n)
+{
+    int o = n->op == IR_OP_SDPA ? 0 : 1;
+    return cg_is_bf16(cg, n->src[o]->id) && cg_is_bf16(cg, n->src[o + 1]->id) && cg_is_bf16(cg, n->src[o + 2]->id);
+}
+
+/* the sdpa forward of backward b whose kept workspaces it reads, else NULL */
+static const IrNode *attn_forward_of(Cg *cg, const IrNode *b)
+{
+    const IrNode *f = attn_forward_by_sources(cg, b);
+    if (!f)
+        return NULL;
+    int w = cg_find_ws(cg, f, "lse2");
+    return w >= 0 && cg->bufs[w].until == b->id ? f : NULL;
 }
 
 static void attn_fast_consts(Cg *cg, const IrNode *n, const IrNode *q)
@@ -134,37 +161,54 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
     snprintf(impl, sizeof impl, "fast: %s", why);
     cg_impl(cg, impl);
     const IrNode *bwd = attn_backward_of(cg, n);
-    int qkv = bwd ? cg_ws_kept(cg, n, bwd, PLAN_BF16, nq + 2 * nk, "qkv_bf16")
-                  : cg_ws(cg, n, PLAN_BF16, nq + 2 * nk, "qkv_bf16");
+    /* q, k, v already bf16 (the plan's storage): read where they are, nothing converted or kept but lse2 */
+    int direct = attn_direct(cg, n);
+    int qkv = direct ? -1
+              : bwd  ? cg_ws_kept(cg, n, bwd, PLAN_BF16, nq + 2 * nk, "qkv_bf16")
+                     : cg_ws(cg, n, PLAN_BF16, nq + 2 * nk, "qkv_bf16");
     int lse = bwd ? cg_ws_kept(cg, n, bwd, PLAN_F32, B * H * S, "lse2") : cg_ws(cg, n, PLAN_F32, B * H * S, "lse2");
 
-    cg_begin(cg, n, "to_bf16", bwd ? "attention 1/2: q, k, v to bf16 (kept for the backward)" : "attention 1/2: q, k, v to bf16");
-    cg_param(cg, qkv, 1, "qkv");
-    cg_in(cg, q, "q");
-    cg_in(cg, k, "k");
-    cg_in(cg, v, "v");
-    cg_const(cg, "NQ", nq);
-    cg_const(cg, "NK", nk);
-    cg_line(cg, "moec::attn::to_bf16<NQ>(qkv, q);");
-    cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ, k);");
-    cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ + NK, v);");
-    cg_end(cg, CG_BLOCK, cg_grid(nq / 8, CG_BLOCK));
+    if (!direct) {
+        cg_begin(cg, n, "to_bf16",
+                 bwd ? "attention 1/2: q, k, v to bf16 (kept for the backward)" : "attention 1/2: q, k, v to bf16");
+        cg_param(cg, qkv, 1, "qkv");
+        cg_in(cg, q, "q");
+        cg_in(cg, k, "k");
+        cg_in(cg, v, "v");
+        cg_const(cg, "NQ", nq);
+        cg_const(cg, "NK", nk);
+        cg_line(cg, "moec::attn::to_bf16<NQ>(qkv, q);");
+        cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ, k);");
+        cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ + NK, v);");
+        cg_end(cg, CG_BLOCK, cg_grid(nq / 8, CG_BLOCK));
+    }
 
     int64_t items = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
-    cg_begin(cg, n, "flash", "attention 2/2: flash forward, one block per (batch, head, 64 queries), bf16 wgmma, "
-                             "online softmax in fp32; the base-2 log-sum-exp kept for the backward");
+    char what[300];
+    snprintf(what, sizeof what, "attention %s: flash forward, one block per (batch, head, 64 queries), bf16 wgmma, "
+             "online softmax in fp32; the base-2 log-sum-exp kept for the backward%s%s", direct ? "1/1" : "2/2",
+             direct ? "; q, k, v read in bf16 as stored" : "", cg_is_bf16(cg, n->id) ? "; o stored in bf16" : "");
+    cg_begin(cg, n, "flash", what);
     cg_out(cg, n, "o");
     cg_param(cg, lse, 1, "lse2");
-    cg_param(cg, qkv, 0, "qkv");
+    if (direct) {
+        cg_in(cg, q, "q");
+        cg_in(cg, k, "k");
+        cg_in(cg, v, "v");
+    } else {
+        cg_param(cg, qkv, 0, "qkv");
+    }
     if (seg)
         cg_in(cg, n->src[3], "seg");
     attn_fast_consts(cg, n, q);
-    cg_const(cg, "NQ", nq);
-    cg_const(cg, "NK", nk);
+    if (!direct) {
+        cg_const(cg, "NQ", nq);
+        cg_const(cg, "NK", nk);
+    }
     cg_const(cg, "ITEMS", items);
     cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
-    cg_line(cg, "    moec::attn::fwd<B, S, H, KV, HD, CAUSAL>(item, o, lse2, qkv, qkv + NQ, qkv + NQ + NK, %s);",
-            seg ? "seg" : "nullptr");
+    cg_line(cg, "    moec::attn::fwd<B, S, H, KV, HD, CAUSAL>(item, o, lse2, %s, %s);",
+            direct ? "q, k, v" : "qkv, qkv + NQ, qkv + NQ + NK", seg ? "seg" : "nullptr");
     cg_line(cg, "    __syncthreads();");
     cg_line(cg, "}");
     cg_launch_extra(cg, attn_fwd_smem(hd), 0);
@@ -172,9 +216,12 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
     cg->attn_fast_used = 1;
 }
 
-/* the backward's workspaces: bf16 q/k/v and the log-sum-exp (kept by the forward), dO in bf16, D */
+/* the backward's operands: bf16 q/k/v (kept by the forward in one workspace, or the nodes' own bf16
+ * buffers), the log-sum-exp (kept by the forward), dO in bf16 (a workspace, or the node's own), D */
 typedef struct AttnBufs {
-    int qkv, dob, lse, dsum;
+    int qkv;             /* the forward's kept workspace, or -1: q, k, v are the nodes' bf16 buffers */
+    const IrNode *q, *k, *v;
+    int dob, lse, dsum;
     int64_t nq, nk;
 } AttnBufs;
 
@@ -184,7 +231,13 @@ static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char
 {
     cg_begin(cg, n, suffix, what);
     cg_out(cg, n, "out");
-    cg_param(cg, b->qkv, 0, "qkv");
+    if (b->qkv >= 0) {
+        cg_param(cg, b->qkv, 0, "qkv");
+    } else {
+        cg_in(cg, b->q, "q");
+        cg_in(cg, b->k, "k");
+        cg_in(cg, b->v, "v");
+    }
     cg_param(cg, b->dob, 0, "dob");
     cg_param(cg, b->lse, 0, "lse2");
     cg_param(cg, b->dsum, 0, "dsum");
@@ -192,12 +245,14 @@ static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char
     if (seg)
         cg_in(cg, n->src[4], "seg");
     attn_fast_consts(cg, n, n->src[1]);
-    cg_const(cg, "NQ", b->nq);
-    cg_const(cg, "NK", b->nk);
+    if (b->qkv >= 0) {
+        cg_const(cg, "NQ", b->nq);
+        cg_const(cg, "NK", b->nk);
+    }
     cg_const(cg, "ITEMS", items);
     cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
-    cg_line(cg, "    moec::attn::%s(item, out, qkv, qkv + NQ, qkv + NQ + NK, dob, lse2, dsum, %s);", call,
-            seg ? "seg" : "nullptr");
+    cg_line(cg, "    moec::attn::%s(item, out, %s, dob, lse2, dsum, %s);", call,
+            b->qkv >= 0 ? "qkv, qkv + NQ, qkv + NQ + NK" : "q, k, v", seg ? "seg" : "nullptr");
     cg_line(cg, "    __syncthreads();");
     cg_line(cg, "}");
     cg_launch_extra(cg, smem, 0);
@@ -206,31 +261,39 @@ static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char
 
 static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
 {
-    const IrNode *q = n->src[1], *k = n->src[2];
+    const IrNode *q = n->src[1], *k = n->src[2], *dy = n->src[0];
     int64_t B = q->shape[0], S = q->shape[1], H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
     int64_t WQ = q->shape[2], WK = k->shape[2], hd = WQ / H, nq = B * S * WQ, nk = B * S * WK;
-    char why[200], impl[320];
+    char why[200], impl[400];
+    int direct = attn_direct(cg, n), dy_bf16 = cg_is_bf16(cg, dy->id);
     cuda_fast_attention_ok(n, why, sizeof why);
-    snprintf(impl, sizeof impl, "fast: %s; q, k, v in bf16 and the log-sum-exp kept by %s", why, f->name);
+    snprintf(impl, sizeof impl, "fast: %s; %s and the log-sum-exp kept by %s%s%s", why,
+             direct ? "q, k, v read in bf16 as stored" : "q, k, v in bf16", f->name,
+             dy_bf16 ? "; dO read in bf16 as stored" : "", cg_is_bf16(cg, n->id) ? "; [dq | dk | dv] written in bf16" : "");
     cg_impl(cg, impl);
-    int qkv = cg_find_ws(cg, f, "qkv_bf16"), lse = cg_find_ws(cg, f, "lse2");
-    if (qkv < 0 || lse < 0 || cg->bufs[lse].until != n->id)
+    int qkv = direct ? -1 : cg_find_ws(cg, f, "qkv_bf16"), lse = cg_find_ws(cg, f, "lse2");
+    if ((!direct && qkv < 0) || lse < 0 || cg->bufs[lse].until != n->id)
         die("codegen: %s: the kept workspaces of %s are missing", n->name, f->name);
-    int dob = cg_ws(cg, n, PLAN_BF16, nq, "dout_bf16"), dsum = cg_ws(cg, n, PLAN_F32, B * H * S, "dsum");
+    int dob = dy_bf16 ? dy->id : cg_ws(cg, n, PLAN_BF16, nq, "dout_bf16");
+    int dsum = cg_ws(cg, n, PLAN_F32, B * H * S, "dsum");
 
-    cg_begin(cg, n, "prep", "attention backward 1/3: dO to bf16 and D = rowsum(dO o) per (batch, position, head)");
-    cg_param(cg, dob, 1, "dob");
+    cg_begin(cg, n, "prep", dy_bf16 ? "attention backward 1/3: D = rowsum(dO o) per (batch, position, head) (dO "
+                                      "is bf16 already)"
+                                    : "attention backward 1/3: dO to bf16 and D = rowsum(dO o) per (batch, "
+                                      "position, head)");
+    if (!dy_bf16)
+        cg_param(cg, dob, 1, "dob");
     cg_param(cg, dsum, 1, "dsum");
-    cg_in(cg, n->src[0], "dy");
+    cg_in(cg, dy, "dy");
     cg_param(cg, f->id, 0, "o");
     cg_const(cg, "B", B);
     cg_const(cg, "S", S);
     cg_line(cg, "constexpr int H = %lld, HD = %lld;", (long long)H, (long long)hd);
-    cg_line(cg, "moec::attn::bwd_prep<B, S, H, HD>(dob, dsum, dy, o);");
+    cg_line(cg, "moec::attn::bwd_prep<B, S, H, HD>(%s, dsum, dy, o);", dy_bf16 ? "nullptr" : "dob");
     cg_end(cg, CG_BLOCK, cg_grid(B * S * H * (hd / 8), CG_BLOCK));
 
     int64_t qitems = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS), kitems = B * KV * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
-    const AttnBufs bufs = {qkv, dob, lse, dsum, nq, nk};
+    const AttnBufs bufs = {qkv, q, k, n->src[3], dob, lse, dsum, nq, nk};
     char call[64];
     emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
                                             "probabilities recomputed from the kept log-sum-exp (bf16 wgmma)",

@@ -108,13 +108,30 @@ int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n)
  * tokens takes 132 and no local memory, tools/sass.sh) */
 enum { SKINNY_MAX_N = 48 };
 
+/* 1 if linear node n takes the skinny kernels */
+static int skinny_ok(const Cg *cg, const IrNode *n)
+{
+    const IrNode *s0 = n->src[0], *s1 = n->src[1];
+    const IrNode *w = n->op == IR_OP_LINEAR_DW ? NULL : s1;
+    int64_t rows = cg_lead(s0);
+    int64_t N = w ? w->shape[0] : cg_last(s0), K = w ? w->shape[1] : cg_last(s1);
+    return cg->kernel_choice == PLAN_KERNELS_FAST && N >= 1 && N <= SKINNY_MAX_N && K % 128 == 0 && rows >= 1;
+}
+
+int cg_linear_on_gemm(const Cg *cg, const IrNode *n)
+{
+    char why[240];
+    return (n->op == IR_OP_LINEAR || n->op == IR_OP_LINEAR_DX || n->op == IR_OP_LINEAR_DW) &&
+           cg->kernel_choice == PLAN_KERNELS_FAST && !skinny_ok(cg, n) && cuda_fast_linear_ok(n, why, sizeof why);
+}
+
 static int skinny_linear(Cg *cg, const IrNode *n)
 {
     const IrNode *s0 = n->src[0], *s1 = n->src[1];
     const IrNode *w = n->op == IR_OP_LINEAR_DW ? NULL : s1;
     int64_t rows = cg_lead(s0);
     int64_t N = w ? w->shape[0] : cg_last(s0), K = w ? w->shape[1] : cg_last(s1);
-    if (cg->kernel_choice != PLAN_KERNELS_FAST || N < 1 || N > SKINNY_MAX_N || K % 128 || rows < 1)
+    if (!skinny_ok(cg, n))
         return 0;
     /* dx, dw: TB threads of 4 columns each per block; K / (4 TB) column slabs */
     int tb = 256;
@@ -251,7 +268,10 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
     cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
     rms_inv_lines(cg, "x");
     cg_line(cg, "    for (long long i = threadIdx.x; i < D; i += blockDim.x)");
-    cg_line(cg, "        y[r * D + i] = (float)((double)x[r * D + i] * inv * w[i]);");
+    if (cg_is_bf16(cg, n->id)) /* bf16 storage: the fp32 value rounded (to nearest even); the statistics stay double */
+        cg_line(cg, "        moec::sm90::st(y + r * D + i, (float)((double)x[r * D + i] * inv * w[i]));");
+    else
+        cg_line(cg, "        y[r * D + i] = (float)((double)x[r * D + i] * inv * w[i]);");
     cg_line(cg, "}");
     cg_end(cg, CG_BLOCK, min64(cg_lead(x), 65535));
     return 1;
@@ -378,9 +398,17 @@ int cg_emit_rope(Cg *cg, const IrNode *n)
     cg_line(cg, "    long long at = (b * S + s) * (H * HD) + h * HD + j;");
     cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
     cg_line(cg, "    double c = cos(ang), sn = SIGN * sin(ang);");
-    cg_line(cg, "    double x1 = x[at], x2 = x[at + HALF];");
-    cg_line(cg, "    y[at] = (float)(x1 * c - x2 * sn);");
-    cg_line(cg, "    y[at + HALF] = (float)(x2 * c + x1 * sn);");
+    if (cg_is_bf16(cg, x->id) || cg_is_bf16(cg, n->id)) {
+        /* bf16 storage (either side): moec::sm90::ld / st widen and round (to nearest even) the value the
+         * fp32 kernel would have written, as the CPU backend rounds it */
+        cg_line(cg, "    double x1 = moec::sm90::ld(x + at), x2 = moec::sm90::ld(x + at + HALF);");
+        cg_line(cg, "    moec::sm90::st(y + at, (float)(x1 * c - x2 * sn));");
+        cg_line(cg, "    moec::sm90::st(y + at + HALF, (float)(x2 * c + x1 * sn));");
+    } else {
+        cg_line(cg, "    double x1 = x[at], x2 = x[at + HALF];");
+        cg_line(cg, "    y[at] = (float)(x1 * c - x2 * sn);");
+        cg_line(cg, "    y[at + HALF] = (float)(x2 * c + x1 * sn);");
+    }
     cg_line(cg, "}");
     cg_end(cg, CG_BLOCK, cg_grid(total, CG_BLOCK));
     return 1;
@@ -506,7 +534,10 @@ int cg_emit_slice(Cg *cg, const IrNode *n)
     cg_const(cg, "OFF", ir_attr_i(n, IR_ATTR_OFFSET));
     cg_const(cg, "SIZE", size);
     cg_line(cg, "MOEC_FOR(i, ROWS * SIZE)");
-    cg_line(cg, "    y[i] = x[i / SIZE * W + OFF + i %% SIZE];");
+    if (cg_is_bf16(cg, x->id) || cg_is_bf16(cg, n->id)) /* bf16 storage: widened exactly, stored rounded */
+        cg_line(cg, "    moec::sm90::st(y + i, moec::sm90::ld(x + i / SIZE * W + OFF + i %% SIZE));");
+    else
+        cg_line(cg, "    y[i] = x[i / SIZE * W + OFF + i %% SIZE];");
     cg_end(cg, CG_BLOCK, cg_grid(rows * size, CG_BLOCK));
     return 1;
 }

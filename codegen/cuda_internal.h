@@ -188,6 +188,19 @@ typedef struct CgEmitter {
 
 extern const CgEmitter cg_emitters[IR_OP_COUNT];
 
+/* ---- storage types (cuda.c cg_decide_storage, docs/decisions.md 40): under --kernels fast a node's
+ * tensor is stored in bf16 when its producer writes bf16 and every consumer reads it; these say which
+ * kernels can. A bf16 buffer's kernel parameter is `unsigned short *` (cg_ctype), read and written with
+ * moec::sm90::ld / st (sm90.cuh) or by the tensor maps of the GEMMs. */
+/* 1 if linear / linear_dx / linear_dw node n runs on the sm_90a GEMM (not the skinny or reference kernels):
+ * its activation operands may be bf16 (read by tensor maps, zero-filled past the rows), and a linear's or
+ * linear_dx's output too (the TMA-store epilogue, rows past the end clipped) */
+int cg_linear_on_gemm(const Cg *cg, const IrNode *n);
+/* 1 if sdpa / sdpa_bwd node n gets the fast attention kernels (a backward: with its fast forward) */
+int cg_attn_fast(const Cg *cg, const IrNode *n);
+/* node id's buffer is stored in bf16 */
+int cg_is_bf16(const Cg *cg, int id);
+
 /* cuda_dense.c */
 int cg_emit_fill(Cg *cg, const IrNode *n);
 int cg_emit_embedding(Cg *cg, const IrNode *n);

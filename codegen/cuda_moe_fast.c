@@ -969,9 +969,13 @@ static void tc_convert(Cg *cg, const IrNode *n, int step, int steps, const IrNod
                        int ofs, int64_t rows)
 {
     char w[300];
-    snprintf(w, sizeof w, "%s (fast) %d/%d: the activations to bf16, %lld rows padded to %lld with zeros; the "
-                          "one-group offsets",
-             ir_node_op_name(n), step, steps, (long long)rows, (long long)tc_rows_cap(rows));
+    if (count)
+        snprintf(w, sizeof w, "%s (fast) %d/%d: the activations to bf16, %lld rows padded to %lld with zeros; the "
+                              "one-group offsets",
+                 ir_node_op_name(n), step, steps, (long long)rows, (long long)tc_rows_cap(rows));
+    else
+        snprintf(w, sizeof w, "%s (fast) %d/%d: the one-group offsets (the activations are bf16 already)",
+                 ir_node_op_name(n), step, steps);
     cg_begin(cg, n, "tc_bf16", w);
     char name[16];
     for (int i = 0; i < count; i++) {
@@ -983,7 +987,8 @@ static void tc_convert(Cg *cg, const IrNode *n, int step, int steps, const IrNod
         snprintf(name, sizeof name, "a%d", i);
         cg_in(cg, src[i], name);
     }
-    cg_const(cg, "ROWS", rows);
+    if (count)
+        cg_const(cg, "ROWS", rows);
     cg_const(cg, "RCAP", tc_rows_cap(rows));
     cg_line(cg, "if (blockIdx.x == 0 && threadIdx.x == 0) {");
     cg_line(cg, "    ofs[0] = 0;");
@@ -1012,28 +1017,47 @@ static void tc_convert(Cg *cg, const IrNode *n, int step, int steps, const IrNod
 
 int cg_emit_linear_fast(Cg *cg, const IrNode *n)
 {
-    char why[240], impl[300];
+    char why[240], impl[400];
     if (cg->kernel_choice != PLAN_KERNELS_FAST || !cuda_fast_linear_ok(n, why, sizeof why))
         return 0;
-    snprintf(impl, sizeof impl, "fast: %s", why);
-    cg_impl(cg, impl);
     const IrNode *s0 = n->src[0], *s1 = n->src[1];
+    /* bf16 storage (docs/decisions.md 40): an operand the plan stores in bf16 is read by its tensor map where
+     * it is (rows = the graph's, so the TMA zero-fills the padding rows past them), not converted; a bf16
+     * output (linear, linear_dx) is written by the TMA-store epilogue, whose stores past its rows are clipped */
+    int b0 = cg_is_bf16(cg, s0->id), b1 = n->op == IR_OP_LINEAR_DW && cg_is_bf16(cg, s1->id);
+    int bout = n->op != IR_OP_LINEAR_DW && cg_is_bf16(cg, n->id);
+    char *plain = strstr(why, ", operands rounded to bf16, fp32 out");
+    if (plain && (b0 || b1 || bout))
+        *plain = 0; /* said below */
+    snprintf(impl, sizeof impl, "fast: %s", why);
+    if (b0 || b1 || bout)
+        snprintf(impl + strlen(impl), sizeof impl - strlen(impl), "; bf16 storage:%s%s%s%s%s", b0 ? " reads " : "",
+                 b0 ? s0->name : "", b1 ? (b0 ? " and " : " reads ") : "", b1 ? s1->name : "",
+                 bout ? (b0 || b1 ? ", writes bf16 (TMA stores)" : " writes bf16 (TMA stores)") : " as stored");
+    cg_impl(cg, impl);
     int64_t rows = cg_lead(s0), rcap = tc_rows_cap(rows);
     GemmSm90Shape s = tc_shape(cg, n);
+    if (bout)
+        s.epilogue = GEMM_SM90_EPI_TMA;
     int ofs = cg_ws(cg, n, PLAN_I32, 2, "tc_offsets");
     char sfx[96], w[300];
     const char *op = ir_node_op_name(n);
     if (n->op == IR_OP_LINEAR_DW) {
         /* dw [N, K] = dy [T, N]^T x [T, K] */
-        int dyb = cg_ws(cg, n, PLAN_BF16, rcap * s.N, "dy_bf16"), xb = cg_ws(cg, n, PLAN_BF16, rcap * s.K, "x_bf16");
+        int dyb = b0 ? s0->id : cg_ws(cg, n, PLAN_BF16, rcap * s.N, "dy_bf16");
+        int xb = b1 ? s1->id : cg_ws(cg, n, PLAN_BF16, rcap * s.K, "x_bf16");
         const IrNode *src[2] = {s0, s1};
-        int dst[2] = {dyb, xb};
-        tc_convert(cg, n, 1, 2, src, dst, 2, ofs, rows);
+        int dst[2] = {dyb, xb}, nconv = 0;
+        if (!b0)
+            src[nconv] = s0, dst[nconv++] = dyb;
+        if (!b1)
+            src[nconv] = s1, dst[nconv++] = xb;
+        tc_convert(cg, n, 1, 2, src, dst, nconv, ofs, rows);
         snprintf(sfx, sizeof sfx, "tc_bn%d_s%d%s", s.block_n, s.stages, s.epilogue == GEMM_SM90_KEPI_TMA ? "_tma" : "");
         snprintf(w, sizeof w, "%s (fast) 2/2: dw = dy^T x, the sm_90a K-grouped GEMM over one group, fp32 out", op);
         cg_begin(cg, n, sfx, w);
-        cg_tmap(cg, dyb, rcap, s.N, 64, "tma_dy");
-        cg_tmap(cg, xb, rcap, s.K, 64, "tma_x");
+        cg_tmap(cg, dyb, b0 ? rows : rcap, s.N, 64, "tma_dy");
+        cg_tmap(cg, xb, b1 ? rows : rcap, s.K, 64, "tma_x");
         if (s.epilogue == GEMM_SM90_KEPI_TMA)
             cg_tmap_f32(cg, n->id, 0, s.N, s.K, 64, "tma_dw");
         cg_out(cg, n, "out");
@@ -1049,29 +1073,40 @@ int cg_emit_linear_fast(Cg *cg, const IrNode *n)
         cg_end(cg, GEMM_SM90_THREADS, 1);
     } else {
         /* linear: A = x [T, K], W [N, K]; linear_dx: A = dy [T, N], W [N, K] read as [K_gemm = N, N_gemm = K] */
-        int ab = cg_ws(cg, n, PLAN_BF16, rcap * s.K, n->op == IR_OP_LINEAR ? "x_bf16" : "dy_bf16");
+        int ab = b0 ? s0->id : cg_ws(cg, n, PLAN_BF16, rcap * s.K, n->op == IR_OP_LINEAR ? "x_bf16" : "dy_bf16");
         int wb = cg_param_copy(cg, s1, 0);
         const IrNode *src[1] = {s0};
         int dst[1] = {ab};
-        tc_convert(cg, n, 1, 2, src, dst, 1, ofs, rows);
-        snprintf(sfx, sizeof sfx, "tc_bn%d_s%d%s", s.block_n, s.stages, s.trans_b ? "_tb" : "");
-        snprintf(w, sizeof w, "%s (fast) 2/2: %s, the sm_90a M-grouped GEMM over one group, fp32 out from registers", op,
-                 n->op == IR_OP_LINEAR ? "y = x w^T" : "dx = dy w (w read transposed)");
+        tc_convert(cg, n, 1, 2, src, dst, b0 ? 0 : 1, ofs, rows);
+        snprintf(sfx, sizeof sfx, "tc_bn%d_s%d%s%s", s.block_n, s.stages, s.trans_b ? "_tb" : "", bout ? "_bf16out" : "");
+        snprintf(w, sizeof w, "%s (fast) 2/2: %s, the sm_90a M-grouped GEMM over one group, %s", op,
+                 n->op == IR_OP_LINEAR ? "y = x w^T" : "dx = dy w (w read transposed)",
+                 bout ? "bf16 out through TMA stores (rows past the end clipped)" : "fp32 out from registers");
         cg_begin(cg, n, sfx, w);
-        cg_tmap(cg, ab, rcap, s.K, GEMM_SM90_BLOCK_M, "tma_a");
+        cg_tmap(cg, ab, b0 ? rows : rcap, s.K, GEMM_SM90_BLOCK_M, "tma_a");
         if (s.trans_b)
             cg_tmap(cg, wb, s.K, s.N, 64, "tma_b");
         else
             cg_tmap(cg, wb, s.N, s.K, s.block_n, "tma_b");
-        /* the fp32 epilogue stores from registers: the kernel's output tensor map is unused, any valid one does */
-        cg_tmap(cg, ab, rcap, s.K, 64, "tma_unused");
+        if (bout) {
+            /* the output's own rows: the TMA does not write the tiles' rows past them */
+            cg_tmap(cg, n->id, rows, s.N, 64, "tma_d");
+        } else {
+            /* the fp32 epilogue stores from registers: the kernel's output tensor map is unused, any valid one does */
+            cg_tmap(cg, ab, b0 ? rows : rcap, s.K, 64, "tma_unused");
+        }
         cg_out(cg, n, "y");
         cg_param(cg, ofs, 0, "offsets");
         cg_i32(cg, rcap, "rows_cap");
-        cg_const(cg, "ROWS", rows);
-        cg_line(cg, "moec::sm90::GemmMGrouped<1, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_unused, "
-                    "(unsigned short *)y, offsets, rows_cap, nullptr, nullptr, ROWS);",
-                s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
+        if (!bout)
+            cg_const(cg, "ROWS", rows);
+        if (bout)
+            cg_line(cg, "moec::sm90::GemmMGrouped<1, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, y, offsets, "
+                        "rows_cap);", s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
+        else
+            cg_line(cg, "moec::sm90::GemmMGrouped<1, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_unused, "
+                        "(unsigned short *)y, offsets, rows_cap, nullptr, nullptr, ROWS);",
+                    s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
         cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
         cg_end(cg, GEMM_SM90_THREADS, 1);
     }

@@ -340,6 +340,35 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi)
     return r;
 }
 
+/* ---- typed element access (bf16 storage between nodes, docs/decisions.md 40): a generated kernel's
+ * buffer parameter is `float *` or, where the plan stores the tensor in bf16, `unsigned short *` (raw
+ * bf16 bits); ld widens either to fp32 (exactly), st rounds to the parameter's type (round to nearest
+ * even, as the CPU backend's bf16_round). Kernels written once over both are instantiated by the
+ * parameter types codegen emits. */
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const unsigned short *p) { return __uint_as_float((unsigned)*p << 16); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(unsigned short *p, float v)
+{
+    *p = (unsigned short)(pack_bf16x2(v, 0.f) & 0xffffu);
+}
+/* 8 consecutive elements (16-byte aligned for bf16, 32 for fp32) to fp32 */
+__device__ __forceinline__ void ld8(float (&v)[8], const float *p)
+{
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void ld8(float (&v)[8], const unsigned short *p)
+{
+    const uint4 u = *(const uint4 *)p;
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
 __device__ __forceinline__ void st_shared_u32(unsigned addr, unsigned v)
 {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");

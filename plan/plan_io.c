@@ -579,6 +579,11 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
             b->bytes != ir_numel(g->nodes[i]) * plan_storage_bytes[b->storage])
             return bad(r, "buffer %d (%s) is %lld bytes, its node holds %lld elements of %s", i, b->name,
                        (long long)b->bytes, (long long)ir_numel(g->nodes[i]), plan_storage_name[b->storage]);
+        /* a node's tensor: its dtype's storage, or bf16 for a float activation (docs/decisions.md 40) */
+        if (i < nn && b->kind == PLAN_BUF_TENSOR && b->storage != PLAN_F32 &&
+            (g->nodes[i]->dtype == IR_I32 ? b->storage != PLAN_I32 : b->storage != PLAN_BF16 || g->nodes[i]->is_output))
+            return bad(r, "buffer %d (%s): storage %s for a %s tensor%s", i, b->name, plan_storage_name[b->storage],
+                       g->nodes[i]->dtype == IR_I32 ? "i32" : "float", g->nodes[i]->is_output ? " that is an output" : "");
         if (b->offset + b->bytes > p->memory.region_bytes[b->region])
             return bad(r, "buffer %d (%s) lies outside its region", i, b->name);
     }

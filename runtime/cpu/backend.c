@@ -123,6 +123,7 @@ static Backend *cpu_create(const Plan *p, Comm *comm, const BackendOptions *o, c
     }
     cpu_plan_init_upto(&B->run, g, CPU_F32, upto);
     B->run.comm = comm;
+    cpu_plan_round_bf16(&B->run, p); /* where the GPU stores bf16 (--kernels fast), round as it does */
     for (int i = 0; i < p->nparams; i++)
         cpu_plan_bind(&B->run, g->nodes[p->params[i].node], B->params + p->params[i].offset);
     cpu_plan_bind(&B->run, g->nodes[p->tokens], B->tokens);

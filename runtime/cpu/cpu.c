@@ -7,6 +7,7 @@
 
 #include "../../plan/plan.h"
 #include "../comm/comm.h"
+#include "../../util/bf16.h"
 #include "../../util/util.h"
 
 static int cpu_threads = 1;
@@ -125,6 +126,7 @@ void cpu_plan_init_upto(CpuPlan *p, const IrGraph *g, CpuPrecision prec, int upt
 
 void cpu_plan_free(CpuPlan *p)
 {
+    free(p->bf16);
     free(p->arena);
     free(p->buf);
     free(p->bytes);
@@ -152,11 +154,30 @@ int cpu_plan_run_range(CpuPlan *p, int from, int to)
             cpu_exec_node_f64(n, p->buf, p->comm);
         else
             cpu_exec_node_f32(n, p->buf, p->comm);
+        if (p->bf16 && p->bf16[i] && p->prec == CPU_F32) {
+            float *y = p->buf[i];
+            for (int64_t e = 0, m = ir_numel(n); e < m; e++)
+                y[e] = bf16_round(y[e]);
+        }
         /* a failed collective (comm.h: its error is sticky) stops the plan: what follows would read garbage */
         if (p->comm && comm_failed(p->comm))
             return 0;
     }
     return 1;
+}
+
+void cpu_plan_round_bf16(CpuPlan *p, const Plan *plan)
+{
+    free(p->bf16);
+    p->bf16 = NULL;
+    if (p->prec != CPU_F32 || !plan->bufs || plan->nbufs < p->g->nnodes)
+        return;
+    for (int i = 0; i < p->g->nnodes; i++)
+        if (plan->bufs[i].storage == PLAN_BF16 && plan->bufs[i].kind == PLAN_BUF_TENSOR) {
+            if (!p->bf16 && !(p->bf16 = calloc((size_t)p->g->nnodes, 1)))
+                die("out of memory");
+            p->bf16[i] = 1;
+        }
 }
 
 int cpu_plan_run(CpuPlan *p) { return cpu_plan_run_range(p, 0, p->g->nnodes); }

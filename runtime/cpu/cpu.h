@@ -29,6 +29,7 @@ typedef struct CpuPlan {
     size_t planned_bytes;  /* its size: the activation peak */
     struct Comm *comm;     /* for the collective ops (expert parallelism); NULL = one rank */
     int nplanned;          /* nodes [0, nplanned) have buffers (cpu_plan_init_upto); running past them is a bug */
+    unsigned char *bf16;   /* [nnodes] or NULL: 1 where the plan stores the node's tensor in bf16 (cpu_plan_round_bf16) */
 } CpuPlan;
 
 /* Elements are 4 bytes for i32 and for floats in F32, 8 for floats in F64. */
@@ -41,6 +42,12 @@ void cpu_plan_init_upto(CpuPlan *p, const IrGraph *g, CpuPrecision prec, int upt
 /* The activation arena cpu_plan_init_upto allocates. */
 size_t cpu_plan_arena_bytes_upto(const IrGraph *g, CpuPrecision prec, int upto);
 void cpu_plan_free(CpuPlan *p);
+struct Plan;
+/* Rounds, from now on, every value an F32 run writes into a node whose buffer the plan stores in bf16
+ * (PlanBuf.storage, decided by codegen under --kernels fast: docs/decisions.md 40) to bf16, round to
+ * nearest even, right after the node ran: the GPU rounds at the same points, so the CPU stays its
+ * reference. Nothing for a plan without the GPU part or without bf16 tensors, or in F64. */
+void cpu_plan_round_bf16(CpuPlan *p, const struct Plan *plan);
 /* Points an input or param node at caller-owned data (cpu_elem_size each). */
 void cpu_plan_bind(CpuPlan *p, const IrNode *n, void *data);
 /* Runs nodes [from, to) in order. */

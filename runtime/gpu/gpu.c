@@ -1646,14 +1646,28 @@ int gpu_forward_probe(Gpu *G, const int32_t *tokens, const int32_t *targets, int
     if (node < 0 || node > g->loss->id)
         return fail(G, "internal: node %d is not computed by the forward pass", node);
     const IrNode *n = g->nodes[node];
-    if (n->dtype == IR_I32 || !readable(G, node, PLAN_F32))
+    int bf16 = readable(G, node, PLAN_BF16);
+    if (n->dtype == IR_I32 || (!readable(G, node, PLAN_F32) && !bf16))
         return fail(G, "node %s cannot be read on the GPU (%s)", n->name,
                     n->dtype == IR_I32 ? "not a float tensor"
                     : G->plan->bufs[node].elided ? "no kernel writes it: a fast kernel reads through it"
-                                                 : "not stored in fp32");
-    return put_batch(G, tokens, targets) && run_launches(G, 0, launches_upto(G, node)) &&
-           CU(G, cuStreamSynchronize(G->stream), "the forward pass") &&
-           d2h(G, out, G->buf[node], sizeof(float) * (size_t)ir_numel(n), n->name);
+                                                 : "not stored in fp32 or bf16");
+    if (!put_batch(G, tokens, targets) || !run_launches(G, 0, launches_upto(G, node)) ||
+        !CU(G, cuStreamSynchronize(G->stream), "the forward pass"))
+        return 0;
+    int64_t numel = ir_numel(n);
+    if (!bf16)
+        return d2h(G, out, G->buf[node], sizeof(float) * (size_t)numel, n->name);
+    /* stored in bf16 (docs/decisions.md 40): the raw halves into the first half of out, widened from the end
+     * down so that no element is overwritten before it is read */
+    uint16_t *raw = (uint16_t *)out;
+    if (!d2h(G, raw, G->buf[node], 2 * (size_t)numel, n->name))
+        return 0;
+    for (int64_t e = numel - 1; e >= 0; e--) {
+        uint32_t u = (uint32_t)raw[e] << 16;
+        memcpy(&out[e], &u, 4);
+    }
+    return 1;
 }
 
 void gpu_measure(Gpu *G)

@@ -26,7 +26,9 @@
 #include "../../plan/plan.h"
 #include "../../driver/compile.h"
 #include "../../util/util.h"
+#include "../../runtime/cpu/cpu.h"
 #include "../../runtime/cpu/mxfp8.h"
+#include "../../util/bf16.h"
 #include "../../plan/payload.h"
 #include "check.h"
 
@@ -243,8 +245,16 @@ static void check_plan(const char *what, const Plan *p)
              pb->bytes != ir_numel(g->nodes[pb->node]) * 2 || pb->region != PLAN_REGION_PARAMS) &&
             bad++ < 5)
             fprintf(stderr, "%s: buffer %d (%s) is no bf16 copy of a param in the params region\n", what, b, pb->name);
-        if (b < n && bytes[b] != ir_numel(g->nodes[b]) * 4 && bad++ < 5)
+        if (b < n && bytes[b] != ir_numel(g->nodes[b]) * plan_storage_bytes[pb->storage] && bad++ < 5)
             fprintf(stderr, "%s: buffer %d has %lld bytes for %s\n", what, b, (long long)bytes[b], g->nodes[b]->name);
+        /* bf16 storage (docs/decisions.md 40): only a float activation of a --kernels fast plan that is no
+         * output, no view and no view's source */
+        if (b < n && pb->storage == PLAN_BF16 &&
+            (p->source.kernels != PLAN_KERNELS_FAST || g->nodes[b]->dtype == IR_I32 || g->nodes[b]->is_output ||
+             al) && bad++ < 5)
+            fprintf(stderr, "%s: %s is stored in bf16\n", what, g->nodes[b]->name);
+        if (al && p->bufs[root[b]].storage == PLAN_BF16 && bad++ < 5)
+            fprintf(stderr, "%s: view %s into a bf16 buffer\n", what, g->nodes[b]->name);
         if (al && g->nodes[b]->op != IR_OP_VIEW && bad++ < 5)
             fprintf(stderr, "%s: %s aliases without being a view\n", what, g->nodes[b]->name);
         if (al) {
@@ -681,10 +691,11 @@ static void test_fast_mlp(void)
         CudaKgemmEpilogue kgemm; /* the weight-gradient GEMMs' epilogue (fast_mlp's dW slices are 16-byte aligned) */
         int tc, attn_fast, attn_ref; /* dense linear launches on the sm_90a GEMMs (a conversion + a GEMM per node);
                                         attention launches fast (2 forward + 3 backward per layer), reference */
-    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 10, 0},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_TMA, 48, 10, 0},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_REGS, 48, 10, 0},
-                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 12, CUDA_KGEMM_DEFAULT, 48, 10, 0},
+    } cases[] = {/* attention: 1 forward launch (q, k, v bf16 as stored: no conversion) + 3 backward per layer */
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_TMA, 48, 8, 0},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_REGS, 48, 8, 0},
+                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0},
                  /* head dim 16: the reference attention, with the reason; 64-wide projections: reference tiles */
                  {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT, 0, 0, 6},
                  /* x an input, dy's source read only through the elided dispatch */
@@ -998,6 +1009,209 @@ static void test_fast_mlp_fp8(void)
     compilation_free(&c);
 }
 
+/* ------------------------------------------------------------ bf16 storage (docs/decisions.md 40) */
+
+static int node_id(const IrGraph *g, const char *name)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (strcmp(g->nodes[i]->name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* the CPU backend's run of plan p on fixed random params and batch; round: cpu_plan_round_bf16. Returns
+ * the loss; *rounded: every value of every bf16 node has its low 16 bits zero; *nbf16: such nodes run */
+static double cpu_run(const Plan *p, int round, int *rounded, int *nbf16)
+{
+    const IrGraph *g = p->graph;
+    CpuPlan cpu;
+    cpu_plan_init(&cpu, g, CPU_F32);
+    if (round)
+        cpu_plan_round_bf16(&cpu, p);
+    uint64_t st = 12345;
+    void **owned = calloc((size_t)g->nnodes, sizeof(void *));
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        int64_t numel = ir_numel(n);
+        if (n->op == IR_OP_PARAM) {
+            float *d = malloc((size_t)numel * 4);
+            for (int64_t e = 0; e < numel; e++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                double u = (double)(st >> 11) / 9007199254740992.0 - 0.5;
+                d[e] = (float)(n->rank == 1 ? 1.0 + 0.2 * u : 0.2 * u);
+            }
+            owned[i] = d;
+            cpu_plan_bind(&cpu, n, d);
+        } else if (n->op == IR_OP_INPUT) {
+            int32_t *d = malloc((size_t)numel * 4);
+            for (int64_t e = 0; e < numel; e++)
+                d[e] = (int32_t)(3 + e * 7 % 20); /* real residues: no BOS / padding ids */
+            owned[i] = d;
+            cpu_plan_bind(&cpu, n, d);
+        }
+    }
+    *rounded = 1;
+    *nbf16 = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        cpu_plan_run_range(&cpu, i, i + 1);
+        if (p->bufs[i].storage != PLAN_BF16)
+            continue;
+        (*nbf16)++;
+        const float *y = cpu_plan_data(&cpu, g->nodes[i]);
+        for (int64_t e = 0; e < ir_numel(g->nodes[i]); e++)
+            *rounded &= (fbits(y[e]) & 0xffffu) == 0;
+    }
+    double loss = cpu_plan_scalar(&cpu, g->loss);
+    cpu_plan_free(&cpu);
+    for (int i = 0; i < g->nnodes; i++)
+        free(owned[i]);
+    free(owned);
+    return loss;
+}
+
+static void test_bf16_storage(void)
+{
+    /* the host rounding: to nearest, ties to even, overflow to infinity, NaN kept */
+    CHECK(bf16_round(1.0f) == 1.0f && bf16_round(1.0f + 0x1p-8f) == 1.0f &&
+              bf16_round(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f && bf16_round(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f &&
+              bf16_round(-1.0f - 0x1p-8f) == -1.0f && isinf(bf16_round(3.4e38f)) && isnan(bf16_round(NAN)) &&
+              bf16_to_f32(f32_to_bf16(1.5f)) == 1.5f && f32_to_bf16(-2.0f) == 0xc000u,
+          "bf16_round: to nearest even, overflow to infinity, NaN kept");
+
+    const char *want[] = {"causal64.rmsnorm", "causal64.q", "causal64.k", "causal64.v", "causal64.q_rope",
+                          "causal64.k_rope", "causal64.attn", "causal64.attn_out.linear_dx", "causal64.attn.sdpa_bwd",
+                          "causal64.attn.slice", "causal64.attn.slice.2", "causal64.q_rope.rope_dx",
+                          "causal64.k_rope.rope_dx", "bidir128.q", "bidir128.attn"};
+    /* the MoE block's norm feeds the router (skinny kernels) and the expert MLP (fp32 for now); the
+     * residual stream, the projections' data gradients (summed by add), the router's logits and weights */
+    const char *fp32[] = {"causal64.rmsnorm.1", "causal64.attn_out", "causal64.router_logits", "causal64.route.weights",
+                          "causal64.h", "causal64.q.linear_dx", "causal64.q.linear_dw", "loss", "x"};
+    for (int fast = 0; fast < 2; fast++) {
+        Compilation c;
+        IrGraph *g = compile_model(&c, "tests/gpu/fast_attn.moe", NULL, 0, NULL);
+        char err[1024];
+        Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+        if (p)
+            p->source.kernels = fast ? PLAN_KERNELS_FAST : PLAN_KERNELS_REFERENCE;
+        CHECK(p && cuda_codegen(p, NULL, NULL), "fast_attn.moe: a %s plan", fast ? "fast" : "reference");
+        if (!p) {
+            compilation_free(&c);
+            continue;
+        }
+        g = p->graph;
+        int nbf = 0, ok = 1;
+        for (int i = 0; i < g->nnodes; i++)
+            nbf += p->bufs[i].storage == PLAN_BF16;
+        if (!fast) {
+            CHECK(nbf == 0, "fast_attn.moe, reference kernels: no tensor in bf16 (%d)", nbf);
+        } else {
+            for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
+                int id = node_id(g, want[k]);
+                if (id < 0 || p->bufs[id].storage != PLAN_BF16 || p->bufs[id].bytes != ir_numel(g->nodes[id]) * 2) {
+                    fprintf(stderr, "fast_attn.moe: %s is not stored in bf16\n", want[k]);
+                    ok = 0;
+                }
+            }
+            for (size_t k = 0; k < sizeof fp32 / sizeof *fp32; k++) {
+                int id = node_id(g, fp32[k]);
+                if (id < 0 || p->bufs[id].storage == PLAN_BF16) {
+                    fprintf(stderr, "fast_attn.moe: %s is %s\n", fp32[k], id < 0 ? "missing" : "stored in bf16");
+                    ok = 0;
+                }
+            }
+            for (int q = 0; q < g->nparams; q++)
+                ok &= p->bufs[g->grads[q]->id].storage != PLAN_BF16;
+            CHECK(ok && nbf == 28, "fast_attn.moe, --kernels fast: the attention block's norm, projections, RoPE, "
+                  "attention output and their gradients named in bf16 (28 nodes: %d), router logits and probabilities, norms, the loss and "
+                  "every parameter gradient fp32", nbf);
+            /* no conversion pass left where the inputs are bf16: no to_bf16 launch, no kept qkv copy, no dO copy */
+            int conv = 0, qkv = 0;
+            for (int i = 0; i < p->nlaunches; i++)
+                conv += p->launches[i].kernel >= 0 && strstr(p->kernel_names[p->launches[i].kernel], "to_bf16") != NULL;
+            for (int b = g->nnodes; b < p->nbufs; b++)
+                qkv += strstr(p->bufs[b].name, "qkv_bf16") != NULL || strstr(p->bufs[b].name, "dout_bf16") != NULL;
+            CHECK(conv == 0 && qkv == 0, "fast_attn.moe: no q/k/v to_bf16 launch (%d), no qkv_bf16 or dout_bf16 "
+                  "workspace (%d)", conv, qkv);
+            /* the plan document says so, and reads back */
+            char *doc = plan_to_json(p, 0);
+            cJSON *root = cJSON_Parse(doc);
+            const cJSON *bufs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "gpu"), "buffers");
+            int shown = 0, readback = 0;
+            const cJSON *b;
+            cJSON_ArrayForEach(b, bufs)
+            {
+                const cJSON *nm = cJSON_GetObjectItemCaseSensitive(b, "name");
+                const cJSON *sto = cJSON_GetObjectItemCaseSensitive(b, "storage");
+                shown += cJSON_IsString(nm) && cJSON_IsString(sto) && strcmp(sto->valuestring, "bf16") == 0 &&
+                         cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "kind")) &&
+                         strcmp(cJSON_GetObjectItemCaseSensitive(b, "kind")->valuestring, "tensor") == 0;
+            }
+            cJSON_Delete(root);
+            Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+            for (int i = 0; q && i < g->nnodes; i++)
+                readback += q->bufs[i].storage == PLAN_BF16;
+            plan_free(q);
+            CHECK(shown == 28 && readback == 28, "fast_attn.moe: plan.json shows the 28 bf16 tensors (%d) and reads "
+                  "back with them (%d)", shown, readback);
+            free(doc);
+            /* the CPU backend rounds where the GPU stores bf16, and only with the plan's word: a run without
+             * cpu_plan_round_bf16 leaves low bits (so this fails if the rounding is skipped) and another loss */
+            int rounded = 0, n1 = 0, unrounded = 0, n2 = 0;
+            double l1 = cpu_run(p, 1, &rounded, &n1), l0 = cpu_run(p, 0, &unrounded, &n2);
+            CHECK(rounded && n1 == 28 && !unrounded && isfinite(l1) && l1 != l0,
+                  "CPU backend: the 28 bf16 nodes hold bf16 values (%d), not without the rounding (%d); loss %.9g "
+                  "rounded, %.9g not", rounded, unrounded, l1, l0);
+        }
+        if (fast) {
+            /* a bf16 index tensor is refused by the plan reader */
+            int seg = node_id(g, "segments");
+            PlanBuf keep = p->bufs[seg];
+            p->bufs[seg].storage = PLAN_BF16;
+            p->bufs[seg].bytes = ir_numel(g->nodes[seg]) * 2;
+            char *doc = plan_to_json(p, 0);
+            Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+            CHECK(!q && strstr(err, "storage bf16 for a i32 tensor"), "plan reader: bf16 storage of an index tensor "
+                  "refused: %s", q ? "read" : err);
+            plan_free(q);
+            free(doc);
+            p->bufs[seg] = keep;
+        }
+        plan_free(p);
+        compilation_free(&c);
+    }
+
+    /* the planner sizes buffers by storage: four Mixtral-shape layers (tests/gpu/nofit.moe, bf16, 16 x 4096), the
+     * fast plan as made, then the same tensor table with its bf16 tensors widened back to fp32 and laid out again */
+    Compilation c;
+    IrGraph *g = compile_model(&c, "tests/gpu/nofit.moe", "bf16", 0, NULL);
+    char err[1024];
+    Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+    if (p)
+        p->source.kernels = PLAN_KERNELS_FAST;
+    CHECK(p && cuda_codegen(p, NULL, NULL), "nofit.moe: a fast plan");
+    if (p) {
+        PlanMemoryBreakdown a, b;
+        plan_memory_breakdown(p, &a);
+        int64_t half = 0;
+        for (int i = 0; i < p->graph->nnodes; i++)
+            if (p->bufs[i].storage == PLAN_BF16) {
+                half += p->bufs[i].bytes;
+                p->bufs[i].storage = PLAN_F32;
+                p->bufs[i].bytes *= 2;
+            }
+        plan_memory(p->graph, p->bufs, p->nbufs, 256, &p->memory);
+        plan_memory_breakdown(p, &b);
+        printf("nofit.moe (bf16, --kernels fast, 16 x 4096): %.2f GiB in bf16 tensors; activations at the peak %.2f "
+               "GiB, region %.2f GiB (with them in fp32: %.2f, %.2f)\n", half / 1073741824.0,
+               a.peak_acts / 1073741824.0, a.acts_region / 1073741824.0, b.peak_acts / 1073741824.0,
+               b.acts_region / 1073741824.0);
+        CHECK(half > 0 && a.peak_acts < b.peak_acts && a.acts_region < b.acts_region,
+              "nofit.moe: bf16 storage shrinks the activations at the peak and the region the planner lays out");
+        plan_free(p);
+    }
+    compilation_free(&c);
+}
+
 int main(void)
 {
     test_base64();
@@ -1009,6 +1223,7 @@ int main(void)
     test_plan_refusals();
     test_fast_mlp();
     test_fast_mlp_fp8();
+    test_bf16_storage();
     test_log_context();
     test_nvrtc();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);
