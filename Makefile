@@ -23,7 +23,7 @@ IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c ir/read_text.c
 PASS_SRC = passes/pipeline.c passes/infer_shapes.c passes/dce.c passes/segment_attention.c passes/autodiff.c \
            passes/rewrite.c passes/fuse_grouped_mlp.c passes/precision.c \
-           passes/expert_parallel.c passes/grad_allreduce.c
+           passes/expert_parallel.c passes/grad_allreduce.c passes/checkpoint.c
 FE_SRC   = compiler/parse.c compiler/lower.c
 PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c plan/cost.c plan/gemm_sm90.c
 DRIVER_SRC = driver/compile.c driver/build.c

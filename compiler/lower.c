@@ -1475,7 +1475,7 @@ static const char *train_word(Lower *L, const AstTrainItem *t, const char *const
 
 static const char *const train_keys[] = {
     "optimizer", "schedule", "precision", "parallel", "ep", "dp", "batch", "seq", "grad_clip", "steps",
-    "alphabet", "aux_loss", "no_decay", "packing", NULL,
+    "alphabet", "aux_loss", "no_decay", "packing", "checkpoint", NULL,
 };
 
 static void lower_train(Lower *L, const AstModel *m)
@@ -1562,6 +1562,11 @@ static void lower_train(Lower *L, const AstModel *m)
             const char *w = train_word(L, t, opts);
             if (w)
                 tr->packing = (IrPacking)ir_name_index(ir_packing_name, w, strlen(w));
+        } else if (strcmp(key, "checkpoint") == 0) {
+            static const char *const opts[] = {"none", "blocks", NULL};
+            const char *w = train_word(L, t, opts);
+            if (w)
+                tr->checkpoint = (IrCheckpoint)ir_name_index(ir_checkpoint_name, w, strlen(w));
         } else if (strcmp(key, "alphabet") == 0) {
             static const char *const opts[] = {"protein", "dna", "none", NULL};
             const char *w = train_word(L, t, opts);

@@ -103,6 +103,17 @@ const char *const ir_schedule_name[] = {"warmup_cosine", "constant", NULL};
 const char *const ir_alphabet_name[] = {"protein", "dna", "none", NULL};
 const char *const ir_objective_name[] = {"causal_lm", "masked_lm", NULL};
 const char *const ir_packing_name[] = {"auto", "concat", "packed", "rows", NULL};
+const char *const ir_checkpoint_name[] = {"none", "blocks", NULL};
+
+int ir_node_is_recompute(const IrNode *n)
+{
+    const char *p = n->name;
+    for (const char *q; (q = strstr(p, ".recompute")); p = q + 1)
+        if (q[10] == 0 || q[10] == '.')
+            return 1;
+    return 0;
+}
+
 
 IrPacking ir_train_packing(const IrTrain *t)
 {

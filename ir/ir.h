@@ -167,6 +167,10 @@ typedef enum IrObjective { IR_OBJ_CAUSAL_LM, IR_OBJ_MASKED_LM } IrObjective;
  * packed and rows give attention its segment ids (the segment-attention pass). */
 typedef enum IrPacking { IR_PACK_AUTO, IR_PACK_CONCAT, IR_PACK_PACKED, IR_PACK_ROWS } IrPacking;
 extern const char *const ir_packing_name[];
+/* Activation checkpointing (decision 43): none, or blocks (each `repeat`
+ * iteration's forward recomputed before its backward; the checkpoint pass). */
+typedef enum IrCheckpoint { IR_CKPT_NONE, IR_CKPT_BLOCKS } IrCheckpoint;
+extern const char *const ir_checkpoint_name[];
 extern const char *const ir_optimizer_name[];
 extern const char *const ir_schedule_name[];
 extern const char *const ir_alphabet_name[];
@@ -190,6 +194,7 @@ typedef struct IrTrain {
     double aux_loss_coef;
     int decay_norms, decay_embeddings;  /* AdamW weight decay on norm weights / embedding tables (default off) */
     IrPacking packing;            /* the train section's `packing` (auto unless written) */
+    IrCheckpoint checkpoint;      /* the train section's `checkpoint` (none unless written): activation checkpointing */
 } IrTrain;
 
 /* packing with auto resolved by the objective */
@@ -293,6 +298,10 @@ void ir_add_decision(IrGraph *g, const char *pass, const IrNode *root, int fused
 void ir_add_decision_as(IrGraph *g, const char *pass, const IrNode *root, int done, const char *action,
                         const char *result, const char *reason);
 void ir_count_uses(IrGraph *g);
+/* Whether n is a forward node the checkpoint pass re-emitted before the
+ * backward (named ORIGINAL.recompute): work done twice, which model FLOPs
+ * (MFU) do not count. */
+int ir_node_is_recompute(const IrNode *n);
 
 /* ---- shape inference (shape.c) ---- */
 

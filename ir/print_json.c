@@ -84,6 +84,8 @@ static cJSON *train_json(const IrTrain *t)
     cJSON_AddStringToObject(o, "objective", ir_objective_name[t->objective]);
     if (t->packing != IR_PACK_AUTO)
         cJSON_AddStringToObject(o, "packing", ir_packing_name[t->packing]);
+    if (t->checkpoint != IR_CKPT_NONE)
+        cJSON_AddStringToObject(o, "checkpoint", ir_checkpoint_name[t->checkpoint]);
     return o;
 }
 

@@ -91,6 +91,8 @@ void ir_print_train(const IrTrain *t, FILE *out)
             fmt_double(a, t->aux_loss_coef), ir_alphabet_name[t->alphabet], ir_objective_name[t->objective]);
     if (t->packing != IR_PACK_AUTO)
         fprintf(out, "#        packing %s\n", ir_packing_name[t->packing]);
+    if (t->checkpoint != IR_CKPT_NONE)
+        fprintf(out, "#        checkpoint %s\n", ir_checkpoint_name[t->checkpoint]);
     if (t->decay_norms || t->decay_embeddings)
         fprintf(out, "#        weight decay also on:%s%s\n", t->decay_norms ? " norms" : "",
                 t->decay_embeddings ? " embeddings" : "");

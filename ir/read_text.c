@@ -358,6 +358,8 @@ static int train_line(Reader *r)
     }
     if (accept_word(r, "packing"))
         return read_enum_in(r, &t->packing, "packing", ir_packing_name) && end_of_line(r);
+    if (accept_word(r, "checkpoint"))
+        return read_enum_in(r, &t->checkpoint, "checkpoint", ir_checkpoint_name) && end_of_line(r);
     if (accept(r, "weight decay also on:")) {
         int any = 0;
         for (;;) {

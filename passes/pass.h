@@ -86,6 +86,7 @@ int pass_segment_attention(IrGraph *g, PassCtx *ctx);
 int pass_autodiff(IrGraph *g, PassCtx *ctx);
 int pass_fuse_grouped_mlp(IrGraph *g, PassCtx *ctx);
 int pass_precision(IrGraph *g, PassCtx *ctx);
+int pass_checkpoint(IrGraph *g, PassCtx *ctx);
 int pass_expert_parallel(IrGraph *g, PassCtx *ctx);
 int pass_grad_allreduce(IrGraph *g, PassCtx *ctx);
 

@@ -27,6 +27,8 @@ static const Pass builtin_pipeline[] = {
      pass_grad_allreduce, {"dense gradients", "expert gradients", NULL}},
     {"precision", "with mxfp8 or fp8-block: quantize expert GEMM operands (copies for forward, dgrad, wgrad)",
      pass_precision, {"quantize nodes", "GEMMs partly kept in high precision", NULL}},
+    {"checkpoint", "with checkpoint blocks: recompute each repeated block's forward right before its backward, "
+     "keeping only what leaves the block", pass_checkpoint, {"blocks checkpointed", "nodes recomputed", NULL}},
 };
 
 /* The pipeline in force: the built-in table plus passes registered by

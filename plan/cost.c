@@ -26,7 +26,12 @@
  * (T*k: the receive capacity ep*T*k divided by ep), what the model needs
  * whatever the layout. So model FLOPs = forward + backward GEMMs of the
  * model, the usual MFU convention (PaLM appendix B), causal attention at
- * half the score matrix. */
+ * half the score matrix. Activation checkpointing (decision 43) adds no
+ * model FLOPs either: the forward nodes it re-emits before the backward
+ * (ir_node_is_recompute) count in plan_node_cost, so --profile's achieved
+ * TFLOP/s include them, and not in plan_model_flops, so MFU is the usual
+ * 6 N T-style model figure whether or not the run checkpoints (the
+ * "hardware FLOPs" of a checkpointed step are about 4/3 of the model's). */
 #include "plan.h"
 
 /* Bytes of one element of n as stored: the plan's tensor table when it has
@@ -213,6 +218,8 @@ static double expert_shard(const IrNode *n)
 double plan_node_model_flops(const IrNode *n)
 {
     double recompute = 0, f;
+    if (ir_node_is_recompute(n))
+        return 0; /* a forward node the checkpoint pass re-emitted: work done twice, not the model's */
     switch (n->op) {
     case IR_OP_GROUPED_MLP:
     case IR_OP_GROUPED_MLP_BWD:

@@ -6,6 +6,9 @@
 #   mixtral4_run   3 training steps on the GPU: the run plans the dry run's total, the losses are finite, and
 #                  the memory it measured (cuMemGetInfo before the allocations minus after the steps) is within
 #                  10% of that plan
+#   mixtral4_b12   the same layers at batch 12 x 4096 do not fit without checkpointing (--dry-run refuses)
+#   mixtral4_ckpt_dry, mixtral4_ckpt_run   tests/gpu/mixtral4_ckpt.moe: batch 12 x 4096 with `checkpoint
+#                  blocks` (decision 43): the dry run fits (128.93 GiB), 3 steps measured within 10% of it
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-mem): moec,
 # the training binary (kernels embedded for sm_90a), libcjson.so.1, the FASTA data: the layout of
 # tests/gpu/train_check.sh's OUTDIR, whose run runs this one too (its row mixtral4). Run (the GPU machine: a
@@ -28,6 +31,7 @@ if [ "$MODE" != run ]; then
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
   cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
   "$BUILD/moec" compile tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH" >/dev/null
+  "$BUILD/moec" compile tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH" >/dev/null
   set +e
 fi
 [ "$MODE" = build ] && exit 0
@@ -42,23 +46,37 @@ rows=()
 status=0
 row() { rows+=("$(printf '%-14s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || status=1; }
 
-"$B/mixtral4" --dry-run --device cuda --log-every 1 >"$L/mixtral4_dry.log" 2>&1
-drc=$?
-dry=$(awk '$1 == "total" {print $2, $3; exit}' "$L/mixtral4_dry.log")
-row mixtral4_dry "$([ $drc -eq 0 ] && [ -n "$dry" ] && grep -q '^peak: .*: fits' "$L/mixtral4_dry.log" && echo ok || echo FAIL)" "rc=$drc; $(grep -m1 '^peak:' "$L/mixtral4_dry.log")"
+# check NAME: NAME_dry (the dry run fits) and NAME_run (3 steps, measured within 10% of the dry run's total)
+check() {
+  local m=$1
+  "$B/$m" --dry-run --device cuda --log-every 1 >"$L/${m}_dry.log" 2>&1
+  local drc=$?
+  local dry
+  dry=$(awk '$1 == "total" {print $2, $3; exit}' "$L/${m}_dry.log")
+  row "${m}_dry" "$([ $drc -eq 0 ] && [ -n "$dry" ] && grep -q '^peak: .*: fits' "$L/${m}_dry.log" && echo ok || echo FAIL)" "rc=$drc; $(grep -m1 '^peak:' "$L/${m}_dry.log")"
 
-t0=$(date +%s)
-"$B/mixtral4" --data "$OUT/data/proteins.fasta.gz" --device cuda --steps 3 --eval-every 0 --log-every 1 \
-  --log "$L/mixtral4.jsonl" >"$L/mixtral4_run.log" 2>&1
-rc=$?
-secs=$(( $(date +%s) - t0 ))
-ran=$(grep '^memory planned: ' "$L/mixtral4_run.log" | sed 's/.*: //')
-planned=$(grep -so '"planned_bytes":[0-9.e+]*' "$L/mixtral4.jsonl" | head -1 | cut -d: -f2)
-measured=$(grep -so '"measured_bytes":[0-9.e+]*' "$L/mixtral4.jsonl" | head -1 | cut -d: -f2)
-finite=$(grep '^step' "$L/mixtral4_run.log" | grep -ci 'nan\|inf')
-within=$(awk -v p="${planned:-0}" -v m="${measured:-0}" 'BEGIN { if (p > 0 && m > 0) { d = (m - p) / p; printf "%+.1f%%", 100 * d; exit !(d <= 0.10 && d >= -0.10) } print "?"; exit 1 }')
-wrc=$?
-row mixtral4_run "$([ $rc -eq 0 ] && [ -n "$ran" ] && [ "$ran" = "$dry" ] && [ "$finite" = 0 ] && [ $wrc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc in ${secs}s; planned $ran (dry run $dry), measured/planned $within; $(grep -m1 'memory measured' "$L/mixtral4_run.log" | sed 's/of device memory in use by this run (cuMemGetInfo), //'); last: $(grep '^step' "$L/mixtral4_run.log" | tail -1 | tr -s ' ')"
+  local t0
+  t0=$(date +%s)
+  "$B/$m" --data "$OUT/data/proteins.fasta.gz" --device cuda --steps 3 --eval-every 0 --log-every 1 \
+    --log "$L/$m.jsonl" >"$L/${m}_run.log" 2>&1
+  local rc=$?
+  local secs=$(( $(date +%s) - t0 ))
+  local ran planned measured finite within wrc
+  ran=$(grep '^memory planned: ' "$L/${m}_run.log" | sed 's/.*: //')
+  planned=$(grep -so '"planned_bytes":[0-9.e+]*' "$L/$m.jsonl" | head -1 | cut -d: -f2)
+  measured=$(grep -so '"measured_bytes":[0-9.e+]*' "$L/$m.jsonl" | head -1 | cut -d: -f2)
+  finite=$(grep '^step' "$L/${m}_run.log" | grep -ci 'nan\|inf')
+  within=$(awk -v p="${planned:-0}" -v m="${measured:-0}" 'BEGIN { if (p > 0 && m > 0) { d = (m - p) / p; printf "%+.1f%%", 100 * d; exit !(d <= 0.10 && d >= -0.10) } print "?"; exit 1 }')
+  wrc=$?
+  row "${m}_run" "$([ $rc -eq 0 ] && [ -n "$ran" ] && [ "$ran" = "$dry" ] && [ "$finite" = 0 ] && [ $wrc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc in ${secs}s; planned $ran (dry run $dry), measured/planned $within; $(grep -m1 'memory measured' "$L/${m}_run.log" | sed 's/of device memory in use by this run (cuMemGetInfo), //'); last: $(grep '^step' "$L/${m}_run.log" | tail -1 | tr -s ' ')"
+}
+
+check mixtral4
+# batch 12 x 4096 fits only with activation checkpointing (decision 43): mixtral4 itself at --batch 12 does not
+"$B/mixtral4" --dry-run --device cuda --batch 12 >"$L/mixtral4_b12_dry.log" 2>&1
+nrc=$?
+row mixtral4_b12 "$([ $nrc -ne 0 ] && grep -q '^peak: .*: does not fit' "$L/mixtral4_b12_dry.log" && echo ok || echo FAIL)" "without checkpointing, refused: rc=$nrc; $(grep -m1 '^peak:' "$L/mixtral4_b12_dry.log")"
+check mixtral4_ckpt
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1

@@ -12,7 +12,8 @@
 #   nofit     Mixtral-8x7B layers at batch 16 x 4096 on one GPU is refused before allocating, naming what to reduce
 #   nofit_dry its --dry-run (no GPU used): exit 1, the same total the backend refused
 #   mixtral4  four Mixtral-8x7B layers at 4 x 4096 (bf16, fast kernels): the dry run fits, 3 steps train,
-#             the measured memory within 10% of the plan (tests/gpu/mem_check.sh, run from here)
+#             the measured memory within 10% of the plan (tests/gpu/mem_check.sh, run from here); and at
+#             12 x 4096 with `checkpoint blocks` (tests/gpu/mixtral4_ckpt.moe, decision 43), refused without
 #   dryrun_mfu mixtral_tiny's --dry-run total = what the GPU run planned; that run's mfu in (0, 1)
 #   mini500   protein_moe_mini, 500 steps on the GPU (loss curve for docs/results/)
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
@@ -45,6 +46,7 @@ if [ "$MODE" != run ]; then
   c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny_nvrtc"
   c tests/gpu/nofit.moe -o "$OUT/bin/nofit"
   c tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH"
+  c tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH"
   c models/protein_moe_mini.moe -o "$OUT/bin/protein_moe_mini" --arch "$ARCH"
   set +e
 fi
