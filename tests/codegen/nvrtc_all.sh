@@ -32,7 +32,9 @@ case "$(basename "$BUILD")" in
             "models/mixtral_tiny.moe --precision mxfp8 --ep 2" "tests/codegen/ops.moe"
             "tests/codegen/ops.moe --precision mxfp8" "tests/codegen/ops.moe --disable-pass fuse-grouped-mlp"
             "tests/gpu/fast_mlp.moe --kernels fast" "tests/gpu/fast_attn.moe --kernels fast"
-            "bench/models/bench_bio.moe --kernels fast" "tests/gpu/fast_mlp_fp8.moe --kernels fast");;
+            "bench/models/bench_bio.moe --kernels fast" "tests/gpu/fast_mlp_fp8.moe --kernels fast"
+            "tests/gpu/mixtral4_ckpt.moe" "tests/gpu/mixtral4_ckpt.moe --kernels fast"
+            "tests/gpu/mixtral4_ckpt.moe --kernels fast --precision fp8-block");;
 esac
 fail=0 n=0 total=0
 start=$(date +%s)
