@@ -207,6 +207,29 @@ static void test_model_flops(void)
               "not", all, plan_model_flops(p->graph));
         plan_free(p);
     }
+    /* activation checkpointing (decision 43): the recomputed forward is in --profile's FLOPs, not in the model
+     * FLOPs: four Mixtral layers with and without `checkpoint blocks` (batch 12 and 4: per token) */
+    Plan *a = make_plan_k("tests/gpu/mixtral4.moe", 0, 0, 1), *ck = make_plan_k("tests/gpu/mixtral4_ckpt.moe", 0, 0, 1);
+    CHECK(a && ck, "mixtral4 and mixtral4_ckpt compile");
+    if (a && ck) {
+        double ha = 0, hc = 0;
+        for (int i = 0; i < a->graph->nnodes; i++)
+            ha += plan_node_cost(a, a->graph->nodes[i]).flops;
+        for (int i = 0; i < ck->graph->nnodes; i++)
+            hc += plan_node_cost(ck, ck->graph->nodes[i]).flops;
+        ha /= (double)(a->local_batch * a->seq);
+        hc /= (double)(ck->local_batch * ck->seq);
+        double r = hc / ha;
+        printf("  mixtral4: model FLOPs per token %.4g, checkpointed %.4g; profile FLOPs x %.3f\n", per_token(a),
+               per_token(ck), r);
+        CHECK(per_token(ck) == per_token(a), "checkpointed: %.1f model FLOPs per token, want %.1f", per_token(ck),
+              per_token(a));
+        CHECK(r > 1.15 && r < 1.45, "checkpointed: --profile's FLOPs per token x %.3f, want about 4/3", r);
+    }
+    if (a)
+        plan_free(a);
+    if (ck)
+        plan_free(ck);
     /* expert parallelism: a rank's expert GEMMs run over the receive capacity (ep x its routed rows); the model
      * FLOPs per token are the same as at ep 1 */
     p = make_plan_ep("models/mixtral_tiny.moe", 0, 2);
