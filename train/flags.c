@@ -123,7 +123,7 @@ static const char *const runtime_keys[] = {"steps", "lr", "batch", "seq", "warmu
 /* the train section's other settings, and the optimizer's and schedule's arguments: compiled into the plan */
 static const char *const compiled_keys[] = {"optimizer", "betas", "beta1", "beta2", "eps", "weight_decay", "grad_clip",
                                             "precision", "parallel", "ep", "dp", "alphabet", "aux_loss", "no_decay",
-                                            "packing", NULL};
+                                            "packing", "checkpoint", NULL};
 
 static int parse_double_in(const char *v, double lo, double hi, int lo_open, double *out)
 {
