@@ -462,11 +462,16 @@ int cg_emit_combine_fast(Cg *cg, const IrNode *n)
     const IrNode *y = n->src[0], *plan = n->src[1];
     if (y->op != IR_OP_GROUPED_MLP || !cg->bufs[y->id].elided)
         return 0;
-    int yp = cg_find_ws(cg, y, "y_padded"), ofs = cg_find_ws(cg, y, "fast_offsets");
+    /* the offsets the forward wrote: fast_offsets_c, kept for this combine, where the forward has no backward
+     * of its own (a block recomputed by `checkpoint blocks`: its backward pairs with the clone), else
+     * fast_offsets, kept for the backward (and so past this combine). Never the reverse: a forward without a
+     * backward also made a fast_offsets it does not keep, and a combine that read it read freed memory (an
+     * illegal address on the H200 in a checkpointed Mixtral step) */
+    int yp = cg_find_ws(cg, y, "y_padded"), ofs = cg_find_ws(cg, y, "fast_offsets_c");
     if (ofs < 0)
-        ofs = cg_find_ws(cg, y, "fast_offsets_c");
-    if (yp < 0 || ofs < 0 || cg->bufs[yp].until != n->id)
-        die("codegen: %s: the fast forward %s kept no padded rows for it", n->name, y->name);
+        ofs = cg_find_ws(cg, y, "fast_offsets");
+    if (yp < 0 || ofs < 0 || cg->bufs[yp].until != n->id || cg->bufs[ofs].until < n->id)
+        die("codegen: %s: the fast forward %s kept no padded rows or offsets for it", n->name, y->name);
     int64_t T = cg_lead(plan), K = cg_last(plan), D = cg_last(n), E = y->src[1]->shape[0];
     char impl[200];
     snprintf(impl, sizeof impl, "fast: the expert rows read from %s's padded bf16 rows (no fp32 copy)", y->name);

@@ -57,14 +57,38 @@ static void check_tmaps(const char *what, const Plan *p)
         const PlanLaunch *L = &p->launches[l];
         for (int a = 0; a < L->nargs && L->targs; a++) {
             const PlanArg *t = &L->targs[a];
-            if (t->kind != PLAN_ARG_TMAP && t->kind != PLAN_ARG_TMAP_F32)
+            if (t->kind != PLAN_ARG_TMAP && t->kind != PLAN_ARG_TMAP_F32 && t->kind != PLAN_ARG_TMAP_U8)
                 continue;
-            int64_t elem = t->kind == PLAN_ARG_TMAP ? 2 : 4;
+            int64_t elem = t->kind == PLAN_ARG_TMAP ? 2 : t->kind == PLAN_ARG_TMAP_U8 ? 1 : 4;
             int64_t need = (t->offset + t->rows * t->cols) * elem;
             CHECK(t->buf >= 0 && t->buf < p->nbufs && need <= p->bufs[t->buf].bytes,
                   "%s: launch %d (%s) maps %lld x %lld from element %lld of buffer %d (%lld bytes)", what, l,
                   L->what ? L->what : "?", (long long)t->rows, (long long)t->cols, (long long)t->offset, t->buf,
                   t->buf >= 0 && t->buf < p->nbufs ? (long long)p->bufs[t->buf].bytes : -1LL);
+        }
+    }
+}
+
+/* every buffer a launch names (a pointer or a tensor map; a view stands for the buffer it lies in) is alive at
+ * the launch's node: plan_memory_check covers the graph's uses, this the kernels' (a fast kernel reads
+ * workspaces of another node: a combine the forward's padded rows and offsets). A checkpointed plan's combine
+ * once read offsets its forward had not kept, an illegal address on the H200. */
+static void check_launch_lifetimes(const char *what, const Plan *p)
+{
+    for (int l = 0; l < p->nlaunches; l++) {
+        const PlanLaunch *L = &p->launches[l];
+        for (int a = 0; a < L->nargs; a++) {
+            int b = L->targs ? L->targs[a].buf : L->args[a];
+            if (b < 0 || b >= p->nbufs)
+                continue;
+            const PlanBuf *B = &p->bufs[b];
+            if (B->kind == PLAN_BUF_VIEW && B->alias_of >= 0)
+                B = &p->bufs[B->alias_of];
+            if (B->region != PLAN_REGION_ACTIVATIONS)
+                continue;
+            CHECK(B->first <= L->node && L->node <= B->last,
+                  "%s: launch %d (%s, node %d) names %s, alive only over nodes %d..%d", what, l,
+                  L->what ? L->what : "?", L->node, B->name, B->first, B->last);
         }
     }
 }
@@ -78,6 +102,7 @@ static void check_plan(const char *what, const Plan *p)
     if (p->bufs) {
         CHECK(plan_memory_check(g, p->bufs, p->nbufs, 256, &p->memory, err, sizeof err), "%s: %s", what, err);
         check_tmaps(what, p);
+        check_launch_lifetimes(what, p);
         PlanBuf *again = malloc(sizeof *again * ((size_t)p->nbufs + 1));
         memcpy(again, p->bufs, sizeof *again * (size_t)p->nbufs);
         PlanMemory m;
