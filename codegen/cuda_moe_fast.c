@@ -622,10 +622,6 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  * The weights are quantised by a pass per step in the forward node (their fp32 master copies read once,
  * the tiled and transposed E4M3 copies kept for the backward); not yet by the optimizer. */
 
-/* the tile quantiser's dynamic shared memory: a 128 x 129 fp32 tile and two rows of 128 column maxima
- * (fp8_block_fast.cuh moec::fp8b::TILE_SMEM) */
-enum { FP8B_TILE_SMEM = 128 * 129 * 4 + 2 * 128 * 4 };
-
 static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(R, (int)E) + 15) / 16 * 16; }
 
 /* the FP8 kernel's configuration: 6 stages of 128 x 128 x 128 (the most that fit beside the bf16
@@ -717,16 +713,15 @@ static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, 
     cg->fp8b_used = 1;
 }
 
-/* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): one block of 256 threads per
- * 128 x 128 tile of the padded rows, the tile in dynamic shared memory when it writes a colwise copy */
+/* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): 256 threads per 128 x 128 tile
+ * of the padded rows, the tile in registers (4.5 KB of static shared memory for the column maxima), a
+ * grid-stride loop over the tiles */
 static void fp8_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
                           const char *colq, const char *src, const char *probs)
 {
     fast_consts(cg, f);
-    cg_line(cg, "static_assert(moec::fp8b::TILE_SMEM == %d, \"the launch's dynamic shared memory\");", FP8B_TILE_SMEM);
     cg_line(cg, "moec::fp8b::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
             colq, src, probs);
-    cg_launch_extra(cg, strcmp(colq, "nullptr") ? FP8B_TILE_SMEM : 0, 0);
     cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
     cg->fp8b_used = 1;
 }

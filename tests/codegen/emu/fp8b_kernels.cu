@@ -24,8 +24,6 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
     return r;
 }
 
-/* the tile quantiser's dynamic shared memory: static storage here (blocks run one after another) */
-#define MOEC_FP8B_DYN_SMEM(name) static float name[128 * 129 + 256]
 
 #include "mxfp8.cuh"
 #include "prelude.cuh"
