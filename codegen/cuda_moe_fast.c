@@ -689,6 +689,10 @@ static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what,
     cg->fp8b_used = 1;
 }
 
+/* the weight quantiser's block (fp8_block_fast.cuh moec::fp8b::WEIGHT_THREADS): 512 threads per 128x128 tile,
+ * 32 values a thread in registers */
+enum { FP8B_WEIGHT_THREADS = 512 };
+
 /* q, s (and with qt, the transposed copy qt, st) <- the weight w [E, N, K] in 128x128 tiles */
 static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, int q, int s, int qt, int st,
                             int64_t N, int64_t K)
@@ -707,9 +711,10 @@ static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, 
         cg_param(cg, st, 1, "st");
     }
     cg_in(cg, w, "w");
+    cg_line(cg, "static_assert(moec::fp8b::WEIGHT_THREADS == %d, \"the launch's block\");", FP8B_WEIGHT_THREADS);
     cg_line(cg, "moec::fp8b::quant_weight<%lld, %lldll, %lldll>(q, s, %s, %s, w);", (long long)f->E, (long long)N,
             (long long)K, qt >= 0 ? "qt" : "nullptr", qt >= 0 ? "st" : "nullptr");
-    cg_end(cg, CG_BLOCK, min64(f->E * (N / 128) * (K / 128), 132 * 16));
+    cg_end(cg, FP8B_WEIGHT_THREADS, min64(f->E * (N / 128) * (K / 128), 132 * 8));
     cg->fp8b_used = 1;
 }
 

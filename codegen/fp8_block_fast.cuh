@@ -212,17 +212,23 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
 }
 
 /* A weight w [E, N, K] fp32 in 128 x 128 tiles: q [E, N, K] and scales s [E][N/128][K/128]; with qt, the
- * transposed copy qt [E, K, N] and st [E][K/128][N/128] (through shared memory). One block of 256 threads per
- * tile, each thread holding 64 of its values in registers: the weight is read once. N % 128 == K % 128 == 0. */
+ * transposed copy qt [E, K, N] and st [E][K/128][N/128] (through shared memory). One block of
+ * WEIGHT_THREADS (512) per tile, each thread holding 32 of its values in registers (rows warp + 16 j,
+ * columns 4 lane .. + 3: a warp reads a row's 512 bytes; 8 float4 loads a thread in flight): the weight is
+ * read once, and at about 60 registers two blocks share an SM. The transposed copy: the tile's codes in
+ * shared memory (rows of 33 words), read 4 bytes of a column a thread with a warp on 8 columns x 16 rows
+ * (word 33 n + k / 4, bank n + k / 4 mod 32: 8 distinct words a load, the rest broadcast: conflict-free),
+ * written 4 bytes of a W^T row a thread. N % 128 == K % 128 == 0. */
+constexpr int WEIGHT_THREADS = 512;
 template <int E, long long N, long long K>
 __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
                              const float *w)
 {
     static_assert(N % 128 == 0 && K % 128 == 0, "128 x 128 tiles");
     constexpr long long NB = N / 128, KB = K / 128, TILES = (long long)E * NB * KB;
-    constexpr int PER = 128 * 32 / 256; /* float4s a thread (blockDim.x == 256) */
-    __shared__ unsigned char tile[128][132];
-    __shared__ float red[8];
+    constexpr int NW = WEIGHT_THREADS / 32, PER = 128 / NW; /* warps; rows (float4s) a thread */
+    __shared__ unsigned tile[128][33]; /* the codes, 4 to a word, row r of the tile in tile[r] */
+    __shared__ float red[NW];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
         const long long g = t / (NB * KB), nb = t / KB % NB, kb = t % KB;
@@ -231,11 +237,12 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
         float m = 0.0f;
 #pragma unroll
         for (int j = 0; j < PER; j++) {
-            const int i = threadIdx.x + 256 * j; /* row i / 32, columns 4 (i % 32) .. + 3 */
-            const float4 f = *(const float4 *)(base + (long long)(i / 32) * K + (i % 32) * 4);
+            const float4 f = *(const float4 *)(base + (long long)(warp + NW * j) * K + 4 * lane);
             v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
-            m = fmaxf(m, amax4(v[j]));
         }
+#pragma unroll
+        for (int j = 0; j < PER; j++)
+            m = fmaxf(m, amax4(v[j]));
 #pragma unroll
         for (int o = 16; o; o >>= 1)
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -243,31 +250,35 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
             red[warp] = m;
         __syncthreads();
         m = 0.0f;
-        for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int i = 0; i < NW; i++)
             m = fmaxf(m, red[i]);
         const int e = moec_mx_scale_exp(m);
 #pragma unroll
         for (int j = 0; j < PER; j++) {
-            const int i = threadIdx.x + 256 * j, r = i / 32, c = (i % 32) * 4;
+            const int r = warp + NW * j;
             const unsigned p = pack_q4(v[j], e);
-            *(unsigned *)(q + (g * N + nb * 128 + r) * K + kb * 128 + c) = p;
+            *(unsigned *)(q + (g * N + nb * 128 + r) * K + kb * 128 + 4 * lane) = p;
             if (qt)
-                *(unsigned *)&tile[r][c] = p;
+                tile[r][lane] = p;
         }
         if (threadIdx.x == 0) {
             s[(g * NB + nb) * KB + kb] = (unsigned char)(e + 127);
             if (st)
                 st[(g * KB + kb) * NB + nb] = (unsigned char)(e + 127);
         }
-        __syncthreads(); /* tile complete; red read by all */
+        __syncthreads(); /* the tile's codes complete; red read by all */
         if (qt) {
-            for (int i = threadIdx.x; i < 128 * 32; i += 256) {
-                const int k = i / 32, n = (i % 32) * 4; /* row k of W^T's tile, columns n .. n + 3 */
-                const unsigned p = (unsigned)tile[n][k] | ((unsigned)tile[n + 1][k] << 8) |
-                                   ((unsigned)tile[n + 2][k] << 16) | ((unsigned)tile[n + 3][k] << 24);
+#pragma unroll
+            for (int it = 0; it < 128 / NW; it++) {
+                const int c = warp + NW * it, kg = c % 16, ng = c / 16; /* 8 columns k, 16 rows n of the tile */
+                const int k = 8 * kg + lane % 8, n = 16 * ng + 4 * (lane / 8), sh = 8 * (k % 4);
+                const unsigned p = ((tile[n][k / 4] >> sh) & 0xffu) | (((tile[n + 1][k / 4] >> sh) & 0xffu) << 8) |
+                                   (((tile[n + 2][k / 4] >> sh) & 0xffu) << 16) |
+                                   (((tile[n + 3][k / 4] >> sh) & 0xffu) << 24);
                 *(unsigned *)(qt + (g * K + kb * 128 + k) * N + nb * 128 + n) = p;
             }
-            __syncthreads();
+            __syncthreads(); /* tile is written again by the next tile */
         }
     }
 }
