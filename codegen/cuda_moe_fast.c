@@ -627,10 +627,6 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  * The weights are quantised by a pass per step in the forward node (their fp32 master copies read once,
  * the tiled and transposed E4M3 copies kept for the backward); not yet by the optimizer. */
 
-/* the tile quantiser's dynamic shared memory: a 128 x 129 fp32 tile and two rows of 128 column maxima
- * (fp8_block_fast.cuh moec::fp8b::TILE_SMEM) */
-enum { FP8B_TILE_SMEM = 128 * 129 * 4 + 2 * 128 * 4 };
-
 static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(R, (int)E) + 15) / 16 * 16; }
 
 /* the FP8 kernel's configuration: 6 stages of 128 x 128 x 128 (the most that fit beside the bf16
@@ -698,6 +694,10 @@ static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what,
     cg->fp8b_used = 1;
 }
 
+/* the weight quantiser's block (fp8_block_fast.cuh moec::fp8b::WEIGHT_THREADS): 512 threads per 128x128 tile,
+ * 32 values a thread in registers */
+enum { FP8B_WEIGHT_THREADS = 512 };
+
 /* q, s (and with qt, the transposed copy qt, st) <- the weight w [E, N, K] in 128x128 tiles */
 static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, int q, int s, int qt, int st,
                             int64_t N, int64_t K)
@@ -716,22 +716,22 @@ static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, 
         cg_param(cg, st, 1, "st");
     }
     cg_in(cg, w, "w");
+    cg_line(cg, "static_assert(moec::fp8b::WEIGHT_THREADS == %d, \"the launch's block\");", FP8B_WEIGHT_THREADS);
     cg_line(cg, "moec::fp8b::quant_weight<%lld, %lldll, %lldll>(q, s, %s, %s, w);", (long long)f->E, (long long)N,
             (long long)K, qt >= 0 ? "qt" : "nullptr", qt >= 0 ? "st" : "nullptr");
-    cg_end(cg, CG_BLOCK, min64(f->E * (N / 128) * (K / 128), 132 * 16));
+    cg_end(cg, FP8B_WEIGHT_THREADS, min64(f->E * (N / 128) * (K / 128), 132 * 8));
     cg->fp8b_used = 1;
 }
 
-/* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): one block of 256 threads per
- * 128 x 128 tile of the padded rows, the tile in dynamic shared memory when it writes a colwise copy */
+/* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): 256 threads per 128 x 128 tile
+ * of the padded rows, the tile in registers (4.5 KB of static shared memory for the column maxima), a
+ * grid-stride loop over the tiles */
 static void fp8_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
                           const char *colq, const char *src, const char *probs)
 {
     fast_consts(cg, f);
-    cg_line(cg, "static_assert(moec::fp8b::TILE_SMEM == %d, \"the launch's dynamic shared memory\");", FP8B_TILE_SMEM);
     cg_line(cg, "moec::fp8b::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
             colq, src, probs);
-    cg_launch_extra(cg, strcmp(colq, "nullptr") ? FP8B_TILE_SMEM : 0, 0);
     cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
     cg->fp8b_used = 1;
 }

@@ -20,6 +20,15 @@ namespace fp8b {
 
 __device__ __forceinline__ unsigned q8(float x, int e) { return moec_e4m3_encode(x * moec_mx_pow2(-e)); }
 __device__ __forceinline__ float dq8(unsigned c, int e) { return moec_e4m3_decode(c) * moec_mx_pow2(e); }
+/* one 16-byte store (NVVM split the plain uint4 store of quant_tiles into four 4-byte ones) */
+__device__ __forceinline__ void st16(void *p, unsigned a, unsigned b, unsigned c, unsigned d)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+#else
+    *(uint4 *)p = make_uint4(a, b, c, d);
+#endif
+}
 __device__ __forceinline__ float amax4(const float (&v)[4])
 {
     return fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
@@ -41,12 +50,12 @@ template <int E, long long C> struct GraphRows {
         const int k = pr - ofs[g];
         return k < ofs[E + 2 + g] - ofs[E + 1 + g] ? x + ((long long)ofs[E + 1 + g] + k) * C : nullptr;
     }
-    __device__ __forceinline__ void load4(const float *r, long long c, float (&v)[4]) const
+    __device__ __forceinline__ void load8(const float *r, long long c, float (&v)[8]) const
     {
-        const float4 f = r ? *(const float4 *)(r + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        const float4 a = r ? *(const float4 *)(r + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 b = r ? *(const float4 *)(r + c + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
     }
-    __device__ __forceinline__ float at(const float *r, long long c) const { return r ? r[c] : 0.0f; }
 };
 
 /* a = silu(gate) up p from h [., 2F] bf16 (gate columns 0 .. F - 1, up F .. 2F - 1) and p [.] fp32:
@@ -59,21 +68,20 @@ template <long long F> struct Swiglu {
         float p;
     };
     __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{h + (long long)pr * 2 * F, p[pr]}; }
-    __device__ __forceinline__ float at(const Row &r, long long c) const
+    __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
     {
-        const float g = moec::fast::bf2f(r.h[c]), u = moec::fast::bf2f(r.h[F + c]);
-        return g / (1.0f + __expf(-g)) * u * r.p;
-    }
-    __device__ __forceinline__ void load4(const Row &r, long long c, float (&v)[4]) const
-    {
+        float g[8], u[8];
+        moec::fast::unpack8(*(const uint4 *)(r.h + c), g);
+        moec::fast::unpack8(*(const uint4 *)(r.h + F + c), u);
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            v[i] = at(r, c + i);
+        for (int i = 0; i < 8; i++)
+            v[i] = g[i] / (1.0f + __expf(-g[i])) * u[i] * r.p;
     }
 };
 
 /* dh [., 2F] = [d up silu'(gate) | d silu(gate)], d = da p, from h [., 2F], da [., F] (bf16) and p: the
- * bf16 path's arithmetic (moe_fast.cuh dswiglu, without the GLU interleave) */
+ * bf16 path's arithmetic (moe_fast.cuh dswiglu, without the GLU interleave). 8 columns never straddle F
+ * (F % 128 == 0). */
 template <long long F> struct Dswiglu {
     const unsigned short *h, *da;
     const float *p;
@@ -85,104 +93,142 @@ template <long long F> struct Dswiglu {
     {
         return Row{h + (long long)pr * 2 * F, da + (long long)pr * F, p[pr]};
     }
-    __device__ __forceinline__ float at(const Row &r, long long c) const
+    __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
     {
-        const long long f = c < F ? c : c - F;
-        const float g = moec::fast::bf2f(r.h[f]), u = moec::fast::bf2f(r.h[F + f]);
-        const float sg = 1.0f / (1.0f + __expf(-g)), d = moec::fast::bf2f(r.da[f]) * r.p;
-        return c < F ? d * u * (sg * (1.0f + g * (1.0f - sg))) : d * (g * sg);
-    }
-    __device__ __forceinline__ void load4(const Row &r, long long c, float (&v)[4]) const
-    {
+        const bool first = c < F;
+        const long long f = first ? c : c - F;
+        float g[8], u[8], d_a[8];
+        moec::fast::unpack8(*(const uint4 *)(r.h + f), g);
+        moec::fast::unpack8(*(const uint4 *)(r.h + F + f), u);
+        moec::fast::unpack8(*(const uint4 *)(r.da + f), d_a);
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            v[i] = at(r, c + i);
+        for (int i = 0; i < 8; i++) {
+            const float sg = 1.0f / (1.0f + __expf(-g[i])), d = d_a[i] * r.p;
+            v[i] = first ? d * u[i] * (sg * (1.0f + g[i] * (1.0f - sg))) : d * (g[i] * sg);
+        }
     }
 };
 
 /* The tile quantiser: per 128 x 128 tile of the padded rows pr < ofs[E] (a tile never spans two groups: each
- * starts at a multiple of 128) reads each source value once, and
- *  - with q: quantises each row's 128 values, one 1 x 128 block: values q [rcap, C], scales sa [C/128][rcap]
- *    (from registers: a warp holds a row, 4 columns a lane, the amax by shuffles);
+ * starts at a multiple of 128) reads each source value once into registers, and
+ *  - with q: quantises each row's 128 values, one 1 x 128 block: values q [rcap, C], scales sa [C/128][rcap];
  *  - with colq: quantises each column's 128 values, one 128 x 1 block within the group (padding rows are
  *    zeros, so a group's last block is fp8-block's partial block), and writes them dequantised in bf16 to
  *    colq [rcap, C]: E4M3 codes times powers of two, exact in bf16 (4 significant bits) except below bf16's
- *    subnormal range (|x| < 2^-133, a block of amax < 2^-124). Through the tile in dynamic shared memory
- *    (FP8B_TILE_SMEM bytes), padded to 129 columns;
+ *    subnormal range (|x| < 2^-133, a block of amax < 2^-124);
  *  - with psrc: pdst [pr] <- the graph row's probability (0 on a padding row), in the tiles of column 0.
- * 256 threads. C % 128 == 0. */
-constexpr int TILE_SMEM = 128 * 129 * 4 + 2 * 128 * 4;
-#ifndef MOEC_FP8B_DYN_SMEM /* the emulator (tests/codegen/emu) has no dynamic shared memory: it defines its own */
-#define MOEC_FP8B_DYN_SMEM(name) extern __shared__ float name[]
-#endif
+ * 256 threads; thread t holds columns 8 (t % 16) .. + 7 of rows t / 16 + 16 j, j < 8 (64 fp32 values, read
+ * with 16-byte loads; the codes and bf16 values written with 8- and 16-byte stores, a half-warp a row's 128
+ * bytes or 256 bytes). A row's amax: shuffles within the half-warp; a column's: the thread's 8 rows, the
+ * other half-warp by a shuffle, the 8 warps through 4 KB of static shared memory (the colwise case only).
+ * Every amax starts from 0 and drops NaN (fmaxf), as the CPU's `a > amax`. C % 128 == 0. */
+
 template <int E, long long C, class Src>
 __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned short *colq, const Src src,
                             float *pdst, const float *psrc, const int *ofs)
 {
     static_assert(C % 128 == 0, "128-wide blocks along C");
-    MOEC_FP8B_DYN_SMEM(fp8b_tile);
-    float(*t)[129] = reinterpret_cast<float(*)[129]>(fp8b_tile);
-    float *camax = fp8b_tile + 128 * 129; /* [2][128] */
+    __shared__ float cmax[8][128]; /* per warp, per column: the amax over its 16 rows */
+    __shared__ int cexp[128];      /* per column: the scale exponent */
     constexpr long long CB = C / 128;
     const long long items = (long long)(ofs[E] / 128) * CB;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (long long it = blockIdx.x; it < items; it += gridDim.x) {
         const int mb = (int)(it / CB);
-        const long long cb = it % CB, c0 = cb * 128;
+        const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
         const int g = moec_sched_group_of(ofs, E, mb * 128);
-        for (int i = warp; i < 128; i += nw) {
-            const int pr = mb * 128 + i;
-            const auto r = src.row(pr, g, ofs);
-            float v[4];
-            src.load4(r, c0 + 4 * lane, v);
-            if (q) {
-                float m = amax4(v);
+        float v[8][8];
 #pragma unroll
-                for (int o = 16; o; o >>= 1)
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-                const int e = moec_mx_scale_exp(m);
-                *(unsigned *)(q + (long long)pr * C + c0 + 4 * lane) = pack_q4(v, e);
-                if (lane == 0)
-                    sa[cb * rcap + pr] = (unsigned char)(e + 127);
-            }
-            if (colq) {
+        for (int j = 0; j < 8; j++) {
+            const int pr = mb * 128 + rg + 16 * j;
+            src.load8(src.row(pr, g, ofs), c, v[j]);
+        }
+        if (psrc && cb == 0 && cl == 0) {
 #pragma unroll
-                for (int k = 0; k < 4; k++)
-                    t[i][4 * lane + k] = v[k];
-            }
-            if (psrc && cb == 0 && lane == 0) {
-                const int k = pr - ofs[g];
+            for (int j = 0; j < 8; j++) {
+                const int pr = mb * 128 + rg + 16 * j, k = pr - ofs[g];
                 pdst[pr] = k < ofs[E + 2 + g] - ofs[E + 1 + g] ? psrc[ofs[E + 1 + g] + k] : 0.0f;
             }
         }
+        if (q) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int pr = mb * 128 + rg + 16 * j;
+                float m = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    m = fmaxf(m, fabsf(v[j][i]));
+#pragma unroll
+                for (int o = 8; o; o >>= 1)
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                const int e = moec_mx_scale_exp(m);
+                uint2 p;
+                p.x = q8(v[j][0], e) | (q8(v[j][1], e) << 8) | (q8(v[j][2], e) << 16) | (q8(v[j][3], e) << 24);
+                p.y = q8(v[j][4], e) | (q8(v[j][5], e) << 8) | (q8(v[j][6], e) << 16) | (q8(v[j][7], e) << 24);
+                *(uint2 *)(q + (long long)pr * C + c) = p;
+                if (cl == 0)
+                    sa[cb * rcap + pr] = (unsigned char)(e + 127);
+            }
+        }
         if (colq) {
+            float m[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                m[i] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    m[i] = fmaxf(m[i], fabsf(v[j][i]));
+                m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 16));
+            }
+            if (lane < 16) {
+                *(float4 *)&cmax[warp][8 * cl] = make_float4(m[0], m[1], m[2], m[3]);
+                *(float4 *)&cmax[warp][8 * cl + 4] = make_float4(m[4], m[5], m[6], m[7]);
+            }
             __syncthreads();
-            const int c = threadIdx.x % 128, half = threadIdx.x / 128; /* two threads a column, 64 rows each */
-            float m = 0.0f;
-            for (int i = 64 * half; i < 64 * half + 64; i++)
-                m = fmaxf(m, fabsf(t[i][c]));
-            camax[half * 128 + c] = m;
-            __syncthreads();
-            const int e = moec_mx_scale_exp(fmaxf(camax[c], camax[128 + c]));
-            for (int i = 64 * half; i < 64 * half + 64; i++)
-                colq[((long long)mb * 128 + i) * C + c0 + c] = moec::fast::f2bf(dq8(q8(t[i][c], e), e));
-            __syncthreads(); /* the next tile overwrites t and camax */
+            if (threadIdx.x < 128) {
+                float a = 0.0f;
+#pragma unroll
+                for (int w = 0; w < 8; w++)
+                    a = fmaxf(a, cmax[w][threadIdx.x]);
+                cexp[threadIdx.x] = moec_mx_scale_exp(a);
+            }
+            __syncthreads(); /* cmax is written again only after this; cexp only after the next tile's first barrier */
+            int e[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                e[i] = cexp[8 * cl + i];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int pr = mb * 128 + rg + 16 * j;
+                unsigned w4[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    w4[i] = (unsigned)moec::fast::f2bf(dq8(q8(v[j][2 * i], e[2 * i]), e[2 * i])) |
+                            ((unsigned)moec::fast::f2bf(dq8(q8(v[j][2 * i + 1], e[2 * i + 1]), e[2 * i + 1])) << 16);
+                st16(colq + (long long)pr * C + c, w4[0], w4[1], w4[2], w4[3]);
+            }
         }
     }
 }
 
 /* A weight w [E, N, K] fp32 in 128 x 128 tiles: q [E, N, K] and scales s [E][N/128][K/128]; with qt, the
- * transposed copy qt [E, K, N] and st [E][K/128][N/128] (through shared memory). One block of 256 threads per
- * tile, each thread holding 64 of its values in registers: the weight is read once. N % 128 == K % 128 == 0. */
+ * transposed copy qt [E, K, N] and st [E][K/128][N/128] (through shared memory). One block of
+ * WEIGHT_THREADS (512) per tile, each thread holding 32 of its values in registers (rows warp + 16 j,
+ * columns 4 lane .. + 3: a warp reads a row's 512 bytes; 8 float4 loads a thread in flight): the weight is
+ * read once, and at about 60 registers two blocks share an SM. The transposed copy: the tile's codes in
+ * shared memory (rows of 33 words), read 4 bytes of a column a thread with a warp on 8 columns x 16 rows
+ * (word 33 n + k / 4, bank n + k / 4 mod 32: 8 distinct words a load, the rest broadcast: conflict-free),
+ * written 4 bytes of a W^T row a thread. N % 128 == K % 128 == 0. */
+constexpr int WEIGHT_THREADS = 512;
 template <int E, long long N, long long K>
 __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
                              const float *w)
 {
     static_assert(N % 128 == 0 && K % 128 == 0, "128 x 128 tiles");
     constexpr long long NB = N / 128, KB = K / 128, TILES = (long long)E * NB * KB;
-    constexpr int PER = 128 * 32 / 256; /* float4s a thread (blockDim.x == 256) */
-    __shared__ unsigned char tile[128][132];
-    __shared__ float red[8];
+    constexpr int NW = WEIGHT_THREADS / 32, PER = 128 / NW; /* warps; rows (float4s) a thread */
+    __shared__ unsigned tile[128][33]; /* the codes, 4 to a word, row r of the tile in tile[r] */
+    __shared__ float red[NW];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
         const long long g = t / (NB * KB), nb = t / KB % NB, kb = t % KB;
@@ -191,11 +237,12 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
         float m = 0.0f;
 #pragma unroll
         for (int j = 0; j < PER; j++) {
-            const int i = threadIdx.x + 256 * j; /* row i / 32, columns 4 (i % 32) .. + 3 */
-            const float4 f = *(const float4 *)(base + (long long)(i / 32) * K + (i % 32) * 4);
+            const float4 f = *(const float4 *)(base + (long long)(warp + NW * j) * K + 4 * lane);
             v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
-            m = fmaxf(m, amax4(v[j]));
         }
+#pragma unroll
+        for (int j = 0; j < PER; j++)
+            m = fmaxf(m, amax4(v[j]));
 #pragma unroll
         for (int o = 16; o; o >>= 1)
             m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -203,31 +250,35 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
             red[warp] = m;
         __syncthreads();
         m = 0.0f;
-        for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int i = 0; i < NW; i++)
             m = fmaxf(m, red[i]);
         const int e = moec_mx_scale_exp(m);
 #pragma unroll
         for (int j = 0; j < PER; j++) {
-            const int i = threadIdx.x + 256 * j, r = i / 32, c = (i % 32) * 4;
+            const int r = warp + NW * j;
             const unsigned p = pack_q4(v[j], e);
-            *(unsigned *)(q + (g * N + nb * 128 + r) * K + kb * 128 + c) = p;
+            *(unsigned *)(q + (g * N + nb * 128 + r) * K + kb * 128 + 4 * lane) = p;
             if (qt)
-                *(unsigned *)&tile[r][c] = p;
+                tile[r][lane] = p;
         }
         if (threadIdx.x == 0) {
             s[(g * NB + nb) * KB + kb] = (unsigned char)(e + 127);
             if (st)
                 st[(g * KB + kb) * NB + nb] = (unsigned char)(e + 127);
         }
-        __syncthreads(); /* tile complete; red read by all */
+        __syncthreads(); /* the tile's codes complete; red read by all */
         if (qt) {
-            for (int i = threadIdx.x; i < 128 * 32; i += 256) {
-                const int k = i / 32, n = (i % 32) * 4; /* row k of W^T's tile, columns n .. n + 3 */
-                const unsigned p = (unsigned)tile[n][k] | ((unsigned)tile[n + 1][k] << 8) |
-                                   ((unsigned)tile[n + 2][k] << 16) | ((unsigned)tile[n + 3][k] << 24);
+#pragma unroll
+            for (int it = 0; it < 128 / NW; it++) {
+                const int c = warp + NW * it, kg = c % 16, ng = c / 16; /* 8 columns k, 16 rows n of the tile */
+                const int k = 8 * kg + lane % 8, n = 16 * ng + 4 * (lane / 8), sh = 8 * (k % 4);
+                const unsigned p = ((tile[n][k / 4] >> sh) & 0xffu) | (((tile[n + 1][k / 4] >> sh) & 0xffu) << 8) |
+                                   (((tile[n + 2][k / 4] >> sh) & 0xffu) << 16) |
+                                   (((tile[n + 3][k / 4] >> sh) & 0xffu) << 24);
                 *(unsigned *)(qt + (g * K + kb * 128 + k) * N + nb * 128 + n) = p;
             }
-            __syncthreads();
+            __syncthreads(); /* tile is written again by the next tile */
         }
     }
 }

@@ -882,6 +882,7 @@ static void test_fast_mlp_fp8(void)
         return;
     }
     int nodes = 0, fast = 0, fwd = 0, bwd = 0, fp8_gemms = 0, u8maps = 0, kgemms = 0, caps = 1, impl_ok = 1;
+    int tiles = 0, tiles_nodyn = 1, weights = 0, weights_ok = 1;
     for (int i = 0; i < p->graph->nnodes; i++) {
         const IrNode *n = p->graph->nodes[i];
         if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
@@ -902,6 +903,16 @@ static void test_fast_mlp_fp8(void)
         int is_fp8 = strstr(kn, "_fp8b_s6") != NULL, maps = 0;
         fp8_gemms += is_fp8;
         kgemms += strstr(kn, "_dw_") != NULL;
+        /* the activation quantisers (gathers, SwiGLU, dSwiGLU, a colwise): the tile in registers, no dynamic
+         * shared memory, 256 threads */
+        if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_swiglu") || strstr(kn, "_fp8b_dswiglu") ||
+            strstr(kn, "_fp8b_a_colwise")) {
+            tiles++;
+            tiles_nodyn &= l->shared_bytes == 0 && l->block == 256;
+        }
+        /* the weights' quantiser: 512 threads a tile, 32 values a thread in registers */
+        if (strstr(kn, "_fp8b_w_"))
+            weights++, weights_ok &= l->shared_bytes == 0 && l->block == 512 && n->op == IR_OP_GROUPED_MLP;
         for (int a = 0; l->targs && a < l->nargs; a++) {
             const PlanArg *t = &l->targs[a];
             if (t->kind != PLAN_ARG_TMAP_U8)
@@ -924,6 +935,10 @@ static void test_fast_mlp_fp8(void)
      * combine reads y_padded); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs,
      * a colwise, dxs, two weight gradients, scatter */
     CHECK(fwd == 7 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    CHECK(tiles == 5 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
+          "shared memory", tiles, 5 * layers);
+    CHECK(weights == 2 * layers && weights_ok, "fast_mlp_fp8: %d weight quantiser launches of 512 threads in the "
+          "forward (want %d)", weights, 2 * layers);
     /* the quantisers lay the activation scales out with the stride the GEMMs read them with (rows_cap) */
     long long rows_cap = -1;
     for (int i = 0; i < p->nlaunches && rows_cap < 0; i++)

@@ -243,10 +243,10 @@ int main(void)
     std::vector<unsigned char> wq((size_t)(WE * N * K), 0xAB), ws((size_t)(WE * 2 * 3), 0xAB);
     std::vector<unsigned char> wqt((size_t)(WE * N * K), 0xAB), wst((size_t)(WE * 2 * 3), 0xAB);
     void *a4[] = {wq.data(), ws.data(), wqt.data(), wst.data(), w.data()};
-    emu_launch("k_weight", 4, 256, a4);
+    emu_launch("k_weight", 4, 512, a4);
     std::vector<unsigned char> wq2((size_t)(WE * N * K), 0xAB), ws2((size_t)(WE * 2 * 3), 0xAB);
     void *a4b[] = {wq2.data(), ws2.data(), w.data()};
-    emu_launch("k_weight_nt", 3, 256, a4b);
+    emu_launch("k_weight_nt", 3, 512, a4b);
     for (int g = 0; g < WE; g++) {
         std::vector<unsigned char> vq((size_t)(N * K)), vs(6), vqt((size_t)(N * K)), vst(6);
         fp8b_quantize(w.data() + g * N * K, N, K, FP8B_TILE, vq.data(), vs.data());

@@ -24,8 +24,6 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
     return r;
 }
 
-/* the tile quantiser's dynamic shared memory: static storage here (blocks run one after another) */
-#define MOEC_FP8B_DYN_SMEM(name) static float name[128 * 129 + 256]
 
 #include "mxfp8.cuh"
 #include "prelude.cuh"
@@ -35,6 +33,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
 #include "fp8_block_fast.cuh"
 
 #define K256 extern "C" __global__ void __launch_bounds__(256)
+#define K512 extern "C" __global__ void __launch_bounds__(512) /* the weight quantiser: WEIGHT_THREADS */
 
 // the shapes (fp8b_check.cc has the same): 3 experts, R 300 graph rows, H 256, F 256; weights 2 x 256 x 384
 constexpr int E = 3;
@@ -76,11 +75,11 @@ K256 k_dprobs(float *dp, const unsigned short *h, const unsigned short *da, cons
 {
     moec::fp8b::dprobs<E, F>(dp, h, da, ofs);
 }
-K256 k_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st, const float *w)
+K512 k_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st, const float *w)
 {
     moec::fp8b::quant_weight<2, 256, 384>(q, s, qt, st, w);
 }
-K256 k_weight_nt(unsigned char *q, unsigned char *s, const float *w)
+K512 k_weight_nt(unsigned char *q, unsigned char *s, const float *w)
 {
     moec::fp8b::quant_weight<2, 256, 384>(q, s, nullptr, nullptr, w);
 }

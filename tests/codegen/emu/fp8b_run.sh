@@ -9,7 +9,7 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 case "$(basename "$BUILD")" in *asan*) printf "emulation skipped under the sanitizer build\n(the plain build runs it)\n"; exit 0;; esac
 command -v g++ >/dev/null || { echo "emulation needs g++" >&2; exit 1; }
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
-grep -o '^K256 [A-Za-z0-9_]*(' "$HERE/fp8b_kernels.cu" | sed 's/K256 \(.*\)(/EMU_K(\1)/' > "$SCRATCH/table.inc"
+grep -o '^K[0-9]* [A-Za-z0-9_]*(' "$HERE/fp8b_kernels.cu" | sed 's/K[0-9]* \(.*\)(/EMU_K(\1)/' > "$SCRATCH/table.inc"
 g++ -std=c++17 -O1 -ffp-contract=off -w -DEMU_NO_ADAMW -I"$HERE" -I"$ROOT/codegen" \
     -DKERNELS_CU="\"$HERE/fp8b_kernels.cu\"" -DKERNEL_TABLE="\"$SCRATCH/table.inc\"" \
     -c "$HERE/emu_runtime.cc" -o "$SCRATCH/emu_runtime.o"
