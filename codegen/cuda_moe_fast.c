@@ -229,7 +229,7 @@ static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const 
         f->rcap = (f->rcap + 15) / 16 * 16; /* the FP8 kernel's activation scales: rows_cap % 16 == 0 */
     f->steps = steps;
     f->op = ir_node_op_name(n);
-    char why[256], impl[300];
+    char why[512], impl[560];
     cuda_fast_mlp_ok(n, why, sizeof why);
     snprintf(impl, sizeof impl, "fast: %s", why);
     cg_impl(cg, impl);
@@ -674,8 +674,9 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
             return 0;
         }
     snprintf(why, len, "fp8-block: FP8 grouped GEMMs (1x128 x 128x128, promotion every 128) forward and dgrad, "
-             "wgrad on 128x1-quantised operands in bf16; H %lld and F %lld multiples of 256", (long long)H,
-             (long long)F);
+             "wgrad on 128x1-quantised operands in bf16; H %lld and F %lld multiples of 256; the weights' 128x128 "
+             "tiles (and transposed tiles for dgrad) from their E4M3 copies, which the optimizer writes in its AdamW "
+             "pass (no per-step weight quantiser)", (long long)H, (long long)F);
     return 1;
 }
 
