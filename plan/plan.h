@@ -185,7 +185,8 @@ typedef struct PlanArg {
     int buf;             /* BUF, TMAP, TMAP_F32: the buffer; I32: -1 */
     int64_t rows, cols;  /* TMAP, TMAP_F32 */
     int box_rows, box_cols;
-    int64_t offset;      /* TMAP_F32: elements from the buffer's start (16-byte aligned); TMAP: 0 */
+    int64_t offset;      /* TMAP_F32, TMAP_U8: elements (bytes for U8) from the buffer's start (16-byte aligned;
+                            U8: an fp8-block weight copy's transposed tiles); TMAP: 0 */
     int64_t value;       /* I32 */
 } PlanArg;
 enum { PLAN_GRID_ALL_SMS = 0 }; /* grid 0: one block per SM of the device (persistent kernels) */

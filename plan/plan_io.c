@@ -458,8 +458,8 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
 }
 
 /* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"},
- * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"}, {"tmap_u8": buf, "rows", "cols",
- * "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie inside a buffer of its type (bf16, fp32,
+ * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"}, {"tmap_u8": buf, ("offset": bytes,
+ * absent when 0), "rows", "cols", "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie inside a buffer of its type (bf16, fp32,
  * e4m3), 16-byte aligned, with a box the runtime can encode (a
  * 128-byte inner box for the 128-byte swizzle, at most 256 rows). */
 static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const cJSON *x)

@@ -48,6 +48,12 @@ int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char
                                        (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
                     return 0;
             } else if (k == PLAN_ARG_TMAP_U8) {
+                p += (CUdeviceptr)t->offset; /* bytes: an fp8-block weight copy's transposed tiles */
+                if (p & 15) {
+                    snprintf(err, errlen, "argument %d: a byte tensor map from an offset that is not 16-byte aligned",
+                             i);
+                    return 0;
+                }
                 if (!tma_encode_u8_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
                                       (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
                     return 0;
