@@ -12,7 +12,10 @@
 #  4. fp8-block (FP8=0 skips it; decision 38): run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
 #     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL), 30 training steps on
 #     the GPU against the CPU backend running the same binary (--device cpu: the fp8-block reference), every
-#     step's loss within 2%, the same model at bf16 on the GPU beside it (reported, final loss within 5%),
+#     step's loss within 2%, the same run resumed from its step-15 checkpoint (steps 16..30 the same losses:
+#     the E4M3 weight copies rebuilt from the loaded weights, decision 44; run_plan also checks the optimizer
+#     kernel that writes them against moec_adamw and fp8b_quantize), the same model at bf16 on the GPU beside
+#     it (reported, final loss within 5%),
 #     the layer at bio shapes against the CPU's fp8-block reference (bench/layer.c --cpu-check: loss and
 #     every gradient within 5e-2), and the layer benchmark at fp8-block for FP8_LAYERS (default bio mixtral)
 #     beside bf16 fast.
