@@ -171,11 +171,13 @@ if [ "$FP8" = 1 ]; then
   "$B/train_fp8" "${common[@]}" --log "$L/fp8.resumed.jsonl" --ckpt-dir "$L/fp8_rs" --resume >"$L/fp8.resumed.log" 2>&1
   r4=$?
   steplosses() { grep -o '"step":[0-9]*,"loss":[-0-9.e+]*' "$1" | awk -F'[:,]' '$2 > 15 {print $2, $4}'; }
-  nres=$(steplosses "$L/fp8.resumed.jsonl" | wc -l)
-  ok=$([ $r2 -eq 0 ] && [ $r4 -eq 0 ] && [ "$nres" -eq 15 ] &&
-       [ "$(steplosses "$L/fp8.gpu.jsonl")" = "$(steplosses "$L/fp8.resumed.jsonl")" ] && echo ok || echo FAIL)
-  row train_fp8_resume "$ok" "steps 16..30 resumed from step 15 ($nres logged) against the run not stopped: $(diff \
-      <(steplosses "$L/fp8.gpu.jsonl") <(steplosses "$L/fp8.resumed.jsonl") | grep -c '^>') steps differ"
+  # pass: the 15 resumed steps within 1e-6 of the run not stopped (a copy not rebuilt, or stale, moves the
+  # loss by far more); expected: the same bits (reported as "identical")
+  read -r nres same wrel <<<"$(join <(steplosses "$L/fp8.gpu.jsonl") <(steplosses "$L/fp8.resumed.jsonl") | awk '
+    {n++; if ($2 == $3) s++; d = ($3 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d} END {printf "%d %d %.3e", n, s, w}')"
+  ok=$([ $r2 -eq 0 ] && [ $r4 -eq 0 ] && [ "${nres:-0}" -eq 15 ] && awk -v w="$wrel" 'BEGIN {exit !(w <= 1e-6)}' &&
+       echo ok || echo FAIL)
+  row train_fp8_resume "$ok" "steps 16..30 resumed from step 15 against the run not stopped: $nres compared, ${same:-0} identical, worst rel diff ${wrel:-nan}"
   [ $r4 -ne 0 ] && tail -5 "$L/fp8.resumed.log"
   lf=$(losses "$L/fp8.gpu.jsonl" | tail -1) lb=$(losses "$L/fp8.bf16.jsonl" | tail -1)
   ok=$([ $r2 -eq 0 ] && [ $r3 -eq 0 ] && [ -n "$lf" ] && [ -n "$lb" ] && awk -v f="$lf" -v b="$lb" 'BEGIN {d = (f - b) / b; if (d < 0) d = -d; exit !(d < 0.05)}' && echo ok || echo FAIL)
