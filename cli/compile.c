@@ -150,6 +150,17 @@ int cli_compile_command(const Options *o, Compilation *c)
         plan_free(p);
         return 1;
     }
+    if (o->kernels_for_arch)
+        printf("%s: the reference kernels for --arch %s (the default, --kernels fast, is sm_90a code)\n", o->file,
+               o->arch);
+    if (o->arch && p->needs_arch[0] && strcmp(o->arch, p->needs_arch) != 0 && !plan_arch_takes_fast(o->arch)) {
+        /* --kernels fast asked for by name, for another GPU: NVRTC would fail on the first wgmma */
+        fprintf(stderr, "moec: error: --arch %s: %s's fast kernels (--kernels fast) are %s code, which only an sm_90 "
+                "GPU (H100, H200) runs; leave --kernels out or give --kernels reference for the fp32 kernels, "
+                "which compile for %s\n", o->arch, o->file, p->needs_arch, o->arch);
+        plan_free(p);
+        return 1;
+    }
     NvrtcOutput nv = {0}, *pre = NULL;
     if (o->output && o->arch) {
         /* the kernels' image goes into the binary: it starts without NVRTC on that GPU */
