@@ -85,6 +85,10 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
             printf("%s: node %d %s (%s): %s\n", o->file, l->node, g->nodes[l->node]->name,
                    ir_node_op_name(g->nodes[l->node]), l->impl);
         }
+        if (p->needs_arch[0])
+            printf("%s: %s code (--kernels %s%s): runs on an sm_90 GPU (H100, H200) only; --kernels reference for "
+                   "another GPU\n", o->file, p->needs_arch, plan_kernels_name[p->source.kernels],
+                   o->kernels_given ? "" : ", the default");
     }
     if (!o->arch)
         return 0;
