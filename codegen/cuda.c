@@ -793,6 +793,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
     const IrGraph *g = p->graph;
     check_table();
+    p->needs_arch[0] = 0;
     if (g->train.precision == IR_PREC_FP8_BLOCK && p->source.kernels != PLAN_KERNELS_FAST) {
         /* the reference kernels have no fp8-block path: the fused grouped_mlp would otherwise run its
          * fp32 kernels, wrong numerics, not an error. --kernels fast has one (cuda_moe_fast.c); a node
@@ -911,7 +912,9 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     sb_puts(&src, "\n// ======== device library: codegen/prelude.cuh ========\n");
     sb_puts(&src, cuda_prelude_lib);
     if (cg.fast_used || cg.attn_fast_used || nbf16) {
-        /* only plans with fast kernels (moec compile --kernels fast): the sm_90a device code */
+        /* only plans with fast kernels (moec compile --kernels fast): the sm_90a device code, which only an
+         * sm_90 GPU runs (the runtime refuses another with the way out: gpu_check_arch) */
+        snprintf(p->needs_arch, sizeof p->needs_arch, "sm_90a");
         sb_puts(&src, "\n// ======== sm_90a: codegen/gemm_sm90_sched.h, sm90.cuh, gemm_sm90.cuh ========\n");
         sb_puts(&src, cuda_prelude_sm90_sched);
         sb_puts(&src, cuda_prelude_sm90);

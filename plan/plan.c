@@ -16,6 +16,11 @@ const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT] = {"tensor", "view", "
 const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT] = {"buf", "tmap", "i32", "tmap_f32", "tmap_u8"};
 const char *const plan_kernels_name[PLAN_KERNELS_COUNT] = {"reference", "fast"};
 
+int plan_arch_takes_fast(const char *arch)
+{
+    return arch && (strcmp(arch, "sm_90a") == 0 || strcmp(arch, "compute_90a") == 0);
+}
+
 int plan_storage_lookup(const char *name)
 {
     for (int i = 0; i < PLAN_STORAGE_COUNT; i++)
@@ -169,6 +174,7 @@ void plan_clear_gpu(Plan *p)
     p->cuda_source = p->gpu_unsupported = NULL;
     p->nbufs = p->nlaunches = p->nkernels = p->eval_launches = p->nkernel_launches = p->ncollectives = 0;
     p->cuda_source_len = 0;
+    p->needs_arch[0] = 0;
     memset(&p->memory, 0, sizeof p->memory);
 }
 

@@ -218,11 +218,15 @@ typedef struct PlanParam {
 
 /* ---- which kernels codegen uses where it has a choice (moec compile --kernels) ---- */
 typedef enum PlanKernels {
-    PLAN_KERNELS_REFERENCE, /* the fp32 SIMT kernels everywhere (the default, the oracle) */
-    PLAN_KERNELS_FAST,      /* the sm_90a bf16 tensor-core kernels where a node qualifies (codegen/cuda_moe_fast.c) */
+    PLAN_KERNELS_REFERENCE, /* the fp32 SIMT kernels everywhere (the oracle; --kernels reference) */
+    PLAN_KERNELS_FAST,      /* the sm_90a bf16 tensor-core kernels where a node qualifies (codegen/cuda_moe_fast.c);
+                               moec compile's default (decision 48) */
     PLAN_KERNELS_COUNT
 } PlanKernels;
 extern const char *const plan_kernels_name[PLAN_KERNELS_COUNT];
+/* Whether the fast kernels' sm_90a code compiles for NVRTC target `arch` (sm_90a, or compute_90a for PTX):
+ * moec compile --arch with another target defaults to the reference kernels (decision 48). */
+int plan_arch_takes_fast(const char *arch);
 
 /* ---- what the plan was made from, for re-planning ---- */
 typedef struct PlanSource {
@@ -264,6 +268,8 @@ typedef struct Plan {
     int nkernels;
     char *cuda_source;   /* kernels.cu */
     size_t cuda_source_len;
+    char needs_arch[16]; /* the one architecture the kernels run on ("sm_90a": the source holds the fast kernels'
+                            sm_90a device code, wgmma and TMA), or "" (any GPU); "needs_arch" in plan.json */
     /* the kernels compiled ahead of time (moec compile --arch), or none */
     void *image;
     size_t image_size;

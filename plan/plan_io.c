@@ -128,6 +128,8 @@ char *plan_to_json(const Plan *p, int with_source)
         cJSON_AddStringToObject(gpu, "float_storage", "f32");
         cJSON_AddStringToObject(gpu, "index_storage", "i32");
         cJSON_AddNumberToObject(gpu, "alignment", 256);
+        if (p->needs_arch[0])  /* only then: reference plans keep their text */
+            cJSON_AddStringToObject(gpu, "needs_arch", p->needs_arch);
         cJSON *regions = cJSON_AddArrayToObject(gpu, "regions");
         for (int r = 0; r < PLAN_REGION_COUNT; r++) {
             cJSON *o = cJSON_CreateObject();
@@ -665,6 +667,12 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         l->what = xstrdup(cJSON_IsString(what) ? what->valuestring : "");
     }
     p->eval_launches = (int)get_int(r, gpu, "eval_launches", 0, p->nlaunches);
+    const cJSON *na = cJSON_GetObjectItemCaseSensitive(gpu, "needs_arch");
+    if (na) {
+        if (!cJSON_IsString(na) || strlen(na->valuestring) >= sizeof p->needs_arch)
+            return bad(r, "\"needs_arch\" is not an architecture name");
+        snprintf(p->needs_arch, sizeof p->needs_arch, "%s", na->valuestring);
+    }
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(gpu, "cuda_source");
     if (cJSON_IsString(cs)) {
         p->cuda_source = xstrdup(cs->valuestring);

@@ -194,8 +194,8 @@ int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world,
         double nd = need_at(pl, pl->batch, seq, 1, world, shared, ring);
         if (nd >= 0 && nd < need) {
             fmt_bytes(a, sizeof a, nd);
-            printf("  the kernels: `moec compile --kernels fast` (the bf16 tensor-core kernels) needs %s at this "
-                   "batch%s\n", a, nd <= cap ? " and fits" : " (not enough alone)");
+            printf("  the kernels: `moec compile` without --kernels reference (the default, fast: the bf16 "
+                   "tensor-core kernels) needs %s at this batch%s\n", a, nd <= cap ? " and fits" : " (not enough alone)");
         }
     }
     double per_layer, state;

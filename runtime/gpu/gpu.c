@@ -220,6 +220,30 @@ static int arch_runs_here(const char *arch, int major, int minor)
     return arch && sscanf(arch, "sm_%d", &nn) == 1 && nn == major * 10 + minor;
 }
 
+int gpu_check_arch(const Plan *p, const char *name, int major, int minor, char *err, size_t errlen)
+{
+    if (!p->needs_arch[0])
+        return 1;
+    int nn = 0;
+    if (sscanf(p->needs_arch, "sm_%d", &nn) == 1 && nn == major * 10 + minor)
+        return 1;
+    /* the nodes on the fast kernels (a node's launches are consecutive), for the message */
+    int nodes = 0;
+    for (int i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        nodes += l->impl && strncmp(l->impl, "fast", 4) == 0 && (i == 0 || p->launches[i - 1].node != l->node);
+    }
+    const char *path = p->source.path && *p->source.path ? p->source.path : "MODEL";
+    snprintf(err, errlen,
+             "%s was compiled with the fast kernels (moec compile's default, --kernels %s: %d node%s on "
+             "%s tensor-core code, bf16 storage), which only an sm_90 GPU (H100, H200) runs, and GPU %s has "
+             "compute capability %d.%d (sm_%d%d); compile it again with `moec compile %s -o OUT --kernels "
+             "reference` (the fp32 kernels, which run on any GPU), or train on the CPU with --device cpu",
+             path, plan_kernels_name[p->source.kernels], nodes, nodes == 1 ? "" : "s", p->needs_arch,
+             name && *name ? name : "0", major, minor, major, minor, path);
+    return 0;
+}
+
 /* The image: embedded, cached, or compiled now (and cached). */
 static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
 {
@@ -570,6 +594,12 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         cu.cuDeviceGetAttribute(&G->info.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, G->dev);
         cu.cuMemGetInfo(&G->info.free_mem, &G->info.total_mem);
         arch_of(G->info.cc_major, G->info.cc_minor, G->info.arch, sizeof G->info.arch);
+        /* a plan with the fast kernels' sm_90a code on another GPU: refused before NVRTC fails on wgmma, and
+         * not a want of kernels (--device auto does not fall back to the CPU on a machine with a GPU) */
+        if (!gpu_check_arch(plan, G->info.name, G->info.cc_major, G->info.cc_minor, G->err, sizeof G->err)) {
+            ok = 0;
+            goto out;
+        }
     }
     /* the kernels' plan: made by the compiler (moec compile), or why the GPU cannot run this model */
     if (plan->gpu_unsupported || !plan->cuda_source) {

@@ -56,13 +56,13 @@ if [ "$MODE" != run ]; then
   "$BUILD/moec" compile $m --kernels fast --emit-cuda "$OUT/cuda/fast_mlp" --arch "$ARCH"
   cp $m "$OUT/fast_mlp.moe"
   "$BUILD/moec" compile $m --kernels fast -o "$OUT/bin/train_fast" --arch "$ARCH" >/dev/null
-  "$BUILD/moec" compile $m -o "$OUT/bin/train_ref" --arch "$ARCH" >/dev/null
+  "$BUILD/moec" compile $m --kernels reference -o "$OUT/bin/train_ref" --arch "$ARCH" >/dev/null
   a=tests/gpu/fast_attn.moe
   rm -rf "$OUT/cuda/fast_attn"
   "$BUILD/moec" compile $a --kernels fast --emit-cuda "$OUT/cuda/fast_attn" --arch "$ARCH" >/dev/null
   cp $a "$OUT/fast_attn.moe"
   "$BUILD/moec" compile $a --kernels fast -o "$OUT/bin/attn_fast" --arch "$ARCH" >/dev/null
-  "$BUILD/moec" compile $a -o "$OUT/bin/attn_ref" --arch "$ARCH" >/dev/null
+  "$BUILD/moec" compile $a --kernels reference -o "$OUT/bin/attn_ref" --arch "$ARCH" >/dev/null
   if [ "$FP8" = 1 ]; then
     f=tests/gpu/fast_mlp_fp8.moe
     rm -rf "$OUT/cuda/fast_mlp_fp8"
@@ -83,7 +83,7 @@ if [ "$MODE" != run ]; then
   fi
   for l in $LAYERS; do
     rm -rf "$OUT/cuda/layer_$l" "$OUT/cuda/layer_${l}_fast"
-    "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --emit-cuda "$OUT/cuda/layer_$l" --arch "$ARCH" >/dev/null
+    "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels reference --emit-cuda "$OUT/cuda/layer_$l" --arch "$ARCH" >/dev/null
     "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast --emit-cuda "$OUT/cuda/layer_${l}_fast" \
         --arch "$ARCH" >/dev/null
   done

@@ -23,6 +23,8 @@
 #include "../../codegen/mxfp8.cuh"
 #include "../../codegen/moe_fast_offsets.h"
 #include "../../runtime/gpu/nvrtc.h"
+#include "../../runtime/gpu/gpu.h"
+#include "../../driver/build.h"
 #include "../../plan/plan.h"
 #include "../../driver/compile.h"
 #include "../../util/util.h"
@@ -1114,6 +1116,66 @@ static double cpu_run(const Plan *p, int round, int *rounded, int *nbf16)
     return loss;
 }
 
+/* Decision 48: a plan with the fast kernels' sm_90a code says so (needs_arch, through plan.json too), and
+ * the GPU backend's check refuses it on any GPU but compute capability 9.0, naming the way out; a fast plan
+ * in which no node qualifies, and a reference plan, run anywhere. The device is faked through the check. */
+static void test_needs_arch(void)
+{
+    const struct {
+        const char *path;
+        PlanKernels kernels;
+        const char *needs;
+    } cases[] = {{"tests/gpu/fast_mlp.moe", PLAN_KERNELS_FAST, "sm_90a"},
+                 {"tests/gpu/fast_mlp.moe", PLAN_KERNELS_REFERENCE, ""},
+                 {"models/mixtral_tiny.moe", PLAN_KERNELS_FAST, ""}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        Compilation c;
+        char err[2048] = "";
+        IrGraph *g = compile_model(&c, cases[k].path, NULL, 0, NULL);
+        c.kernels = (int)cases[k].kernels;
+        Plan *p = g ? driver_make_plan(&c, cases[k].path, NULL, 0, 0, IR_PREC_BF16, 0, err, sizeof err) : NULL;
+        CHECK(p && !p->gpu_unsupported, "%s, %s kernels: a plan (%s)", cases[k].path,
+              plan_kernels_name[cases[k].kernels], err);
+        if (!p) {
+            compilation_free(&c);
+            continue;
+        }
+        CHECK(strcmp(p->needs_arch, cases[k].needs) == 0, "%s, %s kernels: needs_arch '%s' (want '%s')",
+              cases[k].path, plan_kernels_name[cases[k].kernels], p->needs_arch, cases[k].needs);
+        CHECK(!!p->needs_arch[0] == (strstr(p->cuda_source, "sm_90a: codegen/gemm_sm90_sched.h") != NULL),
+              "%s: needs_arch exactly when the source holds the sm_90a device code", cases[k].path);
+        char *doc = plan_to_json(p, 1);
+        Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+        CHECK(q && strcmp(q->needs_arch, p->needs_arch) == 0, "%s: needs_arch survives the document", cases[k].path);
+        CHECK(!!strstr(doc, "\"needs_arch\"") == !!p->needs_arch[0], "%s: \"needs_arch\" written only when set",
+              cases[k].path);
+        free(doc);
+        plan_free(q);
+        /* the devices: an H200 runs everything; an A100, an L40S, a B200 only plans without sm_90a code */
+        const struct { const char *name; int major, minor; } gpus[] = {
+            {"NVIDIA H200", 9, 0}, {"NVIDIA A100-SXM4-80GB", 8, 0}, {"NVIDIA L40S", 8, 9}, {"NVIDIA B200", 10, 0}};
+        for (size_t d = 0; d < sizeof gpus / sizeof *gpus; d++) {
+            err[0] = 0;
+            int runs = gpu_check_arch(p, gpus[d].name, gpus[d].major, gpus[d].minor, err, sizeof err);
+            int want = !p->needs_arch[0] || (gpus[d].major == 9 && gpus[d].minor == 0);
+            CHECK(runs == want, "%s, %s kernels on %s (%d.%d): %s", cases[k].path,
+                  plan_kernels_name[cases[k].kernels], gpus[d].name, gpus[d].major, gpus[d].minor,
+                  runs ? "runs" : "refused");
+            if (!runs) {
+                char cc[64], cmd[256];
+                snprintf(cc, sizeof cc, "compute capability %d.%d", gpus[d].major, gpus[d].minor);
+                snprintf(cmd, sizeof cmd, "`moec compile %s -o OUT --kernels reference`", cases[k].path);
+                CHECK(strstr(err, gpus[d].name) && strstr(err, cc) && strstr(err, cmd) &&
+                          strstr(err, "--device cpu") && strstr(err, "only an sm_90 GPU"),
+                      "the refusal names the GPU, its compute capability, the model and --kernels reference: %s",
+                      err);
+            }
+        }
+        plan_free(p);
+        compilation_free(&c);
+    }
+}
+
 static void test_bf16_storage(void)
 {
     /* the host rounding: to nearest, ties to even, overflow to infinity, NaN kept */
@@ -1269,6 +1331,7 @@ int main(void)
     test_fast_mlp();
     test_fast_mlp_fp8();
     test_bf16_storage();
+    test_needs_arch();
     test_log_context();
     test_nvrtc();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);
