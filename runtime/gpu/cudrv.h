@@ -26,6 +26,7 @@ typedef struct CUgraphExec_st *CUgraphExec;
 enum {
     CUDA_SUCCESS = 0,
     CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_NOT_READY = 600,
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
@@ -88,6 +89,7 @@ typedef struct CUtensorMap {
     X(cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                                  \
     X(cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                                         \
     X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                                    \
+    X(cuStreamQuery, "cuStreamQuery", (CUstream))                                                                \
     X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", (CUstream, int))                                          \
     X(cuStreamEndCapture, "cuStreamEndCapture", (CUstream, CUgraph *))                                           \
     X(cuGraphInstantiate, "cuGraphInstantiateWithFlags", (CUgraphExec *, CUgraph, unsigned long long))           \
@@ -97,6 +99,7 @@ typedef struct CUtensorMap {
     X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                                     \
     X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                                       \
     X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                                       \
+    X(cuEventQuery, "cuEventQuery", (CUevent))                                                                   \
     X(cuEventElapsedTime, "cuEventElapsedTime_v2", (float *, CUevent, CUevent))                                 \
     X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                                            \
     X(cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                               \
