@@ -24,8 +24,10 @@
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
 # moec, the training binaries (kernels embedded for sm_90a), libcjson.so.1, the FASTA data.
 # Run (the GPU machine: a driver, nothing else) writes OUTDIR/logs and prints a table last.
+# MOEC_CHECK_ONLY=ep (both steps): only the rank simulator's rows (ep*, sync_*, host_*, nograph_*) and their binaries.
 set -uo pipefail
 MODE=all
+ONLY=${MOEC_CHECK_ONLY:-}
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -44,15 +46,19 @@ if [ "$MODE" != run ]; then
   cp tests/train/compare_losses.sh "$OUT/bin/"
   c() { "$BUILD/moec" compile "$@" >/dev/null; }
   c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny" --arch "$ARCH"
-  c models/mixtral_tiny.moe --precision mxfp8 -o "$OUT/bin/mixtral_tiny_mxfp8" --arch "$ARCH"
-  c models/protein_tiny.moe -o "$OUT/bin/protein_tiny" --arch "$ARCH"
+  if [ "$ONLY" != ep ]; then
+    c models/mixtral_tiny.moe --precision mxfp8 -o "$OUT/bin/mixtral_tiny_mxfp8" --arch "$ARCH"
+    c models/protein_tiny.moe -o "$OUT/bin/protein_tiny" --arch "$ARCH"
+  fi
   c models/mixtral_tiny.moe --ep 2 -o "$OUT/bin/mixtral_tiny_ep2" --arch "$ARCH"
   c models/mixtral_tiny.moe --ep 4 -o "$OUT/bin/mixtral_tiny_ep4" --arch "$ARCH"
-  c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny_nvrtc"
-  c tests/gpu/nofit.moe -o "$OUT/bin/nofit"
-  c tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH"
-  c tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH"
-  c models/protein_moe_mini.moe -o "$OUT/bin/protein_moe_mini" --arch "$ARCH"
+  if [ "$ONLY" != ep ]; then
+    c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny_nvrtc"
+    c tests/gpu/nofit.moe -o "$OUT/bin/nofit"
+    c tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH"
+    c tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH"
+    c models/protein_moe_mini.moe -o "$OUT/bin/protein_moe_mini" --arch "$ARCH"
+  fi
   set +e
 fi
 [ "$MODE" = build ] && exit 0
@@ -70,6 +76,7 @@ row() { rows+=("$(printf '%-14s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || sta
 tps() { grep -o '"tokens_per_s":[0-9.e+]*' "$1" | tail -n +3 | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.0f", a[int((NR+1)/2)]; else print "?"}'; }
 common=(--data "$DATA" --eval-every 0 --log-every 1)
 
+if [ "$ONLY" != ep ]; then
 # one step, CPU vs GPU: loss, gradients, parameters
 for m in mixtral_tiny mixtral_tiny_mxfp8 protein_tiny; do
   "$B/$m" "${common[@]}" --steps 1 --device cpu --dump "$L/cpu_$m" >"$L/step1_cpu_$m.log" 2>&1
@@ -105,6 +112,7 @@ ran=$(grep '^memory planned: ' "$L/curve_gpu.log" | sed 's/.*: //')
 mfu=$(grep -o '"mfu":[0-9.e+-]*' "$L/curve_gpu.jsonl" | tail -1 | cut -d: -f2)
 row dryrun_mfu "$([ $drc -eq 0 ] && [ -n "$dry" ] && [ "$dry" = "$ran" ] && [ -n "$mfu" ] && awk -v m="$mfu" 'BEGIN { exit !(m > 0 && m < 1) }' && grep -q '| mfu [0-9.]*%' "$L/curve_gpu.log" && echo ok || echo FAIL)" "dry run total $dry, the run planned $ran; mfu $mfu"
 
+fi
 # the rank simulator on one GPU; its collectives on the device (no host round trip, the step one CUDA graph)
 # against the host path (MOEC_HOST_COLLECTIVES=1)
 "$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --log "$L/ep1.jsonl" >"$L/ep1.log" 2>&1
@@ -130,14 +138,16 @@ for ep in 2 4; do
   "$B/compare_losses.sh" "$L/ep1.jsonl" "$L/ep$ep.jsonl" 1e-6 >"$L/ep${ep}_cmp.log" 2>&1
   row "ep$ep" "$([ $rc -eq 0 ] && [ $? -eq 0 ] && grep -q 'steps compared' "$L/ep${ep}_cmp.log" && ! grep -q 'relative .*)$' "$L/ep${ep}_cmp.log" && echo ok || echo FAIL)" "$(tail -1 "$L/ep${ep}_cmp.log") (vs ep 1 on the GPU)"
   grep -m1 -o 'the step, collectives included, is replayed as a CUDA graph' "$L/ep$ep.log" >"$L/ep$ep.step"
-  MOEC_HOST_COLLECTIVES=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 20 --device cuda --simulate-ranks "$ep" --log "$L/ep${ep}_host.jsonl" --ckpt-dir "$L/ck_ep${ep}_host" >"$L/ep${ep}_host.log" 2>&1
+  MOEC_SYNC_CHECK=1 MOEC_HOST_COLLECTIVES=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 20 --device cuda --simulate-ranks "$ep" --log "$L/ep${ep}_host.jsonl" --ckpt-dir "$L/ck_ep${ep}_host" >"$L/ep${ep}_host.log" 2>&1
   hrc=$?
   "$B/compare_losses.sh" "$L/ep${ep}_host.jsonl" "$L/ep$ep.jsonl" 0 >"$L/ep${ep}_host_cmp.log" 2>&1
   hc=$?
   cmp "$L/ck_ep${ep}_host/checkpoint.safetensors" "$L/ck_ep$ep/checkpoint.safetensors" >"$L/ep${ep}_host_ckpt.log" 2>&1
   hk=$?
   sync_row "sync_ep$ep" "$L/ep$ep.log" "$ep" 20 1
-  row "host_ep$ep" "$([ $rc -eq 0 ] && [ $hrc -eq 0 ] && [ $hc -eq 0 ] && [ $hk -eq 0 ] && [ -s "$L/ep$ep.step" ] && echo ok || echo FAIL)" "device vs host collectives: $(tail -1 "$L/ep${ep}_host_cmp.log"); checkpoints $([ $hk -eq 0 ] && echo byte-identical || cat "$L/ep${ep}_host_ckpt.log")"
+  # the host path's steps do wait: the counter sees waits where there are some
+  hw=$(grep '^sync check: ' "$L/ep${ep}_host.log" | grep -c ': 0 stream waits')
+  row "host_ep$ep" "$([ $rc -eq 0 ] && [ $hrc -eq 0 ] && [ $hc -eq 0 ] && [ $hk -eq 0 ] && [ -s "$L/ep$ep.step" ] && [ "$hw" -eq 0 ] && grep -q '^sync check: ' "$L/ep${ep}_host.log" && echo ok || echo FAIL)" "device vs host collectives: $(tail -1 "$L/ep${ep}_host_cmp.log"); checkpoints $([ $hk -eq 0 ] && echo byte-identical || cat "$L/ep${ep}_host_ckpt.log"); host path: $(grep -m1 -o '[0-9]* stream waits, [0-9]* device-to-host copies' "$L/ep${ep}_host.log") a step"
 done
 MOEC_SYNC_CHECK=1 "$B/mixtral_tiny_ep2" "${common[@]}" --steps 20 --device cuda --simulate-ranks 2 --no-cuda-graph --log "$L/ep2_nograph.jsonl" --ckpt-dir "$L/ck_ep2_nograph" >"$L/ep2_nograph.log" 2>&1
 ngrc=$?
@@ -146,6 +156,7 @@ cmp "$L/ck_ep2/checkpoint.safetensors" "$L/ck_ep2_nograph/checkpoint.safetensors
 ngk=$?
 row "nograph_ck2" "$([ $ngrc -eq 0 ] && [ $ngk -eq 0 ] && echo ok || echo FAIL)" "ep 2 graph vs --no-cuda-graph: checkpoints $([ $ngk -eq 0 ] && echo byte-identical || echo DIFFER)"
 
+if [ "$ONLY" != ep ]; then
 # resume on the GPU: bit-identical
 "$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --ckpt-dir "$L/ck_straight" >"$L/resume_a.log" 2>&1
 "$B/mixtral_tiny" "${common[@]}" --steps 10 --device cuda --ckpt-dir "$L/ck_resumed" >"$L/resume_b.log" 2>&1
@@ -189,6 +200,8 @@ row mixtral4 "$([ $mrc -eq 0 ] && echo ok || echo FAIL)" "$(grep -h '^mixtral4_'
 timeout 300 "$B/protein_moe_mini" --data "$DATA" --device cuda --eval-every 50 --log-every 10 --log "$L/mini500.jsonl" >"$L/mini500.log" 2>&1
 rc=$?
 row mini500 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $(grep -c '"val_loss"' "$L/mini500.jsonl" 2>/dev/null) evals, last: $(grep '^step' "$L/mini500.log" | tail -1 | tr -s ' ')"
+
+fi
 
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs
 echo
