@@ -63,7 +63,8 @@ typedef struct CommOps {
     int (*enqueue_alltoall)(Comm *c, CommGroup g, const void *send, void *recv, size_t bytes, void *stream);
     /* Waits until done(arg) returns 1 (a stream or an event with enqueued collectives has completed; -1: it
      * failed, 0: not yet), watching the peers as the transport's own collectives do: a rank that is gone, an
-     * asynchronous error or MOEC_COMM_TIMEOUT fail the wait with a message naming `what` instead of hanging. */
+     * asynchronous error or MOEC_COMM_TIMEOUT fail the wait with a message naming `what` instead of hanging.
+     * NCCL and SIM (whose ranks share one GPU under the GPU backend: a failed or aborted rank fails the wait). */
     int (*wait_device)(Comm *c, int (*done)(void *arg), void *arg, const char *what);
     /* Marks this rank failed so that the others stop waiting for it (see comm_abort). */
     void (*abort)(Comm *c, const char *why);

@@ -33,6 +33,8 @@ enum {
     CU_STREAM_NON_BLOCKING = 1,
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
     CU_EVENT_DEFAULT = 0,
+    CU_MEMHOSTALLOC_PORTABLE = 1,
+    CU_MEMHOSTALLOC_DEVICEMAP = 2,
     /* for the sm_90 GEMM (codegen/gemm_sm90.cuh): large dynamic shared memory, kernel facts, tensor maps */
     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
     CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
@@ -77,6 +79,8 @@ typedef struct CUtensorMap {
     X(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                                  \
     X(cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                                                    \
     X(cuMemFreeHost, "cuMemFreeHost", (void *))                                                                  \
+    X(cuMemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned))                                             \
+    X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", (CUdeviceptr *, void *, unsigned))             \
     X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))                                      \
     X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                            \
     X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (CUdeviceptr, const void *, size_t, CUstream))                  \

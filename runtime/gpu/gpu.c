@@ -140,6 +140,8 @@ struct Gpu {
     size_t misc_bytes, comm_bytes;
     int gsize[3], grank[3];  /* per CommGroup: its size and this rank's place in it */
     long long timeout_ns;    /* the simulator's barrier: MOEC_COMM_TIMEOUT */
+    volatile int *stop_h;    /* the simulator: host memory the barriers read; 1 when this rank's host has given up */
+    CUdeviceptr stop_d;
     /* MOEC_SYNC_CHECK=1: host waits for the stream and device-to-host copies made while a step is enqueued */
     int sync_check, in_step;
     long long step_syncs, step_d2h, nsteps;
@@ -191,10 +193,14 @@ static int wait_done(Gpu *G, CUevent e, const char *what)
 {
     if (G->in_step)
         G->step_syncs++;
-    if (G->coll == COLL_NCCL) {
+    if (G->coll == COLL_NCCL || (G->coll == COLL_SIM && G->stop_h)) {
         DoneArg a = {G->stream, e, CUDA_SUCCESS};
         if (G->comm->ops->wait_device(G->comm, query_done, &a, what ? what : "waiting for the GPU"))
             return 1;
+        if (G->stop_h) {
+            *G->stop_h = 1;  /* this rank's barriers stop waiting for the rank that failed */
+            __sync_synchronize();
+        }
         if (a.r != CUDA_SUCCESS)
             return cu_ok(G, a.r, e ? "cuEventQuery" : "cuStreamQuery", what);
         return fail(G, "%s", G->comm->error);
@@ -634,8 +640,16 @@ static int sim_connect(Gpu *G)
     int *mem = calloc((size_t)world * 3, sizeof *mem);
     if (!all || !base || !mem)
         die("out of memory");
-    int ok = c->ops->allgather(c, COMM_WORLD, mine, all, sizeof mine);
-    if (!ok)
+    void *stop = NULL;
+    int ok = CU(G, cuMemHostAlloc(&stop, sizeof(int), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+                "the simulated ranks' stop word") &&
+             CU(G, cuMemHostGetDevicePointer(&G->stop_d, stop, 0), "the simulated ranks' stop word");
+    if (stop) {
+        G->stop_h = stop;
+        *G->stop_h = 0;
+    }
+    ok = ok && c->ops->allgather(c, COMM_WORLD, mine, all, sizeof mine);
+    if (!ok && !G->err[0])
         fail(G, "the simulated ranks' device memory: %s", c->error);
     for (int r = 0; ok && r < world; r++) {
         if (all[4 * r + 3] != mine[3])
@@ -951,8 +965,12 @@ void gpu_destroy(Gpu *G)
         return;
     if (G->ctx) {
         cu.cuCtxSetCurrent(G->ctx);
+        if (G->stop_h)
+            *G->stop_h = 1;  /* a barrier still waiting (a rank failed) returns: the stream can drain */
         if (G->stream)
             cu.cuStreamSynchronize(G->stream);
+        if (G->stop_h)
+            cu.cuMemFreeHost((void *)G->stop_h);
         for (int e = 0; e < G->npev; e++)
             if (G->pev[e])
                 cu.cuEventDestroy(G->pev[e]);
@@ -1232,7 +1250,7 @@ static int sim_barrier(Gpu *G, int grp, const char *what)
     CUdeviceptr mem = G->members + (CUdeviceptr)grp * (CUdeviceptr)G->comm->world * sizeof(int);
     int nmem = G->gsize[grp], me = G->comm->rank;
     long long foff = (long long)(G->flag - G->misc);
-    void *a[] = {&G->peer_base, &mem, &nmem, &me, &foff, &G->timeout_ns};
+    void *a[] = {&G->peer_base, &mem, &nmem, &me, &foff, &G->timeout_ns, &G->stop_d};
     return launch(G, G->k_sbar, 1, 32, a, what);
 }
 

@@ -2025,9 +2025,10 @@ extern "C" __global__ void __launch_bounds__(256) moec_ep_unpack(float *__restri
 
 // the rank simulator's barrier over a group (mem: its members' global ranks): this rank's count, a word at
 // flag_off in its own memory, goes up by one; then wait until every member's count is as high. Every rank
-// runs the same collectives in the same order, so one count serves all groups. A member that never comes
-// stops the kernel after timeout_ns (MOEC_COMM_TIMEOUT; 0: never)
-extern "C" __global__ void __launch_bounds__(32) moec_sim_barrier(const unsigned long long *__restrict__ base, const int *__restrict__ mem, int nmem, int me, long long flag_off, long long timeout_ns)
+// runs the same collectives in the same order, so one count serves all groups. It returns at once when the
+// rank's host has given up (*stop, host memory: another rank failed), and stops the kernel after timeout_ns
+// of waiting (MOEC_COMM_TIMEOUT; 0: never)
+extern "C" __global__ void __launch_bounds__(32) moec_sim_barrier(const unsigned long long *__restrict__ base, const int *__restrict__ mem, int nmem, int me, long long flag_off, long long timeout_ns, const volatile int *stop)
 {
 #ifdef __CUDA_ARCH__
     if (blockIdx.x != 0 || threadIdx.x != 0)
@@ -2040,10 +2041,14 @@ extern "C" __global__ void __launch_bounds__(32) moec_sim_barrier(const unsigned
         const volatile unsigned long long *f =
             (const volatile unsigned long long *)moec_comm::peer(base, mem[k], 1, flag_off);
         while (*f < t) {
+            if (*stop)
+                return;
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
             if (timeout_ns > 0 && (long long)(now - t0) > timeout_ns)
                 __trap();
+#if __CUDA_ARCH__ >= 700
             __nanosleep(256);
+#endif
         }
     }
     __threadfence();
