@@ -267,7 +267,7 @@ static int nccl_check(Comm *c, ncclResult_t r, const char *call, CommOpKind op, 
 
 /* Waits until done(arg) says 1 without ever blocking in CUDA or NCCL: polls it, NCCL's asynchronous error on
  * group g's communicator, the liveness channel and the clock. `what` names the wait in messages. */
-static int nccl_wait_until(Comm *c, const char *what, CommGroup g, int (*done)(void *), void *arg)
+static int nccl_wait_until(Comm *c, const char *what, CommGroup g, int all_groups, int (*done)(void *), void *arg)
 {
     Nccl *n = c->impl;
     int64_t start = comm_now_ms(), gone_since = -1;
@@ -283,8 +283,10 @@ static int nccl_wait_until(Comm *c, const char *what, CommGroup g, int (*done)(v
         }
         if (spin < 1000)
             continue;  /* most collectives finish within microseconds: no sleep yet */
+        /* all_groups: a step's stream holds collectives of every group; the async error of any */
         ncclResult_t ae = K_NCCL_SUCCESS;
-        lib.ncclCommGetAsyncError(n->comm[g], &ae);
+        for (int k = all_groups ? 0 : (int)g; k <= (all_groups ? 2 : (int)g) && ae == K_NCCL_SUCCESS; k++)
+            lib.ncclCommGetAsyncError(n->comm[k], &ae);
         int64_t now = comm_now_ms();
         if (n->tcp && gone < 0 && spin % 64 == 0) {
             for (int j = 0; j < comm_group_size(c, g) && gone < 0; j++) {
@@ -343,7 +345,7 @@ static int nccl_wait(Comm *c, CommOpKind op, CommGroup g)
 {
     Nccl *n = c->impl;
     StreamWait w = {n->stream, K_CUDA_SUCCESS};
-    if (nccl_wait_until(c, comm_op_name(op), g, stream_done, &w))
+    if (nccl_wait_until(c, comm_op_name(op), g, 0, stream_done, &w))
         return 1;
     if (w.err != K_CUDA_SUCCESS)  /* the CUDA error's own words rather than "CUDA error" */
         snprintf(c->error, sizeof c->error, "rank %d: %s on %s: CUDA error %s", c->rank, comm_op_name(op),
@@ -356,7 +358,7 @@ static int nccl_wait_device(Comm *c, int (*done)(void *), void *arg, const char 
 {
     if (!comm_check_call(c, COMM_WORLD, 0))
         return 0;
-    return nccl_wait_until(c, what, COMM_WORLD, done, arg);
+    return nccl_wait_until(c, what, COMM_WORLD, 1, done, arg);
 }
 
 static int nccl_allreduce(Comm *c, CommGroup g, void *buf, int64_t count, int f64)
