@@ -787,7 +787,9 @@ static void check_table(void)
 
 const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {
     "moec_grad_sumsq", "moec_sum_partials", "moec_scale", "moec_clip", "moec_adamw", "moec_adamw_bf16", "moec_to_bf16",
-    "moec_accum", "moec_accum_out", "moec_moe_stats", "moec_moe_stats_add", "moec_metric_add"};
+    "moec_accum", "moec_accum_out", "moec_moe_stats", "moec_moe_stats_add", "moec_metric_add", "moec_ep_pack",
+    "moec_ep_unpack", "moec_sim_barrier", "moec_sim_alltoall", "moec_sim_allreduce", "moec_sim_rs_f32", "moec_sim_ag_f32",
+    "moec_sim_rs_f64", "moec_sim_ag_f64"};
 
 int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
@@ -953,6 +955,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         sb_puts(&src, kn->text);
     }
     cg_emit_optimizer(&cg, &src);
+    cg_emit_collectives(&src);
 
     p->cuda_source = src.s;
     p->cuda_source_len = src.len;

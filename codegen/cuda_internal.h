@@ -260,6 +260,8 @@ int cg_emit_mean_square(Cg *cg, const IrNode *n);
 int cg_emit_mean_square_dx(Cg *cg, const IrNode *n);
 /* cuda_optim.c: the AdamW step and gradient norm (not tied to a node) */
 void cg_emit_optimizer(Cg *cg, Sb *src);
+/* cuda_comm.c: the collectives on the device (exchange staging, the rank simulator's peer access) */
+void cg_emit_collectives(Sb *src);
 
 /* The generated device library (codegen/mxfp8.cuh and codegen/prelude.cuh
  * as C strings, made by the Makefile). */
