@@ -375,6 +375,46 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     return 1;
 }
 
+/* --kernels fast (decision 47): the reference's (cos, sign * sin) per (position, pair) computed once into a
+ * workspace [S, hd/2] of double pairs (4 MB at 4096 positions of head dim 128), with the reference's
+ * expressions, so the same doubles; then the rotation with 16-byte accesses, each thread 8 pairs of HG
+ * heads (dense_fast.cuh rope_apply). The reference computes pow, cos and sin in double for every element:
+ * fp64-bound, not memory-bound. Results bit for bit the reference's. */
+static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
+{
+    const IrNode *x = n->src[0];
+    char b[64];
+    int64_t S = x->shape[1], half = hd / 2, rows = x->shape[0] * S;
+    int hg = h % 4 == 0 ? 4 : h % 2 == 0 ? 2 : 1;
+    int cs = cg_ws(cg, n, PLAN_F64, 2 * S * half, "cos_sin");
+    cg_impl(cg, "fast: the angles' cos and sin once per (position, pair), then 16-byte rotations");
+    cg_begin(cg, n, "angles", n->op == IR_OP_ROPE ? "rope 1/2: cos and sin of pos * theta^(-2j/hd) per (position, pair), double (fast)"
+                                                 : "rope_dx 1/2: cos and -sin of pos * theta^(-2j/hd) per (position, pair), double (fast)");
+    cg_param(cg, cs, 1, "cs");
+    cg_const(cg, "S", S);
+    cg_const(cg, "HD", hd);
+    cg_const(cg, "HALF", half);
+    cg_line(cg, "constexpr double THETA = %s, SIGN = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_THETA)),
+            n->op == IR_OP_ROPE ? "1.0" : "-1.0");
+    cg_line(cg, "MOEC_FOR(idx, S * HALF) {");
+    cg_line(cg, "    long long j = idx %% HALF, s = idx / HALF;");
+    cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
+    cg_line(cg, "    cs[2 * idx] = cos(ang);");
+    cg_line(cg, "    cs[2 * idx + 1] = SIGN * sin(ang);");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(S * half, CG_BLOCK));
+    cg_begin(cg, n, "rotate", n->op == IR_OP_ROPE ? "rope 2/2: rotate pairs (j, j + hd/2), 8 pairs of several heads per thread, 16-byte accesses (fast)"
+                                                 : "rope_dx 2/2: rotate back, 8 pairs of several heads per thread, 16-byte accesses (fast)");
+    cg_out(cg, n, "y");
+    cg_in(cg, x, "x");
+    cg_param(cg, cs, 0, "cs");
+    cg_line(cg, "moec::fast::rope_apply<%lldll, %lldll, %lld, %lld, %d>(y, x, cs);", (long long)rows, (long long)S,
+            (long long)h, (long long)hd, hg);
+    cg_end(cg, CG_BLOCK, cg_grid(rows * (h / hg) * (half / 8), CG_BLOCK));
+    cg->dense_fast_used = 1;
+    return 1;
+}
+
 /* rotate-half RoPE (Hugging Face convention), rope_dx rotates back */
 int cg_emit_rope(Cg *cg, const IrNode *n)
 {
@@ -382,6 +422,8 @@ int cg_emit_rope(Cg *cg, const IrNode *n)
     char b[64];
     int64_t h = ir_attr_i(n, IR_ATTR_HEADS), hd = x->shape[2] / h;
     int64_t total = x->shape[0] * x->shape[1] * h * (hd / 2);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && hd % 16 == 0)
+        return rope_fast(cg, n, h, hd);
     cg_begin(cg, n, "", n->op == IR_OP_ROPE ? "rope: rotate pairs (j, j + hd/2) by pos * theta^(-2j/hd)"
                                             : "rope_dx: rotate back by minus the angle");
     cg_out(cg, n, "y");

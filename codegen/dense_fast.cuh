@@ -129,5 +129,174 @@ template <int N, long long K, long long CHUNKS> __device__ void skinny_linear_dw
     }
 }
 
+/* ---- memory-bound kernels (docs/decisions.md 47): 16-byte accesses, no single-block passes ---- */
+
+/* 8 consecutive elements as floats from fp32 (two 16-byte loads; p 32-byte aligned) or bf16 storage (one
+ * 16-byte load; p 16-byte aligned), and back: bf16 rounded to nearest even (bf16_bits, as sm90::st) */
+__device__ __forceinline__ void ld8(const float *p, float (&f)[8])
+{
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void ld8(const unsigned short *p, float (&f)[8])
+{
+    const uint4 u = *(const uint4 *)p;
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void st8(float *p, const float (&f)[8])
+{
+    float4 a, b;
+    a.x = f[0], a.y = f[1], a.z = f[2], a.w = f[3], b.x = f[4], b.y = f[5], b.z = f[6], b.w = f[7];
+    *(float4 *)p = a;
+    *(float4 *)(p + 4) = b;
+}
+__device__ __forceinline__ void st8(unsigned short *p, const float (&f)[8])
+{
+    unsigned w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (unsigned)bf16_bits(f[2 * i]) | ((unsigned)bf16_bits(f[2 * i + 1]) << 16);
+    uint4 u;
+    u.x = w[0], u.y = w[1], u.z = w[2], u.w = w[3];
+    *(uint4 *)p = u;
+}
+
+/* RoPE, step 2 of 2: y = x rotated, pairs (j, j + HD/2) of every head by the angle whose (cos, sign * sin)
+ * step 1 wrote into cs [S, HD/2] as double pairs, with the very expressions of the reference kernel (so
+ * the same doubles: the results are the reference's bit for bit). One thread per (row, 8 consecutive j,
+ * HG heads): 16-byte loads and stores (bf16) or two of each (fp32), the 8 angles' cos and sin read once
+ * for the HG heads. HD % 16 == 0, H % HG == 0. */
+template <long long ROWS, long long S, int H, int HD, int HG, class TY, class TX>
+__device__ void rope_apply(TY *y, const TX *x, const double *cs)
+{
+    constexpr int HALF = HD / 2, Q = HALF / 8;
+    static_assert(HD % 16 == 0 && H % HG == 0, "rope_apply: HD % 16, H % HG");
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < ROWS * (H / HG) * Q;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const int q = (int)(idx % Q), hg = (int)(idx / Q % (H / HG));
+        const long long row = idx / ((long long)Q * (H / HG)), s = row % S;
+        const double *t = cs + 2 * (s * HALF + 8 * q);
+        double c[8], sn[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            c[i] = t[2 * i], sn[i] = t[2 * i + 1];
+#pragma unroll
+        for (int hh = 0; hh < HG; hh++) {
+            const long long at = row * ((long long)H * HD) + (long long)(hg * HG + hh) * HD + 8 * q;
+            float x1[8], x2[8], y1[8], y2[8];
+            ld8(x + at, x1);
+            ld8(x + at + HALF, x2);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const double a = x1[i], b = x2[i];
+                y1[i] = (float)(a * c[i] - b * sn[i]);
+                y2[i] = (float)(b * c[i] + a * sn[i]);
+            }
+            st8(y + at, y1);
+            st8(y + at + HALF, y2);
+        }
+    }
+}
+
+/* route_plan and expert_counts: a stable counting sort of NI keys in [0, NB) over chunks of CH keys,
+ * many blocks (the reference sorts in one block). Step 1 (count): cnt [NCH, NB] <- each chunk's keys per
+ * bucket (shared-memory integer atomics: exact); a key out of range stops the kernel (__trap), as the
+ * CPU backend dies. */
+template <int NB, long long NI, long long CH> __device__ void sort_count(int *cnt, const int *key)
+{
+    constexpr long long NCH = (NI + CH - 1) / CH;
+    __shared__ int h[NB];
+    for (long long c = blockIdx.x; c < NCH; c += gridDim.x) {
+        for (int b = threadIdx.x; b < NB; b += blockDim.x)
+            h[b] = 0;
+        __syncthreads();
+        const long long i1 = (c + 1) * CH < NI ? (c + 1) * CH : NI;
+        for (long long i = c * CH + threadIdx.x; i < i1; i += blockDim.x) {
+            const int k = key[i];
+            if (k < 0 || k >= NB)
+                __trap(); /* an expert id out of range: the CPU backend stops too */
+            atomicAdd(&h[k], 1);
+        }
+        __syncthreads();
+        for (int b = threadIdx.x; b < NB; b += blockDim.x)
+            cnt[c * NB + b] = h[b];
+        __syncthreads();
+    }
+}
+
+/* Step 2 (place), 256 threads per block: pos [NI] <- each key's position in the stable bucket-major order,
+ * the CPU's. Chunk c's first position in bucket b is the keys of buckets < b plus those of bucket b in
+ * chunks < c, summed from cnt by every block (integers: any order gives the same); inside the chunk, 256
+ * keys at a time, the rank among equal keys of the warp (__match_any_sync) after the earlier warps'. */
+template <int NB, long long NI, long long CH> __device__ void sort_place(int *pos, const int *key, const int *cnt)
+{
+    constexpr long long NCH = (NI + CH - 1) / CH;
+    __shared__ int run[NB], tot[NB], wc[8 * NB];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (long long c = blockIdx.x; c < NCH; c += gridDim.x) {
+        for (int b = threadIdx.x; b < NB; b += blockDim.x)
+            run[b] = 0, tot[b] = 0;
+        for (int b = threadIdx.x; b < 8 * NB; b += blockDim.x)
+            wc[b] = 0;
+        __syncthreads();
+        for (long long i = threadIdx.x; i < NCH * NB; i += blockDim.x) {
+            const int v = cnt[i], b = (int)(i % NB);
+            atomicAdd(&tot[b], v);
+            if (i / NB < c)
+                atomicAdd(&run[b], v);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int start = 0;
+            for (int b = 0; b < NB; b++) {
+                run[b] += start;
+                start += tot[b];
+            }
+        }
+        __syncthreads();
+        const long long i1 = (c + 1) * CH < NI ? (c + 1) * CH : NI;
+        for (long long c0 = c * CH; c0 < i1; c0 += blockDim.x) {
+            const long long i = c0 + threadIdx.x;
+            int k = i < i1 ? key[i] : -1;
+            const bool valid = k >= 0 && k < NB;
+            if (!valid)
+                k = -1;
+            const unsigned peers = __match_any_sync(0xffffffffu, k);
+            const int rank = __popc(peers & ((1u << lane) - 1u));
+            if (valid && rank == 0)
+                wc[warp * NB + k] = __popc(peers);
+            __syncthreads();
+            if (valid) {
+                int r = run[k] + rank;
+                for (int w = 0; w < warp; w++)
+                    r += wc[w * NB + k];
+                pos[i] = r;
+            }
+            __syncthreads();
+            if (valid && rank == 0) {
+                atomicAdd(&run[k], __popc(peers));
+                wc[warp * NB + k] = 0;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* expert_counts' step 2: counts [NB] <- the chunks' counts added (integers: exact), one thread per bucket */
+template <int NB, long long NCH> __device__ void sort_totals(int *counts, const int *cnt)
+{
+    for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < NB; b += (long long)gridDim.x * blockDim.x) {
+        int s = 0;
+        for (long long c = 0; c < NCH; c++)
+            s += cnt[c * NB + b];
+        counts[b] = s;
+    }
+}
+
 } /* namespace fast */
 } /* namespace moec */
