@@ -256,10 +256,34 @@ static void rms_inv_lines(Cg *cg, const char *x)
     cg_line(cg, "    double inv = 1.0 / sqrt(ss / (double)D + EPS);");
 }
 
+/* --kernels fast (decision 47): RMSNorm and its gradients with the row in registers (dense_fast.cuh
+ * rmsnorm_rows, rmsnorm_dx_rows, rms_inv_rows): 16-byte loads, each row read once, blocks of D / 8 threads
+ * (a multiple of 32, at most 256). The reference's expressions; its sums in double in another fixed order. */
+static int rms_fast_ok(const Cg *cg, int64_t d) { return cg->kernel_choice == PLAN_KERNELS_FAST && d % 8 == 0 && d >= 256; }
+
+static int rms_tb(int64_t d)
+{
+    int64_t t = (d / 8 + 31) / 32 * 32;
+    return t > CG_BLOCK ? CG_BLOCK : (int)t;
+}
+
 /* one block per row */
 int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
+    if (rms_fast_ok(cg, cg_last(x))) {
+        int tb = rms_tb(cg_last(x));
+        cg_impl(cg, "fast: the row in registers, 16-byte accesses");
+        cg_begin(cg, n, "", "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double (fast)");
+        cg_out(cg, n, "y");
+        cg_in(cg, x, "x");
+        cg_in(cg, n->src[1], "w");
+        rows_consts(cg, x, n);
+        cg_line(cg, "moec::fast::rmsnorm_rows<ROWS, D, %d>(y, x, w, EPS);", tb);
+        cg_end(cg, tb, min64(cg_lead(x), 65535));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "rmsnorm: one block per row, sum of squares in double");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
@@ -281,6 +305,20 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
+    if (rms_fast_ok(cg, cg_last(x))) {
+        int tb = rms_tb(cg_last(x));
+        cg_impl(cg, "fast: the row in registers, 16-byte accesses");
+        cg_begin(cg, n, "", "rmsnorm_dx: one block per row, x, dy and w in registers, 16-byte accesses (fast)");
+        cg_out(cg, n, "dx");
+        cg_in(cg, n->src[0], "dy");
+        cg_in(cg, x, "x");
+        cg_in(cg, n->src[2], "w");
+        rows_consts(cg, x, n);
+        cg_line(cg, "moec::fast::rmsnorm_dx_rows<ROWS, D, %d>(dx, dy, x, w, EPS);", tb);
+        cg_end(cg, tb, min64(cg_lead(x), 65535));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "rmsnorm_dx: one block per row");
     cg_out(cg, n, "dx");
     cg_in(cg, n->src[0], "dy");
@@ -309,16 +347,26 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     const IrNode *x = n->src[1];
     int64_t rows = cg_lead(x), d = cg_last(x);
     int inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
-    cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
-    cg_param(cg, inv, 1, "rinv");
-    cg_in(cg, x, "x");
-    rows_consts(cg, x, n);
-    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
-    rms_inv_lines(cg, "x");
-    cg_line(cg, "    if (threadIdx.x == 0)");
-    cg_line(cg, "        rinv[r] = inv;");
-    cg_line(cg, "}");
-    cg_end(cg, CG_BLOCK, min64(rows, 65535));
+    if (rms_fast_ok(cg, d) && rows > 2 * RMS_DW_CHUNK) {
+        int tb = rms_tb(d);
+        cg_begin(cg, n, "rms", "rmsnorm_dw 1/3: each row's 1 / rms, one block per row, 16-byte loads (fast)");
+        cg_param(cg, inv, 1, "rinv");
+        cg_in(cg, x, "x");
+        rows_consts(cg, x, n);
+        cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
+        cg_end(cg, tb, min64(rows, 65535));
+    } else {
+        cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
+        cg_param(cg, inv, 1, "rinv");
+        cg_in(cg, x, "x");
+        rows_consts(cg, x, n);
+        cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+        rms_inv_lines(cg, "x");
+        cg_line(cg, "    if (threadIdx.x == 0)");
+        cg_line(cg, "        rinv[r] = inv;");
+        cg_line(cg, "}");
+        cg_end(cg, CG_BLOCK, min64(rows, 65535));
+    }
 
     if (cg->kernel_choice == PLAN_KERNELS_FAST && rows > 2 * RMS_DW_CHUNK) {
         /* --kernels fast: the column sums in chunks of RMS_DW_CHUNK rows (every column of every chunk its
@@ -568,6 +616,17 @@ int cg_emit_slice(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
     int64_t rows = cg_lead(x), size = ir_attr_i(n, IR_ATTR_SIZE);
+    int64_t w = cg_last(x), off = ir_attr_i(n, IR_ATTR_OFFSET);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && w % 8 == 0 && off % 8 == 0 && size % 8 == 0) {
+        cg_begin(cg, n, "", "slice of the last dimension, 8 elements (16 bytes) per thread (fast)");
+        cg_out(cg, n, "y");
+        cg_in(cg, x, "x");
+        cg_line(cg, "moec::fast::slice8<%lldll, %lldll, %lldll, %lldll>(y, x);", (long long)rows, (long long)w,
+                (long long)off, (long long)size);
+        cg_end(cg, CG_BLOCK, cg_grid(rows * size / 8, CG_BLOCK));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "slice of the last dimension");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");

@@ -248,6 +248,19 @@ int cg_emit_combine(Cg *cg, const IrNode *n)
         return 1;
     const IrNode *y = n->src[0], *plan = n->src[1];
     int64_t T = cg_lead(plan), K = cg_last(plan), D = cg_last(n);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && D % 4 == 0 && K <= 16 && !cg_is_bf16(cg, y->id) &&
+        !cg_is_bf16(cg, n->id)) {
+        /* decision 47: one block per token, 16-byte loads and stores; the reference's sums (bit for bit) */
+        cg_begin(cg, n, "", "combine: each token sums its k expert rows, one block per token, 16-byte accesses (fast)");
+        cg_out(cg, n, "out");
+        cg_in(cg, y, "y");
+        cg_in(cg, plan, "plan");
+        cg_line(cg, "moec::fast::combine_rows<%lldll, %lld, %lldll>(out, y, plan);", (long long)T, (long long)K,
+                (long long)D);
+        cg_end(cg, CG_BLOCK, min64(T, 65535));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "combine: each token sums its k expert rows");
     cg_out(cg, n, "out");
     cg_in(cg, y, "y");

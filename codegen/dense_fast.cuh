@@ -298,5 +298,138 @@ template <int NB, long long NCH> __device__ void sort_totals(int *counts, const 
     }
 }
 
+/* RMSNorm and its gradients, one row per block of TB threads (a multiple of 32), each thread NC groups of 8
+ * consecutive columns held in registers (one 16-byte load per group, two for fp32), so a row is read once.
+ * The sums in double as the reference's: each thread's elements in column order, then the block's fixed
+ * tree (block_sum); every other expression the reference's. D % 8 == 0. */
+template <int D, int TB> struct RowPart {
+    static constexpr int NC = (D / 8 + TB - 1) / TB;
+    static __device__ __forceinline__ int col(int c) { return 8 * ((int)threadIdx.x + c * TB); }
+};
+
+/* y = x / rms(x) * w */
+template <long long ROWS, int D, int TB, class TY, class TX>
+__device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps)
+{
+    typedef RowPart<D, TB> P;
+    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+        float v[P::NC][8];
+        double ss = 0.0;
+#pragma unroll
+        for (int c = 0; c < P::NC; c++)
+            if (P::col(c) < D) {
+                ld8(x + r * D + P::col(c), v[c]);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    ss += (double)v[c][i] * v[c][i];
+            }
+        ss = block_sum<TB>(ss);
+        const double inv = 1.0 / sqrt(ss / (double)D + eps);
+#pragma unroll
+        for (int c = 0; c < P::NC; c++)
+            if (P::col(c) < D) {
+                float w8[8], o[8];
+                ld8(w + P::col(c), w8);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    o[i] = (float)((double)v[c][i] * inv * w8[i]);
+                st8(y + r * D + P::col(c), o);
+            }
+    }
+}
+
+/* dx_j = r w_j dy_j - x_j r^3 / D * sum_i w_i dy_i x_i, r = 1 / rms(x) */
+template <long long ROWS, int D, int TB, class TDX, class TDY, class TX>
+__device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float *w, double eps)
+{
+    typedef RowPart<D, TB> P;
+    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+        float xv[P::NC][8], gv[P::NC][8], wv[P::NC][8];
+        double ss = 0.0, s = 0.0;
+#pragma unroll
+        for (int c = 0; c < P::NC; c++)
+            if (P::col(c) < D) {
+                ld8(x + r * D + P::col(c), xv[c]);
+                ld8(dy + r * D + P::col(c), gv[c]);
+                ld8(w + P::col(c), wv[c]);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    ss += (double)xv[c][i] * xv[c][i];
+                    s += (double)wv[c][i] * gv[c][i] * xv[c][i];
+                }
+            }
+        ss = block_sum<TB>(ss);
+        const double inv = 1.0 / sqrt(ss / (double)D + eps);
+        s = block_sum<TB>(s);
+#pragma unroll
+        for (int c = 0; c < P::NC; c++)
+            if (P::col(c) < D) {
+                float o[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    o[i] = (float)(inv * wv[c][i] * gv[c][i] - (double)xv[c][i] * inv * inv * inv / (double)D * s);
+                st8(dx + r * D + P::col(c), o);
+            }
+    }
+}
+
+/* rmsnorm_dw's step 1: rinv [r] = 1 / rms(x_r) */
+template <long long ROWS, int D, int TB, class TX> __device__ void rms_inv_rows(double *rinv, const TX *x, double eps)
+{
+    typedef RowPart<D, TB> P;
+    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+        double ss = 0.0;
+#pragma unroll
+        for (int c = 0; c < P::NC; c++)
+            if (P::col(c) < D) {
+                float v[8];
+                ld8(x + r * D + P::col(c), v);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    ss += (double)v[i] * v[i];
+            }
+        ss = block_sum<TB>(ss);
+        if (threadIdx.x == 0)
+            rinv[r] = 1.0 / sqrt(ss / (double)D + eps);
+    }
+}
+
+/* slice of the last dimension, 8 elements per thread (W, OFF, SIZE % 8 == 0): a copy, bf16 widened exactly
+ * and stored rounded as the reference */
+template <long long ROWS, long long W, long long OFF, long long SIZE, class TY, class TX>
+__device__ void slice8(TY *y, const TX *x)
+{
+    for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < ROWS * SIZE / 8;
+         q += (long long)gridDim.x * blockDim.x) {
+        const long long i = 8 * q;
+        float v[8];
+        ld8(x + i / SIZE * W + OFF + i % SIZE, v);
+        st8(y + i, v);
+    }
+}
+
+/* combine: out [T, D] f32, token t sums its KS expert rows y [R, D] f32 (rows through plan [T, KS]) in
+ * slot order from 0.0f, as the reference combine (the same sums, bit for bit); one block per token, 4
+ * columns (16 bytes) per thread. A plan row past R reads nothing, as in the reference only rows < R exist. */
+template <long long T, int KS, long long D> __device__ void combine_rows(float *out, const float *y, const int *plan)
+{
+    for (long long t = blockIdx.x; t < T; t += gridDim.x) {
+        long long row[KS];
+#pragma unroll
+        for (int j = 0; j < KS; j++)
+            row[j] = plan[t * KS + j];
+        for (long long c = 4 * threadIdx.x; c < D; c += 4 * blockDim.x) {
+            float4 acc;
+            acc.x = 0.0f, acc.y = 0.0f, acc.z = 0.0f, acc.w = 0.0f;
+#pragma unroll
+            for (int j = 0; j < KS; j++) {
+                const float4 v = *(const float4 *)(y + row[j] * D + c);
+                acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+            }
+            *(float4 *)(out + t * D + c) = acc;
+        }
+    }
+}
+
 } /* namespace fast */
 } /* namespace moec */
