@@ -89,33 +89,36 @@ template <long long ROWS, int N, long long K, long long CH, int TB>
 __device__ void skinny_linear_dw_part(float *part, const float *dy, const float *x)
 {
     __shared__ float sdy[64 * N];
-    constexpr long long SLABS = K / (4 * TB);
-    const long long c = blockIdx.x / SLABS, k = 4 * ((long long)(blockIdx.x % SLABS) * TB + threadIdx.x);
-    float4 acc[N];
+    constexpr long long SLABS = K / (4 * TB), CHUNKS = (ROWS + CH - 1) / CH;
+    /* grid-stride over the (chunk, slab) items, so that fewer blocks give the same result (the emulator) */
+    for (long long b = blockIdx.x; b < CHUNKS * SLABS; b += gridDim.x) {
+        const long long c = b / SLABS, k = 4 * ((b % SLABS) * TB + threadIdx.x);
+        float4 acc[N];
 #pragma unroll
-    for (int n = 0; n < N; n++)
-        acc[n] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const long long end = (c + 1) * CH < ROWS ? (c + 1) * CH : ROWS;
-    for (long long r0 = c * CH; r0 < end; r0 += 64) {
-        __syncthreads();
-        for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
-            sdy[i] = r0 + i / N < end ? dy[r0 * N + i] : 0.0f;
-        __syncthreads();
-        for (int i = 0; i < 64 && r0 + i < end; i++) {
-            const float4 xv = *(const float4 *)(x + (r0 + i) * K + k);
+        for (int n = 0; n < N; n++)
+            acc[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+        const long long end = (c + 1) * CH < ROWS ? (c + 1) * CH : ROWS;
+        for (long long r0 = c * CH; r0 < end; r0 += 64) {
+            __syncthreads();
+            for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
+                sdy[i] = r0 + i / N < end ? dy[r0 * N + i] : 0.0f;
+            __syncthreads();
+            for (int i = 0; i < 64 && r0 + i < end; i++) {
+                const float4 xv = *(const float4 *)(x + (r0 + i) * K + k);
 #pragma unroll
-            for (int n = 0; n < N; n++) {
-                const float d = sdy[i * N + n];
-                acc[n].x += d * xv.x;
-                acc[n].y += d * xv.y;
-                acc[n].z += d * xv.z;
-                acc[n].w += d * xv.w;
+                for (int n = 0; n < N; n++) {
+                    const float d = sdy[i * N + n];
+                    acc[n].x += d * xv.x;
+                    acc[n].y += d * xv.y;
+                    acc[n].z += d * xv.z;
+                    acc[n].w += d * xv.w;
+                }
             }
         }
-    }
 #pragma unroll
-    for (int n = 0; n < N; n++)
-        *(float4 *)(part + (c * N + n) * K + k) = acc[n];
+        for (int n = 0; n < N; n++)
+            *(float4 *)(part + (c * N + n) * K + k) = acc[n];
+    }
 }
 
 /* step 2 of 2: dw [N, K] = the sum over the CHUNKS partials, in chunk order */
@@ -427,6 +430,100 @@ template <long long T, int KS, long long D> __device__ void combine_rows(float *
                 acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
             }
             *(float4 *)(out + t * D + c) = acc;
+        }
+    }
+}
+
+/* Cross entropy and its gradient over logits [N, V] f32, one row per block of TB threads with the row's V
+ * logits in registers (NC float4 per thread: the row is read once, 16 bytes at a time). The row's max is
+ * exact (any order gives it); exp(l - max) in fp32 (expf) where the reference computes it in double (an
+ * fp64 exp per logit bounds the reference by the FP64 units), summed in double per thread in column order
+ * and then by the block's fixed tree: deterministic, within a few fp32 ulps of the reference. V % 4 == 0,
+ * V <= 4 NC TB. */
+template <int V, int TB> struct CeRow {
+    static constexpr int NC = (V / 4 + TB - 1) / TB;
+    static __device__ __forceinline__ int col(int c) { return 4 * ((int)threadIdx.x + c * TB); }
+    /* loads row l into v, returns its max and sum of exp(l - max) (every thread) */
+    static __device__ __forceinline__ void stats(const float *l, float4 (&v)[NC], float &mxf, double &sum)
+    {
+        float m = -__int_as_float(0x7f800000);
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            if (col(c) < V) {
+                v[c] = *(const float4 *)(l + col(c));
+                m = fmaxf(m, fmaxf(fmaxf(v[c].x, v[c].y), fmaxf(v[c].z, v[c].w)));
+            }
+        mxf = (float)block_max<TB>((double)m);
+        double s = 0.0;
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            if (col(c) < V)
+                s += (double)expf(v[c].x - mxf) + (double)expf(v[c].y - mxf) + (double)expf(v[c].z - mxf) +
+                     (double)expf(v[c].w - mxf);
+        sum = block_sum<TB>(s);
+    }
+};
+
+/* step 1 of cross_entropy: each row's loss log(sum) + max - l[target] (double) and whether it counts */
+template <long long N, int V, int TB, long long IGNORE>
+__device__ void ce_rows(double *row_loss, int *row_counted, const float *logits, const int *targets)
+{
+    typedef CeRow<V, TB> P;
+    for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+        const int t = targets[r];
+        const bool counted = !(t == IGNORE || t < 0 || t >= V);
+        double loss = 0.0;
+        if (counted) { /* the same for the whole block */
+            float4 v[P::NC];
+            float mx;
+            double sum;
+            P::stats(logits + r * V, v, mx, sum);
+            loss = log(sum) + (double)mx - (double)logits[r * V + t];
+        }
+        if (threadIdx.x == 0) {
+            row_loss[r] = loss;
+            row_counted[r] = counted;
+        }
+    }
+}
+
+/* step 2 of cross_entropy_dx: dx = dl (softmax - onehot) / count, fp32 per element, 16-byte stores */
+template <long long N, int V, int TB, long long IGNORE>
+__device__ void ce_dx_rows(float *dx, const float *dloss, const float *logits, const int *targets, const int *count)
+{
+    typedef CeRow<V, TB> P;
+    const double dl = dloss[0];
+    const int cnt = count[0];
+    const float scale = cnt ? (float)(dl / (double)cnt) : 0.0f;
+    for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+        const int t = targets[r];
+        float *d = dx + r * V;
+        if (t == IGNORE || t < 0 || t >= V || cnt == 0) { /* the same for the whole block */
+#pragma unroll
+            for (int c = 0; c < P::NC; c++)
+                if (P::col(c) < V) {
+                    float4 z;
+                    z.x = 0.0f, z.y = 0.0f, z.z = 0.0f, z.w = 0.0f;
+                    *(float4 *)(d + P::col(c)) = z;
+                }
+            continue;
+        }
+        float4 v[P::NC];
+        float mx;
+        double sum;
+        P::stats(logits + r * V, v, mx, sum);
+        const float rs = (float)(1.0 / sum);
+#pragma unroll
+        for (int c = 0; c < P::NC; c++) {
+            const int j = P::col(c);
+            if (j < V) {
+                float4 o;
+                o.x = (expf(v[c].x - mx) * rs - (j == t ? 1.0f : 0.0f)) * scale;
+                o.y = (expf(v[c].y - mx) * rs - (j + 1 == t ? 1.0f : 0.0f)) * scale;
+                o.z = (expf(v[c].z - mx) * rs - (j + 2 == t ? 1.0f : 0.0f)) * scale;
+                o.w = (expf(v[c].w - mx) * rs - (j + 3 == t ? 1.0f : 0.0f)) * scale;
+                *(float4 *)(d + j) = o;
+            }
         }
     }
 }

@@ -19,6 +19,12 @@ struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float __int_as_float(int u)
+{
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
 inline float __shfl_xor_sync(unsigned mask, float v, int m)
 {
     (void)mask;
