@@ -271,7 +271,7 @@ static int rms_tb(int64_t d)
 int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
-    if (rms_fast_ok(cg, cg_last(x))) {
+    if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32)) {
         int tb = rms_tb(cg_last(x));
         cg_impl(cg, "fast: the row in registers, 16-byte accesses");
         cg_begin(cg, n, "", "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double (fast)");
@@ -305,7 +305,7 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
-    if (rms_fast_ok(cg, cg_last(x))) {
+    if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32) && cg_aligned(n->src[0], 32)) {
         int tb = rms_tb(cg_last(x));
         cg_impl(cg, "fast: the row in registers, 16-byte accesses");
         cg_begin(cg, n, "", "rmsnorm_dx: one block per row, x, dy and w in registers, 16-byte accesses (fast)");
@@ -347,7 +347,7 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     const IrNode *x = n->src[1];
     int64_t rows = cg_lead(x), d = cg_last(x);
     int inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
-    if (rms_fast_ok(cg, d) && rows > 2 * RMS_DW_CHUNK) {
+    if (rms_fast_ok(cg, d) && rows > 2 * RMS_DW_CHUNK && cg_aligned(x, 32)) {
         int tb = rms_tb(d);
         cg_begin(cg, n, "rms", "rmsnorm_dw 1/3: each row's 1 / rms, one block per row, 16-byte loads (fast)");
         cg_param(cg, inv, 1, "rinv");
@@ -470,7 +470,7 @@ int cg_emit_rope(Cg *cg, const IrNode *n)
     char b[64];
     int64_t h = ir_attr_i(n, IR_ATTR_HEADS), hd = x->shape[2] / h;
     int64_t total = x->shape[0] * x->shape[1] * h * (hd / 2);
-    if (cg->kernel_choice == PLAN_KERNELS_FAST && hd % 16 == 0)
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && hd % 16 == 0 && cg_aligned(x, 32))
         return rope_fast(cg, n, h, hd);
     cg_begin(cg, n, "", n->op == IR_OP_ROPE ? "rope: rotate pairs (j, j + hd/2) by pos * theta^(-2j/hd)"
                                             : "rope_dx: rotate back by minus the angle");
@@ -617,7 +617,7 @@ int cg_emit_slice(Cg *cg, const IrNode *n)
     const IrNode *x = n->src[0];
     int64_t rows = cg_lead(x), size = ir_attr_i(n, IR_ATTR_SIZE);
     int64_t w = cg_last(x), off = ir_attr_i(n, IR_ATTR_OFFSET);
-    if (cg->kernel_choice == PLAN_KERNELS_FAST && w % 8 == 0 && off % 8 == 0 && size % 8 == 0) {
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && w % 8 == 0 && off % 8 == 0 && size % 8 == 0 && cg_aligned(x, 32)) {
         cg_begin(cg, n, "", "slice of the last dimension, 8 elements (16 bytes) per thread (fast)");
         cg_out(cg, n, "y");
         cg_in(cg, x, "x");

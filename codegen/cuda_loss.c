@@ -30,9 +30,10 @@ static void softmax_stats_lines(Cg *cg, const char *ind)
  * (dense_fast.cuh ce_rows, ce_dx_rows): where V % 4 == 0 and a row fits 8 float4 per thread of at most 1024
  * threads (V <= 32768: Mixtral's 32,000). Threads per row: V / 32 rounded up to a warp, so each thread holds
  * up to 8 float4 (8 16-byte loads in flight). 0: the reference kernels. */
-static int ce_fast_tb(const Cg *cg, int64_t V)
+static int ce_fast_tb(const Cg *cg, const IrNode *logits)
 {
-    if (cg->kernel_choice != PLAN_KERNELS_FAST || V % 4 != 0 || V > 32768 || V < 4)
+    int64_t V = cg_last(logits);
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || V % 4 != 0 || V > 32768 || V < 4 || !cg_aligned(logits, 16))
         return 0;
     int64_t tb = ((V / 4 + 7) / 8 + 31) / 32 * 32;
     return tb > 1024 ? 1024 : (int)tb;
@@ -45,7 +46,7 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
     const IrNode *x = n->src[0], *tg = n->src[1];
     int64_t N = cg_lead(x), V = cg_last(x);
     int rowloss = cg_ws(cg, n, PLAN_F64, N, "row_loss"), valid = cg_ws(cg, n, PLAN_I32, N, "row_counted");
-    int tb = ce_fast_tb(cg, V);
+    int tb = ce_fast_tb(cg, x);
     if (tb) {
         cg_impl(cg, "fast: the row in registers (16-byte loads, read once), exp in fp32");
         cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row, the row in registers, exp in fp32, "
@@ -122,7 +123,7 @@ int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
     cg_line(cg, "    count[0] = (int)c;");
     cg_end(cg, CG_BLOCK, 1);
 
-    int tb = ce_fast_tb(cg, V);
+    int tb = ce_fast_tb(cg, x);
     if (tb) {
         cg_impl(cg, "fast: the row in registers (16-byte loads, read once), exp in fp32");
         cg_begin(cg, n, "rows", "cross_entropy_dx 2/2: one block per row, the row in registers, softmax in fp32 with "

@@ -249,7 +249,7 @@ int cg_emit_combine(Cg *cg, const IrNode *n)
     const IrNode *y = n->src[0], *plan = n->src[1];
     int64_t T = cg_lead(plan), K = cg_last(plan), D = cg_last(n);
     if (cg->kernel_choice == PLAN_KERNELS_FAST && D % 4 == 0 && K <= 16 && !cg_is_bf16(cg, y->id) &&
-        !cg_is_bf16(cg, n->id)) {
+        !cg_is_bf16(cg, n->id) && cg_aligned(y, 16)) {
         /* decision 47: one block per token, 16-byte loads and stores; the reference's sums (bit for bit) */
         cg_begin(cg, n, "", "combine: each token sums its k expert rows, one block per token, 16-byte accesses (fast)");
         cg_out(cg, n, "out");
