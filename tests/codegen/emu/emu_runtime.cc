@@ -13,28 +13,6 @@
 #include <utility>
 #include <vector>
 
-/* what the plain-CUDA fast kernels (codegen/dense_fast.cuh: the skinny linears, RoPE's 16-byte accesses)
- * use beyond emu.h: run.sh emulates a --kernels fast plan only when it has no sm_90a code */
-struct alignas(16) uint4 {
-    unsigned x, y, z, w;
-};
-inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
-inline float __int_as_float(int u)
-{
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-inline float __shfl_xor_sync(unsigned mask, float v, int m)
-{
-    (void)mask;
-    emu_warp_put((double)v);
-    emu_syncwarp();
-    float r = (float)emu_warp_get((int)(threadIdx.x & 31) ^ m);
-    emu_syncwarp();
-    return r;
-}
-
 #include KERNELS_CU
 
 emu_dim3 threadIdx, blockIdx;

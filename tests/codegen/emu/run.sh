@@ -26,7 +26,10 @@ if grep -Eq '"kernels":[[:space:]]*"fast"' "$SCRATCH/plan.json" && grep -q '^// 
 fi
 # every node kernel (the optimizer's take scalars; emu_runtime.cc calls moec_adamw itself)
 grep -o '__launch_bounds__([0-9]*) k[0-9A-Za-z_]*' "$SCRATCH/kernels.cu" | awk '{print "EMU_K(" $2 ")"}' > "$SCRATCH/table.inc"
-g++ -std=c++17 -O1 -ffp-contract=off -w -I"$HERE" -DKERNELS_CU="\"$SCRATCH/kernels.cu\"" \
+# a fast plan's kernels use a few more CUDA names (emu_fast.h)
+FAST_INC=()
+grep -Eq '"kernels":[[:space:]]*"fast"' "$SCRATCH/plan.json" && FAST_INC=(-include "$HERE/emu_fast.h")
+g++ -std=c++17 -O1 -ffp-contract=off -w -I"$HERE" "${FAST_INC[@]}" -DKERNELS_CU="\"$SCRATCH/kernels.cu\"" \
     -DKERNEL_TABLE="\"$SCRATCH/table.inc\"" -c "$HERE/emu_runtime.cc" -o "$SCRATCH/emu_runtime.o"
 cc -std=c11 -D_GNU_SOURCE -O1 -ffp-contract=off -I"$BUILD/gen" -I"$ROOT/compiler" -c "$HERE/check.c" -o "$SCRATCH/check.o"
 g++ -o "$SCRATCH/check" "$SCRATCH/check.o" "$SCRATCH/emu_runtime.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
