@@ -245,6 +245,14 @@ const char *cg_ctype(PlanStorage s)
 
 int cg_is_bf16(const Cg *cg, int id) { return id >= 0 && id < cg->nbufs && cg->bufs[id].storage == PLAN_BF16; }
 
+int cg_aligned(const IrNode *n, int bytes)
+{
+    int64_t off = 0;
+    for (; n->op == IR_OP_VIEW; n = n->src[0])
+        off += ir_attr_i(n, IR_ATTR_OFFSET) * 4; /* views are fp32 (decide_storage), as the offset in the buffer plan */
+    return off % bytes == 0;
+}
+
 /* ------------------------------------------------------------ storage types (docs/decisions.md 40)
  *
  * Under --kernels fast a node's tensor is stored in bf16 when
