@@ -11,7 +11,10 @@ command -v g++ >/dev/null || { echo "emulation needs g++" >&2; exit 1; }
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
 moec compile "$ROOT/models/mixtral_tiny.moe" --emit-cuda "$SCRATCH" >/dev/null
 grep -o '__launch_bounds__([0-9]*) k[0-9A-Za-z_]*' "$SCRATCH/kernels.cu" | awk '{print "EMU_K(" $2 ")"}' > "$SCRATCH/table.inc"
-g++ -std=c++17 -O1 -ffp-contract=off -w -I"$HERE" -DKERNELS_CU="\"$SCRATCH/kernels.cu\"" \
+# the default plan is fast (decision 48): its plain-CUDA fast kernels use a few more CUDA names (emu_fast.h)
+FAST_INC=()
+grep -Eq '"kernels":[[:space:]]*"fast"' "$SCRATCH/plan.json" && FAST_INC=(-include "$HERE/emu_fast.h")
+g++ -std=c++17 -O1 -ffp-contract=off -w -I"$HERE" "${FAST_INC[@]}" -DKERNELS_CU="\"$SCRATCH/kernels.cu\"" \
     -DKERNEL_TABLE="\"$SCRATCH/table.inc\"" -c "$HERE/emu_runtime.cc" -o "$SCRATCH/emu_runtime.o"
 g++ -std=c++17 -O1 -ffp-contract=off -Wall -Werror -c "$HERE/comm_check.cc" -o "$SCRATCH/comm_check.o"
 g++ -o "$SCRATCH/comm_check" "$SCRATCH/comm_check.o" "$SCRATCH/emu_runtime.o" -lm
