@@ -18,8 +18,12 @@
 namespace moec {
 namespace fp8b {
 
-__device__ __forceinline__ unsigned q8(float x, int e) { return moec_e4m3_encode(x * moec_mx_pow2(-e)); }
-__device__ __forceinline__ float dq8(unsigned c, int e) { return moec_e4m3_decode(c) * moec_mx_pow2(e); }
+/* two values, two exponents: moec_e4m3_encode(a 2^-ea) | moec_e4m3_encode(b 2^-eb) << 8, in one conversion
+ * on the GPU (util/e4m3.h moec_e4m3_encode2) */
+__device__ __forceinline__ unsigned q8x2(float a, int ea, float b, int eb)
+{
+    return moec_e4m3_encode2(a * moec_mx_pow2(-ea), b * moec_mx_pow2(-eb));
+}
 /* one 16-byte store (NVVM split the plain uint4 store of quant_tiles into four 4-byte ones) */
 __device__ __forceinline__ void st16(void *p, unsigned a, unsigned b, unsigned c, unsigned d)
 {
@@ -35,7 +39,7 @@ __device__ __forceinline__ float amax4(const float (&v)[4])
 }
 __device__ __forceinline__ unsigned pack_q4(const float (&v)[4], int e)
 {
-    return q8(v[0], e) | (q8(v[1], e) << 8) | (q8(v[2], e) << 16) | (q8(v[3], e) << 24);
+    return q8x2(v[0], e, v[1], e) | (q8x2(v[2], e, v[3], e) << 16);
 }
 
 /* ---- sources: value (padded row pr, column c) of the tensor being quantised; `prep` once per padded
@@ -170,8 +174,8 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
                     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
                 const int e = moec_mx_scale_exp(m);
                 uint2 p;
-                p.x = q8(v[j][0], e) | (q8(v[j][1], e) << 8) | (q8(v[j][2], e) << 16) | (q8(v[j][3], e) << 24);
-                p.y = q8(v[j][4], e) | (q8(v[j][5], e) << 8) | (q8(v[j][6], e) << 16) | (q8(v[j][7], e) << 24);
+                p.x = q8x2(v[j][0], e, v[j][1], e) | (q8x2(v[j][2], e, v[j][3], e) << 16);
+                p.y = q8x2(v[j][4], e, v[j][5], e) | (q8x2(v[j][6], e, v[j][7], e) << 16);
                 *(uint2 *)(q + (long long)pr * C + c) = p;
                 if (cl == 0)
                     sa[cb * rcap + pr] = (unsigned char)(e + 127);
@@ -207,8 +211,8 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
                 const int cc = 8 * cl + i, e = cexp[cc];
                 /* rows 8 rg .. 8 rg + 7: half (rg % 2) of 16-byte unit rg / 2, stored at unit (rg / 2) ^ (cc / 8 % 8) */
                 uint2 p;
-                p.x = q8(v[0][i], e) | (q8(v[1][i], e) << 8) | (q8(v[2][i], e) << 16) | (q8(v[3][i], e) << 24);
-                p.y = q8(v[4][i], e) | (q8(v[5][i], e) << 8) | (q8(v[6][i], e) << 16) | (q8(v[7][i], e) << 24);
+                p.x = q8x2(v[0][i], e, v[1][i], e) | (q8x2(v[2][i], e, v[3][i], e) << 16);
+                p.y = q8x2(v[4][i], e, v[5][i], e) | (q8x2(v[6][i], e, v[7][i], e) << 16);
                 *(uint2 *)&ct[cc][(((rg >> 1) ^ (cc >> 3 & 7)) << 4) + 8 * (rg & 1)] = p;
             }
             __syncthreads(); /* ct complete; it is written again only after the next tile's first barrier */

@@ -9,7 +9,8 @@
 #     within 1%;
 #     the same for tests/gpu/fast_attn.moe (the fast attention: run_plan, --chain, 30 steps);
 #  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward;
-#  4. fp8-block (FP8=0 skips it; decision 38): run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
+#  4. fp8-block (FP8=0 skips it; decision 38): the device's E4M3 conversion against the integer encoder on
+#     every float (tests/gpu/e4m3_check.c), run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
 #     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL), 30 training steps on
 #     the GPU against the CPU backend running the same binary (--device cpu: the fp8-block reference), every
 #     step's loss within 2%, the same model at bf16 on the GPU beside it (reported, final loss within 5%),
@@ -40,6 +41,11 @@ if [ "$MODE" != run ]; then
     g++ -o "$OUT/bin/${t%%:*}" "$OUT/${t%%:*}.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
     rm "$OUT/${t%%:*}.o"
   done
+  cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -Werror -Iruntime/gpu -c tests/gpu/e4m3_check.c -o "$OUT/e4m3_check.o"
+  g++ -o "$OUT/bin/e4m3_check" "$OUT/e4m3_check.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
+  rm "$OUT/e4m3_check.o"
+  mkdir -p "$OUT/cuda/e4m3"
+  "$OUT/bin/e4m3_check" --emit "$OUT/cuda/e4m3"
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
   cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
   m=tests/gpu/fast_mlp.moe
@@ -141,6 +147,10 @@ for l in $LAYERS; do
   done
 done
 if [ "$FP8" = 1 ]; then
+  # the device's E4M3 conversion (util/e4m3.h moec_e4m3_encode2) against the integer encoder on all 2^32 floats
+  "$B/e4m3_check" --run "$OUT/cuda/e4m3" >"$L/e4m3_check.log" 2>&1
+  rc=$?
+  row e4m3_hw "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(head -3 "$L/e4m3_check.log" | tr '\n' ' ' | cut -c1-160)"
   # fp8-block: every node on the CPU's inputs (the expert MLPs against the CPU's fp8-block reference), then chained
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" >"$L/run_plan_fp8.log" 2>&1
   rc=$?

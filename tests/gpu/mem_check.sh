@@ -9,6 +9,8 @@
 #   mixtral4_b12   the same layers at batch 12 x 4096 do not fit without checkpointing (--dry-run refuses)
 #   mixtral4_ckpt_dry, mixtral4_ckpt_run   tests/gpu/mixtral4_ckpt.moe: batch 12 x 4096 with `checkpoint
 #                  blocks` (decision 43): the dry run fits (128.93 GiB), 3 steps measured within 10% of it
+#   mixtral4_speed moec's tokens/s (median of steps 4-10) beside transformers' on the same 4-layer config (bf16,
+#                  grouped_mm experts, bench/anchors.py; needs torch + transformers; MEM_CHECK_HF=0 skips it)
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-mem): moec,
 # the training binary (kernels embedded for sm_90a), libcjson.so.1, the FASTA data: the layout of
 # tests/gpu/train_check.sh's OUTDIR, whose run runs this one too (its row mixtral4). Run (the GPU machine: a
@@ -30,6 +32,7 @@ if [ "$MODE" != run ]; then
   cp "$BUILD/moec" "$OUT/bin/moec"
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
   cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
+  cp bench/anchors.py tests/gpu/mixtral4.moe "$OUT/"
   "$BUILD/moec" compile tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH" >/dev/null
   "$BUILD/moec" compile tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH" >/dev/null
   set +e
@@ -77,6 +80,24 @@ check mixtral4
 nrc=$?
 row mixtral4_b12 "$([ $nrc -ne 0 ] && grep -q '^peak: .*: does not fit' "$L/mixtral4_b12_dry.log" && echo ok || echo FAIL)" "without checkpointing, refused: rc=$nrc; $(grep -m1 '^peak:' "$L/mixtral4_b12_dry.log")"
 check mixtral4_ckpt
+
+# speed beside transformers (issue 13's target: >= 1.3x the tokens/s of the same 4-layer config in bf16 with
+# transformers' grouped_mm experts, same run): moec's median over steps 4-10, then bench/anchors.py on the same
+# model file (MEM_CHECK_HF=0 skips it; a machine without torch reports it unavailable). A benchmark, reported
+# here beside the memory rows; the row fails only when a side did not run.
+if [ "${MEM_CHECK_HF:-1}" = 1 ]; then
+  "$B/mixtral4" --data "$OUT/data/proteins.fasta.gz" --device cuda --steps 10 --eval-every 0 --log-every 1 \
+    --log "$L/mixtral4_speed.jsonl" >"$L/mixtral4_speed.log" 2>&1
+  src=$?
+  mt=$(grep -o '"tokens_per_s":[0-9.e+]*' "$L/mixtral4_speed.jsonl" | cut -d: -f2 | tail -n +4 | sort -g |
+       awk '{a[NR] = $1} END {if (NR) printf "%.0f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+  timeout 900 "${PYTHON:-python3}" "$OUT/anchors.py" "$OUT/mixtral4.moe" --out "$L/mixtral4_hf.json" --dtypes bf16 \
+    --impls grouped_mm --no-layers --steps 5 --warmup 2 >"$L/mixtral4_hf.log" 2>&1
+  ht=$("${PYTHON:-python3}" -c 'import json,sys; m=json.load(open(sys.argv[1]))["models"][0]; r=(m.get("runs") or [m])[0]; print("%.0f %.1f" % (r["tokens_per_s"], r["peak_mem_gib"]) if r.get("status") == "ok" else "- " + str(r.get("error", "?"))[:80].replace(" ", "_"))' "$L/mixtral4_hf.json" 2>/dev/null)
+  read -r hft hfmem <<<"${ht:--}"
+  ratio=$(awk -v a="${mt:-0}" -v b="${hft:-0}" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}')
+  row mixtral4_speed "$([ $src -eq 0 ] && [ -n "$mt" ] && [ "$ratio" != - ] && echo ok || echo FAIL)" "moec ${mt:-?} tok/s (median of steps 4-10), transformers grouped_mm bf16 ${hft:-?} tok/s (peak ${hfmem:-?} GiB): ${ratio} (target >= 1.3x)"
+fi
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
