@@ -871,7 +871,10 @@ struct GemmFp8MGrouped {
  *                      one 128-token block for 128 rows of dW (or columns) 128 contiguous bytes
  *   offsets [E + 1]    multiples of 128 (the fast MLP's padded groups): each 128-token block lies in one
  *                      group; an empty group gets dW[g] = 0
- *   dW [E, N, K] fp32, 8-byte stores from the accumulator fragment.
+ *   dW [E, N, K] fp32: EPI 1 (GEMM_SM90_KEPI_REGS, the default) 8-byte stores from the accumulator fragment;
+ *                      EPI 0 (GEMM_SM90_KEPI_TMA) asynchronous TMA stores through tma_dw (dW viewed [E N, K],
+ *                      fp32, box {32, 64}, as GemmKGrouped's EPILOGUE 0: 64 x 32 chunks, two 8 KB staging
+ *                      buffers a consumer warpgroup, 32 KB more shared memory, so one stage fewer fits).
  * Tiles 128 (n) x 128 (k), E (N / 128) (K / 128) of them (moec_sched_ktile); per tile, one stage per
  * 128-token block: a 128 x 128 A tile and B tile (the M-grouped FP8 kernel's stage exactly, so the same
  * descriptors and four k32 wgmma per stage), and 128 + 128 scale codes by bulk copies. Warp 1 of the
@@ -881,14 +884,16 @@ struct GemmFp8MGrouped {
  * multiply by a power of two exact (as fp8b_gemm_ref's p . (sa sb)) unless it leaves fp32's range.
  * Stages in pairs into t0, t1 as GemmFp8MGrouped (t0's promotion overlaps t1's wgmma); a group's odd last
  * block alone. Registers per consumer thread: acc 64 + t0 64 + t1 64. */
-template <int E, int N, int K, int STAGES, int BAND = 16>
+template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16>
 struct GemmFp8KGrouped {
     static constexpr int BLOCK = 128, THREADS = 384;
     static constexpr int A_BYTES = 128 * 128, B_BYTES = 128 * 128;
     static constexpr int SA_BYTES = 128, SB_BYTES = 128, FS_BYTES = 1024; /* fa [128] + fb [128] fp32 */
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
     static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
-    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 3 * STAGES * 8;
+    static constexpr int OUT_COLS = 32, OUT_CHUNK_BYTES = 64 * OUT_COLS * 4; /* EPI 0: 64 rows x 32 fp32 */
+    static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : 0;
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
     static constexpr int NUM_N = N / 128, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
     static constexpr int ACC = 64;
     static constexpr int CONSUMER_WARPS = 8;
@@ -896,20 +901,25 @@ struct GemmFp8KGrouped {
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
     static_assert(N < 2147483647 / 2 && K < 2147483647 / 2, "the rows of the operands must fit an int coordinate");
+    static_assert(EPI == 0 || EPI == 1, "EPI is 0 (TMA stores) or 1 (stores from registers)");
+    static_assert(EPI != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
 
+    /* shared-memory map (base 1024-aligned): the A ring, the B ring, the fp32 staging buffers (EPI 0; all three
+     * 1024-aligned for the 128-byte swizzle), the scale codes, the decoded scales, the barriers */
     __device__ static __forceinline__ unsigned a_at(unsigned base, int s) { return base + s * A_BYTES; }
     __device__ static __forceinline__ unsigned b_at(unsigned base, int s) { return base + STAGES * A_BYTES + s * B_BYTES; }
+    __device__ static __forceinline__ unsigned out_at(unsigned base) { return base + STAGES * (A_BYTES + B_BYTES); }
     __device__ static __forceinline__ unsigned sa_at(unsigned base, int s)
     {
-        return base + STAGES * (A_BYTES + B_BYTES) + s * SA_BYTES;
+        return out_at(base) + OUT_BYTES + s * SA_BYTES;
     }
     __device__ static __forceinline__ unsigned sb_at(unsigned base, int s)
     {
-        return base + STAGES * (A_BYTES + B_BYTES + SA_BYTES) + s * SB_BYTES;
+        return out_at(base) + OUT_BYTES + STAGES * SA_BYTES + s * SB_BYTES;
     }
     __device__ static __forceinline__ unsigned fs_at(unsigned base, int s)
     {
-        return base + STAGES * (A_BYTES + B_BYTES + SA_BYTES + SB_BYTES) + s * FS_BYTES;
+        return out_at(base) + OUT_BYTES + STAGES * (SA_BYTES + SB_BYTES) + s * FS_BYTES;
     }
     /* E8M0 code -> 2^(c - 127) exactly (code 0: 2^-127, a subnormal; 255: NaN) */
     __device__ static __forceinline__ float e8m0(unsigned c)
@@ -956,12 +966,14 @@ struct GemmFp8KGrouped {
         }
     }
 
+    /* EPI 1 (tma_dw unused: nullptr) or EPI 0 */
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, float *dw, const void *sa,
-                                               const void *sb, const int *offsets, int rows_cap)
+                                               const void *sb, const int *offsets, int rows_cap,
+                                               const TmaDesc *tma_dw = nullptr)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-        const unsigned full_bar = base + STAGES * STAGE_BYTES, empty_bar = full_bar + STAGES * 8,
+        const unsigned full_bar = base + STAGES * STAGE_BYTES + OUT_BYTES, empty_bar = full_bar + STAGES * 8,
                        ready_bar = empty_bar + STAGES * 8;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
 
@@ -980,6 +992,8 @@ struct GemmFp8KGrouped {
             if (warp == 0 && elect_one()) {
                 tma_prefetch_desc(&tma_a);
                 tma_prefetch_desc(&tma_b);
+                if constexpr (EPI == 0)
+                    tma_prefetch_desc(tma_dw);
                 int stage = 0;
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
@@ -1083,12 +1097,47 @@ struct GemmFp8KGrouped {
                 }
 #undef MOEC_FP8K_ISSUE
 #undef MOEC_FP8K_PROMOTE
-                float *p0 = dw + ((long long)g * N + (long long)nb * 128 + r) * K + (long long)kb * 128 + 2 * (lane % 4);
+                if constexpr (EPI == 0) {
+                    /* GemmKGrouped's EPILOGUE 0: chunk cc (columns 32 cc .. + 31 of the warpgroup's 64 rows, 128
+                     * bytes a row) into buffer cc % 2 in the TMA's 128-byte swizzled layout (row rr at 128 rr, its
+                     * 16-byte unit u at (u ^ rr % 8) * 16; conflict-free), one thread stores it; a buffer is
+                     * rewritten once the store that read it is done; the last drain during the next tile */
+                    const int tid = threadIdx.x % 128, q = lane % 4, rr = wq * 16 + lane / 4;
+                    const int row0 = g * N + nb * 128 + half * 64;
+                    const unsigned out_buf = out_at(base);
 #pragma unroll
-                for (int j = 0; j < ACC / 4; j++) {
-                    st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                    st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                    for (int cc = 0; cc < 128 / OUT_COLS; cc++) {
+                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                        if (tid == 0)
+                            bulk_wait_read<1>();
+                        named_barrier(1 + half, 128);
+#pragma unroll
+                        for (int jj = 0; jj < OUT_COLS / 8; jj++) {
+                            const int j = cc * (OUT_COLS / 8) + jj;
+                            const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (rr & 7)) * 16) + 8 * (q & 1));
+                            st_shared_f32x2(buf + rr * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
+                            st_shared_f32x2(buf + (rr + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
+                        }
+                        fence_proxy_async();
+                        named_barrier(1 + half, 128);
+                        if (tid == 0) {
+                            tma_store_2d(tma_dw, buf, kb * 128 + cc * OUT_COLS, row0);
+                            bulk_commit();
+                        }
+                    }
+                } else {
+                    float *p0 =
+                        dw + ((long long)g * N + (long long)nb * 128 + r) * K + (long long)kb * 128 + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < ACC / 4; j++) {
+                        st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                        st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                    }
                 }
+            }
+            if constexpr (EPI == 0) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
         }
     }
@@ -1159,5 +1208,15 @@ struct GemmFp8KGrouped {
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              float *dw, const void *sa, const void *sb, const int *offsets, int rows_cap)                     \
     {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap);       \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap);    \
+    }
+/* The same with the TMA-store epilogue (EPI 0) and a third tensor map: tma_dw over dW viewed [E * N, K], fp32,
+ * 128-byte swizzle, box {32, 64} (gemm_fp8_kgrouped_dw_map); dw is not read. */
+#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA(NAME, E, N, K, STAGES)                                               \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
+             const int *offsets, int rows_cap)                                                               \
+    {                                                                                                         \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap, &tma_dw); \
     }

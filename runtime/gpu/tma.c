@@ -100,3 +100,13 @@ int gemm_fp8_kgrouped_tensor_maps(const GemmFp8Shape *s, CUdeviceptr dyt, CUdevi
     return tma_encode_u8_2d(ta, dyt, (unsigned long long)s->N, (unsigned long long)rows_cap, 128, err, errlen) &&
            tma_encode_u8_2d(tb, xt, (unsigned long long)s->K, (unsigned long long)rows_cap, 128, err, errlen);
 }
+
+int gemm_fp8_kgrouped_dw_map(const GemmFp8Shape *s, CUdeviceptr dw, CUtensorMap *tdw, char *err, size_t errlen)
+{
+    if (dw & 15) {
+        snprintf(err, errlen, "dW must be 16-byte aligned for its tensor map");
+        return 0;
+    }
+    return tma_encode_f32_2d(tdw, dw, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K, 64,
+                             err, errlen);
+}

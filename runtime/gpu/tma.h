@@ -47,5 +47,7 @@ int gemm_fp8_tensor_maps(const GemmFp8Shape *s, CUdeviceptr a, long long rows_ca
  * X^T [K, rows_cap] E4M3 at xt, both box {128, 128}. 1, or 0 + err. */
 int gemm_fp8_kgrouped_tensor_maps(const GemmFp8Shape *s, CUdeviceptr dyt, CUdeviceptr xt, long long rows_cap,
                                   CUtensorMap *ta, CUtensorMap *tb, char *err, size_t errlen);
+/* tdw over dW [E * N, K] fp32 at dw (16-byte aligned), box {32, 64}: GEMM_FP8_OUT_F32_TMA's stores */
+int gemm_fp8_kgrouped_dw_map(const GemmFp8Shape *s, CUdeviceptr dw, CUtensorMap *tdw, char *err, size_t errlen);
 
 #endif

@@ -758,6 +758,7 @@ typedef struct KCfg {
     int rows[32];
 } KCfg;
 #define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}
+#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA} /* TMA stores: 32 KB, one stage fewer */
 static const KCfg kcfgs[] = {
     {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}},
     {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}},
@@ -767,6 +768,12 @@ static const KCfg kcfgs[] = {
     {"kblock_mixtral_dw_down", FP8K(8, 4096, 14336), 1, 0, U8(2048)},
     {"kblock_bio_dw_up", FP8K(16, 5632, 1024), 1, 0, U16(1024)},
     {"kblock_bio_dw_down", FP8K(16, 1024, 2816), 1, 0, U16(1024)},
+    /* the TMA-store epilogue (not what codegen emits yet: these are its A/B) */
+    {"kblock_ragged_tma", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}},
+    {"kblock_mixtral_dw_gate_up_tma", FP8KT(8, 28672, 4096), 1, 0, U8(2048)},
+    {"kblock_mixtral_dw_down_tma", FP8KT(8, 4096, 14336), 1, 0, U8(2048)},
+    {"kblock_bio_dw_up_tma", FP8KT(16, 5632, 1024), 1, 0, U16(1024)},
+    {"kblock_bio_dw_down_tma", FP8KT(16, 1024, 2816), 1, 0, U16(1024)},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
@@ -1025,11 +1032,16 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
     ck(cu.cuMemcpyHtoD(SB, q.sb, q.sb_bytes), "sb HtoD");
     ck(cu.cuMemcpyHtoD(OFF, off, sizeof(int) * (size_t)(E + 1)), "offsets HtoD");
     ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison dW");
-    CUtensorMap ta, tb;
+    CUtensorMap ta, tb, tdw;
     if (!gemm_fp8_kgrouped_tensor_maps(s, A, B, rows_cap, &ta, &tb, err, sizeof err))
         die(c->name, err);
+    const int tma_epi = s->out == GEMM_FP8_OUT_F32_TMA;
+    if (tma_epi && !gemm_fp8_kgrouped_dw_map(s, D, &tdw, err, sizeof err))
+        die(c->name, err);
     int rc_int = (int)rows_cap;
-    void *args[] = {&ta, &tb, &D, &SA, &SB, &OFF, &rc_int};
+    void *args_regs[] = {&ta, &tb, &D, &SA, &SB, &OFF, &rc_int};
+    void *args_tma[] = {&ta, &tb, &tdw, &D, &SA, &SB, &OFF, &rc_int};
+    void **args = tma_epi ? args_tma : args_regs;
     ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
     ck(cu.cuCtxSynchronize(), "run 1");
     float *d1 = malloc(dbytes), *d2 = malloc(dbytes);
@@ -1065,9 +1077,10 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
     res->deterministic = memcmp(d1, d2, dbytes) == 0;
     kverify(c, &q, off, rows_cap, d1, seed, res);
     res->pass = res->pass && res->deterministic;
-    printf("%-28s fp8-block wgrad E %2d N %5d K %5d: rows %lld (padded %d, rows_cap %lld), regs %d, local %d B, smem %d "
-           "B, quantised in %.1f s\n",
-           c->name, E, N, K, real, off[E], rows_cap, res->regs, res->local, smem, qsec);
+    printf("%-28s fp8-block wgrad E %2d N %5d K %5d, %d stages, %s: rows %lld (padded %d, rows_cap %lld), regs %d, "
+           "local %d B, smem %d B, quantised in %.1f s\n",
+           c->name, E, N, K, s->stages, tma_epi ? "TMA stores" : "stores from registers", real, off[E], rows_cap,
+           res->regs, res->local, smem, qsec);
     printf("  check %lld elements: %lld over tolerance (NaN included); max err/tol %.3f, normwise %.3g (bound %.3g); two "
            "runs bit-identical: %s -> %s\n",
            res->checked, res->bad, res->max_ratio, res->normwise, ldexp(1.0, -11), res->deterministic ? "yes" : "NO",

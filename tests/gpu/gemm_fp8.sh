@@ -59,15 +59,16 @@ if [ -x "$OUT/bf16/gemm_sm90" ] && [ -z "${GEMM_FP8_ONLY:-}" ]; then
   # the weight gradients: the bf16 K-grouped kernel (TMA-store epilogue, what fast plans use) against the FP8
   # K-grouped one (decision 45), the same shapes (dW [E, N, K], T = 2048 or 1024 rows a group)
   echo
-  printf '%-16s %12s %12s %12s %12s %12s\n' "wgrad TFLOP/s" "bf16 K-grp" "fp8-block K" "ms bf16" "ms fp8" "fp8/bf16"
+  printf '%-16s %12s %12s %12s %12s %12s %12s\n' "wgrad TFLOP/s" "bf16 K-grp" "fp8-block K" "fp8 K TMA" "ms bf16" "ms fp8" "fp8/bf16"
   for a in mixtral_dw_gate_up:mixtral_gate_up mixtral_dw_down:mixtral_down bio_dw_up:bio_up bio_dw_down:bio_down; do
     f8=${a%%:*} b16=${a##*:}
     b=$(awk -v n="wgrad_${b16}_tma" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
     bms=$(awk -v n="wgrad_${b16}_tma" '$1==n && NF>=8 && $7 ~ /PASS|FAIL/ {print $8}' "$OUT/bf16.log")
     f=$(awk -v n="kblock_$f8" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     fms=$(awk -v n="kblock_$f8" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
+    ft=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     r=$(awk -v x="${f:-0}" -v y="${b:-0}" 'BEGIN{if (y>0 && x>0) printf "%.2f", x/y; else print "-"}')
-    printf '%-16s %12s %12s %12s %12s %12s\n' "$f8" "${b:--}" "${f:--}" "${bms:--}" "${fms:--}" "$r"
+    printf '%-16s %12s %12s %12s %12s %12s %12s\n' "$f8" "${b:--}" "${f:--}" "${ft:--}" "${bms:--}" "${fms:--}" "$r"
   done
 fi
 echo "checks: $(grep -c -- '-> PASS' "$OUT/gemm_fp8.log") passed, $(grep -c -- '-> FAIL' "$OUT/gemm_fp8.log") failed (rc $rc); seed $SEED"

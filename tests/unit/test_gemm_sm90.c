@@ -368,6 +368,9 @@ static void test_fp8_kgrouped(void)
     GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
                                                                                  GEMM_FP8_OUT_F32};
     GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32};
+    GemmFp8Shape tma5 = gu, tma6 = gu;
+    tma5.out = tma6.out = GEMM_FP8_OUT_F32_TMA;
+    tma5.stages = 5;
     s7.stages = 7;
     bf.out = GEMM_FP8_OUT_BF16;
     mx.mode = GEMM_FP8_MX;
@@ -378,6 +381,11 @@ static void test_fp8_kgrouped(void)
     CHECK(gemm_fp8_kgrouped_check_shape(&dn, err, sizeof err), "FP8 K-grouped Mixtral dw_down: %s", err);
     CHECK(gemm_fp8_kgrouped_check_shape(&oddk, err, sizeof err), "K 384 (an odd number of 128 blocks): %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&s7, err, sizeof err) && strstr(err, "shared memory"), "7 stages: %s", err);
+    CHECK(gemm_fp8_kgrouped_check_shape(&tma5, err, sizeof err) &&
+              gemm_fp8_kgrouped_smem_bytes(&tma5) == 1024 + 5 * (32768 + 128 + 128 + 1024) + 5 * 24 + 32768,
+          "TMA stores, 5 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&tma5), err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&tma6, err, sizeof err) && strstr(err, "shared memory"),
+          "TMA stores, 6 stages: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&bf, err, sizeof err) && strstr(err, "fp32"), "bf16 out: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&mx, err, sizeof err) && strstr(err, "fp8-block"), "MXFP8: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&badn, err, sizeof err) && strstr(err, "128"), "N %% 128: %s", err);
@@ -403,7 +411,7 @@ static void test_fp8_kgrouped(void)
 
     if (!nvrtc_load(err, sizeof err))
         return;
-    const GemmFp8Shape shapes[] = {gu, oddk};
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
         char *src = gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
@@ -412,8 +420,8 @@ static void test_fp8_kgrouped(void)
         if (!ok && out.log)
             nvrtc_print_log(stderr, out.log, src, "gemm_fp8k.cu");
         CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
-              "FP8 K-grouped E %d N %d K %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N, s->K,
-              ok ? "" : err, out.nwarnings);
+              "FP8 K-grouped E %d N %d K %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N,
+              s->K, s->out, ok ? "" : err, out.nwarnings);
         CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 K-grouped: ptxas serialised the wgmma:\n%s",
               out.log ? out.log : "");
         nvrtc_output_free(&out);
