@@ -54,7 +54,7 @@ if [ "$MODE" != run ]; then
   for s in "${SHAPES[@]}"; do
     name=${s%%|*}
     rm -rf "${OUT:?}/cuda/$name"
-    "$BUILD/moec" compile "bench/models/layer/layer_$name.moe" --emit-cuda "$OUT/cuda/$name" --arch "$ARCH" >/dev/null
+    "$BUILD/moec" compile "bench/models/layer/layer_$name.moe" --kernels reference --emit-cuda "$OUT/cuda/$name" --arch "$ARCH" >/dev/null
     if [ -n "$KERNELS_FAST" ]; then
       rm -rf "${OUT:?}/cuda/${name}_fast"
       "$BUILD/moec" compile "bench/models/layer/layer_$name.moe" --kernels fast --emit-cuda "$OUT/cuda/${name}_fast" \

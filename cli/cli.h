@@ -23,8 +23,10 @@ typedef struct Options {
     int64_t ep, dp;
     const char *emit_cuda;   /* compile --emit-cuda DIR */
     const char *arch;        /* compile --arch ARCH */
-    int kernels;             /* compile, explain --kernels: PlanKernels (0 reference) */
+    int kernels;             /* compile, explain --kernels: PlanKernels; without --kernels fast, except for
+                                compile --arch other than sm_90a: reference (decision 48) */
     int kernels_given;       /* --kernels was given (explain then adds codegen's choices) */
+    int kernels_for_arch;    /* compile: reference chosen because --arch cannot run the fast kernels */
     int ir;                  /* --ir: FILE is IR text (as a .mir file is) */
     const char *passes;      /* opt --passes A,B,... */
 } Options;

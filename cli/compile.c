@@ -85,6 +85,10 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
             printf("%s: node %d %s (%s): %s\n", o->file, l->node, g->nodes[l->node]->name,
                    ir_node_op_name(g->nodes[l->node]), l->impl);
         }
+        if (p->needs_arch[0])
+            printf("%s: %s code (--kernels %s%s): runs on an sm_90 GPU (H100, H200) only; --kernels reference for "
+                   "another GPU\n", o->file, p->needs_arch, plan_kernels_name[p->source.kernels],
+                   o->kernels_given ? "" : ", the default");
     }
     if (!o->arch)
         return 0;
@@ -147,6 +151,17 @@ int cli_compile_command(const Options *o, Compilation *c)
     int want_cuda = o->emit_cuda || o->arch, rc = 0;
     if (want_cuda && p->gpu_unsupported) {
         fputs(p->gpu_unsupported, stderr);
+        plan_free(p);
+        return 1;
+    }
+    if (o->kernels_for_arch)
+        printf("%s: the reference kernels for --arch %s (the default, --kernels fast, is sm_90a code)\n", o->file,
+               o->arch);
+    if (o->arch && p->needs_arch[0] && strcmp(o->arch, p->needs_arch) != 0 && !plan_arch_takes_fast(o->arch)) {
+        /* --kernels fast asked for by name, for another GPU: NVRTC would fail on the first wgmma */
+        fprintf(stderr, "moec: error: --arch %s: %s's fast kernels (--kernels fast) are %s code, which only an sm_90 "
+                "GPU (H100, H200) runs; leave --kernels out or give --kernels reference for the fp32 kernels, "
+                "which compile for %s\n", o->arch, o->file, p->needs_arch, o->arch);
         plan_free(p);
         return 1;
     }

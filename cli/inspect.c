@@ -69,6 +69,13 @@ static int explain_kernels(const Options *o, Compilation *c)
            "(indices i32)\n",
            plan_kernels_name[p->source.kernels], nbf16, nbf16 == 1 ? "" : "s", bf16_bytes / 1048576.0,
            all_bytes / 1048576.0);
+    /* where the binary runs (decision 48): sm_90a code runs on an sm_90 GPU only */
+    printf("target (--kernels %s%s): %s\n", plan_kernels_name[p->source.kernels],
+           p->source.kernels == PLAN_KERNELS_FAST ? ", moec compile's default" : "",
+           p->needs_arch[0] ? "sm_90a code: the binary runs on an sm_90 GPU (H100, H200) or the CPU; "
+                              "--kernels reference for another GPU"
+           : p->source.kernels == PLAN_KERNELS_FAST ? "no sm_90a code (no node takes the sm_90a kernels): any GPU"
+                                                    : "any GPU");
     plan_free(p);
     return 0;
 }

@@ -166,7 +166,8 @@ static const char *const usage_explain =
     "With --kernels (text only), then the code generator's choices for that kernel\n"
     "set: each node with a choice of implementation and why (fast, or reference\n"
     "and the reason), each node the fast kernels read through (not materialised),\n"
-    "and each node tensor the plan stores in bf16 (the rest is fp32).\n";
+    "and each node tensor the plan stores in bf16 (the rest is fp32). fast is what\n"
+    "'moec compile' uses by default; reference is what --kernels reference gives.\n";
 
 static const char *const usage_compile =
     "usage: moec compile FILE -o OUT [--emit-cuda DIR] [--arch ARCH]\n"
@@ -194,10 +195,18 @@ static const char *const usage_compile =
     "                    docs/gpu-runtime.md); with --emit-cuda the image goes to\n"
     "                    DIR/kernels.cubin (.ptx). Loads libnvrtc from the CUDA\n"
     "                    toolkit at run time (MOEC_NVRTC_LIB overrides).\n"
-    "  --kernels K       reference (default: fp32 SIMT kernels) or fast: the sm_90a\n"
-    "                    bf16 tensor-core GEMMs for grouped_mlp(_bwd) nodes whose\n"
-    "                    shapes qualify (docs/kernels-sm90.md); --emit-cuda prints\n"
-    "                    which nodes got them and why not\n"
+    "  --kernels K       fast (the default) or reference. fast: the sm_90a bf16\n"
+    "                    tensor-core kernels (expert MLP, linears, flash attention)\n"
+    "                    for the nodes whose shapes qualify, bf16 storage around\n"
+    "                    them, the reference kernels elsewhere (docs/kernels-sm90.md);\n"
+    "                    --emit-cuda and 'moec explain FILE --kernels fast' say which\n"
+    "                    nodes got them and why not. A plan with sm_90a code runs on\n"
+    "                    an sm_90 GPU (H100, H200) only: elsewhere OUT stops and says\n"
+    "                    so. reference: the fp32 SIMT kernels everywhere, the oracle\n"
+    "                    the fast ones are checked against; they run on any GPU.\n"
+    "                    With --arch other than sm_90a the default is reference.\n"
+    "                    On the CPU (OUT --device cpu) the choice shows only as the\n"
+    "                    bf16 rounding of the tensors fast stores in bf16\n"
     "Without -o only the CUDA code is generated, and the model needs no alphabet.\n";
 
 static const char *const usage_plot =

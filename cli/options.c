@@ -206,5 +206,14 @@ int cli_parse_options(int argc, char **argv, Options *o)
             o->file = a;
         }
     }
+    /* the kernels by default (decision 48): fast, where a node qualifies; with --arch for another GPU than
+     * sm_90 (the fast kernels are sm_90a code), the reference kernels, which compile for any */
+    if (!o->kernels_given) {
+        o->kernels = PLAN_KERNELS_FAST;
+        if (o->arch && !plan_arch_takes_fast(o->arch)) {
+            o->kernels = PLAN_KERNELS_REFERENCE;
+            o->kernels_for_arch = 1;
+        }
+    }
     return -1;
 }

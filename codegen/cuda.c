@@ -430,6 +430,8 @@ int cg_param_copy(Cg *cg, const IrNode *param, int64_t glu_f)
         die("codegen: a working copy of %s, which is no param", param->name);
     for (int b = cg->g->nnodes; b < cg->nbufs; b++)
         if (cg->bufs[b].kind == PLAN_BUF_COPY && cg->bufs[b].node == param->id) {
+            if (cg->bufs[b].storage != PLAN_BF16)
+                die("codegen: %s has an e4m3 copy, and a kernel wants a bf16 one", param->name);
             if (cg->bufs[b].glu_f != glu_f)
                 die("codegen: %s's working copy wanted in two layouts", param->name);
             return b;
@@ -439,6 +441,22 @@ int cg_param_copy(Cg *cg, const IrNode *param, int64_t glu_f)
     int b = add_buf(cg, name, param->id, PLAN_BUF_COPY, PLAN_BF16, ir_numel(param));
     cg->bufs[b].glu_f = glu_f;
     return b;
+}
+
+int cg_param_fp8b_copy(Cg *cg, const IrNode *param)
+{
+    PlanFp8Copy c;
+    if (param->op != IR_OP_PARAM || !plan_fp8b_copy_layout(param, &c))
+        die("codegen: an e4m3 copy of %s, which is no param [E, N, K] with N, K multiples of 128", param->name);
+    for (int b = cg->g->nnodes; b < cg->nbufs; b++)
+        if (cg->bufs[b].kind == PLAN_BUF_COPY && cg->bufs[b].node == param->id) {
+            if (cg->bufs[b].storage != PLAN_E4M3)
+                die("codegen: %s has a bf16 copy, and a kernel wants an e4m3 one", param->name);
+            return b;
+        }
+    char name[512];
+    snprintf(name, sizeof name, "%s.e4m3_tiles", param->name);
+    return add_buf(cg, name, param->id, PLAN_BUF_COPY, PLAN_E4M3, c.bytes);
 }
 
 /* ------------------------------------------------------------ the kernel builder */
@@ -484,16 +502,16 @@ void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const ch
     cg->typed = 1;
 }
 
-void cg_tmap_u8(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name)
+void cg_tmap_u8(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name)
 {
     if (cg->nargs == CG_MAX_ARGS)
         die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
-    if (cg->bufs[buf].storage != PLAN_E4M3 || rows * cols > cg->bufs[buf].bytes || cols % 16)
-        die("codegen: byte tensor map %s of %s over a buffer that is no e4m3 [%lld x %lld]", name, cg->node->name,
-            (long long)rows, (long long)cols);
+    if (cg->bufs[buf].storage != PLAN_E4M3 || offset + rows * cols > cg->bufs[buf].bytes || cols % 16 || offset % 16)
+        die("codegen: byte tensor map %s of %s over a buffer that is no e4m3 [%lld x %lld] from byte %lld (16-byte "
+            "aligned)", name, cg->node->name, (long long)rows, (long long)cols, (long long)offset);
     sb_printf(&cg->params, "%sconst __grid_constant__ moec::sm90::TmaDesc %s", cg->nargs ? ", " : "", name);
-    cg->targs[cg->nargs] =
-        (PlanArg){.kind = PLAN_ARG_TMAP_U8, .buf = buf, .rows = rows, .cols = cols, .box_rows = box_rows, .box_cols = 128};
+    cg->targs[cg->nargs] = (PlanArg){.kind = PLAN_ARG_TMAP_U8, .buf = buf, .rows = rows, .cols = cols,
+                                     .box_rows = box_rows, .box_cols = 128, .offset = offset};
     cg->args[cg->nargs++] = buf;
     cg->typed = 1;
 }
@@ -775,6 +793,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
     const IrGraph *g = p->graph;
     check_table();
+    p->needs_arch[0] = 0;
     if (g->train.precision == IR_PREC_FP8_BLOCK && p->source.kernels != PLAN_KERNELS_FAST) {
         /* the reference kernels have no fp8-block path: the fused grouped_mlp would otherwise run its
          * fp32 kernels, wrong numerics, not an error. --kernels fast has one (cuda_moe_fast.c); a node
@@ -893,7 +912,9 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     sb_puts(&src, "\n// ======== device library: codegen/prelude.cuh ========\n");
     sb_puts(&src, cuda_prelude_lib);
     if (cg.fast_used || cg.attn_fast_used || nbf16) {
-        /* only plans with fast kernels (moec compile --kernels fast): the sm_90a device code */
+        /* only plans with fast kernels (moec compile --kernels fast): the sm_90a device code, which only an
+         * sm_90 GPU runs (the runtime refuses another with the way out: gpu_check_arch) */
+        snprintf(p->needs_arch, sizeof p->needs_arch, "sm_90a");
         sb_puts(&src, "\n// ======== sm_90a: codegen/gemm_sm90_sched.h, sm90.cuh, gemm_sm90.cuh ========\n");
         sb_puts(&src, cuda_prelude_sm90_sched);
         sb_puts(&src, cuda_prelude_sm90);

@@ -116,14 +116,20 @@ int cg_find_ws(Cg *cg, const IrNode *n, const char *what);
  * optimizer's step and when the parameters are loaded, never by a node's kernels. glu_f: its layout
  * (PlanBuf.glu_f: 0 the param's, F the gate/up-interleaved one). */
 int cg_param_copy(Cg *cg, const IrNode *param, int64_t glu_f);
+/* The e4m3 working copy of an fp8-block expert weight [E, N, K] (plan.h PlanFp8Copy: the 128x128-tile codes,
+ * the transposed codes and their scales), made on first use: written by the optimizer's step
+ * (moec_adamw_fp8b_ExNxK) and when the parameters are loaded (moec_fp8b_copy_ExNxK), never by a node's
+ * kernels. A param has one copy: a bf16 and an e4m3 one for the same param is an internal error. */
+int cg_param_fp8b_copy(Cg *cg, const IrNode *param);
 void cg_const(Cg *cg, const char *name, int64_t v);      /* constexpr long long name = v; */
 /* Typed parameters (plan.h PlanArg): `const __grid_constant__ moec::sm90::TmaDesc name`, a bf16 tensor
  * map over buffer buf viewed as [rows, cols] with box {64, box_rows}; `int name` passed as value. */
 void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name);
 /* The same for an fp32 tensor map over buffer buf from element `offset` on (16-byte aligned), box
  * {32, box_rows} (plan.h PLAN_ARG_TMAP_F32). */
-/* an E4M3 (byte) tensor map over buf viewed [rows, cols], box {128, box_rows} (plan.h PLAN_ARG_TMAP_U8) */
-void cg_tmap_u8(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const char *name);
+/* an E4M3 (byte) tensor map over buf from byte `offset` on (16-byte aligned) viewed [rows, cols], box
+ * {128, box_rows} (plan.h PLAN_ARG_TMAP_U8) */
+void cg_tmap_u8(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name);
 void cg_tmap_f32(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name);
 void cg_i32(Cg *cg, int64_t value, const char *name);
 /* The launch being built: `shared` bytes of dynamic shared memory, and (all_sms) one block per SM. */

@@ -364,7 +364,7 @@ static int check_mx_dims(Cg *cg, const IrNode *n, int64_t H, int64_t F)
 /* --kernels fast: 1 if the node qualifies for the fast kernels, else 0 with the reason as its "impl" */
 static int fast_or_why(Cg *cg, const IrNode *n)
 {
-    char why[256], impl[300];
+    char why[512], impl[560];
     if (cuda_fast_mlp_ok(n, why, sizeof why))
         return 1;
     snprintf(impl, sizeof impl, "reference: %s", why);
@@ -377,7 +377,7 @@ static int refuse_fp8b(Cg *cg, const IrNode *n)
 {
     if (ir_attr_e(n, IR_ATTR_PRECISION) != IR_PREC_FP8_BLOCK)
         return 0;
-    char why[320];
+    char why[512];
     if (cg->kernel_choice != PLAN_KERNELS_FAST)
         snprintf(why, sizeof why, "the reference kernels have no fp8-block path");
     else

@@ -229,7 +229,7 @@ static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const 
         f->rcap = (f->rcap + 15) / 16 * 16; /* the FP8 kernel's activation scales: rows_cap % 16 == 0 */
     f->steps = steps;
     f->op = ir_node_op_name(n);
-    char why[256], impl[300];
+    char why[512], impl[560];
     cuda_fast_mlp_ok(n, why, sizeof why);
     snprintf(impl, sizeof impl, "fast: %s", why);
     cg_impl(cg, impl);
@@ -625,8 +625,10 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  *             ([C, rows], the tokens contiguous: K-major for FP8 wgmma) with the scales [rows / 128][C], for
  *             the FP8 K-grouped GEMM (GemmFp8KGrouped, decision 45: promotion every 128 tokens with the
  *             outer product of the two scale vectors, as the CPU reference's fp8b_gemm_ref).
- * The weights are quantised by a pass per step in the forward node (their fp32 master copies read once,
- * the tiled and transposed E4M3 copies kept for the backward); not yet by the optimizer. */
+ * The weights' tiles and their transposed copies are the params' e4m3 working copies (plan.h PlanFp8Copy,
+ * cg_param_fp8b_copy), written by the optimizer's step in the pass that updates w (moec_adamw_fp8b_ExNxK,
+ * codegen/cuda_optim.c) and from the values whenever parameters are loaded (moec_fp8b_copy_ExNxK): no node
+ * quantises a weight (decision 44; decision 38 had a pass per step in the forward node). */
 
 static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(R, (int)E) + 15) / 16 * 16; }
 
@@ -648,7 +650,14 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K)
 static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
 {
     const IrNode *xs = n->src[n->op == IR_OP_GROUPED_MLP ? 0 : 1], *w1 = n->src[n->op == IR_OP_GROUPED_MLP ? 1 : 2];
+    const IrNode *w2 = n->src[n->op == IR_OP_GROUPED_MLP ? 2 : 3];
     int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
+    if (w1->op != IR_OP_PARAM || w2->op != IR_OP_PARAM) {
+        snprintf(why, len, "fp8-block: the expert weights must be params (the GEMMs read their E4M3 tile copies, which "
+                 "the optimizer writes: decision 44); %s is a %s", w1->op != IR_OP_PARAM ? w1->name : w2->name,
+                 ir_node_op_name(w1->op != IR_OP_PARAM ? w1 : w2));
+        return 0;
+    }
     if (H % 256 || F % 256) {
         snprintf(why, len, "fp8-block: H %lld and F %lld must be multiples of 256 (the FP8 GEMM takes its 128-deep K "
                  "blocks in pairs, and K is H or F forward, H or 2F in the data gradients)", (long long)H, (long long)F);
@@ -673,29 +682,35 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
             return 0;
         }
     snprintf(why, len, "fp8-block: FP8 grouped GEMMs (1x128 x 128x128, promotion every 128) forward and dgrad, "
-             "FP8 K-grouped wgrad (128x1 x 128x1, promotion every 128 tokens); H %lld and F %lld multiples of 256",
-             (long long)H, (long long)F);
+             "FP8 K-grouped wgrad (128x1, promotion every 128 rows); H %lld and F %lld multiples of 256; the "
+             "weights' 128x128 tiles (and transposed tiles for dgrad) from their E4M3 copies, which the optimizer "
+             "writes in its AdamW pass (no per-step weight quantiser)", (long long)H, (long long)F);
     return 1;
 }
 
-/* D [rcap, N] bf16 = dequant(A [rcap, K], sa) . dequant(W [E, N, K], sw)^T per padded group */
-static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w, int sw, int d,
-                          int64_t N, int64_t K)
+/* D [rcap, N] bf16 = dequant(A [rcap, K], sa) . dequant(W [E, N, K], sw)^T per padded group; W's codes from
+ * byte w_off of buffer w, its scales from byte sw_off of buffer sw (a weight's e4m3 copy: plan.h PlanFp8Copy) */
+static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w, int64_t w_off,
+                          int sw, int64_t sw_off, int d, int64_t N, int64_t K)
 {
     GemmFp8Shape s = fp8b_shape(f->E, N, K);
     char sfx[96];
     snprintf(sfx, sizeof sfx, "%s_fp8b_s%d", suffix, s.stages);
     fast_begin(cg, f, sfx, what);
-    cg_tmap_u8(cg, a, f->rcap, K, 128, "tma_a");
-    cg_tmap_u8(cg, w, f->E * N, K, 128, "tma_b");
+    cg_tmap_u8(cg, a, 0, f->rcap, K, 128, "tma_a");
+    cg_tmap_u8(cg, w, w_off, f->E * N, K, 128, "tma_b");
     cg_tmap(cg, d, f->rcap, N, 64, "tma_d");
     cg_param(cg, d, 1, "d");
     cg_param(cg, sa, 0, "sa");
     cg_param(cg, sw, 0, "sb");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmFp8MGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets, "
-                "rows_cap);", s.E, s.N, s.K, s.stages, s.mode, s.out);
+    if (sw_off)
+        cg_line(cg, "moec::sm90::GemmFp8MGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, sa, sb + %lldll, "
+                    "offsets, rows_cap);", s.E, s.N, s.K, s.stages, s.mode, s.out, (long long)sw_off);
+    else
+        cg_line(cg, "moec::sm90::GemmFp8MGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets, "
+                    "rows_cap);", s.E, s.N, s.K, s.stages, s.mode, s.out);
     cg_launch_extra(cg, gemm_fp8_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -712,8 +727,8 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     char sfx[96];
     snprintf(sfx, sizeof sfx, "%s_fp8b_s%d", suffix, s.stages);
     fast_begin(cg, f, sfx, what);
-    cg_tmap_u8(cg, at, N, f->rcap, 128, "tma_a");
-    cg_tmap_u8(cg, bt, K, f->rcap, 128, "tma_b");
+    cg_tmap_u8(cg, at, 0, N, f->rcap, 128, "tma_a");
+    cg_tmap_u8(cg, bt, 0, K, f->rcap, 128, "tma_b");
     cg_out(cg, f->n, "out");
     cg_param(cg, ats, 0, "sa");
     cg_param(cg, bts, 0, "sb");
@@ -729,35 +744,6 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
 
 /* the scale codes of a transposed 128x1-quantised operand [C, rcap]: [rcap / 128][C] */
 static int64_t fp8b_tscales(const Fast *f, int64_t C) { return (f->rcap + 127) / 128 * C; }
-
-/* the weight quantiser's block (fp8_block_fast.cuh moec::fp8b::WEIGHT_THREADS): 512 threads per 128x128 tile,
- * 32 values a thread in registers */
-enum { FP8B_WEIGHT_THREADS = 512 };
-
-/* q, s (and with qt, the transposed copy qt, st) <- the weight w [E, N, K] in 128x128 tiles */
-static void emit_fp8_weight(Cg *cg, Fast *f, const IrNode *w, const char *name, int q, int s, int qt, int st,
-                            int64_t N, int64_t K)
-{
-    char what[300];
-    snprintf(what, sizeof what, "%s in 128x128 tiles: E4M3 [E, %lld, %lld] and its scales%s (from the fp32 "
-             "weight, every step)", name, (long long)N, (long long)K,
-             qt >= 0 ? ", and the transposed copy [E, K, N] for the data gradient (kept for the backward)" : "");
-    char sfx[64];
-    snprintf(sfx, sizeof sfx, "fp8b_%s", name);
-    fast_begin(cg, f, sfx, what);
-    cg_param(cg, q, 1, "q");
-    cg_param(cg, s, 1, "s");
-    if (qt >= 0) {
-        cg_param(cg, qt, 1, "qt");
-        cg_param(cg, st, 1, "st");
-    }
-    cg_in(cg, w, "w");
-    cg_line(cg, "static_assert(moec::fp8b::WEIGHT_THREADS == %d, \"the launch's block\");", FP8B_WEIGHT_THREADS);
-    cg_line(cg, "moec::fp8b::quant_weight<%lld, %lldll, %lldll>(q, s, %s, %s, w);", (long long)f->E, (long long)N,
-            (long long)K, qt >= 0 ? "qt" : "nullptr", qt >= 0 ? "st" : "nullptr");
-    cg_end(cg, FP8B_WEIGHT_THREADS, min64(f->E * (N / 128) * (K / 128), 132 * 8));
-    cg->fp8b_used = 1;
-}
 
 /* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): 256 threads per 128 x 128 tile
  * of the padded rows, the tile in registers (20.5 KB of static shared memory for the column maxima and the
@@ -785,24 +771,18 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
     int xq = cg_ws(cg, n, PLAN_E4M3, rc * H, "xs_e4m3"), xsa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "xs_scales");
     int aq = cg_ws(cg, n, PLAN_E4M3, rc * F, "a_e4m3"), asa = cg_ws(cg, n, PLAN_E4M3, F / 128 * rc, "a_scales");
-    int w1q = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H, "w_gate_up_e4m3");
-    int w1s = cg_ws(cg, n, PLAN_E4M3, E * (2 * F / 128) * (H / 128), "w_gate_up_scales");
-    int w2q = cg_ws(cg, n, PLAN_E4M3, E * H * F, "w_down_e4m3");
-    int w2s = cg_ws(cg, n, PLAN_E4M3, E * (H / 128) * (F / 128), "w_down_scales");
-    int xt = -1, xts = -1, w1t = -1, w1ts = -1, w2t = -1, w2ts = -1;
-    if (bwd) {
-        xt = cg_ws_kept(cg, n, bwd, PLAN_E4M3, H * rc, "xs_t_e4m3");
-        xts = cg_ws_kept(cg, n, bwd, PLAN_E4M3, fp8b_tscales(&f, H), "xs_t_scales");
-        w1t = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * 2 * F * H, "w_gate_up_t_e4m3");
-        w1ts = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * (2 * F / 128) * (H / 128), "w_gate_up_t_scales");
-        w2t = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * H * F, "w_down_t_e4m3");
-        w2ts = cg_ws_kept(cg, n, bwd, PLAN_E4M3, E * (H / 128) * (F / 128), "w_down_t_scales");
-    }
+    /* the weights' 128x128 tiles: their e4m3 copies, written by the optimizer (decision 44) */
+    int w1c = cg_param_fp8b_copy(cg, w1), w2c = cg_param_fp8b_copy(cg, w2);
+    PlanFp8Copy c1, c2;
+    plan_fp8b_copy_layout(w1, &c1);
+    plan_fp8b_copy_layout(w2, &c2);
+    int xt = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, H * rc, "xs_t_e4m3") : -1;
+    int xts = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, fp8b_tscales(&f, H), "xs_t_scales") : -1;
     const IrNode *comb = fast_combine_of(cg, n);
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 7 + (comb == NULL);
+    f.steps = 5 + (comb == NULL);
 
     emit_offsets(cg, &f, sp);
 
@@ -825,13 +805,12 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xt, xts" : "nullptr, nullptr", "moec::fp8b::GraphRows<E, H>{xs}",
                   "pp, p");
 
-    emit_fp8_weight(cg, &f, w1, "w_gate_up", w1q, w1s, w1t, w1ts, 2 * F, H);
-    emit_fp8_weight(cg, &f, w2, "w_down", w2q, w2s, w2t, w2ts, H, F);
-
     emit_fp8_gemm(cg, &f, "fast_gate_up",
-                  bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM, bf16 out; h kept for the backward)"
-                      : "h = xs w_gate_up^T per group (FP8 grouped GEMM, bf16 out)",
-                  xq, xsa, w1q, w1s, hp, 2 * F, H);
+                  bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                        "optimizer writes; bf16 out; h kept for the backward)"
+                      : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                        "optimizer writes; bf16 out)",
+                  xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
 
     fast_begin(cg, &f, "fp8b_swiglu", "a = silu(gate) up probs, quantised 1x128 along F (E4M3 and scales)");
     cg_param(cg, aq, 1, "q");
@@ -842,8 +821,8 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr, nullptr", "moec::fp8b::Swiglu<F>{hp, pp}",
                   "nullptr, nullptr");
 
-    emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, bf16 out)", aq, asa, w2q, w2s, yp,
-                  H, F);
+    emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM on w_down's E4M3 tile copy, which "
+                                        "the optimizer writes; bf16 out)", aq, asa, w2c, c2.q, w2c, c2.s, yp, H, F);
 
     if (comb) {
         cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
@@ -861,12 +840,12 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
 
 static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
 {
-    const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2];
+    const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3];
     Fast f;
     fast_init(cg, &f, n, xs, w1, 0);
     const IrNode *fwd = fast_forward_of(cg, n);
     if (!fwd) {
-        cg_error(cg, n, "%s: precision fp8-block: the fast expert-MLP backward reads the quantised weights and xs its "
+        cg_error(cg, n, "%s: precision fp8-block: the fast expert-MLP backward reads the quantised xs and h its "
                  "forward node keeps, and no forward grouped_mlp with the same operands keeps them for it (a "
                  "recomputing backward is not written for fp8-block); use the CPU backend", n->name);
         return 0;
@@ -875,9 +854,12 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
     int pp = cg_find_ws(cg, fwd, "probs_padded"), hp = cg_find_ws(cg, fwd, "h_padded");
     int xt = cg_find_ws(cg, fwd, "xs_t_e4m3"), xts = cg_find_ws(cg, fwd, "xs_t_scales");
-    int w1t = cg_find_ws(cg, fwd, "w_gate_up_t_e4m3"), w1ts = cg_find_ws(cg, fwd, "w_gate_up_t_scales");
-    int w2t = cg_find_ws(cg, fwd, "w_down_t_e4m3"), w2ts = cg_find_ws(cg, fwd, "w_down_t_scales");
-    if (f.ofs < 0 || pp < 0 || hp < 0 || xt < 0 || xts < 0 || w1t < 0 || w1ts < 0 || w2t < 0 || w2ts < 0)
+    /* the weights' transposed tiles: their e4m3 copies (the forward's copies, written by the optimizer) */
+    int w1c = cg_param_fp8b_copy(cg, w1), w2c = cg_param_fp8b_copy(cg, w2);
+    PlanFp8Copy c1, c2;
+    plan_fp8b_copy_layout(w1, &c1);
+    plan_fp8b_copy_layout(w2, &c2);
+    if (f.ofs < 0 || pp < 0 || hp < 0 || xt < 0 || xts < 0)
         die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
     int dyq = cg_ws(cg, n, PLAN_E4M3, rc * H, "dy_e4m3"), dysa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "dy_scales");
     int dyt = cg_ws(cg, n, PLAN_E4M3, H * rc, "dy_t_e4m3"), dyts = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, H), "dy_t_scales");
@@ -902,8 +884,9 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, f.ofs, 0, "ofs");
     fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyt, dyts", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
 
-    emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM on the transposed tile copy of "
-                                     "w_down, bf16 out)", dyq, dysa, w2t, w2ts, dap, F, H);
+    emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM on the transposed tiles of w_down's "
+                                     "E4M3 copy, which the optimizer writes; bf16 out)", dyq, dysa, w2c, c2.qt, w2c,
+                  c2.st, dap, F, H);
 
     fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) quantised 1x128 along 2F (E4M3 and scales), and "
                                        "128x1 within each group, the codes transposed [2F, rows], for dw_gate_up");
@@ -936,8 +919,9 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, f.ofs, 0, "ofs");
     fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "at, ats", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
 
-    emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tile copy of "
-                                      "w_gate_up, bf16 out)", dhq, dhsa, w1t, w1ts, dxp, H, 2 * F);
+    emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tiles of "
+                                      "w_gate_up's E4M3 copy, which the optimizer writes; bf16 out)", dhq, dhsa, w1c,
+                  c1.qt, w1c, c1.st, dxp, H, 2 * F);
     emit_fp8_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (FP8 K-grouped GEMM on the 128x1-quantised "
                                            "transposed codes, promotion every 128 tokens, fp32 out)",
                    dyt, dyts, at, ats, R * H + R + E * 2 * F * H, H, F);

@@ -25,13 +25,130 @@ static void emit_to_bf16(Sb *src)
             "}\n");
 }
 
+/* the fast AdamW's update of one element (moec_adamw, moec_adamw_bf16 and moec_adamw_fp8b_* run these same
+ * lines, so that w, m and v come out bit for bit the same whichever kernel a param gets) */
+static const char ADAMW_FAST_STEP[] =
+    "    auto step = [&](float &wi, float &mi, float &vi, float gi) {\n"
+    "        const float gg = gi * clip;\n"
+    "        mi = B1 * mi + (1.0f - B1) * gg;\n"
+    "        vi = B2 * vi + (1.0f - B2) * gg * gg;\n"
+    "        wi = wi * decay - lr * ((mi * rbc1) / (sqrtf(vi * rbc2) + EPS));\n"
+    "    };\n";
+static const char ADAMW_FAST_SCALARS[] =
+    "    const float lr = (float)s[0], rbc1 = (float)(1.0 / s[1]), rbc2 = (float)(1.0 / s[2]), clip = (float)s[3];\n"
+    "    const float decay = (float)(1.0 - s[0] * wd);\n";
+
+/* The fp8-block expert weights' e4m3 working copies (plan.h PlanFp8Copy, decision 44): per distinct shape
+ * [E, N, K], moec_adamw_fp8b_ExNxK (moec_adamw's arguments, then the copy) updates w, m and v with the lines
+ * above and writes the new w's 128x128 tiles, their scales and the transposed tiles in the same pass: the
+ * weight quantiser of fp8_block_fast.cuh (moec::fp8b::quant_weight_from, one 512-thread block per tile, each
+ * value read once) reading its values from AdamwValues, which updates the 4 elements it is asked for and
+ * returns the new w. moec_fp8b_copy_ExNxK writes the copy from the values alone (after parameters are loaded).
+ * The same quantiser as the per-step pass of decision 38, so the codes are the same bytes (the emulator test
+ * tests/codegen/fp8b_quant.test checks both against runtime/cpu/fp8_block.c). */
+static void emit_fp8b_copies(Cg *cg, Sb *src, const char *b1, const char *b2, const char *eps)
+{
+    int any = 0;
+    for (int b = cg->g->nnodes; b < cg->nbufs; b++)
+        any |= cg->bufs[b].kind == PLAN_BUF_COPY && cg->bufs[b].storage == PLAN_E4M3;
+    if (!any)
+        return;
+    if (!cg->fp8b_used)
+        die("codegen: e4m3 weight copies without the fp8-block device code");
+    sb_puts(src, "// the fp8-block expert weights' e4m3 copies (plan.h PlanFp8Copy): AdamW and the 128x128-tile quantiser\n"
+                 "// in one pass (docs/decisions.md 44)\n"
+                 "namespace moec {\n"
+                 "namespace fp8b {\n"
+                 "// quant_weight_from's source: moec_adamw's update of the 4 elements from i, written back to w, m and v,\n"
+                 "// the new w returned (vec: all four 16-byte aligned; else one element at a time, the same lines)\n"
+                 "struct AdamwValues {\n"
+                 "    float *w, *m, *v;\n"
+                 "    const float *g;\n"
+                 "    float lr, rbc1, rbc2, clip, decay;\n"
+                 "    bool vec;\n"
+                 "    __device__ __forceinline__ float4 load4(long long i) const\n"
+                 "    {\n");
+    sb_printf(src, "    constexpr float B1 = (float)%s, B2 = (float)%s, EPS = (float)%s;\n", b1, b2, eps);
+    sb_puts(src, ADAMW_FAST_STEP);
+    sb_puts(src, "        float4 wv, mv, vv, gv;\n"
+                 "        if (vec) {\n"
+                 "            wv = *(const float4 *)(w + i), mv = *(const float4 *)(m + i), vv = *(const float4 *)(v + i);\n"
+                 "            gv = *(const float4 *)(g + i);\n"
+                 "        } else {\n"
+                 "            wv = make_float4(w[i], w[i + 1], w[i + 2], w[i + 3]);\n"
+                 "            mv = make_float4(m[i], m[i + 1], m[i + 2], m[i + 3]);\n"
+                 "            vv = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);\n"
+                 "            gv = make_float4(g[i], g[i + 1], g[i + 2], g[i + 3]);\n"
+                 "        }\n"
+                 "        step(wv.x, mv.x, vv.x, gv.x);\n"
+                 "        step(wv.y, mv.y, vv.y, gv.y);\n"
+                 "        step(wv.z, mv.z, vv.z, gv.z);\n"
+                 "        step(wv.w, mv.w, vv.w, gv.w);\n"
+                 "        if (vec) {\n"
+                 "            *(float4 *)(w + i) = wv, *(float4 *)(m + i) = mv, *(float4 *)(v + i) = vv;\n"
+                 "        } else {\n"
+                 "            w[i] = wv.x, w[i + 1] = wv.y, w[i + 2] = wv.z, w[i + 3] = wv.w;\n"
+                 "            m[i] = mv.x, m[i + 1] = mv.y, m[i + 2] = mv.z, m[i + 3] = mv.w;\n"
+                 "            v[i] = vv.x, v[i + 1] = vv.y, v[i + 2] = vv.z, v[i + 3] = vv.w;\n"
+                 "        }\n"
+                 "        return wv;\n"
+                 "    }\n"
+                 "};\n"
+                 "} // namespace fp8b\n"
+                 "} // namespace moec\n\n");
+    for (int b = cg->g->nnodes; b < cg->nbufs; b++) {
+        const CgBuf *c = &cg->bufs[b];
+        if (c->kind != PLAN_BUF_COPY || c->storage != PLAN_E4M3)
+            continue;
+        PlanFp8Copy fc;
+        if (!plan_fp8b_copy_layout(cg->g->nodes[c->node], &fc))
+            die("codegen: %s is no e4m3 copy of an [E, N, K] weight", c->name);
+        int seen = 0; /* one pair of kernels per shape */
+        for (int o = cg->g->nnodes; o < b && !seen; o++) {
+            PlanFp8Copy oc;
+            seen = cg->bufs[o].kind == PLAN_BUF_COPY && cg->bufs[o].storage == PLAN_E4M3 &&
+                   plan_fp8b_copy_layout(cg->g->nodes[cg->bufs[o].node], &oc) && oc.e == fc.e && oc.n == fc.n &&
+                   oc.k == fc.k;
+        }
+        if (seen)
+            continue;
+        char upd[96], load[96], tmpl[96], ptrs[160];
+        plan_fp8b_kernel_name(&fc, 1, upd, sizeof upd);
+        plan_fp8b_kernel_name(&fc, 0, load, sizeof load);
+        snprintf(tmpl, sizeof tmpl, "%lld, %lldll, %lldll", (long long)fc.e, (long long)fc.n, (long long)fc.k);
+        snprintf(ptrs, sizeof ptrs, "c + %lldll, c + %lldll, c + %lldll, c + %lldll", (long long)fc.q, (long long)fc.s,
+                 (long long)fc.qt, (long long)fc.st);
+        sb_printf(src,
+                  "// w [%lld, %lld, %lld]: AdamW, then the new w's tiles into its copy c (one 512-thread block per tile)\n"
+                  "extern \"C\" __global__ void __launch_bounds__(512) %s(float *__restrict__ w, float *__restrict__ m, "
+                  "float *__restrict__ v, const float *__restrict__ g, long long n, const double *__restrict__ s, "
+                  "double wd, unsigned char *__restrict__ c)\n"
+                  "{\n"
+                  "    (void)n; /* = %lld */\n",
+                  (long long)fc.e, (long long)fc.n, (long long)fc.k, upd, (long long)(fc.e * fc.n * fc.k));
+        sb_puts(src, ADAMW_FAST_SCALARS);
+        sb_printf(src,
+                  "    const bool vec = (((unsigned long long)w | (unsigned long long)m | (unsigned long long)v | "
+                  "(unsigned long long)g) & 15) == 0;\n"
+                  "    moec::fp8b::quant_weight_from<%s>(%s, moec::fp8b::AdamwValues{w, m, v, g, lr, rbc1, rbc2, clip, "
+                  "decay, vec});\n"
+                  "}\n\n"
+                  "// the copy c of w [%lld, %lld, %lld] from its values (after parameters are loaded)\n"
+                  "extern \"C\" __global__ void __launch_bounds__(512) %s(unsigned char *__restrict__ c, "
+                  "const float *__restrict__ w)\n"
+                  "{\n"
+                  "    moec::fp8b::quant_weight<%s>(%s, w);\n"
+                  "}\n\n",
+                  tmpl, ptrs, (long long)fc.e, (long long)fc.n, (long long)fc.k, load, tmpl, ptrs);
+    }
+}
+
 /* --kernels fast: the same AdamW in fp32 arithmetic (the reference's double formula, operation by operation, is
  * bound by the FP64 units' divisions and square root: 4.2 ms of a 10.1 ms bench_bio step), 16-byte loads and
  * stores where all four tensors are 16-byte aligned. Deterministic; within a few fp32 ulps of the CPU's update
  * (tests/gpu/run_plan.c checks it). The same names and arguments as the reference kernels. */
 static void emit_adamw_fast(Cg *cg, Sb *src, const char *b1, const char *b2, const char *eps)
 {
-    (void)cg;
     for (int copy = 0; copy < 2; copy++) {
         sb_printf(src,
                   "extern \"C\" __global__ void __launch_bounds__(256) moec_adamw%s(float *__restrict__ w, "
@@ -41,16 +158,9 @@ static void emit_adamw_fast(Cg *cg, Sb *src, const char *b1, const char *b2, con
                   copy ? "_bf16" : "",
                   copy ? ", unsigned short *__restrict__ w16, long long glu_f, long long cols" : "");
         sb_printf(src, "    constexpr float B1 = (float)%s, B2 = (float)%s, EPS = (float)%s;\n", b1, b2, eps);
+        sb_puts(src, ADAMW_FAST_SCALARS);
+        sb_puts(src, ADAMW_FAST_STEP);
         sb_puts(src,
-                "    const float lr = (float)s[0], rbc1 = (float)(1.0 / s[1]), rbc2 = (float)(1.0 / s[2]), "
-                "clip = (float)s[3];\n"
-                "    const float decay = (float)(1.0 - s[0] * wd);\n"
-                "    auto step = [&](float &wi, float &mi, float &vi, float gi) {\n"
-                "        const float gg = gi * clip;\n"
-                "        mi = B1 * mi + (1.0f - B1) * gg;\n"
-                "        vi = B2 * vi + (1.0f - B2) * gg * gg;\n"
-                "        wi = wi * decay - lr * ((mi * rbc1) / (sqrtf(vi * rbc2) + EPS));\n"
-                "    };\n"
                 "    const long long stride = (long long)gridDim.x * blockDim.x, t0 = (long long)blockIdx.x * blockDim.x "
                 "+ threadIdx.x;\n"
                 "    long long done = 0;\n"
@@ -87,6 +197,7 @@ static void emit_adamw_fast(Cg *cg, Sb *src, const char *b1, const char *b2, con
         sb_puts(src, "    }\n}\n\n");
     }
     emit_to_bf16(src);
+    emit_fp8b_copies(cg, src, b1, b2, eps);
 }
 
 void cg_emit_optimizer(Cg *cg, Sb *src)

@@ -233,11 +233,18 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
  * read once, and at about 60 registers two blocks share an SM. The transposed copy: the tile's codes in
  * shared memory (rows of 33 words), read 4 bytes of a column a thread with a warp on 8 columns x 16 rows
  * (word 33 n + k / 4, bank n + k / 4 mod 32: 8 distinct words a load, the rest broadcast: conflict-free),
- * written 4 bytes of a W^T row a thread. N % 128 == K % 128 == 0. */
+ * written 4 bytes of a W^T row a thread. N % 128 == K % 128 == 0.
+ * The values come from src.load4(i): the 4 values at element i (a multiple of 4) of w [E, N, K], each read
+ * once: WeightValues reads the fp32 weight; the fp8-block optimizer's source (codegen/cuda_optim.c
+ * moec_adamw_fp8b_*, decision 44) updates w, m and v there and returns the new w. */
 constexpr int WEIGHT_THREADS = 512;
-template <int E, long long N, long long K>
-__device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
-                             const float *w)
+struct WeightValues {
+    const float *w;
+    __device__ __forceinline__ float4 load4(long long i) const { return *(const float4 *)(w + i); }
+};
+template <int E, long long N, long long K, class Src>
+__device__ void quant_weight_from(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
+                                  const Src src)
 {
     static_assert(N % 128 == 0 && K % 128 == 0, "128 x 128 tiles");
     constexpr long long NB = N / 128, KB = K / 128, TILES = (long long)E * NB * KB;
@@ -247,12 +254,12 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
         const long long g = t / (NB * KB), nb = t / KB % NB, kb = t % KB;
-        const float *base = w + (g * N + nb * 128) * K + kb * 128;
+        const long long base = (g * N + nb * 128) * K + kb * 128;
         float v[PER][4];
         float m = 0.0f;
 #pragma unroll
         for (int j = 0; j < PER; j++) {
-            const float4 f = *(const float4 *)(base + (long long)(warp + NW * j) * K + 4 * lane);
+            const float4 f = src.load4(base + (long long)(warp + NW * j) * K + 4 * lane);
             v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
         }
 #pragma unroll
@@ -296,6 +303,12 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
             __syncthreads(); /* tile is written again by the next tile */
         }
     }
+}
+template <int E, long long N, long long K>
+__device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
+                             const float *w)
+{
+    quant_weight_from<E, N, K>(q, s, qt, st, WeightValues{w});
 }
 
 /* dp [pr] = sum_f da silu(gate) up over the padded rows (f32; double partials, the block's fixed-order

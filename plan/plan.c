@@ -16,6 +16,11 @@ const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT] = {"tensor", "view", "
 const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT] = {"buf", "tmap", "i32", "tmap_f32", "tmap_u8"};
 const char *const plan_kernels_name[PLAN_KERNELS_COUNT] = {"reference", "fast"};
 
+int plan_arch_takes_fast(const char *arch)
+{
+    return arch && (strcmp(arch, "sm_90a") == 0 || strcmp(arch, "compute_90a") == 0);
+}
+
 int plan_storage_lookup(const char *name)
 {
     for (int i = 0; i < PLAN_STORAGE_COUNT; i++)
@@ -90,6 +95,30 @@ Plan *plan_create(IrGraph *g, Arena *arena, char *err, size_t errlen)
     return p;
 }
 
+int plan_fp8b_copy_layout(const IrNode *w, PlanFp8Copy *out)
+{
+    memset(out, 0, sizeof *out);
+    if (w->rank != 3 || w->shape[0] < 1 || w->shape[1] < 128 || w->shape[2] < 128 || w->shape[1] % 128 ||
+        w->shape[2] % 128)
+        return 0;
+    out->e = w->shape[0];
+    out->n = w->shape[1];
+    out->k = w->shape[2];
+    int64_t codes = out->e * out->n * out->k, scales = out->e * (out->n / 128) * (out->k / 128);
+    out->q = 0;
+    out->qt = codes;
+    out->s = 2 * codes;
+    out->st = 2 * codes + scales;
+    out->bytes = 2 * codes + 2 * scales;
+    return 1;
+}
+
+void plan_fp8b_kernel_name(const PlanFp8Copy *c, int update, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s_%lldx%lldx%lld", update ? "moec_adamw_fp8b" : "moec_fp8b_copy", (long long)c->e,
+             (long long)c->n, (long long)c->k);
+}
+
 void plan_set_source(Plan *p, const char *path, const char *text, size_t len, const char *const *plugins,
                      int nplugins, int has_precision, IrPrecision precision, int64_t ep)
 {
@@ -145,6 +174,7 @@ void plan_clear_gpu(Plan *p)
     p->cuda_source = p->gpu_unsupported = NULL;
     p->nbufs = p->nlaunches = p->nkernels = p->eval_launches = p->nkernel_launches = p->ncollectives = 0;
     p->cuda_source_len = 0;
+    p->needs_arch[0] = 0;
     memset(&p->memory, 0, sizeof p->memory);
 }
 

@@ -45,9 +45,14 @@ int plan_storage_lookup(const char *name);   /* -1 if unknown */
 typedef enum PlanRegion { PLAN_REGION_PARAMS, PLAN_REGION_INPUTS, PLAN_REGION_ACTIVATIONS, PLAN_REGION_COUNT } PlanRegion;
 extern const char *const plan_region_name[PLAN_REGION_COUNT];
 
-/* COPY: a parameter's bf16 working copy (its node is the param, its storage bf16, the param's shape):
- * written from the fp32 master by the optimizer's step (moec_adamw_bf16) and whenever the parameters
- * are loaded (moec_to_bf16), read by the fast kernels instead of converting the weights each step. */
+/* COPY: a parameter's working copy, written from the fp32 master by the optimizer's step and whenever the
+ * parameters are loaded, read by the fast kernels instead of converting the weights each step; never saved.
+ * Two formats, told apart by the storage:
+ *  - bf16 (the param's shape, PlanBuf.glu_f its row order): moec_adamw_bf16 / moec_to_bf16;
+ *  - e4m3: an fp8-block expert weight [E, N, K] in 128x128 tiles (PlanFp8Copy below: the codes, the
+ *    transposed codes and both scale arrays), for --precision fp8-block --kernels fast (docs/decisions.md
+ *    44): the per-shape kernels moec_adamw_fp8b_ExNxK (AdamW and the quantiser in one pass) and
+ *    moec_fp8b_copy_ExNxK (from the loaded values), named by plan_fp8b_kernel_name. */
 typedef enum PlanBufKind {
     PLAN_BUF_TENSOR,
     PLAN_BUF_VIEW,
@@ -85,6 +90,22 @@ typedef struct PlanBuf {
     int block;           /* an activations buffer's place in the planner's order (a view: its base's), -1 elsewhere */
     int first, last;     /* lifetime: the node positions that take and release it */
 } PlanBuf;
+
+/* The layout of an e4m3 working copy of a weight w [E, N, K] (N and K multiples of 128), in bytes from the
+ * copy's start: q the 128x128-tile E4M3 codes [E, N, K] (GemmFp8MGrouped's B operand of the forward), qt the
+ * same codes transposed [E, K, N] (tile(W)^T = tile(W^T): the data gradient's operand), s the tiles' scale
+ * codes [E][N/128][K/128] (gemm_sm90_sched.h moec_fp8_block_sb_index), st the transposed ones
+ * [E][K/128][N/128]; bytes the whole copy (2 bytes and 2/16384 per weight). The two code arrays come first:
+ * their tensor maps start 16-byte aligned. */
+typedef struct PlanFp8Copy {
+    int64_t e, n, k;
+    int64_t q, qt, s, st, bytes;
+} PlanFp8Copy;
+/* 1 and the layout when w is a rank-3 param-shaped [E, N, K] with N % 128 == K % 128 == 0, else 0 */
+int plan_fp8b_copy_layout(const IrNode *w, PlanFp8Copy *out);
+/* the name of the copy's optimizer kernel (update 0: "moec_fp8b_copy_ExNxK", which writes the copy from the
+ * weight's values) or AdamW kernel (update 1: "moec_adamw_fp8b_ExNxK") */
+void plan_fp8b_kernel_name(const PlanFp8Copy *c, int update, char *buf, size_t len);
 
 /* The one memory planner (liveness over the node order). bufs[0 .. nnodes)
  * are the nodes' own buffers (buf i is node i), workspaces and copies follow.
@@ -164,7 +185,8 @@ typedef struct PlanArg {
     int buf;             /* BUF, TMAP, TMAP_F32: the buffer; I32: -1 */
     int64_t rows, cols;  /* TMAP, TMAP_F32 */
     int box_rows, box_cols;
-    int64_t offset;      /* TMAP_F32: elements from the buffer's start (16-byte aligned); TMAP: 0 */
+    int64_t offset;      /* TMAP_F32, TMAP_U8: elements (bytes for U8) from the buffer's start (16-byte aligned;
+                            U8: an fp8-block weight copy's transposed tiles); TMAP: 0 */
     int64_t value;       /* I32 */
 } PlanArg;
 enum { PLAN_GRID_ALL_SMS = 0 }; /* grid 0: one block per SM of the device (persistent kernels) */
@@ -196,11 +218,15 @@ typedef struct PlanParam {
 
 /* ---- which kernels codegen uses where it has a choice (moec compile --kernels) ---- */
 typedef enum PlanKernels {
-    PLAN_KERNELS_REFERENCE, /* the fp32 SIMT kernels everywhere (the default, the oracle) */
-    PLAN_KERNELS_FAST,      /* the sm_90a bf16 tensor-core kernels where a node qualifies (codegen/cuda_moe_fast.c) */
+    PLAN_KERNELS_REFERENCE, /* the fp32 SIMT kernels everywhere (the oracle; --kernels reference) */
+    PLAN_KERNELS_FAST,      /* the sm_90a bf16 tensor-core kernels where a node qualifies (codegen/cuda_moe_fast.c);
+                               moec compile's default (decision 48) */
     PLAN_KERNELS_COUNT
 } PlanKernels;
 extern const char *const plan_kernels_name[PLAN_KERNELS_COUNT];
+/* Whether the fast kernels' sm_90a code compiles for NVRTC target `arch` (sm_90a, or compute_90a for PTX):
+ * moec compile --arch with another target defaults to the reference kernels (decision 48). */
+int plan_arch_takes_fast(const char *arch);
 
 /* ---- what the plan was made from, for re-planning ---- */
 typedef struct PlanSource {
@@ -242,6 +268,8 @@ typedef struct Plan {
     int nkernels;
     char *cuda_source;   /* kernels.cu */
     size_t cuda_source_len;
+    char needs_arch[16]; /* the one architecture the kernels run on ("sm_90a": the source holds the fast kernels'
+                            sm_90a device code, wgmma and TMA), or "" (any GPU); "needs_arch" in plan.json */
     /* the kernels compiled ahead of time (moec compile --arch), or none */
     void *image;
     size_t image_size;

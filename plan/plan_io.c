@@ -128,6 +128,8 @@ char *plan_to_json(const Plan *p, int with_source)
         cJSON_AddStringToObject(gpu, "float_storage", "f32");
         cJSON_AddStringToObject(gpu, "index_storage", "i32");
         cJSON_AddNumberToObject(gpu, "alignment", 256);
+        if (p->needs_arch[0])  /* only then: reference plans keep their text */
+            cJSON_AddStringToObject(gpu, "needs_arch", p->needs_arch);
         cJSON *regions = cJSON_AddArrayToObject(gpu, "regions");
         for (int r = 0; r < PLAN_REGION_COUNT; r++) {
             cJSON *o = cJSON_CreateObject();
@@ -217,7 +219,7 @@ char *plan_to_json(const Plan *p, int with_source)
                                                 : t->kind == PLAN_ARG_TMAP_F32 ? "tmap_f32"
                                                                                : "tmap_u8",
                                             t->buf);
-                    if (t->kind == PLAN_ARG_TMAP_F32)
+                    if (t->kind == PLAN_ARG_TMAP_F32 || (t->kind == PLAN_ARG_TMAP_U8 && t->offset))
                         cJSON_AddNumberToObject(ta, "offset", (double)t->offset);
                     cJSON_AddNumberToObject(ta, "rows", (double)t->rows);
                     cJSON_AddNumberToObject(ta, "cols", (double)t->cols);
@@ -292,6 +294,18 @@ char *plan_to_json(const Plan *p, int with_source)
     cJSON_AddStringToObject(ok, "adamw_bf16", "moec_adamw_bf16");
     cJSON_AddStringToObject(ok, "adamw_bf16_args", "as adamw, then w16: the param's copy (bf16 of the new w), glu_f, "
                                                    "cols (the copy's layout: glu_f 0 plain, else interleaved)");
+    int fp8_copies = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        fp8_copies += p->bufs[b].kind == PLAN_BUF_COPY && p->bufs[b].storage == PLAN_E4M3;
+    if (fp8_copies) {
+        cJSON_AddStringToObject(ok, "adamw_fp8b", "moec_adamw_fp8b_ExNxK");
+        cJSON_AddStringToObject(ok, "adamw_fp8b_args",
+                                "as adamw, then the param's e4m3 copy (plan.h PlanFp8Copy: the tiles of the new w, "
+                                "their transposed copy, both scales); one per shape; 512 threads per 128x128 tile");
+        cJSON_AddStringToObject(ok, "fp8b_copy", "moec_fp8b_copy_ExNxK");
+        cJSON_AddStringToObject(ok, "fp8b_copy_args", "the e4m3 copy, the param: after loading parameters; 512 threads "
+                                                      "per 128x128 tile");
+    }
     cJSON_AddStringToObject(ok, "to_bf16", "moec_to_bf16");
     cJSON_AddStringToObject(ok, "to_bf16_args",
                             "dst (the copy), src (the param), numel, glu_f, cols: after loading parameters");
@@ -446,8 +460,8 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
 }
 
 /* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"},
- * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"}, {"tmap_u8": buf, "rows", "cols",
- * "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie inside a buffer of its type (bf16, fp32,
+ * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"}, {"tmap_u8": buf, ("offset": bytes,
+ * absent when 0), "rows", "cols", "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie inside a buffer of its type (bf16, fp32,
  * e4m3), 16-byte aligned, with a box the runtime can encode (a
  * 128-byte inner box for the 128-byte swizzle, at most 256 rows). */
 static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const cJSON *x)
@@ -475,7 +489,8 @@ static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const
     PlanStorage want = f32 ? PLAN_F32 : u8 ? PLAN_E4M3 : PLAN_BF16;
     t->kind = f32 ? PLAN_ARG_TMAP_F32 : u8 ? PLAN_ARG_TMAP_U8 : PLAN_ARG_TMAP;
     t->buf = (int)get_int(r, x, f32 ? "tmap_f32" : u8 ? "tmap_u8" : "tmap", 0, p->nbufs - 1);
-    t->offset = f32 ? get_int(r, x, "offset", 0, (int64_t)1 << 50) : 0;
+    t->offset = f32 || (u8 && cJSON_GetObjectItemCaseSensitive(x, "offset")) ? get_int(r, x, "offset", 0, (int64_t)1 << 50)
+                                                                               : 0;
     t->rows = get_int(r, x, "rows", 1, INT32_MAX);
     t->cols = get_int(r, x, "cols", 8, INT32_MAX);
     t->box_rows = (int)get_int(r, x, "box_rows", 1, 256);
@@ -569,7 +584,12 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         b->first = cJSON_IsArray(live) && cJSON_GetArraySize(live) == 2 ? live->child->valueint : 0;
         b->last = cJSON_IsArray(live) && cJSON_GetArraySize(live) == 2 ? live->child->next->valueint : nn - 1;
         b->block = -1;
-        if (b->kind == PLAN_BUF_COPY && !r->failed &&
+        PlanFp8Copy fc;
+        if (b->kind == PLAN_BUF_COPY && !r->failed && b->storage == PLAN_E4M3 &&
+            (g->nodes[b->node]->op != IR_OP_PARAM || !plan_fp8b_copy_layout(g->nodes[b->node], &fc) ||
+             b->bytes != fc.bytes || b->glu_f))
+            return bad(r, "buffer %d (%s) is no e4m3 copy of a param [E, N, K] (N, K multiples of 128)", i, b->name);
+        if (b->kind == PLAN_BUF_COPY && !r->failed && b->storage != PLAN_E4M3 &&
             (g->nodes[b->node]->op != IR_OP_PARAM || b->storage != PLAN_BF16 ||
              b->bytes != ir_numel(g->nodes[b->node]) * 2 ||
              (b->glu_f && (b->glu_f % 128 || g->nodes[b->node]->rank != 3 ||
@@ -647,6 +667,12 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         l->what = xstrdup(cJSON_IsString(what) ? what->valuestring : "");
     }
     p->eval_launches = (int)get_int(r, gpu, "eval_launches", 0, p->nlaunches);
+    const cJSON *na = cJSON_GetObjectItemCaseSensitive(gpu, "needs_arch");
+    if (na) {
+        if (!cJSON_IsString(na) || strlen(na->valuestring) >= sizeof p->needs_arch)
+            return bad(r, "\"needs_arch\" is not an architecture name");
+        snprintf(p->needs_arch, sizeof p->needs_arch, "%s", na->valuestring);
+    }
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(gpu, "cuda_source");
     if (cJSON_IsString(cs)) {
         p->cuda_source = xstrdup(cs->valuestring);

@@ -17,6 +17,8 @@ echo "== build/moec check $MODEL"
 build/moec check "$MODEL"
 echo "== build/moec compile $MODEL -o build/train_$name"
 build/moec compile "$MODEL" -o "build/train_$name"
+# the kernels it got (the default, fast: the sm_90a tensor-core kernels where a node qualifies; decision 48)
+build/moec explain "$MODEL" --kernels fast | tail -n 1
 echo "== build/train_$name --data $DATA"
 rm -f "build/$name.jsonl"
 "build/train_$name" --data "$DATA" --log "build/$name.jsonl" --ckpt-dir "build/ckpt_$name" --overwrite-ckpt

@@ -123,7 +123,10 @@ int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world,
     printf("GPU memory plan%s, as the CUDA backend allocates it:\n", world > 1 ? " of one rank" : "");
     fmt_bytes(a, sizeof a, (double)b.masters);
     fmt_bytes(c, sizeof c, (double)b.copies);
-    snprintf(note, sizeof note, "fp32 masters %s + bf16 working copies %s", a, c);
+    int e4m3_copies = 0; /* fp8-block expert weights' E4M3 tiles (docs/decisions.md 44) */
+    for (int k = 0; k < pl->nbufs; k++)
+        e4m3_copies += pl->bufs[k].kind == PLAN_BUF_COPY && pl->bufs[k].storage == PLAN_E4M3;
+    snprintf(note, sizeof note, "fp32 masters %s + %s working copies %s", a, e4m3_copies ? "bf16 and E4M3" : "bf16", c);
     row("parameters", (double)m.params, note);
     row("AdamW state", (double)m.opt, "two fp32 moments per parameter");
     const char *at = b.peak_at >= 0 ? g->nodes[b.peak_at]->name : "-";
@@ -191,8 +194,8 @@ int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world,
         double nd = need_at(pl, pl->batch, seq, 1, world, shared, ring);
         if (nd >= 0 && nd < need) {
             fmt_bytes(a, sizeof a, nd);
-            printf("  the kernels: `moec compile --kernels fast` (the bf16 tensor-core kernels) needs %s at this "
-                   "batch%s\n", a, nd <= cap ? " and fits" : " (not enough alone)");
+            printf("  the kernels: `moec compile` without --kernels reference (the default, fast: the bf16 "
+                   "tensor-core kernels) needs %s at this batch%s\n", a, nd <= cap ? " and fits" : " (not enough alone)");
         }
     }
     double per_layer, state;

@@ -55,25 +55,38 @@ void trainer_print_summary(Trainer *t)
     fmt_bytes(ot, sizeof ot, (double)bi.planned_other);
     fmt_bytes(tot, sizeof tot, (double)bi.planned_total);
     int mx = g->train.precision == IR_PREC_MXFP8, fb = g->train.precision == IR_PREC_FP8_BLOCK;
+    /* the node tensors the fast kernels store in bf16 (decision 40), which the CPU rounds at the same points */
+    const Plan *pl = t->pl;
+    int nbf16 = 0;
+    for (int b = 0; pl->bufs && b < pl->nbufs && b < g->nnodes; b++)
+        nbf16 += pl->bufs[b].kind == PLAN_BUF_TENSOR && pl->bufs[b].storage == PLAN_BF16;
+    char kern[160] = "";
+    if (pl->source.kernels == PLAN_KERNELS_FAST)
+        snprintf(kern, sizeof kern, bi.kernels[0] ? "; the fast kernels' plan: %d node tensor%s stored in bf16"
+                                                  : "; the fast kernels' plan: %d node tensor%s rounded to bf16 "
+                                                    "where the GPU stores them",
+                 nbf16, nbf16 == 1 ? "" : "s");
     if (bi.kernels[0]) {
         /* a backend with kernels: where they came from and how a step launches them */
         printf("device: %s\n", bi.device);
-        printf("plan: %d IR nodes (forward + backward), precision %s (fp32 storage and arithmetic%s); %d kernel "
+        printf("plan: %d IR nodes (forward + backward), precision %s (%s%s%s); %d kernel "
                "launches per step%s%.0d%s; kernels from %s; %s\n", g->nnodes, ir_precision_name[g->train.precision],
+               pl->source.kernels == PLAN_KERNELS_FAST ? "bf16 tensor cores where a node qualifies, fp32 elsewhere"
+                                                       : "fp32 storage and arithmetic",
                mx   ? ", MXFP8-quantized expert GEMM operands"
                : fb ? ", fp8-block-quantized expert GEMM operands (E4M3, 1x128 activations, 128x128 weights)"
-                    : "",
+                    : "", kern,
                bi.nlaunches, bi.ncollectives ? " + " : "",
                bi.ncollectives, bi.ncollectives ? " collectives" : "", bi.kernels, bi.step);
         printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s, batch and optimizer "
                "scratch %s: %s\n", pa, ad, ac, ot, tot);
     } else {
-        printf("plan: %d IR nodes (forward + backward), precision %s (on the %s: fp32 arithmetic%s), %s\n", g->nnodes,
-               ir_precision_name[g->train.precision], bi.device,
+        printf("plan: %d IR nodes (forward + backward), precision %s (on the %s: fp32 arithmetic%s%s), %s\n",
+               g->nnodes, ir_precision_name[g->train.precision], bi.device,
                mx   ? " on MXFP8-quantized expert GEMM operands"
                : fb ? " on fp8-block-quantized expert GEMM operands (1x128 activations, 128x128 weights)"
                     : "",
-               bi.step);
+               kern, bi.step);
         printf("memory planned: parameters %s, AdamW state %s, activations and gradients %s\n", pa, ad, ac);
     }
     if (t->mfu_peak > 0)

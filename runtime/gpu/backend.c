@@ -111,11 +111,12 @@ static int cuda_accum_step(Backend *b, const int32_t *tokens, const int32_t *tar
 }
 
 /* Appends kernel name k to a row's list unless it is there already. */
-/* 1 if some param has a bf16 working copy (its optimizer launch is moec_adamw_bf16) */
-static int has_copies(const Plan *p)
+/* 1 if some param has a working copy of that storage (bf16: its optimizer launch is moec_adamw_bf16; e4m3:
+ * moec_adamw_fp8b_ExNxK) */
+static int has_copies(const Plan *p, PlanStorage st)
 {
     for (int b = 0; b < p->nbufs; b++)
-        if (p->bufs[b].kind == PLAN_BUF_COPY)
+        if (p->bufs[b].kind == PLAN_BUF_COPY && p->bufs[b].storage == st)
             return 1;
     return 0;
 }
@@ -164,8 +165,9 @@ static int cuda_profile_step(Backend *b, const int32_t *tokens, const int32_t *t
                                              : B->device_comm ? "nccl (host-driven)" : "host collective");
         }
         snprintf(prof->extra[BACKEND_PROFILE_OPTIMIZER].kernels, BACKEND_PROFILE_KERNELS,
-                 "moec_grad_sumsq, moec_sum_partials, moec_clip, moec_adamw%s",
-                 has_copies(p) ? ", moec_adamw_bf16" : "");
+                 "moec_grad_sumsq, moec_sum_partials, moec_clip, moec_adamw%s%s",
+                 has_copies(p, PLAN_BF16) ? ", moec_adamw_bf16" : "",
+                 has_copies(p, PLAN_E4M3) ? ", moec_adamw_fp8b (AdamW + the E4M3 weight tiles)" : "");
         snprintf(prof->extra[BACKEND_PROFILE_BUCKETS].kernels, BACKEND_PROFILE_KERNELS, "%s, moec_scale",
                  B->device_comm ? "nccl all_reduce" : "host all_reduce");
         snprintf(prof->extra[BACKEND_PROFILE_BATCH].kernels, BACKEND_PROFILE_KERNELS, "cuMemcpyHtoDAsync");

@@ -90,6 +90,10 @@ struct Gpu {
     int64_t *numel, *part_off;
     CUdeviceptr *copy;      /* the param's bf16 working copy (plan.h PLAN_BUF_COPY), or 0 */
     long long *copy_glu, *copy_cols; /* its layout (PlanBuf.glu_f) and the param's last dimension */
+    /* an fp8-block expert weight's e4m3 copy instead (copy[p] then points at it; plan.h PlanFp8Copy): its
+     * AdamW + quantiser kernel and its quantiser (moec_adamw_fp8b_ExNxK, moec_fp8b_copy_ExNxK), tiles */
+    CUfunction *fp8_step, *fp8_load;
+    unsigned *fp8_grid;
     unsigned *sumsq_grid;
     double *wd;
     int64_t ndense_parts, nshard_parts;
@@ -214,6 +218,30 @@ static int arch_runs_here(const char *arch, int major, int minor)
 {
     int nn = 0;
     return arch && sscanf(arch, "sm_%d", &nn) == 1 && nn == major * 10 + minor;
+}
+
+int gpu_check_arch(const Plan *p, const char *name, int major, int minor, char *err, size_t errlen)
+{
+    if (!p->needs_arch[0])
+        return 1;
+    int nn = 0;
+    if (sscanf(p->needs_arch, "sm_%d", &nn) == 1 && nn == major * 10 + minor)
+        return 1;
+    /* the nodes on the fast kernels (a node's launches are consecutive), for the message */
+    int nodes = 0;
+    for (int i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        nodes += l->impl && strncmp(l->impl, "fast", 4) == 0 && (i == 0 || p->launches[i - 1].node != l->node);
+    }
+    const char *path = p->source.path && *p->source.path ? p->source.path : "MODEL";
+    snprintf(err, errlen,
+             "%s was compiled with the fast kernels (moec compile's default, --kernels %s: %d node%s on "
+             "%s tensor-core code, bf16 storage), which only an sm_90 GPU (H100, H200) runs, and GPU %s has "
+             "compute capability %d.%d (sm_%d%d); compile it again with `moec compile %s -o OUT --kernels "
+             "reference` (the fp32 kernels, which run on any GPU), or train on the CPU with --device cpu",
+             path, plan_kernels_name[p->source.kernels], nodes, nodes == 1 ? "" : "s", p->needs_arch,
+             name && *name ? name : "0", major, minor, major, minor, path);
+    return 0;
 }
 
 /* The image: embedded, cached, or compiled now (and cached). */
@@ -505,6 +533,29 @@ static int load_module(Gpu *G, const GpuOptions *o)
     return ok;
 }
 
+/* Param p's e4m3 copy (buffer c): its two kernels by name (plan_fp8b_kernel_name), one 512-thread block per
+ * 128x128 tile (at most 8 an SM's worth of the H200's 132: the kernels stride over the tiles). */
+static int fp8_copy_kernels(Gpu *G, int p, const IrNode *pn, const PlanBuf *c)
+{
+    PlanFp8Copy fc;
+    if (!plan_fp8b_copy_layout(pn, &fc) || fc.bytes != c->bytes || fc.e * fc.n * fc.k != G->numel[p])
+        return fail(G, "internal: %s is no e4m3 copy of %s", c->name, pn->name);
+    if (!G->fp8_step) {
+        G->fp8_step = calloc((size_t)G->g->nparams + 1, sizeof *G->fp8_step);
+        G->fp8_load = calloc((size_t)G->g->nparams + 1, sizeof *G->fp8_load);
+        G->fp8_grid = calloc((size_t)G->g->nparams + 1, sizeof *G->fp8_grid);
+        if (!G->fp8_step || !G->fp8_load || !G->fp8_grid)
+            return fail(G, "out of memory");
+    }
+    char a[96], b[96];
+    plan_fp8b_kernel_name(&fc, 1, a, sizeof a);
+    plan_fp8b_kernel_name(&fc, 0, b, sizeof b);
+    int64_t tiles = fc.e * (fc.n / 128) * (fc.k / 128);
+    G->fp8_grid[p] = (unsigned)(tiles < 132 * 8 ? tiles : 132 * 8);
+    return CU(G, cuModuleGetFunction(&G->fp8_step[p], G->mod, a), a) &&
+           CU(G, cuModuleGetFunction(&G->fp8_load[p], G->mod, b), b);
+}
+
 Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, size_t errlen)
 {
     Gpu *G = calloc(1, sizeof *G);
@@ -543,6 +594,12 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         cu.cuDeviceGetAttribute(&G->info.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, G->dev);
         cu.cuMemGetInfo(&G->info.free_mem, &G->info.total_mem);
         arch_of(G->info.cc_major, G->info.cc_minor, G->info.arch, sizeof G->info.arch);
+        /* a plan with the fast kernels' sm_90a code on another GPU: refused before NVRTC fails on wgmma, and
+         * not a want of kernels (--device auto does not fall back to the CPU on a machine with a GPU) */
+        if (!gpu_check_arch(plan, G->info.name, G->info.cc_major, G->info.cc_minor, G->err, sizeof G->err)) {
+            ok = 0;
+            goto out;
+        }
     }
     /* the kernels' plan: made by the compiler (moec compile), or why the GPU cannot run this model */
     if (plan->gpu_unsupported || !plan->cuda_source) {
@@ -699,6 +756,10 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
                         G->copy[p] = G->buf[b];
                         G->copy_glu[p] = plan->bufs[b].glu_f;
                         G->copy_cols[p] = pn->rank ? pn->shape[pn->rank - 1] : 1;
+                        if (plan->bufs[b].storage == PLAN_E4M3 && !fp8_copy_kernels(G, p, pn, &plan->bufs[b])) {
+                            ok = 0;
+                            goto out;
+                        }
                     }
     }
     if (!build_launches(G)) {
@@ -804,6 +865,9 @@ void gpu_destroy(Gpu *G)
     free(G->copy);
     free(G->copy_glu);
     free(G->copy_cols);
+    free(G->fp8_step);
+    free(G->fp8_load);
+    free(G->fp8_grid);
     free(G->part_off);
     free(G->sumsq_grid);
     free(G->wd);
@@ -843,7 +907,15 @@ int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
         if (!h2d(G, G->buf[G->g->params[p]->id], params + param_off[p], (size_t)G->numel[p] * 4,
                 G->g->params[p]->name))
             return 0;
-        if (G->copy[p]) {
+        if (G->copy[p] && G->fp8_load && G->fp8_load[p]) {
+            /* its e4m3 copy (the 128x128 tiles and the transposed ones), from the values just loaded */
+            CUdeviceptr dst = G->copy[p], src = G->buf[G->g->params[p]->id];
+            void *args[] = {&dst, &src};
+            if (!CU(G, cuLaunchKernel(G->fp8_load[p], G->fp8_grid[p], 1, 1, 512, 1, 1, 0, G->stream, args, NULL),
+                    "moec_fp8b_copy") ||
+                !CU(G, cuStreamSynchronize(G->stream), G->g->params[p]->name))
+                return 0;
+        } else if (G->copy[p]) {
             /* its bf16 working copy, from the values just loaded */
             CUdeviceptr dst = G->copy[p], src = G->buf[G->g->params[p]->id];
             long long n = G->numel[p];
@@ -1262,6 +1334,15 @@ static int enqueue_optimizer(Gpu *G)
         long long n = G->numel[p];
         double wd = G->wd[p];
         CUdeviceptr w16 = G->copy[p];
+        if (w16 && G->fp8_step && G->fp8_step[p]) {
+            /* an fp8-block expert weight: AdamW and its e4m3 copy in one pass, a block per 128x128 tile */
+            void *a8[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd, &w16};
+            if (!CU(G, cuLaunchKernel(G->fp8_step[p], G->fp8_grid[p], 1, 1, 512, 1, 1, 0, G->stream, a8, NULL),
+                    "moec_adamw_fp8b"))
+                return 0;
+            off += G->numel[p];
+            continue;
+        }
         void *args[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd, &w16, &G->copy_glu[p], &G->copy_cols[p]};
         /* a param with a bf16 working copy gets it written in the same pass */
         if (!CU(G, cuLaunchKernel(w16 ? G->k_adamw16 : G->k_adamw, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0,

@@ -77,6 +77,14 @@ void gpu_plan_memory(const Plan *p, int ranks, int ring, GpuMemoryPlan *out);
 /* Whether a GPU can be used: 1, or 0 with why in `why` (no driver, no device). */
 int gpu_probe(char *why, size_t n);
 
+/* Whether plan p's kernels run on GPU `name` of compute capability major.minor: 1, or 0 with the reason
+ * and the way out in err. A plan whose source holds the fast kernels' sm_90a code (p->needs_arch, moec
+ * compile's default --kernels fast where a node qualifies) runs on compute capability 9.0 only; on another
+ * GPU the message names `moec compile MODEL -o OUT --kernels reference` and --device cpu (decision 48).
+ * Pure: gpu_create calls it once it knows the device, before any kernel is compiled or loaded; the tests
+ * fake the device through it. */
+int gpu_check_arch(const Plan *p, const char *name, int major, int minor, char *err, size_t errlen);
+
 /* Runs plan p (its kernels, tensor table and launch list, plan/plan.h):
  * gets the kernels' image (embedded in the plan, cached, or NVRTC now),
  * checks that the plan fits and allocates memory. comm is the rank's communicator (NULL = one

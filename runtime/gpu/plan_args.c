@@ -48,6 +48,12 @@ int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char
                                        (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
                     return 0;
             } else if (k == PLAN_ARG_TMAP_U8) {
+                p += (CUdeviceptr)t->offset; /* bytes: an fp8-block weight copy's transposed tiles */
+                if (p & 15) {
+                    snprintf(err, errlen, "argument %d: a byte tensor map from an offset that is not 16-byte aligned",
+                             i);
+                    return 0;
+                }
                 if (!tma_encode_u8_2d((CUtensorMap *)(void *)slot, p, (unsigned long long)t->rows,
                                       (unsigned long long)t->cols, (unsigned)t->box_rows, err, errlen))
                     return 0;
@@ -81,10 +87,32 @@ int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstrea
         if (c->kind != PLAN_BUF_COPY)
             continue;
         CUresult r = CUDA_SUCCESS;
-        if (!f)
-            r = cu.cuModuleGetFunction(&f, mod, "moec_to_bf16");
         CUdeviceptr dst = buf[i], src = buf[c->node];
         const IrNode *pn = p->graph->nodes[c->node];
+        PlanFp8Copy fc;
+        if (c->storage == PLAN_E4M3) {
+            /* an fp8-block weight's e4m3 copy: its quantiser, a 512-thread block per 128x128 tile */
+            char name[96];
+            CUfunction q = NULL;
+            if (!plan_fp8b_copy_layout(pn, &fc) || fc.bytes != c->bytes) {
+                snprintf(err, errlen, "the working copy %s: no e4m3 copy of %s", c->name, pn->name);
+                return -1;
+            }
+            plan_fp8b_kernel_name(&fc, 0, name, sizeof name);
+            long long tiles = fc.e * (fc.n / 128) * (fc.k / 128);
+            void *qa[] = {&dst, &src};
+            r = cu.cuModuleGetFunction(&q, mod, name);
+            if (r == CUDA_SUCCESS)
+                r = cu.cuLaunchKernel(q, (unsigned)(tiles > 1056 ? 1056 : tiles), 1, 1, 512, 1, 1, 0, stream, qa, NULL);
+            if (r != CUDA_SUCCESS) {
+                snprintf(err, errlen, "the working copy %s (%s): %s", c->name, name, cudrv_error(r, b, sizeof b));
+                return -1;
+            }
+            n++;
+            continue;
+        }
+        if (!f)
+            r = cu.cuModuleGetFunction(&f, mod, "moec_to_bf16");
         long long numel = c->bytes / 2, glu_f = c->glu_f, cols = pn->rank ? pn->shape[pn->rank - 1] : 1;
         long long grid = (numel + 255) / 256;
         void *args[] = {&dst, &src, &numel, &glu_f, &cols};

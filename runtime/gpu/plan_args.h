@@ -20,8 +20,9 @@ typedef struct GpuArgs {
 int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char *err, size_t errlen);
 void gpu_args_free(GpuArgs *a);
 
-/* Writes every param's bf16 working copy (plan.h PLAN_BUF_COPY) from the param's fp32 values with
- * kernel moec_to_bf16 of mod, on `stream`, and waits: what a harness that uploads parameters itself
+/* Writes every param's working copy (plan.h PLAN_BUF_COPY) from the param's fp32 values with kernel
+ * moec_to_bf16 of mod (a bf16 copy) or moec_fp8b_copy_ExNxK (an fp8-block weight's e4m3 copy), on `stream`,
+ * and waits: what a harness that uploads parameters itself
  * (tests/gpu/run_plan.c, bench/layer.c) does after the upload (the backend does it in
  * gpu_put_params). Returns the number of copies written, or -1 with the reason in err. */
 int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen);

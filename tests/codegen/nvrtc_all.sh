@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # tests/codegen/nvrtc_all.sh BUILD SCRATCH - generates (--emit-cuda) and compiles the CUDA of
-# every shipped model (models/, models/variants/), of mixtral_tiny under
-# mxfp8 and with ep 2, and of tests/codegen/ops.moe in its three forms, with
-# NVRTC for sm_90a. Every compile must succeed with zero NVRTC warnings.
+# every shipped model (models/, models/variants/) with the default kernels
+# (fast, decision 48) and the largest two with the reference kernels, of
+# mixtral_tiny under mxfp8 and with ep 2, and of tests/codegen/ops.moe in its
+# three forms (reference), with NVRTC for sm_90a. Every compile must succeed
+# with zero NVRTC warnings. Then --arch for another GPU: the default becomes
+# the reference kernels (said on stdout), --kernels fast with sm_90a code is
+# refused (exit 1, naming --kernels reference).
 #
 # Without libnvrtc (no CUDA toolkit) it prints SKIPPED and passes, except
 # in CI (CI=true) or with MOEC_REQUIRE_NVRTC set: CI's machines have the
@@ -24,13 +28,16 @@ fi
 cases=()
 case "$(basename "$BUILD")" in
 *asan*)
-    cases=("models/mixtral_tiny.moe" "models/mixtral_tiny.moe --precision mxfp8 --ep 2"
-           "tests/codegen/ops.moe --precision mxfp8" "models/mixtral_8x7b.moe");;
+    cases=("models/mixtral_tiny.moe --kernels reference" "models/mixtral_tiny.moe --precision mxfp8 --ep 2"
+           "tests/codegen/ops.moe --precision mxfp8 --kernels reference" "models/mixtral_8x7b.moe");;
 *)
     for m in models/*.moe models/variants/*.moe; do cases+=("$m"); done
-    cases+=("models/mixtral_tiny.moe --precision mxfp8" "models/mixtral_tiny.moe --ep 2"
-            "models/mixtral_tiny.moe --precision mxfp8 --ep 2" "tests/codegen/ops.moe"
-            "tests/codegen/ops.moe --precision mxfp8" "tests/codegen/ops.moe --disable-pass fuse-grouped-mlp"
+    cases+=("models/mixtral_8x7b.moe --kernels reference" "models/protein_moe.moe --kernels reference"
+            "models/mixtral_tiny.moe --kernels reference"
+            "models/mixtral_tiny.moe --precision mxfp8 --kernels reference" "models/mixtral_tiny.moe --ep 2 --kernels reference"
+            "models/mixtral_tiny.moe --precision mxfp8 --ep 2 --kernels reference" "tests/codegen/ops.moe --kernels reference"
+            "tests/codegen/ops.moe --precision mxfp8 --kernels reference"
+            "tests/codegen/ops.moe --disable-pass fuse-grouped-mlp --kernels reference"
             "tests/gpu/fast_mlp.moe --kernels fast" "tests/gpu/fast_attn.moe --kernels fast"
             "bench/models/bench_bio.moe --kernels fast" "tests/gpu/fast_mlp_fp8.moe --kernels fast"
             "tests/gpu/mixtral4_ckpt.moe" "tests/gpu/mixtral4_ckpt.moe --kernels fast"
@@ -57,5 +64,25 @@ for c in "${cases[@]}"; do
     n=$((n + 1))
     total=$((total + $(grep -o 'compiled [0-9]*' <<< "$line" | grep -o '[0-9]*')))
 done
+# --arch for a GPU other than sm_90: the default is the reference kernels; --kernels fast is refused when
+# the plan has sm_90a code, and compiles when it has none (mixtral_tiny: no node qualifies)
+if ! out=$(moec compile tests/gpu/fast_mlp.moe --emit-cuda "$SCRATCH/cuda" --arch sm_80 2>&1) ||
+   ! grep -q "the reference kernels for --arch sm_80" <<< "$out" || grep -q ": fast:" <<< "$out" ||
+   ! grep -q "compiled .* for sm_80" <<< "$out"; then
+    echo "FAIL: moec compile tests/gpu/fast_mlp.moe --arch sm_80 (the default for another GPU: reference)"
+    echo "$out" | tail -n 20
+    fail=$((fail + 1))
+fi
+out=$(moec compile tests/gpu/fast_mlp.moe --kernels fast --emit-cuda "$SCRATCH/cuda" --arch sm_80 2>&1); rc=$?
+if [ $rc -ne 1 ] || ! grep -q "error: --arch sm_80: .* sm_90a code, .* --kernels reference" <<< "$out"; then
+    echo "FAIL: moec compile tests/gpu/fast_mlp.moe --kernels fast --arch sm_80 (exit $rc, want 1 and a message)"
+    echo "$out" | tail -n 20
+    fail=$((fail + 1))
+fi
+if ! out=$(moec compile models/mixtral_tiny.moe --kernels fast --emit-cuda "$SCRATCH/cuda" --arch sm_80 2>&1); then
+    echo "FAIL: moec compile models/mixtral_tiny.moe --kernels fast --arch sm_80 (no sm_90a code: compiles)"
+    echo "$out" | tail -n 20
+    fail=$((fail + 1))
+fi
 echo "nvrtc: $n compilations, $total kernels, $fail failed, $(( $(date +%s) - start )) s"
 [ $fail -eq 0 ]

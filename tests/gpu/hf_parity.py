@@ -187,7 +187,7 @@ def main():
 
     # 3. train with moec, dumping every step
     train_bin = os.path.join(out, "train_m")
-    if run([moec, "compile", m_moe, "-o", train_bin] + (["--kernels", "fast"] if fast else [])).returncode != 0:
+    if run([moec, "compile", m_moe, "-o", train_bin, "--kernels", a.kernels]).returncode != 0:
         return 1
     dump = os.path.join(out, "dump")
     cmd = [train_bin, "--init", os.path.join(out, "m.init.safetensors"), "--data", a.data, "--steps",

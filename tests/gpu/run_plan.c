@@ -17,7 +17,11 @@
  * --chain runs the launches on their own outputs (activations start as NaN)
  * and compares loss and gradients within 1e-3 normwise. Collectives of an EP
  * plan are made up on the host as rank 0 would see them (fake_collective, as
- * the emulator). Also checks moec_adamw against the CPU backend's (runtime/cpu/backend.c) bit for bit.
+ * the emulator). Also checks moec_adamw against the CPU backend's (runtime/cpu/backend.c) bit for bit, and
+ * in an fp8-block plan each e4m3 weight copy's kernels (decision 44): moec_adamw_fp8b_ExNxK's w, m and v
+ * bit for bit against moec_adamw's on the GPU, its copy against fp8b_quantize of the new W and W^T (codes
+ * and scales) and against moec_fp8b_copy_ExNxK; the node checks of the fp8-block grouped_mlp read the
+ * copies gpu_fill_copies wrote from the params.
  * The CUDA driver API comes through runtime/gpu/cudrv.h (loaded at run time,
  * as in the training binary). One line per compared node; the summary last. Exit 0 when all agree. */
 #include <math.h>
@@ -27,6 +31,7 @@
 
 #include "../../plan/plan.h"
 #include "../../runtime/cpu/cpu.h"
+#include "../../runtime/cpu/fp8_block.h"
 #include "../../util/bf16.h"
 #include "../../util/util.h"
 #include "../../runtime/gpu/cudrv.h"
@@ -558,8 +563,113 @@ int main(int argc, char **argv)
         cu.cuMemFree(ds);
         free(w);
     }
-    printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d %s\n", ncompared,
-           nlaunched, bad, worst_fp, worst_fp_name, adam_diff, bad ? "FAILED" : "all agree");
+    /* fp8-block: each e4m3 copy's shape once: the AdamW that writes the copy against moec_adamw (w, m, v bit for
+     * bit: the same lines, NVRTC's contractions included) and the copy against the CPU's quantiser */
+    int fp8_diff = 0, fp8_shapes = 0;
+    for (int b = 0; b < plan->nbufs; b++) {
+        const PlanBuf *pb = &plan->bufs[b];
+        PlanFp8Copy fc;
+        if (pb->kind != PLAN_BUF_COPY || pb->storage != PLAN_E4M3 || !plan_fp8b_copy_layout(g->nodes[pb->node], &fc))
+            continue;
+        int seen = 0;
+        for (int o = 0; o < b && !seen; o++) {
+            PlanFp8Copy oc;
+            seen = plan->bufs[o].kind == PLAN_BUF_COPY && plan->bufs[o].storage == PLAN_E4M3 &&
+                   plan_fp8b_copy_layout(g->nodes[plan->bufs[o].node], &oc) && oc.e == fc.e && oc.n == fc.n &&
+                   oc.k == fc.k;
+        }
+        if (seen)
+            continue;
+        fp8_shapes++;
+        long long n = fc.e * fc.n * fc.k;
+        size_t nb = (size_t)n * 4;
+        float *h = malloc(nb * 8);
+        unsigned char *c1 = malloc((size_t)fc.bytes * 2), *c2 = c1 + fc.bytes;
+        for (long long e = 0; e < n; e++) {
+            h[e] = h[4 * n + e] = (float)(0.05 * rng_normal());
+            h[n + e] = h[5 * n + e] = (float)(0.01 * rng_normal());
+            h[2 * n + e] = h[6 * n + e] = (float)(1e-4 * rng_uniform());
+            h[3 * n + e] = h[7 * n + e] = (float)(0.1 * rng_normal());
+        }
+        const IrTrain *t = &g->train;
+        double sc[7] = {1e-3, 1 - pow(t->beta1, 3), 1 - pow(t->beta2, 3), 0.7, 0, 0, 0}, wd = t->weight_decay;
+        CUdeviceptr d[8], ds, dc, dc2;
+        for (int k = 0; k < 8; k++) {
+            CU(cuMemAlloc(&d[k], nb));
+            h2d(d[k], h + (size_t)k * (size_t)n, nb);
+        }
+        CU(cuMemAlloc(&ds, sizeof sc));
+        h2d(ds, sc, sizeof sc);
+        CU(cuMemAlloc(&dc, (size_t)fc.bytes));
+        CU(cuMemAlloc(&dc2, (size_t)fc.bytes));
+        char name[96], lname[96];
+        plan_fp8b_kernel_name(&fc, 1, name, sizeof name);
+        plan_fp8b_kernel_name(&fc, 0, lname, sizeof lname);
+        CUfunction fa, f8, fl;
+        cu_what = "moec_adamw";
+        CU(cuModuleGetFunction(&fa, mod, "moec_adamw"));
+        cu_what = name;
+        CU(cuModuleGetFunction(&f8, mod, name));
+        cu_what = lname;
+        CU(cuModuleGetFunction(&fl, mod, lname));
+        long long tiles = fc.e * (fc.n / 128) * (fc.k / 128);
+        void *pa[] = {&d[0], &d[1], &d[2], &d[3], &n, &ds, &wd};
+        CU(cuLaunchKernel(fa, (unsigned)((n + 255) / 256 > 4096 ? 4096 : (n + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, pa,
+                          NULL));
+        void *p8[] = {&d[4], &d[5], &d[6], &d[7], &n, &ds, &wd, &dc};
+        CU(cuLaunchKernel(f8, (unsigned)(tiles < 1056 ? tiles : 1056), 1, 1, 512, 1, 1, 0, NULL, p8, NULL));
+        void *pl[] = {&dc2, &d[4]};
+        CU(cuLaunchKernel(fl, (unsigned)(tiles < 1056 ? tiles : 1056), 1, 1, 512, 1, 1, 0, NULL, pl, NULL));
+        CU(cuCtxSynchronize());
+        for (int k = 0; k < 8; k++)
+            if (k != 3 && k != 7)
+                d2h(h + (size_t)k * (size_t)n, d[k], nb);
+        d2h(c1, dc, (size_t)fc.bytes);
+        d2h(c2, dc2, (size_t)fc.bytes);
+        int wmv = 0, codes = 0;
+        for (int k = 0; k < 3; k++)
+            wmv += memcmp(h + (size_t)k * (size_t)n, h + (size_t)(4 + k) * (size_t)n, nb) != 0;
+        int same_load = memcmp(c1, c2, (size_t)fc.bytes) == 0;
+        int64_t T = fc.n * fc.k;
+        unsigned char *vq = malloc((size_t)T * 2 + 2 * (size_t)(T / 16384) + 2), *vqt = vq + T;
+        unsigned char *vs = vqt + T, *vst = vs + T / 16384 + 1;
+        float *wt = malloc((size_t)T * 4);
+        for (int64_t gi = 0; gi < fc.e; gi++) {
+            const float *wg = h + 4 * (size_t)n + (size_t)(gi * T);
+            for (int64_t r = 0; r < fc.n; r++)
+                for (int64_t k = 0; k < fc.k; k++)
+                    wt[k * fc.n + r] = wg[r * fc.k + k];
+            if (fp8b_quantize(wg, fc.n, fc.k, FP8B_TILE, vq, vs) != 0 ||
+                fp8b_quantize(wt, fc.k, fc.n, FP8B_TILE, vqt, vst) != 0)
+                codes++;
+            codes += memcmp(c1 + fc.q + gi * T, vq, (size_t)T) != 0;
+            codes += memcmp(c1 + fc.qt + gi * T, vqt, (size_t)T) != 0;
+            for (int64_t nb2 = 0; nb2 < fc.n / 128; nb2++)
+                for (int64_t kb = 0; kb < fc.k / 128; kb++) {
+                    codes += c1[fc.s + (gi * (fc.n / 128) + nb2) * (fc.k / 128) + kb] != vs[nb2 * (fc.k / 128) + kb];
+                    codes += c1[fc.st + (gi * (fc.k / 128) + kb) * (fc.n / 128) + nb2] != vst[kb * (fc.n / 128) + nb2];
+                }
+        }
+        printf("  %s: w, m, v %s moec_adamw's; the e4m3 copy: %d of %lld experts' codes or scales differ from "
+               "fp8b_quantize of the new W and W^T; %s %s's\n", name, wmv ? "DIFFER from" : "bit for bit as", codes ? 1 : 0,
+               (long long)fc.e, same_load ? "the same bytes as" : "DIFFERENT bytes from", lname);
+        fp8_diff += wmv + (codes != 0) + !same_load;
+        free(vq);
+        free(wt);
+        free(h);
+        free(c1);
+        for (int k = 0; k < 8; k++)
+            cu.cuMemFree(d[k]);
+        cu.cuMemFree(ds);
+        cu.cuMemFree(dc);
+        cu.cuMemFree(dc2);
+    }
+    bad += fp8_diff != 0;
+    if (fp8_shapes)
+        printf("  fp8-block weight copies: %d shapes, %d differences\n", fp8_shapes, fp8_diff);
+    printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d%s %s\n", ncompared,
+           nlaunched, bad, worst_fp, worst_fp_name, adam_diff, fp8_shapes ? (fp8_diff ? " fp8b_copy_diff=1" : " fp8b_copy_diff=0") : "",
+           bad ? "FAILED" : "all agree");
     cpu_plan_free(&cpu);
     for (int r = 0; r < 3; r++) {
         free(base[r]);

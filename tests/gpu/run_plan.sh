@@ -43,7 +43,7 @@ if [ "$MODE" != run ]; then
     IFS='|' read -r name model copts ropts <<<"$c"
     rm -rf "${OUT:?}/$name"
     # shellcheck disable=SC2086
-    build/moec compile "$model" $copts --emit-cuda "$OUT/$name" --arch "$ARCH"
+    build/moec compile "$model" --kernels reference $copts --emit-cuda "$OUT/$name" --arch "$ARCH"
   done
   set +e
 fi

@@ -23,6 +23,8 @@
 #include "../../codegen/mxfp8.cuh"
 #include "../../codegen/moe_fast_offsets.h"
 #include "../../runtime/gpu/nvrtc.h"
+#include "../../runtime/gpu/gpu.h"
+#include "../../driver/build.h"
 #include "../../plan/plan.h"
 #include "../../driver/compile.h"
 #include "../../util/util.h"
@@ -240,11 +242,15 @@ static void check_plan(const char *what, const Plan *p)
         owner[b] = b < n ? b : pb->node;
         int al = pb->alias_of >= 0;
         root[b] = al ? pb->alias_of : b;
+        PlanFp8Copy fc;
         if (pb->kind == PLAN_BUF_COPY &&
-            (b < n || g->nodes[pb->node]->op != IR_OP_PARAM || pb->storage != PLAN_BF16 ||
-             pb->bytes != ir_numel(g->nodes[pb->node]) * 2 || pb->region != PLAN_REGION_PARAMS) &&
+            (b < n || g->nodes[pb->node]->op != IR_OP_PARAM ||
+             (pb->storage == PLAN_E4M3 ? !plan_fp8b_copy_layout(g->nodes[pb->node], &fc) || pb->bytes != fc.bytes
+                                       : pb->storage != PLAN_BF16 || pb->bytes != ir_numel(g->nodes[pb->node]) * 2) ||
+             pb->region != PLAN_REGION_PARAMS) &&
             bad++ < 5)
-            fprintf(stderr, "%s: buffer %d (%s) is no bf16 copy of a param in the params region\n", what, b, pb->name);
+            fprintf(stderr, "%s: buffer %d (%s) is no bf16 or e4m3 copy of a param in the params region\n", what, b,
+                    pb->name);
         if (b < n && bytes[b] != ir_numel(g->nodes[b]) * plan_storage_bytes[pb->storage] && bad++ < 5)
             fprintf(stderr, "%s: buffer %d has %lld bytes for %s\n", what, b, (long long)bytes[b], g->nodes[b]->name);
         /* bf16 storage (docs/decisions.md 40): only a float activation of a --kernels fast plan that is no
@@ -912,14 +918,28 @@ static void test_fast_mlp_fp8(void)
             tiles++;
             tiles_nodyn &= l->shared_bytes == 0 && l->block == 256;
         }
-        /* the weights' quantiser: 512 threads a tile, 32 values a thread in registers */
+        /* no node quantises a weight: the optimizer writes their tiles (decision 44) */
         if (strstr(kn, "_fp8b_w_"))
-            weights++, weights_ok &= l->shared_bytes == 0 && l->block == 512 && n->op == IR_OP_GROUPED_MLP;
+            weights++;
         for (int a = 0; l->targs && a < l->nargs; a++) {
             const PlanArg *t = &l->targs[a];
             if (t->kind != PLAN_ARG_TMAP_U8)
                 continue;
             maps++;
+            /* the weight operand (the second map of an M-grouped FP8 GEMM): the param's e4m3 copy, its tiles in the
+             * forward, the transposed tiles in the backward; the scales (the argument "sb") from the copy too */
+            if (a > 0 && !is_k) {
+                const PlanBuf *wb = &p->bufs[t->buf];
+                PlanFp8Copy fc;
+                int ok = wb->kind == PLAN_BUF_COPY && wb->storage == PLAN_E4M3 &&
+                         plan_fp8b_copy_layout(p->graph->nodes[wb->node], &fc) &&
+                         t->offset == (n->op == IR_OP_GROUPED_MLP ? fc.q : fc.qt);
+                int sb = -1;
+                for (int k = 0; k < l->nargs; k++)
+                    if (l->targs[k].kind == PLAN_ARG_BUF && l->args[k] == t->buf)
+                        sb = k;
+                weights_ok &= ok && sb >= 0;
+            }
             /* an E4M3 operand: a byte buffer, box {128, 128}, rows_cap (the i32 argument) a multiple of 16; the
              * M-grouped kernel's A is [rows_cap, K], the K-grouped kernel's both operands [C, rows_cap] */
             const PlanArg *rc = &l->targs[l->nargs - 1];
@@ -935,14 +955,15 @@ static void test_fast_mlp_fp8(void)
     CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8: %d of %d grouped_mlp nodes take the fp8-block kernels", fast,
           nodes);
     CHECK(impl_ok, "fast_mlp_fp8: every expert-MLP launch says fast: fp8-block");
-    /* forward: offsets, gather + xs rowwise and colwise, two weights, gate_up, SwiGLU + quantise, down (the
-     * combine reads y_padded); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs,
+    /* forward: offsets, gather + xs rowwise and colwise, gate_up, SwiGLU + quantise, down (the combine reads
+     * y_padded; the weights' tiles are the optimizer's e4m3 copies); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs,
      * a colwise, dxs, two weight gradients, scatter */
-    CHECK(fwd == 7 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    CHECK(fwd == 5 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
     CHECK(tiles == 5 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
           "shared memory", tiles, 5 * layers);
-    CHECK(weights == 2 * layers && weights_ok, "fast_mlp_fp8: %d weight quantiser launches of 512 threads in the "
-          "forward (want %d)", weights, 2 * layers);
+    CHECK(weights == 0 && weights_ok, "fast_mlp_fp8: %d weight quantiser launches (want 0), every FP8 GEMM's weight "
+          "operand and scales from the param's e4m3 copy at its tiles (forward) or transposed tiles (backward)",
+          weights);
     /* the quantisers lay the activation scales out with the stride the GEMMs read them with (rows_cap) */
     long long rows_cap = -1;
     for (int i = 0; i < p->nlaunches && rows_cap < 0; i++)
@@ -963,26 +984,37 @@ static void test_fast_mlp_fp8(void)
           "fast_mlp_fp8: dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
           "K-grouped expert GEMM");
     CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0>::run(") &&
-              strstr(p->cuda_source, "moec::fp8b::quant_weight<4, 512ll, 256ll>(q, s, qt, st, w)") &&
+              strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x512x256(") &&
+              strstr(p->cuda_source, "void __launch_bounds__(512) moec_fp8b_copy_4x512x256(") &&
+              strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x256x256(") &&
+              strstr(p->cuda_source, "void __launch_bounds__(512) moec_fp8b_copy_4x256x256(") &&
+              strstr(p->cuda_source, "moec::fp8b::quant_weight_from<4, 512ll, 256ll>(c + 0ll, c + 1048576ll, c + "
+                                     "524288ll, c + 1048608ll, moec::fp8b::AdamwValues{") &&
+              strstr(p->cuda_source, "moec::fp8b::quant_weight<4, 512ll, 256ll>(c + 0ll, c + 1048576ll, c + "
+                                     "524288ll, c + 1048608ll, w)") &&
+              strstr(p->cuda_source, ", sa, sb + 1048576ll, offsets, rows_cap)") &&
               strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, H>(q, sa, ") &&
               !strstr(p->cuda_source, "GemmMGrouped<4, 512"),
           "fast_mlp_fp8: the FP8 GEMM and the quantisers, no bf16 expert GEMM");
     check_plan("fast_mlp_fp8", p);
     check_forward("fast_mlp_fp8", p);
-    int copies = 0, kept = 0, e4m3 = 0;
+    int copies = 0, kept = 0, e4m3 = 0, fp8_copies = 0;
     for (int b = 0; b < p->nbufs; b++) {
-        copies += p->bufs[b].kind == PLAN_BUF_COPY && p->graph->nodes[p->bufs[b].node]->rank == 3;
+        copies += p->bufs[b].kind == PLAN_BUF_COPY && p->bufs[b].storage == PLAN_BF16 &&
+                  p->graph->nodes[p->bufs[b].node]->rank == 3;
+        fp8_copies += p->bufs[b].kind == PLAN_BUF_COPY && p->bufs[b].storage == PLAN_E4M3 &&
+                      p->bufs[b].region == PLAN_REGION_PARAMS;
         kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node &&
                 p->graph->nodes[p->bufs[b].node]->op == IR_OP_GROUPED_MLP;
         e4m3 += p->bufs[b].storage == PLAN_E4M3;
     }
-    /* kept per layer: offsets, probs, h, xs colwise (transposed codes and their scales), the two transposed
-     * weight copies and their scales, y for the combine; no bf16 working copy of an expert weight (the quantisers
-     * read the fp32 master); E4M3 buffers (values or scale codes): 14 in the forward (xs rowwise and colwise, a,
-     * both weights and their transposed copies), 10 in the backward (dy rowwise and colwise, dh rowwise and
-     * colwise, a colwise) */
-    CHECK(copies == 0 && kept == 10 * layers && e4m3 == 24 * layers,
-          "fast_mlp_fp8: %d bf16 expert-weight copies, %d kept workspaces, %d E4M3 buffers", copies, kept, e4m3);
+    /* kept per layer: offsets, probs, h, xs colwise (its transposed codes and their scales), y for the combine;
+     * no bf16 working copy of an expert weight, an e4m3 one of each in the params region (the tiles, the
+     * transposed tiles and their scales: decision 44); E4M3 buffers (values or scale codes): 6 in the forward
+     * (xs rowwise and colwise, a), 10 in the backward (dy and dh rowwise and colwise, a colwise), 2 copies */
+    CHECK(copies == 0 && fp8_copies == 2 * layers && kept == 6 * layers && e4m3 == 18 * layers,
+          "fast_mlp_fp8: %d bf16 and %d e4m3 expert-weight copies, %d kept workspaces, %d E4M3 buffers", copies,
+          fp8_copies, kept, e4m3);
     char *doc = plan_to_json(p, 0);
     Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
     int same = q && q->nlaunches == p->nlaunches && q->nbufs == p->nbufs;
@@ -1094,6 +1126,66 @@ static double cpu_run(const Plan *p, int round, int *rounded, int *nbf16)
         free(owned[i]);
     free(owned);
     return loss;
+}
+
+/* Decision 48: a plan with the fast kernels' sm_90a code says so (needs_arch, through plan.json too), and
+ * the GPU backend's check refuses it on any GPU but compute capability 9.0, naming the way out; a fast plan
+ * in which no node qualifies, and a reference plan, run anywhere. The device is faked through the check. */
+static void test_needs_arch(void)
+{
+    const struct {
+        const char *path;
+        PlanKernels kernels;
+        const char *needs;
+    } cases[] = {{"tests/gpu/fast_mlp.moe", PLAN_KERNELS_FAST, "sm_90a"},
+                 {"tests/gpu/fast_mlp.moe", PLAN_KERNELS_REFERENCE, ""},
+                 {"models/mixtral_tiny.moe", PLAN_KERNELS_FAST, ""}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        Compilation c;
+        char err[2048] = "";
+        IrGraph *g = compile_model(&c, cases[k].path, NULL, 0, NULL);
+        c.kernels = (int)cases[k].kernels;
+        Plan *p = g ? driver_make_plan(&c, cases[k].path, NULL, 0, 0, IR_PREC_BF16, 0, err, sizeof err) : NULL;
+        CHECK(p && !p->gpu_unsupported, "%s, %s kernels: a plan (%s)", cases[k].path,
+              plan_kernels_name[cases[k].kernels], err);
+        if (!p) {
+            compilation_free(&c);
+            continue;
+        }
+        CHECK(strcmp(p->needs_arch, cases[k].needs) == 0, "%s, %s kernels: needs_arch '%s' (want '%s')",
+              cases[k].path, plan_kernels_name[cases[k].kernels], p->needs_arch, cases[k].needs);
+        CHECK(!!p->needs_arch[0] == (strstr(p->cuda_source, "sm_90a: codegen/gemm_sm90_sched.h") != NULL),
+              "%s: needs_arch exactly when the source holds the sm_90a device code", cases[k].path);
+        char *doc = plan_to_json(p, 1);
+        Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+        CHECK(q && strcmp(q->needs_arch, p->needs_arch) == 0, "%s: needs_arch survives the document", cases[k].path);
+        CHECK(!!strstr(doc, "\"needs_arch\"") == !!p->needs_arch[0], "%s: \"needs_arch\" written only when set",
+              cases[k].path);
+        free(doc);
+        plan_free(q);
+        /* the devices: an H200 runs everything; an A100, an L40S, a B200 only plans without sm_90a code */
+        const struct { const char *name; int major, minor; } gpus[] = {
+            {"NVIDIA H200", 9, 0}, {"NVIDIA A100-SXM4-80GB", 8, 0}, {"NVIDIA L40S", 8, 9}, {"NVIDIA B200", 10, 0}};
+        for (size_t d = 0; d < sizeof gpus / sizeof *gpus; d++) {
+            err[0] = 0;
+            int runs = gpu_check_arch(p, gpus[d].name, gpus[d].major, gpus[d].minor, err, sizeof err);
+            int want = !p->needs_arch[0] || (gpus[d].major == 9 && gpus[d].minor == 0);
+            CHECK(runs == want, "%s, %s kernels on %s (%d.%d): %s", cases[k].path,
+                  plan_kernels_name[cases[k].kernels], gpus[d].name, gpus[d].major, gpus[d].minor,
+                  runs ? "runs" : "refused");
+            if (!runs) {
+                char cc[64], cmd[256];
+                snprintf(cc, sizeof cc, "compute capability %d.%d", gpus[d].major, gpus[d].minor);
+                snprintf(cmd, sizeof cmd, "`moec compile %s -o OUT --kernels reference`", cases[k].path);
+                CHECK(strstr(err, gpus[d].name) && strstr(err, cc) && strstr(err, cmd) &&
+                          strstr(err, "--device cpu") && strstr(err, "only an sm_90 GPU"),
+                      "the refusal names the GPU, its compute capability, the model and --kernels reference: %s",
+                      err);
+            }
+        }
+        plan_free(p);
+        compilation_free(&c);
+    }
 }
 
 static void test_bf16_storage(void)
@@ -1251,6 +1343,7 @@ int main(void)
     test_fast_mlp();
     test_fast_mlp_fp8();
     test_bf16_storage();
+    test_needs_arch();
     test_log_context();
     test_nvrtc();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);

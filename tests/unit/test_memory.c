@@ -23,8 +23,9 @@
 
 static const double GIB = 1024.0 * 1024.0 * 1024.0;
 
-/* NULL (quietly) when the file does not compile: tests/errors' models, plugin models */
-static Plan *make_plan(const char *path, int mxfp8, int64_t ep, int fast)
+/* NULL (quietly) when the file does not compile: tests/errors' models, plugin models. prec: 0 the model's,
+ * else the precision given as --precision would */
+static Plan *make_plan_prec(const char *path, int prec, IrPrecision precision, int64_t ep, int fast)
 {
     Compilation c;
     memset(&c, 0, sizeof c);
@@ -35,18 +36,67 @@ static Plan *make_plan(const char *path, int mxfp8, int64_t ep, int fast)
         pass_ctx_init(&ctx, NULL);
         c.opts.ep = ep;
         c.kernels = fast ? PLAN_KERNELS_FAST : PLAN_KERNELS_REFERENCE;
-        if (mxfp8) {
+        if (prec) {
             c.opts.has_precision = 1;
-            c.opts.precision = IR_PREC_MXFP8;
+            c.opts.precision = precision;
         }
         char err[1024];
         if (compilation_run(&c, path, c.text, c.len, quiet, &ctx) == 0)
-            p = driver_make_plan(&c, path, NULL, 0, mxfp8, mxfp8 ? IR_PREC_MXFP8 : IR_PREC_BF16, ep, err,
-                                 sizeof err);
+            p = driver_make_plan(&c, path, NULL, 0, prec, prec ? precision : IR_PREC_BF16, ep, err, sizeof err);
     }
     compilation_free(&c);
     fclose(quiet);
     return p;
+}
+
+static void check_plan(const char *what, const Plan *p);
+
+static Plan *make_plan(const char *path, int mxfp8, int64_t ep, int fast)
+{
+    return make_plan_prec(path, mxfp8, IR_PREC_MXFP8, ep, fast);
+}
+
+/* --precision fp8-block --kernels fast (decision 44): each expert weight [E, N, K] has one e4m3 working copy in
+ * the params region (its 128x128 tiles, the transposed tiles and both scale arrays: 2 N K E + 2 E N K / 16384
+ * bytes) and no workspace holds a weight's codes (the per-step quantised weights of decision 38 are gone);
+ * prints what moved: the params region grows by the copies, the activations lose the quantised weights */
+static void check_fp8b(const char *path)
+{
+    Plan *p = make_plan_prec(path, 1, IR_PREC_FP8_BLOCK, 0, 1);
+    CHECK(p != NULL, "%s compiles with --precision fp8-block --kernels fast", path);
+    if (!p)
+        return;
+    check_plan(path, p);
+    const IrGraph *g = p->graph;
+    int copies = 0, bad = 0, weight_ws = 0;
+    int64_t copy_bytes = 0, weights = 0;
+    for (int b = g->nnodes; b < p->nbufs; b++) {
+        const PlanBuf *pb = &p->bufs[b];
+        if (pb->kind == PLAN_BUF_COPY && pb->storage == PLAN_E4M3) {
+            PlanFp8Copy fc;
+            copies++;
+            copy_bytes += pb->bytes;
+            bad += !plan_fp8b_copy_layout(g->nodes[pb->node], &fc) || pb->bytes != fc.bytes ||
+                   pb->region != PLAN_REGION_PARAMS;
+            weights += fc.e * fc.n * fc.k;
+        }
+        if (pb->kind == PLAN_BUF_WORKSPACE && pb->storage == PLAN_E4M3)
+            for (int q = 0; q < g->nparams; q++)
+                weight_ws += g->params[q]->rank == 3 && pb->bytes == ir_numel(g->params[q]);
+    }
+    int mlps = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        mlps += g->nodes[i]->op == IR_OP_GROUPED_MLP;
+    CHECK(copies == 2 * mlps && !bad && copy_bytes == 2 * weights + 2 * (weights / 16384),
+          "%s: %d e4m3 weight copies (%d grouped_mlp), %lld bytes for %lld expert weights, %d misplaced", path, copies,
+          mlps, (long long)copy_bytes, (long long)weights, bad);
+    CHECK(weight_ws == 0, "%s: %d E4M3 workspaces the size of an expert weight (the per-step quantised weights)",
+          path, weight_ws);
+    PlanMemoryBreakdown m;
+    plan_memory_breakdown(p, &m);
+    printf("  %-36s fp8-block: params region %.3f GiB (masters %.3f, e4m3 copies %.3f), activations %.3f GiB\n",
+           path, (double)(m.masters + m.copies) / GIB, m.masters / GIB, m.copies / GIB, m.acts_region / GIB);
+    plan_free(p);
 }
 
 /* the tensor maps of the fast kernels (TMA loads and stores, bounded by the map, not by the buffer) lie
@@ -269,6 +319,9 @@ int main(void)
         }
         plan_free(p);
     }
+
+    check_fp8b("tests/gpu/fast_mlp_fp8.moe");
+    check_fp8b("bench/models/layer/layer_mixtral.moe");
 
     /* activation checkpointing per decoder layer (decision 43): the same four layers at 12 x 4096 (bf16, fast
      * kernels) have a lower live peak with `checkpoint blocks` (tests/gpu/mixtral4_ckpt.moe) and fit an H200,

@@ -11,7 +11,12 @@
 //     computed here;
 //  4. a weight [2, 256, 384] in 128x128 tiles (moec_fp8_block_sb_index layout) and its transposed copy,
 //     against fp8b_quantize(FP8B_TILE) of each expert's W and of W^T;
-//  5. dprobs against a double sum (within 1e-5).
+//  5. dprobs against a double sum (within 1e-5);
+//  6. the optimizer's kernels moec generates for tests/gpu/fast_mlp_fp8.moe (decision 44) on w_down's shape
+//     [4, 256, 256]: moec_adamw_fp8b_4x256x256's w, m and v bit for bit against moec_adamw's on the same
+//     inputs, its e4m3 copy (tiles, transposed tiles, both scales) against moec_fp8b_copy_4x256x256 (the
+//     quantiser on the updated w) and against fp8b_quantize(FP8B_TILE) of each expert's new W and W^T; again
+//     with the four arrays 4 bytes off 16-byte alignment (the kernel's element-at-a-time path).
 // Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and
 // per-row magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
 #include <math.h>
@@ -261,8 +266,80 @@ int main(void)
                       "transposed weight tile scale", kb * 2 + nb);
             }
     }
+    /* 6: the optimizer writing the e4m3 copy */
+    {
+        const long long OE = 4, ON = 256, OK = 256, NW = OE * ON * OK, OS = OE * (ON / 128) * (OK / 128);
+        const long long CB = 2 * NW + 2 * OS; /* plan.h PlanFp8Copy: q, qt, s, st */
+        std::vector<float> w0((size_t)NW), m0((size_t)NW), v0((size_t)NW), g0((size_t)NW);
+        fill_rows(w0.data(), OE * ON, OK, 1);
+        for (long long i = 0; i < NW; i++) {
+            double u = (double)(next() >> 11) / 9007199254740992.0;
+            g0[(size_t)i] = (float)((2 * u - 1) * 0.1);
+            m0[(size_t)i] = (float)((u - 0.5) * 0.02);
+            v0[(size_t)i] = (float)(u * u * 1e-4);
+            if (i % 997 == 5)
+                g0[(size_t)i] = 0.0f, m0[(size_t)i] = 0.0f, v0[(size_t)i] = 0.0f; /* 0 / (sqrt(0) + eps) */
+        }
+        double sc[7] = {3e-4, 1 - pow(0.9, 7), 1 - pow(0.95, 7), 0.8, 0, 0, 0}, wd = 0.1;
+        long long nn = NW;
+        for (int shift = 0; shift < 2; shift++) { /* shift 1: every array 4 bytes past 16-byte alignment */
+            std::vector<float> buf((size_t)(8 * (NW + 8)));
+            float *a[8];
+            for (int k = 0; k < 8; k++) {
+                float *b = buf.data() + k * (NW + 8);
+                while (((uintptr_t)b & 15) != 0)
+                    b++;
+                a[k] = b + shift;
+                memcpy(a[k], k % 4 == 0 ? w0.data() : k % 4 == 1 ? m0.data() : k % 4 == 2 ? v0.data() : g0.data(),
+                       (size_t)NW * 4);
+            }
+            std::vector<unsigned char> c((size_t)CB, 0xAB), c2((size_t)CB, 0xCD);
+            void *r1[] = {a[0], a[1], a[2], a[3], &nn, sc, &wd};
+            emu_launch("k_adamw", 5, 256, r1);
+            void *r2[] = {a[4], a[5], a[6], a[7], &nn, sc, &wd, c.data()};
+            emu_launch("k_adamw_fp8b", 5, 512, r2);
+            char what[96];
+            for (int k = 0; k < 3; k++) {
+                snprintf(what, sizeof what, "adamw_fp8b %s (shift %d) against moec_adamw", k == 0 ? "w" : k == 1 ? "m" : "v",
+                         shift);
+                long long first = -1;
+                for (long long i = 0; i < NW && first < 0; i++)
+                    if (memcmp(&a[k][i], &a[4 + k][i], 4) != 0)
+                        first = i;
+                check(first < 0, what, first);
+            }
+            check(memcmp(a[0], w0.data(), (size_t)NW * 4) != 0, "adamw moved w", 0);
+            void *r3[] = {c2.data(), a[4]};
+            emu_launch("k_fp8b_copy", 3, 512, r3);
+            check(c == c2, "adamw_fp8b's copy against moec_fp8b_copy's of the new w", shift);
+            for (int g = 0; g < OE; g++) {
+                std::vector<unsigned char> vq((size_t)(ON * OK)), vs(4), vqt((size_t)(ON * OK)), vst(4);
+                const float *wg = a[4] + g * ON * OK;
+                fp8b_quantize(wg, ON, OK, FP8B_TILE, vq.data(), vs.data());
+                std::vector<float> wt((size_t)(ON * OK));
+                for (long long n = 0; n < ON; n++)
+                    for (long long k = 0; k < OK; k++)
+                        wt[(size_t)(k * ON + n)] = wg[n * OK + k];
+                fp8b_quantize(wt.data(), OK, ON, FP8B_TILE, vqt.data(), vst.data());
+                for (long long i = 0; i < ON * OK; i++) {
+                    check(c[(size_t)(g * ON * OK + i)] == vq[(size_t)i], "copy: tile code", i);
+                    check(c[(size_t)(NW + g * ON * OK + i)] == vqt[(size_t)i], "copy: transposed tile code", i);
+                }
+                for (int nb = 0; nb < 2; nb++)
+                    for (int kb = 0; kb < 2; kb++) {
+                        check(c[(size_t)(2 * NW + moec_fp8_block_sb_index(g, nb * 128, kb, (int)ON, (int)OK))] ==
+                                  vs[(size_t)(nb * 2 + kb)],
+                              "copy: tile scale", nb * 2 + kb);
+                        check(c[(size_t)(2 * NW + OS + moec_fp8_block_sb_index(g, kb * 128, nb, (int)OK, (int)ON))] ==
+                                  vst[(size_t)(kb * 2 + nb)],
+                              "copy: transposed tile scale", kb * 2 + nb);
+                    }
+            }
+        }
+    }
     printf("fp8b quantisers: %lld checks (xs rowwise and colwise, a and dh rowwise and colwise, dprobs, weight "
-           "tiles and their transposed copy), %d failed\n", checks, fails);
+           "tiles and their transposed copy, the optimizer's AdamW + e4m3 copy against moec_adamw and the "
+           "quantiser), %d failed\n", checks, fails);
     if (!fails)
         printf("all bit-identical to runtime/cpu/fp8_block.c\n");
     return fails ? 1 : 0;

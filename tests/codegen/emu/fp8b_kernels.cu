@@ -1,6 +1,7 @@
 // fp8b_kernels.cu - test kernels for fp8b_check.cc (tests/codegen/fp8b_quant.test): the quantisers of
 // codegen/fp8_block_fast.cuh (the fp8-block fast expert MLP) at fixed shapes, built for the CPU with emu.h
-// by fp8b_run.sh. The CUDA vector types and intrinsics moe_fast.cuh and fp8_block_fast.cuh use, which
+// by fp8b_run.sh, and the optimizer's kernels of tests/gpu/fast_mlp_fp8.moe's generated kernels.cu
+// (FP8B_OPTIMIZER_CU: its optimizer section, which fp8b_run.sh cuts out) behind pointer-only wrappers. The CUDA vector types and intrinsics moe_fast.cuh and fp8_block_fast.cuh use, which
 // emu.h does not provide, are defined here first.
 #include <math.h>
 
@@ -86,3 +87,17 @@ K512 k_weight_nt(unsigned char *q, unsigned char *s, const float *w)
 {
     moec::fp8b::quant_weight<2, 256, 384>(q, s, nullptr, nullptr, w);
 }
+
+// the optimizer's kernels as moec generated them for tests/gpu/fast_mlp_fp8.moe (w_down [4, 256, 256]): the
+// fast AdamW, and the e4m3 copy's AdamW + quantiser and quantiser (decision 44); the emulator passes pointers
+#include FP8B_OPTIMIZER_CU
+K256 k_adamw(float *w, float *m, float *v, const float *g, const long long *n, const double *s, const double *wd)
+{
+    moec_adamw(w, m, v, g, *n, s, *wd);
+}
+K512 k_adamw_fp8b(float *w, float *m, float *v, const float *g, const long long *n, const double *s, const double *wd,
+                  unsigned char *c)
+{
+    moec_adamw_fp8b_4x256x256(w, m, v, g, *n, s, *wd, c);
+}
+K512 k_fp8b_copy(unsigned char *c, const float *w) { moec_fp8b_copy_4x256x256(c, w); }

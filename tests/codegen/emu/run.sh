@@ -15,7 +15,8 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 case "$(basename "$BUILD")" in *asan*) printf "emulation skipped under the sanitizer build\n(the plain build runs it)\n"; exit 0;; esac
 command -v g++ >/dev/null || { echo "emulation needs g++" >&2; exit 1; }
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH"
-moec compile "$MODEL" "${COMPILE_OPTS[@]}" --emit-cuda "$SCRATCH" >/dev/null
+# the reference kernels unless the options say otherwise (the default is fast, decision 48)
+moec compile "$MODEL" --kernels reference "${COMPILE_OPTS[@]}" --emit-cuda "$SCRATCH" >/dev/null
 # the emulator runs CUDA C on the CPU: it cannot run wgmma, TMA or mbarriers (the sm_90a fast kernels)
 if grep -Eq '"kernels":[[:space:]]*"fast"' "$SCRATCH/plan.json"; then
   echo "emulation refused: $MODEL was compiled with --kernels fast, whose sm_90a kernels (wgmma, TMA) only a" \
