@@ -640,10 +640,18 @@ static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
     return s;
 }
 
-/* the FP8 K-grouped kernel's (weight gradients, fp32 out): 6 stages of 128 x 128 x 128 tokens */
-static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K)
+/* The FP8 K-grouped kernel's dW stores: GEMM_FP8_OUT_F32 (8-byte stores from the fragment, 6 stages) until the
+ * H200 says GEMM_FP8_OUT_F32_TMA (TMA stores through 32 KB of staging, 5 stages; tests/gpu/gemm_fp8.sh times both,
+ * kblock_* and kblock_*_tma) is faster; the TMA stores need dW 16-byte aligned in the output (else the register
+ * stores are taken). */
+static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32;
+
+/* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 x 128 tiles, 128 tokens a stage; tma: the TMA-store
+ * epilogue where dW starts 16-byte aligned (dw_byte_offset % 16 == 0) */
+static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32};
+    int t = tma && dw_byte_offset % 16 == 0;
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, t ? 5 : 6, GEMM_FP8_BLOCK, t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32};
     return s;
 }
 
@@ -668,14 +676,16 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
         return 0;
     }
     GemmFp8Shape m[4] = {fp8b_shape(E, 2 * F, H), fp8b_shape(E, H, F), fp8b_shape(E, F, H), fp8b_shape(E, H, 2 * F)};
-    GemmFp8Shape k[2] = {fp8b_kshape(E, H, F), fp8b_kshape(E, 2 * F, H)};
+    /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
+    GemmFp8Shape k[4] = {fp8b_kshape(E, H, F, 0, 0), fp8b_kshape(E, 2 * F, H, 0, 0), fp8b_kshape(E, H, F, 1, 0),
+                         fp8b_kshape(E, 2 * F, H, 1, 0)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         if (!gemm_fp8_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E,
                      err);
@@ -723,19 +733,26 @@ static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what,
 static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int at, int ats, int bt, int bts,
                            int64_t off, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = fp8b_kshape(f->E, N, K);
+    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4);
+    const int tma = s.out == GEMM_FP8_OUT_F32_TMA;
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d", suffix, s.stages);
+    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s", suffix, s.stages, tma ? "_tma" : "");
     fast_begin(cg, f, sfx, what);
     cg_tmap_u8(cg, at, 0, N, f->rcap, 128, "tma_a");
     cg_tmap_u8(cg, bt, 0, K, f->rcap, 128, "tma_b");
+    if (tma)
+        cg_tmap_f32(cg, f->n->id, off, f->E * N, K, 64, "tma_dw");
     cg_out(cg, f->n, "out");
     cg_param(cg, ats, 0, "sa");
     cg_param(cg, bts, 0, "sb");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, rows_cap);",
-            s.E, s.N, s.K, s.stages, (long long)off);
+    if (tma)
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, "
+                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, (long long)off);
+    else
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, "
+                    "rows_cap);", s.E, s.N, s.K, s.stages, (long long)off);
     cg_launch_extra(cg, gemm_fp8_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
