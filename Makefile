@@ -37,7 +37,7 @@ TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/me
 # the CUDA code generator (docs/codegen.md); the device library it pastes into every kernels.cu
 # (util/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
-           codegen/cuda_loss.c codegen/cuda_optim.c codegen/cuda_moe_fast.c runtime/gpu/nvrtc.c
+           codegen/cuda_loss.c codegen/cuda_optim.c codegen/cuda_comm.c codegen/cuda_moe_fast.c runtime/gpu/nvrtc.c
 CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh \
            codegen/moe_fast_offsets.h codegen/moe_fast.cuh codegen/dense_fast.cuh codegen/attn_fast.cuh \
            codegen/fp8_block_fast.cuh

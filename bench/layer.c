@@ -3,7 +3,8 @@
  * + backward, as bench/anchors.py times the PyTorch blocks at the same
  * shapes (bench/models/layer_*.moe; bench/layer.sh runs both).
  *
- *   layer DIR [--name S] [--reps N] [--warmup N] [--cpu-check] [--max-gib G] [--no-graph]
+ *   layer DIR [--name S] [--reps N] [--warmup N] [--cpu-check] [--max-gib G] [--no-graph] [--launches]
+ *             [--membound]
  *
  * DIR is `moec compile MODEL --emit-cuda DIR --arch sm_90a`: DIR/plan.json
  * (read with plan_from_json) and DIR/kernels.cubin, loaded as
@@ -33,6 +34,20 @@
  * justifies. Plans whose memory (params + inputs + activations, from
  * plan->memory.region_bytes) exceeds --max-gib, or the GPU's free memory,
  * are skipped with a message (exit 0, a SKIP line).
+ *
+ * --membound (bench/membound.sh) takes any plan whose inputs are floats
+ * (N(0, 1)) or i32 class ids (uniform in [0, V) for the V of the
+ * cross_entropy or embedding that reads them), times every launch as
+ * --launches does, and then prints one NODE line per IR node that launched
+ * work, its launches' medians summed, beside the bytes plan_node_cost counts
+ * for it (plan/cost.c: sources read and result written once, at their
+ * storage sizes) and the achieved GB/s:
+ *   NODE ms bytes GB/s %of4.24TB/s FLOP/byte kind op node kernel(s)
+ * kind is mem (no GEMM, or a GEMM of under 32 FLOP per byte: the router's
+ * skinny linear) or gemm; and one PART line per memory-bound launch inside
+ * a GEMM node (the fast expert MLP's permute into the pad-to-tile layout,
+ * its backward's dSwiGLU and scatter) with the bytes that launch must move:
+ *   PART ms bytes GB/s %of4.24TB/s - part op node kernel
  *
  * Output: a few lines, the last one
  *   RESULT name=S T=.. H=.. F=.. E=.. k=.. ms=.. tokens_per_s=.. tflops=.. loss=.. cpu=ok|-|FAILED
@@ -135,17 +150,61 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The class count of i32 ids (--membound): V of the first cross_entropy (logits [.., V]) or embedding
+ * (table [V, d]) that reads them; 0 when none does. */
+static int64_t class_bound(const IrGraph *g, const IrNode *ids)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if ((n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS) && n->src[1] == ids)
+            return n->src[0]->shape[n->src[0]->rank - 1];
+        if (n->op == IR_OP_EMBEDDING && n->src[0] == ids)
+            return n->src[1]->shape[0];
+    }
+    return 0;
+}
+
+static double elems(const IrNode *n) { return (double)ir_numel(n); }
+
+/* The bytes a memory-bound launch inside a GEMM node must move (--membound's PART lines), from its
+ * node's shapes: the fast expert MLP's permute of the token rows (f32) into the pad-to-tile layout
+ * (bf16) through the elided dispatch, its backward's permute of dy, the dSwiGLU row step (h, da in;
+ * dh, a out: bf16) and the scatter of dxs back to the graph's rows (bf16 in, f32 out). Padding rows
+ * are not counted. 0: not one of those (no PART line). */
+static double part_bytes(const IrNode *n, const char *what)
+{
+    if (n->op == IR_OP_GROUPED_MLP && strstr(what, "token rows into zero-padded groups")) {
+        const IrNode *xs = n->src[0]; /* [R, H], the elided dispatch of the [T, H] token rows */
+        const IrNode *tok = xs->op == IR_OP_DISPATCH ? xs->src[0] : xs;
+        return 4 * elems(tok) + 2 * elems(xs);
+    }
+    if (n->op == IR_OP_GROUPED_MLP_BWD) {
+        const IrNode *dy = n->src[0], *xs = n->src[1], *wd = n->src[3];
+        double R = elems(xs) / xs->shape[xs->rank - 1];
+        double F = (double)wd->shape[2];
+        if (strstr(what, "dy's token rows")) {
+            const IrNode *tok = dy->op == IR_OP_DISPATCH ? dy->src[0] : dy;
+            return 4 * elems(tok) + 2 * elems(dy);
+        }
+        if (strstr(what, "dSwiGLU"))
+            return 2 * R * (2 * F + F + 2 * F + F) + 8 * R; /* h, da in; dh, a out; p in, dp out */
+        if (strstr(what, "back to the graph's row order"))
+            return (2 + 4) * elems(xs) + 8 * R;
+    }
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: layer DIR [--name S] [--reps N] [--warmup N] [--cpu-check] [--max-gib G] [--no-graph] "
-                    "[--launches]\n");
+                    "[--launches] [--membound]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *name = NULL;
-    int reps = 10, warmup = 2, cpu_check = 0, use_graph = 1, per_launch = 0;
+    int reps = 10, warmup = 2, cpu_check = 0, use_graph = 1, per_launch = 0, membound = 0;
     double max_gib = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
@@ -162,6 +221,8 @@ int main(int argc, char **argv)
             use_graph = 0;
         else if (strcmp(argv[i], "--launches") == 0)
             per_launch = 1;
+        else if (strcmp(argv[i], "--membound") == 0)
+            per_launch = membound = 1;
         else if (argv[i][0] == '-' || dir)
             usage();
         else
@@ -169,6 +230,8 @@ int main(int argc, char **argv)
     }
     if (!dir || reps < 1 || warmup < 0)
         usage();
+    if (membound && cpu_check)
+        fail("--membound and --cpu-check do not go together (the CPU check is for layer models)");
 
     char path[4096], perr[2048];
     size_t len;
@@ -190,7 +253,11 @@ int main(int argc, char **argv)
         const IrNode *n = g->nodes[i];
         if (n->op == IR_OP_SDPA && !attn)
             attn = n;
-        if (n->op == IR_OP_INPUT) {
+        if (n->op == IR_OP_INPUT && membound && !ir_dtype_is_float(n->dtype)) {
+            if (n->dtype != IR_I32 || !class_bound(g, n))
+                fail("%s: input %s: --membound takes float inputs and i32 ids read by a cross_entropy or an "
+                     "embedding", path, n->name);
+        } else if (n->op == IR_OP_INPUT) {
             if (!ir_dtype_is_float(n->dtype) || n->rank < 1)
                 fail("%s: a layer model has float inputs only (model %s)", path, g->model);
             ninputs++;
@@ -220,13 +287,17 @@ int main(int argc, char **argv)
         F = H / E;
         T = B * S;
         flop = 3.5 * 4.0 * (double)B * (double)S * (double)S * (double)H * (ir_attr_i(attn, IR_ATTR_CAUSAL) ? 0.5 : 1.0);
+    } else if (membound) {
+        flop = 0; /* any model: its GEMM FLOPs as plan/cost.c counts them */
+        for (int i = 0; i < g->nnodes; i++)
+            flop += plan_node_cost(plan, g->nodes[i]).flops;
     } else {
         if (!x || ninputs != 1 || !E || !F || !g->loss || g->loss->op != IR_OP_MEAN_SQUARE)
             fail("%s: not a layer model (one f32 input x, route_topk, the expert MLP, loss = mean_square(y); or "
                  "inputs q, k, v and loss = mean_square(sdpa(q, k, v)))", path);
         flop = 3.0 * 2.0 * (double)T * (double)k * 3.0 * (double)H * (double)F;
     }
-    if (!g->loss || g->loss->op != IR_OP_MEAN_SQUARE)
+    if (!g->loss || (!membound && g->loss->op != IR_OP_MEAN_SQUARE))
         fail("%s: a layer model's loss is mean_square(y)", path);
     double bytes = 0;
     for (int r = 0; r < PLAN_REGION_COUNT; r++)
@@ -291,6 +362,12 @@ int main(int argc, char **argv)
             die("out of memory for %s", n->name);
         if (n->op == IR_OP_PARAM) {
             init_param(n, host[i], numel);
+        } else if (!ir_dtype_is_float(n->dtype)) {
+            int32_t v, V = (int32_t)class_bound(g, n); /* i32 ids (--membound): uniform in [0, V) */
+            for (int64_t e = 0; e < numel; e++) {
+                v = (int32_t)(rng_next() % (uint64_t)V);
+                memcpy(&host[i][e], &v, 4);
+            }
         } else {
             for (int64_t e = 0; e < numel; e++)
                 host[i][e] = (float)rng_normal();
@@ -421,6 +498,45 @@ int main(int argc, char **argv)
                    plan->kernel_names[l->kernel], l->what);
         }
         printf("# per launch: %.4f ms in all\n", total);
+        if (membound) {
+            /* per node: its launches' medians summed, beside the bytes plan/cost.c counts for it */
+            printf("# per node: NODE ms bytes GB/s %%-of-4.24-TB/s FLOP/byte kind op node kernel(s); "
+                   "PART: a memory-bound launch of a GEMM node\n");
+            for (int i = 0; i < g->nnodes; i++) {
+                const IrNode *n = g->nodes[i];
+                double m = 0;
+                int first = -1, nk = 0;
+                for (int li = 0; li < nl; li++)
+                    if (plan->launches[li].node == i && plan->launches[li].kernel >= 0) {
+                        m += lt[(size_t)li * reps];
+                        if (first < 0)
+                            first = li;
+                        nk++;
+                    }
+                if (first < 0)
+                    continue;
+                PlanCost c = plan_node_cost(plan, n);
+                double gbps = m > 0 ? c.bytes / (m * 1e-3) / 1e9 : 0, ai = c.bytes > 0 ? c.flops / c.bytes : 0;
+                int mem = !c.gemm || ai < 32;
+                char more[32] = "";
+                if (nk > 1)
+                    snprintf(more, sizeof more, "+%d", nk - 1);
+                printf("NODE %9.4f %14.0f %8.1f %6.1f %8.1f %s %s %s %s%s\n", m, c.bytes, gbps, 100 * gbps / 4240.0,
+                       ai, mem ? "mem" : "gemm", ir_op_name(n->op), n->name,
+                       plan->kernel_names[plan->launches[first].kernel], more);
+                if (mem)
+                    continue;
+                for (int li = first; li < nl; li++) {
+                    const PlanLaunch *l = &plan->launches[li];
+                    double pb = l->node == i && l->kernel >= 0 ? part_bytes(n, l->what) : 0;
+                    if (pb <= 0)
+                        continue;
+                    double pm = lt[(size_t)li * reps], pg = pm > 0 ? pb / (pm * 1e-3) / 1e9 : 0;
+                    printf("PART %9.4f %14.0f %8.1f %6.1f %8s part %s %s %s\n", pm, pb, pg, 100 * pg / 4240.0, "-",
+                           ir_op_name(n->op), n->name, plan->kernel_names[l->kernel]);
+                }
+            }
+        }
         for (int li = 0; li <= nl; li++)
             cu.cuEventDestroy(le[li]);
         free(le);

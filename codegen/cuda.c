@@ -245,6 +245,14 @@ const char *cg_ctype(PlanStorage s)
 
 int cg_is_bf16(const Cg *cg, int id) { return id >= 0 && id < cg->nbufs && cg->bufs[id].storage == PLAN_BF16; }
 
+int cg_aligned(const IrNode *n, int bytes)
+{
+    int64_t off = 0;
+    for (; n->op == IR_OP_VIEW; n = n->src[0])
+        off += ir_attr_i(n, IR_ATTR_OFFSET) * 4; /* views are fp32 (decide_storage), as the offset in the buffer plan */
+    return off % bytes == 0;
+}
+
 /* ------------------------------------------------------------ storage types (docs/decisions.md 40)
  *
  * Under --kernels fast a node's tensor is stored in bf16 when
@@ -787,7 +795,9 @@ static void check_table(void)
 
 const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {
     "moec_grad_sumsq", "moec_sum_partials", "moec_scale", "moec_clip", "moec_adamw", "moec_adamw_bf16", "moec_to_bf16",
-    "moec_accum", "moec_accum_out", "moec_moe_stats", "moec_moe_stats_add", "moec_metric_add"};
+    "moec_accum", "moec_accum_out", "moec_moe_stats", "moec_moe_stats_add", "moec_metric_add", "moec_ep_pack",
+    "moec_ep_unpack", "moec_sim_barrier", "moec_sim_alltoall", "moec_sim_allreduce", "moec_sim_rs_f32", "moec_sim_ag_f32",
+    "moec_sim_rs_f64", "moec_sim_ag_f64"};
 
 int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
@@ -953,6 +963,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         sb_puts(&src, kn->text);
     }
     cg_emit_optimizer(&cg, &src);
+    cg_emit_collectives(&src);
 
     p->cuda_source = src.s;
     p->cuda_source_len = src.len;

@@ -26,7 +26,7 @@
 #include "../plan/plan.h"
 
 /* The runtime's own kernels, after the nodes' in every kernels.cu. */
-enum { CUDA_RUNTIME_KERNELS = 12 };
+enum { CUDA_RUNTIME_KERNELS = 21 };
 extern const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS];
 
 /* The weight-gradient (K-grouped) GEMMs' epilogue in fast plans (docs/kernels-sm90.md): the default

@@ -256,10 +256,34 @@ static void rms_inv_lines(Cg *cg, const char *x)
     cg_line(cg, "    double inv = 1.0 / sqrt(ss / (double)D + EPS);");
 }
 
+/* --kernels fast (decision 47): RMSNorm and its gradients with the row in registers (dense_fast.cuh
+ * rmsnorm_rows, rmsnorm_dx_rows, rms_inv_rows): 16-byte loads, each row read once, blocks of D / 8 threads
+ * (a multiple of 32, at most 256). The reference's expressions; its sums in double in another fixed order. */
+static int rms_fast_ok(const Cg *cg, int64_t d) { return cg->kernel_choice == PLAN_KERNELS_FAST && d % 8 == 0 && d >= 256; }
+
+static int rms_tb(int64_t d)
+{
+    int64_t t = (d / 8 + 31) / 32 * 32;
+    return t > CG_BLOCK ? CG_BLOCK : (int)t;
+}
+
 /* one block per row */
 int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
+    if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32)) {
+        int tb = rms_tb(cg_last(x));
+        cg_impl(cg, "fast: the row in registers, 16-byte accesses");
+        cg_begin(cg, n, "", "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double (fast)");
+        cg_out(cg, n, "y");
+        cg_in(cg, x, "x");
+        cg_in(cg, n->src[1], "w");
+        rows_consts(cg, x, n);
+        cg_line(cg, "moec::fast::rmsnorm_rows<ROWS, D, %d>(y, x, w, EPS);", tb);
+        cg_end(cg, tb, min64(cg_lead(x), 65535));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "rmsnorm: one block per row, sum of squares in double");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
@@ -281,6 +305,20 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
+    if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32) && cg_aligned(n->src[0], 32)) {
+        int tb = rms_tb(cg_last(x));
+        cg_impl(cg, "fast: the row in registers, 16-byte accesses");
+        cg_begin(cg, n, "", "rmsnorm_dx: one block per row, x, dy and w in registers, 16-byte accesses (fast)");
+        cg_out(cg, n, "dx");
+        cg_in(cg, n->src[0], "dy");
+        cg_in(cg, x, "x");
+        cg_in(cg, n->src[2], "w");
+        rows_consts(cg, x, n);
+        cg_line(cg, "moec::fast::rmsnorm_dx_rows<ROWS, D, %d>(dx, dy, x, w, EPS);", tb);
+        cg_end(cg, tb, min64(cg_lead(x), 65535));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "rmsnorm_dx: one block per row");
     cg_out(cg, n, "dx");
     cg_in(cg, n->src[0], "dy");
@@ -309,16 +347,26 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     const IrNode *x = n->src[1];
     int64_t rows = cg_lead(x), d = cg_last(x);
     int inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
-    cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
-    cg_param(cg, inv, 1, "rinv");
-    cg_in(cg, x, "x");
-    rows_consts(cg, x, n);
-    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
-    rms_inv_lines(cg, "x");
-    cg_line(cg, "    if (threadIdx.x == 0)");
-    cg_line(cg, "        rinv[r] = inv;");
-    cg_line(cg, "}");
-    cg_end(cg, CG_BLOCK, min64(rows, 65535));
+    if (rms_fast_ok(cg, d) && rows > 2 * RMS_DW_CHUNK && cg_aligned(x, 32)) {
+        int tb = rms_tb(d);
+        cg_begin(cg, n, "rms", "rmsnorm_dw 1/3: each row's 1 / rms, one block per row, 16-byte loads (fast)");
+        cg_param(cg, inv, 1, "rinv");
+        cg_in(cg, x, "x");
+        rows_consts(cg, x, n);
+        cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
+        cg_end(cg, tb, min64(rows, 65535));
+    } else {
+        cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
+        cg_param(cg, inv, 1, "rinv");
+        cg_in(cg, x, "x");
+        rows_consts(cg, x, n);
+        cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+        rms_inv_lines(cg, "x");
+        cg_line(cg, "    if (threadIdx.x == 0)");
+        cg_line(cg, "        rinv[r] = inv;");
+        cg_line(cg, "}");
+        cg_end(cg, CG_BLOCK, min64(rows, 65535));
+    }
 
     if (cg->kernel_choice == PLAN_KERNELS_FAST && rows > 2 * RMS_DW_CHUNK) {
         /* --kernels fast: the column sums in chunks of RMS_DW_CHUNK rows (every column of every chunk its
@@ -375,6 +423,46 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     return 1;
 }
 
+/* --kernels fast (decision 47): the reference's (cos, sign * sin) per (position, pair) computed once into a
+ * workspace [S, hd/2] of double pairs (4 MB at 4096 positions of head dim 128), with the reference's
+ * expressions, so the same doubles; then the rotation with 16-byte accesses, each thread 8 pairs of HG
+ * heads (dense_fast.cuh rope_apply). The reference computes pow, cos and sin in double for every element:
+ * fp64-bound, not memory-bound. Results bit for bit the reference's. */
+static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
+{
+    const IrNode *x = n->src[0];
+    char b[64];
+    int64_t S = x->shape[1], half = hd / 2, rows = x->shape[0] * S;
+    int hg = h % 4 == 0 ? 4 : h % 2 == 0 ? 2 : 1;
+    int cs = cg_ws(cg, n, PLAN_F64, 2 * S * half, "cos_sin");
+    cg_impl(cg, "fast: the angles' cos and sin once per (position, pair), then 16-byte rotations");
+    cg_begin(cg, n, "angles", n->op == IR_OP_ROPE ? "rope 1/2: cos and sin of pos * theta^(-2j/hd) per (position, pair), double (fast)"
+                                                 : "rope_dx 1/2: cos and -sin of pos * theta^(-2j/hd) per (position, pair), double (fast)");
+    cg_param(cg, cs, 1, "cs");
+    cg_const(cg, "S", S);
+    cg_const(cg, "HD", hd);
+    cg_const(cg, "HALF", half);
+    cg_line(cg, "constexpr double THETA = %s, SIGN = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_THETA)),
+            n->op == IR_OP_ROPE ? "1.0" : "-1.0");
+    cg_line(cg, "MOEC_FOR(idx, S * HALF) {");
+    cg_line(cg, "    long long j = idx %% HALF, s = idx / HALF;");
+    cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
+    cg_line(cg, "    cs[2 * idx] = cos(ang);");
+    cg_line(cg, "    cs[2 * idx + 1] = SIGN * sin(ang);");
+    cg_line(cg, "}");
+    cg_end(cg, CG_BLOCK, cg_grid(S * half, CG_BLOCK));
+    cg_begin(cg, n, "rotate", n->op == IR_OP_ROPE ? "rope 2/2: rotate pairs (j, j + hd/2), 8 pairs of several heads per thread, 16-byte accesses (fast)"
+                                                 : "rope_dx 2/2: rotate back, 8 pairs of several heads per thread, 16-byte accesses (fast)");
+    cg_out(cg, n, "y");
+    cg_in(cg, x, "x");
+    cg_param(cg, cs, 0, "cs");
+    cg_line(cg, "moec::fast::rope_apply<%lldll, %lldll, %lld, %lld, %d>(y, x, cs);", (long long)rows, (long long)S,
+            (long long)h, (long long)hd, hg);
+    cg_end(cg, CG_BLOCK, cg_grid(rows * (h / hg) * (half / 8), CG_BLOCK));
+    cg->dense_fast_used = 1;
+    return 1;
+}
+
 /* rotate-half RoPE (Hugging Face convention), rope_dx rotates back */
 int cg_emit_rope(Cg *cg, const IrNode *n)
 {
@@ -382,6 +470,8 @@ int cg_emit_rope(Cg *cg, const IrNode *n)
     char b[64];
     int64_t h = ir_attr_i(n, IR_ATTR_HEADS), hd = x->shape[2] / h;
     int64_t total = x->shape[0] * x->shape[1] * h * (hd / 2);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && hd % 16 == 0 && cg_aligned(x, 32))
+        return rope_fast(cg, n, h, hd);
     cg_begin(cg, n, "", n->op == IR_OP_ROPE ? "rope: rotate pairs (j, j + hd/2) by pos * theta^(-2j/hd)"
                                             : "rope_dx: rotate back by minus the angle");
     cg_out(cg, n, "y");
@@ -429,6 +519,28 @@ int cg_emit_elementwise(Cg *cg, const IrNode *n)
     case IR_OP_GELU_DX: what = "gelu_dx: dy gelu'(x)"; expr = "(float)(a[i] * moec::gelu_d(b[i]))"; break;
     case IR_OP_ROW_SCALE: what = "row_scale: x [R, D] times p [R] per row"; expr = "a[i] * b[i / D]"; break;
     default: die("cg_emit_elementwise: %s", ir_node_op_name(n));
+    }
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && (n->op == IR_OP_ADD || n->op == IR_OP_MUL) && numel % 4 == 0 &&
+        !cg_is_bf16(cg, n->id) && !cg_is_bf16(cg, n->src[0]->id) && !cg_is_bf16(cg, n->src[1]->id) &&
+        ir_numel(n->src[0]) == numel && ir_numel(n->src[1]) == numel && cg_aligned(n->src[0], 16) &&
+        cg_aligned(n->src[1], 16)) {
+        /* decision 47: the residual adds and the gradients' sums, 16 bytes per thread; the same operation per
+         * element (bit for bit) */
+        const char *op = n->op == IR_OP_ADD ? "+" : "*";
+        cg_begin(cg, n, "", n->op == IR_OP_ADD ? "add, 4 elements (16 bytes) per thread (fast)"
+                                               : "mul, 4 elements (16 bytes) per thread (fast)");
+        cg_out(cg, n, "y");
+        cg_in(cg, n->src[0], "a");
+        cg_in(cg, n->src[1], "b");
+        cg_const(cg, "N4", numel / 4);
+        cg_line(cg, "MOEC_FOR(q, N4) {");
+        cg_line(cg, "    const float4 u = ((const float4 *)a)[q], v = ((const float4 *)b)[q];");
+        cg_line(cg, "    float4 o;");
+        cg_line(cg, "    o.x = u.x %s v.x, o.y = u.y %s v.y, o.z = u.z %s v.z, o.w = u.w %s v.w;", op, op, op, op);
+        cg_line(cg, "    ((float4 *)y)[q] = o;");
+        cg_line(cg, "}");
+        cg_end(cg, CG_BLOCK, cg_grid(numel / 4, CG_BLOCK));
+        return 1;
     }
     cg_begin(cg, n, "", what);
     cg_out(cg, n, "y");
@@ -526,6 +638,17 @@ int cg_emit_slice(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
     int64_t rows = cg_lead(x), size = ir_attr_i(n, IR_ATTR_SIZE);
+    int64_t w = cg_last(x), off = ir_attr_i(n, IR_ATTR_OFFSET);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && w % 8 == 0 && off % 8 == 0 && size % 8 == 0 && cg_aligned(x, 32)) {
+        cg_begin(cg, n, "", "slice of the last dimension, 8 elements (16 bytes) per thread (fast)");
+        cg_out(cg, n, "y");
+        cg_in(cg, x, "x");
+        cg_line(cg, "moec::fast::slice8<%lldll, %lldll, %lldll, %lldll>(y, x);", (long long)rows, (long long)w,
+                (long long)off, (long long)size);
+        cg_end(cg, CG_BLOCK, cg_grid(rows * size / 8, CG_BLOCK));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "slice of the last dimension");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");

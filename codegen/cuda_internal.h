@@ -206,6 +206,9 @@ int cg_linear_on_gemm(const Cg *cg, const IrNode *n);
 int cg_attn_fast(const Cg *cg, const IrNode *n);
 /* node id's buffer is stored in bf16 */
 int cg_is_bf16(const Cg *cg, int id);
+/* n's buffer starts a multiple of `bytes` into its region: every buffer is 256-byte aligned except a view,
+ * at its offset into the packed source (the 16-byte accesses of the fast memory-bound kernels need 32) */
+int cg_aligned(const IrNode *n, int bytes);
 
 /* cuda_dense.c */
 int cg_emit_fill(Cg *cg, const IrNode *n);
@@ -260,6 +263,8 @@ int cg_emit_mean_square(Cg *cg, const IrNode *n);
 int cg_emit_mean_square_dx(Cg *cg, const IrNode *n);
 /* cuda_optim.c: the AdamW step and gradient norm (not tied to a node) */
 void cg_emit_optimizer(Cg *cg, Sb *src);
+/* cuda_comm.c: the collectives on the device (exchange staging, the rank simulator's peer access) */
+void cg_emit_collectives(Sb *src);
 
 /* The generated device library (codegen/mxfp8.cuh and codegen/prelude.cuh
  * as C strings, made by the Makefile). */

@@ -26,6 +26,19 @@ static void softmax_stats_lines(Cg *cg, const char *ind)
     cg_line(cg, "%ssum = moec::block_sum<%d>(sum);", ind, CG_BLOCK);
 }
 
+/* --kernels fast (decision 47): the row's logits in registers, read once with 16-byte loads, exp in fp32
+ * (dense_fast.cuh ce_rows, ce_dx_rows): where V % 4 == 0 and a row fits 8 float4 per thread of at most 1024
+ * threads (V <= 32768: Mixtral's 32,000). Threads per row: V / 32 rounded up to a warp, so each thread holds
+ * up to 8 float4 (8 16-byte loads in flight). 0: the reference kernels. */
+static int ce_fast_tb(const Cg *cg, const IrNode *logits)
+{
+    int64_t V = cg_last(logits);
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || V % 4 != 0 || V > 32768 || V < 4 || !cg_aligned(logits, 16))
+        return 0;
+    int64_t tb = ((V / 4 + 7) / 8 + 31) / 32 * 32;
+    return tb > 1024 ? 1024 : (int)tb;
+}
+
 /* mean over rows whose target is neither ignore nor out of range of
  * -log softmax(logits)[target] */
 int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
@@ -33,29 +46,44 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
     const IrNode *x = n->src[0], *tg = n->src[1];
     int64_t N = cg_lead(x), V = cg_last(x);
     int rowloss = cg_ws(cg, n, PLAN_F64, N, "row_loss"), valid = cg_ws(cg, n, PLAN_I32, N, "row_counted");
-    cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row (log-sum-exp in double)");
-    cg_param(cg, rowloss, 1, "row_loss");
-    cg_param(cg, valid, 1, "row_counted");
-    cg_in(cg, x, "logits");
-    cg_in(cg, tg, "targets");
-    cg_const(cg, "N", N);
-    cg_const(cg, "V", V);
-    cg_const(cg, "IGNORE", ignore_of(n));
-    cg_line(cg, "for (long long r = blockIdx.x; r < N; r += gridDim.x) {");
-    cg_line(cg, "    int t = targets[r];");
-    cg_line(cg, "    bool counted = !(t == IGNORE || t < 0 || t >= V);");
-    cg_line(cg, "    double loss = 0.0;");
-    cg_line(cg, "    if (counted) { /* the same for the whole block */");
-    cg_line(cg, "        const float *l = logits + r * V;");
-    softmax_stats_lines(cg, "        ");
-    cg_line(cg, "        loss = log(sum) + mx - l[t];");
-    cg_line(cg, "    }");
-    cg_line(cg, "    if (threadIdx.x == 0) {");
-    cg_line(cg, "        row_loss[r] = loss;");
-    cg_line(cg, "        row_counted[r] = counted;");
-    cg_line(cg, "    }");
-    cg_line(cg, "}");
-    cg_end(cg, CG_BLOCK, min64(N, 65535));
+    int tb = ce_fast_tb(cg, x);
+    if (tb) {
+        cg_impl(cg, "fast: the row in registers (16-byte loads, read once), exp in fp32");
+        cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row, the row in registers, exp in fp32, "
+                                "sums in double (fast)");
+        cg_param(cg, rowloss, 1, "row_loss");
+        cg_param(cg, valid, 1, "row_counted");
+        cg_in(cg, x, "logits");
+        cg_in(cg, tg, "targets");
+        cg_line(cg, "moec::fast::ce_rows<%lldll, %lld, %d, %lldll>(row_loss, row_counted, logits, targets);",
+                (long long)N, (long long)V, tb, (long long)ignore_of(n));
+        cg_end(cg, tb, min64(N, 65535));
+        cg->dense_fast_used = 1;
+    } else {
+        cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row (log-sum-exp in double)");
+        cg_param(cg, rowloss, 1, "row_loss");
+        cg_param(cg, valid, 1, "row_counted");
+        cg_in(cg, x, "logits");
+        cg_in(cg, tg, "targets");
+        cg_const(cg, "N", N);
+        cg_const(cg, "V", V);
+        cg_const(cg, "IGNORE", ignore_of(n));
+        cg_line(cg, "for (long long r = blockIdx.x; r < N; r += gridDim.x) {");
+        cg_line(cg, "    int t = targets[r];");
+        cg_line(cg, "    bool counted = !(t == IGNORE || t < 0 || t >= V);");
+        cg_line(cg, "    double loss = 0.0;");
+        cg_line(cg, "    if (counted) { /* the same for the whole block */");
+        cg_line(cg, "        const float *l = logits + r * V;");
+        softmax_stats_lines(cg, "        ");
+        cg_line(cg, "        loss = log(sum) + mx - l[t];");
+        cg_line(cg, "    }");
+        cg_line(cg, "    if (threadIdx.x == 0) {");
+        cg_line(cg, "        row_loss[r] = loss;");
+        cg_line(cg, "        row_counted[r] = counted;");
+        cg_line(cg, "    }");
+        cg_line(cg, "}");
+        cg_end(cg, CG_BLOCK, min64(N, 65535));
+    }
 
     cg_begin(cg, n, "mean", "cross-entropy 2/2: the mean over the counted rows, one block");
     cg_out(cg, n, "loss");
@@ -95,6 +123,22 @@ int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
     cg_line(cg, "    count[0] = (int)c;");
     cg_end(cg, CG_BLOCK, 1);
 
+    int tb = ce_fast_tb(cg, x);
+    if (tb) {
+        cg_impl(cg, "fast: the row in registers (16-byte loads, read once), exp in fp32");
+        cg_begin(cg, n, "rows", "cross_entropy_dx 2/2: one block per row, the row in registers, softmax in fp32 with "
+                                "double sums, 16-byte stores (fast)");
+        cg_out(cg, n, "dx");
+        cg_in(cg, dl, "dloss");
+        cg_in(cg, x, "logits");
+        cg_in(cg, tg, "targets");
+        cg_param(cg, cnt, 0, "count");
+        cg_line(cg, "moec::fast::ce_dx_rows<%lldll, %lld, %d, %lldll>(dx, dloss, logits, targets, count);",
+                (long long)N, (long long)V, tb, (long long)ignore_of(n));
+        cg_end(cg, tb, min64(N, 65535));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "rows", "cross_entropy_dx 2/2: one block per row, softmax in double");
     cg_out(cg, n, "dx");
     cg_in(cg, dl, "dloss");

@@ -104,9 +104,59 @@ int cg_emit_topk_probs_dx(Cg *cg, const IrNode *n)
     return 1;
 }
 
+/* --kernels fast (decision 47): route_plan and expert_counts over chunks of SORT_CH (token, slot) pairs, many
+ * blocks (dense_fast.cuh sort_count, sort_place, sort_totals) where the reference runs one block: the
+ * chunks' counts per expert, then each chunk's positions (route_plan) or the counts' sums (expert_counts).
+ * The same integers as the reference: a stable counting sort has one result. */
+static int64_t sort_chunk(int64_t pairs)
+{
+    /* 256 pairs (one pass of a block) per chunk, more when that would give over 264 chunks (2 x 132 SMs) */
+    int64_t per = (pairs + 263) / 264;
+    return 256 * ((per + 255) / 256 > 1 ? (per + 255) / 256 : 1);
+}
+
+static int route_fast(Cg *cg, const IrNode *n)
+{
+    const IrNode *ex = n->src[0];
+    int64_t E = ir_attr_i(n, IR_ATTR_EXPERTS), pairs = ir_numel(ex), ch = sort_chunk(pairs);
+    int64_t nch = (pairs + ch - 1) / ch;
+    if (cg->kernel_choice != PLAN_KERNELS_FAST || E > 1024)
+        return 0;
+    int route = n->op == IR_OP_ROUTE_PLAN;
+    int cnt = cg_ws(cg, n, PLAN_I32, nch * E, "chunk_counts");
+    cg_impl(cg, "fast: the counting sort over chunks of pairs, many blocks");
+    cg_begin(cg, n, "count", route ? "route_plan 1/2: each chunk's pairs per expert, a block per chunk (fast)"
+                                   : "expert_counts 1/2: each chunk's pairs per expert, a block per chunk (fast)");
+    cg_param(cg, cnt, 1, "cnt");
+    cg_in(cg, ex, "experts");
+    cg_line(cg, "moec::fast::sort_count<%lld, %lldll, %lldll>(cnt, experts);", (long long)E, (long long)pairs,
+            (long long)ch);
+    cg_end(cg, CG_BLOCK, nch);
+    if (route) {
+        cg_begin(cg, n, "place", "route_plan 2/2: each chunk's positions in the stable expert-major order, a block per "
+                                 "chunk (fast)");
+        cg_out(cg, n, "plan");
+        cg_in(cg, ex, "experts");
+        cg_param(cg, cnt, 0, "cnt");
+        cg_line(cg, "moec::fast::sort_place<%lld, %lldll, %lldll>(plan, experts, cnt);", (long long)E,
+                (long long)pairs, (long long)ch);
+        cg_end(cg, CG_BLOCK, nch);
+    } else {
+        cg_begin(cg, n, "sum", "expert_counts 2/2: the chunks' counts added, a thread per expert (fast)");
+        cg_out(cg, n, "counts");
+        cg_param(cg, cnt, 0, "cnt");
+        cg_line(cg, "moec::fast::sort_totals<%lld, %lldll>(counts, cnt);", (long long)E, (long long)nch);
+        cg_end(cg, CG_BLOCK, cg_grid(E, CG_BLOCK));
+    }
+    cg->dense_fast_used = 1;
+    return 1;
+}
+
 /* experts [N, k] -> each (token, slot)'s row in stable expert-major order */
 int cg_emit_route_plan(Cg *cg, const IrNode *n)
 {
+    if (route_fast(cg, n))
+        return 1;
     const IrNode *ex = n->src[0];
     int64_t E = ir_attr_i(n, IR_ATTR_EXPERTS);
     int count = cg_ws(cg, n, PLAN_I32, E + 1, "count"), wcnt = cg_ws(cg, n, PLAN_I32, 8 * E, "wcnt");
@@ -125,6 +175,8 @@ int cg_emit_route_plan(Cg *cg, const IrNode *n)
 /* experts [N, k] -> i32 [E] split sizes */
 int cg_emit_expert_counts(Cg *cg, const IrNode *n)
 {
+    if (route_fast(cg, n))
+        return 1;
     const IrNode *ex = n->src[0];
     cg_begin(cg, n, "", "expert_counts: tokens per expert (integer atomics: deterministic), one block");
     cg_out(cg, n, "counts");
@@ -196,6 +248,19 @@ int cg_emit_combine(Cg *cg, const IrNode *n)
         return 1;
     const IrNode *y = n->src[0], *plan = n->src[1];
     int64_t T = cg_lead(plan), K = cg_last(plan), D = cg_last(n);
+    if (cg->kernel_choice == PLAN_KERNELS_FAST && D % 4 == 0 && K <= 16 && !cg_is_bf16(cg, y->id) &&
+        !cg_is_bf16(cg, n->id) && cg_aligned(y, 16)) {
+        /* decision 47: one block per token, 16-byte loads and stores; the reference's sums (bit for bit) */
+        cg_begin(cg, n, "", "combine: each token sums its k expert rows, one block per token, 16-byte accesses (fast)");
+        cg_out(cg, n, "out");
+        cg_in(cg, y, "y");
+        cg_in(cg, plan, "plan");
+        cg_line(cg, "moec::fast::combine_rows<%lldll, %lld, %lldll>(out, y, plan);", (long long)T, (long long)K,
+                (long long)D);
+        cg_end(cg, CG_BLOCK, min64(T, 65535));
+        cg->dense_fast_used = 1;
+        return 1;
+    }
     cg_begin(cg, n, "", "combine: each token sums its k expert rows");
     cg_out(cg, n, "out");
     cg_in(cg, y, "y");

@@ -16,6 +16,20 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi)
 {
     return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
 }
+/* 8 consecutive fp32 <-> bf16 (16 bytes): the permutes' wide path where the row width is a multiple of 8
+ * (decision 47: 16-byte stores and loads, where 4 columns per thread moved 8 bytes of bf16) */
+__device__ __forceinline__ uint4 pack8f(const float *p)
+{
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    return make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(b.x, b.y), pack2(b.z, b.w));
+}
+__device__ __forceinline__ void unpack8f(float *p, uint4 u)
+{
+    *(float4 *)p = make_float4(bf2f((unsigned short)(u.x & 0xffffu)), bf2f((unsigned short)(u.x >> 16)),
+                               bf2f((unsigned short)(u.y & 0xffffu)), bf2f((unsigned short)(u.y >> 16)));
+    *(float4 *)(p + 4) = make_float4(bf2f((unsigned short)(u.z & 0xffffu)), bf2f((unsigned short)(u.z >> 16)),
+                                     bf2f((unsigned short)(u.w & 0xffffu)), bf2f((unsigned short)(u.w >> 16)));
+}
 
 template <int E, long long R> __device__ void offsets(int *ofs, const int *splits)
 {
@@ -24,7 +38,7 @@ template <int E, long long R> __device__ void offsets(int *ofs, const int *split
 }
 
 /* dst [., C] bf16 padded rows <- src [R, C] f32 graph rows; pdst [.] <- psrc [R] (if psrc). One block
- * per padded row, 4 columns per thread. C % 4 == 0. */
+ * per padded row, 8 columns per thread where C % 8 == 0, else 4. C % 4 == 0. */
 template <int E, long long C>
 __device__ void gather(unsigned short *dst, float *pdst, const float *src, const float *psrc, const int *ofs)
 {
@@ -33,9 +47,14 @@ __device__ void gather(unsigned short *dst, float *pdst, const float *src, const
         const int g = moec_sched_group_of(ofs, E, pr), k = pr - ofs[g];
         const int live = k < ofs[E + 2 + g] - ofs[E + 1 + g];
         const long long row = (long long)ofs[E + 1 + g] + k;
-        for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-            float4 v = live ? *(const float4 *)(src + row * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-            *(uint2 *)(dst + (long long)pr * C + c) = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+        if constexpr (C % 8 == 0) {
+            for (long long c = 8 * threadIdx.x; c < C; c += 8 * blockDim.x)
+                *(uint4 *)(dst + (long long)pr * C + c) = live ? pack8f(src + row * C + c) : make_uint4(0u, 0u, 0u, 0u);
+        } else {
+            for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+                float4 v = live ? *(const float4 *)(src + row * C + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+                *(uint2 *)(dst + (long long)pr * C + c) = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+            }
         }
         if (psrc && threadIdx.x == 0)
             pdst[pr] = live ? psrc[row] : 0.0f;
@@ -63,7 +82,7 @@ template <int E, int KS> __device__ __forceinline__ void padded_rows(long long (
  * expert-major row of each token's slot): padded row ofs[g] + row - start[g] of group g holding `row`
  * gets token t's row; pdst [.] <- p [row] (p expert-major, if p); the padding rows of every group zero.
  * Items: the T tokens (one block reads its token row once and writes its KS rows), then E x 128
- * padding slots. C % 4 == 0. */
+ * padding slots. 8 columns per thread where C % 8 == 0, else 4. C % 4 == 0. */
 template <int E, long long C, long long T, int KS>
 __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, const int *plan, const float *p,
                               const int *ofs)
@@ -75,13 +94,23 @@ __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, 
         if (it < T) {
             long long pr[KS];
             padded_rows<E, KS>(pr, plan + it * KS, ofs);
-            for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-                const float4 v = *(const float4 *)(x + it * C + c);
-                const uint2 b = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+            if constexpr (C % 8 == 0) {
+                for (long long c = 8 * threadIdx.x; c < C; c += 8 * blockDim.x) {
+                    const uint4 b = pack8f(x + it * C + c);
 #pragma unroll
-                for (int j = 0; j < KS; j++)
-                    if (pr[j] >= 0)
-                        *(uint2 *)(dst + pr[j] * C + c) = b;
+                    for (int j = 0; j < KS; j++)
+                        if (pr[j] >= 0)
+                            *(uint4 *)(dst + pr[j] * C + c) = b;
+                }
+            } else {
+                for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+                    const float4 v = *(const float4 *)(x + it * C + c);
+                    const uint2 b = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+#pragma unroll
+                    for (int j = 0; j < KS; j++)
+                        if (pr[j] >= 0)
+                            *(uint2 *)(dst + pr[j] * C + c) = b;
+                }
             }
 #pragma unroll
             for (int j = 0; j < KS; j++)
@@ -92,8 +121,13 @@ __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, 
             const long long pr = (long long)ofs[g] + (start[g + 1] - start[g]) + q;
             if (pr >= ofs[g + 1])
                 continue;
-            for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x)
-                *(uint2 *)(dst + pr * C + c) = make_uint2(0u, 0u);
+            if constexpr (C % 8 == 0) {
+                for (long long c = 8 * threadIdx.x; c < C; c += 8 * blockDim.x)
+                    *(uint4 *)(dst + pr * C + c) = make_uint4(0u, 0u, 0u, 0u);
+            } else {
+                for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x)
+                    *(uint2 *)(dst + pr * C + c) = make_uint2(0u, 0u);
+            }
             if (pdst && threadIdx.x == 0)
                 pdst[pr] = 0.0f;
         }
@@ -103,26 +137,44 @@ __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, 
 /* out [T, D] f32: token t sums its KS expert rows, read from the padded bf16 rows yp [., D] (row ->
  * padded row as in gather_tokens), in slot order from 0.0f as the reference combine: the same values
  * (the reference reads the fp32 copy of the same bf16), the same sums. One block per token, 4 columns
- * per thread. D % 4 == 0. */
+ * per thread (8 where D % 8 == 0: 16-byte loads). D % 4 == 0. */
 template <int E, long long T, int KS, long long D>
 __device__ void combine_padded(float *out, const unsigned short *yp, const int *plan, const int *ofs)
 {
     for (long long t = blockIdx.x; t < T; t += gridDim.x) {
         long long pr[KS];
         padded_rows<E, KS>(pr, plan + t * KS, ofs);
-        for (long long c = 4 * threadIdx.x; c < D; c += 4 * blockDim.x) {
-            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        if constexpr (D % 8 == 0) {
+            /* 8 columns (16 bytes of bf16) per thread; each column's sum as below */
+            for (long long c = 8 * threadIdx.x; c < D; c += 8 * blockDim.x) {
+                float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, v[8];
 #pragma unroll
-            for (int j = 0; j < KS; j++) {
-                if (pr[j] < 0)
-                    continue; /* a row past the groups: the reference reads a zero row there */
-                const uint2 u = *(const uint2 *)(yp + pr[j] * D + c);
-                acc.x += bf2f((unsigned short)(u.x & 0xffffu));
-                acc.y += bf2f((unsigned short)(u.x >> 16));
-                acc.z += bf2f((unsigned short)(u.y & 0xffffu));
-                acc.w += bf2f((unsigned short)(u.y >> 16));
+                for (int j = 0; j < KS; j++) {
+                    if (pr[j] < 0)
+                        continue;
+                    unpack8f(v, *(const uint4 *)(yp + pr[j] * D + c));
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        acc[i] += v[i];
+                }
+                *(float4 *)(out + t * D + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+                *(float4 *)(out + t * D + c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
             }
-            *(float4 *)(out + t * D + c) = acc;
+        } else {
+            for (long long c = 4 * threadIdx.x; c < D; c += 4 * blockDim.x) {
+                float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int j = 0; j < KS; j++) {
+                    if (pr[j] < 0)
+                        continue; /* a row past the groups: the reference reads a zero row there */
+                    const uint2 u = *(const uint2 *)(yp + pr[j] * D + c);
+                    acc.x += bf2f((unsigned short)(u.x & 0xffffu));
+                    acc.y += bf2f((unsigned short)(u.x >> 16));
+                    acc.z += bf2f((unsigned short)(u.y & 0xffffu));
+                    acc.w += bf2f((unsigned short)(u.y >> 16));
+                }
+                *(float4 *)(out + t * D + c) = acc;
+            }
         }
     }
 }
@@ -140,14 +192,19 @@ __device__ void scatter(float *dst, float *pdst, const unsigned short *src, cons
             const int g = moec_sched_group_of(start, E, (int)r);
             pr = ofs[g] + (r - start[g]);
         }
-        for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (live) {
-                uint2 u = *(const uint2 *)(src + pr * C + c);
-                v = make_float4(bf2f((unsigned short)(u.x & 0xffffu)), bf2f((unsigned short)(u.x >> 16)),
-                                bf2f((unsigned short)(u.y & 0xffffu)), bf2f((unsigned short)(u.y >> 16)));
+        if constexpr (C % 8 == 0) {
+            for (long long c = 8 * threadIdx.x; c < C; c += 8 * blockDim.x)
+                unpack8f(dst + r * C + c, live ? *(const uint4 *)(src + pr * C + c) : make_uint4(0u, 0u, 0u, 0u));
+        } else {
+            for (long long c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) {
+                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (live) {
+                    uint2 u = *(const uint2 *)(src + pr * C + c);
+                    v = make_float4(bf2f((unsigned short)(u.x & 0xffffu)), bf2f((unsigned short)(u.x >> 16)),
+                                    bf2f((unsigned short)(u.y & 0xffffu)), bf2f((unsigned short)(u.y >> 16)));
+                }
+                *(float4 *)(dst + r * C + c) = v;
             }
-            *(float4 *)(dst + r * C + c) = v;
         }
         if (psrc && threadIdx.x == 0)
             pdst[r] = live ? psrc[pr] : 0.0f;

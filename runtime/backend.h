@@ -171,6 +171,7 @@ int backend_cuda_probe(char *why, size_t n);
  * check adds (runtime/gpu/gpu.h: gpu_plan_memory). ranks: the run's world size; ring: the loss ring's steps. */
 typedef struct BackendMemoryPlan {
     size_t params, opt, acts, other, total, reserve;
+    size_t exchange;  /* of other: the expert exchanges' staging (decision 46) */
 } BackendMemoryPlan;
 void backend_cuda_plan_memory(const Plan *p, int ranks, int ring, BackendMemoryPlan *out);
 

@@ -142,6 +142,9 @@ int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world,
     row("batch and optimizer scratch", (double)m.other,
         world > 1 ? "the batch, the gradient all-reduce's buckets, the norm's partials, the loss ring"
                   : "the batch, the gradient norm's partials, the loss ring");
+    if (m.exchange)
+        row("  exchange staging", (double)m.exchange,
+            "of the above: the expert exchanges' send and receive slots, ep x T*k rows each (decision 46)");
     row("total", (double)m.total, "");
     if (shared && world > 1) {
         snprintf(note, sizeof note, "%d ranks x the total", world);

@@ -53,6 +53,19 @@ typedef struct CommOps {
     int (*alltoallv)(Comm *c, CommGroup g, const void *send, const size_t *send_bytes, const size_t *send_off,
                      void *recv, const size_t *recv_bytes, const size_t *recv_off);
     int (*barrier)(Comm *c, CommGroup g);
+    /* Device transports only (NCCL; NULL in the others): the collective is enqueued on the caller's CUDA
+     * stream (a CUstream, which is a cudaStream_t) and the call returns without waiting: the stream orders it
+     * after the kernels before it and before those after, and it may be captured in a CUDA graph. Nothing is
+     * read on the host, so every size is given here. enqueue_allreduce sums n floats (f64: doubles) in place;
+     * enqueue_alltoall sends send + j * bytes to group rank j and receives group rank i's block at
+     * recv + i * bytes. */
+    int (*enqueue_allreduce)(Comm *c, CommGroup g, void *buf, int64_t n, int f64, void *stream);
+    int (*enqueue_alltoall)(Comm *c, CommGroup g, const void *send, void *recv, size_t bytes, void *stream);
+    /* Waits until done(arg) returns 1 (a stream or an event with enqueued collectives has completed; -1: it
+     * failed, 0: not yet), watching the peers as the transport's own collectives do: a rank that is gone, an
+     * asynchronous error or MOEC_COMM_TIMEOUT fail the wait with a message naming `what` instead of hanging.
+     * NCCL and SIM (whose ranks share one GPU under the GPU backend: a failed or aborted rank fails the wait). */
+    int (*wait_device)(Comm *c, int (*done)(void *arg), void *arg, const char *what);
     /* Marks this rank failed so that the others stop waiting for it (see comm_abort). */
     void (*abort)(Comm *c, const char *why);
     void (*destroy)(Comm *c);

@@ -23,8 +23,12 @@
  * blocking synchronise that could hang on a dead peer; on an error or after
  * MOEC_COMM_TIMEOUT seconds without completion the communicators are
  * aborted. The interface is synchronous, so each call returns with its
- * result in place. Sum order is NCCL's (ring or tree): identical on every
- * rank, not necessarily the SIM/TCP order (comm.h). */
+ * result in place. The GPU backend's steps use the asynchronous entries
+ * instead (enqueue_allreduce, enqueue_alltoall on the step's own stream,
+ * capturable in a CUDA graph) and wait for the step with wait_device, which
+ * watches the peers the same way (docs/decisions.md 46). Sum order is
+ * NCCL's (ring or tree): identical on every rank, not necessarily the
+ * SIM/TCP order (comm.h). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -261,26 +265,28 @@ static int nccl_check(Comm *c, ncclResult_t r, const char *call, CommOpKind op, 
     return nccl_failed(c);
 }
 
-/* Waits for the stream without ever blocking in CUDA or NCCL. */
-static int nccl_wait(Comm *c, CommOpKind op, CommGroup g)
+/* Waits until done(arg) says 1 without ever blocking in CUDA or NCCL: polls it, NCCL's asynchronous error on
+ * group g's communicator, the liveness channel and the clock. `what` names the wait in messages. */
+static int nccl_wait_until(Comm *c, const char *what, CommGroup g, int all_groups, int (*done)(void *), void *arg)
 {
     Nccl *n = c->impl;
     int64_t start = comm_now_ms(), gone_since = -1;
     int gone = -1, gone_pid = 0;
     char why[400] = "";
     for (long spin = 0;; spin++) {
-        cudaError_t e = lib.cudaStreamQuery(n->stream);
-        if (e == K_CUDA_SUCCESS)
+        int d = done(arg);
+        if (d > 0)
             return 1;
-        if (e != K_CUDA_NOT_READY) {
-            comm_fail(c, "rank %d: %s on %s: CUDA error %s", c->rank, comm_op_name(op), comm_group_name(g),
-                      lib.cudaGetErrorString(e));
+        if (d < 0) {
+            comm_fail(c, "rank %d: %s on %s: CUDA error", c->rank, what, comm_group_name(g));
             return nccl_failed(c);
         }
         if (spin < 1000)
             continue;  /* most collectives finish within microseconds: no sleep yet */
+        /* all_groups: a step's stream holds collectives of every group; the async error of any */
         ncclResult_t ae = K_NCCL_SUCCESS;
-        lib.ncclCommGetAsyncError(n->comm[g], &ae);
+        for (int k = all_groups ? 0 : (int)g; k <= (all_groups ? 2 : (int)g) && ae == K_NCCL_SUCCESS; k++)
+            lib.ncclCommGetAsyncError(n->comm[k], &ae);
         int64_t now = comm_now_ms();
         if (n->tcp && gone < 0 && spin % 64 == 0) {
             for (int j = 0; j < comm_group_size(c, g) && gone < 0; j++) {
@@ -294,26 +300,65 @@ static int nccl_wait(Comm *c, CommOpKind op, CommGroup g)
         /* a peer that finished this collective may exit while our stream drains: give it a moment */
         if (gone >= 0 && (why[0] || now - gone_since > 2000)) {
             if (why[0])
-                comm_fail(c, "rank %d: %s on %s stopped: from rank %d (pid %d): %s", c->rank, comm_op_name(op),
+                comm_fail(c, "rank %d: %s on %s stopped: from rank %d (pid %d): %s", c->rank, what,
                           comm_group_name(g), gone, gone_pid, why);
             else
                 comm_fail(c, "rank %d: rank %d (pid %d) exited or failed during %s on %s", c->rank, gone, gone_pid,
-                          comm_op_name(op), comm_group_name(g));
+                          what, comm_group_name(g));
             return nccl_failed(c);
         }
         if (ae != K_NCCL_SUCCESS && ae != K_NCCL_IN_PROGRESS) {
-            comm_fail(c, "rank %d: %s on %s: NCCL: %s (a peer rank exited or failed?)", c->rank, comm_op_name(op),
+            comm_fail(c, "rank %d: %s on %s: NCCL: %s (a peer rank exited or failed?)", c->rank, what,
                       comm_group_name(g), lib.ncclGetErrorString(ae));
             return nccl_failed(c);
         }
         if (n->timeout_s > 0 && now - start > (int64_t)n->timeout_s * 1000) {
-            comm_fail(c, "rank %d: %s on %s did not complete within %d s (MOEC_COMM_TIMEOUT)", c->rank,
-                      comm_op_name(op), comm_group_name(g), n->timeout_s);
+            comm_fail(c, "rank %d: %s on %s did not complete within %d s (MOEC_COMM_TIMEOUT)", c->rank, what,
+                      comm_group_name(g), n->timeout_s);
             return nccl_failed(c);
         }
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* cudaStreamQuery as a done() for nccl_wait_until; the error's text kept for the message */
+typedef struct StreamWait {
+    cudaStream_t stream;
+    cudaError_t err;
+} StreamWait;
+
+static int stream_done(void *arg)
+{
+    StreamWait *w = arg;
+    cudaError_t e = lib.cudaStreamQuery(w->stream);
+    if (e == K_CUDA_SUCCESS)
+        return 1;
+    if (e == K_CUDA_NOT_READY)
+        return 0;
+    w->err = e;
+    return -1;
+}
+
+/* Waits for the transport's own stream. */
+static int nccl_wait(Comm *c, CommOpKind op, CommGroup g)
+{
+    Nccl *n = c->impl;
+    StreamWait w = {n->stream, K_CUDA_SUCCESS};
+    if (nccl_wait_until(c, comm_op_name(op), g, 0, stream_done, &w))
+        return 1;
+    if (w.err != K_CUDA_SUCCESS)  /* the CUDA error's own words rather than "CUDA error" */
+        snprintf(c->error, sizeof c->error, "rank %d: %s on %s: CUDA error %s", c->rank, comm_op_name(op),
+                 comm_group_name(g), lib.cudaGetErrorString(w.err));
+    return 0;
+}
+
+/* CommOps.wait_device: the caller's stream or event, watched over the world group */
+static int nccl_wait_device(Comm *c, int (*done)(void *), void *arg, const char *what)
+{
+    if (!comm_check_call(c, COMM_WORLD, 0))
+        return 0;
+    return nccl_wait_until(c, what, COMM_WORLD, 1, done, arg);
 }
 
 static int nccl_allreduce(Comm *c, CommGroup g, void *buf, int64_t count, int f64)
@@ -371,6 +416,41 @@ static int nccl_alltoallv(Comm *c, CommGroup g, const void *send, const size_t *
     return nccl_check(c, r, "ncclSend/ncclRecv", COMM_OP_ALLTOALLV, g) && nccl_wait(c, COMM_OP_ALLTOALLV, g);
 }
 
+/* CommOps.enqueue_allreduce / enqueue_alltoall: on the caller's stream, not waited for (a CUDA graph may
+ * capture them) */
+static int nccl_enqueue_allreduce(Comm *c, CommGroup g, void *buf, int64_t count, int f64, void *stream)
+{
+    if (!comm_check_call(c, g, count))
+        return 0;
+    Nccl *n = c->impl;
+    if (count == 0)
+        return 1;
+    ncclResult_t r = lib.ncclAllReduce(buf, buf, (size_t)count, f64 ? K_NCCL_FLOAT64 : K_NCCL_FLOAT32, K_NCCL_SUM,
+                                       n->comm[g], (cudaStream_t)stream);
+    return nccl_check(c, r, "ncclAllReduce", f64 ? COMM_OP_ALLREDUCE_F64 : COMM_OP_ALLREDUCE_F32, g);
+}
+
+static int nccl_enqueue_alltoall(Comm *c, CommGroup g, const void *send, void *recv, size_t bytes, void *stream)
+{
+    if (!comm_check_call(c, g, 0))
+        return 0;
+    Nccl *n = c->impl;
+    if (bytes == 0)
+        return 1;
+    int s = comm_group_size(c, g);
+    ncclResult_t r = lib.ncclGroupStart();
+    for (int j = 0; r == K_NCCL_SUCCESS && j < s; j++) {
+        r = lib.ncclSend((const char *)send + (size_t)j * bytes, bytes, K_NCCL_INT8, j, n->comm[g],
+                         (cudaStream_t)stream);
+        if (r == K_NCCL_SUCCESS)
+            r = lib.ncclRecv((char *)recv + (size_t)j * bytes, bytes, K_NCCL_INT8, j, n->comm[g], (cudaStream_t)stream);
+    }
+    ncclResult_t r2 = lib.ncclGroupEnd();
+    if (r == K_NCCL_SUCCESS)
+        r = r2;
+    return nccl_check(c, r, "ncclSend/ncclRecv", COMM_OP_ALLTOALLV, g);
+}
+
 static int nccl_barrier(Comm *c, CommGroup g)
 {
     if (!comm_check_call(c, g, 0))
@@ -410,6 +490,9 @@ static const CommOps nccl_ops = {
     .allgather = nccl_allgather,
     .alltoallv = nccl_alltoallv,
     .barrier = nccl_barrier,
+    .enqueue_allreduce = nccl_enqueue_allreduce,
+    .enqueue_alltoall = nccl_enqueue_alltoall,
+    .wait_device = nccl_wait_device,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
 };

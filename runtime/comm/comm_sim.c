@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "comm_impl.h"
@@ -341,6 +342,37 @@ static void sim_abort(Comm *c, const char *why)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* CommOps.wait_device, for the GPU backend's simulated ranks (whose collectives run on the device, between
+ * device barriers): polls done(arg) and this world's failure, so that a rank that failed or aborted stops the
+ * others' waits with its message instead of leaving them waiting for a GPU that waits for it. */
+static int sim_wait_device(Comm *c, int (*done)(void *), void *arg, const char *what)
+{
+    SimWorld *w = c->impl;
+    if (c->error[0])
+        return 0;
+    for (long spin = 0;; spin++) {
+        int d = done(arg);
+        if (d > 0)
+            return 1;
+        if (d < 0)
+            return sim_fail(c, "rank %d: %s: a CUDA error", c->rank, what);
+        if (spin % 64 == 0) {
+            char why[sizeof w->failure];
+            pthread_mutex_lock(&w->mu);
+            int failed = w->failed;
+            if (failed)
+                snprintf(why, sizeof why, "%s", w->failure);
+            pthread_mutex_unlock(&w->mu);
+            if (failed)
+                return comm_fail(c, "rank %d: %s stopped: %s", c->rank, what, why);
+        }
+        if (spin >= 1000) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 /* Leaving, not freeing: the others may still be waiting for this rank. */
 static void sim_destroy(Comm *c)
 {
@@ -363,6 +395,7 @@ static const CommOps sim_ops = {
     .barrier = sim_barrier,
     .abort = sim_abort,
     .destroy = sim_destroy,
+    .wait_device = sim_wait_device,
 };
 
 /* Group `size` with members first, first + stride, ... */

@@ -29,7 +29,7 @@ void backend_cuda_plan_memory(const Plan *p, int ranks, int ring, BackendMemoryP
 {
     GpuMemoryPlan m;
     gpu_plan_memory(p, ranks, ring, &m);
-    *out = (BackendMemoryPlan){m.params, m.adam, m.acts, m.other, m.total, m.reserve};
+    *out = (BackendMemoryPlan){m.params, m.adam, m.acts, m.other, m.total, m.reserve, m.exchange};
 }
 
 static void cuda_destroy(Backend *b)
@@ -263,7 +263,8 @@ static void cuda_info(Backend *b, BackendInfo *out)
     snprintf(out->kernels, sizeof out->kernels, "%s", gi->image_from);
     snprintf(out->step, sizeof out->step, "%s",
              !B->graphs ? "CUDA graph off (--no-cuda-graph)"
-             : gi->ncollectives ? "no CUDA graph (collectives run between launches)"
+             : gi->ncollectives && !gi->coll_device ? "no CUDA graph (collectives run between launches)"
+             : gi->ncollectives ? "the step, collectives included, is replayed as a CUDA graph"
                                 : "the step is replayed as a CUDA graph");
     out->planned_params = gi->planned_params;
     out->planned_opt = gi->planned_adam;

@@ -29,6 +29,10 @@ static void load(void)
     }
     CUDRV_FUNCS(CUDRV_SYM)
 #undef CUDRV_SYM
+    /* every stream its own hardware queue (the default is 8): the rank simulator's ranks are streams of one
+     * context, and one rank's barrier kernel waiting in a queue another rank's stream shares would stop that
+     * rank from ever arriving (runtime/gpu/gpu.c, COLL_SIM; a user's own setting wins) */
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     CUresult r = cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         char b[128];

@@ -26,12 +26,15 @@ typedef struct CUgraphExec_st *CUgraphExec;
 enum {
     CUDA_SUCCESS = 0,
     CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_NOT_READY = 600,
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     CU_STREAM_NON_BLOCKING = 1,
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
     CU_EVENT_DEFAULT = 0,
+    CU_MEMHOSTALLOC_PORTABLE = 1,
+    CU_MEMHOSTALLOC_DEVICEMAP = 2,
     /* for the sm_90 GEMM (codegen/gemm_sm90.cuh): large dynamic shared memory, kernel facts, tensor maps */
     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
     CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
@@ -76,6 +79,8 @@ typedef struct CUtensorMap {
     X(cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                                  \
     X(cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                                                    \
     X(cuMemFreeHost, "cuMemFreeHost", (void *))                                                                  \
+    X(cuMemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned))                                             \
+    X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", (CUdeviceptr *, void *, unsigned))             \
     X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr, const void *, size_t))                                      \
     X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                            \
     X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (CUdeviceptr, const void *, size_t, CUstream))                  \
@@ -88,6 +93,7 @@ typedef struct CUtensorMap {
     X(cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                                  \
     X(cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                                         \
     X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                                    \
+    X(cuStreamQuery, "cuStreamQuery", (CUstream))                                                                \
     X(cuStreamBeginCapture, "cuStreamBeginCapture_v2", (CUstream, int))                                          \
     X(cuStreamEndCapture, "cuStreamEndCapture", (CUstream, CUgraph *))                                           \
     X(cuGraphInstantiate, "cuGraphInstantiateWithFlags", (CUgraphExec *, CUgraph, unsigned long long))           \
@@ -97,6 +103,7 @@ typedef struct CUtensorMap {
     X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                                     \
     X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                                       \
     X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                                                       \
+    X(cuEventQuery, "cuEventQuery", (CUevent))                                                                   \
     X(cuEventElapsedTime, "cuEventElapsedTime_v2", (float *, CUevent, CUevent))                                 \
     X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                                            \
     X(cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                               \

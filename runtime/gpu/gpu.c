@@ -23,6 +23,14 @@
 
 enum { BLOCK = 256, SUMSQ_MAX_GRID = 1024, ADAMW_MAX_GRID = 4096, NSCALARS = 7 };
 
+/* How a run's collectives go (docs/decisions.md 46). COLL_HOST: through host memory with the CPU backend's code
+ * (TCP, a forward-only backend of simulated ranks, MOEC_HOST_COLLECTIVES=1), or NCCL called synchronously with
+ * the split sizes read back (a forward-only backend under NCCL): the stream is drained around each. COLL_SIM and
+ * COLL_NCCL: on the device, enqueued on the step's stream with no host round trip, so a step is one CUDA graph:
+ * the simulated ranks (threads sharing one GPU) read each other's buffers between device barriers; NCCL moves
+ * fixed-capacity slots. Both pack and unpack the expert exchanges with the same kernels. */
+enum { COLL_HOST, COLL_SIM, COLL_NCCL };
+
 typedef struct Launch {
     const IrNode *node;
     CUfunction f;           /* NULL: a collective */
@@ -129,6 +137,18 @@ struct Gpu {
     CUdeviceptr mstat, mpart;
     int mpasses;            /* training passes since the last read */
     int mnodes, mnode[BACKEND_MOE_LAYERS + 2], mcut[BACKEND_MOE_LAYERS + 2]; /* watched nodes in order, their cuts */
+    /* collectives on the device (COLL_SIM, COLL_NCCL): their kernels and their part of misc (comm_layout) */
+    int coll;
+    CUfunction k_pack, k_unpack, k_sbar, k_sa2a, k_sar, k_srs32, k_sag32, k_srs64, k_sag64;
+    CUdeviceptr flag, peer_base, members, stage_send, stage_recv;
+    size_t misc_bytes, comm_bytes;
+    int gsize[3], grank[3];  /* per CommGroup: its size and this rank's place in it */
+    long long timeout_ns;    /* the simulator's barrier: MOEC_COMM_TIMEOUT */
+    volatile int *stop_h;    /* the simulator: host memory the barriers read; 1 when this rank's host has given up */
+    CUdeviceptr stop_d;
+    /* MOEC_SYNC_CHECK=1: host waits for the stream and device-to-host copies made while a step is enqueued */
+    int sync_check, in_step;
+    long long step_syncs, step_d2h, nsteps;
 };
 
 static void metrics_points(Gpu *G);
@@ -151,6 +171,49 @@ static int cu_ok(Gpu *G, CUresult r, const char *call, const char *what)
                 what ? what : "");
 }
 #define CU(G, call, what) cu_ok(G, cu.call, #call, what)
+
+/* Waiting for the stream (e NULL) or an event. Under NCCL with the collectives on the device the wait polls
+ * (CommOps.wait_device) so that a dead peer or an NCCL error fails it instead of hanging a step's graph;
+ * otherwise it blocks. Counted while a step is being enqueued (MOEC_SYNC_CHECK). */
+typedef struct DoneArg {
+    CUstream stream;
+    CUevent event;
+    CUresult r;
+} DoneArg;
+
+static int query_done(void *arg)
+{
+    DoneArg *a = arg;
+    CUresult r = a->event ? cu.cuEventQuery(a->event) : cu.cuStreamQuery(a->stream);
+    if (r == CUDA_SUCCESS)
+        return 1;
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    a->r = r;
+    return -1;
+}
+
+static int wait_done(Gpu *G, CUevent e, const char *what)
+{
+    if (G->in_step)
+        G->step_syncs++;
+    if (G->coll == COLL_NCCL || (G->coll == COLL_SIM && G->stop_h)) {
+        DoneArg a = {G->stream, e, CUDA_SUCCESS};
+        if (G->comm->ops->wait_device(G->comm, query_done, &a, what ? what : "waiting for the GPU"))
+            return 1;
+        if (G->stop_h) {
+            *G->stop_h = 1;  /* this rank's barriers stop waiting for the rank that failed */
+            __sync_synchronize();
+        }
+        if (a.r != CUDA_SUCCESS)
+            return cu_ok(G, a.r, e ? "cuEventQuery" : "cuStreamQuery", what);
+        return fail(G, "%s", G->comm->error);
+    }
+    return e ? CU(G, cuEventSynchronize(e), what) : CU(G, cuStreamSynchronize(G->stream), what);
+}
+
+static int sync_stream(Gpu *G, const char *what) { return wait_done(G, NULL, what); }
+static int wait_event(Gpu *G, CUevent e, const char *what) { return wait_done(G, e, what); }
 
 const char *gpu_error(const Gpu *G) { return G->err; }
 const GpuInfo *gpu_info(const Gpu *G) { return &G->info; }
@@ -387,6 +450,49 @@ static void plan_buckets(Gpu *G)
     find_buckets(G->g, G->buckets, &G->nbuckets, G->bucket_of);
 }
 
+/* An expert exchange's shape: its rows of width d (floats), and the per-peer capacity of its staging slots:
+ * the rows of its home side (the routed rows T*k of a rank: a dispatch's input, a combine's output), the most
+ * one rank can send another (dropless) */
+static int64_t exch_width(const IrNode *n) { return ir_numel(n->src[0]) / (n->src[0]->shape[0] ? n->src[0]->shape[0] : 1); }
+static int64_t exch_cap(const IrNode *n) { return n->op == IR_OP_EP_DISPATCH ? n->src[0]->shape[0] : n->shape[0]; }
+
+/* The device collectives' part of misc, after the buckets (gpu_create and gpu_plan_memory alike, training
+ * backends of runs with more than one rank): the simulator's barrier count (one word), the ranks' region bases
+ * [ranks][3], the groups' members [3][ranks], and the expert exchanges' two staging buffers, each ep slots of
+ * the capacity above for the widest exchange: ep * cap * d floats. */
+typedef struct CommLayout {
+    size_t flag, peer_base, members, stage_send, stage_recv, stage, total;
+} CommLayout;
+
+static void comm_layout(const IrGraph *g, int ranks, CommLayout *l)
+{
+    memset(l, 0, sizeof *l);
+    if (ranks <= 1)
+        return;
+    size_t stage = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op != IR_OP_EP_DISPATCH && n->op != IR_OP_EP_COMBINE)
+            continue;
+        size_t b = (size_t)ir_attr_i(n, IR_ATTR_EP) * (size_t)exch_cap(n) * (size_t)exch_width(n) * sizeof(float);
+        if (b > stage)
+            stage = b;
+    }
+    size_t o = 0;
+    l->flag = o;
+    o += 256;
+    l->peer_base = o;
+    o += align256((size_t)ranks * 3 * sizeof(unsigned long long));
+    l->members = o;
+    o += align256((size_t)ranks * 3 * sizeof(int));
+    l->stage_send = o;
+    o += align256(stage);
+    l->stage_recv = o;
+    o += align256(stage);
+    l->stage = stage;
+    l->total = o;
+}
+
 static int build_launches(Gpu *G)
 {
     const IrGraph *g = G->g;
@@ -497,7 +603,11 @@ void gpu_plan_memory(const Plan *plan, int ranks, int ring, GpuMemoryPlan *out)
         for (int b = 0; b < nbuckets; b++)
             bucket_bytes += align256((size_t)buckets[b].numel * sizeof(float));
     }
+    CommLayout cl;
+    comm_layout(g, ranks, &cl);
+    bucket_bytes += cl.total;
     memset(out, 0, sizeof *out);
+    out->exchange = 2 * align256(cl.stage);
     out->params = page2m(region[PLAN_REGION_PARAMS]);
     out->adam = page2m(align256((size_t)nparams_total * 2 * sizeof(float)));
     out->acts = page2m(region[PLAN_REGION_ACTIVATIONS]);
@@ -528,7 +638,16 @@ static int load_module(Gpu *G, const GpuOptions *o)
          CU(G, cuModuleGetFunction(&G->k_accum_out, G->mod, "moec_accum_out"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_mstats, G->mod, "moec_moe_stats"), NULL) &&
          CU(G, cuModuleGetFunction(&G->k_mstats_add, G->mod, "moec_moe_stats_add"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_madd, G->mod, "moec_metric_add"), NULL);
+         CU(G, cuModuleGetFunction(&G->k_madd, G->mod, "moec_metric_add"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_pack, G->mod, "moec_ep_pack"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_unpack, G->mod, "moec_ep_unpack"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_sbar, G->mod, "moec_sim_barrier"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_sa2a, G->mod, "moec_sim_alltoall"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_sar, G->mod, "moec_sim_allreduce"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_srs32, G->mod, "moec_sim_rs_f32"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_sag32, G->mod, "moec_sim_ag_f32"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_srs64, G->mod, "moec_sim_rs_f64"), NULL) &&
+         CU(G, cuModuleGetFunction(&G->k_sag64, G->mod, "moec_sim_ag_f64"), NULL);
     free(image);
     return ok;
 }
@@ -556,6 +675,51 @@ static int fp8_copy_kernels(Gpu *G, int p, const IrNode *pn, const PlanBuf *c)
            CU(G, cuModuleGetFunction(&G->fp8_load[p], G->mod, b), b);
 }
 
+static int h2d(Gpu *G, CUdeviceptr d, const void *h, size_t n, const char *what);
+
+/* The simulated ranks (threads of this process on one GPU, one context) learn each other's memory: every rank's
+ * three allocations (params, misc, activations: a buffer of the plan lies at the same offset in each rank's),
+ * through the host transport once, into a table on the device; and the groups' members. The last thing
+ * gpu_create does, after every allocation: a rank that failed before has aborted the transport, and this fails
+ * with its message. */
+static int sim_connect(Gpu *G)
+{
+    Comm *c = G->comm;
+    int world = c->world;
+    unsigned long long mine[4] = {G->region[0], G->misc, G->region[2], (unsigned long long)G->dev};
+    unsigned long long *all = calloc((size_t)world * 4, sizeof *all), *base = calloc((size_t)world * 3, sizeof *base);
+    int *mem = calloc((size_t)world * 3, sizeof *mem);
+    if (!all || !base || !mem)
+        die("out of memory");
+    void *stop = NULL;
+    int ok = CU(G, cuMemHostAlloc(&stop, sizeof(int), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+                "the simulated ranks' stop word") &&
+             CU(G, cuMemHostGetDevicePointer(&G->stop_d, stop, 0), "the simulated ranks' stop word");
+    if (stop) {
+        G->stop_h = stop;
+        *G->stop_h = 0;
+    }
+    ok = ok && c->ops->allgather(c, COMM_WORLD, mine, all, sizeof mine);
+    if (!ok && !G->err[0])
+        fail(G, "the simulated ranks' device memory: %s", c->error);
+    for (int r = 0; ok && r < world; r++) {
+        if (all[4 * r + 3] != mine[3])
+            ok = fail(G, "simulated rank %d is on GPU %llu, rank %d on GPU %llu: they must share one", r,
+                      all[4 * r + 3], c->rank, mine[3]);
+        for (int k = 0; k < 3; k++)
+            base[3 * r + k] = all[4 * r + k];
+    }
+    for (int grp = 0; grp < 3; grp++)
+        for (int i = 0; i < G->gsize[grp]; i++)
+            mem[grp * world + i] = comm_group_member(c, (CommGroup)grp, i);
+    ok = ok && h2d(G, G->peer_base, base, (size_t)world * 3 * sizeof *base, "the simulated ranks' table") &&
+         h2d(G, G->members, mem, (size_t)world * 3 * sizeof *mem, "the simulated ranks' table");
+    free(all);
+    free(base);
+    free(mem);
+    return ok;
+}
+
 Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, size_t errlen)
 {
     Gpu *G = calloc(1, sizeof *G);
@@ -567,6 +731,28 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
     G->ring = o->ring > 0 ? o->ring : 1;
     G->use_graphs = o->graphs;
     G->forward_only = o->forward_only;
+    {
+        /* the collectives on the device, unless MOEC_HOST_COLLECTIVES=1 asks for the host path (to compare) */
+        const char *hc = getenv("MOEC_HOST_COLLECTIVES"), *sc = getenv("MOEC_SYNC_CHECK"), *to = getenv("MOEC_COMM_TIMEOUT");
+        int host = hc && !strcmp(hc, "1");
+        G->coll = COLL_HOST;
+        if (G->comm && !G->forward_only && !host) {
+            if (G->device_comm && G->comm->ops->enqueue_alltoall && G->comm->ops->enqueue_allreduce &&
+                G->comm->ops->wait_device)
+                G->coll = COLL_NCCL;
+            else if (!strcmp(G->comm->ops->name, "sim") && G->comm->world <= 32)
+                G->coll = COLL_SIM;  /* a stream per rank, each its own hardware queue (cudrv.c): at most 32 */
+        }
+        G->sync_check = sc && !strcmp(sc, "1");
+        G->info.coll_device = G->coll != COLL_HOST;
+        G->timeout_ns = (to && *to ? atoll(to) : 600) * 1000000000LL;
+        if (G->timeout_ns < 0)
+            G->timeout_ns = 0;
+        for (int grp = 0; G->comm && grp < 3; grp++) {
+            G->gsize[grp] = comm_group_size(G->comm, (CommGroup)grp);
+            G->grank[grp] = comm_group_rank(G->comm, (CommGroup)grp);
+        }
+    }
     cpu_metrics_watch(g, &G->watch);
     int64_t *foff = NULL;  /* forward only: each buffer's offset in the forward pass's own layout (-1: none) */
     int ok = cudrv_load(G->err, sizeof G->err);
@@ -665,7 +851,11 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         size_t bucket_bytes = 0;
         for (int b = 0; b < G->nbuckets; b++)
             bucket_bytes += align256((size_t)G->buckets[b].numel * sizeof(float));
-        size_t misc_bytes = G->region_bytes[1] + other + bucket_bytes;
+        CommLayout cl;
+        comm_layout(g, G->comm && !G->forward_only ? G->comm->world : 1, &cl);
+        G->comm_bytes = cl.total;
+        size_t misc_bytes = G->region_bytes[1] + other + bucket_bytes + cl.total;
+        G->misc_bytes = misc_bytes;
         GpuMemoryPlan mp;
         gpu_plan_memory(plan, G->comm ? G->comm->world : 1, G->ring, &mp);
         if (G->forward_only) {
@@ -724,11 +914,19 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
             G->buckets[b].buf = bp;
             bp += align256((size_t)G->buckets[b].numel * sizeof(float));
         }
+        if (cl.total) {
+            G->flag = bp + cl.flag;
+            G->peer_base = bp + cl.peer_base;
+            G->members = bp + cl.members;
+            G->stage_send = bp + cl.stage_send;
+            G->stage_recv = bp + cl.stage_recv;
+        }
         /* NaN everywhere a kernel should have written before reading */
         ok = CU(G, cuMemsetD8Async(G->region[2], 0xFF, G->region_bytes[2], G->stream), NULL) &&
              (!adam_bytes || CU(G, cuMemsetD8Async(G->adam, 0, adam_bytes, G->stream), NULL)) &&
              CU(G, cuMemsetD8Async(G->scalars, 0, NSCALARS * sizeof(double), G->stream), NULL) &&
-             CU(G, cuMemsetD8Async(G->mstat, 0, macc, G->stream), NULL);
+             CU(G, cuMemsetD8Async(G->mstat, 0, macc, G->stream), NULL) &&
+             (!cl.total || CU(G, cuMemsetD8Async(G->flag, 0, cl.stage_send, G->stream), NULL));
         if (!ok)
             goto out;
         G->nbufs = plan->nbufs;
@@ -796,7 +994,7 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         (void)tgt;
     }
     /* staged collectives need host copies of what they touch */
-    if (G->has_collectives && !G->device_comm) {
+    if (G->has_collectives && !G->device_comm && G->coll == COLL_HOST) {
         G->host = calloc((size_t)g->nnodes, sizeof *G->host);
         for (int i = 0; i < G->nlaunches; i++) {
             const IrNode *n = G->launches[i].node;
@@ -811,7 +1009,7 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
     }
     G->ring_loss_h = calloc((size_t)G->ring, sizeof(float));
     G->ring_norm_h = calloc((size_t)G->ring, sizeof(double));
-    ok = CU(G, cuStreamSynchronize(G->stream), NULL);
+    ok = sync_stream(G, NULL) && (G->coll != COLL_SIM || sim_connect(G));
 out:
     free(foff);
     if (!ok) {
@@ -828,8 +1026,12 @@ void gpu_destroy(Gpu *G)
         return;
     if (G->ctx) {
         cu.cuCtxSetCurrent(G->ctx);
+        if (G->stop_h)
+            *G->stop_h = 1;  /* a barrier still waiting (a rank failed) returns: the stream can drain */
         if (G->stream)
             cu.cuStreamSynchronize(G->stream);
+        if (G->stop_h)
+            cu.cuMemFreeHost((void *)G->stop_h);
         for (int e = 0; e < G->npev; e++)
             if (G->pev[e])
                 cu.cuEventDestroy(G->pev[e]);
@@ -887,12 +1089,14 @@ void gpu_destroy(Gpu *G)
  * our stream could read the old bytes.) */
 static int h2d(Gpu *G, CUdeviceptr d, const void *h, size_t n, const char *what)
 {
-    return CU(G, cuMemcpyHtoDAsync(d, h, n, G->stream), what) && CU(G, cuStreamSynchronize(G->stream), what);
+    return CU(G, cuMemcpyHtoDAsync(d, h, n, G->stream), what) && sync_stream(G, what);
 }
 
 static int d2h(Gpu *G, void *h, CUdeviceptr d, size_t n, const char *what)
 {
-    return CU(G, cuMemcpyDtoHAsync(h, d, n, G->stream), what) && CU(G, cuStreamSynchronize(G->stream), what);
+    if (G->in_step)
+        G->step_d2h++;
+    return CU(G, cuMemcpyDtoHAsync(h, d, n, G->stream), what) && sync_stream(G, what);
 }
 
 static int cur(Gpu *G) { return CU(G, cuCtxSetCurrent(G->ctx), NULL); }
@@ -901,7 +1105,7 @@ static unsigned grid_for(int64_t n, int64_t max);
 
 int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
 {
-    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+    if (!cur(G) || !sync_stream(G, NULL))
         return 0;
     for (int p = 0; p < G->g->nparams; p++) {
         if (!h2d(G, G->buf[G->g->params[p]->id], params + param_off[p], (size_t)G->numel[p] * 4,
@@ -922,7 +1126,7 @@ int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
             void *args[] = {&dst, &src, &n, &G->copy_glu[p], &G->copy_cols[p]};
             if (!CU(G, cuLaunchKernel(G->k_to16, grid_for(n, ADAMW_MAX_GRID), 1, 1, BLOCK, 1, 1, 0, G->stream, args,
                                       NULL), "moec_to_bf16") ||
-                !CU(G, cuStreamSynchronize(G->stream), G->g->params[p]->name))
+                !sync_stream(G, G->g->params[p]->name))
                 return 0;
         }
     }
@@ -931,7 +1135,7 @@ int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
 
 int gpu_get_params(Gpu *G, float *params, const int64_t *param_off)
 {
-    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+    if (!cur(G) || !sync_stream(G, NULL))
         return 0;
     for (int p = 0; p < G->g->nparams; p++)
         if (!d2h(G, params + param_off[p], G->buf[G->g->params[p]->id], (size_t)G->numel[p] * 4,
@@ -944,7 +1148,7 @@ int gpu_put_adam(Gpu *G, const float *adam, int64_t nparams_total)
 {
     if (G->forward_only)
         return fail(G, "internal: AdamW state given to a forward-only backend");
-    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+    return cur(G) && sync_stream(G, NULL) &&
            h2d(G, G->adam, adam, (size_t)nparams_total * 2 * sizeof(float), "the AdamW state");
 }
 
@@ -952,7 +1156,7 @@ int gpu_get_adam(Gpu *G, float *adam, int64_t nparams_total)
 {
     if (G->forward_only)
         return fail(G, "internal: a forward-only backend has no AdamW state");
-    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+    return cur(G) && sync_stream(G, NULL) &&
            d2h(G, adam, G->adam, (size_t)nparams_total * 2 * sizeof(float), "the AdamW state");
 }
 
@@ -960,7 +1164,7 @@ int gpu_get_grad(Gpu *G, int p, float *out)
 {
     if (G->forward_only)
         return fail(G, "internal: a forward-only backend has no gradients");
-    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+    return cur(G) && sync_stream(G, NULL) &&
            d2h(G, out, G->buf[G->g->grads[p]->id], (size_t)G->numel[p] * 4, G->g->grads[p]->name);
 }
 
@@ -974,15 +1178,19 @@ static double wall(void)
 }
 
 static int collective(Gpu *G, const Launch *L);
+static int device_collective(Gpu *G, const Launch *L);
 
-/* A collective, timed from when the kernels before it are done (the wait
+/* A collective. On the device (COLL_SIM, COLL_NCCL) it is only enqueued: no wait, no time taken (--profile
+ * times it on the GPU). On the host path it is timed from when the kernels before it are done (the wait
  * for them is compute, not communication) to when its result is usable. */
 static int run_collective(Gpu *G, const Launch *L)
 {
-    if (!CU(G, cuStreamSynchronize(G->stream), L->what))
+    if (G->coll != COLL_HOST)
+        return device_collective(G, L);
+    if (!sync_stream(G, L->what))
         return 0;
     double t0 = wall();
-    int ok = collective(G, L) && CU(G, cuStreamSynchronize(G->stream), L->what);
+    int ok = collective(G, L) && sync_stream(G, L->what);
     G->info.coll_seconds += wall() - t0;
     G->info.coll_calls++;
     return ok;
@@ -998,7 +1206,7 @@ static int collective(Gpu *G, const Launch *L)
     size_t ybytes = (size_t)ir_numel(n) * 4;
     if (!G->device_comm) {
         /* host transports (the rank simulator, TCP): through host memory, with the CPU backend's code */
-        if (!CU(G, cuStreamSynchronize(G->stream), L->what))
+        if (!sync_stream(G, L->what))
             return 0;
         for (int s = 0; s < n->nsrc; s++)
             if (!d2h(G, G->host[n->src[s]->id], G->buf[n->src[s]->id], (size_t)ir_numel(n->src[s]) * 4,
@@ -1008,7 +1216,7 @@ static int collective(Gpu *G, const Launch *L)
         return h2d(G, y, G->host[n->id], ybytes, L->what);
     }
     /* NCCL: device buffers; split sizes come to the host (the transfer sizes need them) */
-    if (!CU(G, cuStreamSynchronize(G->stream), L->what))
+    if (!sync_stream(G, L->what))
         return 0;
     int ok = 1;
     switch (n->op) {
@@ -1048,7 +1256,7 @@ static int collective(Gpu *G, const Launch *L)
             ao[j] = o2;
             o2 += ab[j];
         }
-        if (!CU(G, cuMemsetD8Async(y, 0, ybytes, G->stream), L->what) || !CU(G, cuStreamSynchronize(G->stream), L->what))
+        if (!CU(G, cuMemsetD8Async(y, 0, ybytes, G->stream), L->what) || !sync_stream(G, L->what))
             return 0;
         const void *x = (const void *)(uintptr_t)G->buf[n->src[0]->id];
         ok = n->op == IR_OP_EP_DISPATCH ? c->ops->alltoallv(c, COMM_EP, x, hb, ho, (void *)(uintptr_t)y, ab, ao)
@@ -1058,7 +1266,7 @@ static int collective(Gpu *G, const Launch *L)
     case IR_OP_ALL_REDUCE: {
         CommGroup grp = ir_attr_e(n, IR_ATTR_GROUP) == IR_GROUP_DP ? COMM_DP : COMM_WORLD;
         if (!CU(G, cuMemcpyDtoDAsync(y, G->buf[n->src[0]->id], ybytes, G->stream), L->what) ||
-            !CU(G, cuStreamSynchronize(G->stream), L->what))
+            !sync_stream(G, L->what))
             return 0;
         ok = c->ops->allreduce_f32(c, grp, (float *)(uintptr_t)y, ir_numel(n));
         if (ok) {
@@ -1086,13 +1294,157 @@ static unsigned grid_for(int64_t n, int64_t max)
     return (unsigned)(g > max ? max : g < 1 ? 1 : g);
 }
 
+/* ------------------------------------------------------------ collectives on the device (decision 46) */
+
+static int launch(Gpu *G, CUfunction f, unsigned grid, unsigned block, void **args, const char *what)
+{
+    return CU(G, cuLaunchKernel(f, grid, 1, 1, block, 1, 1, 0, G->stream, args, NULL), what);
+}
+
+/* Where device pointer p lies for the simulator's table: region 0 params, 1 misc (the inputs, the optimizer's
+ * scratch, the buckets, the staging), 2 activations; and its byte offset there. */
+static int sim_where(Gpu *G, CUdeviceptr p, int *reg, long long *off, const char *what)
+{
+    CUdeviceptr b[3] = {G->region[0], G->misc, G->region[2]};
+    size_t n[3] = {G->region_bytes[0], G->misc_bytes, G->region_bytes[2]};
+    for (int r = 0; r < 3; r++)
+        if (p >= b[r] && p < b[r] + n[r]) {
+            *reg = r;
+            *off = (long long)(p - b[r]);
+            return 1;
+        }
+    return fail(G, "internal: %s: a buffer outside the allocations", what);
+}
+
+/* the simulator's barrier over group grp */
+static int sim_barrier(Gpu *G, int grp, const char *what)
+{
+    CUdeviceptr mem = G->members + (CUdeviceptr)grp * (CUdeviceptr)G->comm->world * sizeof(int);
+    int nmem = G->gsize[grp], me = G->comm->rank;
+    long long foff = (long long)(G->flag - G->misc);
+    void *a[] = {&G->peer_base, &mem, &nmem, &me, &foff, &G->timeout_ns, &G->stop_d};
+    return launch(G, G->k_sbar, 1, 32, a, what);
+}
+
+/* the simulator's fixed-size all-to-all over group grp: `words` 4-byte words per member, from each member's
+ * `send` (at the same offset in every rank) into y; between barriers (the senders' buffers are ready, and
+ * nobody overwrites one before every member has read it) */
+static int sim_alltoall(Gpu *G, int grp, CUdeviceptr y, CUdeviceptr send, long long words, const char *what)
+{
+    int reg, me = G->grank[grp], nmem = G->gsize[grp];
+    long long off;
+    CUdeviceptr mem = G->members + (CUdeviceptr)grp * (CUdeviceptr)G->comm->world * sizeof(int);
+    void *a[] = {&y, &G->peer_base, &mem, &nmem, &me, &reg, &off, &words};
+    return sim_where(G, send, &reg, &off, what) && sim_barrier(G, grp, what) &&
+           launch(G, G->k_sa2a, grid_for((int64_t)nmem * words, 4096), BLOCK, a, what) && sim_barrier(G, grp, what);
+}
+
+/* the simulator's all-reduce in place (n floats, or doubles with f64): reduce-scatter, all-gather, a barrier
+ * before, between and after */
+static int sim_allreduce_inplace(Gpu *G, int grp, CUdeviceptr buf, long long n, int f64, const char *what)
+{
+    int reg, me = G->grank[grp], nmem = G->gsize[grp];
+    long long off;
+    CUdeviceptr mem = G->members + (CUdeviceptr)grp * (CUdeviceptr)G->comm->world * sizeof(int);
+    void *a[] = {&buf, &n, &G->peer_base, &mem, &nmem, &me, &reg, &off};
+    unsigned grid = grid_for(n, 4096);
+    return sim_where(G, buf, &reg, &off, what) && sim_barrier(G, grp, what) &&
+           launch(G, f64 ? G->k_srs64 : G->k_srs32, grid, BLOCK, a, what) && sim_barrier(G, grp, what) &&
+           launch(G, f64 ? G->k_sag64 : G->k_sag32, grid, BLOCK, a, what) && sim_barrier(G, grp, what);
+}
+
+/* an all-reduce in place on the device, either transport */
+static int device_allreduce(Gpu *G, int grp, CUdeviceptr buf, long long n, int f64, const char *what)
+{
+    if (G->coll == COLL_SIM)
+        return sim_allreduce_inplace(G, grp, buf, n, f64, what);
+    Comm *c = G->comm;
+    if (!c->ops->enqueue_allreduce(c, (CommGroup)grp, (void *)(uintptr_t)buf, n, f64, (void *)G->stream))
+        return fail(G, "%s failed: %s", what, c->error);
+    return 1;
+}
+
+/* An expert exchange's fixed-size part: `bytes` per member of the EP group, stage_send to stage_recv. */
+static int device_alltoall(Gpu *G, CUdeviceptr send, CUdeviceptr recv, size_t bytes, const char *what)
+{
+    if (G->coll == COLL_SIM)
+        return sim_alltoall(G, COMM_EP, recv, send, (long long)(bytes / 4), what);
+    Comm *c = G->comm;
+    if (!c->ops->enqueue_alltoall(c, COMM_EP, (const void *)(uintptr_t)send, (void *)(uintptr_t)recv, bytes,
+                                  (void *)G->stream))
+        return fail(G, "%s failed: %s", what, c->error);
+    return 1;
+}
+
+/* A collective node enqueued on the step's stream. The split sizes stay on the device: an exchange packs each
+ * peer's rows into a slot of the dropless capacity (moec_ep_pack, reading the sizes), moves whole slots, and
+ * unpacks the valid rows of each received slot (moec_ep_unpack): the bits the host path produces. */
+static int device_collective(Gpu *G, const Launch *L)
+{
+    const IrNode *n = L->node;
+    CUdeviceptr y = G->buf[n->id];
+    switch (n->op) {
+    case IR_OP_EP_COUNTS: {
+        long long El = n->shape[1];
+        return device_alltoall(G, G->buf[n->src[0]->id], y, (size_t)El * sizeof(int32_t), L->what);
+    }
+    case IR_OP_EP_DISPATCH:
+    case IR_OP_EP_COMBINE: {
+        int dispatch = n->op == IR_OP_EP_DISPATCH;
+        int ep = (int)ir_attr_i(n, IR_ATTR_EP), El = (int)(n->src[1]->shape[0] / ep);
+        long long xrows = n->src[0]->shape[0], yrows = n->shape[0], d = exch_width(n), cap = exch_cap(n);
+        CUdeviceptr x = G->buf[n->src[0]->id], counts = G->buf[n->src[1]->id], rc = G->buf[n->src[2]->id];
+        CUdeviceptr seg_send = dispatch ? counts : rc, seg_recv = dispatch ? rc : counts;
+        size_t bytes = (size_t)cap * (size_t)d * sizeof(float);
+        if (ep > 1024)
+            return fail(G, "%s: ep %d > 1024", L->what, ep);
+        if ((size_t)ep * bytes > G->comm_bytes)
+            return fail(G, "internal: %s: the staging is smaller than %d slots of %lld rows", L->what, ep, cap);
+        void *pa[] = {&G->stage_send, &cap, &d, &x, &xrows, &seg_send, &ep, &El};
+        void *ua[] = {&y, &yrows, &d, &G->stage_recv, &cap, &seg_recv, &ep, &El};
+        return launch(G, G->k_pack, grid_for(xrows * d, 4096), BLOCK, pa, L->what) &&
+               device_alltoall(G, G->stage_send, G->stage_recv, bytes, L->what) &&
+               launch(G, G->k_unpack, grid_for(yrows * d, 4096), BLOCK, ua, L->what);
+    }
+    case IR_OP_ALL_REDUCE: {
+        int grp = (int)allreduce_group(n);
+        long long nn = ir_numel(n);
+        double f = ir_attr_f(n, IR_ATTR_FACTOR);
+        CUdeviceptr src = G->buf[n->src[0]->id];
+        if (G->coll == COLL_SIM) {
+            /* y is this rank's alone: the peers' sources summed straight into it, and scaled */
+            int reg, nmem = G->gsize[grp];
+            long long off;
+            CUdeviceptr mem = G->members + (CUdeviceptr)grp * (CUdeviceptr)G->comm->world * sizeof(int);
+            void *a[] = {&y, &nn, &G->peer_base, &mem, &nmem, &reg, &off, &f};
+            return sim_where(G, src, &reg, &off, L->what) && sim_barrier(G, grp, L->what) &&
+                   launch(G, G->k_sar, grid_for(nn, 4096), BLOCK, a, L->what) && sim_barrier(G, grp, L->what);
+        }
+        void *a[] = {&y, &nn, &f};
+        return CU(G, cuMemcpyDtoDAsync(y, src, (size_t)nn * sizeof(float), G->stream), L->what) &&
+               device_allreduce(G, grp, y, nn, 0, L->what) && launch(G, G->k_scale, grid_for(nn, 4096), BLOCK, a, L->what);
+    }
+    default:
+        return fail(G, "%s: no GPU implementation", L->what);
+    }
+}
+
 /* The bucketed gradient all-reduces, after the backward: gather, one collective per bucket, scale, scatter. */
 static int flush_buckets(Gpu *G)
 {
     Comm *c = G->comm;
-    for (int b = 0; b < G->nbuckets; b++) {
+    for (int b = 0; G->coll != COLL_HOST && b < G->nbuckets; b++) {
+        /* on the device: enqueued, no wait */
         Bucket *bk = &G->buckets[b];
-        if (!CU(G, cuStreamSynchronize(G->stream), "the gradient all-reduce"))
+        long long nn = bk->numel;
+        void *args[] = {&bk->buf, &nn, &bk->factor};
+        if (!device_allreduce(G, bk->group, bk->buf, nn, 0, "the gradient all-reduce") ||
+            !launch(G, G->k_scale, grid_for(nn, 4096), BLOCK, args, "moec_scale"))
+            return 0;
+    }
+    for (int b = 0; G->coll == COLL_HOST && b < G->nbuckets; b++) {
+        Bucket *bk = &G->buckets[b];
+        if (!sync_stream(G, "the gradient all-reduce"))
             return 0;
         double t0 = wall();
         int ok;
@@ -1301,9 +1653,12 @@ static int enqueue_optimizer(Gpu *G)
             return 0;
     }
     /* expert shards: their squares add over the expert-parallel group */
-    if (G->any_shard && G->comm && G->comm->ep > 1) {
+    if (G->any_shard && G->comm && G->comm->ep > 1 && G->coll != COLL_HOST) {
+        if (!device_allreduce(G, COMM_EP, G->scalars + 6 * sizeof(double), 1, 1, "the gradient norm's all-reduce"))
+            return 0;
+    } else if (G->any_shard && G->comm && G->comm->ep > 1) {
         CUdeviceptr ss = G->scalars + 6 * sizeof(double);
-        if (!CU(G, cuStreamSynchronize(G->stream), "the gradient norm"))
+        if (!sync_stream(G, "the gradient norm"))
             return 0;
         if (G->device_comm) {
             if (!G->comm->ops->allreduce_f64(G->comm, COMM_EP, (double *)(uintptr_t)ss, 1))
@@ -1358,7 +1713,7 @@ static Staging *stage_batch(Gpu *G, const int32_t *tokens, const int32_t *target
     Staging *s = &G->stage[G->parity];
     G->parity ^= 1;
     /* the step that last read this staging must have consumed it */
-    if (s->used && !CU(G, cuEventSynchronize(s->done), "waiting for a step"))
+    if (s->used && !wait_event(G, s->done, "waiting for a step"))
         return NULL;
     char *pin = s->pinned;
     memcpy(pin, tokens, G->tok_bytes);
@@ -1381,7 +1736,10 @@ int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, d
     Staging *s = stage_batch(G, tokens, targets, sc);
     if (!s)
         return 0;
-    int graph = G->use_graphs && !G->has_collectives;
+    /* a step with collectives is one graph too when they run on the device */
+    int graph = G->use_graphs && (!G->has_collectives || G->coll != COLL_HOST), captured = 0;
+    G->in_step = 1;
+    G->step_syncs = G->step_d2h = 0;
     if (graph && !s->graph) {
         CUgraph gr;
         if (!CU(G, cuStreamBeginCapture(G->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing the step"))
@@ -1389,21 +1747,31 @@ int gpu_step(Gpu *G, const int32_t *tokens, const int32_t *targets, double lr, d
         int ok = enqueue_step(G, s);
         CUresult r = cu.cuStreamEndCapture(G->stream, &gr);
         if (!ok)
-            return 0;
+            return G->in_step = 0;
         if (!cu_ok(G, r, "cuStreamEndCapture", "capturing the step") ||
             !CU(G, cuGraphInstantiate(&s->graph, gr, 0), "instantiating the step's graph"))
-            return 0;
+            return G->in_step = 0;
         cu.cuGraphDestroy(gr);
         G->info.graph = 1;
+        captured = 1;
     }
     if (graph) {
         if (!CU(G, cuGraphLaunch(s->graph, G->stream), "launching the step's graph"))
-            return 0;
+            return G->in_step = 0;
     } else if (!enqueue_step(G, s)) {
-        return 0;
+        return G->in_step = 0;
     }
     G->mpasses++;  /* the step's metrics are summed on the device (a replayed graph does it too) */
-    return finish_step(G, s);
+    int ok = finish_step(G, s);
+    G->in_step = 0;
+    G->nsteps++;
+    if (ok && G->sync_check)
+        /* tests/gpu/train_check.sh reads these lines (the sync rows) */
+        fprintf(stderr, "sync check: rank %d step %lld: %lld stream waits, %lld device-to-host copies in the step; %s\n",
+                G->comm ? G->comm->rank : 0, G->nsteps, G->step_syncs, G->step_d2h,
+                !graph ? "launched kernel by kernel" : captured ? "captured as one CUDA graph and launched"
+                                                              : "one CUDA graph replayed");
+    return ok;
 }
 
 /* After a step's launches: its staging released when they are done, its loss and norm into the ring. */
@@ -1440,7 +1808,7 @@ int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int mi
     int cut = 0;  /* launches [0, cut) compute the nodes up to the seed (node order) */
     while (cut < G->nlaunches && G->launches[cut].node->id <= seed)
         cut++;
-    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), NULL))
+    if (!cur(G) || !sync_stream(G, NULL))
         return 0;
     if (G->pending >= G->ring)
         return fail(G, "internal: %d steps without reading their losses", G->pending);
@@ -1494,7 +1862,7 @@ int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int mi
         !h2d(G, G->ring_loss + (CUdeviceptr)slot * 4, &lf, sizeof lf, "the loss") ||
         !CU(G, cuMemcpyDtoDAsync(G->ring_norm + (CUdeviceptr)slot * 8, G->scalars + 4 * sizeof(double), 8, G->stream),
             NULL) ||
-        !CU(G, cuStreamSynchronize(G->stream), "a step"))
+        !sync_stream(G, "a step"))
         return 0;
     G->pending++;
     return 1;
@@ -1531,7 +1899,7 @@ int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, doub
     int ok = prof_begin(G, &ev) && enqueue_step(G, s) && prof_end(G, ev, PROF_STEP);
     G->mpasses += ok;
     G->prof = NULL;
-    if (!ok || !finish_step(G, s) || !CU(G, cuStreamSynchronize(G->stream), "a profiled step"))
+    if (!ok || !finish_step(G, s) || !sync_stream(G, "a profiled step"))
         return 0;
     for (int i = 0; i < G->nspans; i++) {
         const ProfSpan *sp = &G->spans[i];
@@ -1566,7 +1934,7 @@ int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, doub
 int gpu_read_steps(Gpu *G, double *losses, double *norms, int *n)
 {
     *n = 0;
-    if (!cur(G) || !CU(G, cuStreamSynchronize(G->stream), "a training step"))
+    if (!cur(G) || !sync_stream(G, "a training step"))
         return 0;
     if (!d2h(G, G->ring_loss_h, G->ring_loss, (size_t)G->ring * 4, NULL) ||
         !d2h(G, G->ring_norm_h, G->ring_norm, (size_t)G->ring * 8, NULL))
@@ -1596,7 +1964,7 @@ static int launches_upto(const Gpu *G, int node)
 /* The batch into the inputs' buffers, synchronously. */
 static int put_batch(Gpu *G, const int32_t *tokens, const int32_t *targets)
 {
-    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) &&
+    return cur(G) && sync_stream(G, NULL) &&
            h2d(G, G->buf[G->tok->id], tokens, G->tok_bytes, "the batch") &&
            h2d(G, G->buf[G->tgt->id], targets, G->tok_bytes, "the batch");
 }
@@ -1660,14 +2028,14 @@ int gpu_eval(Gpu *G, const int32_t *tokens, const int32_t *targets, double *loss
         if (next == g->nnodes)
             break;
         int cut = launches_upto(G, next);
-        if (!run_launches(G, from, cut) || !CU(G, cuStreamSynchronize(G->stream), "the forward pass") ||
+        if (!run_launches(G, from, cut) || !sync_stream(G, "the forward pass") ||
             !observe(G, next, m))
             return 0;
         from = cut;
         prev = next;
     }
     float l;
-    if (!run_launches(G, from, G->eval_launches) || !CU(G, cuStreamSynchronize(G->stream), "the forward pass") ||
+    if (!run_launches(G, from, G->eval_launches) || !sync_stream(G, "the forward pass") ||
         !d2h(G, &l, G->buf[g->loss->id], 4, "the loss"))
         return 0;
     *loss = l;
@@ -1685,7 +2053,7 @@ int gpu_read_step_metrics(Gpu *G, BackendMetrics *m)
     double *acc = malloc(macc);
     if (!acc)
         return fail(G, "out of memory");
-    int ok = cur(G) && CU(G, cuStreamSynchronize(G->stream), "the steps") &&
+    int ok = cur(G) && sync_stream(G, "the steps") &&
              d2h(G, acc, G->mstat, macc, "the steps' metrics") &&
              CU(G, cuMemsetD8Async(G->mstat, 0, macc, G->stream), NULL);
     if (ok) {
@@ -1734,7 +2102,7 @@ int gpu_forward_probe(Gpu *G, const int32_t *tokens, const int32_t *targets, int
                     : G->plan->bufs[node].elided ? "no kernel writes it: a fast kernel reads through it"
                                                  : "not stored in fp32 or bf16");
     if (!put_batch(G, tokens, targets) || !run_launches(G, 0, launches_upto(G, node)) ||
-        !CU(G, cuStreamSynchronize(G->stream), "the forward pass"))
+        !sync_stream(G, "the forward pass"))
         return 0;
     int64_t numel = ir_numel(n);
     if (!bf16)
@@ -1763,7 +2131,7 @@ void gpu_measure(Gpu *G)
 /* NCCL reduces device memory: stage host values through a device buffer. */
 static int host_scratch(Gpu *G, size_t bytes, CUdeviceptr *d)
 {
-    return cur(G) && CU(G, cuStreamSynchronize(G->stream), NULL) && CU(G, cuMemAlloc(d, bytes ? bytes : 8), NULL);
+    return cur(G) && sync_stream(G, NULL) && CU(G, cuMemAlloc(d, bytes ? bytes : 8), NULL);
 }
 
 int gpu_host_allreduce_f64(Gpu *G, Comm *c, int group, double *v, int64_t n)

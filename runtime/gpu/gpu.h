@@ -32,7 +32,7 @@ struct Comm;
 
 typedef struct GpuOptions {
     int device;               /* ordinal, or -1: MOEC_LOCAL_RANK % count (0 without it) */
-    int graphs;               /* 1: capture the step in a CUDA graph when it has no collectives */
+    int graphs;               /* 1: capture the step in a CUDA graph (with collectives: when they run on the device) */
     int ring;                 /* steps the loss ring holds (>= the trainer's log interval) */
     int verbose;              /* print where the kernels came from */
     const double *param_wd;   /* [nparams] each param's weight decay (0 = none) */
@@ -54,6 +54,8 @@ typedef struct GpuInfo {
     int forward_only;
     size_t measured_bytes;    /* device memory this Gpu took, from cuMemGetInfo (0 when shared) */
     int nlaunches, ncollectives, graph;
+    int coll_device;          /* the collectives are enqueued on the device (the rank simulator's peer access, or
+                                 NCCL): no host round trip in a step, which is one CUDA graph (decision 46) */
     double coll_seconds;      /* wall time inside collectives (after the kernels before them finished) */
     long long coll_calls;
 } GpuInfo;
@@ -69,8 +71,10 @@ typedef struct GpuMemoryPlan {
     size_t params;            /* the params region: fp32 masters and their bf16 working copies */
     size_t adam;              /* AdamW's two moments, fp32 */
     size_t acts;              /* the activations region: activations, gradients and workspaces (plan_memory) */
-    size_t other;             /* the batch, the optimizer's scratch, the gradient buckets */
+    size_t other;             /* the batch, the optimizer's scratch, the gradient buckets, the exchanges' staging */
     size_t total, reserve;
+    size_t exchange;          /* of other: the expert exchanges' two staging buffers (ep slots of the dropless
+                                 capacity each, decision 46); 0 without expert parallelism or with one rank */
 } GpuMemoryPlan;
 void gpu_plan_memory(const Plan *p, int ranks, int ring, GpuMemoryPlan *out);
 

@@ -8,6 +8,7 @@
 #  2. 30 training steps of fast_mlp.moe, --kernels fast against the reference kernels: every step's loss
 #     within 1%;
 #     the same for tests/gpu/fast_attn.moe (the fast attention: run_plan, --chain, 30 steps);
+#     run_plan and --chain on tests/codegen/membound_fast.moe (the memory-bound kernels of decision 47);
 #  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward;
 #  4. fp8-block (FP8=0 skips it; decision 38): the device's E4M3 conversion against the integer encoder on
 #     every float (tests/gpu/e4m3_check.c), run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
@@ -57,6 +58,10 @@ if [ "$MODE" != run ]; then
   cp $m "$OUT/fast_mlp.moe"
   "$BUILD/moec" compile $m --kernels fast -o "$OUT/bin/train_fast" --arch "$ARCH" >/dev/null
   "$BUILD/moec" compile $m --kernels reference -o "$OUT/bin/train_ref" --arch "$ARCH" >/dev/null
+  mb=tests/codegen/membound_fast.moe
+  rm -rf "$OUT/cuda/membound_fast"
+  "$BUILD/moec" compile $mb --kernels fast --emit-cuda "$OUT/cuda/membound_fast" --arch "$ARCH" >/dev/null
+  cp $mb "$OUT/membound_fast.moe"
   a=tests/gpu/fast_attn.moe
   rm -rf "$OUT/cuda/fast_attn"
   "$BUILD/moec" compile $a --kernels fast --emit-cuda "$OUT/cuda/fast_attn" --arch "$ARCH" >/dev/null
@@ -121,6 +126,18 @@ row run_plan_attn "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' 
 rc=$?
 grep -E "SUMMARY|FAIL" "$L/run_plan_attn_chain.log" | head -10
 row run_plan_attn_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_attn_chain.log" | tail -1 | cut -c1-150)"
+
+# the memory-bound kernels of decision 47 that the models above do not reach (tests/codegen/membound_fast.moe:
+# the cross entropy's row in registers at vocabulary 1032 and 44, RMSNorm at 256 and 384; RoPE, the routing
+# sort, the combines and slices again): every node on the CPU's inputs (exact ops bit for bit), then chained
+"$B/run_plan" "$OUT/membound_fast.moe" "$OUT/cuda/membound_fast" >"$L/run_plan_membound.log" 2>&1
+rc=$?
+grep -E "rmsnorm|rope|route_plan|expert_counts|combine|slice|cross_entropy|masked|SUMMARY|FAIL" "$L/run_plan_membound.log" | head -20
+row run_plan_membound "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_membound.log" | tail -1 | cut -c1-150)"
+"$B/run_plan" "$OUT/membound_fast.moe" "$OUT/cuda/membound_fast" --chain >"$L/run_plan_membound_chain.log" 2>&1
+rc=$?
+grep -E "SUMMARY|FAIL" "$L/run_plan_membound_chain.log" | head -10
+row run_plan_membound_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_membound_chain.log" | tail -1 | cut -c1-150)"
 
 common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cuda)
 losses() { grep -o '"loss":[-0-9.e+]*' "$1" | cut -d: -f2; }

@@ -4,8 +4,13 @@
 #   epN       mixtral_tiny compiled --ep N (2, 4 as the GPUs allow), N processes: per-step losses over 50 steps =
 #             the single-GPU run's
 #   dpN       mixtral_tiny (ep 1) on N processes (data parallel): the same
-#   speed     protein_moe_mini --ep N on N GPUs vs one GPU with the same tokens per GPU: tokens/s per GPU, and the
-#             share of rank 0's time spent in collectives
+#   syncN     the epN run (MOEC_SYNC_CHECK=1): no host wait and no device-to-host copy inside any step of any
+#             rank, each step one CUDA graph with the NCCL calls in it (captured at steps 1-2, replayed after)
+#   hostN     the same with MOEC_HOST_COLLECTIVES=1 (NCCL called synchronously, split sizes read back, no graph):
+#             its steps do wait (the counter works), losses equal the device path's (decision 46)
+#   speed     protein_moe_mini --ep N on N GPUs vs one GPU with the same tokens per GPU: tokens/s per GPU, with
+#             the collectives in the graph (fixed-capacity slots) and on the host path (exact sizes, synchronous)
+#   comm      tests/gpu/test_comm_nccl.c on 2 GPUs: every NCCL collective, and the steps' asynchronous entries in a graph
 #   kill      rank 1 killed with SIGKILL mid-run: the job stops with a message naming it; --resume continues
 # N = the number of visible GPUs (MOEC_GPUS overrides). NCCL_NVLS_ENABLE=0 (NVLink multicast off).
 # Build here (OUTDIR default build/gpu-multi), run on the GPU machine; a table is printed last.
@@ -32,6 +37,11 @@ if [ "$MODE" != run ]; then
     [ $ep -le 4 ] && "$BUILD/moec" compile models/mixtral_tiny.moe --kernels reference --ep $ep -o "$OUT/bin/mixtral_tiny_ep$ep" --arch "$ARCH" >/dev/null
     "$BUILD/moec" compile models/protein_moe_mini.moe --kernels reference --ep $ep -o "$OUT/bin/mini_ep$ep" --arch "$ARCH" >/dev/null
   done
+  # the NCCL transport's own test (cudart linked statically: nothing to find on the GPU machine)
+  cc -std=c11 -D_GNU_SOURCE -O2 -I"${CUDA_HOME:-/usr/local/cuda}/include" -o "$OUT/bin/test_comm_nccl" \
+     tests/gpu/test_comm_nccl.c runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c \
+     runtime/comm/comm_wire.c runtime/comm/comm_nccl.c train/launch.c util/*.c \
+     -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -lrt -lpthread -ldl -lm
   set +e
 fi
 [ "$MODE" = build ] && exit 0
@@ -51,14 +61,32 @@ med() { grep -o '"tokens_per_s":[0-9.e+]*' "$1" | tail -n +4 | cut -d: -f2 | sor
 common=(--data "$DATA" --eval-every 0 --log-every 1 --device cuda)
 [ "$N" -ge 2 ] || { echo "needs 2 or more GPUs, found $N"; exit 1; }
 
+# the transport alone: every collective on every group, and the asynchronous entries of the steps captured in
+# a CUDA graph (enqueue_alltoall, enqueue_allreduce, wait_device)
+"$B/test_comm_nccl" 2 2 >"$L/comm.log" 2>&1
+crc=$?
+row comm "$([ $crc -eq 0 ] && grep -q 'all ranks passed' "$L/comm.log" && echo ok || echo FAIL)" "$(grep -h '^rank [0-9]*: [0-9]* passed' "$L/comm.log" | paste -sd';' -)"
+
 "$B/mixtral_tiny_ep1" "${common[@]}" --steps 50 --log "$L/single.jsonl" >"$L/single.log" 2>&1
 for ep in 2 4; do
   [ "$ep" -le "$N" ] || continue
-  "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 50 --nproc "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
+  MOEC_SYNC_CHECK=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 50 --nproc "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
   rc=$?
   "$B/compare_losses.sh" "$L/single.jsonl" "$L/ep$ep.jsonl" 1e-5 >"$L/ep${ep}_cmp.log" 2>&1
   c=$?
   row "ep$ep" "$([ $rc -eq 0 ] && [ $c -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $(tail -1 "$L/ep${ep}_cmp.log") vs 1 GPU; $(grep -o 'collectives: .*' "$L/ep$ep.log")"
+  # every rank prints a line per step: 0 waits, 0 copies; two captures per rank, then replays
+  n=$(grep -c '^sync check: ' "$L/ep$ep.log")
+  bad=$(grep '^sync check: ' "$L/ep$ep.log" | grep -vc ': 0 stream waits, 0 device-to-host copies in the step;')
+  cap=$(grep -c '^sync check: .*captured as one CUDA graph' "$L/ep$ep.log")
+  rep=$(grep -c '^sync check: .*one CUDA graph replayed' "$L/ep$ep.log")
+  row "sync$ep" "$([ $rc -eq 0 ] && [ "$n" -eq $((ep * 50)) ] && [ "$bad" -eq 0 ] && [ "$cap" -eq $((2 * ep)) ] && [ "$rep" -eq $((ep * 48)) ] && echo ok || echo FAIL)" "$n step lines ($ep ranks x 50 steps), $bad with a host wait or copy; graphs captured $cap, replayed $rep"
+  MOEC_SYNC_CHECK=1 MOEC_HOST_COLLECTIVES=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 50 --nproc "$ep" --log "$L/ep${ep}_host.jsonl" >"$L/ep${ep}_host.log" 2>&1
+  hrc=$?
+  "$B/compare_losses.sh" "$L/ep${ep}_host.jsonl" "$L/ep$ep.jsonl" 1e-5 >"$L/ep${ep}_host_cmp.log" 2>&1
+  hc=$?
+  hw=$(grep '^sync check: ' "$L/ep${ep}_host.log" | grep -c ': 0 stream waits')
+  row "host$ep" "$([ $hrc -eq 0 ] && [ $hc -eq 0 ] && [ "$hw" -eq 0 ] && grep -q '^sync check: ' "$L/ep${ep}_host.log" && echo ok || echo FAIL)" "host path vs device path: $(tail -1 "$L/ep${ep}_host_cmp.log"); host path steps without a wait: $hw; $(grep -m1 -o '[0-9]* stream waits, [0-9]* device-to-host copies' "$L/ep${ep}_host.log") per step"
 done
 "$B/mixtral_tiny_ep1" "${common[@]}" --steps 50 --nproc "$N" --log "$L/dp$N.jsonl" >"$L/dp$N.log" 2>&1
 rc=$?
@@ -72,9 +100,11 @@ ep=$N
 "$B/mini_ep1" "${common[@]}" --steps 40 --batch 8 --log "$L/speed1.jsonl" >"$L/speed1.log" 2>&1
 "$B/mini_ep$ep" "${common[@]}" --steps 40 --batch $((8 * ep)) --nproc "$ep" --log "$L/speedN.jsonl" >"$L/speedN.log" 2>&1
 rc=$?
-s1=$(med "$L/speed1.jsonl"); sN=$(med "$L/speedN.jsonl")
+MOEC_HOST_COLLECTIVES=1 "$B/mini_ep$ep" "${common[@]}" --steps 40 --batch $((8 * ep)) --nproc "$ep" --log "$L/speedN_host.jsonl" >"$L/speedN_host.log" 2>&1
+s1=$(med "$L/speed1.jsonl"); sN=$(med "$L/speedN.jsonl"); sH=$(med "$L/speedN_host.jsonl")
 ratio=$(awk -v a="$s1" -v b="$sN" -v n="$ep" 'BEGIN { if (a > 0) printf "%.3f", b / n / a; else print 0 }')
-row speed "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "protein_moe_mini 8 seq/GPU: 1 GPU $s1 tok/s, ep $ep on $ep GPUs $sN tok/s = $(awk -v b="$sN" -v n="$ep" 'BEGIN{printf "%.0f", b/n}') per GPU (${ratio} of 1 GPU); $(grep -o 'collectives: .*' "$L/speedN.log")"
+hratio=$(awk -v a="$s1" -v b="$sH" -v n="$ep" 'BEGIN { if (a > 0) printf "%.3f", b / n / a; else print 0 }')
+row speed "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "protein_moe_mini 8 seq/GPU: 1 GPU $s1 tok/s, ep $ep on $ep GPUs $sN tok/s = $(awk -v b="$sN" -v n="$ep" 'BEGIN{printf "%.0f", b/n}') per GPU (${ratio} of 1 GPU; host path $sH tok/s, ${hratio}); $(grep -o 'collectives: .*' "$L/speedN_host.log")"
 
 # a rank killed mid-run, then --resume
 "$B/mixtral_tiny_ep2" --data "$DATA" --device cuda --steps 400 --log-every 1 --eval-every 0 --nproc 2 \

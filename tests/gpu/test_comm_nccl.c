@@ -2,15 +2,17 @@
  * Not part of `make test`: CI has no GPU. On a machine with N GPUs:
  *
  *   cc -std=c11 -D_GNU_SOURCE -O2 -I/usr/local/cuda/include -o test_comm_nccl tests/gpu/test_comm_nccl.c \
- *      runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_nccl.c train/launch.c \
- *      -L/usr/local/cuda/lib64 -lcudart -lpthread -ldl -lm
+ *      runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_wire.c \
+ *      runtime/comm/comm_nccl.c train/launch.c util/*.c -L/usr/local/cuda/lib64 -lcudart -lpthread -ldl -lm
  *   ./test_comm_nccl NPROC EP [id]     (NPROC <= N; `id`: pass the NCCL id in MOEC_NCCL_ID, not over TCP)
  *
  * It launches NPROC ranks with launch_local (one per GPU); each runs every
  * collective on every group with device buffers and checks: allreduce
  * against a double-precision sum and bit-identical across the group (NCCL's
  * order is its own, so not against the SIM/TCP bits), allgather and
- * alltoallv exactly, zero-length calls. With NPROC >= 2 a last round has
+ * alltoallv exactly, zero-length calls; the asynchronous entries of the GPU
+ * backend's steps (enqueue_alltoall, enqueue_allreduce) captured in a CUDA
+ * graph and replayed, waited for with wait_device. With NPROC >= 2 a last round has
  * rank 1 exit and checks that the others fail naming it instead of hanging. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -55,6 +57,13 @@ static void *dev(size_t n)
         exit(2);
     }
     return p;
+}
+
+/* a stream's completion, for CommOps.wait_device */
+static int stream_done(void *arg)
+{
+    cudaError_t e = cudaStreamQuery((cudaStream_t)arg);
+    return e == cudaSuccess ? 1 : e == cudaErrorNotReady ? 0 : -1;
 }
 
 static void run_groups(Comm *c)
@@ -132,6 +141,58 @@ static void run_groups(Comm *c)
         CHECK(c->ops->allreduce_f32(c, g, d, 0) && c->ops->allgather(c, g, d, rows, 0) &&
                   c->ops->alltoallv(c, g, ds, zero, zero, dr, zero, zero) && c->ops->barrier(c, g),
               "zero-length calls: %s", c->error);
+        /* the asynchronous entries the GPU backend's steps use (decision 46): enqueued on our own stream,
+         * captured in a CUDA graph, replayed twice with new inputs, waited for with wait_device */
+        {
+            enum { W = 33 };
+            cudaStream_t st;
+            cudaGraph_t gr;
+            cudaGraphExec_t ge;
+            float *as = dev(sizeof(float) * W * (size_t)s), *ar = dev(sizeof(float) * W * (size_t)s);
+            float *hs2 = malloc(sizeof(float) * W * (size_t)s), *hr2 = malloc(sizeof(float) * W * (size_t)s);
+            double *sum = dev(sizeof(double)), hsum;
+            int okc = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+                      cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+            okc = okc && c->ops->enqueue_alltoall(c, g, as, ar, sizeof(float) * W, st) &&
+                  c->ops->enqueue_allreduce(c, g, sum, 1, 1, st);
+            okc = cudaStreamEndCapture(st, &gr) == cudaSuccess && okc &&
+                  cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess;
+            CHECK(okc, "capturing enqueue_alltoall and enqueue_allreduce on %s: %s", comm_group_name(g), c->error);
+            for (int rep = 0; okc && rep < 2; rep++) {
+                for (int j = 0; j < s; j++)
+                    for (int k = 0; k < W; k++)
+                        hs2[j * W + k] = (float)(rep * 1000000 + c->rank * 1000 + comm_group_member(c, g, j) * 40 + k);
+                hsum = (double)(c->rank + 1 + rep);
+                cudaMemcpy(as, hs2, sizeof(float) * W * (size_t)s, cudaMemcpyHostToDevice);
+                cudaMemcpy(sum, &hsum, sizeof hsum, cudaMemcpyHostToDevice);
+                cudaMemset(ar, 0xff, sizeof(float) * W * (size_t)s);
+                CHECK(cudaGraphLaunch(ge, st) == cudaSuccess, "cudaGraphLaunch");
+                CHECK(c->ops->wait_device(c, stream_done, st, "the test's graph"), "wait_device: %s", c->error);
+                cudaMemcpy(hr2, ar, sizeof(float) * W * (size_t)s, cudaMemcpyDeviceToHost);
+                cudaMemcpy(&hsum, sum, sizeof hsum, cudaMemcpyDeviceToHost);
+                int oka = 1;
+                double want = 0;
+                for (int i = 0; i < s; i++) {
+                    want += (double)(comm_group_member(c, g, i) + 1 + rep);
+                    for (int k = 0; k < W; k++)
+                        oka &= hr2[i * W + k] ==
+                               (float)(rep * 1000000 + comm_group_member(c, g, i) * 1000 + c->rank * 40 + k);
+                }
+                CHECK(oka, "enqueue_alltoall in a graph on %s (replay %d): wrong values", comm_group_name(g), rep);
+                CHECK(hsum == want, "enqueue_allreduce in a graph on %s (replay %d): %g vs %g", comm_group_name(g), rep,
+                      hsum, want);
+            }
+            if (okc) {
+                cudaGraphExecDestroy(ge);
+                cudaGraphDestroy(gr);
+            }
+            cudaStreamDestroy(st);
+            cudaFree(as);
+            cudaFree(ar);
+            cudaFree(sum);
+            free(hs2);
+            free(hr2);
+        }
         cudaFree(d);
         cudaFree(rows);
         cudaFree(dd);

@@ -6,6 +6,11 @@
 #   curve_*   30 steps on each backend: per-step losses (tests/train/compare_losses.sh)
 #   graph     the same GPU run with --no-cuda-graph: identical losses; tokens/s of both
 #   ep2, ep4  the rank simulator on one GPU (--simulate-ranks, the model compiled --ep N): losses = ep 1's
+#   sync_ep2, sync_ep4  the same runs (MOEC_SYNC_CHECK=1): no host wait and no device-to-host copy inside any
+#             step of any rank, each step one CUDA graph (captured at steps 1-2, replayed after); and the checkpoint
+#             byte-identical to the host path's (MOEC_HOST_COLLECTIVES=1: collectives staged through host memory,
+#             the stream drained around each), the losses identical (decision 46)
+#   nograph_ep2  ep 2 with --no-cuda-graph: still no host wait in a step, and the same checkpoint
 #   resume    20 steps vs 10 + --resume 10 on the GPU: byte-identical checkpoints
 #   cache     a binary without embedded kernels: NVRTC at start-up, then the on-disk cache
 #   fallback  no embedded kernels and no NVRTC: --device auto falls back to the CPU with a notice, cuda fails
@@ -19,8 +24,10 @@
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
 # moec, the training binaries (kernels embedded for sm_90a), libcjson.so.1, the FASTA data.
 # Run (the GPU machine: a driver, nothing else) writes OUTDIR/logs and prints a table last.
+# MOEC_CHECK_ONLY=ep (both steps): only the rank simulator's rows (ep*, sync_*, host_*, nograph_*) and their binaries.
 set -uo pipefail
 MODE=all
+ONLY=${MOEC_CHECK_ONLY:-}
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -39,15 +46,19 @@ if [ "$MODE" != run ]; then
   cp tests/train/compare_losses.sh "$OUT/bin/"
   c() { "$BUILD/moec" compile --kernels reference "$@" >/dev/null; }  # the oracle unless a call says fast
   c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny" --arch "$ARCH"
-  c models/mixtral_tiny.moe --precision mxfp8 -o "$OUT/bin/mixtral_tiny_mxfp8" --arch "$ARCH"
-  c models/protein_tiny.moe -o "$OUT/bin/protein_tiny" --arch "$ARCH"
+  if [ "$ONLY" != ep ]; then
+    c models/mixtral_tiny.moe --precision mxfp8 -o "$OUT/bin/mixtral_tiny_mxfp8" --arch "$ARCH"
+    c models/protein_tiny.moe -o "$OUT/bin/protein_tiny" --arch "$ARCH"
+  fi
   c models/mixtral_tiny.moe --ep 2 -o "$OUT/bin/mixtral_tiny_ep2" --arch "$ARCH"
   c models/mixtral_tiny.moe --ep 4 -o "$OUT/bin/mixtral_tiny_ep4" --arch "$ARCH"
-  c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny_nvrtc"
-  c tests/gpu/nofit.moe -o "$OUT/bin/nofit"
-  c tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH"
-  c tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH"
-  c models/protein_moe_mini.moe -o "$OUT/bin/protein_moe_mini" --arch "$ARCH"
+  if [ "$ONLY" != ep ]; then
+    c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny_nvrtc"
+    c tests/gpu/nofit.moe -o "$OUT/bin/nofit"
+    c tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH"
+    c tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH"
+    c models/protein_moe_mini.moe -o "$OUT/bin/protein_moe_mini" --arch "$ARCH"
+  fi
   set +e
 fi
 [ "$MODE" = build ] && exit 0
@@ -65,6 +76,7 @@ row() { rows+=("$(printf '%-14s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || sta
 tps() { grep -o '"tokens_per_s":[0-9.e+]*' "$1" | tail -n +3 | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.0f", a[int((NR+1)/2)]; else print "?"}'; }
 common=(--data "$DATA" --eval-every 0 --log-every 1)
 
+if [ "$ONLY" != ep ]; then
 # one step, CPU vs GPU: loss, gradients, parameters
 for m in mixtral_tiny mixtral_tiny_mxfp8 protein_tiny; do
   "$B/$m" "${common[@]}" --steps 1 --device cpu --dump "$L/cpu_$m" >"$L/step1_cpu_$m.log" 2>&1
@@ -100,15 +112,51 @@ ran=$(grep '^memory planned: ' "$L/curve_gpu.log" | sed 's/.*: //')
 mfu=$(grep -o '"mfu":[0-9.e+-]*' "$L/curve_gpu.jsonl" | tail -1 | cut -d: -f2)
 row dryrun_mfu "$([ $drc -eq 0 ] && [ -n "$dry" ] && [ "$dry" = "$ran" ] && [ -n "$mfu" ] && awk -v m="$mfu" 'BEGIN { exit !(m > 0 && m < 1) }' && grep -q '| mfu [0-9.]*%' "$L/curve_gpu.log" && echo ok || echo FAIL)" "dry run total $dry, the run planned $ran; mfu $mfu"
 
-# the rank simulator on one GPU
+fi
+# the rank simulator on one GPU; its collectives on the device (no host round trip, the step one CUDA graph)
+# against the host path (MOEC_HOST_COLLECTIVES=1)
 "$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --log "$L/ep1.jsonl" >"$L/ep1.log" 2>&1
+# sync_row NAME LOG RANKS STEPS GRAPH(1/0): every rank's every step says 0 waits and 0 copies, and how it ran
+sync_row() {
+  local n bad cap rep kbk
+  n=$(grep -c '^sync check: ' "$2")
+  bad=$(grep '^sync check: ' "$2" | grep -vc ': 0 stream waits, 0 device-to-host copies in the step;')
+  cap=$(grep -c '^sync check: .*captured as one CUDA graph' "$2")
+  rep=$(grep -c '^sync check: .*one CUDA graph replayed' "$2")
+  kbk=$(grep -c '^sync check: .*launched kernel by kernel' "$2")
+  local ok=0
+  if [ "$5" = 1 ]; then
+    [ "$n" -eq $(($3 * $4)) ] && [ "$bad" -eq 0 ] && [ "$cap" -eq $((2 * $3)) ] && [ "$rep" -eq $(($3 * ($4 - 2))) ] && ok=1
+  else
+    [ "$n" -eq $(($3 * $4)) ] && [ "$bad" -eq 0 ] && [ "$kbk" -eq "$n" ] && ok=1
+  fi
+  row "$1" "$([ $ok = 1 ] && echo ok || echo FAIL)" "$n step lines ($3 ranks x $4 steps), $bad with a host wait or copy; graphs captured $cap, replayed $rep, kernel by kernel $kbk"
+}
 for ep in 2 4; do
-  "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 20 --device cuda --simulate-ranks "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
+  MOEC_SYNC_CHECK=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 20 --device cuda --simulate-ranks "$ep" --log "$L/ep$ep.jsonl" --ckpt-dir "$L/ck_ep$ep" >"$L/ep$ep.log" 2>&1
   rc=$?
   "$B/compare_losses.sh" "$L/ep1.jsonl" "$L/ep$ep.jsonl" 1e-6 >"$L/ep${ep}_cmp.log" 2>&1
   row "ep$ep" "$([ $rc -eq 0 ] && [ $? -eq 0 ] && grep -q 'steps compared' "$L/ep${ep}_cmp.log" && ! grep -q 'relative .*)$' "$L/ep${ep}_cmp.log" && echo ok || echo FAIL)" "$(tail -1 "$L/ep${ep}_cmp.log") (vs ep 1 on the GPU)"
+  grep -m1 -o 'the step, collectives included, is replayed as a CUDA graph' "$L/ep$ep.log" >"$L/ep$ep.step"
+  MOEC_SYNC_CHECK=1 MOEC_HOST_COLLECTIVES=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 20 --device cuda --simulate-ranks "$ep" --log "$L/ep${ep}_host.jsonl" --ckpt-dir "$L/ck_ep${ep}_host" >"$L/ep${ep}_host.log" 2>&1
+  hrc=$?
+  "$B/compare_losses.sh" "$L/ep${ep}_host.jsonl" "$L/ep$ep.jsonl" 0 >"$L/ep${ep}_host_cmp.log" 2>&1
+  hc=$?
+  cmp "$L/ck_ep${ep}_host/checkpoint.safetensors" "$L/ck_ep$ep/checkpoint.safetensors" >"$L/ep${ep}_host_ckpt.log" 2>&1
+  hk=$?
+  sync_row "sync_ep$ep" "$L/ep$ep.log" "$ep" 20 1
+  # the host path's steps do wait: the counter sees waits where there are some
+  hw=$(grep '^sync check: ' "$L/ep${ep}_host.log" | grep -c ': 0 stream waits')
+  row "host_ep$ep" "$([ $rc -eq 0 ] && [ $hrc -eq 0 ] && [ $hc -eq 0 ] && [ $hk -eq 0 ] && [ -s "$L/ep$ep.step" ] && [ "$hw" -eq 0 ] && grep -q '^sync check: ' "$L/ep${ep}_host.log" && echo ok || echo FAIL)" "device vs host collectives: $(tail -1 "$L/ep${ep}_host_cmp.log"); checkpoints $([ $hk -eq 0 ] && echo byte-identical || cat "$L/ep${ep}_host_ckpt.log"); host path: $(grep -m1 -o '[0-9]* stream waits, [0-9]* device-to-host copies' "$L/ep${ep}_host.log") a step"
 done
+MOEC_SYNC_CHECK=1 "$B/mixtral_tiny_ep2" "${common[@]}" --steps 20 --device cuda --simulate-ranks 2 --no-cuda-graph --log "$L/ep2_nograph.jsonl" --ckpt-dir "$L/ck_ep2_nograph" >"$L/ep2_nograph.log" 2>&1
+ngrc=$?
+sync_row "nograph_ep2" "$L/ep2_nograph.log" 2 20 0
+cmp "$L/ck_ep2/checkpoint.safetensors" "$L/ck_ep2_nograph/checkpoint.safetensors" >/dev/null 2>&1
+ngk=$?
+row "nograph_ck2" "$([ $ngrc -eq 0 ] && [ $ngk -eq 0 ] && echo ok || echo FAIL)" "ep 2 graph vs --no-cuda-graph: checkpoints $([ $ngk -eq 0 ] && echo byte-identical || echo DIFFER)"
 
+if [ "$ONLY" != ep ]; then
 # resume on the GPU: bit-identical
 "$B/mixtral_tiny" "${common[@]}" --steps 20 --device cuda --ckpt-dir "$L/ck_straight" >"$L/resume_a.log" 2>&1
 "$B/mixtral_tiny" "${common[@]}" --steps 10 --device cuda --ckpt-dir "$L/ck_resumed" >"$L/resume_b.log" 2>&1
@@ -152,6 +200,8 @@ row mixtral4 "$([ $mrc -eq 0 ] && echo ok || echo FAIL)" "$(grep -h '^mixtral4_'
 timeout 300 "$B/protein_moe_mini" --data "$DATA" --device cuda --eval-every 50 --log-every 10 --log "$L/mini500.jsonl" >"$L/mini500.log" 2>&1
 rc=$?
 row mini500 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $(grep -c '"val_loss"' "$L/mini500.jsonl" 2>/dev/null) evals, last: $(grep '^step' "$L/mini500.log" | tail -1 | tr -s ' ')"
+
+fi
 
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs
 echo

@@ -719,7 +719,8 @@ static void test_fast_mlp(void)
             compilation_free(&c);
             continue;
         }
-        int nodes = 0, fast = 0, typed = 0, impl_ok = 1, skinny = 0, tmap_f32 = 0, tc = 0, attn_fast = 0, attn_ref = 0;
+        int nodes = 0, fast = 0, typed = 0, impl_ok = 1, skinny = 0, tmap_f32 = 0, tc = 0, attn_fast = 0, attn_ref = 0,
+            membound = 0;
         for (int i = 0; i < p->graph->nnodes; i++) {
             const IrNode *n = p->graph->nodes[i];
             if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
@@ -758,6 +759,16 @@ static void test_fast_mlp(void)
                 tc++;
                 continue;
             }
+            if (l->impl && (n->op == IR_OP_ROPE || n->op == IR_OP_ROPE_DX || n->op == IR_OP_ROUTE_PLAN ||
+                            n->op == IR_OP_EXPERT_COUNTS || n->op == IR_OP_RMSNORM || n->op == IR_OP_RMSNORM_DX ||
+                            n->op == IR_OP_CROSS_ENTROPY || n->op == IR_OP_MASKED_LM_LOSS ||
+                            n->op == IR_OP_CROSS_ENTROPY_DX)) {
+                /* the memory-bound kernels of decision 47 */
+                membound++;
+                if (strncmp(l->impl, "fast: ", 6))
+                    impl_ok = 0;
+                continue;
+            }
             if (n->op == IR_OP_COMBINE && l->impl) {
                 /* the combine reading the fast forward's padded rows */
                 if (strncmp(l->impl, "fast: ", 6))
@@ -779,6 +790,8 @@ static void test_fast_mlp(void)
               cases[k].path, cases[k].precision ? " " : "", cases[k].precision ? cases[k].precision : "", fast,
               nodes);
         CHECK(impl_ok, "%s: every grouped_mlp launch says its implementation", cases[k].path);
+        /* every case routes: route_plan's and expert_counts' many-block sort (2 launches each) at least */
+        CHECK(membound >= 4, "%s: %d launches of the fast memory-bound kernels", cases[k].path, membound);
         /* a router (or a lm_head) with K % 128 == 0 and at most 48 outputs: linear, linear_dx, 2 x linear_dw each */
         CHECK(skinny == cases[k].skinny, "%s: %d skinny launches", cases[k].path, skinny);
         CHECK(!!cases[k].skinny == (strstr(p->cuda_source, "skinny_linear_dw_part<") != NULL),

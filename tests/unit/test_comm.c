@@ -472,10 +472,55 @@ static int deadlock_fn(Comm *c, Log *out, void *arg)
     return !r && strstr(c->error, "deadlock") && strstr(c->error, "rank 3 waits in barrier on world");
 }
 
+/* wait_device (the GPU backend's wait for a stream whose collectives run on the device): done() is polled; a
+ * never-finishing stream on ranks 0 and 1 fails when rank 3 aborts, naming it; rank 2's finishes */
+static int never(void *arg)
+{
+    (*(long *)arg)++;
+    return 0;
+}
+static int after_3(void *arg) { return ++*(long *)arg >= 3; }
+static int broken(void *arg)
+{
+    (void)arg;
+    return -1;
+}
+static int wait_device_fn(Comm *c, Log *out, void *arg)
+{
+    (void)out;
+    (void)arg;
+    long polls = 0;
+    if (c->rank == 3) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);  /* the others are waiting by now */
+        comm_abort(c, "injected failure");
+        return 1;
+    }
+    if (c->rank == 2)
+        return c->ops->wait_device(c, after_3, &polls, "a step") && polls == 3;
+    int r = c->ops->wait_device(c, never, &polls, "a step");
+    return !r && polls > 1 && strstr(c->error, "a step stopped: rank 3 aborted: injected failure") != NULL;
+}
+static int wait_broken_fn(Comm *c, Log *out, void *arg)
+{
+    (void)out;
+    (void)arg;
+    if (c->rank == 1)  /* its own stream failed: the world learns it */
+        return !c->ops->wait_device(c, broken, NULL, "a step") && strstr(c->error, "a CUDA error") != NULL;
+    long polls = 0;
+    return !c->ops->wait_device(c, never, &polls, "a step") && strstr(c->error, "rank 1 failed") != NULL;
+}
+
 static void test_sim_failures(void)
 {
     SimArg args[4];
     double t0 = now_s();
+    if (sim_run(4, 2, wait_device_fn, NULL, args))
+        for (int r = 0; r < 4; r++)
+            CHECK(args[r].ok, "wait_device: rank %d: %s", r, args[r].error);
+    if (sim_run(2, 2, wait_broken_fn, NULL, args))
+        for (int r = 0; r < 2; r++)
+            CHECK(args[r].ok, "wait_device on a failed stream: rank %d: %s", r, args[r].error);
     if (sim_run(4, 2, abort_fn, NULL, args))
         for (int r = 0; r < 4; r++)
             CHECK(r == 2 ? !args[r].ok && strstr(args[r].error, "rank 2 aborted") : args[r].ok,

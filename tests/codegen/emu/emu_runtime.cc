@@ -206,4 +206,51 @@ extern "C" int emu_moe_stats(double *acc, double *part, const float *logits, con
     launch(f2, 1, 256, nullptr);
     return 1;
 }
+
+// the collectives' kernels (codegen/cuda_comm.c), for tests/codegen/emu/comm_check.cc: three blocks each, so that
+// the grid-stride loops and the per-block split tables are exercised across blocks
+extern "C" void emu_ep_pack(float *stage, long long cap, long long d, const float *x, long long xrows, const int *seg,
+                            int ep, int El)
+{
+    std::function<void(void **)> f = [=](void **) { moec_ep_pack(stage, cap, d, x, xrows, seg, ep, El); };
+    launch(f, 3, 256, nullptr);
+}
+
+extern "C" void emu_ep_unpack(float *y, long long yrows, long long d, const float *stage, long long cap,
+                              const int *seg, int ep, int El)
+{
+    std::function<void(void **)> f = [=](void **) { moec_ep_unpack(y, yrows, d, stage, cap, seg, ep, El); };
+    launch(f, 3, 256, nullptr);
+}
+
+extern "C" void emu_sim_alltoall(unsigned *y, const unsigned long long *base, const int *mem, int nmem, int me,
+                                 int reg, long long off, long long words)
+{
+    std::function<void(void **)> f = [=](void **) { moec_sim_alltoall(y, base, mem, nmem, me, reg, off, words); };
+    launch(f, 3, 256, nullptr);
+}
+
+extern "C" void emu_sim_allreduce(float *y, long long n, const unsigned long long *base, const int *mem, int nmem,
+                                  int reg, long long off, double fac)
+{
+    std::function<void(void **)> f = [=](void **) { moec_sim_allreduce(y, n, base, mem, nmem, reg, off, fac); };
+    launch(f, 3, 256, nullptr);
+}
+
+// phase 0: reduce-scatter, 1: all-gather; f64: doubles
+extern "C" void emu_sim_inplace(void *buf, long long n, const unsigned long long *base, const int *mem, int nmem,
+                                int me, int reg, long long off, int f64, int phase)
+{
+    std::function<void(void **)> f = [=](void **) {
+        if (f64 && phase == 0)
+            moec_sim_rs_f64((double *)buf, n, base, mem, nmem, me, reg, off);
+        else if (f64)
+            moec_sim_ag_f64((double *)buf, n, base, mem, nmem, me, reg, off);
+        else if (phase == 0)
+            moec_sim_rs_f32((float *)buf, n, base, mem, nmem, me, reg, off);
+        else
+            moec_sim_ag_f32((float *)buf, n, base, mem, nmem, me, reg, off);
+    };
+    launch(f, 3, 256, nullptr);
+}
 #endif
