@@ -621,9 +621,10 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  *   dgrad     dy 1x128 along H (from fp32, in the gather), dh 1x128 along 2F (in the dSwiGLU kernel), the
  *             same weight tiles read transposed: W^T copies [E, K, N] written beside W's (FP8 wgmma takes
  *             K-major operands only);
- *   wgrad     dy, a, dh and xs 128x1 within each expert group, dequantised to bf16 (exact: E4M3 times a
- *             power of two) for the bf16 K-grouped GEMM: the operands are the CPU reference's, the
- *             products run on the bf16 tensor cores (no FP8 K-grouped kernel yet).
+ *   wgrad     dy, a, dh and xs 128x1 within each expert group, their E4M3 codes written transposed
+ *             ([C, rows], the tokens contiguous: K-major for FP8 wgmma) with the scales [rows / 128][C], for
+ *             the FP8 K-grouped GEMM (GemmFp8KGrouped, decision 45: promotion every 128 tokens with the
+ *             outer product of the two scale vectors, as the CPU reference's fp8b_gemm_ref).
  * The weights' tiles and their transposed copies are the params' e4m3 working copies (plan.h PlanFp8Copy,
  * cg_param_fp8b_copy), written by the optimizer's step in the pass that updates w (moec_adamw_fp8b_ExNxK,
  * codegen/cuda_optim.c) and from the values whenever parameters are loaded (moec_fp8b_copy_ExNxK): no node
@@ -636,6 +637,21 @@ static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(
 static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
 {
     GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16};
+    return s;
+}
+
+/* The FP8 K-grouped kernel's dW stores: GEMM_FP8_OUT_F32 (8-byte stores from the fragment, 6 stages) until the
+ * H200 says GEMM_FP8_OUT_F32_TMA (TMA stores through 32 KB of staging, 5 stages; tests/gpu/gemm_fp8.sh times both,
+ * kblock_* and kblock_*_tma) is faster; the TMA stores need dW 16-byte aligned in the output (else the register
+ * stores are taken). */
+static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32;
+
+/* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 x 128 tiles, 128 tokens a stage; tma: the TMA-store
+ * epilogue where dW starts 16-byte aligned (dw_byte_offset % 16 == 0) */
+static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
+{
+    int t = tma && dw_byte_offset % 16 == 0;
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, t ? 5 : 6, GEMM_FP8_BLOCK, t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32};
     return s;
 }
 
@@ -660,8 +676,9 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
         return 0;
     }
     GemmFp8Shape m[4] = {fp8b_shape(E, 2 * F, H), fp8b_shape(E, H, F), fp8b_shape(E, F, H), fp8b_shape(E, H, 2 * F)};
-    GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
-                          kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
+    /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
+    GemmFp8Shape k[4] = {fp8b_kshape(E, H, F, 0, 0), fp8b_kshape(E, 2 * F, H, 0, 0), fp8b_kshape(E, H, F, 1, 0),
+                         fp8b_kshape(E, 2 * F, H, 1, 0)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
@@ -669,14 +686,15 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
             return 0;
         }
     for (int i = 0; i < 4; i++)
-        if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
-            snprintf(why, len, "fp8-block: weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
+        if (!gemm_fp8_kgrouped_check_shape(&k[i], err, sizeof err)) {
+            snprintf(why, len, "fp8-block: FP8 weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E,
+                     err);
             return 0;
         }
     snprintf(why, len, "fp8-block: FP8 grouped GEMMs (1x128 x 128x128, promotion every 128) forward and dgrad, "
-             "wgrad on 128x1-quantised operands in bf16; H %lld and F %lld multiples of 256; the weights' 128x128 "
-             "tiles (and transposed tiles for dgrad) from their E4M3 copies, which the optimizer writes in its AdamW "
-             "pass (no per-step weight quantiser)", (long long)H, (long long)F);
+             "FP8 K-grouped wgrad (128x1, promotion every 128 rows); H %lld and F %lld multiples of 256; the "
+             "weights' 128x128 tiles (and transposed tiles for dgrad) from their E4M3 copies, which the optimizer "
+             "writes in its AdamW pass (no per-step weight quantiser)", (long long)H, (long long)F);
     return 1;
 }
 
@@ -709,15 +727,51 @@ static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what,
     cg->fp8b_used = 1;
 }
 
+/* out + off: dW [E, N, K] fp32 = dequant(A)[rows of g]^T . dequant(B)[rows of g] per padded group, A and B
+ * quantised 128x1 and stored transposed: at [N, rcap] and bt [K, rcap] E4M3, their scales ats [rcap / 128][N]
+ * and bts [rcap / 128][K] (moec_fp8_kgrouped_s_index) */
+static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int at, int ats, int bt, int bts,
+                           int64_t off, int64_t N, int64_t K)
+{
+    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4);
+    const int tma = s.out == GEMM_FP8_OUT_F32_TMA;
+    char sfx[96];
+    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s", suffix, s.stages, tma ? "_tma" : "");
+    fast_begin(cg, f, sfx, what);
+    cg_tmap_u8(cg, at, 0, N, f->rcap, 128, "tma_a");
+    cg_tmap_u8(cg, bt, 0, K, f->rcap, 128, "tma_b");
+    if (tma)
+        cg_tmap_f32(cg, f->n->id, off, f->E * N, K, 64, "tma_dw");
+    cg_out(cg, f->n, "out");
+    cg_param(cg, ats, 0, "sa");
+    cg_param(cg, bts, 0, "sb");
+    cg_param(cg, f->ofs, 0, "offsets");
+    cg_i32(cg, f->rcap, "rows_cap");
+    if (tma)
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, "
+                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, (long long)off);
+    else
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, "
+                    "rows_cap);", s.E, s.N, s.K, s.stages, (long long)off);
+    cg_launch_extra(cg, gemm_fp8_kgrouped_smem_bytes(&s), 1);
+    cg_end(cg, GEMM_SM90_THREADS, 1);
+    cg->fast_used = 1;
+    cg->fp8b_used = 1;
+}
+
+/* the scale codes of a transposed 128x1-quantised operand [C, rcap]: [rcap / 128][C] */
+static int64_t fp8b_tscales(const Fast *f, int64_t C) { return (f->rcap + 127) / 128 * C; }
+
 /* the tile quantiser's launch (moec::fp8b::quant_tiles, after its parameters): 256 threads per 128 x 128 tile
- * of the padded rows, the tile in registers (4.5 KB of static shared memory for the column maxima), a
- * grid-stride loop over the tiles */
+ * of the padded rows, the tile in registers (20.5 KB of static shared memory for the column maxima and the
+ * transposed codes), a grid-stride loop over the tiles. colt: "codes, scales" of the transposed 128x1 copy,
+ * or "nullptr, nullptr" */
 static void fp8_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
-                          const char *colq, const char *src, const char *probs)
+                          const char *colt, const char *src, const char *probs)
 {
     fast_consts(cg, f);
     cg_line(cg, "moec::fp8b::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
-            colq, src, probs);
+            colt, src, probs);
     cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
     cg->fp8b_used = 1;
 }
@@ -739,7 +793,8 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     PlanFp8Copy c1, c2;
     plan_fp8b_copy_layout(w1, &c1);
     plan_fp8b_copy_layout(w2, &c2);
-    int xg = bwd ? cg_ws_kept(cg, n, bwd, PLAN_BF16, rc * H, "xs_colwise_bf16") : -1;
+    int xt = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, H * rc, "xs_t_e4m3") : -1;
+    int xts = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, fp8b_tscales(&f, H), "xs_t_scales") : -1;
     const IrNode *comb = fast_combine_of(cg, n);
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
@@ -750,19 +805,22 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
 
     fast_begin(cg, &f, bwd ? "fp8b_gather_xg" : "fp8b_gather",
                bwd ? "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, from the fp32 rows, "
-                     "bit-exact with the CPU reference), and 128x1 within each group dequantised to bf16 (exact; "
-                     "kept for dw_gate_up), in one read of each 128x128 tile; probs"
+                     "bit-exact with the CPU reference), and 128x1 within each group, the codes transposed [H, rows] "
+                     "(kept for dw_gate_up), in one read of each 128x128 tile; probs"
                    : "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, from the fp32 rows, "
                      "bit-exact with the CPU reference); probs");
     cg_param(cg, xq, 1, "q");
     cg_param(cg, xsa, 1, "sa");
-    if (bwd)
-        cg_param(cg, xg, 1, "xg");
+    if (bwd) {
+        cg_param(cg, xt, 1, "xt");
+        cg_param(cg, xts, 1, "xts");
+    }
     cg_param(cg, pp, 1, "pp");
     cg_in(cg, xs, "xs");
     cg_in(cg, p, "p");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xg" : "nullptr", "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xt, xts" : "nullptr, nullptr", "moec::fp8b::GraphRows<E, H>{xs}",
+                  "pp, p");
 
     emit_fp8_gemm(cg, &f, "fast_gate_up",
                   bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
@@ -777,7 +835,8 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, hp, 0, "hp");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+    fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr, nullptr", "moec::fp8b::Swiglu<F>{hp, pp}",
+                  "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM on w_down's E4M3 tile copy, which "
                                         "the optimizer writes; bf16 out)", aq, asa, w2c, c2.q, w2c, c2.s, yp, H, F);
@@ -811,49 +870,53 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
     f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
     int pp = cg_find_ws(cg, fwd, "probs_padded"), hp = cg_find_ws(cg, fwd, "h_padded");
-    int xg = cg_find_ws(cg, fwd, "xs_colwise_bf16");
+    int xt = cg_find_ws(cg, fwd, "xs_t_e4m3"), xts = cg_find_ws(cg, fwd, "xs_t_scales");
     /* the weights' transposed tiles: their e4m3 copies (the forward's copies, written by the optimizer) */
     int w1c = cg_param_fp8b_copy(cg, w1), w2c = cg_param_fp8b_copy(cg, w2);
     PlanFp8Copy c1, c2;
     plan_fp8b_copy_layout(w1, &c1);
     plan_fp8b_copy_layout(w2, &c2);
-    if (f.ofs < 0 || pp < 0 || hp < 0 || xg < 0)
+    if (f.ofs < 0 || pp < 0 || hp < 0 || xt < 0 || xts < 0)
         die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
     int dyq = cg_ws(cg, n, PLAN_E4M3, rc * H, "dy_e4m3"), dysa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "dy_scales");
-    int dyg = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_colwise_bf16");
+    int dyt = cg_ws(cg, n, PLAN_E4M3, H * rc, "dy_t_e4m3"), dyts = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, H), "dy_t_scales");
     int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
     int dhq = cg_ws(cg, n, PLAN_E4M3, rc * 2 * F, "dh_e4m3");
     int dhsa = cg_ws(cg, n, PLAN_E4M3, 2 * F / 128 * rc, "dh_scales");
     int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
-    int ag = cg_ws(cg, n, PLAN_BF16, rc * F, "a_colwise_bf16");
-    int dhg = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_colwise_bf16");
+    int at = cg_ws(cg, n, PLAN_E4M3, F * rc, "a_t_e4m3"), ats = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, F), "a_t_scales");
+    int dht = cg_ws(cg, n, PLAN_E4M3, 2 * F * rc, "dh_t_e4m3");
+    int dhts = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, 2 * F), "dh_t_scales");
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
     f.steps = 9;
 
     fast_begin(cg, &f, "fp8b_gather_dy", "dy into zero-padded groups quantised 1x128 along H (from the fp32 rows, "
-                                         "bit-exact with the CPU reference), and 128x1 within each group dequantised "
-                                         "to bf16 (exact) for dw_down, in one read of each 128x128 tile");
+                                         "bit-exact with the CPU reference), and 128x1 within each group, the codes "
+                                         "transposed [H, rows] for dw_down, in one read of each 128x128 tile");
     cg_param(cg, dyq, 1, "q");
     cg_param(cg, dysa, 1, "sa");
-    cg_param(cg, dyg, 1, "dyg");
+    cg_param(cg, dyt, 1, "dyt");
+    cg_param(cg, dyts, 1, "dyts");
     cg_in(cg, dy, "dy");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyg", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyt, dyts", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM on the transposed tiles of w_down's "
                                      "E4M3 copy, which the optimizer writes; bf16 out)", dyq, dysa, w2c, c2.qt, w2c,
                   c2.st, dap, F, H);
 
     fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) quantised 1x128 along 2F (E4M3 and scales), and "
-                                       "128x1 within each group dequantised to bf16 (exact) for dw_gate_up");
+                                       "128x1 within each group, the codes transposed [2F, rows], for dw_gate_up");
     cg_param(cg, dhq, 1, "q");
     cg_param(cg, dhsa, 1, "sa");
-    cg_param(cg, dhg, 1, "dhg");
+    cg_param(cg, dht, 1, "dht");
+    cg_param(cg, dhts, 1, "dhts");
     cg_param(cg, hp, 0, "hp");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhg", "moec::fp8b::Dswiglu<F>{hp, dap, pp}", "nullptr, nullptr");
+    fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dht, dhts", "moec::fp8b::Dswiglu<F>{hp, dap, pp}",
+                  "nullptr, nullptr");
 
     fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row (fixed order)");
     cg_param(cg, dpp, 1, "dpp");
@@ -865,20 +928,23 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
     fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs (recomputed from h) quantised 128x1 within each "
-                                         "expert group, dequantised to bf16 (exact), for dw_down");
-    cg_param(cg, ag, 1, "ag");
+                                         "expert group, the codes transposed [F, rows], for dw_down");
+    cg_param(cg, at, 1, "at");
+    cg_param(cg, ats, 1, "ats");
     cg_param(cg, hp, 0, "hp");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "ag", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+    fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "at, ats", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tiles of "
                                       "w_gate_up's E4M3 copy, which the optimizer writes; bf16 out)", dhq, dhsa, w1c,
                   c1.qt, w1c, c1.st, dxp, H, 2 * F);
-    emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (bf16 K-grouped GEMM on the 128x1-quantised "
-                                       "operands, fp32 out)", dyg, ag, R * H + R + E * 2 * F * H, H, F, 0);
-    emit_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (bf16 K-grouped GEMM on the "
-                                          "128x1-quantised operands, fp32 out)", dhg, xg, R * H + R, 2 * F, H, 0);
+    emit_fp8_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (FP8 K-grouped GEMM on the 128x1-quantised "
+                                           "transposed codes, promotion every 128 tokens, fp32 out)",
+                   dyt, dyts, at, ats, R * H + R + E * 2 * F * H, H, F);
+    emit_fp8_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (FP8 K-grouped GEMM on the "
+                                              "128x1-quantised transposed codes, promotion every 128 tokens, fp32 out)",
+                   dht, dhts, xt, xts, R * H + R, 2 * F, H);
 
     fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
     cg_out(cg, n, "out");

@@ -116,24 +116,31 @@ template <long long F> struct Dswiglu {
 /* The tile quantiser: per 128 x 128 tile of the padded rows pr < ofs[E] (a tile never spans two groups: each
  * starts at a multiple of 128) reads each source value once into registers, and
  *  - with q: quantises each row's 128 values, one 1 x 128 block: values q [rcap, C], scales sa [C/128][rcap];
- *  - with colq: quantises each column's 128 values, one 128 x 1 block within the group (padding rows are
- *    zeros, so a group's last block is fp8-block's partial block), and writes them dequantised in bf16 to
- *    colq [rcap, C]: E4M3 codes times powers of two, exact in bf16 (4 significant bits) except below bf16's
- *    subnormal range (|x| < 2^-133, a block of amax < 2^-124);
+ *  - with colt: quantises each column's 128 values, one 128 x 1 block within the group (padding rows are
+ *    zeros, so a group's last block is fp8-block's partial block), and writes the codes transposed, K-major
+ *    for the FP8 K-grouped GEMM (GemmFp8KGrouped, decision 45): colt [C, rcap] (column c's codes of padded
+ *    rows pr at c rcap + pr, the tokens contiguous), the scale codes to colts [rcap / 128][C]
+ *    (moec_fp8_kgrouped_s_index);
  *  - with psrc: pdst [pr] <- the graph row's probability (0 on a padding row), in the tiles of column 0.
- * 256 threads; thread t holds columns 8 (t % 16) .. + 7 of rows t / 16 + 16 j, j < 8 (64 fp32 values, read
- * with 16-byte loads; the codes and bf16 values written with 8- and 16-byte stores, a half-warp a row's 128
- * bytes or 256 bytes). A row's amax: shuffles within the half-warp; a column's: the thread's 8 rows, the
- * other half-warp by a shuffle, the 8 warps through 4 KB of static shared memory (the colwise case only).
+ * 256 threads; thread t holds columns 8 (t % 16) .. + 7 of rows 8 (t / 16) + j, j < 8 (64 fp32 values, read
+ * with 16-byte loads, a half-warp a row; the row codes written with 8-byte stores, a half-warp a row's 128
+ * bytes). A row's amax: shuffles within the half-warp; a column's: the thread's 8 rows, the other half-warp
+ * by a shuffle, the 8 warps through 4 KB of static shared memory. The transposed codes go through a 16 KB
+ * byte tile in static shared memory, ct[c] = column c's 128 row codes: a thread's 8 consecutive rows of a
+ * column are one 8-byte store (16-byte unit u = rows 16 u .. 16 u + 15 stored at unit u ^ (c / 8 % 8): a
+ * warp's 32 stores of one column index i land in 2 wavefronts, the minimum), then 16-byte loads, 8 threads
+ * a column's 128 bytes, written as one 128-byte line of colt per column (the colwise case only).
  * Every amax starts from 0 and drops NaN (fmaxf), as the CPU's `a > amax`. C % 128 == 0. */
 
 template <int E, long long C, class Src>
-__device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned short *colq, const Src src,
-                            float *pdst, const float *psrc, const int *ofs)
+__device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned char *colt,
+                            unsigned char *colts, const Src src, float *pdst, const float *psrc, const int *ofs)
 {
     static_assert(C % 128 == 0, "128-wide blocks along C");
     __shared__ float cmax[8][128]; /* per warp, per column: the amax over its 16 rows */
     __shared__ int cexp[128];      /* per column: the scale exponent */
+    __shared__ uint4 ct16[128 * 8]; /* colt: column c's 128 row codes (units swizzled), 16-byte aligned */
+    unsigned char(*ct)[128] = (unsigned char(*)[128])ct16;
     constexpr long long CB = C / 128;
     const long long items = (long long)(ofs[E] / 128) * CB;
     const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -144,20 +151,20 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
         float v[8][8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            const int pr = mb * 128 + rg + 16 * j;
+            const int pr = mb * 128 + 8 * rg + j;
             src.load8(src.row(pr, g, ofs), c, v[j]);
         }
         if (psrc && cb == 0 && cl == 0) {
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const int pr = mb * 128 + rg + 16 * j, k = pr - ofs[g];
+                const int pr = mb * 128 + 8 * rg + j, k = pr - ofs[g];
                 pdst[pr] = k < ofs[E + 2 + g] - ofs[E + 1 + g] ? psrc[ofs[E + 1 + g] + k] : 0.0f;
             }
         }
         if (q) {
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const int pr = mb * 128 + rg + 16 * j;
+                const int pr = mb * 128 + 8 * rg + j;
                 float m = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 8; i++)
@@ -174,7 +181,7 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
                     sa[cb * rcap + pr] = (unsigned char)(e + 127);
             }
         }
-        if (colq) {
+        if (colt) {
             float m[8];
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -194,25 +201,26 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
 #pragma unroll
                 for (int w = 0; w < 8; w++)
                     a = fmaxf(a, cmax[w][threadIdx.x]);
-                cexp[threadIdx.x] = moec_mx_scale_exp(a);
+                const int e = moec_mx_scale_exp(a);
+                cexp[threadIdx.x] = e;
+                colts[moec_fp8_kgrouped_s_index((long long)mb * 128, c0 + threadIdx.x, C)] = (unsigned char)(e + 127);
             }
             __syncthreads(); /* cmax is written again only after this; cexp only after the next tile's first barrier */
-            int e[8];
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-                e[i] = cexp[8 * cl + i];
+            for (int i = 0; i < 8; i++) {
+                const int cc = 8 * cl + i, e = cexp[cc];
+                /* rows 8 rg .. 8 rg + 7: half (rg % 2) of 16-byte unit rg / 2, stored at unit (rg / 2) ^ (cc / 8 % 8) */
+                uint2 p;
+                p.x = q8x2(v[0][i], e, v[1][i], e) | (q8x2(v[2][i], e, v[3][i], e) << 16);
+                p.y = q8x2(v[4][i], e, v[5][i], e) | (q8x2(v[6][i], e, v[7][i], e) << 16);
+                *(uint2 *)&ct[cc][(((rg >> 1) ^ (cc >> 3 & 7)) << 4) + 8 * (rg & 1)] = p;
+            }
+            __syncthreads(); /* ct complete; it is written again only after the next tile's first barrier */
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int pr = mb * 128 + rg + 16 * j;
-                unsigned w4[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    float d0, d1;
-                    moec_e4m3_decode2(q8x2(v[j][2 * i], e[2 * i], v[j][2 * i + 1], e[2 * i + 1]), &d0, &d1);
-                    w4[i] = (unsigned)moec::fast::f2bf(d0 * moec_mx_pow2(e[2 * i])) |
-                            ((unsigned)moec::fast::f2bf(d1 * moec_mx_pow2(e[2 * i + 1])) << 16);
-                }
-                st16(colq + (long long)pr * C + c, w4[0], w4[1], w4[2], w4[3]);
+            for (int it = 0; it < 4; it++) {
+                const int x = threadIdx.x + 256 * it, cc = x / 8, u = x % 8; /* column cc, rows 16 u .. 16 u + 15 */
+                const uint4 w = *(const uint4 *)&ct[cc][(u ^ (cc >> 3 & 7)) << 4];
+                st16(colt + (c0 + cc) * rcap + (long long)mb * 128 + 16 * u, w.x, w.y, w.z, w.w);
             }
         }
     }

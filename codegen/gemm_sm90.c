@@ -52,3 +52,11 @@ char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra
              s->mode, s->out);
     return source_with(inst, extra);
 }
+
+char *gemm_fp8_kgrouped_source(const GemmFp8Shape *s, const char *name, const char *extra)
+{
+    char inst[256];
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_KGROUPED%s(%s, %d, %d, %d, %d)\n",
+             s->out == GEMM_FP8_OUT_F32_TMA ? "_TMA" : "", name, s->E, s->N, s->K, s->stages);
+    return source_with(inst, extra);
+}

@@ -856,6 +856,293 @@ struct GemmFp8MGrouped {
     }
 };
 
+/* ======================================================================== FP8 (E4M3) K-grouped GEMM
+ * The weight gradient of fp8-block's expert GEMMs on the FP8 tensor cores (decision 45):
+ *   dW[g][n][k] = sum over the padded rows t of group g of  dY[t][n] . X[t][k]
+ * with dY and X quantised 128 x 1 (one E8M0 scale per column and 128-row block, within each group: a
+ * group's padding rows are zeros, so its last block is fp8-block's partial block), as the CPU reference
+ * (runtime/cpu/fp8_block.c fp8b_gemm_ref on dY^T and X^T quantised 1 x 128 along the tokens): for each
+ * 128-token block tb of the group, in order,
+ *   acc[n][k] += (sum_{t in tb} a[n][t] b[k][t]) . sa[tb][n] . sb[tb][k]     (a, b: the E4M3 values)
+ * The operands are stored transposed, K-major for FP8 wgmma (the reduction index, the token, contiguous):
+ *   A = dY^T  [N, rows_cap] E4M3 codes - tensor map tma_a (uint8, box {128, 128})
+ *   B = X^T   [K, rows_cap] E4M3 codes - tensor map tma_b (uint8, box {128, 128})
+ *   sa [rows_cap / 128][N], sb [rows_cap / 128][K]: E8M0 codes (moec_fp8_kgrouped_s_index), the codes of
+ *                      one 128-token block for 128 rows of dW (or columns) 128 contiguous bytes
+ *   offsets [E + 1]    multiples of 128 (the fast MLP's padded groups): each 128-token block lies in one
+ *                      group; an empty group gets dW[g] = 0
+ *   dW [E, N, K] fp32: EPI 1 (GEMM_SM90_KEPI_REGS, the default) 8-byte stores from the accumulator fragment;
+ *                      EPI 0 (GEMM_SM90_KEPI_TMA) asynchronous TMA stores through tma_dw (dW viewed [E N, K],
+ *                      fp32, box {32, 64}, as GemmKGrouped's EPILOGUE 0: 64 x 32 chunks, two 8 KB staging
+ *                      buffers a consumer warpgroup, 32 KB more shared memory, so one stage fewer fits).
+ * Tiles 128 (n) x 128 (k), E (N / 128) (K / 128) of them (moec_sched_ktile); per tile, one stage per
+ * 128-token block: a 128 x 128 A tile and B tile (the M-grouped FP8 kernel's stage exactly, so the same
+ * descriptors and four k32 wgmma per stage), and 128 + 128 scale codes by bulk copies. Warp 1 of the
+ * producer warpgroup decodes each stage's codes into fp32 (fa [128], fb [128]; MXFP8's decoder), the
+ * consumers wait for `ready`. Promotion every stage (128 tokens) into fp32: acc = fma(t . fb[k], fa[n],
+ * acc): t . fb[k] . fa[n] is the block's partial times the outer product of the scale vectors, each
+ * multiply by a power of two exact (as fp8b_gemm_ref's p . (sa sb)) unless it leaves fp32's range.
+ * Stages in pairs into t0, t1 as GemmFp8MGrouped (t0's promotion overlaps t1's wgmma); a group's odd last
+ * block alone. Registers per consumer thread: acc 64 + t0 64 + t1 64. */
+template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16>
+struct GemmFp8KGrouped {
+    static constexpr int BLOCK = 128, THREADS = 384;
+    static constexpr int A_BYTES = 128 * 128, B_BYTES = 128 * 128;
+    static constexpr int SA_BYTES = 128, SB_BYTES = 128, FS_BYTES = 1024; /* fa [128] + fb [128] fp32 */
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
+    static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
+    static constexpr int OUT_COLS = 32, OUT_CHUNK_BYTES = 64 * OUT_COLS * 4; /* EPI 0: 64 rows x 32 fp32 */
+    static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : 0;
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
+    static constexpr int NUM_N = N / 128, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
+    static constexpr int ACC = 64;
+    static constexpr int CONSUMER_WARPS = 8;
+    static_assert(N % 128 == 0 && K % 128 == 0, "N and K must be multiples of 128");
+    static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
+    static_assert((long long)E * N * K < (1ll << 40), "dW too large");
+    static_assert(N < 2147483647 / 2 && K < 2147483647 / 2, "the rows of the operands must fit an int coordinate");
+    static_assert(EPI == 0 || EPI == 1, "EPI is 0 (TMA stores) or 1 (stores from registers)");
+    static_assert(EPI != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
+
+    /* shared-memory map (base 1024-aligned): the A ring, the B ring, the fp32 staging buffers (EPI 0; all three
+     * 1024-aligned for the 128-byte swizzle), the scale codes, the decoded scales, the barriers */
+    __device__ static __forceinline__ unsigned a_at(unsigned base, int s) { return base + s * A_BYTES; }
+    __device__ static __forceinline__ unsigned b_at(unsigned base, int s) { return base + STAGES * A_BYTES + s * B_BYTES; }
+    __device__ static __forceinline__ unsigned out_at(unsigned base) { return base + STAGES * (A_BYTES + B_BYTES); }
+    __device__ static __forceinline__ unsigned sa_at(unsigned base, int s)
+    {
+        return out_at(base) + OUT_BYTES + s * SA_BYTES;
+    }
+    __device__ static __forceinline__ unsigned sb_at(unsigned base, int s)
+    {
+        return out_at(base) + OUT_BYTES + STAGES * SA_BYTES + s * SB_BYTES;
+    }
+    __device__ static __forceinline__ unsigned fs_at(unsigned base, int s)
+    {
+        return out_at(base) + OUT_BYTES + STAGES * (SA_BYTES + SB_BYTES) + s * FS_BYTES;
+    }
+    /* E8M0 code -> 2^(c - 127) exactly (code 0: 2^-127, a subnormal; 255: NaN) */
+    __device__ static __forceinline__ float e8m0(unsigned c)
+    {
+        return __uint_as_float(c == 0 ? 0x00400000u : c == 255 ? 0x7FC00000u : c << 23);
+    }
+
+    /* the 128-token blocks of group g (rows clamped to rows_cap), its first row through r0 */
+    __device__ static __forceinline__ int group_blocks(const int *offsets, int g, int rows_cap, int *r0)
+    {
+        int a = offsets[g], b = offsets[g + 1];
+        a = a < rows_cap ? a : rows_cap;
+        b = b < rows_cap ? b : rows_cap;
+        *r0 = a;
+        return b > a ? (b - a) / BLOCK : 0;
+    }
+
+    /* the stage in slot st into t: four k32 steps (32 tokens each) */
+    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int half)
+    {
+        const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
+        const unsigned long long db = desc_sw128(b_at(base, st));
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            wgmma_m64n128k32_e4m3(t, da + 2 * i, db + 2 * i, i != 0);
+        wgmma_commit();
+    }
+
+    /* acc += t . fb[col] . fa[row] for the stage in slot st */
+    __device__ static __forceinline__ void promote(float (&acc)[ACC], const float (&t)[ACC], unsigned base, int st,
+                                                   int r, int lane)
+    {
+        const unsigned fa = fs_at(base, st), fb = fa + 512;
+        const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
+#pragma unroll
+        for (int j = 0; j < ACC / 4; j++) {
+            float b0, b1; /* columns 8 j + 2 (lane % 4), + 1 */
+            ld_shared_f32x2(fb + 4 * (8 * j + 2 * (lane % 4)), b0, b1);
+            acc[4 * j + 0] = __fmaf_rn(t[4 * j + 0] * b0, a0, acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(t[4 * j + 1] * b1, a0, acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(t[4 * j + 2] * b0, a1, acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(t[4 * j + 3] * b1, a1, acc[4 * j + 3]);
+        }
+    }
+
+    /* EPI 1 (tma_dw unused: nullptr) or EPI 0 */
+    __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, float *dw, const void *sa,
+                                               const void *sb, const int *offsets, int rows_cap,
+                                               const TmaDesc *tma_dw = nullptr)
+    {
+        extern __shared__ unsigned char smem_raw[];
+        const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+        const unsigned full_bar = base + STAGES * STAGE_BYTES + OUT_BYTES, empty_bar = full_bar + STAGES * 8,
+                       ready_bar = empty_bar + STAGES * 8;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
+
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < STAGES; s++) {
+                mbar_init(full_bar + 8 * s, 1);
+                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+                mbar_init(ready_bar + 8 * s, 1);
+            }
+            mbar_init_fence();
+        }
+        __syncthreads();
+
+        if (wg == 0) {
+            setmaxnreg_dec<40>();
+            if (warp == 0 && elect_one()) {
+                tma_prefetch_desc(&tma_a);
+                tma_prefetch_desc(&tma_b);
+                if constexpr (EPI == 0)
+                    tma_prefetch_desc(tma_dw);
+                int stage = 0;
+                unsigned phase = 0;
+                for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+                    int g, nb, kb, r0;
+                    moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                    const int steps = group_blocks(offsets, g, rows_cap, &r0);
+                    for (int i = 0; i < steps; i++) {
+                        const int row = r0 + i * BLOCK;
+                        const unsigned fb = full_bar + 8 * stage;
+                        mbar_wait(empty_bar + 8 * stage, phase ^ 1);
+                        mbar_arrive_expect_tx(fb, TX_BYTES);
+                        tma_load_2d(a_at(base, stage), &tma_a, fb, row, nb * 128);
+                        tma_load_2d(b_at(base, stage), &tma_b, fb, row, kb * 128);
+                        bulk_load(sa_at(base, stage),
+                                  (const unsigned char *)sa + moec_fp8_kgrouped_s_index(row, nb * 128, N), SA_BYTES, fb);
+                        bulk_load(sb_at(base, stage),
+                                  (const unsigned char *)sb + moec_fp8_kgrouped_s_index(row, kb * 128, K), SB_BYTES, fb);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+            } else if (warp == 1) {
+                /* the decoder: each stage's codes into fp32 fa [128] (rows of the tile), fb [128] (columns) once
+                 * the copies have landed; the slot is not overwritten before the consumers are done with it (its
+                 * next copies wait for `empty`) */
+                int stage = 0;
+                unsigned phase = 0;
+                for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+                    int g, nb, kb, r0;
+                    moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                    const int steps = group_blocks(offsets, g, rows_cap, &r0);
+                    for (int i = 0; i < steps; i++) {
+                        mbar_wait(full_bar + 8 * stage, phase);
+                        const unsigned wa = ld_shared_u32(sa_at(base, stage) + 4 * lane);
+                        const unsigned wb = ld_shared_u32(sb_at(base, stage) + 4 * lane);
+                        const unsigned fs = fs_at(base, stage);
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            st_shared_f32(fs + 4 * (4 * lane + k), e8m0((wa >> (8 * k)) & 255u));
+                            st_shared_f32(fs + 512 + 4 * (4 * lane + k), e8m0((wb >> (8 * k)) & 255u));
+                        }
+                        __syncwarp();
+                        if (lane == 0)
+                            mbar_arrive(ready_bar + 8 * stage);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+            }
+        } else {
+            setmaxnreg_inc<232>();
+            const int half = wg - 1, wq = warp % 4;
+            const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
+            float acc[ACC], t0[ACC], t1[ACC];
+            int ist = 0, rst = 0; /* the slot of the next stage to issue, of the next to promote */
+            unsigned iph = 0;
+            for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+                int g, nb, kb, r0;
+                moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                const int steps = group_blocks(offsets, g, rows_cap, &r0);
+#pragma unroll
+                for (int i = 0; i < ACC; i++)
+                    acc[i] = 0.0f;
+#define MOEC_FP8K_ISSUE(T)                                                                                  \
+    do {                                                                                                    \
+        mbar_wait(full_bar + 8 * ist, iph);                                                                 \
+        mbar_wait(ready_bar + 8 * ist, iph);                                                                \
+        issue(T, base, ist, half);                                                                          \
+        if (++ist == STAGES) {                                                                              \
+            ist = 0;                                                                                        \
+            iph ^= 1;                                                                                       \
+        }                                                                                                   \
+    } while (0)
+#define MOEC_FP8K_PROMOTE(T)                                                                                \
+    do {                                                                                                    \
+        reg_fence(T);                                                                                       \
+        promote(acc, T, base, rst, r, lane);                                                                \
+        __syncwarp();                                                                                       \
+        if (lane == 0)                                                                                      \
+            mbar_arrive(empty_bar + 8 * rst);                                                               \
+        if (++rst == STAGES)                                                                                \
+            rst = 0;                                                                                        \
+    } while (0)
+                int i = 0;
+                for (; i + 1 < steps; i += 2) {
+                    MOEC_FP8K_ISSUE(t0);
+                    MOEC_FP8K_ISSUE(t1);
+                    wgmma_wait<1>();
+                    MOEC_FP8K_PROMOTE(t0);
+                    wgmma_wait<0>();
+                    MOEC_FP8K_PROMOTE(t1);
+                }
+                if (i < steps) {
+                    MOEC_FP8K_ISSUE(t0);
+                    wgmma_wait<0>();
+                    MOEC_FP8K_PROMOTE(t0);
+                }
+#undef MOEC_FP8K_ISSUE
+#undef MOEC_FP8K_PROMOTE
+                if constexpr (EPI == 0) {
+                    /* GemmKGrouped's EPILOGUE 0: chunk cc (columns 32 cc .. + 31 of the warpgroup's 64 rows, 128
+                     * bytes a row) into buffer cc % 2 in the TMA's 128-byte swizzled layout (row rr at 128 rr, its
+                     * 16-byte unit u at (u ^ rr % 8) * 16; conflict-free), one thread stores it; a buffer is
+                     * rewritten once the store that read it is done; the last drain during the next tile */
+                    const int tid = threadIdx.x % 128, q = lane % 4, rr = wq * 16 + lane / 4;
+                    const int row0 = g * N + nb * 128 + half * 64;
+                    const unsigned out_buf = out_at(base);
+#pragma unroll
+                    for (int cc = 0; cc < 128 / OUT_COLS; cc++) {
+                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                        if (tid == 0)
+                            bulk_wait_read<1>();
+                        named_barrier(1 + half, 128);
+#pragma unroll
+                        for (int jj = 0; jj < OUT_COLS / 8; jj++) {
+                            const int j = cc * (OUT_COLS / 8) + jj;
+                            const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (rr & 7)) * 16) + 8 * (q & 1));
+                            st_shared_f32x2(buf + rr * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
+                            st_shared_f32x2(buf + (rr + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
+                        }
+                        fence_proxy_async();
+                        named_barrier(1 + half, 128);
+                        if (tid == 0) {
+                            tma_store_2d(tma_dw, buf, kb * 128 + cc * OUT_COLS, row0);
+                            bulk_commit();
+                        }
+                    }
+                } else {
+                    float *p0 =
+                        dw + ((long long)g * N + (long long)nb * 128 + r) * K + (long long)kb * 128 + 2 * (lane % 4);
+#pragma unroll
+                    for (int j = 0; j < ACC / 4; j++) {
+                        st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                        st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                    }
+                }
+            }
+            if constexpr (EPI == 0) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
+            }
+        }
+    }
+};
+
 } /* namespace sm90 */
 } /* namespace moec */
 
@@ -910,4 +1197,26 @@ struct GemmFp8MGrouped {
     {                                                                                                         \
         moec::sm90::GemmFp8MGrouped<E, N, K, STAGES, MODE, OUT>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets,   \
                                                                      rows_cap);                               \
+    }
+
+/* The FP8 K-grouped kernel NAME (GemmFp8KGrouped, fp8-block weight gradient, fp32 out). Launch contract:
+ * grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory gemm_fp8_kgrouped_smem_bytes(); tensor maps
+ * from gemm_fp8_kgrouped_tensor_maps (uint8 dY^T [N, rows_cap], X^T [K, rows_cap], box {128, 128}); sa, sb
+ * 16-byte aligned in moec_fp8_kgrouped_s_index's layout; rows_cap % 16 == 0; offsets multiples of 128. */
+#define MOEC_SM90_GEMM_FP8_KGROUPED(NAME, E, N, K, STAGES)                                                   \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             float *dw, const void *sa, const void *sb, const int *offsets, int rows_cap)                     \
+    {                                                                                                         \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap);    \
+    }
+/* The same with the TMA-store epilogue (EPI 0) and a third tensor map: tma_dw over dW viewed [E * N, K], fp32,
+ * 128-byte swizzle, box {32, 64} (gemm_fp8_kgrouped_dw_map); dw is not read. */
+#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA(NAME, E, N, K, STAGES)                                               \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
+             const int *offsets, int rows_cap)                                                               \
+    {                                                                                                         \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap, &tma_dw); \
     }

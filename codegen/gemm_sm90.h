@@ -19,4 +19,9 @@ char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const 
 /* the FP8 kernel `name` (MOEC_SM90_GEMM_FP8), parameters (tma_a, tma_b, tma_d, void *d, const void *sa,
  * const void *sb, const int *offsets, int rows_cap); grid #SMs, block 384, gemm_fp8_smem_bytes() */
 char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra);
+/* the FP8 K-grouped kernel `name` (MOEC_SM90_GEMM_FP8_KGROUPED), parameters (tma_a, tma_b, float *dw,
+ * const void *sa, const void *sb, const int *offsets, int rows_cap); out GEMM_FP8_OUT_F32_TMA:
+ * MOEC_SM90_GEMM_FP8_KGROUPED_TMA, parameters (tma_a, tma_b, tma_dw, float *dw, ...); grid #SMs, block 384,
+ * gemm_fp8_kgrouped_smem_bytes() */
+char *gemm_fp8_kgrouped_source(const GemmFp8Shape *s, const char *name, const char *extra);
 #endif

@@ -94,6 +94,16 @@ MOEC_SCHED_FN long long moec_fp8_block_sb_index(int g, int n, int kb128, int N, 
 {
     return ((long long)g * (N / 128) + n / 128) * (K / 128) + kb128;
 }
+/* fp8-block weight gradient (GemmFp8KGrouped, decision 45): the 128 x 1 scales of an operand stored
+ * transposed, dY^T [N, rows_cap] or X^T [K, rows_cap] (a row per column of dY or X, the tokens contiguous):
+ * [rows_cap / 128][cols], the code of padded row `row`'s 128-token block for column c at
+ * (row / 128) cols + c. One 128-token block's codes for 128 columns are 128 contiguous bytes (cols % 16 == 0
+ * keeps them 16-byte aligned for the kernel's bulk copies); the quantisers (fp8_block_fast.cuh quant_tiles)
+ * write them a tile at a time. */
+MOEC_SCHED_FN long long moec_fp8_kgrouped_s_index(long long row, long long c, long long cols)
+{
+    return row / 128 * cols + c;
+}
 MOEC_SCHED_FN long long moec_mxfp8_sa_index(long long row, int kb32, long long rows_cap)
 {
     return ((long long)(kb32 / 4) * rows_cap + row) * 4 + kb32 % 4;

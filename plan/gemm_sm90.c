@@ -95,3 +95,33 @@ int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
         return 1;
     return 0;
 }
+
+int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s)
+{
+    return 1024 + s->stages * (128 * 128 * 2 + 128 + 128 + 1024) + 24 * s->stages +
+           (s->out == GEMM_FP8_OUT_F32_TMA ? 4 * 64 * 32 * 4 : 0);
+}
+
+int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
+{
+    if (s->E < 1 || s->N < 1 || s->K < 1)
+        snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
+    else if (s->mode != GEMM_FP8_BLOCK)
+        snprintf(err, errlen, "the FP8 K-grouped kernel is fp8-block only (mode 0), not mode %d", s->mode);
+    else if (s->out != GEMM_FP8_OUT_F32 && s->out != GEMM_FP8_OUT_F32_TMA)
+        snprintf(err, errlen, "the FP8 K-grouped kernel writes fp32 (out 1, or 2 through TMA stores), not out %d",
+                 s->out);
+    else if (s->out == GEMM_FP8_OUT_F32_TMA && (long long)s->E * s->N >= 2147483647ll)
+        snprintf(err, errlen, "E * N = %lld rows of dW do not fit the TMA store's int coordinate",
+                 (long long)s->E * s->N);
+    else if (s->N % 128 || s->K % 128)
+        snprintf(err, errlen, "N %d and K %d must be multiples of 128 (the FP8 K-grouped kernel's tile)", s->N, s->K);
+    else if ((long long)s->E * s->N * s->K >= (1ll << 40))
+        snprintf(err, errlen, "dW of %lld elements is too large", (long long)s->E * s->N * s->K);
+    else if (s->stages < 2 || gemm_fp8_kgrouped_smem_bytes(s) > 232448)
+        snprintf(err, errlen, "%d stages need %d bytes of shared memory (2..227 KB)", s->stages,
+                 gemm_fp8_kgrouped_smem_bytes(s));
+    else
+        return 1;
+    return 0;
+}

@@ -57,10 +57,22 @@ typedef struct GemmFp8Shape {
     int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
 } GemmFp8Shape;
 enum { GEMM_FP8_BLOCK = 0, GEMM_FP8_MX = 1 };
-enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1 };
+enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1, GEMM_FP8_OUT_F32_TMA = 2 /* K-grouped only */ };
 /* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits. */
 int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
 /* 1024 + stages * (32768 + 128 (fp8-block) or + 512 + 512 + 4096 (MXFP8)) (+ 32768 bf16 out) + 24 stages */
 int gemm_fp8_smem_bytes(const GemmFp8Shape *s);
+
+/* ---- FP8 (E4M3) K-grouped (codegen/gemm_sm90.cuh GemmFp8KGrouped, decision 45): fp8-block's weight
+ * gradient dW[g] [N, K] fp32 = dequant(dY)[rows of g]^T . dequant(X)[rows of g] with dY, X quantised 128 x 1
+ * within each group and stored transposed (dY^T [N, rows_cap], X^T [K, rows_cap] E4M3, the tokens
+ * contiguous; scales [rows_cap / 128][N or K], gemm_sm90_sched.h moec_fp8_kgrouped_s_index), promotion
+ * every 128 tokens. The same GemmFp8Shape: mode GEMM_FP8_BLOCK; out GEMM_FP8_OUT_F32 (stores from registers)
+ * or GEMM_FP8_OUT_F32_TMA (TMA stores through shared memory: 32 KB more, dW 16-byte aligned, E N < 2^31);
+ * tiles 128 x 128, one stage per 128 tokens. */
+/* 1, or 0 with why: E, N, K positive, N % 128, K % 128, mode, out, E N K < 2^40, the ring fits. */
+int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
+/* 1024 + stages * (32768 + 128 + 128 + 1024) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA) */
+int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s);
 
 #endif

@@ -89,3 +89,24 @@ int gemm_fp8_tensor_maps(const GemmFp8Shape *s, CUdeviceptr a, long long rows_ca
                             err, errlen) &&
            tma_encode_bf16_2d(td, d, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen);
 }
+
+int gemm_fp8_kgrouped_tensor_maps(const GemmFp8Shape *s, CUdeviceptr dyt, CUdeviceptr xt, long long rows_cap,
+                                  CUtensorMap *ta, CUtensorMap *tb, char *err, size_t errlen)
+{
+    if ((dyt | xt) & 15 || rows_cap % 16) {
+        snprintf(err, errlen, "dY^T and X^T must be 16-byte aligned, rows_cap a multiple of 16");
+        return 0;
+    }
+    return tma_encode_u8_2d(ta, dyt, (unsigned long long)s->N, (unsigned long long)rows_cap, 128, err, errlen) &&
+           tma_encode_u8_2d(tb, xt, (unsigned long long)s->K, (unsigned long long)rows_cap, 128, err, errlen);
+}
+
+int gemm_fp8_kgrouped_dw_map(const GemmFp8Shape *s, CUdeviceptr dw, CUtensorMap *tdw, char *err, size_t errlen)
+{
+    if (dw & 15) {
+        snprintf(err, errlen, "dW must be 16-byte aligned for its tensor map");
+        return 0;
+    }
+    return tma_encode_f32_2d(tdw, dw, (unsigned long long)s->E * (unsigned long long)s->N, (unsigned long long)s->K, 64,
+                             err, errlen);
+}

@@ -1,5 +1,7 @@
 /* gemm_fp8.c - checks and times the sm_90a FP8 (E4M3) M-grouped GEMM (codegen/gemm_sm90.cuh
- * GemmFp8MGrouped) on a GPU: fp8-block (1 x 128 / 128 x 128 scales) and MXFP8 (1 x 32), E8M0 scale codes.
+ * GemmFp8MGrouped) on a GPU: fp8-block (1 x 128 / 128 x 128 scales) and MXFP8 (1 x 32), E8M0 scale codes;
+ * and the FP8 K-grouped GEMM of fp8-block's weight gradients (GemmFp8KGrouped, the kblock_* configs: see
+ * the section "the FP8 K-grouped kernel" below for its inputs, reference and tolerance).
  *
  *   gemm_fp8 --emit DIR   (no GPU) NVRTC-compiles every configuration for sm_90a into DIR/NAME.cubin
  *                         (+ NAME.cu); fails on any NVRTC warning
@@ -46,6 +48,7 @@
 #include "../../codegen/gemm_sm90_sched.h"
 #include "../../runtime/gpu/tma.h"
 #include "../../util/e4m3.h"
+#include "../../runtime/cpu/fp8_block.h"
 #include "nvrtc.h"
 #include "../../runtime/gpu/cudrv.h"
 
@@ -80,6 +83,10 @@ static const Cfg cfgs[] = {
     {"mx_bio_down", {16, 1024, 2816, 5, MX, BF}, 1, 0, U16(1024)},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
+
+static int kemit(const char *dir);
+static int krun_all(const char *dir, int sms, unsigned seed, const char *only);
+static int kselftest(void);
 
 static void die(const char *what, const char *why)
 {
@@ -137,6 +144,7 @@ static int emit(const char *dir)
         nvrtc_output_free(&out);
         free(src);
     }
+    bad += kemit(dir);
     return bad ? 1 : 0;
 }
 
@@ -607,6 +615,7 @@ static int run(const char *dir, unsigned seed)
         else
             printf(" %9s %8s\n", "-", "-");
     }
+    fails += krun_all(dir, sms, seed, only);
     return fails ? 1 : 0;
 }
 
@@ -721,7 +730,527 @@ static int selftest(void)
         free(q.sa);
         free(q.sb);
     }
+    fails += kselftest();
     return fails ? 1 : 0;
+}
+
+/* ================================================================ the FP8 K-grouped kernel (GemmFp8KGrouped)
+ * fp8-block's weight gradient, decision 45: dW[g] [N, K] fp32 = sum over group g's padded rows t of
+ * dequant(dY)[t][n] dequant(X)[t][k], dY and X quantised 128 x 1 within each group (per column and 128-token
+ * block; a group's padding rows are zeros: its last block is the partial block), stored transposed as the
+ * kernel reads them: dY^T [N, rows_cap], X^T [K, rows_cap] E4M3 codes, scales [rows_cap / 128][N or K]
+ * (moec_fp8_kgrouped_s_index). Each config's groups are ragged (0, 1, 127, 129 rows ...); rows past the groups
+ * (offsets[E] .. rows_cap) hold NaN codes and NaN scale codes, which the kernel must never read.
+ *   inputs:  the scale rule is fp8-block's (runtime/cpu/fp8_block.c: an all-zero block gets 2^-127, code 0);
+ *            magnitudes vary by column (2^0 .. 2^-12) and by token block, with a zero block now and then;
+ *   check:   dW poisoned with NaN first; against a double-precision sum of the dequantised products (the
+ *            scaled definition: sum over blocks of (sum a b) 2^(ea + eb)), every element (small shapes) or
+ *            the first and last row of each group's dW plus 2048 random elements (big ones), every empty
+ *            group's elements checked exactly 0; two runs bit-identical;
+ *   tolerance (docs/fp8-block.md, the GPU kernel's): |d - ref| <= 2^-10 S + (blocks) 2^-23 S per element,
+ *            S = sum |a b| 2^(ea + eb) (4 k32 instructions per promotion at ~2^-12 each, the fp32 promotion);
+ *            normwise <= 2^-11;
+ *   time:    as the M-grouped configs; TFLOP/s = 2 T N K, T = the real rows of all groups. */
+typedef struct KCfg {
+    const char *name;
+    GemmFp8Shape s;
+    int timed, full;
+    int rows[32];
+} KCfg;
+#define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}
+#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA} /* TMA stores: 32 KB, one stage fewer */
+static const KCfg kcfgs[] = {
+    {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}},
+    {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}},
+    {"kblock_ragged_bio_dw_up", FP8K(16, 5632, 1024), 0, 0, RAG16},
+    {"kblock_ragged_mixtral_dw_down", FP8K(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
+    {"kblock_mixtral_dw_gate_up", FP8K(8, 28672, 4096), 1, 0, U8(2048)},
+    {"kblock_mixtral_dw_down", FP8K(8, 4096, 14336), 1, 0, U8(2048)},
+    {"kblock_bio_dw_up", FP8K(16, 5632, 1024), 1, 0, U16(1024)},
+    {"kblock_bio_dw_down", FP8K(16, 1024, 2816), 1, 0, U16(1024)},
+    /* the TMA-store epilogue (not what codegen emits yet: these are its A/B) */
+    {"kblock_ragged_tma", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}},
+    {"kblock_mixtral_dw_gate_up_tma", FP8KT(8, 28672, 4096), 1, 0, U8(2048)},
+    {"kblock_mixtral_dw_down_tma", FP8KT(8, 4096, 14336), 1, 0, U8(2048)},
+    {"kblock_bio_dw_up_tma", FP8KT(16, 5632, 1024), 1, 0, U16(1024)},
+    {"kblock_bio_dw_down_tma", FP8KT(16, 1024, 2816), 1, 0, U16(1024)},
+};
+#define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
+
+static int kemit(const char *dir)
+{
+    char err[1024], path[1024];
+    int bad = 0;
+    for (int i = 0; i < NKCFG; i++) {
+        const KCfg *c = &kcfgs[i];
+        if (!gemm_fp8_kgrouped_check_shape(&c->s, err, sizeof err))
+            die(c->name, err);
+        char *src = gemm_fp8_kgrouped_source(&c->s, "moec_gemm_fp8k", NULL);
+        NvrtcOutput out;
+        int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
+        if (out.log && *out.log)
+            nvrtc_print_log(stderr, out.log, src, "gemm_fp8k.cu");
+        int serial = out.log && strstr(out.log, "serialized");
+        printf("emit %-28s NVRTC %d.%d: %s, %d warnings%s, %.2f s\n", c->name, out.major, out.minor, ok ? "ok" : err,
+               out.nwarnings, serial ? ", ptxas SERIALISED the wgmma" : "", out.seconds);
+        bad += !ok || out.nwarnings != 0 || serial;
+        if (ok) {
+            snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
+            FILE *f = fopen(path, "wb");
+            if (!f || fwrite(out.image, 1, out.image_size, f) != out.image_size)
+                die(path, "cannot write");
+            fclose(f);
+        }
+        nvrtc_output_free(&out);
+        free(src);
+    }
+    return bad;
+}
+
+/* the operands, quantised: codes [cols, rows_cap] and the block exponents [rows_cap / 128][cols] */
+typedef struct KQ {
+    unsigned char *at, *bt;   /* dY^T [N, rows_cap], X^T [K, rows_cap] */
+    signed char *ea, *eb;     /* exponents, -127 .. 127 (moec_fp8_kgrouped_s_index order) */
+    unsigned char *sa, *sb;   /* the scale codes the kernel gets (NaN codes past the groups) */
+    size_t sa_bytes, sb_bytes;
+} KQ;
+
+typedef struct KJob {
+    int cols, which, nthreads, tid, E;
+    long long rows_cap;
+    const int *off, *rows;
+    unsigned seed;
+    KQ *q;
+} KJob;
+
+/* the fp8-block scale exponent (runtime/cpu/fp8_block.c fp8b_scale_exponent): 2^-127 for an all-zero block */
+static int kscale_exp(float amax)
+{
+    if (amax == 0.0f)
+        return -127;
+    int p;
+    float m = frexpf(amax, &p);
+    int e = p - 9 + (m > 0.875f);
+    return e < -127 ? -127 : e > 127 ? 127 : e;
+}
+
+/* value (column c, padded row t) of operand `which` (0: dY, 1: X): magnitude by column and token block */
+static float kgen(unsigned seed, int which, long long c, long long t, long long rows_cap)
+{
+    if ((c * 5 + t / 128 * 3 + which) % 29 == 7)
+        return 0.0f; /* an all-zero block: scale code 0 */
+    int mag = -(int)((c * 7 + t / 128 + which) % 13);
+    return gen(seed, (unsigned long long)(which * 0x100000000ll + c * rows_cap + t), mag > -16 ? mag : -16);
+}
+
+/* columns tid, tid + nthreads, ... of one operand: each (column, block) by one thread from the index alone */
+static void *kquantise_part(void *arg)
+{
+    const KJob *j = arg;
+    KQ *q = j->q;
+    const long long rc = j->rows_cap;
+    unsigned char *codes = j->which ? q->bt : q->at, *sc = j->which ? q->sb : q->sa;
+    signed char *ex = j->which ? q->eb : q->ea;
+    for (long long c = j->tid; c < j->cols; c += j->nthreads) {
+        for (long long t = j->off[j->E]; t < rc; t++)
+            codes[c * rc + t] = 0x7F; /* NaN past the groups: never read */
+        for (long long t = j->off[j->E]; t < rc; t += 128)
+            sc[moec_fp8_kgrouped_s_index(t, c, j->cols)] = 0xFF;
+        for (int g = 0; g < j->E; g++)
+            for (long long t0 = j->off[g]; t0 < j->off[g + 1]; t0 += 128) {
+                float v[128], amax = 0.0f;
+                for (int i = 0; i < 128; i++) {
+                    long long t = t0 + i;
+                    v[i] = t < j->off[g] + j->rows[g] ? kgen(j->seed, j->which, c, t, rc) : 0.0f;
+                    amax = fmaxf(amax, fabsf(v[i]));
+                }
+                int e = kscale_exp(amax);
+                for (int i = 0; i < 128; i++)
+                    codes[c * rc + t0 + i] = (unsigned char)moec_e4m3_encode(ldexpf(v[i], -e));
+                long long si = moec_fp8_kgrouped_s_index(t0, c, j->cols);
+                ex[si] = (signed char)e;
+                sc[si] = (unsigned char)(e + 127);
+            }
+    }
+    return NULL;
+}
+
+static void kquantise(const GemmFp8Shape *s, long long rows_cap, const int *off, const int *rows, unsigned seed, KQ *q)
+{
+    const long long nblk = (rows_cap + 127) / 128;
+    q->at = malloc((size_t)s->N * rows_cap);
+    q->bt = malloc((size_t)s->K * rows_cap);
+    q->sa_bytes = (size_t)(nblk * s->N);
+    q->sb_bytes = (size_t)(nblk * s->K);
+    q->ea = calloc(q->sa_bytes, 1);
+    q->eb = calloc(q->sb_bytes, 1);
+    q->sa = calloc(q->sa_bytes, 1);
+    q->sb = calloc(q->sb_bytes, 1);
+    if (!q->at || !q->bt || !q->ea || !q->eb || !q->sa || !q->sb)
+        die("quantise", "out of host memory");
+    enum { MAXT = 64 };
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = nproc < 1 ? 1 : nproc > MAXT ? MAXT : (int)nproc;
+    for (int which = 0; which < 2; which++) {
+        pthread_t th[MAXT];
+        KJob jobs[MAXT];
+        for (int t = 0; t < nt; t++) {
+            jobs[t] = (KJob){which ? s->K : s->N, which, nt, t, s->E, rows_cap, off, rows, seed, q};
+            if (t > 0 && pthread_create(&th[t], NULL, kquantise_part, &jobs[t]) != 0)
+                die("quantise", "pthread_create failed");
+        }
+        kquantise_part(&jobs[0]);
+        for (int t = 1; t < nt; t++)
+            pthread_join(th[t], NULL);
+    }
+}
+
+static void kfree(KQ *q)
+{
+    free(q->at);
+    free(q->bt);
+    free(q->ea);
+    free(q->eb);
+    free(q->sa);
+    free(q->sb);
+}
+
+/* dW[g][n][k] against the double sum of the scaled definition */
+static void kcheck_one(const GemmFp8Shape *s, const KQ *q, const int *off, long long rows_cap, const float *dw, int g,
+                       int n, int k, Stats *st)
+{
+    double sum = 0, sabs = 0;
+    int blocks = 0;
+    for (long long t0 = off[g]; t0 < off[g + 1]; t0 += 128, blocks++) {
+        const int ea = q->ea[moec_fp8_kgrouped_s_index(t0, n, s->N)], eb = q->eb[moec_fp8_kgrouped_s_index(t0, k, s->K)];
+        const double sc = ldexp(1.0, ea + eb);
+        double p = 0, pa = 0;
+        for (long long t = t0; t < t0 + 128; t++) {
+            double x = (double)lut[q->at[(long long)n * rows_cap + t]] * lut[q->bt[(long long)k * rows_cap + t]];
+            p += x;
+            pa += fabs(x);
+        }
+        sum += p * sc;
+        sabs += pa * sc;
+    }
+    double got = dw[((long long)g * s->N + n) * s->K + k];
+    double tol = ldexp(sabs, -10) + blocks * ldexp(sabs, -23);
+    double e = fabs(got - sum);
+    st->n++;
+    if (got != got) {
+        st->nan++;
+        st->bad++;
+        return;
+    }
+    st->bad += e > tol;
+    if (tol > 0 && e / tol > st->max_ratio)
+        st->max_ratio = e / tol;
+    st->err2 += e * e;
+    st->ref2 += sum * sum;
+}
+
+static void kverify(const KCfg *c, const KQ *q, const int *off, long long rows_cap, const float *dw, unsigned seed,
+                    Result *res)
+{
+    const GemmFp8Shape *s = &c->s;
+    Stats st = {0};
+    rng_state = 0x9E3779B97F4A7C15ull ^ seed;
+    for (int g = 0; g < s->E; g++) {
+        if (c->full || off[g + 1] == off[g]) { /* every element; an empty group's are exactly 0 (tol 0) */
+            for (int n = 0; n < s->N; n++)
+                for (int k = 0; k < s->K; k++)
+                    kcheck_one(s, q, off, rows_cap, dw, g, n, k, &st);
+            continue;
+        }
+        for (int pi = 0; pi < 2; pi++)
+            for (int j = 0; j < 256; j++)
+                kcheck_one(s, q, off, rows_cap, dw, g, pi ? s->N - 1 : 0, (int)(rng_next() % (unsigned)s->K), &st);
+    }
+    if (!c->full)
+        for (int i = 0; i < 2048; i++) {
+            int g = (int)(rng_next() % (unsigned)s->E);
+            kcheck_one(s, q, off, rows_cap, dw, g, (int)(rng_next() % (unsigned)s->N), (int)(rng_next() % (unsigned)s->K),
+                       &st);
+        }
+    res->normwise = st.ref2 > 0 ? sqrt(st.err2 / st.ref2) : 0;
+    res->max_ratio = st.max_ratio;
+    res->pass = st.bad == 0 && res->normwise <= ldexp(1.0, -11);
+    res->bad = st.bad;
+    res->checked = st.n;
+}
+
+static void kgroups(const KCfg *c, int *off, long long *real, long long *rows_cap)
+{
+    off[0] = 0;
+    *real = 0;
+    for (int g = 0; g < c->s.E; g++) {
+        off[g + 1] = off[g] + (c->rows[g] + 127) / 128 * 128;
+        *real += c->rows[g];
+    }
+    *rows_cap = off[c->s.E] + 80; /* a multiple of 16, not of 128: rows past the groups, a partial 128 block */
+}
+
+static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Result *res)
+{
+    char err[512], path[1024];
+    const GemmFp8Shape *s = &c->s;
+    const int E = s->E, N = s->N, K = s->K;
+    memset(res, 0, sizeof *res);
+    res->name = c->name;
+    snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
+    size_t len;
+    char *img = slurp(path, &len);
+    if (!img)
+        die(path, "cannot read (run --emit first)");
+    CUmodule mod;
+    CUfunction fn;
+    ck(cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
+    free(img);
+    ck(cu.cuModuleGetFunction(&fn, mod, "moec_gemm_fp8k"), "cuModuleGetFunction");
+    int smem = gemm_fp8_kgrouped_smem_bytes(s);
+    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
+    cu.cuFuncGetAttribute(&res->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    cu.cuFuncGetAttribute(&res->local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+    int off[33];
+    long long real, rows_cap;
+    kgroups(c, off, &real, &rows_cap);
+    clock_t t0 = clock();
+    KQ q;
+    kquantise(s, rows_cap, off, c->rows, seed, &q);
+    double qsec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    size_t dbytes = (size_t)E * N * K * 4;
+    CUdeviceptr A, B, D, SA, SB, OFF;
+    ck(cu.cuMemAlloc(&A, (size_t)N * rows_cap), "alloc dY^T");
+    ck(cu.cuMemAlloc(&B, (size_t)K * rows_cap), "alloc X^T");
+    ck(cu.cuMemAlloc(&D, dbytes), "alloc dW");
+    ck(cu.cuMemAlloc(&SA, q.sa_bytes), "alloc sa");
+    ck(cu.cuMemAlloc(&SB, q.sb_bytes), "alloc sb");
+    ck(cu.cuMemAlloc(&OFF, sizeof(int) * (size_t)(E + 1)), "alloc offsets");
+    ck(cu.cuMemcpyHtoD(A, q.at, (size_t)N * rows_cap), "dY^T HtoD");
+    ck(cu.cuMemcpyHtoD(B, q.bt, (size_t)K * rows_cap), "X^T HtoD");
+    ck(cu.cuMemcpyHtoD(SA, q.sa, q.sa_bytes), "sa HtoD");
+    ck(cu.cuMemcpyHtoD(SB, q.sb, q.sb_bytes), "sb HtoD");
+    ck(cu.cuMemcpyHtoD(OFF, off, sizeof(int) * (size_t)(E + 1)), "offsets HtoD");
+    ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison dW");
+    CUtensorMap ta, tb, tdw;
+    if (!gemm_fp8_kgrouped_tensor_maps(s, A, B, rows_cap, &ta, &tb, err, sizeof err))
+        die(c->name, err);
+    const int tma_epi = s->out == GEMM_FP8_OUT_F32_TMA;
+    if (tma_epi && !gemm_fp8_kgrouped_dw_map(s, D, &tdw, err, sizeof err))
+        die(c->name, err);
+    int rc_int = (int)rows_cap;
+    void *args_regs[] = {&ta, &tb, &D, &SA, &SB, &OFF, &rc_int};
+    void *args_tma[] = {&ta, &tb, &tdw, &D, &SA, &SB, &OFF, &rc_int};
+    void **args = tma_epi ? args_tma : args_regs;
+    ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+    ck(cu.cuCtxSynchronize(), "run 1");
+    float *d1 = malloc(dbytes), *d2 = malloc(dbytes);
+    if (!d1 || !d2)
+        die(c->name, "out of host memory");
+    ck(cu.cuMemcpyDtoH(d1, D, dbytes), "dW DtoH");
+    if (c->timed) {
+        CUevent e0, e1;
+        ck(cu.cuEventCreate(&e0, CU_EVENT_DEFAULT), "event");
+        ck(cu.cuEventCreate(&e1, CU_EVENT_DEFAULT), "event");
+        enum { WARM = 3, REPS = 20 };
+        float t[REPS];
+        for (int r = 0; r < WARM + REPS; r++) {
+            ck(cu.cuEventRecord(e0, NULL), "record");
+            ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+            ck(cu.cuEventRecord(e1, NULL), "record");
+            ck(cu.cuEventSynchronize(e1), "timed run");
+            if (r >= WARM)
+                ck(cu.cuEventElapsedTime(&t[r - WARM], e0, e1), "elapsed");
+        }
+        qsort(t, REPS, sizeof *t, cmp_float);
+        res->ms = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+        res->tflops = 2.0 * (double)real * N * K / (res->ms * 1e-3) / 1e12;
+        res->timed = 1;
+        cu.cuEventDestroy(e0);
+        cu.cuEventDestroy(e1);
+    } else {
+        ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison dW");
+        ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+    }
+    ck(cu.cuCtxSynchronize(), "last run");
+    ck(cu.cuMemcpyDtoH(d2, D, dbytes), "dW DtoH");
+    res->deterministic = memcmp(d1, d2, dbytes) == 0;
+    kverify(c, &q, off, rows_cap, d1, seed, res);
+    res->pass = res->pass && res->deterministic;
+    printf("%-28s fp8-block wgrad E %2d N %5d K %5d, %d stages, %s: rows %lld (padded %d, rows_cap %lld), regs %d, "
+           "local %d B, smem %d B, quantised in %.1f s\n",
+           c->name, E, N, K, s->stages, tma_epi ? "TMA stores" : "stores from registers", real, off[E], rows_cap,
+           res->regs, res->local, smem, qsec);
+    printf("  check %lld elements: %lld over tolerance (NaN included); max err/tol %.3f, normwise %.3g (bound %.3g); two "
+           "runs bit-identical: %s -> %s\n",
+           res->checked, res->bad, res->max_ratio, res->normwise, ldexp(1.0, -11), res->deterministic ? "yes" : "NO",
+           res->pass ? "PASS" : "FAIL");
+    if (res->timed)
+        printf("  time: median %.4f ms of 20, %.1f TFLOP/s (2 T N K, T = %lld real rows)\n", res->ms, res->tflops, real);
+    fflush(stdout);
+    free(d1);
+    free(d2);
+    kfree(&q);
+    cu.cuMemFree(A);
+    cu.cuMemFree(B);
+    cu.cuMemFree(D);
+    cu.cuMemFree(SA);
+    cu.cuMemFree(SB);
+    cu.cuMemFree(OFF);
+    cu.cuModuleUnload(mod);
+}
+
+/* the K-grouped configs (after the M-grouped ones in --run): their table; the number failed */
+static int krun_all(const char *dir, int sms, unsigned seed, const char *only)
+{
+    Result res[NKCFG];
+    int n = 0, fails = 0;
+    for (int i = 0; i < NKCFG; i++) {
+        if (only && *only && !name_listed(only, kcfgs[i].name))
+            continue;
+        krun_one(&kcfgs[i], dir, sms, seed + 1000u + (unsigned)i, &res[n]);
+        fails += !res[n].pass;
+        n++;
+    }
+    if (!n)
+        return 0;
+    printf("\n%-28s %5s %5s %9s %8s %6s %9s %8s\n", "config (K-grouped)", "regs", "local", "normwise", "err/tol", "check",
+           "ms", "TFLOP/s");
+    for (int i = 0; i < n; i++) {
+        printf("%-28s %5d %5d %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].normwise,
+               res[i].max_ratio, res[i].pass ? "PASS" : "FAIL");
+        if (res[i].timed)
+            printf(" %9.4f %8.1f\n", res[i].ms, res[i].tflops);
+        else
+            printf(" %9s %8s\n", "-", "-");
+    }
+    return fails;
+}
+
+/* --selftest for the K-grouped configs: the kernel's arithmetic emulated on the CPU from the arrays the GPU
+ * gets (per 128-token block an fp32 sum of the exact products, then acc = fmaf(tmp 2^eb, 2^ea, acc)) must
+ * pass the checker; a scale code off by one (one column's block) and a group's rows taken from the next
+ * group must fail it. The quantiser is also checked against the definition: every block's largest |code|
+ * is in [224, 448] (a scaled amax in (224, 448], rounded) unless the block is all zero (code 0 scale). */
+static void kemulate(const GemmFp8Shape *s, const KQ *q, const int *off, long long rows_cap, float *dw, int shift)
+{
+    for (int g = 0; g < s->E; g++)
+        for (int n = 0; n < s->N; n++)
+            for (int k = 0; k < s->K; k++) {
+                float acc = 0.0f;
+                for (long long t0 = off[g]; t0 < off[g + 1]; t0 += 128) {
+                    long long u0 = shift && g == 2 && t0 + 128 <= rows_cap - 128 ? t0 + 128 : t0;
+                    float tmp = 0.0f;
+                    for (long long t = u0; t < u0 + 128; t++)
+                        tmp += lut[q->at[(long long)n * rows_cap + t]] * lut[q->bt[(long long)k * rows_cap + t]];
+                    float a = e8m0f(q->sa[moec_fp8_kgrouped_s_index(u0, n, s->N)]);
+                    float b = e8m0f(q->sb[moec_fp8_kgrouped_s_index(u0, k, s->K)]);
+                    acc = fmaf(tmp * b, a, acc);
+                }
+                dw[((long long)g * s->N + n) * s->K + k] = acc;
+            }
+}
+
+static int kselftest(void)
+{
+    int fails = 0;
+    for (int i = 0; i < NKCFG; i++) {
+        const KCfg *c = &kcfgs[i];
+        if (!c->full)
+            continue;
+        const GemmFp8Shape *s = &c->s;
+        int off[33];
+        long long real, rows_cap;
+        kgroups(c, off, &real, &rows_cap);
+        KQ q;
+        kquantise(s, rows_cap, off, c->rows, 21, &q);
+        int qbad = 0;
+        for (int g = 0; g < s->E; g++)
+            for (long long t0 = off[g]; t0 < off[g + 1]; t0 += 128)
+                for (int which = 0; which < 2; which++)
+                    for (int col = 0; col < (which ? s->K : s->N); col++) {
+                        const unsigned char *codes = which ? q.bt : q.at;
+                        float m = 0;
+                        for (long long t = t0; t < t0 + 128; t++)
+                            m = fmaxf(m, fabsf(lut[codes[(long long)col * rows_cap + t]]));
+                        int code = (which ? q.sb : q.sa)[moec_fp8_kgrouped_s_index(t0, col, which ? s->K : s->N)];
+                        qbad += m == 0 ? code != 0 : !(m >= 224 && m <= 448); /* (224, 448], 224 by rounding */
+                    }
+        float *dw = malloc((size_t)s->E * s->N * s->K * 4);
+        if (!dw)
+            die("selftest", "out of host memory");
+        Result ok, bad_scale, bad_rows;
+        kemulate(s, &q, off, rows_cap, dw, 0);
+        kverify(c, &q, off, rows_cap, dw, 1, &ok);
+        /* the CPU reference (runtime/cpu/fp8_block.c): each group's dY^T [N, T_g] and X^T [K, T_g] (its real
+         * rows) quantised 1 x 128 along the tokens by fp8b_quantize give the same codes and scale codes, and
+         * fp8b_gemm_ref on them the emulated kernel's dW bit for bit (the padded zero rows add +0) */
+        long long refbad = 0, refn = 0;
+        for (int g = 0; g < s->E; g++) {
+            const long long T = c->rows[g], tb = (T + 127) / 128;
+            if (!T)
+                continue;
+            unsigned char *cv[2], *cs[2];
+            for (int which = 0; which < 2; which++) {
+                const int cols = which ? s->K : s->N;
+                float *x = malloc(sizeof(float) * (size_t)(cols * T));
+                cv[which] = malloc((size_t)(cols * T));
+                cs[which] = malloc((size_t)(cols * tb));
+                if (!x || !cv[which] || !cs[which])
+                    die("selftest", "out of host memory");
+                for (long long col = 0; col < cols; col++)
+                    for (long long t = 0; t < T; t++)
+                        x[col * T + t] = kgen(21, which, col, off[g] + t, rows_cap);
+                if (fp8b_quantize(x, cols, T, FP8B_ROWWISE, cv[which], cs[which]) != FP8B_OK)
+                    die("selftest", "fp8b_quantize failed");
+                const unsigned char *codes = which ? q.bt : q.at, *sc = which ? q.sb : q.sa;
+                for (long long col = 0; col < cols; col++) {
+                    for (long long t = 0; t < T; t++)
+                        refbad += cv[which][col * T + t] != codes[col * rows_cap + off[g] + t];
+                    for (long long b = 0; b < tb; b++)
+                        refbad += cs[which][col * tb + b] != sc[moec_fp8_kgrouped_s_index(off[g] + 128 * b, col, cols)];
+                }
+                free(x);
+            }
+            float *ref = malloc(sizeof(float) * (size_t)s->N * s->K);
+            if (!ref)
+                die("selftest", "out of host memory");
+            if (fp8b_gemm_ref(cv[0], cs[0], cv[1], cs[1], FP8B_ROWWISE, s->N, s->K, T, ref, NULL) != FP8B_OK)
+                die("selftest", "fp8b_gemm_ref failed");
+            for (long long i = 0; i < (long long)s->N * s->K; i++, refn++)
+                refbad += ref[i] != dw[(long long)g * s->N * s->K + i];
+            free(ref);
+            for (int which = 0; which < 2; which++) {
+                free(cv[which]);
+                free(cs[which]);
+            }
+        }
+        /* the scale code of dY's one block in the first group of 1 .. 128 rows, one higher, in a column whose
+         * first value there is not zero */
+        int g1 = 0, n1 = 0;
+        while (g1 < s->E - 1 && !(c->rows[g1] >= 1 && c->rows[g1] <= 128))
+            g1++;
+        while (n1 < s->N - 1 && lut[q.at[(long long)n1 * rows_cap + off[g1]]] == 0)
+            n1++;
+        unsigned char *code = q.sa + moec_fp8_kgrouped_s_index(off[g1], n1, s->N);
+        (*code)++;
+        kemulate(s, &q, off, rows_cap, dw, 0);
+        (*code)--;
+        kverify(c, &q, off, rows_cap, dw, 1, &bad_scale);
+        kemulate(s, &q, off, rows_cap, dw, 1); /* group 2 reads the 128 rows after its own */
+        kverify(c, &q, off, rows_cap, dw, 1, &bad_rows);
+        int good = qbad == 0 && refbad == 0 && ok.pass && !bad_scale.pass && !bad_rows.pass;
+        printf("selftest %-22s quantiser: %d blocks off the rule; against fp8b_quantize + fp8b_gemm_ref: %lld of %lld "
+               "differ; emulated: normwise %.3g, max err/tol %.3f (%s); a "
+               "scale code +1: %lld elements over tolerance (%s); shifted rows: %lld over (%s) -> %s\n",
+               c->name, qbad, refbad, refn, ok.normwise, ok.max_ratio, ok.pass ? "pass" : "FAIL", bad_scale.bad,
+               bad_scale.pass ? "NOT caught" : "caught", bad_rows.bad, bad_rows.pass ? "NOT caught" : "caught",
+               good ? "PASS" : "FAIL");
+        fails += !good;
+        free(dw);
+        kfree(&q);
+    }
+    return fails;
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpu/gemm_fp8.sh [--build-only | --run-only] [OUTDIR]
-# Checks and times the sm_90a FP8 grouped GEMM (codegen/gemm_sm90.cuh GemmFp8MGrouped: fp8-block and
-# MXFP8) with tests/gpu/gemm_fp8.c. Not part of `make test` (tests/unit/test_gemm_sm90.c is: NVRTC
+# Checks and times the sm_90a FP8 grouped GEMMs (codegen/gemm_sm90.cuh GemmFp8MGrouped: fp8-block and
+# MXFP8; GemmFp8KGrouped: fp8-block's weight gradient, the kblock_* configs, decision 45) with
+# tests/gpu/gemm_fp8.c. Not part of `make test` (tests/unit/test_gemm_sm90.c is: NVRTC
 # compile, scale layouts, on the CPU).
 #
 # Build (make, a C compiler, libnvrtc; no GPU): builds the objects it links from BUILD (default build),
@@ -23,7 +24,8 @@ cd "$ROOT"
 if [ "$MODE" != run ]; then
   set -e
   objs=("$BUILD/obj/plan/gemm_sm90.o" "$BUILD/obj/codegen/gemm_sm90.o" "$BUILD/obj/runtime/gpu/tma.o"
-        "$BUILD/obj/runtime/gpu/nvrtc.o" "$BUILD/obj/runtime/gpu/cudrv.o" "$BUILD/gen/cuda_prelude.o")
+        "$BUILD/obj/runtime/gpu/nvrtc.o" "$BUILD/obj/runtime/gpu/cudrv.o" "$BUILD/gen/cuda_prelude.o"
+        "$BUILD/obj/runtime/cpu/fp8_block.o" "$BUILD/obj/runtime/cpu/mxfp8.o" "$BUILD/obj/util/util.o")
   make -j2 BUILD="$BUILD" "${objs[@]}" >/dev/null
   mkdir -p "$OUT"
   cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra ${WERROR:+-Werror} -Iruntime/gpu -c tests/gpu/gemm_fp8.c -o "$OUT/gemm_fp8.o"
@@ -42,7 +44,7 @@ rc=$?
 cat "$OUT/gemm_fp8.log"
 if [ -x "$OUT/bf16/gemm_sm90" ] && [ -z "${GEMM_FP8_ONLY:-}" ]; then
   # the bf16 kernel's anchors in the same run (default BLOCK_N 256 and 128), then one table
-  GEMM_SM90_ONLY="mixtral_gate_up mixtral_down bio_up bio_down mixtral_gate_up_bn128 mixtral_down_bn128 bio_up_bn128 bio_down_bn128" \
+  GEMM_SM90_ONLY="mixtral_gate_up mixtral_down bio_up bio_down mixtral_gate_up_bn128 mixtral_down_bn128 bio_up_bn128 bio_down_bn128 wgrad_mixtral_gate_up_tma wgrad_mixtral_down_tma wgrad_bio_up_tma wgrad_bio_down_tma" \
     timeout 300 "$OUT/bf16/gemm_sm90" --run "$OUT/bf16" "$SEED" >"$OUT/bf16.log" 2>&1
   echo
   printf '%-16s %12s %12s %12s %12s %12s\n' "TFLOP/s" "bf16 BN256" "bf16 BN128" "fp8-block" "MXFP8" "block/bf16"
@@ -53,6 +55,20 @@ if [ -x "$OUT/bf16/gemm_sm90" ] && [ -z "${GEMM_FP8_ONLY:-}" ]; then
     m=$(awk -v n="mx_$a" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     r=$(awk -v x="${f:-0}" -v y="${b:-0}" -v z="${b128:-0}" 'BEGIN{t=y>z?y:z; if (t>0 && x>0) printf "%.2f", x/t; else print "-"}')
     printf '%-16s %12s %12s %12s %12s %12s\n' "$a" "${b:--}" "${b128:--}" "${f:--}" "${m:--}" "$r"
+  done
+  # the weight gradients: the bf16 K-grouped kernel (TMA-store epilogue, what fast plans use) against the FP8
+  # K-grouped one (decision 45), the same shapes (dW [E, N, K], T = 2048 or 1024 rows a group)
+  echo
+  printf '%-16s %12s %12s %12s %12s %12s %12s\n' "wgrad TFLOP/s" "bf16 K-grp" "fp8-block K" "fp8 K TMA" "ms bf16" "ms fp8" "fp8/bf16"
+  for a in mixtral_dw_gate_up:mixtral_gate_up mixtral_dw_down:mixtral_down bio_dw_up:bio_up bio_dw_down:bio_down; do
+    f8=${a%%:*} b16=${a##*:}
+    b=$(awk -v n="wgrad_${b16}_tma" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
+    bms=$(awk -v n="wgrad_${b16}_tma" '$1==n && NF>=8 && $7 ~ /PASS|FAIL/ {print $8}' "$OUT/bf16.log")
+    f=$(awk -v n="kblock_$f8" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
+    fms=$(awk -v n="kblock_$f8" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
+    ft=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
+    r=$(awk -v x="${f:-0}" -v y="${b:-0}" 'BEGIN{if (y>0 && x>0) printf "%.2f", x/y; else print "-"}')
+    printf '%-16s %12s %12s %12s %12s %12s %12s\n' "$f8" "${b:--}" "${f:--}" "${ft:--}" "${bms:--}" "${fms:--}" "$r"
   done
 fi
 echo "checks: $(grep -c -- '-> PASS' "$OUT/gemm_fp8.log") passed, $(grep -c -- '-> FAIL' "$OUT/gemm_fp8.log") failed (rc $rc); seed $SEED"

@@ -920,8 +920,10 @@ static void test_fast_mlp_fp8(void)
         impl_ok &= l->impl && strncmp(l->impl, "fast: fp8-block", 15) == 0;
         const char *kn = p->kernel_names[l->kernel];
         int is_fp8 = strstr(kn, "_fp8b_s6") != NULL, maps = 0;
+        /* the weight gradients on the FP8 K-grouped GEMM (decision 45): operands [C, rows_cap], tokens contiguous */
+        int is_k = is_fp8 && strstr(kn, "_dw_") != NULL;
         fp8_gemms += is_fp8;
-        kgemms += strstr(kn, "_dw_") != NULL;
+        kgemms += is_k;
         /* the activation quantisers (gathers, SwiGLU, dSwiGLU, a colwise): the tile in registers, no dynamic
          * shared memory, 256 threads */
         if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_swiglu") || strstr(kn, "_fp8b_dswiglu") ||
@@ -937,9 +939,9 @@ static void test_fast_mlp_fp8(void)
             if (t->kind != PLAN_ARG_TMAP_U8)
                 continue;
             maps++;
-            /* the weight operand (the second map): the param's e4m3 copy, its tiles in the forward, the
-             * transposed tiles in the backward; the scales (the argument "sb") from the copy too */
-            if (a > 0) {
+            /* the weight operand (the second map of an M-grouped FP8 GEMM): the param's e4m3 copy, its tiles in the
+             * forward, the transposed tiles in the backward; the scales (the argument "sb") from the copy too */
+            if (a > 0 && !is_k) {
                 const PlanBuf *wb = &p->bufs[t->buf];
                 PlanFp8Copy fc;
                 int ok = wb->kind == PLAN_BUF_COPY && wb->storage == PLAN_E4M3 &&
@@ -951,10 +953,12 @@ static void test_fast_mlp_fp8(void)
                         sb = k;
                 weights_ok &= ok && sb >= 0;
             }
-            /* an E4M3 operand: a byte buffer, box {128, 128}, rows_cap (the i32 argument) a multiple of 16 */
+            /* an E4M3 operand: a byte buffer, box {128, 128}, rows_cap (the i32 argument) a multiple of 16; the
+             * M-grouped kernel's A is [rows_cap, K], the K-grouped kernel's both operands [C, rows_cap] */
             const PlanArg *rc = &l->targs[l->nargs - 1];
             caps &= p->bufs[t->buf].storage == PLAN_E4M3 && t->box_cols == 128 && t->box_rows == 128 &&
-                    rc->kind == PLAN_ARG_I32 && rc->value % 16 == 0 && (a > 0 || t->rows == rc->value) &&
+                    rc->kind == PLAN_ARG_I32 && rc->value % 16 == 0 &&
+                    (is_k ? t->cols == rc->value : a > 0 || t->rows == rc->value) &&
                     t->rows * t->cols <= p->bufs[t->buf].bytes;
         }
         u8maps += maps;
@@ -982,9 +986,16 @@ static void test_fast_mlp_fp8(void)
     snprintf(want, sizeof want, "(q, sa, %lldll, ", rows_cap);
     CHECK(rows_cap == (384 + 4 * 128 + 15) / 16 * 16 && strstr(p->cuda_source, want) != NULL,
           "fast_mlp_fp8: the quantisers' scale stride is the GEMMs' rows_cap %lld", rows_cap);
-    CHECK(fp8_gemms == 4 * layers && u8maps == 8 * layers && kgemms == 2 * layers && caps,
-          "fast_mlp_fp8: %d FP8 GEMMs (%d E4M3 tensor maps), %d bf16 weight-gradient GEMMs per plan", fp8_gemms,
+    CHECK(fp8_gemms == 6 * layers && u8maps == 12 * layers && kgemms == 2 * layers && caps,
+          "fast_mlp_fp8: %d FP8 GEMMs (%d E4M3 tensor maps), %d of them FP8 weight-gradient GEMMs per plan", fp8_gemms,
           u8maps, kgemms);
+    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8KGrouped<4, 256, 256, 6>::run(tma_a, tma_b, out + ") &&
+              strstr(p->cuda_source, "moec::sm90::GemmFp8KGrouped<4, 512, 256, 6>::run(tma_a, tma_b, out + ") &&
+              strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, 2 * F>(q, sa, ") &&
+              strstr(p->cuda_source, ", dht, dhts, moec::fp8b::Dswiglu<F>{hp, dap, pp}") &&
+              !strstr(p->cuda_source, "GemmKGrouped<4,"),
+          "fast_mlp_fp8: dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
+          "K-grouped expert GEMM");
     CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0>::run(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_fp8b_copy_4x512x256(") &&
@@ -1010,10 +1021,11 @@ static void test_fast_mlp_fp8(void)
                 p->graph->nodes[p->bufs[b].node]->op == IR_OP_GROUPED_MLP;
         e4m3 += p->bufs[b].storage == PLAN_E4M3;
     }
-    /* kept per layer: offsets, probs, h, xs colwise, y for the combine; no bf16 working copy of an expert weight,
-     * an e4m3 one of each in the params region (the tiles, the transposed tiles and their scales: decision 44);
-     * E4M3 buffers (values or scale codes): 4 in the forward (xs, a), 4 in the backward (dy, dh), 2 copies */
-    CHECK(copies == 0 && fp8_copies == 2 * layers && kept == 5 * layers && e4m3 == 10 * layers,
+    /* kept per layer: offsets, probs, h, xs colwise (its transposed codes and their scales), y for the combine;
+     * no bf16 working copy of an expert weight, an e4m3 one of each in the params region (the tiles, the
+     * transposed tiles and their scales: decision 44); E4M3 buffers (values or scale codes): 6 in the forward
+     * (xs rowwise and colwise, a), 10 in the backward (dy and dh rowwise and colwise, a colwise), 2 copies */
+    CHECK(copies == 0 && fp8_copies == 2 * layers && kept == 6 * layers && e4m3 == 18 * layers,
           "fast_mlp_fp8: %d bf16 and %d e4m3 expert-weight copies, %d kept workspaces, %d E4M3 buffers", copies,
           fp8_copies, kept, e4m3);
     char *doc = plan_to_json(p, 0);

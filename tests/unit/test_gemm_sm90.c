@@ -361,6 +361,74 @@ static void test_fp8_compile(void)
     }
 }
 
+/* ---- the FP8 K-grouped kernel (GemmFp8KGrouped, decision 45): shapes, its scale layout, its compile */
+static void test_fp8_kgrouped(void)
+{
+    char err[1024];
+    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
+                                                                                 GEMM_FP8_OUT_F32};
+    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32};
+    GemmFp8Shape tma5 = gu, tma6 = gu;
+    tma5.out = tma6.out = GEMM_FP8_OUT_F32_TMA;
+    tma5.stages = 5;
+    s7.stages = 7;
+    bf.out = GEMM_FP8_OUT_BF16;
+    mx.mode = GEMM_FP8_MX;
+    badn.N = 28672 + 64;
+    CHECK(gemm_fp8_kgrouped_check_shape(&gu, err, sizeof err) &&
+              gemm_fp8_kgrouped_smem_bytes(&gu) == 1024 + 6 * (32768 + 128 + 128 + 1024) + 6 * 24,
+          "FP8 K-grouped Mixtral dw_gate_up, 6 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&gu), err);
+    CHECK(gemm_fp8_kgrouped_check_shape(&dn, err, sizeof err), "FP8 K-grouped Mixtral dw_down: %s", err);
+    CHECK(gemm_fp8_kgrouped_check_shape(&oddk, err, sizeof err), "K 384 (an odd number of 128 blocks): %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&s7, err, sizeof err) && strstr(err, "shared memory"), "7 stages: %s", err);
+    CHECK(gemm_fp8_kgrouped_check_shape(&tma5, err, sizeof err) &&
+              gemm_fp8_kgrouped_smem_bytes(&tma5) == 1024 + 5 * (32768 + 128 + 128 + 1024) + 5 * 24 + 32768,
+          "TMA stores, 5 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&tma5), err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&tma6, err, sizeof err) && strstr(err, "shared memory"),
+          "TMA stores, 6 stages: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&bf, err, sizeof err) && strstr(err, "fp32"), "bf16 out: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&mx, err, sizeof err) && strstr(err, "fp8-block"), "MXFP8: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&badn, err, sizeof err) && strstr(err, "128"), "N %% 128: %s", err);
+
+    /* the transposed operands' scales [rows_cap / 128][cols]: a 128-token block's codes for 128 columns from a
+     * multiple of 128 are 128 contiguous bytes, 16-byte aligned for cols % 16 == 0, every index hit once */
+    {
+        const long long rows_cap = 1040, cols = 384, nb = (rows_cap + 127) / 128 * cols;
+        unsigned char *seen = calloc((size_t)nb, 1);
+        int bad = 0;
+        for (long long r = 0; r < rows_cap; r += 128)
+            for (long long c = 0; c < cols; c++) {
+                long long i = moec_fp8_kgrouped_s_index(r, c, cols);
+                bad += i < 0 || i >= nb || seen[i]++;
+                bad += i != moec_fp8_kgrouped_s_index(r + 127 < rows_cap ? r + 127 : r, c / 128 * 128, cols) + c % 128;
+                bad += c % 128 == 0 && i % 16 != 0;
+            }
+        for (long long i = 0; i < nb; i++)
+            bad += !seen[i];
+        free(seen);
+        CHECK(bad == 0, "FP8 K-grouped scale layout: %d index faults", bad);
+    }
+
+    if (!nvrtc_load(err, sizeof err))
+        return;
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const GemmFp8Shape *s = &shapes[i];
+        char *src = gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
+        NvrtcOutput out;
+        int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
+        if (!ok && out.log)
+            nvrtc_print_log(stderr, out.log, src, "gemm_fp8k.cu");
+        CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
+              "FP8 K-grouped E %d N %d K %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N,
+              s->K, s->out, ok ? "" : err, out.nwarnings);
+        CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 K-grouped: ptxas serialised the wgmma:\n%s",
+              out.log ? out.log : "");
+        nvrtc_output_free(&out);
+        free(src);
+    }
+}
+
 int main(void)
 {
     test_scheduler();
@@ -370,6 +438,7 @@ int main(void)
     test_fp8_shapes();
     test_fp8_scale_layout();
     test_fp8_compile();
+    test_fp8_kgrouped();
     printf("test_gemm_sm90: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }

@@ -43,33 +43,36 @@ constexpr long long R = 300, H = 256, F = 256, RCAP = (R + 128 * E + 15) / 16 * 
 K256 k_offsets(int *ofs, const int *splits) { moec::fast::offsets<E, R>(ofs, splits); }
 K256 k_rows_x(unsigned char *q, unsigned char *sa, float *pdst, const float *x, const float *p, const int *ofs)
 {
-    moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, nullptr, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
+    moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, nullptr, nullptr, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
 }
-K256 k_cols_x(unsigned short *dst, const float *x, const int *ofs)
+K256 k_cols_x(unsigned char *ct, unsigned char *cts, const float *x, const int *ofs)
 {
-    moec::fp8b::quant_tiles<E, H>(nullptr, nullptr, RCAP, dst, moec::fp8b::GraphRows<E, H>{x}, nullptr, nullptr, ofs);
+    moec::fp8b::quant_tiles<E, H>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::GraphRows<E, H>{x}, nullptr, nullptr,
+                                  ofs);
 }
-K256 k_both_x(unsigned char *q, unsigned char *sa, unsigned short *dst, float *pdst, const float *x, const float *p,
-              const int *ofs)
+K256 k_both_x(unsigned char *q, unsigned char *sa, unsigned char *ct, unsigned char *cts, float *pdst, const float *x,
+              const float *p, const int *ofs)
 {
-    moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, dst, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
+    moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, ct, cts, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
 }
 K256 k_rows_a(unsigned char *q, unsigned char *sa, const unsigned short *h, const float *pp, const int *ofs)
 {
-    moec::fp8b::quant_tiles<E, F>(q, sa, RCAP, nullptr, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
+    moec::fp8b::quant_tiles<E, F>(q, sa, RCAP, nullptr, nullptr, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
 }
-K256 k_cols_a(unsigned short *dst, const unsigned short *h, const float *pp, const int *ofs)
+K256 k_cols_a(unsigned char *ct, unsigned char *cts, const unsigned short *h, const float *pp, const int *ofs)
 {
-    moec::fp8b::quant_tiles<E, F>(nullptr, nullptr, RCAP, dst, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
+    moec::fp8b::quant_tiles<E, F>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
 }
 K256 k_rows_dh(unsigned char *q, unsigned char *sa, const unsigned short *h, const unsigned short *da, const float *pp,
                const int *ofs)
 {
-    moec::fp8b::quant_tiles<E, 2 * F>(q, sa, RCAP, nullptr, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr, nullptr, ofs);
+    moec::fp8b::quant_tiles<E, 2 * F>(q, sa, RCAP, nullptr, nullptr, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr,
+                                      nullptr, ofs);
 }
-K256 k_cols_dh(unsigned short *dst, const unsigned short *h, const unsigned short *da, const float *pp, const int *ofs)
+K256 k_cols_dh(unsigned char *ct, unsigned char *cts, const unsigned short *h, const unsigned short *da,
+               const float *pp, const int *ofs)
 {
-    moec::fp8b::quant_tiles<E, 2 * F>(nullptr, nullptr, RCAP, dst, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr,
+    moec::fp8b::quant_tiles<E, 2 * F>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr,
                                       nullptr, ofs);
 }
 K256 k_dprobs(float *dp, const unsigned short *h, const unsigned short *da, const int *ofs)
