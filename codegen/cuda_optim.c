@@ -26,13 +26,18 @@ static void emit_to_bf16(Sb *src)
 }
 
 /* the fast AdamW's update of one element (moec_adamw, moec_adamw_bf16 and moec_adamw_fp8b_* run these same
- * lines, so that w, m and v come out bit for bit the same whichever kernel a param gets) */
+ * lines, so that w, m and v come out bit for bit the same whichever kernel a param gets). Every rounding is
+ * written out (__fmul_rn, __fadd_rn and __fdiv_rn are never contracted into an FMA; __fmaf_rn is one): with
+ * plain `a * b + c` NVRTC chooses per kernel which products to fuse, and the H200 measured moec_adamw_fp8b's
+ * w, m, v differing from moec_adamw's on the same inputs (tests/gpu/run_plan.c, 2026-12-02) while the
+ * emulator, which never contracts, agreed. */
 static const char ADAMW_FAST_STEP[] =
     "    auto step = [&](float &wi, float &mi, float &vi, float gi) {\n"
-    "        const float gg = gi * clip;\n"
-    "        mi = B1 * mi + (1.0f - B1) * gg;\n"
-    "        vi = B2 * vi + (1.0f - B2) * gg * gg;\n"
-    "        wi = wi * decay - lr * ((mi * rbc1) / (sqrtf(vi * rbc2) + EPS));\n"
+    "        const float gg = __fmul_rn(gi, clip);\n"
+    "        mi = __fmaf_rn(B1, mi, __fmul_rn(1.0f - B1, gg));\n"
+    "        vi = __fmaf_rn(B2, vi, __fmul_rn(__fmul_rn(1.0f - B2, gg), gg));\n"
+    "        wi = __fmaf_rn(wi, decay,\n"
+    "                       -__fmul_rn(lr, __fdiv_rn(__fmul_rn(mi, rbc1), __fadd_rn(__fsqrt_rn(__fmul_rn(vi, rbc2)), EPS))));\n"
     "    };\n";
 static const char ADAMW_FAST_SCALARS[] =
     "    const float lr = (float)s[0], rbc1 = (float)(1.0 / s[1]), rbc2 = (float)(1.0 / s[2]), clip = (float)s[3];\n"

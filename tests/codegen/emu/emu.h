@@ -72,6 +72,11 @@ struct alignas(16) float4 {
 /* one rounding, as the GPU's fma.rn.f32 (fmaf is exact whatever the
  * contraction setting) */
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+/* the explicitly rounded operations (never contracted on the GPU; the emulator builds with -ffp-contract=off) */
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
