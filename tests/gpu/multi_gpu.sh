@@ -70,7 +70,7 @@ row comm "$([ $crc -eq 0 ] && grep -q 'all ranks passed' "$L/comm.log" && echo o
 "$B/mixtral_tiny_ep1" "${common[@]}" --steps 50 --log "$L/single.jsonl" >"$L/single.log" 2>&1
 for ep in 2 4; do
   [ "$ep" -le "$N" ] || continue
-  MOEC_SYNC_CHECK=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 50 --nproc "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
+  MOEC_SYNC_CHECK=1 MOEC_DEVICE_COLLECTIVES=1 "$B/mixtral_tiny_ep$ep" "${common[@]}" --steps 50 --nproc "$ep" --log "$L/ep$ep.jsonl" >"$L/ep$ep.log" 2>&1
   rc=$?
   "$B/compare_losses.sh" "$L/single.jsonl" "$L/ep$ep.jsonl" 1e-5 >"$L/ep${ep}_cmp.log" 2>&1
   c=$?
@@ -98,7 +98,7 @@ row "dp$N" "$([ $rc -eq 0 ] && [ $c -eq 0 ] && echo ok || echo FAIL)" "rc=$rc, $
 ep=$N
 [ -x "$B/mini_ep$ep" ] || ep=2
 "$B/mini_ep1" "${common[@]}" --steps 40 --batch 8 --log "$L/speed1.jsonl" >"$L/speed1.log" 2>&1
-"$B/mini_ep$ep" "${common[@]}" --steps 40 --batch $((8 * ep)) --nproc "$ep" --log "$L/speedN.jsonl" >"$L/speedN.log" 2>&1
+MOEC_DEVICE_COLLECTIVES=1 "$B/mini_ep$ep" "${common[@]}" --steps 40 --batch $((8 * ep)) --nproc "$ep" --log "$L/speedN.jsonl" >"$L/speedN.log" 2>&1
 rc=$?
 MOEC_HOST_COLLECTIVES=1 "$B/mini_ep$ep" "${common[@]}" --steps 40 --batch $((8 * ep)) --nproc "$ep" --log "$L/speedN_host.jsonl" >"$L/speedN_host.log" 2>&1
 s1=$(med "$L/speed1.jsonl"); sN=$(med "$L/speedN.jsonl"); sH=$(med "$L/speedN_host.jsonl")
