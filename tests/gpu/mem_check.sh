@@ -11,6 +11,9 @@
 #                  blocks` (decision 43): the dry run fits (128.93 GiB), 3 steps measured within 10% of it
 #   mixtral4_speed moec's tokens/s (median of steps 4-10) beside transformers' on the same 4-layer config (bf16,
 #                  grouped_mm experts, bench/anchors.py; needs torch + transformers; MEM_CHECK_HF=0 skips it)
+#   mixtral4_profile  `--profile 3` on the same binary: where a step's time goes per IR node (the table is
+#                  written to OUTDIR/logs/mem/mixtral4_profile.log; the row shows its top lines)
+# MEM_CHECK_SPEED_ONLY=1 runs only the last two rows (the speed and the profile: no memory rows).
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-mem): moec,
 # the training binary (kernels embedded for sm_90a), libcjson.so.1, the FASTA data: the layout of
 # tests/gpu/train_check.sh's OUTDIR, whose run runs this one too (its row mixtral4). Run (the GPU machine: a
@@ -74,12 +77,14 @@ check() {
   row "${m}_run" "$([ $rc -eq 0 ] && [ -n "$ran" ] && [ "$ran" = "$dry" ] && [ "$finite" = 0 ] && [ $wrc -eq 0 ] && echo ok || echo FAIL)" "rc=$rc in ${secs}s; planned $ran (dry run $dry), measured/planned $within; $(grep -m1 'memory measured' "$L/${m}_run.log" | sed 's/of device memory in use by this run (cuMemGetInfo), //'); last: $(grep '^step' "$L/${m}_run.log" | tail -1 | tr -s ' ')"
 }
 
+if [ "${MEM_CHECK_SPEED_ONLY:-0}" != 1 ]; then
 check mixtral4
 # batch 12 x 4096 fits only with activation checkpointing (decision 43): mixtral4 itself at --batch 12 does not
 "$B/mixtral4" --dry-run --device cuda --batch 12 >"$L/mixtral4_b12_dry.log" 2>&1
 nrc=$?
 row mixtral4_b12 "$([ $nrc -ne 0 ] && grep -q '^peak: .*: does not fit' "$L/mixtral4_b12_dry.log" && echo ok || echo FAIL)" "without checkpointing, refused: rc=$nrc; $(grep -m1 '^peak:' "$L/mixtral4_b12_dry.log")"
 check mixtral4_ckpt
+fi
 
 # speed beside transformers (issue 13's target: >= 1.3x the tokens/s of the same 4-layer config in bf16 with
 # transformers' grouped_mm experts, same run): moec's median over steps 4-10, then bench/anchors.py on the same
@@ -98,6 +103,13 @@ if [ "${MEM_CHECK_HF:-1}" = 1 ]; then
   ratio=$(awk -v a="${mt:-0}" -v b="${hft:-0}" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}')
   row mixtral4_speed "$([ $src -eq 0 ] && [ -n "$mt" ] && [ "$ratio" != - ] && echo ok || echo FAIL)" "moec ${mt:-?} tok/s (median of steps 4-10), transformers grouped_mm bf16 ${hft:-?} tok/s (peak ${hfmem:-?} GiB): ${ratio} (target >= 1.3x)"
 fi
+
+# where the step's time goes: --profile 3 after 2 warm-up steps, the per-node table kept whole in the log
+"$B/mixtral4" --data "$OUT/data/proteins.fasta.gz" --device cuda --steps 5 --eval-every 0 --log-every 1 \
+  --profile 3 >"$L/mixtral4_profile.log" 2>&1
+prc=$?
+row mixtral4_profile "$([ $prc -eq 0 ] && grep -q 'TFLOP' "$L/mixtral4_profile.log" && echo ok || echo FAIL)" \
+  "rc=$prc; the table in $L/mixtral4_profile.log"
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
