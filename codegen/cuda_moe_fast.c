@@ -28,12 +28,30 @@
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* the sm_90a M-grouped kernel's configuration for D [., N] = A [., K] W[g]^T: BLOCK_N 256 (4 stages)
- * where N allows, else 128 (6 stages); the TMA-store epilogue */
+ * where N allows, else 128 (6 stages; 8 for ping-pong's 64-row tiles); the TMA-store epilogue; pingpong:
+ * the schedule (0 cooperative, 1 ping-pong) */
+static GemmSm90Shape mgrouped_shape_pp(int64_t E, int64_t N, int64_t K, int trans_b, int pingpong)
+{
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, N % 256 == 0 ? 256 : 128, N % 256 == 0 ? 4 : pingpong ? 8 : 6,
+                       GEMM_SM90_EPI_TMA, trans_b, pingpong};
+    return s;
+}
 static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, N % 256 == 0 ? 256 : 128, N % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA,
-                       trans_b};
-    return s;
+    return mgrouped_shape_pp(E, N, K, trans_b, 0);
+}
+
+/* The expert MLP's bf16 M-grouped GEMMs (gate_up with the SwiGLU epilogue, down, and the backward's two data
+ * gradients) take the ping-pong schedule unless CudaOptions says otherwise (decision 49: the cooperative
+ * kernel's consumer warpgroups store their shared tile at the same time, and ncu shows the tensor pipe idle
+ * meanwhile, 39-46 % of the warps' stall cycles at the epilogue's barrier). The dense linears (tc_*) stay
+ * cooperative. */
+static const int FAST_MGEMM_PINGPONG = 1;
+
+static int mgemm_pingpong(const Cg *cg)
+{
+    return cg->mgemm_schedule == CUDA_MGEMM_PINGPONG ||
+           (cg->mgemm_schedule == CUDA_MGEMM_DEFAULT && FAST_MGEMM_PINGPONG);
 }
 /* The K-grouped (weight-gradient) kernel's epilogue in fast plans unless CudaOptions says otherwise: the
  * TMA-store one, measured on the H200 in the layer benchmark against the stores from registers (2026-12-01,
@@ -47,7 +65,7 @@ static const int FAST_KGEMM_EPILOGUE = GEMM_SM90_KEPI_TMA;
 static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
 {
     GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6,
-                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0};
+                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0, 0};
     return s;
 }
 
@@ -87,13 +105,16 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
         snprintf(why, len, "too large: R + 128 E = %lld rows", (long long)moec_fast_rows_cap(R, (int)E));
         return 0;
     }
-    GemmSm90Shape m[4] = {mgrouped_shape(E, 2 * F, H, 0), mgrouped_shape(E, H, F, 0), mgrouped_shape(E, F, H, 1),
-                          mgrouped_shape(E, H, 2 * F, 1)};
+    /* both schedules must fit (which one a plan gets is a compile option) */
+    GemmSm90Shape m[8] = {mgrouped_shape(E, 2 * F, H, 0),        mgrouped_shape(E, H, F, 0),
+                          mgrouped_shape(E, F, H, 1),            mgrouped_shape(E, H, 2 * F, 1),
+                          mgrouped_shape_pp(E, 2 * F, H, 0, 1), mgrouped_shape_pp(E, H, F, 0, 1),
+                          mgrouped_shape_pp(E, F, H, 1, 1),     mgrouped_shape_pp(E, H, 2 * F, 1, 1)};
     /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
     GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
                           kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
     char err[200];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         if (!gemm_sm90_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
@@ -156,16 +177,16 @@ static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
 static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N,
                            int64_t K, int trans_b, int act, int probs)
 {
-    GemmSm90Shape s = mgrouped_shape(f->E, N, K, trans_b);
+    GemmSm90Shape s = mgrouped_shape_pp(f->E, N, K, trans_b, mgemm_pingpong(cg));
     if (act >= 0)
         s.epilogue = GEMM_SM90_EPI_GLU;
     /* the kernel's name carries its configuration (what --profile and the SASS tools print) */
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s", suffix, s.block_n, s.stages, act >= 0 ? "_glu" : "",
-             trans_b ? "_tb" : "");
+    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s%s", suffix, s.block_n, s.stages, act >= 0 ? "_glu" : "",
+             trans_b ? "_tb" : "", s.pingpong ? "_pp" : "");
     suffix = sfx;
     fast_begin(cg, f, suffix, what);
-    cg_tmap(cg, a, f->rcap, K, GEMM_SM90_BLOCK_M, "tma_a");
+    cg_tmap(cg, a, f->rcap, K, gemm_sm90_block_m(&s), "tma_a");
     if (trans_b)
         cg_tmap(cg, w, f->E * K, N, 64, "tma_b");
     else
@@ -178,8 +199,9 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
         cg_param(cg, probs, 0, "probs");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap%s);",
-            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b, act >= 0 ? ", &tma_act, probs" : "");
+    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, "
+                "rows_cap%s);",
+            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b, s.pingpong, act >= 0 ? ", &tma_act, probs" : "");
     cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;

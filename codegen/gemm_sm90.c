@@ -27,8 +27,8 @@ static char *source_with(const char *inst, const char *extra)
 char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *extra)
 {
     char inst[256];
-    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_MGROUPED_EX(%s, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
-             s->K, s->block_n, s->stages, s->epilogue, s->trans_b);
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_MGROUPED_SCHED(%s, %d, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E,
+             s->N, s->K, s->block_n, s->stages, s->epilogue, s->trans_b, s->pingpong);
     return source_with(inst, extra);
 }
 

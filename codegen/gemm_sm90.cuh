@@ -81,10 +81,22 @@ __device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N /
  * a [rows, N / 2], its columns 128 nb ..);
  * 4 = fp32 out (the dense linears of --kernels fast, which the graph keeps in fp32): d is then a float
  * [., N] cast to unsigned short *, 8-byte stores from registers, rows >= d_rows skipped (the padding
- * rows of A past the graph's row count). */
-template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int BAND = 16>
+ * rows of A past the graph's row count).
+ *
+ * PINGPONG 0 (cooperative, the original): the two consumer warpgroups share each 128 x BLOCK_N tile
+ * (64 rows each), so both run their epilogues at the same time and the tensor cores wait for them.
+ * PINGPONG 1: each consumer warpgroup owns whole 64 x BLOCK_N tiles (BLOCK_M 64: tma_a's box is
+ * {64, 64}); the block's tiles alternate between them (its i-th tile, i = 0, 1, ..., to warpgroup
+ * 1 + i % 2), the producer fills the ring with the tiles' k-blocks in that order, and an ordering
+ * barrier (named barriers 3 and 4) lets a warpgroup start its main loop only once the other has
+ * issued all of its previous tile's wgmma: one warpgroup's main loop then runs while the other
+ * stores its tile. Same accumulators per thread (BLOCK_N / 2), same epilogues, same staging buffers
+ * (two per warpgroup); the scheduler's band is 2 BAND blocks of 64 rows (the same rows as BAND
+ * blocks of 128). docs/kernels-sm90.md, decision 49. */
+template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int PINGPONG = 0,
+          int BAND = 16>
 struct GemmMGrouped {
-    static constexpr int BLOCK_M = 128, BLOCK_K = 64, THREADS = 384;
+    static constexpr int BLOCK_M = PINGPONG ? 64 : 128, BLOCK_K = 64, THREADS = 384;
     static constexpr int BOX_BYTES = 64 * 64 * 2; /* TRANS_B: one 64 x 64 box of the B tile */
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K * 2;
     static constexpr int B_BYTES = BLOCK_N * BLOCK_K * 2;
@@ -98,12 +110,15 @@ struct GemmMGrouped {
     static constexpr int KBLOCKS = K / BLOCK_K;
     static constexpr int NUM_N = N / BLOCK_N;
     static constexpr int ACC = BLOCK_N / 2; /* fp32 accumulators per consumer thread */
-    static constexpr int CONSUMER_WARPS = 8;
+    /* the warps that free a slot: both consumer warpgroups (cooperative), the one owning the tile (ping-pong) */
+    static constexpr int CONSUMER_WARPS = PINGPONG ? 4 : 8;
+    static constexpr int SCHED_BAND = PINGPONG ? 2 * BAND : BAND;
     static_assert(K % BLOCK_K == 0, "K must be a multiple of 64");
     static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
     static_assert(EPILOGUE != 3 || BLOCK_N == 256, "the SwiGLU epilogue takes 256-wide tiles");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 to 4");
+    static_assert(PINGPONG == 0 || PINGPONG == 1, "PINGPONG is 0 (cooperative) or 1");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * (N > K ? N : K) < 2147483647ll, "the rows of W must fit an int coordinate");
 
@@ -114,6 +129,116 @@ struct GemmMGrouped {
             wgmma_m64n256k16<0, TRANS_B>(acc, da, db, accumulate);
         else
             wgmma_m64n128k16<0, TRANS_B>(acc, da, db, accumulate);
+    }
+
+    /* One k-block (BLOCK_K) of a consumer warpgroup's 64 rows: its wgmma from slot `stage` (A rows at
+     * a_row0 of the slot's A tile), issued and committed; then the previous k-block's are waited for and
+     * its slot (prev) freed. */
+    __device__ static __forceinline__ void kblock(float (&acc)[ACC], unsigned a_ring, unsigned b_ring, int stage,
+                                                  int a_row0, int kb, int prev, unsigned empty_bar, int lane)
+    {
+        const unsigned a = a_ring + stage * A_BYTES + a_row0 * 128;
+        const unsigned b = b_ring + stage * B_BYTES;
+        const unsigned long long da = desc_sw128(a);
+        /* K-major B: the k-th 16-wide slice 32 bytes further; MN-major B: 16 k-rows = 2048 bytes */
+        const unsigned long long db = TRANS_B ? desc_mn_sw128(b, BOX_BYTES) : desc_sw128(b);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BLOCK_K / 16; k++)
+            mma(acc, da + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
+        wgmma_commit();
+        /* the previous k-block's wgmma are done: free its slot */
+        wgmma_wait<1>();
+        reg_fence(acc);
+        if (kb > 0 && lane == 0)
+            mbar_arrive(empty_bar + 8 * prev);
+    }
+
+    /* The epilogue of one consumer warpgroup: its 64 x BLOCK_N accumulators (rows row_base .. + 63 of D,
+     * columns nb BLOCK_N ..) to D (and a, EPILOGUE 3); bh (0 or 1) picks the warpgroup's two staging
+     * buffers and named barrier 1 + bh. */
+    __device__ static __forceinline__ void epilogue(float (&acc)[ACC], unsigned out_buf, int bh, int wq, int lane,
+                                                    const TmaDesc &tma_d, unsigned short *d, const TmaDesc *tma_act,
+                                                    const float *probs, long long d_rows, int nb, long long row_base)
+    {
+        /* epilogue 1: fp32 -> bf16, from the fragment to D in 16-byte stores. For each half
+         * row (i) and each 4 consecutive 8-column chunks (4c .. 4c+3), the 4 threads of a
+         * quad hold 2 columns of each chunk; a 4 x 4 transpose across the quad (store_quad)
+         * gives thread q all 8 columns of chunk 4c+q: one warp store then covers 8 rows x
+         * 64 contiguous bytes instead of 8 rows x 16. */
+        const long long row0 = row_base + wq * 16 + lane / 4;
+        if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
+            /* chunk cc: columns 64 cc .. 64 cc + 63 of this warpgroup's 64 rows, written into
+             * buffer cc % 2 in the TMA's 128-byte swizzled layout (row r at 128 r, its 16-byte
+             * unit u at (u ^ r % 8) * 16: conflict-free for the fragment's 8 rows x 4 lanes) */
+            const int tid = threadIdx.x % 128;
+            const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
+            /* (store_tile_bf16_tma writes at row0 + 64 half) */
+            store_tile_bf16_tma<BLOCK_N>(acc, out_buf, bh, wq, lane, &tma_d, nb * BLOCK_N, (int)(row_base - 64 * bh));
+            if constexpr (EPILOGUE == 3) {
+                /* a = silu(gate) up p from the fp32 accumulators: gate chunk j (< 16), up chunk j + 16;
+                 * two 64-wide chunks of a, through the same two buffers (the h chunks used buffers
+                 * 0, 1, 0, 1, so these continue with 0, 1) */
+                const long long prow = row_base + r;
+                const float p0 = probs[prow], p1 = probs[prow + 8];
+#pragma unroll
+                for (int cc = 0; cc < 2; cc++) {
+                    const unsigned buf = out_buf + (bh * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                    if (tid == 0)
+                        bulk_wait_read<1>();
+                    named_barrier(1 + bh, 128);
+#pragma unroll
+                    for (int jj = 0; jj < 8; jj++) {
+                        const int j = cc * 8 + jj, u = j + 16;
+                        float v[4];
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float gt = acc[4 * j + e];
+                            v[e] = gt / (1.0f + __expf(-gt)) * acc[4 * u + e] * (e < 2 ? p0 : p1);
+                        }
+                        const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+                        st_shared_u32(buf + r * 128 + off, pack_bf16x2(v[0], v[1]));
+                        st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(v[2], v[3]));
+                    }
+                    fence_proxy_async();
+                    named_barrier(1 + bh, 128);
+                    if (tid == 0) {
+                        tma_store_2d(tma_act, buf, nb * (BLOCK_N / 2) + cc * 64, (int)row_base);
+                        bulk_commit();
+                    }
+                }
+            }
+        } else if constexpr (EPILOGUE == 4) {
+            float *p0 = (float *)d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+            const bool in0 = row0 < d_rows, in1 = row0 + 8 < d_rows;
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 8; j++) {
+                if (in0)
+                    st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                if (in1)
+                    st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+            }
+        } else if constexpr (EPILOGUE == 2) {
+            /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */
+            unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 8; j++) {
+                st_global_u32(p0 + 8 * j, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
+                st_global_u32(p0 + 8ll * N + 8 * j, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+            }
+        } else {
+            unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 8 * (lane % 4);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int c = 0; c < BLOCK_N / 32; c++) {
+                    unsigned v[4];
+#pragma unroll
+                    for (int t = 0; t < 4; t++)
+                        v[t] = pack_bf16x2(acc[4 * (4 * c + t) + 2 * i], acc[4 * (4 * c + t) + 2 * i + 1]);
+                    store_quad(p0 + 8ll * i * N + 32 * c, v, lane);
+                }
+        }
     }
 
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
@@ -141,7 +266,8 @@ struct GemmMGrouped {
         const int tiles = num_m * NUM_N;
 
         if (wg == 0) {
-            /* producer */
+            /* producer: the k-blocks of the block's tiles in order (ping-pong: alternately for
+             * consumer warpgroup 1 and 2) */
             setmaxnreg_dec<40>();
             if (warp == 0 && elect_one()) {
                 tma_prefetch_desc(&tma_a);
@@ -150,7 +276,7 @@ struct GemmMGrouped {
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                     int mb, nb;
-                    moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                    moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
                     const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
                     const int brow = g * N + nb * BLOCK_N;
                     for (int kb = 0; kb < KBLOCKS; kb++) {
@@ -173,6 +299,48 @@ struct GemmMGrouped {
                     }
                 }
             }
+        } else if constexpr (PINGPONG) {
+            /* consumer warpgroup c = wg - 1 takes the block's tiles i = c, c + 2, ...; tile i's k-blocks
+             * are the producer's k-block numbers i KBLOCKS .. i KBLOCKS + KBLOCKS - 1 (slot n % STAGES,
+             * phase n / STAGES % 2). Ordering: before tile i's main loop (i >= 1) a warpgroup waits at
+             * named barrier 3 + c, where the other arrives once it has issued tile i - 1's last wgmma. The
+             * barrier is needed for more than speed: it makes every k-block before i KBLOCKS loaded before
+             * the warpgroup waits on its first slot, so a slot's `full` barrier is never two phases behind
+             * the parity waited for (which would read as complete: K of one or two k-blocks, 4 stages). */
+            setmaxnreg_inc<232>();
+            const int c = wg - 1, wq = warp % 4;
+            float acc[ACC];
+            for (int i = c, t = blockIdx.x + c * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
+                int mb, nb;
+                moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
+                const long long n0 = (long long)i * KBLOCKS;
+                int stage = (int)(n0 % STAGES);
+                unsigned phase = (unsigned)((n0 / STAGES) & 1);
+                if (i > 0)
+                    named_barrier(3 + c, 256); /* the other warpgroup has issued tile i - 1 */
+                int prev = 0;
+                for (int kb = 0; kb < KBLOCKS; kb++) {
+                    mbar_wait(full_bar + 8 * stage, phase);
+                    kblock(acc, a_ring, b_ring, stage, 0, kb, prev, empty_bar, lane);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                /* tile i + 1 (the other warpgroup's) may start its main loop */
+                if (t + gridDim.x < tiles)
+                    named_barrier_arrive(3 + (c ^ 1), 256);
+                wgmma_wait<0>();
+                reg_fence(acc);
+                if (lane == 0)
+                    mbar_arrive(empty_bar + 8 * prev);
+                epilogue(acc, out_buf, c, wq, lane, tma_d, d, tma_act, probs, d_rows, nb, (long long)mb * BLOCK_M);
+            }
+            if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
+            }
         } else {
             /* consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127 */
             setmaxnreg_inc<232>();
@@ -182,25 +350,11 @@ struct GemmMGrouped {
             unsigned phase = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 int mb, nb;
-                moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
                 int prev = 0;
                 for (int kb = 0; kb < KBLOCKS; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
-                    const unsigned a = a_ring + stage * A_BYTES + half * (64 * 128);
-                    const unsigned b = b_ring + stage * B_BYTES;
-                    const unsigned long long da = desc_sw128(a);
-                    /* K-major B: the k-th 16-wide slice 32 bytes further; MN-major B: 16 k-rows = 2048 bytes */
-                    const unsigned long long db = TRANS_B ? desc_mn_sw128(b, BOX_BYTES) : desc_sw128(b);
-                    wgmma_fence();
-#pragma unroll
-                    for (int k = 0; k < BLOCK_K / 16; k++)
-                        mma(acc, da + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
-                    wgmma_commit();
-                    /* the previous k-block's wgmma are done: free its slot */
-                    wgmma_wait<1>();
-                    reg_fence(acc);
-                    if (kb > 0 && lane == 0)
-                        mbar_arrive(empty_bar + 8 * prev);
+                    kblock(acc, a_ring, b_ring, stage, half * 64, kb, prev, empty_bar, lane);
                     prev = stage;
                     if (++stage == STAGES) {
                         stage = 0;
@@ -211,84 +365,8 @@ struct GemmMGrouped {
                 reg_fence(acc);
                 if (lane == 0)
                     mbar_arrive(empty_bar + 8 * prev);
-
-                /* epilogue: fp32 -> bf16, from the fragment to D in 16-byte stores. For each half
-                 * row (i) and each 4 consecutive 8-column chunks (4c .. 4c+3), the 4 threads of a
-                 * quad hold 2 columns of each chunk; a 4 x 4 transpose across the quad (store_quad)
-                 * gives thread q all 8 columns of chunk 4c+q: one warp store then covers 8 rows x
-                 * 64 contiguous bytes instead of 8 rows x 16. */
-                const long long row0 = (long long)mb * BLOCK_M + half * 64 + wq * 16 + lane / 4;
-                if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
-                    /* chunk cc: columns 64 cc .. 64 cc + 63 of this warpgroup's 64 rows, written into
-                     * buffer cc % 2 in the TMA's 128-byte swizzled layout (row r at 128 r, its 16-byte
-                     * unit u at (u ^ r % 8) * 16: conflict-free for the fragment's 8 rows x 4 lanes) */
-                    const int tid = threadIdx.x % 128;
-                    const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
-                    store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
-                    if constexpr (EPILOGUE == 3) {
-                        /* a = silu(gate) up p from the fp32 accumulators: gate chunk j (< 16), up chunk j + 16;
-                         * two 64-wide chunks of a, through the same two buffers (the h chunks used buffers
-                         * 0, 1, 0, 1, so these continue with 0, 1) */
-                        const long long prow = (long long)mb * BLOCK_M + half * 64 + r;
-                        const float p0 = probs[prow], p1 = probs[prow + 8];
-#pragma unroll
-                        for (int cc = 0; cc < 2; cc++) {
-                            const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
-                            if (tid == 0)
-                                bulk_wait_read<1>();
-                            named_barrier(1 + half, 128);
-#pragma unroll
-                            for (int jj = 0; jj < 8; jj++) {
-                                const int j = cc * 8 + jj, u = j + 16;
-                                float v[4];
-#pragma unroll
-                                for (int e = 0; e < 4; e++) {
-                                    const float gt = acc[4 * j + e];
-                                    v[e] = gt / (1.0f + __expf(-gt)) * acc[4 * u + e] * (e < 2 ? p0 : p1);
-                                }
-                                const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
-                                st_shared_u32(buf + r * 128 + off, pack_bf16x2(v[0], v[1]));
-                                st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(v[2], v[3]));
-                            }
-                            fence_proxy_async();
-                            named_barrier(1 + half, 128);
-                            if (tid == 0) {
-                                tma_store_2d(tma_act, buf, nb * (BLOCK_N / 2) + cc * 64, mb * BLOCK_M + half * 64);
-                                bulk_commit();
-                            }
-                        }
-                    }
-                } else if constexpr (EPILOGUE == 4) {
-                    float *p0 = (float *)d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
-                    const bool in0 = row0 < d_rows, in1 = row0 + 8 < d_rows;
-#pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; j++) {
-                        if (in0)
-                            st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                        if (in1)
-                            st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
-                    }
-                } else if constexpr (EPILOGUE == 2) {
-                    /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */
-                    unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
-#pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; j++) {
-                        st_global_u32(p0 + 8 * j, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
-                        st_global_u32(p0 + 8ll * N + 8 * j, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
-                    }
-                } else {
-                    unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 8 * (lane % 4);
-#pragma unroll
-                    for (int i = 0; i < 2; i++)
-#pragma unroll
-                        for (int c = 0; c < BLOCK_N / 32; c++) {
-                            unsigned v[4];
-#pragma unroll
-                            for (int t = 0; t < 4; t++)
-                                v[t] = pack_bf16x2(acc[4 * (4 * c + t) + 2 * i], acc[4 * (4 * c + t) + 2 * i + 1]);
-                            store_quad(p0 + 8ll * i * N + 32 * c, v, lane);
-                        }
-                }
+                epilogue(acc, out_buf, half, wq, lane, tma_d, d, tma_act, probs, d_rows, nb,
+                         (long long)mb * BLOCK_M + half * 64);
             }
             if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
                 if (threadIdx.x % 128 == 0)
@@ -1151,15 +1229,18 @@ struct GemmFp8KGrouped {
  * (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first); tensor maps, all bf16 and 128-byte
  * swizzled: tma_a over A [rows_cap, K] with box {64, 128}; tma_b over W viewed [E*N, K] with box
  * {64, BLOCK_N}; tma_d over D [rows_cap, N] with box {64, 64} (read only by EPILOGUE 0); d = D's
- * address (EPILOGUE 1 and 2); TRANS_B 1: tma_b over W viewed [E*K, N] with box {64, 64}. MOEC_SM90_GEMM_MGROUPED is the default epilogue (0). */
-#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B)                       \
+ * address (EPILOGUE 1 and 2); TRANS_B 1: tma_b over W viewed [E*K, N] with box {64, 64}. MOEC_SM90_GEMM_MGROUPED is the default epilogue (0).
+ * MOEC_SM90_GEMM_MGROUPED_SCHED picks the schedule: PINGPONG 1 takes tma_a with box {64, 64} (64-row tiles). */
+#define MOEC_SM90_GEMM_MGROUPED_SCHED(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B, PINGPONG)          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              const __grid_constant__ moec::sm90::TmaDesc tma_d, unsigned short *d, const int *offsets, int rows_cap) \
     {                                                                                                         \
-        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B>::run(tma_a, tma_b, tma_d, d, offsets, \
-                                                                                  rows_cap);                 \
+        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B, PINGPONG>::run(tma_a, tma_b, tma_d, d, \
+                                                                                            offsets, rows_cap); \
     }
+#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B)                       \
+    MOEC_SM90_GEMM_MGROUPED_SCHED(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B, 0)
 #define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0, 0)
 
 /* The K-grouped kernel NAME (weight gradient, fp32 out), register-store epilogue (1). Launch

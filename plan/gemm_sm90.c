@@ -3,9 +3,11 @@
 
 #include <stdio.h>
 
+int gemm_sm90_block_m(const GemmSm90Shape *s) { return s->pingpong ? 64 : GEMM_SM90_BLOCK_M; }
+
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s)
 {
-    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * GEMM_SM90_BLOCK_K * 2 +
+    return 1024 + s->stages * (gemm_sm90_block_m(s) + s->block_n) * GEMM_SM90_BLOCK_K * 2 +
            (s->epilogue == GEMM_SM90_EPI_TMA || s->epilogue == GEMM_SM90_EPI_GLU ? 4 * 64 * 64 * 2 : 0) + 16 * s->stages;
 }
 
@@ -25,6 +27,8 @@ int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
         snprintf(err, errlen, "N %d is not a multiple of BLOCK_N %d", s->N, s->block_n);
     else if (s->trans_b != 0 && s->trans_b != 1)
         snprintf(err, errlen, "trans_b is 0 or 1, not %d", s->trans_b);
+    else if (s->pingpong != 0 && s->pingpong != 1)
+        snprintf(err, errlen, "pingpong is 0 or 1, not %d", s->pingpong);
     else if ((long long)s->E * (s->trans_b ? s->K : s->N) >= 2147483647ll)
         snprintf(err, errlen, "E * %s = %lld rows of W do not fit an int", s->trans_b ? "K" : "N",
                  (long long)s->E * (s->trans_b ? s->K : s->N));

@@ -697,15 +697,17 @@ static void test_fast_mlp(void)
         CudaKgemmEpilogue kgemm; /* the weight-gradient GEMMs' epilogue (fast_mlp's dW slices are 16-byte aligned) */
         int tc, attn_fast, attn_ref; /* dense linear launches on the sm_90a GEMMs (a conversion + a GEMM per node);
                                         attention launches fast (2 forward + 3 backward per layer), reference */
+        CudaMgemmSchedule mgemm; /* the M-grouped GEMMs' schedule (default: ping-pong, decision 49) */
     } cases[] = {/* attention: 1 forward launch (q, k, v bf16 as stored: no conversion) + 3 backward per layer */
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_TMA, 48, 8, 0},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_REGS, 48, 8, 0},
-                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_DEFAULT},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_TMA, 48, 8, 0, CUDA_MGEMM_DEFAULT},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_REGS, 48, 8, 0, CUDA_MGEMM_COOPERATIVE},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_PINGPONG},
+                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_DEFAULT},
                  /* head dim 16: the reference attention, with the reason; 64-wide projections: reference tiles */
-                 {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT, 0, 0, 6},
+                 {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT, 0, 0, 6, CUDA_MGEMM_DEFAULT},
                  /* x an input, dy's source read only through the elided dispatch */
-                 {"bench/models/layer/layer_small.moe", NULL, 1, 3, CUDA_KGEMM_DEFAULT, 0, 0, 0}};
+                 {"bench/models/layer/layer_small.moe", NULL, 1, 3, CUDA_KGEMM_DEFAULT, 0, 0, 0, CUDA_MGEMM_DEFAULT}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         Compilation c;
         IrGraph *g = compile_model(&c, cases[k].path, cases[k].precision, 0, NULL);
@@ -713,7 +715,7 @@ static void test_fast_mlp(void)
         Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
         if (p)
             p->source.kernels = PLAN_KERNELS_FAST;
-        CudaOptions opts = {.kgemm_epilogue = cases[k].kgemm};
+        CudaOptions opts = {.kgemm_epilogue = cases[k].kgemm, .mgemm_schedule = cases[k].mgemm};
         CHECK(p && cuda_codegen(p, &opts, NULL), "%s: a fast plan", cases[k].path);
         if (!p) {
             compilation_free(&c);
@@ -830,6 +832,22 @@ static void test_fast_mlp(void)
         CHECK(glu_ok, "%s: the copies' layouts (gate_up interleaved for the SwiGLU epilogue)", cases[k].path);
         CHECK((cases[k].fast || cases[k].tc) == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
               "%s: the sm_90a device code only when used", cases[k].path);
+        /* the expert MLP's M-grouped GEMMs: ping-pong (PINGPONG 1, kernels named _pp, tma_a's box 64 rows) unless
+         * asked for the cooperative schedule; never both in one plan */
+        int pp = cases[k].fast && cases[k].mgemm != CUDA_MGEMM_COOPERATIVE;
+        int npp = 0, nbox64 = 0;
+        for (int li = 0; li < p->nlaunches; li++)
+            npp += p->launches[li].kernel >= 0 && strstr(p->kernel_names[p->launches[li].kernel], "_pp") != NULL;
+        for (int li = 0; li < p->nlaunches; li++) {
+            const PlanLaunch *l = &p->launches[li];
+            nbox64 += l->kernel >= 0 && strstr(p->kernel_names[l->kernel], "_pp") != NULL && l->targs && l->nargs > 0 &&
+                      l->targs[0].kind == PLAN_ARG_TMAP && l->targs[0].box_rows == 64; /* tma_a */
+        }
+        CHECK((strstr(p->cuda_source, ", 1>::run(tma_a, tma_b, tma_d, d, offsets") != NULL) == pp &&
+                  (strstr(p->cuda_source, ", 0>::run(tma_a, tma_b, tma_d, d, offsets") != NULL) == (cases[k].fast && !pp) &&
+                  npp == (pp ? 4 * nodes / 2 : 0) && nbox64 == npp,
+              "%s (schedule option %d): %d ping-pong launches (%d with tma_a's 64-row box) for %d grouped_mlp nodes",
+              cases[k].path, (int)cases[k].mgemm, npp, nbox64, nodes);
         CHECK(tc == cases[k].tc && attn_fast == cases[k].attn_fast && attn_ref == cases[k].attn_ref,
               "%s: %d dense linear launches on the sm_90a GEMMs, %d fast and %d reference attention launches",
               cases[k].path, tc, attn_fast, attn_ref);
