@@ -35,9 +35,15 @@ extern const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS];
 typedef enum CudaKgemmEpilogue { CUDA_KGEMM_DEFAULT, CUDA_KGEMM_TMA, CUDA_KGEMM_REGS } CudaKgemmEpilogue;
 
 /* The bf16 M-grouped GEMMs' schedule in fast plans (docs/kernels-sm90.md, decision 49): the default
- * (codegen/cuda_moe_fast.c FAST_MGEMM_PINGPONG), or forced either way (A/B timing, the tests). The driver
- * takes it from the environment, MOEC_MGEMM=cooperative|pingpong (driver/build.c). */
-typedef enum CudaMgemmSchedule { CUDA_MGEMM_DEFAULT, CUDA_MGEMM_COOPERATIVE, CUDA_MGEMM_PINGPONG } CudaMgemmSchedule;
+ * (codegen/cuda_moe_fast.c FAST_MGEMM_SCHEDULE), or forced (A/B timing, the tests): cooperative, ping-pong with
+ * 128 x 128 tiles per consumer warpgroup, ping-pong with 64 x 256 (pingpong64). The driver takes it from the
+ * environment, MOEC_MGEMM=cooperative|pingpong|pingpong64 (driver/build.c). */
+typedef enum CudaMgemmSchedule {
+    CUDA_MGEMM_DEFAULT,
+    CUDA_MGEMM_COOPERATIVE,
+    CUDA_MGEMM_PINGPONG,
+    CUDA_MGEMM_PINGPONG64
+} CudaMgemmSchedule;
 
 typedef struct CudaOptions {
     int no_dedup;          /* one kernel per launch even when identical (default: share) */

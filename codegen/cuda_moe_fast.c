@@ -28,12 +28,13 @@
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* the sm_90a M-grouped kernel's configuration for D [., N] = A [., K] W[g]^T: BLOCK_N 256 (4 stages)
- * where N allows, else 128 (6 stages; 8 for ping-pong's 64-row tiles); the TMA-store epilogue; pingpong:
- * the schedule (0 cooperative, 1 ping-pong) */
+ * where N allows, else 128 (6 stages; 8 with ping-pong's 64-row tiles); ping-pong with 128 x 128 tiles:
+ * BLOCK_N 128, 6 stages; the TMA-store epilogue; pingpong: the schedule (plan/gemm_sm90.h) */
 static GemmSm90Shape mgrouped_shape_pp(int64_t E, int64_t N, int64_t K, int trans_b, int pingpong)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, N % 256 == 0 ? 256 : 128, N % 256 == 0 ? 4 : pingpong ? 8 : 6,
-                       GEMM_SM90_EPI_TMA, trans_b, pingpong};
+    int bn = pingpong == 2 || N % 256 ? 128 : 256;
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, bn, bn == 256 ? 4 : pingpong == 1 ? 8 : 6, GEMM_SM90_EPI_TMA, trans_b,
+                       pingpong};
     return s;
 }
 static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b)
@@ -42,16 +43,18 @@ static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b
 }
 
 /* The expert MLP's bf16 M-grouped GEMMs (gate_up with the SwiGLU epilogue, down, and the backward's two data
- * gradients) take the ping-pong schedule unless CudaOptions says otherwise (decision 49: the cooperative
- * kernel's consumer warpgroups store their shared tile at the same time, and ncu shows the tensor pipe idle
- * meanwhile, 39-46 % of the warps' stall cycles at the epilogue's barrier). The dense linears (tc_*) stay
- * cooperative. */
-static const int FAST_MGEMM_PINGPONG = 1;
+ * gradients) take the ping-pong schedule with 128 x 128 tiles per consumer warpgroup unless CudaOptions says
+ * otherwise (decision 49: the cooperative kernel's consumer warpgroups store their shared tile at the same
+ * time, and ncu shows 39-46% of the warps' stall cycles at the epilogue's barrier; 128 x 128 tiles keep the
+ * operand traffic per flop of the cooperative BLOCK_N 128 kernel, measured at 720 TFLOP/s on gate_up). The
+ * dense linears (tc_*) stay cooperative. */
+static const CudaMgemmSchedule FAST_MGEMM_SCHEDULE = CUDA_MGEMM_PINGPONG;
 
+/* GemmSm90Shape.pingpong for the expert MLP's M-grouped GEMMs */
 static int mgemm_pingpong(const Cg *cg)
 {
-    return cg->mgemm_schedule == CUDA_MGEMM_PINGPONG ||
-           (cg->mgemm_schedule == CUDA_MGEMM_DEFAULT && FAST_MGEMM_PINGPONG);
+    CudaMgemmSchedule s = cg->mgemm_schedule == CUDA_MGEMM_DEFAULT ? FAST_MGEMM_SCHEDULE : cg->mgemm_schedule;
+    return s == CUDA_MGEMM_PINGPONG ? 2 : s == CUDA_MGEMM_PINGPONG64 ? 1 : 0;
 }
 /* The K-grouped (weight-gradient) kernel's epilogue in fast plans unless CudaOptions says otherwise: the
  * TMA-store one, measured on the H200 in the layer benchmark against the stores from registers (2026-12-01,
@@ -105,16 +108,20 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
         snprintf(why, len, "too large: R + 128 E = %lld rows", (long long)moec_fast_rows_cap(R, (int)E));
         return 0;
     }
-    /* both schedules must fit (which one a plan gets is a compile option) */
-    GemmSm90Shape m[8] = {mgrouped_shape(E, 2 * F, H, 0),        mgrouped_shape(E, H, F, 0),
-                          mgrouped_shape(E, F, H, 1),            mgrouped_shape(E, H, 2 * F, 1),
-                          mgrouped_shape_pp(E, 2 * F, H, 0, 1), mgrouped_shape_pp(E, H, F, 0, 1),
-                          mgrouped_shape_pp(E, F, H, 1, 1),     mgrouped_shape_pp(E, H, 2 * F, 1, 1)};
+    /* every schedule must fit (which one a plan gets is a compile option); gate_up with the SwiGLU epilogue */
+    GemmSm90Shape m[12];
+    for (int pp = 0; pp < 3; pp++) {
+        m[4 * pp + 0] = mgrouped_shape_pp(E, 2 * F, H, 0, pp);
+        m[4 * pp + 0].epilogue = GEMM_SM90_EPI_GLU;
+        m[4 * pp + 1] = mgrouped_shape_pp(E, H, F, 0, pp);
+        m[4 * pp + 2] = mgrouped_shape_pp(E, F, H, 1, pp);
+        m[4 * pp + 3] = mgrouped_shape_pp(E, H, 2 * F, 1, pp);
+    }
     /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
     GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
                           kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
     char err[200];
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 12; i++)
         if (!gemm_sm90_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
@@ -183,14 +190,14 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
     /* the kernel's name carries its configuration (what --profile and the SASS tools print) */
     char sfx[96];
     snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s%s", suffix, s.block_n, s.stages, act >= 0 ? "_glu" : "",
-             trans_b ? "_tb" : "", s.pingpong ? "_pp" : "");
+             trans_b ? "_tb" : "", s.pingpong == 2 ? "_pp" : s.pingpong == 1 ? "_pp64" : "");
     suffix = sfx;
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, a, f->rcap, K, gemm_sm90_block_m(&s), "tma_a");
     if (trans_b)
         cg_tmap(cg, w, f->E * K, N, 64, "tma_b");
     else
-        cg_tmap(cg, w, f->E * N, K, s.block_n, "tma_b");
+        cg_tmap(cg, w, f->E * N, K, gemm_sm90_b_box_rows(&s), "tma_b");
     cg_tmap(cg, d, f->rcap, N, 64, "tma_d");
     if (act >= 0)
         cg_tmap(cg, act, f->rcap, N / 2, 64, "tma_act");

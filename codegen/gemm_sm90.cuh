@@ -92,11 +92,20 @@ __device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N /
  * issued all of its previous tile's wgmma: one warpgroup's main loop then runs while the other
  * stores its tile. Same accumulators per thread (BLOCK_N / 2), same epilogues, same staging buffers
  * (two per warpgroup); the scheduler's band is 2 BAND blocks of 64 rows (the same rows as BAND
- * blocks of 128). docs/kernels-sm90.md, decision 49. */
+ * blocks of 128).
+ * PINGPONG 2: the same alternation with 128 x 128 tiles per warpgroup (BLOCK_N 128, BLOCK_M 128: the
+ * operands' L2 and shared-memory traffic per flop of the cooperative BLOCK_N 128 kernel, where the
+ * 64 x 256 tiles of PINGPONG 1 read 25% more per flop from L2); each thread holds two m64n128
+ * fragments (rows 0-63 and 64-127 of the tile, 128 fp32 in all) and issues two wgmma per 16-deep
+ * slice. Epilogues 0 and 3 only. The SwiGLU epilogue (3) takes 64 gate and the matching 64 up rows
+ * of W into one tile: tile column block nb is gate columns 256 (nb / 2) + 64 (nb % 2) .. + 63 of D's
+ * interleaved layout and the up columns 128 further (tma_b's box {64, 64}: two boxes per stage), so
+ * each thread again holds both factors of its outputs of a (columns 128 (nb / 2) + 64 (nb % 2) ..).
+ * docs/kernels-sm90.md, decision 49. */
 template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int PINGPONG = 0,
           int BAND = 16>
 struct GemmMGrouped {
-    static constexpr int BLOCK_M = PINGPONG ? 64 : 128, BLOCK_K = 64, THREADS = 384;
+    static constexpr int BLOCK_M = PINGPONG == 1 ? 64 : 128, BLOCK_K = 64, THREADS = 384;
     static constexpr int BOX_BYTES = 64 * 64 * 2; /* TRANS_B: one 64 x 64 box of the B tile */
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K * 2;
     static constexpr int B_BYTES = BLOCK_N * BLOCK_K * 2;
@@ -109,16 +118,20 @@ struct GemmMGrouped {
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8;
     static constexpr int KBLOCKS = K / BLOCK_K;
     static constexpr int NUM_N = N / BLOCK_N;
-    static constexpr int ACC = BLOCK_N / 2; /* fp32 accumulators per consumer thread */
+    static constexpr int ACC = BLOCK_N / 2; /* fp32 accumulators per consumer thread (per fragment for PINGPONG 2) */
+    static constexpr bool GLU_SPLIT = PINGPONG == 2 && EPILOGUE == 3; /* two 64-row boxes of W per stage */
     /* the warps that free a slot: both consumer warpgroups (cooperative), the one owning the tile (ping-pong) */
     static constexpr int CONSUMER_WARPS = PINGPONG ? 4 : 8;
-    static constexpr int SCHED_BAND = PINGPONG ? 2 * BAND : BAND;
+    static constexpr int SCHED_BAND = PINGPONG == 1 ? 2 * BAND : BAND;
     static_assert(K % BLOCK_K == 0, "K must be a multiple of 64");
     static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
-    static_assert(EPILOGUE != 3 || BLOCK_N == 256, "the SwiGLU epilogue takes 256-wide tiles");
+    static_assert(EPILOGUE != 3 || BLOCK_N == 256 || PINGPONG == 2, "the SwiGLU epilogue takes 256-wide tiles");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 to 4");
-    static_assert(PINGPONG == 0 || PINGPONG == 1, "PINGPONG is 0 (cooperative) or 1");
+    static_assert(PINGPONG >= 0 && PINGPONG <= 2, "PINGPONG is 0 (cooperative), 1 or 2");
+    static_assert(PINGPONG != 2 || (BLOCK_N == 128 && (EPILOGUE == 0 || EPILOGUE == 3)),
+                  "PINGPONG 2 takes BLOCK_N 128 and epilogue 0 or 3");
+    static_assert(!GLU_SPLIT || N % 256 == 0, "the SwiGLU epilogue pairs 128-column gate and up blocks");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * (N > K ? N : K) < 2147483647ll, "the rows of W must fit an int coordinate");
 
@@ -152,6 +165,90 @@ struct GemmMGrouped {
         reg_fence(acc);
         if (kb > 0 && lane == 0)
             mbar_arrive(empty_bar + 8 * prev);
+    }
+
+    /* PINGPONG 2: one k-block of a warpgroup's 128 x 128 tile, two m64n128k16 per 16-deep slice (rows 0-63 into
+     * acc0, 64-127 into acc1), one commit group; then as kblock */
+    __device__ static __forceinline__ void kblock2(float (&acc0)[ACC], float (&acc1)[ACC], unsigned a_ring,
+                                                   unsigned b_ring, int stage, int kb, int prev, unsigned empty_bar,
+                                                   int lane)
+    {
+        const unsigned a = a_ring + stage * A_BYTES;
+        const unsigned b = b_ring + stage * B_BYTES;
+        const unsigned long long da0 = desc_sw128(a), da1 = desc_sw128(a + 64 * 128);
+        const unsigned long long db = TRANS_B ? desc_mn_sw128(b, BOX_BYTES) : desc_sw128(b);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BLOCK_K / 16; k++) {
+            mma(acc0, da0 + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
+            mma(acc1, da1 + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        reg_fence(acc0);
+        reg_fence(acc1);
+        if (kb > 0 && lane == 0)
+            mbar_arrive(empty_bar + 8 * prev);
+    }
+
+    /* One 64 x 64 chunk of a warpgroup's bf16 output through staging buffer `buf` (the TMA's 128-byte swizzled
+     * layout, as store_tile_bf16_tma): the 8-column groups j0 .. j0 + 7 of the m64n128 fragment acc, or with
+     * GLU the values silu(acc[j]) acc[j + 8] p of groups j0 .. j0 + 7 (j0 = 0: gate columns 0-63, up 64-127);
+     * stored at (col, row) of tma. Named barrier 1 + bh. */
+    template <int J0, bool GLU>
+    __device__ static __forceinline__ void chunk2(const float (&acc)[ACC], unsigned buf, int bh, int wq, int lane,
+                                                  const TmaDesc *tma, int col, int row, float p0, float p1)
+    {
+        const int tid = threadIdx.x % 128;
+        const int r = wq * 16 + lane / 4; /* and r + 8 */
+        if (tid == 0)
+            bulk_wait_read<1>(); /* the store that last read this buffer is done */
+        named_barrier(1 + bh, 128);
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if constexpr (GLU) {
+                    const float gt = acc[4 * jj + e];
+                    v[e] = gt / (1.0f + __expf(-gt)) * acc[4 * (jj + 8) + e] * (e < 2 ? p0 : p1);
+                } else {
+                    v[e] = acc[4 * (J0 + jj) + e];
+                }
+            }
+            const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+            st_shared_u32(buf + r * 128 + off, pack_bf16x2(v[0], v[1]));
+            st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(v[2], v[3]));
+        }
+        fence_proxy_async();
+        named_barrier(1 + bh, 128);
+        if (tid == 0) {
+            tma_store_2d(tma, buf, col, row);
+            bulk_commit();
+        }
+    }
+    /* PINGPONG 2's epilogue for one m64n128 fragment of the warpgroup's tile (rows row0 .. row0 + 63, hh = 0 or 1:
+     * the tile's first or second 64 rows): two 64-column chunks of D (EPILOGUE 3: the gate chunk at D column
+     * 256 (nb / 2) + 64 (nb % 2), the up chunk 128 further; else nb 128 and nb 128 + 64), then for EPILOGUE 3
+     * one chunk of a at column 128 (nb / 2) + 64 (nb % 2). */
+    __device__ static __forceinline__ void epilogue2(const float (&acc)[ACC], unsigned out_buf, int bh, int wq,
+                                                     int lane, const TmaDesc &tma_d, const TmaDesc *tma_act,
+                                                     const float *probs, int nb, int row0, int hh)
+    {
+        const unsigned buf0 = out_buf + (bh * 2) * OUT_CHUNK_BYTES, buf1 = buf0 + OUT_CHUNK_BYTES;
+        /* the buffers strictly alternate over the warpgroup's whole sequence of chunks (bulk_wait_read 1 frees only
+         * the older one): 2 chunks per fragment without GLU (b0 b1 | b0 b1), 3 with it (b0 b1 b0 | b1 b0 b1) */
+        const int start = (EPILOGUE == 3 && hh == 1) ? 1 : 0;
+        const unsigned bA = start ? buf1 : buf0, bB = start ? buf0 : buf1;
+        const int c0 = EPILOGUE == 3 ? (nb / 2) * 256 + (nb % 2) * 64 : nb * 128;
+        const int c1 = EPILOGUE == 3 ? c0 + 128 : c0 + 64;
+        chunk2<0, false>(acc, bA, bh, wq, lane, &tma_d, c0, row0, 0.0f, 0.0f);
+        chunk2<8, false>(acc, bB, bh, wq, lane, &tma_d, c1, row0, 0.0f, 0.0f);
+        if constexpr (EPILOGUE == 3) {
+            const int r = wq * 16 + lane / 4;
+            const float p0 = probs[(long long)row0 + r], p1 = probs[(long long)row0 + r + 8];
+            chunk2<0, true>(acc, bA, bh, wq, lane, tma_act, (nb / 2) * 128 + (nb % 2) * 64, row0, p0, p1);
+        }
     }
 
     /* The epilogue of one consumer warpgroup: its 64 x BLOCK_N accumulators (rows row_base .. + 63 of D,
@@ -289,6 +386,12 @@ struct GemmMGrouped {
                             for (int j = 0; j < BLOCK_N / 64; j++)
                                 tma_load_2d(b_ring + stage * B_BYTES + j * BOX_BYTES, &tma_b, full_bar + 8 * stage,
                                             nb * BLOCK_N + 64 * j, g * K + kb * BLOCK_K);
+                        } else if constexpr (GLU_SPLIT) {
+                            /* 64 gate rows and the matching 64 up rows, 128 rows further in W's interleaved layout */
+                            const int grow = g * N + (nb / 2) * 256 + (nb % 2) * 64;
+                            tma_load_2d(b_ring + stage * B_BYTES, &tma_b, full_bar + 8 * stage, kb * BLOCK_K, grow);
+                            tma_load_2d(b_ring + stage * B_BYTES + 64 * 128, &tma_b, full_bar + 8 * stage, kb * BLOCK_K,
+                                        grow + 128);
                         } else {
                             tma_load_2d(b_ring + stage * B_BYTES, &tma_b, full_bar + 8 * stage, kb * BLOCK_K, brow);
                         }
@@ -309,7 +412,7 @@ struct GemmMGrouped {
              * the parity waited for (which would read as complete: K of one or two k-blocks, 4 stages). */
             setmaxnreg_inc<232>();
             const int c = wg - 1, wq = warp % 4;
-            float acc[ACC];
+            float acc[ACC], acc1[PINGPONG == 2 ? ACC : 1]; /* PINGPONG 2: acc rows 0-63, acc1 rows 64-127 */
             for (int i = c, t = blockIdx.x + c * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
                 int mb, nb;
                 moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
@@ -321,7 +424,10 @@ struct GemmMGrouped {
                 int prev = 0;
                 for (int kb = 0; kb < KBLOCKS; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
-                    kblock(acc, a_ring, b_ring, stage, 0, kb, prev, empty_bar, lane);
+                    if constexpr (PINGPONG == 2)
+                        kblock2(acc, acc1, a_ring, b_ring, stage, kb, prev, empty_bar, lane);
+                    else
+                        kblock(acc, a_ring, b_ring, stage, 0, kb, prev, empty_bar, lane);
                     prev = stage;
                     if (++stage == STAGES) {
                         stage = 0;
@@ -333,9 +439,16 @@ struct GemmMGrouped {
                     named_barrier_arrive(3 + (c ^ 1), 256);
                 wgmma_wait<0>();
                 reg_fence(acc);
+                if constexpr (PINGPONG == 2)
+                    reg_fence(acc1);
                 if (lane == 0)
                     mbar_arrive(empty_bar + 8 * prev);
-                epilogue(acc, out_buf, c, wq, lane, tma_d, d, tma_act, probs, d_rows, nb, (long long)mb * BLOCK_M);
+                if constexpr (PINGPONG == 2) {
+                    epilogue2(acc, out_buf, c, wq, lane, tma_d, tma_act, probs, nb, mb * BLOCK_M, 0);
+                    epilogue2(acc1, out_buf, c, wq, lane, tma_d, tma_act, probs, nb, mb * BLOCK_M + 64, 1);
+                } else {
+                    epilogue(acc, out_buf, c, wq, lane, tma_d, d, tma_act, probs, d_rows, nb, (long long)mb * BLOCK_M);
+                }
             }
             if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
                 if (threadIdx.x % 128 == 0)

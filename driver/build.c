@@ -9,8 +9,9 @@
 #include "../codegen/cuda.h"
 #include "../util/util.h"
 
-/* MOEC_MGEMM (environment): the bf16 M-grouped GEMMs' schedule in --kernels fast plans, "cooperative" or
- * "pingpong" (unset or empty: codegen's default), for A/B timing without a rebuild (decision 49). */
+/* MOEC_MGEMM (environment): the bf16 M-grouped GEMMs' schedule in --kernels fast plans, "cooperative",
+ * "pingpong" (128 x 128 tiles per consumer warpgroup) or "pingpong64" (64 x 256); unset or empty: codegen's
+ * default. For A/B timing without a rebuild (decision 49). */
 static int mgemm_schedule_from_env(CudaMgemmSchedule *out, char *err, size_t errlen)
 {
     const char *v = getenv("MOEC_MGEMM");
@@ -21,8 +22,10 @@ static int mgemm_schedule_from_env(CudaMgemmSchedule *out, char *err, size_t err
         *out = CUDA_MGEMM_COOPERATIVE;
     else if (strcmp(v, "pingpong") == 0)
         *out = CUDA_MGEMM_PINGPONG;
+    else if (strcmp(v, "pingpong64") == 0)
+        *out = CUDA_MGEMM_PINGPONG64;
     else {
-        snprintf(err, errlen, "MOEC_MGEMM is 'cooperative' or 'pingpong', not '%s'", v);
+        snprintf(err, errlen, "MOEC_MGEMM is 'cooperative', 'pingpong' or 'pingpong64', not '%s'", v);
         return 0;
     }
     return 1;

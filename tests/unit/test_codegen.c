@@ -703,6 +703,7 @@ static void test_fast_mlp(void)
                  {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_TMA, 48, 8, 0, CUDA_MGEMM_DEFAULT},
                  {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_REGS, 48, 8, 0, CUDA_MGEMM_COOPERATIVE},
                  {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_PINGPONG},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_PINGPONG64},
                  {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_DEFAULT},
                  /* head dim 16: the reference attention, with the reason; 64-wide projections: reference tiles */
                  {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT, 0, 0, 6, CUDA_MGEMM_DEFAULT},
@@ -832,22 +833,33 @@ static void test_fast_mlp(void)
         CHECK(glu_ok, "%s: the copies' layouts (gate_up interleaved for the SwiGLU epilogue)", cases[k].path);
         CHECK((cases[k].fast || cases[k].tc) == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
               "%s: the sm_90a device code only when used", cases[k].path);
-        /* the expert MLP's M-grouped GEMMs: ping-pong (PINGPONG 1, kernels named _pp, tma_a's box 64 rows) unless
-         * asked for the cooperative schedule; never both in one plan */
-        int pp = cases[k].fast && cases[k].mgemm != CUDA_MGEMM_COOPERATIVE;
-        int npp = 0, nbox64 = 0;
-        for (int li = 0; li < p->nlaunches; li++)
-            npp += p->launches[li].kernel >= 0 && strstr(p->kernel_names[p->launches[li].kernel], "_pp") != NULL;
+        /* the expert MLP's M-grouped GEMMs: ping-pong with 128 x 128 tiles (PINGPONG 2, kernels named _pp, BLOCK_N
+         * 128; gate_up's tma_b with 64-row boxes: its gate and up halves) unless asked for the 64-row ping-pong
+         * (PINGPONG 1, _pp64, tma_a's box 64 rows) or the cooperative kernel; one schedule per plan */
+        CudaMgemmSchedule sched = cases[k].mgemm == CUDA_MGEMM_DEFAULT ? CUDA_MGEMM_PINGPONG : cases[k].mgemm;
+        int want = !cases[k].fast ? -1 : sched == CUDA_MGEMM_PINGPONG ? 2 : sched == CUDA_MGEMM_PINGPONG64 ? 1 : 0;
+        int npp = 0, nbox = 0;
         for (int li = 0; li < p->nlaunches; li++) {
             const PlanLaunch *l = &p->launches[li];
-            nbox64 += l->kernel >= 0 && strstr(p->kernel_names[l->kernel], "_pp") != NULL && l->targs && l->nargs > 0 &&
-                      l->targs[0].kind == PLAN_ARG_TMAP && l->targs[0].box_rows == 64; /* tma_a */
+            const char *kn = l->kernel >= 0 ? p->kernel_names[l->kernel] : "";
+            size_t kl = strlen(kn);
+            int is_pp = kl > 3 && strcmp(kn + kl - 3, "_pp") == 0, is_pp64 = kl > 5 && strcmp(kn + kl - 5, "_pp64") == 0;
+            npp += is_pp || is_pp64;
+            if (is_pp64)
+                nbox += l->targs && l->nargs > 0 && l->targs[0].box_rows == 64; /* tma_a */
+            if (is_pp)
+                nbox += l->targs && l->nargs > 1 && l->targs[1].box_rows == (strstr(kn, "_glu") || strstr(kn, "_tb") ? 64 : 128) &&
+                        l->targs[0].box_rows == 128 && strstr(kn, "_bn128_s6");
         }
-        CHECK((strstr(p->cuda_source, ", 1>::run(tma_a, tma_b, tma_d, d, offsets") != NULL) == pp &&
-                  (strstr(p->cuda_source, ", 0>::run(tma_a, tma_b, tma_d, d, offsets") != NULL) == (cases[k].fast && !pp) &&
-                  npp == (pp ? 4 * nodes / 2 : 0) && nbox64 == npp,
-              "%s (schedule option %d): %d ping-pong launches (%d with tma_a's 64-row box) for %d grouped_mlp nodes",
-              cases[k].path, (int)cases[k].mgemm, npp, nbox64, nodes);
+        char needle[3][64];
+        for (int v = 0; v < 3; v++)
+            snprintf(needle[v], sizeof needle[v], ", %d>::run(tma_a, tma_b, tma_d, d, offsets", v);
+        CHECK((strstr(p->cuda_source, needle[0]) != NULL) == (want == 0) &&
+                  (strstr(p->cuda_source, needle[1]) != NULL) == (want == 1) &&
+                  (strstr(p->cuda_source, needle[2]) != NULL) == (want == 2) && npp == (want > 0 ? 4 * nodes / 2 : 0) &&
+                  nbox == npp,
+              "%s (schedule option %d): %d ping-pong launches (%d with their boxes) for %d grouped_mlp nodes",
+              cases[k].path, (int)cases[k].mgemm, npp, nbox, nodes);
         CHECK(tc == cases[k].tc && attn_fast == cases[k].attn_fast && attn_ref == cases[k].attn_ref,
               "%s: %d dense linear launches on the sm_90a GEMMs, %d fast and %d reference attention launches",
               cases[k].path, tc, attn_fast, attn_ref);

@@ -164,16 +164,30 @@ static void test_shapes(void)
     CHECK(!gemm_sm90_check_shape(&glu128, err, sizeof err) && strstr(err, "SwiGLU"), "GLU with BLOCK_N 128: %s", err);
     CHECK(!gemm_sm90_check_shape(&badtb, err, sizeof err) && strstr(err, "trans_b"), "trans_b 2: %s", err);
     CHECK(!gemm_sm90_check_shape(&bigk, err, sizeof err) && strstr(err, "E * K"), "E * K rows: %s", err);
-    /* ping-pong (decision 49): 64-row tiles, so 4 stages of BLOCK_N 256 (40 KB each) and 8 of 128 fit beside
-     * the staging buffers, 5 of 256 do not */
+    /* ping-pong with 64-row tiles (pingpong 1, decision 49): 4 stages of BLOCK_N 256 (40 KB each) and 8 of 128
+     * fit beside the staging buffers, 5 of 256 do not */
     GemmSm90Shape pp = {8, 28672, 4096, 256, 4, 3, 0, 1}, pp128 = {16, 1024, 2816, 128, 8, 0, 1, 1},
-                  pp5 = {8, 28672, 4096, 256, 5, 0, 0, 1}, ppbad = {8, 28672, 4096, 256, 4, 0, 0, 2};
-    CHECK(gemm_sm90_block_m(&pp) == 64 && gemm_sm90_block_m(&ok) == 128, "BLOCK_M 64 for ping-pong, 128 else");
+                  pp5 = {8, 28672, 4096, 256, 5, 0, 0, 1}, ppbad = {8, 28672, 4096, 256, 4, 0, 0, 3};
+    CHECK(gemm_sm90_block_m(&pp) == 64 && gemm_sm90_block_m(&ok) == 128, "BLOCK_M 64 for pingpong 1, 128 else");
     CHECK(gemm_sm90_check_shape(&pp, err, sizeof err) && gemm_sm90_smem_bytes(&pp) == 1024 + 4 * 40960 + 32768 + 64,
           "ping-pong gate_up with the GLU epilogue: %d bytes (%s)", gemm_sm90_smem_bytes(&pp), err);
     CHECK(gemm_sm90_check_shape(&pp128, err, sizeof err), "ping-pong BLOCK_N 128, 8 stages: %s", err);
     CHECK(!gemm_sm90_check_shape(&pp5, err, sizeof err) && strstr(err, "shared memory"), "ping-pong 5 stages: %s", err);
-    CHECK(!gemm_sm90_check_shape(&ppbad, err, sizeof err) && strstr(err, "pingpong"), "pingpong 2: %s", err);
+    CHECK(!gemm_sm90_check_shape(&ppbad, err, sizeof err) && strstr(err, "pingpong"), "pingpong 3: %s", err);
+    /* ping-pong with 128 x 128 tiles (pingpong 2): BLOCK_N 128, 6 stages; the SwiGLU epilogue at BLOCK_N 128 with
+     * W's box of 64 rows (gate and up boxes), the TMA epilogue with block_n; not BLOCK_N 256, not the register
+     * epilogues */
+    GemmSm90Shape q = {8, 28672, 4096, 128, 6, 3, 0, 2}, qt = {8, 4096, 14336, 128, 6, 0, 0, 2},
+                  q256 = {8, 28672, 4096, 256, 4, 0, 0, 2}, qreg = {8, 28672, 4096, 128, 6, 1, 0, 2},
+                  qglu = {8, 28544, 4096, 128, 6, 3, 0, 2};
+    CHECK(gemm_sm90_check_shape(&q, err, sizeof err) && gemm_sm90_block_m(&q) == 128 && gemm_sm90_b_box_rows(&q) == 64 &&
+              gemm_sm90_smem_bytes(&q) == 1024 + 6 * 32768 + 32768 + 96,
+          "pingpong 2 gate_up with the SwiGLU epilogue: %d bytes, box %d (%s)", gemm_sm90_smem_bytes(&q),
+          gemm_sm90_b_box_rows(&q), err);
+    CHECK(gemm_sm90_check_shape(&qt, err, sizeof err) && gemm_sm90_b_box_rows(&qt) == 128, "pingpong 2 down: %s", err);
+    CHECK(!gemm_sm90_check_shape(&q256, err, sizeof err) && strstr(err, "pingpong 2"), "pingpong 2 BLOCK_N 256: %s", err);
+    CHECK(!gemm_sm90_check_shape(&qreg, err, sizeof err) && strstr(err, "pingpong 2"), "pingpong 2 epilogue 1: %s", err);
+    CHECK(!gemm_sm90_check_shape(&qglu, err, sizeof err) && strstr(err, "multiple of 256"), "GLU N %% 256: %s", err);
     /* K-grouped: the TMA-store epilogue's 4 x 8 KB of staging fit beside 4 stages of BLOCK_N 256 and 6 of 128 */
     GemmSm90Shape kt = {8, 28672, 4096, 256, 4, 0, 0, 0}, kr = {8, 28672, 4096, 256, 4, 1, 0, 0},
                   kt128 = {16, 1024, 2816, 128, 6, 0, 0, 0}, kbad = {8, 28672, 4096, 256, 4, 2, 0, 0},
@@ -211,7 +225,12 @@ static void test_nvrtc_compile(void)
         {8, 14336, 4096, 256, 4, 0, 1, 0}, /* trans_b: Mixtral da = dy w_down */
         {16, 1024, 5632, 128, 6, 0, 1, 0}, /* trans_b: bio dxs = dh w_gate_up, BLOCK_N 128 */
         {16, 5632, 1024, 256, 4, 3, 0, 0}, /* the SwiGLU epilogue: bio gate_up */
-        /* ping-pong (decision 49): every epilogue, both B layouts, both BLOCK_N */
+        /* ping-pong (decision 49), 128 x 128 tiles: the SwiGLU and TMA epilogues, both B layouts */
+        {8, 28672, 4096, 128, 6, 3, 0, 2}, /* Mixtral gate_up, SwiGLU */
+        {16, 5632, 1024, 128, 6, 3, 0, 2}, /* bio gate_up, SwiGLU */
+        {8, 4096, 14336, 128, 6, 0, 0, 2}, /* Mixtral down */
+        {8, 4096, 28672, 128, 6, 0, 1, 2}, /* Mixtral dxs, trans_b */
+        /* ping-pong, 64-row tiles: every epilogue, both B layouts, both BLOCK_N */
         {8, 28672, 4096, 256, 4, 3, 0, 1}, /* Mixtral gate_up, SwiGLU */
         {8, 4096, 14336, 256, 4, 0, 0, 1}, /* Mixtral down */
         {8, 14336, 4096, 256, 4, 0, 1, 1}, /* Mixtral da, trans_b */
