@@ -45,10 +45,15 @@ typedef enum CudaMgemmSchedule {
     CUDA_MGEMM_PINGPONG64
 } CudaMgemmSchedule;
 
+/* The same for the K-grouped (weight-gradient) GEMMs: cooperative or ping-pong with 128 x 128 tiles per consumer
+ * warpgroup (FAST_KGEMM_SCHEDULE); MOEC_KGEMM=cooperative|pingpong in the driver's environment. */
+typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, CUDA_KSCHED_PINGPONG } CudaKgemmSchedule;
+
 typedef struct CudaOptions {
     int no_dedup;          /* one kernel per launch even when identical (default: share) */
     CudaKgemmEpilogue kgemm_epilogue;
     CudaMgemmSchedule mgemm_schedule;
+    CudaKgemmSchedule kgemm_schedule;
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be

@@ -62,14 +62,27 @@ static int mgemm_pingpong(const Cg *cg)
  * 3.35 -> 3.20, 6.45 -> 6.35 (docs/kernels-sm90.md). */
 static const int FAST_KGEMM_EPILOGUE = GEMM_SM90_KEPI_TMA;
 
-/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K. tma: the TMA-store epilogue, taken only where dW
- * starts 16-byte aligned in its buffer (dw_byte_offset % 16 == 0: a tensor map needs it), else the stores
- * from registers. */
+/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K (128 for ping-pong: pingpong 1). tma: the TMA-store
+ * epilogue, taken only where dW starts 16-byte aligned in its buffer (dw_byte_offset % 16 == 0: a tensor map
+ * needs it), else the stores from registers. */
+static GemmSm90Shape kgrouped_shape_pp(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset, int pingpong)
+{
+    int bn = !pingpong && K % 256 == 0 ? 256 : 128;
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, bn, bn == 256 ? 4 : 6,
+                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0, pingpong};
+    return s;
+}
 static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6,
-                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0, 0};
-    return s;
+    return kgrouped_shape_pp(E, N, K, tma, dw_byte_offset, 0);
+}
+
+/* The expert MLP's weight-gradient GEMMs: ping-pong unless CudaOptions says otherwise (decision 49). */
+static const CudaKgemmSchedule FAST_KGEMM_SCHEDULE = CUDA_KSCHED_PINGPONG;
+static int kgemm_pingpong(const Cg *cg)
+{
+    return cg->kgemm_schedule == CUDA_KSCHED_PINGPONG ||
+           (cg->kgemm_schedule == CUDA_KSCHED_DEFAULT && FAST_KGEMM_SCHEDULE == CUDA_KSCHED_PINGPONG);
 }
 
 static int kgemm_tma(const Cg *cg)
@@ -118,15 +131,17 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
         m[4 * pp + 3] = mgrouped_shape_pp(E, H, 2 * F, 1, pp);
     }
     /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
-    GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
-                          kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
+    GemmSm90Shape k[8] = {kgrouped_shape(E, H, F, 1, 0),           kgrouped_shape(E, 2 * F, H, 1, 0),
+                          kgrouped_shape(E, H, F, 0, 0),           kgrouped_shape(E, 2 * F, H, 0, 0),
+                          kgrouped_shape_pp(E, H, F, 1, 0, 1),     kgrouped_shape_pp(E, 2 * F, H, 1, 0, 1),
+                          kgrouped_shape_pp(E, H, F, 0, 0, 1),     kgrouped_shape_pp(E, 2 * F, H, 0, 0, 1)};
     char err[200];
     for (int i = 0; i < 12; i++)
         if (!gemm_sm90_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
             return 0;
@@ -219,10 +234,10 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
 static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
                        int64_t K, int64_t glu_f)
 {
-    GemmSm90Shape s = kgrouped_shape(f->E, N, K, kgemm_tma(cg), off * 4);
+    GemmSm90Shape s = kgrouped_shape_pp(f->E, N, K, kgemm_tma(cg), off * 4, kgemm_pingpong(cg));
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s", suffix, s.block_n, s.stages, glu_f ? "_glu" : "",
-             s.epilogue == GEMM_SM90_KEPI_TMA ? "_tma" : "");
+    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s%s", suffix, s.block_n, s.stages, glu_f ? "_glu" : "",
+             s.epilogue == GEMM_SM90_KEPI_TMA ? "_tma" : "", s.pingpong ? "_pp" : "");
     suffix = sfx;
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, dy, f->rcap, N, 64, "tma_dy");
@@ -233,13 +248,13 @@ static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
     if (s.epilogue == GEMM_SM90_KEPI_TMA)
-        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld>::run(tma_dy, tma_x, tma_dw, out + %lld, "
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld, %d>::run(tma_dy, tma_x, tma_dw, out + %lld, "
                     "offsets, rows_cap);",
-                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong, (long long)off);
     else
-        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld>::run(tma_dy, tma_x, out + %lld, offsets, "
-                    "rows_cap);",
-                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld, %d>::run(tma_dy, tma_x, out + %lld, "
+                    "offsets, rows_cap);",
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong, (long long)off);
     cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;

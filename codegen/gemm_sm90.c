@@ -35,7 +35,10 @@ char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *ext
 char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const char *extra)
 {
     char inst[256];
-    if (s->epilogue == GEMM_SM90_KEPI_TMA)
+    if (s->pingpong)
+        snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_KGROUPED_SCHED(%s, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
+                 s->K, s->block_n, s->stages, s->epilogue, s->pingpong);
+    else if (s->epilogue == GEMM_SM90_KEPI_TMA)
         snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_KGROUPED_EX(%s, %d, %d, %d, %d, %d, 0)\n", name, s->E, s->N, s->K,
                  s->block_n, s->stages);
     else

@@ -513,8 +513,16 @@ struct GemmMGrouped {
  *
  * GLU_F > 0: dY's columns (the rows of dW) come interleaved in blocks of 128 as the gate_up weight's
  * working copy (plan.h PlanBuf.glu_f): each 128-row block of dW is written to the gate or up rows it
- * stands for (dst_row0), so the gradient keeps the param's layout. */
-template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 1, int BAND = 16, int GLU_F = 0>
+ * stands for (dst_row0), so the gradient keeps the param's layout.
+ *
+ * PINGPONG 1 (decision 49): the M-grouped kernel's ping-pong schedule (GemmMGrouped PINGPONG 2): each consumer
+ * warpgroup owns whole 128 x 128 tiles of dW (BLOCK_N 128; two m64n128 fragments: n rows 0-63 from the stage's
+ * first dY^T box, 64-127 from the second), the block's tiles alternating between them, an ordering barrier
+ * (named barriers 3, 4) between their main loops. A tile's reduction length (its group's rows) varies, so a
+ * consumer finds the ring number of its tile's first stage by summing the steps of all the block's earlier
+ * tiles, the other warpgroup's included (two offsets reads a tile). */
+template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 1, int BAND = 16, int GLU_F = 0,
+          int PINGPONG = 0>
 struct GemmKGrouped {
     static constexpr int BLOCK_N_OUT = 128; /* rows of dW (n) per tile: 2 consumer warpgroups x 64 */
     static constexpr int BLOCK_R = 64;      /* reduction rows per stage */
@@ -539,6 +547,7 @@ struct GemmKGrouped {
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
     static_assert(EPILOGUE != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
     static_assert(GLU_F == 0 || (N == 2 * GLU_F && GLU_F % 128 == 0), "GLU_F: dY's columns are [E, 2F] interleaved");
+    static_assert(PINGPONG == 0 || (PINGPONG == 1 && BLOCK_N == 128), "PINGPONG 1 takes BLOCK_N 128");
 
     /* The first row of dW (viewed [E * N, K]) that tile (group g, n block nb) writes: its 128 rows are
      * dst_row0 .. dst_row0 + 127 (consumer warpgroup h: + 64 h). Both epilogues take the destination
@@ -569,6 +578,66 @@ struct GemmKGrouped {
         return b > a ? (b - a) / BLOCK_R : 0;
     }
 
+    /* The epilogue of one consumer warpgroup's 64 x BLOCK_N fragment: dW rows row0 .. row0 + 63, columns kb BLOCK_N ..
+     * (zeros for an empty group: steps 0); bh picks the warpgroup's two staging buffers and named barrier 1 + bh.
+     * The TMA-store epilogue's chunks alternate between the buffers (BLOCK_N / 32 of them, an even number, so
+     * the alternation holds across fragments and tiles). */
+    __device__ static __forceinline__ void store_rows(const float (&acc)[ACC], unsigned out_buf, int bh, int wq, int lane,
+                                                      const TmaDesc *tma_dw, float *dw, int steps, long long row0, int kb)
+    {
+        if constexpr (EPILOGUE == 0) {
+            /* chunk cc: columns 32 cc .. 32 cc + 31 of the warpgroup's 64 rows (128 bytes a row),
+             * into buffer cc % 2 in the TMA's 128-byte swizzled layout: row r at 128 r, its
+             * 16-byte unit u at (u ^ r % 8) * 16. Thread (r = 16 wq + lane/4 [+ 8], q = lane % 4)
+             * holds columns 8 jj + 2 q, +1 of each 8-column group jj: 8 bytes in unit 2 jj + q/2,
+             * at 8 (q % 2) inside it. A warp's 8 rows x 4 lanes x 8 bytes then cover every bank
+             * exactly twice: two wavefronts, the minimum for 256 bytes. */
+            const int tid = threadIdx.x % 128, q = lane % 4;
+            const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
+#pragma unroll
+            for (int cc = 0; cc < BLOCK_N / OUT_COLS; cc++) {
+                const unsigned buf = out_buf + (bh * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                if (tid == 0)
+                    bulk_wait_read<1>(); /* the store that last read this buffer is done */
+                named_barrier(1 + bh, 128);
+#pragma unroll
+                for (int jj = 0; jj < OUT_COLS / 8; jj++) {
+                    const int j = cc * (OUT_COLS / 8) + jj;
+                    const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (r & 7)) * 16) + 8 * (q & 1));
+                    if (steps > 0) {
+                        st_shared_f32x2(buf + r * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
+                        st_shared_f32x2(buf + (r + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
+                    } else {
+                        st_shared_f32x2(buf + r * 128 + off, 0.0f, 0.0f);
+                        st_shared_f32x2(buf + (r + 8) * 128 + off, 0.0f, 0.0f);
+                    }
+                }
+                fence_proxy_async();
+                named_barrier(1 + bh, 128);
+                if (tid == 0) {
+                    tma_store_2d(tma_dw, buf, kb * BLOCK_N + cc * OUT_COLS, (int)row0);
+                    bulk_commit();
+                }
+            }
+        } else {
+            /* fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes) */
+            float *p0 = dw + (row0 + wq * 16 + lane / 4) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
+            if (steps > 0) {
+#pragma unroll
+                for (int j = 0; j < BLOCK_N / 8; j++) {
+                    st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                    st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < BLOCK_N / 8; j++) {
+                    st_global_f32x2(p0 + 8 * j, 0.0f, 0.0f);
+                    st_global_f32x2(p0 + 8ll * K + 8 * j, 0.0f, 0.0f);
+                }
+            }
+        }
+    }
+
     /* either epilogue (EPILOGUE 1 ignores tma_dw) */
     __device__ static __forceinline__ void run(const TmaDesc &tma_dy, const TmaDesc &tma_x, const TmaDesc &tma_dw,
                                                float *dw, const int *offsets, int rows_cap)
@@ -596,7 +665,7 @@ struct GemmKGrouped {
         if (threadIdx.x == 0) {
             for (int s = 0; s < STAGES; s++) {
                 mbar_init(full_bar + 8 * s, 1);
-                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+                mbar_init(empty_bar + 8 * s, PINGPONG ? 4 : CONSUMER_WARPS);
             }
             mbar_init_fence();
         }
@@ -632,6 +701,67 @@ struct GemmKGrouped {
                         }
                     }
                 }
+            }
+        } else if constexpr (PINGPONG) {
+            /* consumer warpgroup c takes the block's tiles j = c, c + 2, ...; tile j's first stage is ring number
+             * n0 = the steps of tiles 0 .. j - 1 */
+            setmaxnreg_inc<232>();
+            const int c = wg - 1, wq = warp % 4;
+            float acc0[ACC], acc1[ACC]; /* dW rows 0-63 and 64-127 of the tile */
+            long long n0 = 0;
+            for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
+                int g, nb, kb, r0;
+                moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                const int steps = group_rows(offsets, g, rows_cap, &r0);
+                if ((j & 1) != c) {
+                    n0 += steps;
+                    continue;
+                }
+                int stage = (int)(n0 % STAGES);
+                unsigned phase = (unsigned)((n0 / STAGES) & 1);
+                n0 += steps;
+                if (j > 0)
+                    named_barrier(3 + c, 256); /* the other warpgroup has issued tile j - 1 */
+                int prev = 0;
+                for (int i = 0; i < steps; i++) {
+                    mbar_wait(full_bar + 8 * stage, phase);
+                    const unsigned a = a_ring + stage * A_BYTES;
+                    const unsigned long long da0 = desc_mn_sw128(a, BOX_BYTES), da1 = desc_mn_sw128(a + BOX_BYTES, BOX_BYTES);
+                    const unsigned long long db = desc_mn_sw128(b_ring + stage * B_BYTES, BOX_BYTES);
+                    wgmma_fence();
+#pragma unroll
+                    for (int k = 0; k < BLOCK_R / 16; k++) { /* 16 rows = 2048 bytes further */
+                        mma(acc0, da0 + 128 * k, db + 128 * k, (i | k) != 0);
+                        mma(acc1, da1 + 128 * k, db + 128 * k, (i | k) != 0);
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>();
+                    reg_fence(acc0);
+                    reg_fence(acc1);
+                    if (i > 0 && lane == 0)
+                        mbar_arrive(empty_bar + 8 * prev);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                if (t + gridDim.x < TILES)
+                    named_barrier_arrive(3 + (c ^ 1), 256); /* tile j + 1 may start its main loop */
+                wgmma_wait<0>();
+                if (steps > 0) {
+                    reg_fence(acc0);
+                    reg_fence(acc1);
+                    if (lane == 0)
+                        mbar_arrive(empty_bar + 8 * prev);
+                }
+                const long long row0 = dst_row0(g, nb);
+                store_rows(acc0, out_buf, c, wq, lane, tma_dw, dw, steps, row0, kb);
+                store_rows(acc1, out_buf, c, wq, lane, tma_dw, dw, steps, row0 + 64, kb);
+            }
+            if constexpr (EPILOGUE == 0) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
         } else {
             setmaxnreg_inc<232>();
@@ -672,57 +802,7 @@ struct GemmKGrouped {
                         mbar_arrive(empty_bar + 8 * prev);
                 }
                 const long long row0 = dst_row0(g, nb) + half * 64; /* this warpgroup's 64 rows of dW */
-                if constexpr (EPILOGUE == 0) {
-                    /* chunk cc: columns 32 cc .. 32 cc + 31 of the warpgroup's 64 rows (128 bytes a row),
-                     * into buffer cc % 2 in the TMA's 128-byte swizzled layout: row r at 128 r, its
-                     * 16-byte unit u at (u ^ r % 8) * 16. Thread (r = 16 wq + lane/4 [+ 8], q = lane % 4)
-                     * holds columns 8 jj + 2 q, +1 of each 8-column group jj: 8 bytes in unit 2 jj + q/2,
-                     * at 8 (q % 2) inside it. A warp's 8 rows x 4 lanes x 8 bytes then cover every bank
-                     * exactly twice: two wavefronts, the minimum for 256 bytes. */
-                    const int tid = threadIdx.x % 128, q = lane % 4;
-                    const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
-#pragma unroll
-                    for (int cc = 0; cc < BLOCK_N / OUT_COLS; cc++) {
-                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
-                        if (tid == 0)
-                            bulk_wait_read<1>(); /* the store that last read this buffer is done */
-                        named_barrier(1 + half, 128);
-#pragma unroll
-                        for (int jj = 0; jj < OUT_COLS / 8; jj++) {
-                            const int j = cc * (OUT_COLS / 8) + jj;
-                            const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (r & 7)) * 16) + 8 * (q & 1));
-                            if (steps > 0) {
-                                st_shared_f32x2(buf + r * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
-                                st_shared_f32x2(buf + (r + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
-                            } else {
-                                st_shared_f32x2(buf + r * 128 + off, 0.0f, 0.0f);
-                                st_shared_f32x2(buf + (r + 8) * 128 + off, 0.0f, 0.0f);
-                            }
-                        }
-                        fence_proxy_async();
-                        named_barrier(1 + half, 128);
-                        if (tid == 0) {
-                            tma_store_2d(tma_dw, buf, kb * BLOCK_N + cc * OUT_COLS, (int)row0);
-                            bulk_commit();
-                        }
-                    }
-                } else {
-                    /* fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes) */
-                    float *p0 = dw + (row0 + wq * 16 + lane / 4) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
-                    if (steps > 0) {
-#pragma unroll
-                        for (int j = 0; j < BLOCK_N / 8; j++) {
-                            st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                            st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < BLOCK_N / 8; j++) {
-                            st_global_f32x2(p0 + 8 * j, 0.0f, 0.0f);
-                            st_global_f32x2(p0 + 8ll * K + 8 * j, 0.0f, 0.0f);
-                        }
-                    }
-                }
+                store_rows(acc, out_buf, half, wq, lane, tma_dw, dw, steps, row0, kb);
             }
             if constexpr (EPILOGUE == 0) {
                 if (threadIdx.x % 128 == 0)
@@ -1376,6 +1456,16 @@ struct GemmFp8KGrouped {
     {                                                                                                         \
         moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE>::run(tma_dy, tma_x, tma_dw, dw, offsets,     \
                                                                           rows_cap);                          \
+    }
+/* The same with a schedule: PINGPONG 1 is the ping-pong one (BLOCK_N 128; decision 49); either epilogue (dw is read
+ * by EPILOGUE 1 only, tma_dw by EPILOGUE 0 only). */
+#define MOEC_SM90_GEMM_KGROUPED_SCHED(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, PINGPONG)                      \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_dy, const __grid_constant__ moec::sm90::TmaDesc tma_x, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const int *offsets, int rows_cap)  \
+    {                                                                                                         \
+        moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE, 16, 0, PINGPONG>::body(&tma_dy, &tma_x, &tma_dw, \
+                                                                                        dw, offsets, rows_cap); \
     }
 
 /* The FP8 M-grouped kernel NAME (GemmFp8MGrouped): MODE 0 fp8-block, 1 MXFP8; OUT 0 bf16 D through

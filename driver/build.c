@@ -31,11 +31,30 @@ static int mgemm_schedule_from_env(CudaMgemmSchedule *out, char *err, size_t err
     return 1;
 }
 
+/* MOEC_KGEMM (environment): the same for the weight-gradient (K-grouped) GEMMs, "cooperative" or "pingpong". */
+static int kgemm_schedule_from_env(CudaKgemmSchedule *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_KGEMM");
+    *out = CUDA_KSCHED_DEFAULT;
+    if (!v || !*v)
+        return 1;
+    if (strcmp(v, "cooperative") == 0)
+        *out = CUDA_KSCHED_COOPERATIVE;
+    else if (strcmp(v, "pingpong") == 0)
+        *out = CUDA_KSCHED_PINGPONG;
+    else {
+        snprintf(err, errlen, "MOEC_KGEMM is 'cooperative' or 'pingpong', not '%s'", v);
+        return 0;
+    }
+    return 1;
+}
+
 Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plugins, int nplugins,
                        int has_precision, IrPrecision precision, int64_t ep, char *err, size_t errlen)
 {
     CudaOptions opts = {0};
-    if (!mgemm_schedule_from_env(&opts.mgemm_schedule, err, errlen))
+    if (!mgemm_schedule_from_env(&opts.mgemm_schedule, err, errlen) ||
+        !kgemm_schedule_from_env(&opts.kgemm_schedule, err, errlen))
         return NULL;
     IrGraph *g = c->graph;
     Plan *p = plan_create(g, &c->arena, err, errlen);

@@ -67,6 +67,9 @@ int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t err
                  s->epilogue);
     else if (s->N % 128)
         snprintf(err, errlen, "N %d is not a multiple of 128", s->N);
+    else if (s->pingpong != 0 && (s->pingpong != 1 || s->block_n != 128))
+        snprintf(err, errlen, "the K-grouped pingpong is 0, or 1 with BLOCK_N 128 (pingpong %d, BLOCK_N %d)", s->pingpong,
+                 s->block_n);
     else if (s->epilogue == GEMM_SM90_KEPI_TMA && (long long)s->E * s->N >= 2147483647ll)
         snprintf(err, errlen, "E * N = %lld rows of dW do not fit a tensor map's int coordinate",
                  (long long)s->E * s->N);

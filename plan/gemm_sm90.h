@@ -46,7 +46,8 @@ int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
 /* ---- K-grouped (weight gradient): dW[g] [N, K] fp32 = dY[rows of g]^T . X[rows of g], the same
  * offsets. Shape: E, N (a multiple of 128), K (a multiple of block_n), block_n, stages, epilogue
  * (GEMM_SM90_KEPI_*: 0 TMA stores through shared memory, asynchronous, needs dW 16-byte aligned and
- * E * N < 2^31; 1 8-byte stores from registers); trans_b is ignored. Padding rows must be zero in
+ * E * N < 2^31; 1 8-byte stores from registers); trans_b is ignored; pingpong 0 cooperative, 1 ping-pong
+ * (128 x 128 tiles per consumer warpgroup, block_n 128; decision 49). Padding rows must be zero in
  * dY or X, finite in both. */
 enum { GEMM_SM90_KEPI_TMA = 0, GEMM_SM90_KEPI_REGS = 1 };
 int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);

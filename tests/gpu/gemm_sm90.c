@@ -159,6 +159,14 @@ static const Cfg kcfgs[] = {
     {"wgrad_mixtral_down_tma", {8, 4096, 14336, 256, 4, 0, 0, 0}, 1, 0, U8(2048)},
     {"wgrad_bio_up_tma", {16, 5632, 1024, 256, 4, 0, 0, 0}, 1, 0, U16(1024)},
     {"wgrad_bio_down_tma", {16, 1024, 2816, 256, 4, 0, 0, 0}, 1, 0, U16(1024)},
+    /* ping-pong (decision 49): 128 x 128 tiles per consumer warpgroup, both epilogues, empty groups */
+    {"wgrad_ragged_pp", {6, 256, 512, 128, 6, 0, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_regs_pp", {6, 256, 512, 128, 6, 1, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bio_up_pp", {16, 5632, 1024, 128, 6, 0, 0, 1}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"wgrad_mixtral_gate_up_pp", {8, 28672, 4096, 128, 6, 0, 0, 1}, 1, 0, U8(2048)},
+    {"wgrad_mixtral_down_pp", {8, 4096, 14336, 128, 6, 0, 0, 1}, 1, 0, U8(2048)},
+    {"wgrad_bio_up_pp", {16, 5632, 1024, 128, 6, 0, 0, 1}, 1, 0, U16(1024)},
+    {"wgrad_bio_down_pp", {16, 1024, 2816, 128, 6, 0, 0, 1}, 1, 0, U16(1024)},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
@@ -542,6 +550,7 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
                "zero padding");
     ck(cu.cuMemsetD32Async(DW, 0xFFFFFFFFu, dwn, NULL), "poison dW");
     CUtensorMap tdy, tx, tdw;
+    memset(&tdw, 0, sizeof tdw);
     if (!gemm_sm90_kgrouped_tensor_maps(s, DY, X, rows_cap, &tdy, &tx, err, sizeof err))
         die(c->name, err);
     int tma_epi = s->epilogue == GEMM_SM90_KEPI_TMA;
@@ -549,7 +558,8 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
         die(c->name, err);
     int rc_int = (int)rows_cap;
     void *args_regs[] = {&tdy, &tx, &DW, &OFF, &rc_int}, *args_tma[] = {&tdy, &tx, &tdw, &DW, &OFF, &rc_int};
-    void **args = tma_epi ? args_tma : args_regs;
+    /* the ping-pong kernels take the TMA epilogue's parameters either way (tma_dw unread with register stores) */
+    void **args = tma_epi || s->pingpong ? args_tma : args_regs;
     ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, GEMM_SM90_THREADS, 1, 1, (unsigned)smem, NULL, args, NULL),
        "kgrouped launch");
     ck(cu.cuCtxSynchronize(), "kgrouped run 1");
@@ -626,9 +636,9 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
     res->checked = 1;
     double normwise = st.ref2 > 0 ? sqrt(st.err2 / st.ref2) : 0;
     res->pass = st.bad == 0 && normwise <= 1e-4 && res->deterministic;
-    printf("%-22s E %2d N %5d K %5d BN %d K-grouped (fp32 dW, %s epilogue): rows %lld (padded %d), regs %d, local %d "
-           "B, smem %d B\n", c->name, E, N, K, s->block_n, tma_epi ? "TMA-store" : "register-store", real, off[E],
-           res->regs, res->local, smem);
+    printf("%-22s E %2d N %5d K %5d BN %d K-grouped (fp32 dW, %s epilogue, %s): rows %lld (padded %d), regs %d, "
+           "local %d B, smem %d B\n", c->name, E, N, K, s->block_n, tma_epi ? "TMA-store" : "register-store",
+           s->pingpong ? "ping-pong" : "cooperative", real, off[E], res->regs, res->local, smem);
     printf("  check %lld elements (+ empty groups' zeros: %lld wrong): %lld over tolerance, %lld NaN; max abs %.3g, "
            "max rel %.3g, max err/tol %.3f, normwise %.3g; two runs bit-identical: %s -> %s\n",
            st.n, zeros_bad, st.bad, st.nan, st.max_abs, st.max_rel, st.max_ratio, normwise, same ? "yes" : "NO",

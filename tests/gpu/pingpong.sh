@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/pingpong.sh [--build-only | --run-only] [OUTDIR]
-# Decision 49's A/B on one GPU: the bf16 M-grouped GEMMs' schedules, in one run: ping-pong with 128 x 128 tiles
-# per consumer warpgroup ("pp", the fast plans' default), ping-pong with 64 x 256 ("pp64", MOEC_MGEMM=pingpong64)
-# and the cooperative kernel ("coop", MOEC_MGEMM=cooperative):
+# Decision 49's A/B on one GPU: the bf16 grouped GEMMs' schedules, in one run: "pp", the fast plans' default
+# (ping-pong with 128 x 128 tiles per consumer warpgroup for the M-grouped and the K-grouped GEMMs), "pp64"
+# (MOEC_MGEMM=pingpong64 MOEC_KGEMM=cooperative: the M-grouped ping-pong with 64 x 256 tiles, cooperative weight
+# gradients) and "coop" (MOEC_MGEMM=cooperative MOEC_KGEMM=cooperative, the kernels before decision 49):
 #  1. tests/gpu/gemm_sm90.sh: every configuration checked against the CPU (ragged groups, empty experts,
 #     1 row, non-multiples of the tile; *_pp and *_pp64 are the ping-pong ones) and the anchors timed beside
 #     torch._grouped_mm (its table: "moec" cooperative, "pingpong", "pp64");
@@ -27,7 +28,9 @@ LAYERS=${PINGPONG_LAYERS:-bio mixtral}
 cd "$ROOT"
 if [ "$MODE" != run ]; then
   set -e
-  BUILD="$BUILD" bash tests/gpu/gemm_sm90.sh --build-only "$OUT/gemm" | grep -v '^emit ' || true
+  mkdir -p "$OUT"
+  BUILD="$BUILD" bash tests/gpu/gemm_sm90.sh --build-only "$OUT/gemm" >"$OUT/gemm_build.log" 2>&1 ||
+    { tail -20 "$OUT/gemm_build.log"; exit 1; }
   make -j2 BUILD="$BUILD" "$BUILD/moec" "$BUILD/libmoec.a" >/dev/null
   mkdir -p "$OUT/lib" "$OUT/bin" "$OUT/cuda"
   for t in run_plan:tests/gpu/run_plan.c layer:bench/layer.c; do
@@ -39,13 +42,15 @@ if [ "$MODE" != run ]; then
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
   cp tests/gpu/fast_mlp.moe "$OUT/fast_mlp.moe"
   for v in pp pp64 coop; do
-    sched=pingpong; [ $v = coop ] && sched=cooperative; [ $v = pp64 ] && sched=pingpong64
+    sched=pingpong; ksched=pingpong
+    [ $v = coop ] && sched=cooperative && ksched=cooperative
+    [ $v = pp64 ] && sched=pingpong64 && ksched=cooperative
     rm -rf "$OUT/cuda/fast_mlp_$v"
-    MOEC_MGEMM=$sched "$BUILD/moec" compile tests/gpu/fast_mlp.moe --kernels fast --emit-cuda "$OUT/cuda/fast_mlp_$v" \
+    MOEC_MGEMM=$sched MOEC_KGEMM=$ksched "$BUILD/moec" compile tests/gpu/fast_mlp.moe --kernels fast --emit-cuda "$OUT/cuda/fast_mlp_$v" \
         --arch "$ARCH" >/dev/null
     for l in $LAYERS; do
       rm -rf "$OUT/cuda/layer_${l}_$v"
-      MOEC_MGEMM=$sched "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
+      MOEC_MGEMM=$sched MOEC_KGEMM=$ksched "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
           --emit-cuda "$OUT/cuda/layer_${l}_$v" --arch "$ARCH" >/dev/null
     done
   done

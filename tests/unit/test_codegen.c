@@ -716,7 +716,12 @@ static void test_fast_mlp(void)
         Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
         if (p)
             p->source.kernels = PLAN_KERNELS_FAST;
-        CudaOptions opts = {.kgemm_epilogue = cases[k].kgemm, .mgemm_schedule = cases[k].mgemm};
+        /* the cooperative M-grouped case takes the cooperative weight gradients too; the others the default
+         * (ping-pong) */
+        int kcoop = cases[k].mgemm == CUDA_MGEMM_COOPERATIVE;
+        CudaOptions opts = {.kgemm_epilogue = cases[k].kgemm,
+                            .mgemm_schedule = cases[k].mgemm,
+                            .kgemm_schedule = kcoop ? CUDA_KSCHED_COOPERATIVE : CUDA_KSCHED_DEFAULT};
         CHECK(p && cuda_codegen(p, &opts, NULL), "%s: a fast plan", cases[k].path);
         if (!p) {
             compilation_free(&c);
@@ -838,11 +843,15 @@ static void test_fast_mlp(void)
          * (PINGPONG 1, _pp64, tma_a's box 64 rows) or the cooperative kernel; one schedule per plan */
         CudaMgemmSchedule sched = cases[k].mgemm == CUDA_MGEMM_DEFAULT ? CUDA_MGEMM_PINGPONG : cases[k].mgemm;
         int want = !cases[k].fast ? -1 : sched == CUDA_MGEMM_PINGPONG ? 2 : sched == CUDA_MGEMM_PINGPONG64 ? 1 : 0;
-        int npp = 0, nbox = 0;
+        int npp = 0, nbox = 0, nkpp = 0;
         for (int li = 0; li < p->nlaunches; li++) {
             const PlanLaunch *l = &p->launches[li];
             const char *kn = l->kernel >= 0 ? p->kernel_names[l->kernel] : "";
             size_t kl = strlen(kn);
+            if (strstr(kn, "_fast_dw_")) { /* the weight gradients: K-grouped ping-pong, BLOCK_N 128 */
+                nkpp += kl > 3 && strcmp(kn + kl - 3, "_pp") == 0 && strstr(kn, "_bn128_s6");
+                continue;
+            }
             int is_pp = kl > 3 && strcmp(kn + kl - 3, "_pp") == 0, is_pp64 = kl > 5 && strcmp(kn + kl - 5, "_pp64") == 0;
             npp += is_pp || is_pp64;
             if (is_pp64)
@@ -860,6 +869,11 @@ static void test_fast_mlp(void)
                   nbox == npp,
               "%s (schedule option %d): %d ping-pong launches (%d with their boxes) for %d grouped_mlp nodes",
               cases[k].path, (int)cases[k].mgemm, npp, nbox, nodes);
+        CHECK(nkpp == (cases[k].fast && !kcoop ? 2 * nodes / 2 : 0) &&
+                  (cases[k].fast && !kcoop) == (strstr(p->cuda_source, ", 1>::run(tma_dy, tma_x, tma_dw, out + ") != NULL ||
+                                                strstr(p->cuda_source, ", 1>::run(tma_dy, tma_x, out + ") != NULL),
+              "%s (K-grouped epilogue option %d, schedule option %d): %d ping-pong weight-gradient launches",
+              cases[k].path, (int)cases[k].kgemm, (int)cases[k].mgemm, nkpp);
         CHECK(tc == cases[k].tc && attn_fast == cases[k].attn_fast && attn_ref == cases[k].attn_ref,
               "%s: %d dense linear launches on the sm_90a GEMMs, %d fast and %d reference attention launches",
               cases[k].path, tc, attn_fast, attn_ref);

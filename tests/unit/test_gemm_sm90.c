@@ -202,6 +202,13 @@ static void test_shapes(void)
     CHECK(!gemm_sm90_kgrouped_check_shape(&kbad, err, sizeof err) && strstr(err, "epilogue"), "K-grouped epilogue 2: %s",
           err);
     CHECK(!gemm_sm90_kgrouped_check_shape(&kbig, err, sizeof err) && strstr(err, "E * N"), "E * N rows of dW: %s", err);
+    GemmSm90Shape kpp = {8, 28672, 4096, 128, 6, 0, 0, 1}, kpp256 = {8, 28672, 4096, 256, 4, 0, 0, 1},
+                  kpp2 = {8, 28672, 4096, 128, 6, 0, 0, 2};
+    CHECK(gemm_sm90_kgrouped_check_shape(&kpp, err, sizeof err), "K-grouped ping-pong: %s", err);
+    CHECK(!gemm_sm90_kgrouped_check_shape(&kpp256, err, sizeof err) && strstr(err, "pingpong"), "K-grouped ping-pong "
+          "BLOCK_N 256: %s", err);
+    CHECK(!gemm_sm90_kgrouped_check_shape(&kpp2, err, sizeof err) && strstr(err, "pingpong"), "K-grouped pingpong 2: %s",
+          err);
 }
 
 static void test_nvrtc_compile(void)
@@ -258,6 +265,8 @@ static void test_nvrtc_compile(void)
         {16, 1024, 2816, 128, 6, 1, 0, 0}, /* bio down, BLOCK_N 128 */
         {8, 28672, 4096, 256, 4, 0, 0, 0}, /* Mixtral gate_up, TMA-store epilogue */
         {16, 1024, 2816, 128, 6, 0, 0, 0}, /* bio down, BLOCK_N 128, TMA stores */
+        {8, 28672, 4096, 128, 6, 0, 0, 1}, /* ping-pong (decision 49), TMA stores */
+        {16, 1024, 2816, 128, 6, 1, 0, 1}, /* ping-pong, stores from registers */
     };
     for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++) {
         CHECK(gemm_sm90_kgrouped_check_shape(&kshapes[i], err, sizeof err), "K-grouped shape: %s", err);
