@@ -15,7 +15,8 @@
 # the table last: per layer, the three ms and pp / coop, and the GEMM launches side by side.
 # Build here (make, flex/bison, cJSON, NVRTC; no GPU): BUILD=build by default; carry OUTDIR (default
 # BUILD/gpu-pingpong); run there with --run-only (a Hopper GPU, libcuda, python3 with torch for step 1's
-# anchor). Exit 1 if a check failed or a layer did not run.
+# anchor). PINGPONG_STEPS (default "1 2 3") runs only those steps, to split the run across calls; the tables
+# of the steps run are printed. Exit 1 if a check failed or a layer did not run.
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
@@ -25,6 +26,7 @@ BUILD=${BUILD:-build}
 OUT=${1:-$ROOT/$BUILD/gpu-pingpong}
 ARCH=${MOEC_GPU_ARCH:-sm_90a}
 LAYERS=${PINGPONG_LAYERS:-bio mixtral}
+STEPS=" ${PINGPONG_STEPS:-1 2 3} "
 cd "$ROOT"
 if [ "$MODE" != run ]; then
   set -e
@@ -69,14 +71,16 @@ rows=()
 row() { rows+=("$(printf '%-28s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || status=1; }
 
 # 1. the kernels alone, checked and timed beside torch
+[[ $STEPS == *" 1 "* ]] && {
 GEMM_SM90_TIMEOUT=${GEMM_SM90_TIMEOUT:-480} bash tests/gpu/gemm_sm90.sh --run-only "$OUT/gemm" >"$L/gemm_sm90.out" 2>&1
 rc=$?
 grep -E -- '-> FAIL' "$OUT/gemm/gemm.log" | head -20
 sed -n '/^anchor /,$p' "$L/gemm_sm90.out"
 row gemm_sm90 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(tail -1 "$L/gemm_sm90.out")"
+}
 
 # 2. the fast expert MLP in a plan, the three schedules, against the CPU
-for v in pp pp64 coop; do
+[[ $STEPS == *" 2 "* ]] && for v in pp pp64 coop; do
   for c in "" --chain; do
     tag=run_plan_$v${c:+_chain}
     "$B/run_plan" "$OUT/fast_mlp.moe" "$OUT/cuda/fast_mlp_$v" $c >"$L/$tag.log" 2>&1
@@ -87,6 +91,7 @@ for v in pp pp64 coop; do
 done
 
 # 3. the layer, the three schedules: the graph's ms, then every launch alone
+[[ $STEPS == *" 3 "* ]] || LAYERS=
 for l in $LAYERS; do
   for v in coop pp pp64; do
     timeout 300 "$B/layer" "$OUT/cuda/layer_${l}_$v" --name "${l}_$v" --warmup 2 --reps 10 --launches \
@@ -122,8 +127,8 @@ for l in $LAYERS; do
   done
   # (the same launch index in the three plans: the schedule changes no launch, only the kernels' tiles)
   join "$L/gemm_${l}_coop.txt" "$L/gemm_${l}_pp.txt" | join - "$L/gemm_${l}_pp64.txt" | sort -n |
-    awk -v l="$l" '{k=$3; sub(/^k[0-9]+_/, "", k); if (length(k) > 40) k = substr(k, length(k) - 39);
-                    printf "%-7s %-4s %-40s %9.4f %9.4f %9.4f %8.3f %9.3f\n", l, $1, k, $2, $4, $5,
-                           $2 > 0 ? $4 / $2 : 0, $2 > 0 ? $5 / $2 : 0}'
+    awk -v l="$l" '{k=$3; sub(/^.*_fast_/, "", k); if (length(k) > 40) k = substr(k, length(k) - 39);
+                    rp = ($2 > 0) ? $4 / $2 : 0; rq = ($2 > 0) ? $5 / $2 : 0;
+                    printf "%-7s %-4s %-40s %9.4f %9.4f %9.4f %8.3f %9.3f\n", l, $1, k, $2, $4, $5, rp, rq}'
 done
 exit $status
