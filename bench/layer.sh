@@ -14,6 +14,8 @@
 # skipped), then the anchors, logs in OUTDIR/*.log, the table last. The whole run stays near 6 minutes:
 # MOEC_LAYER_BUDGET (default 200 s) for moec's side, MOEC_ANCHORS_TIMEOUT (default 150 s) for the anchors.
 # OUTDIR defaults to $BUILD/bench-layer. Exit 1 if a moec shape failed (not finite, CPU check, crash).
+# MOEC_MGEMM / MOEC_KGEMM in the build's environment pick the fast plans' grouped-GEMM schedules (decision 49:
+# ping-pong by default, "cooperative" for the kernels before it); tests/gpu/pingpong.sh times them side by side.
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac

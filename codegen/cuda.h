@@ -34,9 +34,26 @@ extern const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS];
  * epilogue is used only where the launch's dW starts 16-byte aligned; elsewhere the register stores. */
 typedef enum CudaKgemmEpilogue { CUDA_KGEMM_DEFAULT, CUDA_KGEMM_TMA, CUDA_KGEMM_REGS } CudaKgemmEpilogue;
 
+/* The bf16 M-grouped GEMMs' schedule in fast plans (docs/kernels-sm90.md, decision 49): the default
+ * (codegen/cuda_moe_fast.c FAST_MGEMM_SCHEDULE), or forced (A/B timing, the tests): cooperative, ping-pong with
+ * 128 x 128 tiles per consumer warpgroup, ping-pong with 64 x 256 (pingpong64). The driver takes it from the
+ * environment, MOEC_MGEMM=cooperative|pingpong|pingpong64 (driver/build.c). */
+typedef enum CudaMgemmSchedule {
+    CUDA_MGEMM_DEFAULT,
+    CUDA_MGEMM_COOPERATIVE,
+    CUDA_MGEMM_PINGPONG,
+    CUDA_MGEMM_PINGPONG64
+} CudaMgemmSchedule;
+
+/* The same for the K-grouped (weight-gradient) GEMMs: cooperative or ping-pong with 128 x 128 tiles per consumer
+ * warpgroup (FAST_KGEMM_SCHEDULE); MOEC_KGEMM=cooperative|pingpong in the driver's environment. */
+typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, CUDA_KSCHED_PINGPONG } CudaKgemmSchedule;
+
 typedef struct CudaOptions {
     int no_dedup;          /* one kernel per launch even when identical (default: share) */
     CudaKgemmEpilogue kgemm_epilogue;
+    CudaMgemmSchedule mgemm_schedule;
+    CudaKgemmSchedule kgemm_schedule;
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be

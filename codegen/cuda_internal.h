@@ -97,6 +97,8 @@ typedef struct Cg {
     int attn_fast_used;  /* a kernel needs attn_fast.cuh (flash attention) */
     int fp8b_used;       /* a kernel needs fp8_block_fast.cuh (the fp8-block expert MLP; sets fast_used too) */
     CudaKgemmEpilogue kgemm_epilogue; /* CudaOptions.kgemm_epilogue */
+    CudaMgemmSchedule mgemm_schedule; /* CudaOptions.mgemm_schedule */
+    CudaKgemmSchedule kgemm_schedule; /* CudaOptions.kgemm_schedule */
 } Cg;
 
 /* ---- the builder */

@@ -28,12 +28,33 @@
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* the sm_90a M-grouped kernel's configuration for D [., N] = A [., K] W[g]^T: BLOCK_N 256 (4 stages)
- * where N allows, else 128 (6 stages); the TMA-store epilogue */
+ * where N allows, else 128 (6 stages; 8 with ping-pong's 64-row tiles); ping-pong with 128 x 128 tiles:
+ * BLOCK_N 128, 6 stages; the TMA-store epilogue; pingpong: the schedule (plan/gemm_sm90.h) */
+static GemmSm90Shape mgrouped_shape_pp(int64_t E, int64_t N, int64_t K, int trans_b, int pingpong)
+{
+    int bn = pingpong == 2 || N % 256 ? 128 : 256;
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, bn, bn == 256 ? 4 : pingpong == 1 ? 8 : 6, GEMM_SM90_EPI_TMA, trans_b,
+                       pingpong};
+    return s;
+}
 static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, N % 256 == 0 ? 256 : 128, N % 256 == 0 ? 4 : 6, GEMM_SM90_EPI_TMA,
-                       trans_b};
-    return s;
+    return mgrouped_shape_pp(E, N, K, trans_b, 0);
+}
+
+/* The expert MLP's bf16 M-grouped GEMMs (gate_up with the SwiGLU epilogue, down, and the backward's two data
+ * gradients) take the ping-pong schedule with 128 x 128 tiles per consumer warpgroup unless CudaOptions says
+ * otherwise (decision 49: the cooperative kernel's consumer warpgroups store their shared tile at the same
+ * time, and ncu shows 39-46% of the warps' stall cycles at the epilogue's barrier; 128 x 128 tiles keep the
+ * operand traffic per flop of the cooperative BLOCK_N 128 kernel, measured at 720 TFLOP/s on gate_up). The
+ * dense linears (tc_*) stay cooperative. */
+static const CudaMgemmSchedule FAST_MGEMM_SCHEDULE = CUDA_MGEMM_PINGPONG;
+
+/* GemmSm90Shape.pingpong for the expert MLP's M-grouped GEMMs */
+static int mgemm_pingpong(const Cg *cg)
+{
+    CudaMgemmSchedule s = cg->mgemm_schedule == CUDA_MGEMM_DEFAULT ? FAST_MGEMM_SCHEDULE : cg->mgemm_schedule;
+    return s == CUDA_MGEMM_PINGPONG ? 2 : s == CUDA_MGEMM_PINGPONG64 ? 1 : 0;
 }
 /* The K-grouped (weight-gradient) kernel's epilogue in fast plans unless CudaOptions says otherwise: the
  * TMA-store one, measured on the H200 in the layer benchmark against the stores from registers (2026-12-01,
@@ -41,14 +62,27 @@ static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b
  * 3.35 -> 3.20, 6.45 -> 6.35 (docs/kernels-sm90.md). */
 static const int FAST_KGEMM_EPILOGUE = GEMM_SM90_KEPI_TMA;
 
-/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K. tma: the TMA-store epilogue, taken only where dW
- * starts 16-byte aligned in its buffer (dw_byte_offset % 16 == 0: a tensor map needs it), else the stores
- * from registers. */
+/* the K-grouped kernel's: dW [E, N, K]; BLOCK_N divides K (128 for ping-pong: pingpong 1). tma: the TMA-store
+ * epilogue, taken only where dW starts 16-byte aligned in its buffer (dw_byte_offset % 16 == 0: a tensor map
+ * needs it), else the stores from registers. */
+static GemmSm90Shape kgrouped_shape_pp(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset, int pingpong)
+{
+    int bn = !pingpong && K % 256 == 0 ? 256 : 128;
+    GemmSm90Shape s = {(int)E, (int)N, (int)K, bn, bn == 256 ? 4 : 6,
+                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0, pingpong};
+    return s;
+}
 static GemmSm90Shape kgrouped_shape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
 {
-    GemmSm90Shape s = {(int)E, (int)N, (int)K, K % 256 == 0 ? 256 : 128, K % 256 == 0 ? 4 : 6,
-                       tma && dw_byte_offset % 16 == 0 ? GEMM_SM90_KEPI_TMA : GEMM_SM90_KEPI_REGS, 0};
-    return s;
+    return kgrouped_shape_pp(E, N, K, tma, dw_byte_offset, 0);
+}
+
+/* The expert MLP's weight-gradient GEMMs: ping-pong unless CudaOptions says otherwise (decision 49). */
+static const CudaKgemmSchedule FAST_KGEMM_SCHEDULE = CUDA_KSCHED_PINGPONG;
+static int kgemm_pingpong(const Cg *cg)
+{
+    return cg->kgemm_schedule == CUDA_KSCHED_PINGPONG ||
+           (cg->kgemm_schedule == CUDA_KSCHED_DEFAULT && FAST_KGEMM_SCHEDULE == CUDA_KSCHED_PINGPONG);
 }
 
 static int kgemm_tma(const Cg *cg)
@@ -87,18 +121,27 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
         snprintf(why, len, "too large: R + 128 E = %lld rows", (long long)moec_fast_rows_cap(R, (int)E));
         return 0;
     }
-    GemmSm90Shape m[4] = {mgrouped_shape(E, 2 * F, H, 0), mgrouped_shape(E, H, F, 0), mgrouped_shape(E, F, H, 1),
-                          mgrouped_shape(E, H, 2 * F, 1)};
+    /* every schedule must fit (which one a plan gets is a compile option); gate_up with the SwiGLU epilogue */
+    GemmSm90Shape m[12];
+    for (int pp = 0; pp < 3; pp++) {
+        m[4 * pp + 0] = mgrouped_shape_pp(E, 2 * F, H, 0, pp);
+        m[4 * pp + 0].epilogue = GEMM_SM90_EPI_GLU;
+        m[4 * pp + 1] = mgrouped_shape_pp(E, H, F, 0, pp);
+        m[4 * pp + 2] = mgrouped_shape_pp(E, F, H, 1, pp);
+        m[4 * pp + 3] = mgrouped_shape_pp(E, H, 2 * F, 1, pp);
+    }
     /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
-    GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
-                          kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
+    GemmSm90Shape k[8] = {kgrouped_shape(E, H, F, 1, 0),           kgrouped_shape(E, 2 * F, H, 1, 0),
+                          kgrouped_shape(E, H, F, 0, 0),           kgrouped_shape(E, 2 * F, H, 0, 0),
+                          kgrouped_shape_pp(E, H, F, 1, 0, 1),     kgrouped_shape_pp(E, 2 * F, H, 1, 0, 1),
+                          kgrouped_shape_pp(E, H, F, 0, 0, 1),     kgrouped_shape_pp(E, 2 * F, H, 0, 0, 1)};
     char err[200];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 12; i++)
         if (!gemm_sm90_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
             return 0;
@@ -156,20 +199,20 @@ static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
 static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N,
                            int64_t K, int trans_b, int act, int probs)
 {
-    GemmSm90Shape s = mgrouped_shape(f->E, N, K, trans_b);
+    GemmSm90Shape s = mgrouped_shape_pp(f->E, N, K, trans_b, mgemm_pingpong(cg));
     if (act >= 0)
         s.epilogue = GEMM_SM90_EPI_GLU;
     /* the kernel's name carries its configuration (what --profile and the SASS tools print) */
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s", suffix, s.block_n, s.stages, act >= 0 ? "_glu" : "",
-             trans_b ? "_tb" : "");
+    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s%s", suffix, s.block_n, s.stages, act >= 0 ? "_glu" : "",
+             trans_b ? "_tb" : "", s.pingpong == 2 ? "_pp" : s.pingpong == 1 ? "_pp64" : "");
     suffix = sfx;
     fast_begin(cg, f, suffix, what);
-    cg_tmap(cg, a, f->rcap, K, GEMM_SM90_BLOCK_M, "tma_a");
+    cg_tmap(cg, a, f->rcap, K, gemm_sm90_block_m(&s), "tma_a");
     if (trans_b)
         cg_tmap(cg, w, f->E * K, N, 64, "tma_b");
     else
-        cg_tmap(cg, w, f->E * N, K, s.block_n, "tma_b");
+        cg_tmap(cg, w, f->E * N, K, gemm_sm90_b_box_rows(&s), "tma_b");
     cg_tmap(cg, d, f->rcap, N, 64, "tma_d");
     if (act >= 0)
         cg_tmap(cg, act, f->rcap, N / 2, 64, "tma_act");
@@ -178,8 +221,9 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
         cg_param(cg, probs, 0, "probs");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, rows_cap%s);",
-            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b, act >= 0 ? ", &tma_act, probs" : "");
+    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, offsets, "
+                "rows_cap%s);",
+            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b, s.pingpong, act >= 0 ? ", &tma_act, probs" : "");
     cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -190,10 +234,10 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
 static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
                        int64_t K, int64_t glu_f)
 {
-    GemmSm90Shape s = kgrouped_shape(f->E, N, K, kgemm_tma(cg), off * 4);
+    GemmSm90Shape s = kgrouped_shape_pp(f->E, N, K, kgemm_tma(cg), off * 4, kgemm_pingpong(cg));
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s", suffix, s.block_n, s.stages, glu_f ? "_glu" : "",
-             s.epilogue == GEMM_SM90_KEPI_TMA ? "_tma" : "");
+    snprintf(sfx, sizeof sfx, "%s_bn%d_s%d%s%s%s", suffix, s.block_n, s.stages, glu_f ? "_glu" : "",
+             s.epilogue == GEMM_SM90_KEPI_TMA ? "_tma" : "", s.pingpong ? "_pp" : "");
     suffix = sfx;
     fast_begin(cg, f, suffix, what);
     cg_tmap(cg, dy, f->rcap, N, 64, "tma_dy");
@@ -204,13 +248,13 @@ static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
     if (s.epilogue == GEMM_SM90_KEPI_TMA)
-        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld>::run(tma_dy, tma_x, tma_dw, out + %lld, "
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld, %d>::run(tma_dy, tma_x, tma_dw, out + %lld, "
                     "offsets, rows_cap);",
-                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong, (long long)off);
     else
-        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld>::run(tma_dy, tma_x, out + %lld, offsets, "
-                    "rows_cap);",
-                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, (long long)off);
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld, %d>::run(tma_dy, tma_x, out + %lld, "
+                    "offsets, rows_cap);",
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong, (long long)off);
     cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;

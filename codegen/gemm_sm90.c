@@ -27,15 +27,18 @@ static char *source_with(const char *inst, const char *extra)
 char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *extra)
 {
     char inst[256];
-    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_MGROUPED_EX(%s, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
-             s->K, s->block_n, s->stages, s->epilogue, s->trans_b);
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_MGROUPED_SCHED(%s, %d, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E,
+             s->N, s->K, s->block_n, s->stages, s->epilogue, s->trans_b, s->pingpong);
     return source_with(inst, extra);
 }
 
 char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const char *extra)
 {
     char inst[256];
-    if (s->epilogue == GEMM_SM90_KEPI_TMA)
+    if (s->pingpong)
+        snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_KGROUPED_SCHED(%s, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
+                 s->K, s->block_n, s->stages, s->epilogue, s->pingpong);
+    else if (s->epilogue == GEMM_SM90_KEPI_TMA)
         snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_KGROUPED_EX(%s, %d, %d, %d, %d, %d, 0)\n", name, s->E, s->N, s->K,
                  s->block_n, s->stages);
     else

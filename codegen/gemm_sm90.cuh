@@ -81,10 +81,31 @@ __device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N /
  * a [rows, N / 2], its columns 128 nb ..);
  * 4 = fp32 out (the dense linears of --kernels fast, which the graph keeps in fp32): d is then a float
  * [., N] cast to unsigned short *, 8-byte stores from registers, rows >= d_rows skipped (the padding
- * rows of A past the graph's row count). */
-template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int BAND = 16>
+ * rows of A past the graph's row count).
+ *
+ * PINGPONG 0 (cooperative, the original): the two consumer warpgroups share each 128 x BLOCK_N tile
+ * (64 rows each), so both run their epilogues at the same time and the tensor cores wait for them.
+ * PINGPONG 1: each consumer warpgroup owns whole 64 x BLOCK_N tiles (BLOCK_M 64: tma_a's box is
+ * {64, 64}); the block's tiles alternate between them (its i-th tile, i = 0, 1, ..., to warpgroup
+ * 1 + i % 2), the producer fills the ring with the tiles' k-blocks in that order, and an ordering
+ * barrier (named barriers 3 and 4) lets a warpgroup start its main loop only once the other has
+ * issued all of its previous tile's wgmma: one warpgroup's main loop then runs while the other
+ * stores its tile. Same accumulators per thread (BLOCK_N / 2), same epilogues, same staging buffers
+ * (two per warpgroup); the scheduler's band is 2 BAND blocks of 64 rows (the same rows as BAND
+ * blocks of 128).
+ * PINGPONG 2: the same alternation with 128 x 128 tiles per warpgroup (BLOCK_N 128, BLOCK_M 128: the
+ * operands' L2 and shared-memory traffic per flop of the cooperative BLOCK_N 128 kernel, where the
+ * 64 x 256 tiles of PINGPONG 1 read 25% more per flop from L2); each thread holds two m64n128
+ * fragments (rows 0-63 and 64-127 of the tile, 128 fp32 in all) and issues two wgmma per 16-deep
+ * slice. Epilogues 0 and 3 only. The SwiGLU epilogue (3) takes 64 gate and the matching 64 up rows
+ * of W into one tile: tile column block nb is gate columns 256 (nb / 2) + 64 (nb % 2) .. + 63 of D's
+ * interleaved layout and the up columns 128 further (tma_b's box {64, 64}: two boxes per stage), so
+ * each thread again holds both factors of its outputs of a (columns 128 (nb / 2) + 64 (nb % 2) ..).
+ * docs/kernels-sm90.md, decision 49. */
+template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 0, int TRANS_B = 0, int PINGPONG = 0,
+          int BAND = 16>
 struct GemmMGrouped {
-    static constexpr int BLOCK_M = 128, BLOCK_K = 64, THREADS = 384;
+    static constexpr int BLOCK_M = PINGPONG == 1 ? 64 : 128, BLOCK_K = 64, THREADS = 384;
     static constexpr int BOX_BYTES = 64 * 64 * 2; /* TRANS_B: one 64 x 64 box of the B tile */
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K * 2;
     static constexpr int B_BYTES = BLOCK_N * BLOCK_K * 2;
@@ -97,13 +118,20 @@ struct GemmMGrouped {
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8;
     static constexpr int KBLOCKS = K / BLOCK_K;
     static constexpr int NUM_N = N / BLOCK_N;
-    static constexpr int ACC = BLOCK_N / 2; /* fp32 accumulators per consumer thread */
-    static constexpr int CONSUMER_WARPS = 8;
+    static constexpr int ACC = BLOCK_N / 2; /* fp32 accumulators per consumer thread (per fragment for PINGPONG 2) */
+    static constexpr bool GLU_SPLIT = PINGPONG == 2 && EPILOGUE == 3; /* two 64-row boxes of W per stage */
+    /* the warps that free a slot: both consumer warpgroups (cooperative), the one owning the tile (ping-pong) */
+    static constexpr int CONSUMER_WARPS = PINGPONG ? 4 : 8;
+    static constexpr int SCHED_BAND = PINGPONG == 1 ? 2 * BAND : BAND;
     static_assert(K % BLOCK_K == 0, "K must be a multiple of 64");
     static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
-    static_assert(EPILOGUE != 3 || BLOCK_N == 256, "the SwiGLU epilogue takes 256-wide tiles");
+    static_assert(EPILOGUE != 3 || BLOCK_N == 256 || PINGPONG == 2, "the SwiGLU epilogue takes 256-wide tiles");
     static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 to 4");
+    static_assert(PINGPONG >= 0 && PINGPONG <= 2, "PINGPONG is 0 (cooperative), 1 or 2");
+    static_assert(PINGPONG != 2 || (BLOCK_N == 128 && (EPILOGUE == 0 || EPILOGUE == 3)),
+                  "PINGPONG 2 takes BLOCK_N 128 and epilogue 0 or 3");
+    static_assert(!GLU_SPLIT || N % 256 == 0, "the SwiGLU epilogue pairs 128-column gate and up blocks");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * (N > K ? N : K) < 2147483647ll, "the rows of W must fit an int coordinate");
 
@@ -114,6 +142,200 @@ struct GemmMGrouped {
             wgmma_m64n256k16<0, TRANS_B>(acc, da, db, accumulate);
         else
             wgmma_m64n128k16<0, TRANS_B>(acc, da, db, accumulate);
+    }
+
+    /* One k-block (BLOCK_K) of a consumer warpgroup's 64 rows: its wgmma from slot `stage` (A rows at
+     * a_row0 of the slot's A tile), issued and committed; then the previous k-block's are waited for and
+     * its slot (prev) freed. */
+    __device__ static __forceinline__ void kblock(float (&acc)[ACC], unsigned a_ring, unsigned b_ring, int stage,
+                                                  int a_row0, int kb, int prev, unsigned empty_bar, int lane)
+    {
+        const unsigned a = a_ring + stage * A_BYTES + a_row0 * 128;
+        const unsigned b = b_ring + stage * B_BYTES;
+        const unsigned long long da = desc_sw128(a);
+        /* K-major B: the k-th 16-wide slice 32 bytes further; MN-major B: 16 k-rows = 2048 bytes */
+        const unsigned long long db = TRANS_B ? desc_mn_sw128(b, BOX_BYTES) : desc_sw128(b);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BLOCK_K / 16; k++)
+            mma(acc, da + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
+        wgmma_commit();
+        /* the previous k-block's wgmma are done: free its slot */
+        wgmma_wait<1>();
+        reg_fence(acc);
+        if (kb > 0 && lane == 0)
+            mbar_arrive(empty_bar + 8 * prev);
+    }
+
+    /* PINGPONG 2: one k-block of a warpgroup's 128 x 128 tile, two m64n128k16 per 16-deep slice (rows 0-63 into
+     * acc0, 64-127 into acc1), one commit group; then as kblock */
+    __device__ static __forceinline__ void kblock2(float (&acc0)[ACC], float (&acc1)[ACC], unsigned a_ring,
+                                                   unsigned b_ring, int stage, int kb, int prev, unsigned empty_bar,
+                                                   int lane)
+    {
+        const unsigned a = a_ring + stage * A_BYTES;
+        const unsigned b = b_ring + stage * B_BYTES;
+        const unsigned long long da0 = desc_sw128(a), da1 = desc_sw128(a + 64 * 128);
+        const unsigned long long db = TRANS_B ? desc_mn_sw128(b, BOX_BYTES) : desc_sw128(b);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BLOCK_K / 16; k++) {
+            mma(acc0, da0 + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
+            mma(acc1, da1 + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        reg_fence(acc0);
+        reg_fence(acc1);
+        if (kb > 0 && lane == 0)
+            mbar_arrive(empty_bar + 8 * prev);
+    }
+
+    /* One 64 x 64 chunk of a warpgroup's bf16 output through staging buffer `buf` (the TMA's 128-byte swizzled
+     * layout, as store_tile_bf16_tma): the 8-column groups j0 .. j0 + 7 of the m64n128 fragment acc, or with
+     * GLU the values silu(acc[j]) acc[j + 8] p of groups j0 .. j0 + 7 (j0 = 0: gate columns 0-63, up 64-127);
+     * stored at (col, row) of tma. Named barrier 1 + bh. */
+    template <int J0, bool GLU>
+    __device__ static __forceinline__ void chunk2(const float (&acc)[ACC], unsigned buf, int bh, int wq, int lane,
+                                                  const TmaDesc *tma, int col, int row, float p0, float p1)
+    {
+        const int tid = threadIdx.x % 128;
+        const int r = wq * 16 + lane / 4; /* and r + 8 */
+        if (tid == 0)
+            bulk_wait_read<1>(); /* the store that last read this buffer is done */
+        named_barrier(1 + bh, 128);
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if constexpr (GLU) {
+                    const float gt = acc[4 * jj + e];
+                    v[e] = gt / (1.0f + __expf(-gt)) * acc[4 * (jj + 8) + e] * (e < 2 ? p0 : p1);
+                } else {
+                    v[e] = acc[4 * (J0 + jj) + e];
+                }
+            }
+            const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+            st_shared_u32(buf + r * 128 + off, pack_bf16x2(v[0], v[1]));
+            st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(v[2], v[3]));
+        }
+        fence_proxy_async();
+        named_barrier(1 + bh, 128);
+        if (tid == 0) {
+            tma_store_2d(tma, buf, col, row);
+            bulk_commit();
+        }
+    }
+    /* PINGPONG 2's epilogue for one m64n128 fragment of the warpgroup's tile (rows row0 .. row0 + 63, hh = 0 or 1:
+     * the tile's first or second 64 rows): two 64-column chunks of D (EPILOGUE 3: the gate chunk at D column
+     * 256 (nb / 2) + 64 (nb % 2), the up chunk 128 further; else nb 128 and nb 128 + 64), then for EPILOGUE 3
+     * one chunk of a at column 128 (nb / 2) + 64 (nb % 2). */
+    __device__ static __forceinline__ void epilogue2(const float (&acc)[ACC], unsigned out_buf, int bh, int wq,
+                                                     int lane, const TmaDesc &tma_d, const TmaDesc *tma_act,
+                                                     const float *probs, int nb, int row0, int hh)
+    {
+        const unsigned buf0 = out_buf + (bh * 2) * OUT_CHUNK_BYTES, buf1 = buf0 + OUT_CHUNK_BYTES;
+        /* the buffers strictly alternate over the warpgroup's whole sequence of chunks (bulk_wait_read 1 frees only
+         * the older one): 2 chunks per fragment without GLU (b0 b1 | b0 b1), 3 with it (b0 b1 b0 | b1 b0 b1) */
+        const int start = (EPILOGUE == 3 && hh == 1) ? 1 : 0;
+        const unsigned bA = start ? buf1 : buf0, bB = start ? buf0 : buf1;
+        const int c0 = EPILOGUE == 3 ? (nb / 2) * 256 + (nb % 2) * 64 : nb * 128;
+        const int c1 = EPILOGUE == 3 ? c0 + 128 : c0 + 64;
+        chunk2<0, false>(acc, bA, bh, wq, lane, &tma_d, c0, row0, 0.0f, 0.0f);
+        chunk2<8, false>(acc, bB, bh, wq, lane, &tma_d, c1, row0, 0.0f, 0.0f);
+        if constexpr (EPILOGUE == 3) {
+            const int r = wq * 16 + lane / 4;
+            const float p0 = probs[(long long)row0 + r], p1 = probs[(long long)row0 + r + 8];
+            chunk2<0, true>(acc, bA, bh, wq, lane, tma_act, (nb / 2) * 128 + (nb % 2) * 64, row0, p0, p1);
+        }
+    }
+
+    /* The epilogue of one consumer warpgroup: its 64 x BLOCK_N accumulators (rows row_base .. + 63 of D,
+     * columns nb BLOCK_N ..) to D (and a, EPILOGUE 3); bh (0 or 1) picks the warpgroup's two staging
+     * buffers and named barrier 1 + bh. */
+    __device__ static __forceinline__ void epilogue(float (&acc)[ACC], unsigned out_buf, int bh, int wq, int lane,
+                                                    const TmaDesc &tma_d, unsigned short *d, const TmaDesc *tma_act,
+                                                    const float *probs, long long d_rows, int nb, long long row_base)
+    {
+        /* epilogue 1: fp32 -> bf16, from the fragment to D in 16-byte stores. For each half
+         * row (i) and each 4 consecutive 8-column chunks (4c .. 4c+3), the 4 threads of a
+         * quad hold 2 columns of each chunk; a 4 x 4 transpose across the quad (store_quad)
+         * gives thread q all 8 columns of chunk 4c+q: one warp store then covers 8 rows x
+         * 64 contiguous bytes instead of 8 rows x 16. */
+        const long long row0 = row_base + wq * 16 + lane / 4;
+        if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
+            /* chunk cc: columns 64 cc .. 64 cc + 63 of this warpgroup's 64 rows, written into
+             * buffer cc % 2 in the TMA's 128-byte swizzled layout (row r at 128 r, its 16-byte
+             * unit u at (u ^ r % 8) * 16: conflict-free for the fragment's 8 rows x 4 lanes) */
+            const int tid = threadIdx.x % 128;
+            const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
+            /* (store_tile_bf16_tma writes at row0 + 64 half) */
+            store_tile_bf16_tma<BLOCK_N>(acc, out_buf, bh, wq, lane, &tma_d, nb * BLOCK_N, (int)(row_base - 64 * bh));
+            if constexpr (EPILOGUE == 3) {
+                /* a = silu(gate) up p from the fp32 accumulators: gate chunk j (< 16), up chunk j + 16;
+                 * two 64-wide chunks of a, through the same two buffers (the h chunks used buffers
+                 * 0, 1, 0, 1, so these continue with 0, 1) */
+                const long long prow = row_base + r;
+                const float p0 = probs[prow], p1 = probs[prow + 8];
+#pragma unroll
+                for (int cc = 0; cc < 2; cc++) {
+                    const unsigned buf = out_buf + (bh * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                    if (tid == 0)
+                        bulk_wait_read<1>();
+                    named_barrier(1 + bh, 128);
+#pragma unroll
+                    for (int jj = 0; jj < 8; jj++) {
+                        const int j = cc * 8 + jj, u = j + 16;
+                        float v[4];
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float gt = acc[4 * j + e];
+                            v[e] = gt / (1.0f + __expf(-gt)) * acc[4 * u + e] * (e < 2 ? p0 : p1);
+                        }
+                        const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+                        st_shared_u32(buf + r * 128 + off, pack_bf16x2(v[0], v[1]));
+                        st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(v[2], v[3]));
+                    }
+                    fence_proxy_async();
+                    named_barrier(1 + bh, 128);
+                    if (tid == 0) {
+                        tma_store_2d(tma_act, buf, nb * (BLOCK_N / 2) + cc * 64, (int)row_base);
+                        bulk_commit();
+                    }
+                }
+            }
+        } else if constexpr (EPILOGUE == 4) {
+            float *p0 = (float *)d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+            const bool in0 = row0 < d_rows, in1 = row0 + 8 < d_rows;
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 8; j++) {
+                if (in0)
+                    st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                if (in1)
+                    st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+            }
+        } else if constexpr (EPILOGUE == 2) {
+            /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */
+            unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / 8; j++) {
+                st_global_u32(p0 + 8 * j, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
+                st_global_u32(p0 + 8ll * N + 8 * j, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+            }
+        } else {
+            unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 8 * (lane % 4);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int c = 0; c < BLOCK_N / 32; c++) {
+                    unsigned v[4];
+#pragma unroll
+                    for (int t = 0; t < 4; t++)
+                        v[t] = pack_bf16x2(acc[4 * (4 * c + t) + 2 * i], acc[4 * (4 * c + t) + 2 * i + 1]);
+                    store_quad(p0 + 8ll * i * N + 32 * c, v, lane);
+                }
+        }
     }
 
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
@@ -141,7 +363,8 @@ struct GemmMGrouped {
         const int tiles = num_m * NUM_N;
 
         if (wg == 0) {
-            /* producer */
+            /* producer: the k-blocks of the block's tiles in order (ping-pong: alternately for
+             * consumer warpgroup 1 and 2) */
             setmaxnreg_dec<40>();
             if (warp == 0 && elect_one()) {
                 tma_prefetch_desc(&tma_a);
@@ -150,7 +373,7 @@ struct GemmMGrouped {
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                     int mb, nb;
-                    moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                    moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
                     const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
                     const int brow = g * N + nb * BLOCK_N;
                     for (int kb = 0; kb < KBLOCKS; kb++) {
@@ -163,6 +386,12 @@ struct GemmMGrouped {
                             for (int j = 0; j < BLOCK_N / 64; j++)
                                 tma_load_2d(b_ring + stage * B_BYTES + j * BOX_BYTES, &tma_b, full_bar + 8 * stage,
                                             nb * BLOCK_N + 64 * j, g * K + kb * BLOCK_K);
+                        } else if constexpr (GLU_SPLIT) {
+                            /* 64 gate rows and the matching 64 up rows, 128 rows further in W's interleaved layout */
+                            const int grow = g * N + (nb / 2) * 256 + (nb % 2) * 64;
+                            tma_load_2d(b_ring + stage * B_BYTES, &tma_b, full_bar + 8 * stage, kb * BLOCK_K, grow);
+                            tma_load_2d(b_ring + stage * B_BYTES + 64 * 128, &tma_b, full_bar + 8 * stage, kb * BLOCK_K,
+                                        grow + 128);
                         } else {
                             tma_load_2d(b_ring + stage * B_BYTES, &tma_b, full_bar + 8 * stage, kb * BLOCK_K, brow);
                         }
@@ -173,6 +402,58 @@ struct GemmMGrouped {
                     }
                 }
             }
+        } else if constexpr (PINGPONG) {
+            /* consumer warpgroup c = wg - 1 takes the block's tiles i = c, c + 2, ...; tile i's k-blocks
+             * are the producer's k-block numbers i KBLOCKS .. i KBLOCKS + KBLOCKS - 1 (slot n % STAGES,
+             * phase n / STAGES % 2). Ordering: before tile i's main loop (i >= 1) a warpgroup waits at
+             * named barrier 3 + c, where the other arrives once it has issued tile i - 1's last wgmma. The
+             * barrier is needed for more than speed: it makes every k-block before i KBLOCKS loaded before
+             * the warpgroup waits on its first slot, so a slot's `full` barrier is never two phases behind
+             * the parity waited for (which would read as complete: K of one or two k-blocks, 4 stages). */
+            setmaxnreg_inc<232>();
+            const int c = wg - 1, wq = warp % 4;
+            float acc[ACC], acc1[PINGPONG == 2 ? ACC : 1]; /* PINGPONG 2: acc rows 0-63, acc1 rows 64-127 */
+            for (int i = c, t = blockIdx.x + c * gridDim.x; t < tiles; i += 2, t += 2 * gridDim.x) {
+                int mb, nb;
+                moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
+                const long long n0 = (long long)i * KBLOCKS;
+                int stage = (int)(n0 % STAGES);
+                unsigned phase = (unsigned)((n0 / STAGES) & 1);
+                if (i > 0)
+                    named_barrier(3 + c, 256); /* the other warpgroup has issued tile i - 1 */
+                int prev = 0;
+                for (int kb = 0; kb < KBLOCKS; kb++) {
+                    mbar_wait(full_bar + 8 * stage, phase);
+                    if constexpr (PINGPONG == 2)
+                        kblock2(acc, acc1, a_ring, b_ring, stage, kb, prev, empty_bar, lane);
+                    else
+                        kblock(acc, a_ring, b_ring, stage, 0, kb, prev, empty_bar, lane);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                /* tile i + 1 (the other warpgroup's) may start its main loop */
+                if (t + gridDim.x < tiles)
+                    named_barrier_arrive(3 + (c ^ 1), 256);
+                wgmma_wait<0>();
+                reg_fence(acc);
+                if constexpr (PINGPONG == 2)
+                    reg_fence(acc1);
+                if (lane == 0)
+                    mbar_arrive(empty_bar + 8 * prev);
+                if constexpr (PINGPONG == 2) {
+                    epilogue2(acc, out_buf, c, wq, lane, tma_d, tma_act, probs, nb, mb * BLOCK_M, 0);
+                    epilogue2(acc1, out_buf, c, wq, lane, tma_d, tma_act, probs, nb, mb * BLOCK_M + 64, 1);
+                } else {
+                    epilogue(acc, out_buf, c, wq, lane, tma_d, d, tma_act, probs, d_rows, nb, (long long)mb * BLOCK_M);
+                }
+            }
+            if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
+            }
         } else {
             /* consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127 */
             setmaxnreg_inc<232>();
@@ -182,25 +463,11 @@ struct GemmMGrouped {
             unsigned phase = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 int mb, nb;
-                moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
                 int prev = 0;
                 for (int kb = 0; kb < KBLOCKS; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
-                    const unsigned a = a_ring + stage * A_BYTES + half * (64 * 128);
-                    const unsigned b = b_ring + stage * B_BYTES;
-                    const unsigned long long da = desc_sw128(a);
-                    /* K-major B: the k-th 16-wide slice 32 bytes further; MN-major B: 16 k-rows = 2048 bytes */
-                    const unsigned long long db = TRANS_B ? desc_mn_sw128(b, BOX_BYTES) : desc_sw128(b);
-                    wgmma_fence();
-#pragma unroll
-                    for (int k = 0; k < BLOCK_K / 16; k++)
-                        mma(acc, da + 2 * k, db + (TRANS_B ? 128 : 2) * k, (kb | k) != 0);
-                    wgmma_commit();
-                    /* the previous k-block's wgmma are done: free its slot */
-                    wgmma_wait<1>();
-                    reg_fence(acc);
-                    if (kb > 0 && lane == 0)
-                        mbar_arrive(empty_bar + 8 * prev);
+                    kblock(acc, a_ring, b_ring, stage, half * 64, kb, prev, empty_bar, lane);
                     prev = stage;
                     if (++stage == STAGES) {
                         stage = 0;
@@ -211,84 +478,8 @@ struct GemmMGrouped {
                 reg_fence(acc);
                 if (lane == 0)
                     mbar_arrive(empty_bar + 8 * prev);
-
-                /* epilogue: fp32 -> bf16, from the fragment to D in 16-byte stores. For each half
-                 * row (i) and each 4 consecutive 8-column chunks (4c .. 4c+3), the 4 threads of a
-                 * quad hold 2 columns of each chunk; a 4 x 4 transpose across the quad (store_quad)
-                 * gives thread q all 8 columns of chunk 4c+q: one warp store then covers 8 rows x
-                 * 64 contiguous bytes instead of 8 rows x 16. */
-                const long long row0 = (long long)mb * BLOCK_M + half * 64 + wq * 16 + lane / 4;
-                if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
-                    /* chunk cc: columns 64 cc .. 64 cc + 63 of this warpgroup's 64 rows, written into
-                     * buffer cc % 2 in the TMA's 128-byte swizzled layout (row r at 128 r, its 16-byte
-                     * unit u at (u ^ r % 8) * 16: conflict-free for the fragment's 8 rows x 4 lanes) */
-                    const int tid = threadIdx.x % 128;
-                    const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
-                    store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
-                    if constexpr (EPILOGUE == 3) {
-                        /* a = silu(gate) up p from the fp32 accumulators: gate chunk j (< 16), up chunk j + 16;
-                         * two 64-wide chunks of a, through the same two buffers (the h chunks used buffers
-                         * 0, 1, 0, 1, so these continue with 0, 1) */
-                        const long long prow = (long long)mb * BLOCK_M + half * 64 + r;
-                        const float p0 = probs[prow], p1 = probs[prow + 8];
-#pragma unroll
-                        for (int cc = 0; cc < 2; cc++) {
-                            const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
-                            if (tid == 0)
-                                bulk_wait_read<1>();
-                            named_barrier(1 + half, 128);
-#pragma unroll
-                            for (int jj = 0; jj < 8; jj++) {
-                                const int j = cc * 8 + jj, u = j + 16;
-                                float v[4];
-#pragma unroll
-                                for (int e = 0; e < 4; e++) {
-                                    const float gt = acc[4 * j + e];
-                                    v[e] = gt / (1.0f + __expf(-gt)) * acc[4 * u + e] * (e < 2 ? p0 : p1);
-                                }
-                                const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
-                                st_shared_u32(buf + r * 128 + off, pack_bf16x2(v[0], v[1]));
-                                st_shared_u32(buf + (r + 8) * 128 + off, pack_bf16x2(v[2], v[3]));
-                            }
-                            fence_proxy_async();
-                            named_barrier(1 + half, 128);
-                            if (tid == 0) {
-                                tma_store_2d(tma_act, buf, nb * (BLOCK_N / 2) + cc * 64, mb * BLOCK_M + half * 64);
-                                bulk_commit();
-                            }
-                        }
-                    }
-                } else if constexpr (EPILOGUE == 4) {
-                    float *p0 = (float *)d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
-                    const bool in0 = row0 < d_rows, in1 = row0 + 8 < d_rows;
-#pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; j++) {
-                        if (in0)
-                            st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                        if (in1)
-                            st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
-                    }
-                } else if constexpr (EPILOGUE == 2) {
-                    /* the plain way, kept for A/B timing: 4-byte stores straight from the fragment */
-                    unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
-#pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; j++) {
-                        st_global_u32(p0 + 8 * j, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
-                        st_global_u32(p0 + 8ll * N + 8 * j, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
-                    }
-                } else {
-                    unsigned short *p0 = d + row0 * N + (long long)nb * BLOCK_N + 8 * (lane % 4);
-#pragma unroll
-                    for (int i = 0; i < 2; i++)
-#pragma unroll
-                        for (int c = 0; c < BLOCK_N / 32; c++) {
-                            unsigned v[4];
-#pragma unroll
-                            for (int t = 0; t < 4; t++)
-                                v[t] = pack_bf16x2(acc[4 * (4 * c + t) + 2 * i], acc[4 * (4 * c + t) + 2 * i + 1]);
-                            store_quad(p0 + 8ll * i * N + 32 * c, v, lane);
-                        }
-                }
+                epilogue(acc, out_buf, half, wq, lane, tma_d, d, tma_act, probs, d_rows, nb,
+                         (long long)mb * BLOCK_M + half * 64);
             }
             if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
                 if (threadIdx.x % 128 == 0)
@@ -322,8 +513,16 @@ struct GemmMGrouped {
  *
  * GLU_F > 0: dY's columns (the rows of dW) come interleaved in blocks of 128 as the gate_up weight's
  * working copy (plan.h PlanBuf.glu_f): each 128-row block of dW is written to the gate or up rows it
- * stands for (dst_row0), so the gradient keeps the param's layout. */
-template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 1, int BAND = 16, int GLU_F = 0>
+ * stands for (dst_row0), so the gradient keeps the param's layout.
+ *
+ * PINGPONG 1 (decision 49): the M-grouped kernel's ping-pong schedule (GemmMGrouped PINGPONG 2): each consumer
+ * warpgroup owns whole 128 x 128 tiles of dW (BLOCK_N 128; two m64n128 fragments: n rows 0-63 from the stage's
+ * first dY^T box, 64-127 from the second), the block's tiles alternating between them, an ordering barrier
+ * (named barriers 3, 4) between their main loops. A tile's reduction length (its group's rows) varies, so a
+ * consumer finds the ring number of its tile's first stage by summing the steps of all the block's earlier
+ * tiles, the other warpgroup's included (two offsets reads a tile). */
+template <int E, int N, int K, int BLOCK_N, int STAGES, int EPILOGUE = 1, int BAND = 16, int GLU_F = 0,
+          int PINGPONG = 0>
 struct GemmKGrouped {
     static constexpr int BLOCK_N_OUT = 128; /* rows of dW (n) per tile: 2 consumer warpgroups x 64 */
     static constexpr int BLOCK_R = 64;      /* reduction rows per stage */
@@ -348,6 +547,7 @@ struct GemmKGrouped {
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
     static_assert(EPILOGUE != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
     static_assert(GLU_F == 0 || (N == 2 * GLU_F && GLU_F % 128 == 0), "GLU_F: dY's columns are [E, 2F] interleaved");
+    static_assert(PINGPONG == 0 || (PINGPONG == 1 && BLOCK_N == 128), "PINGPONG 1 takes BLOCK_N 128");
 
     /* The first row of dW (viewed [E * N, K]) that tile (group g, n block nb) writes: its 128 rows are
      * dst_row0 .. dst_row0 + 127 (consumer warpgroup h: + 64 h). Both epilogues take the destination
@@ -378,6 +578,66 @@ struct GemmKGrouped {
         return b > a ? (b - a) / BLOCK_R : 0;
     }
 
+    /* The epilogue of one consumer warpgroup's 64 x BLOCK_N fragment: dW rows row0 .. row0 + 63, columns kb BLOCK_N ..
+     * (zeros for an empty group: steps 0); bh picks the warpgroup's two staging buffers and named barrier 1 + bh.
+     * The TMA-store epilogue's chunks alternate between the buffers (BLOCK_N / 32 of them, an even number, so
+     * the alternation holds across fragments and tiles). */
+    __device__ static __forceinline__ void store_rows(const float (&acc)[ACC], unsigned out_buf, int bh, int wq, int lane,
+                                                      const TmaDesc *tma_dw, float *dw, int steps, long long row0, int kb)
+    {
+        if constexpr (EPILOGUE == 0) {
+            /* chunk cc: columns 32 cc .. 32 cc + 31 of the warpgroup's 64 rows (128 bytes a row),
+             * into buffer cc % 2 in the TMA's 128-byte swizzled layout: row r at 128 r, its
+             * 16-byte unit u at (u ^ r % 8) * 16. Thread (r = 16 wq + lane/4 [+ 8], q = lane % 4)
+             * holds columns 8 jj + 2 q, +1 of each 8-column group jj: 8 bytes in unit 2 jj + q/2,
+             * at 8 (q % 2) inside it. A warp's 8 rows x 4 lanes x 8 bytes then cover every bank
+             * exactly twice: two wavefronts, the minimum for 256 bytes. */
+            const int tid = threadIdx.x % 128, q = lane % 4;
+            const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
+#pragma unroll
+            for (int cc = 0; cc < BLOCK_N / OUT_COLS; cc++) {
+                const unsigned buf = out_buf + (bh * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                if (tid == 0)
+                    bulk_wait_read<1>(); /* the store that last read this buffer is done */
+                named_barrier(1 + bh, 128);
+#pragma unroll
+                for (int jj = 0; jj < OUT_COLS / 8; jj++) {
+                    const int j = cc * (OUT_COLS / 8) + jj;
+                    const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (r & 7)) * 16) + 8 * (q & 1));
+                    if (steps > 0) {
+                        st_shared_f32x2(buf + r * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
+                        st_shared_f32x2(buf + (r + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
+                    } else {
+                        st_shared_f32x2(buf + r * 128 + off, 0.0f, 0.0f);
+                        st_shared_f32x2(buf + (r + 8) * 128 + off, 0.0f, 0.0f);
+                    }
+                }
+                fence_proxy_async();
+                named_barrier(1 + bh, 128);
+                if (tid == 0) {
+                    tma_store_2d(tma_dw, buf, kb * BLOCK_N + cc * OUT_COLS, (int)row0);
+                    bulk_commit();
+                }
+            }
+        } else {
+            /* fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes) */
+            float *p0 = dw + (row0 + wq * 16 + lane / 4) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
+            if (steps > 0) {
+#pragma unroll
+                for (int j = 0; j < BLOCK_N / 8; j++) {
+                    st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                    st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < BLOCK_N / 8; j++) {
+                    st_global_f32x2(p0 + 8 * j, 0.0f, 0.0f);
+                    st_global_f32x2(p0 + 8ll * K + 8 * j, 0.0f, 0.0f);
+                }
+            }
+        }
+    }
+
     /* either epilogue (EPILOGUE 1 ignores tma_dw) */
     __device__ static __forceinline__ void run(const TmaDesc &tma_dy, const TmaDesc &tma_x, const TmaDesc &tma_dw,
                                                float *dw, const int *offsets, int rows_cap)
@@ -405,7 +665,7 @@ struct GemmKGrouped {
         if (threadIdx.x == 0) {
             for (int s = 0; s < STAGES; s++) {
                 mbar_init(full_bar + 8 * s, 1);
-                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+                mbar_init(empty_bar + 8 * s, PINGPONG ? 4 : CONSUMER_WARPS);
             }
             mbar_init_fence();
         }
@@ -441,6 +701,67 @@ struct GemmKGrouped {
                         }
                     }
                 }
+            }
+        } else if constexpr (PINGPONG) {
+            /* consumer warpgroup c takes the block's tiles j = c, c + 2, ...; tile j's first stage is ring number
+             * n0 = the steps of tiles 0 .. j - 1 */
+            setmaxnreg_inc<232>();
+            const int c = wg - 1, wq = warp % 4;
+            float acc0[ACC], acc1[ACC]; /* dW rows 0-63 and 64-127 of the tile */
+            long long n0 = 0;
+            for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
+                int g, nb, kb, r0;
+                moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                const int steps = group_rows(offsets, g, rows_cap, &r0);
+                if ((j & 1) != c) {
+                    n0 += steps;
+                    continue;
+                }
+                int stage = (int)(n0 % STAGES);
+                unsigned phase = (unsigned)((n0 / STAGES) & 1);
+                n0 += steps;
+                if (j > 0)
+                    named_barrier(3 + c, 256); /* the other warpgroup has issued tile j - 1 */
+                int prev = 0;
+                for (int i = 0; i < steps; i++) {
+                    mbar_wait(full_bar + 8 * stage, phase);
+                    const unsigned a = a_ring + stage * A_BYTES;
+                    const unsigned long long da0 = desc_mn_sw128(a, BOX_BYTES), da1 = desc_mn_sw128(a + BOX_BYTES, BOX_BYTES);
+                    const unsigned long long db = desc_mn_sw128(b_ring + stage * B_BYTES, BOX_BYTES);
+                    wgmma_fence();
+#pragma unroll
+                    for (int k = 0; k < BLOCK_R / 16; k++) { /* 16 rows = 2048 bytes further */
+                        mma(acc0, da0 + 128 * k, db + 128 * k, (i | k) != 0);
+                        mma(acc1, da1 + 128 * k, db + 128 * k, (i | k) != 0);
+                    }
+                    wgmma_commit();
+                    wgmma_wait<1>();
+                    reg_fence(acc0);
+                    reg_fence(acc1);
+                    if (i > 0 && lane == 0)
+                        mbar_arrive(empty_bar + 8 * prev);
+                    prev = stage;
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+                if (t + gridDim.x < TILES)
+                    named_barrier_arrive(3 + (c ^ 1), 256); /* tile j + 1 may start its main loop */
+                wgmma_wait<0>();
+                if (steps > 0) {
+                    reg_fence(acc0);
+                    reg_fence(acc1);
+                    if (lane == 0)
+                        mbar_arrive(empty_bar + 8 * prev);
+                }
+                const long long row0 = dst_row0(g, nb);
+                store_rows(acc0, out_buf, c, wq, lane, tma_dw, dw, steps, row0, kb);
+                store_rows(acc1, out_buf, c, wq, lane, tma_dw, dw, steps, row0 + 64, kb);
+            }
+            if constexpr (EPILOGUE == 0) {
+                if (threadIdx.x % 128 == 0)
+                    bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
         } else {
             setmaxnreg_inc<232>();
@@ -481,57 +802,7 @@ struct GemmKGrouped {
                         mbar_arrive(empty_bar + 8 * prev);
                 }
                 const long long row0 = dst_row0(g, nb) + half * 64; /* this warpgroup's 64 rows of dW */
-                if constexpr (EPILOGUE == 0) {
-                    /* chunk cc: columns 32 cc .. 32 cc + 31 of the warpgroup's 64 rows (128 bytes a row),
-                     * into buffer cc % 2 in the TMA's 128-byte swizzled layout: row r at 128 r, its
-                     * 16-byte unit u at (u ^ r % 8) * 16. Thread (r = 16 wq + lane/4 [+ 8], q = lane % 4)
-                     * holds columns 8 jj + 2 q, +1 of each 8-column group jj: 8 bytes in unit 2 jj + q/2,
-                     * at 8 (q % 2) inside it. A warp's 8 rows x 4 lanes x 8 bytes then cover every bank
-                     * exactly twice: two wavefronts, the minimum for 256 bytes. */
-                    const int tid = threadIdx.x % 128, q = lane % 4;
-                    const int r = wq * 16 + lane / 4; /* and r + 8; r % 8 = lane / 4 */
-#pragma unroll
-                    for (int cc = 0; cc < BLOCK_N / OUT_COLS; cc++) {
-                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
-                        if (tid == 0)
-                            bulk_wait_read<1>(); /* the store that last read this buffer is done */
-                        named_barrier(1 + half, 128);
-#pragma unroll
-                        for (int jj = 0; jj < OUT_COLS / 8; jj++) {
-                            const int j = cc * (OUT_COLS / 8) + jj;
-                            const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (r & 7)) * 16) + 8 * (q & 1));
-                            if (steps > 0) {
-                                st_shared_f32x2(buf + r * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
-                                st_shared_f32x2(buf + (r + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
-                            } else {
-                                st_shared_f32x2(buf + r * 128 + off, 0.0f, 0.0f);
-                                st_shared_f32x2(buf + (r + 8) * 128 + off, 0.0f, 0.0f);
-                            }
-                        }
-                        fence_proxy_async();
-                        named_barrier(1 + half, 128);
-                        if (tid == 0) {
-                            tma_store_2d(tma_dw, buf, kb * BLOCK_N + cc * OUT_COLS, (int)row0);
-                            bulk_commit();
-                        }
-                    }
-                } else {
-                    /* fp32 pairs straight from the fragment (a quad writes 32 contiguous bytes) */
-                    float *p0 = dw + (row0 + wq * 16 + lane / 4) * K + (long long)kb * BLOCK_N + 2 * (lane % 4);
-                    if (steps > 0) {
-#pragma unroll
-                        for (int j = 0; j < BLOCK_N / 8; j++) {
-                            st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                            st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < BLOCK_N / 8; j++) {
-                            st_global_f32x2(p0 + 8 * j, 0.0f, 0.0f);
-                            st_global_f32x2(p0 + 8ll * K + 8 * j, 0.0f, 0.0f);
-                        }
-                    }
-                }
+                store_rows(acc, out_buf, half, wq, lane, tma_dw, dw, steps, row0, kb);
             }
             if constexpr (EPILOGUE == 0) {
                 if (threadIdx.x % 128 == 0)
@@ -1151,15 +1422,18 @@ struct GemmFp8KGrouped {
  * (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first); tensor maps, all bf16 and 128-byte
  * swizzled: tma_a over A [rows_cap, K] with box {64, 128}; tma_b over W viewed [E*N, K] with box
  * {64, BLOCK_N}; tma_d over D [rows_cap, N] with box {64, 64} (read only by EPILOGUE 0); d = D's
- * address (EPILOGUE 1 and 2); TRANS_B 1: tma_b over W viewed [E*K, N] with box {64, 64}. MOEC_SM90_GEMM_MGROUPED is the default epilogue (0). */
-#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B)                       \
+ * address (EPILOGUE 1 and 2); TRANS_B 1: tma_b over W viewed [E*K, N] with box {64, 64}. MOEC_SM90_GEMM_MGROUPED is the default epilogue (0).
+ * MOEC_SM90_GEMM_MGROUPED_SCHED picks the schedule: PINGPONG 1 takes tma_a with box {64, 64} (64-row tiles). */
+#define MOEC_SM90_GEMM_MGROUPED_SCHED(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B, PINGPONG)          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              const __grid_constant__ moec::sm90::TmaDesc tma_d, unsigned short *d, const int *offsets, int rows_cap) \
     {                                                                                                         \
-        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B>::run(tma_a, tma_b, tma_d, d, offsets, \
-                                                                                  rows_cap);                 \
+        moec::sm90::GemmMGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B, PINGPONG>::run(tma_a, tma_b, tma_d, d, \
+                                                                                            offsets, rows_cap); \
     }
+#define MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B)                       \
+    MOEC_SM90_GEMM_MGROUPED_SCHED(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, TRANS_B, 0)
 #define MOEC_SM90_GEMM_MGROUPED(NAME, E, N, K, BLOCK_N, STAGES) MOEC_SM90_GEMM_MGROUPED_EX(NAME, E, N, K, BLOCK_N, STAGES, 0, 0)
 
 /* The K-grouped kernel NAME (weight gradient, fp32 out), register-store epilogue (1). Launch
@@ -1182,6 +1456,16 @@ struct GemmFp8KGrouped {
     {                                                                                                         \
         moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE>::run(tma_dy, tma_x, tma_dw, dw, offsets,     \
                                                                           rows_cap);                          \
+    }
+/* The same with a schedule: PINGPONG 1 is the ping-pong one (BLOCK_N 128; decision 49); either epilogue (dw is read
+ * by EPILOGUE 1 only, tma_dw by EPILOGUE 0 only). */
+#define MOEC_SM90_GEMM_KGROUPED_SCHED(NAME, E, N, K, BLOCK_N, STAGES, EPILOGUE, PINGPONG)                      \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_dy, const __grid_constant__ moec::sm90::TmaDesc tma_x, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const int *offsets, int rows_cap)  \
+    {                                                                                                         \
+        moec::sm90::GemmKGrouped<E, N, K, BLOCK_N, STAGES, EPILOGUE, 16, 0, PINGPONG>::body(&tma_dy, &tma_x, &tma_dw, \
+                                                                                        dw, offsets, rows_cap); \
     }
 
 /* The FP8 M-grouped kernel NAME (GemmFp8MGrouped): MODE 0 fp8-block, 1 MXFP8; OUT 0 bf16 D through

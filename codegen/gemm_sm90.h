@@ -14,7 +14,9 @@ char *gemm_sm90_source(const GemmSm90Shape *s, const char *name, const char *ext
 
 /* kernel `name`: epilogue GEMM_SM90_KEPI_REGS: MOEC_SM90_GEMM_KGROUPED, parameters (tma_dy, tma_x,
  * float *dw, const int *offsets, int rows_cap); GEMM_SM90_KEPI_TMA: MOEC_SM90_GEMM_KGROUPED_EX,
- * parameters (tma_dy, tma_x, tma_dw, float *dw, const int *offsets, int rows_cap); grid #SMs, block 384 */
+ * parameters (tma_dy, tma_x, tma_dw, float *dw, const int *offsets, int rows_cap); grid #SMs, block 384. pingpong 1
+ * (either epilogue): MOEC_SM90_GEMM_KGROUPED_SCHED, the TMA epilogue's parameters (tma_dw unread with the
+ * register stores). */
 char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const char *extra);
 /* the FP8 kernel `name` (MOEC_SM90_GEMM_FP8), parameters (tma_a, tma_b, tma_d, void *d, const void *sa,
  * const void *sb, const int *offsets, int rows_cap); grid #SMs, block 384, gemm_fp8_smem_bytes() */

@@ -131,6 +131,12 @@ __device__ __forceinline__ void named_barrier(int id, int threads)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+/* arrives at named barrier id without waiting (the producer side of an ordering barrier: `threads`
+ * counts the arriving and the waiting threads together) */
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 /* fetches the descriptor into the TMA unit's cache ahead of the first copy */
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc *map)

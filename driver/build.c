@@ -9,9 +9,53 @@
 #include "../codegen/cuda.h"
 #include "../util/util.h"
 
+/* MOEC_MGEMM (environment): the bf16 M-grouped GEMMs' schedule in --kernels fast plans, "cooperative",
+ * "pingpong" (128 x 128 tiles per consumer warpgroup) or "pingpong64" (64 x 256); unset or empty: codegen's
+ * default. For A/B timing without a rebuild (decision 49). */
+static int mgemm_schedule_from_env(CudaMgemmSchedule *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_MGEMM");
+    *out = CUDA_MGEMM_DEFAULT;
+    if (!v || !*v)
+        return 1;
+    if (strcmp(v, "cooperative") == 0)
+        *out = CUDA_MGEMM_COOPERATIVE;
+    else if (strcmp(v, "pingpong") == 0)
+        *out = CUDA_MGEMM_PINGPONG;
+    else if (strcmp(v, "pingpong64") == 0)
+        *out = CUDA_MGEMM_PINGPONG64;
+    else {
+        snprintf(err, errlen, "MOEC_MGEMM is 'cooperative', 'pingpong' or 'pingpong64', not '%s'", v);
+        return 0;
+    }
+    return 1;
+}
+
+/* MOEC_KGEMM (environment): the same for the weight-gradient (K-grouped) GEMMs, "cooperative" or "pingpong". */
+static int kgemm_schedule_from_env(CudaKgemmSchedule *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_KGEMM");
+    *out = CUDA_KSCHED_DEFAULT;
+    if (!v || !*v)
+        return 1;
+    if (strcmp(v, "cooperative") == 0)
+        *out = CUDA_KSCHED_COOPERATIVE;
+    else if (strcmp(v, "pingpong") == 0)
+        *out = CUDA_KSCHED_PINGPONG;
+    else {
+        snprintf(err, errlen, "MOEC_KGEMM is 'cooperative' or 'pingpong', not '%s'", v);
+        return 0;
+    }
+    return 1;
+}
+
 Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plugins, int nplugins,
                        int has_precision, IrPrecision precision, int64_t ep, char *err, size_t errlen)
 {
+    CudaOptions opts = {0};
+    if (!mgemm_schedule_from_env(&opts.mgemm_schedule, err, errlen) ||
+        !kgemm_schedule_from_env(&opts.kgemm_schedule, err, errlen))
+        return NULL;
     IrGraph *g = c->graph;
     Plan *p = plan_create(g, &c->arena, err, errlen);
     if (!p)
@@ -27,7 +71,7 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
         die("out of memory");
     Diag d;
     diag_init(&d, path, c->text, c->len, mf);
-    int ok = cuda_codegen(p, NULL, &d);
+    int ok = cuda_codegen(p, &opts, &d);
     fclose(mf);
     if (!ok)
         p->gpu_unsupported = msg && *msg ? msg : xstrdup("code generation failed");

@@ -3,9 +3,16 @@
 
 #include <stdio.h>
 
+int gemm_sm90_block_m(const GemmSm90Shape *s) { return s->pingpong == 1 ? 64 : GEMM_SM90_BLOCK_M; }
+
+int gemm_sm90_b_box_rows(const GemmSm90Shape *s)
+{
+    return s->trans_b || (s->pingpong == 2 && s->epilogue == GEMM_SM90_EPI_GLU) ? 64 : s->block_n;
+}
+
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s)
 {
-    return 1024 + s->stages * (GEMM_SM90_BLOCK_M + s->block_n) * GEMM_SM90_BLOCK_K * 2 +
+    return 1024 + s->stages * (gemm_sm90_block_m(s) + s->block_n) * GEMM_SM90_BLOCK_K * 2 +
            (s->epilogue == GEMM_SM90_EPI_TMA || s->epilogue == GEMM_SM90_EPI_GLU ? 4 * 64 * 64 * 2 : 0) + 16 * s->stages;
 }
 
@@ -15,8 +22,15 @@ int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
         snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
     else if (s->epilogue < 0 || s->epilogue > 4)
         snprintf(err, errlen, "epilogue is 0, 1, 2, 3 or 4, not %d", s->epilogue);
-    else if (s->epilogue == GEMM_SM90_EPI_GLU && s->block_n != 256)
+    else if (s->pingpong < 0 || s->pingpong > 2)
+        snprintf(err, errlen, "pingpong is 0, 1 or 2, not %d", s->pingpong);
+    else if (s->pingpong == 2 && (s->block_n != 128 || (s->epilogue != GEMM_SM90_EPI_TMA && s->epilogue != GEMM_SM90_EPI_GLU)))
+        snprintf(err, errlen, "pingpong 2 takes BLOCK_N 128 and the TMA or SwiGLU epilogue, not BLOCK_N %d, epilogue %d",
+                 s->block_n, s->epilogue);
+    else if (s->epilogue == GEMM_SM90_EPI_GLU && s->pingpong != 2 && s->block_n != 256)
         snprintf(err, errlen, "the SwiGLU epilogue takes BLOCK_N 256, not %d", s->block_n);
+    else if (s->epilogue == GEMM_SM90_EPI_GLU && s->N % 256)
+        snprintf(err, errlen, "the SwiGLU epilogue takes N a multiple of 256 (gate and up blocks of 128), not %d", s->N);
     else if (s->block_n != 128 && s->block_n != 256)
         snprintf(err, errlen, "BLOCK_N is 128 or 256, not %d", s->block_n);
     else if (s->K % GEMM_SM90_BLOCK_K)
@@ -53,6 +67,9 @@ int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t err
                  s->epilogue);
     else if (s->N % 128)
         snprintf(err, errlen, "N %d is not a multiple of 128", s->N);
+    else if (s->pingpong != 0 && (s->pingpong != 1 || s->block_n != 128))
+        snprintf(err, errlen, "the K-grouped pingpong is 0, or 1 with BLOCK_N 128 (pingpong %d, BLOCK_N %d)", s->pingpong,
+                 s->block_n);
     else if (s->epilogue == GEMM_SM90_KEPI_TMA && (long long)s->E * s->N >= 2147483647ll)
         snprintf(err, errlen, "E * N = %lld rows of dW do not fit a tensor map's int coordinate",
                  (long long)s->E * s->N);

@@ -10,8 +10,8 @@
 
 /* One instantiation: E groups (experts), D[., N] = A[., K] . W[g]^T with W [E, N, K] (trans_b 0), or
  * D = A . W[g] with W [E, K, N] (trans_b 1: the data gradient on the forward's weights, no transposed
- * copy); BLOCK_N 128 or 256; STAGES shared-memory slots (at most 4 for BLOCK_N 256, 6 for 128).
- * BLOCK_M is 128, BLOCK_K 64. */
+ * copy); BLOCK_N 128 or 256; STAGES shared-memory slots (at most 4 for BLOCK_N 256, 6 for 128; ping-pong
+ * with 64-row tiles: 4 and 8). BLOCK_M is 128 (64 for pingpong 1), BLOCK_K 64. */
 typedef struct GemmSm90Shape {
     int E, N, K;
     int block_n, stages;
@@ -20,23 +20,34 @@ typedef struct GemmSm90Shape {
                      a = silu(gate) up p into a second output (codegen/gemm_sm90.cuh: W's rows interleaved);
                      4 fp32 out from registers, rows past a bound skipped (the dense linears) */
     int trans_b;  /* 0: W [E, N, K] (K contiguous); 1: W [E, K, N] (N contiguous) */
+    int pingpong; /* M-grouped only (decision 49): 0 cooperative (the two consumer warpgroups share each 128 x block_n
+                     tile); ping-pong (each warpgroup owns whole tiles, one's main loop runs while the other stores):
+                     1 with 64 x block_n tiles, 2 with 128 x 128 tiles (block_n 128; epilogue TMA or GLU only) */
 } GemmSm90Shape;
 
 enum { GEMM_SM90_BLOCK_M = 128, GEMM_SM90_BLOCK_K = 64, GEMM_SM90_THREADS = 384 };
 enum { GEMM_SM90_EPI_TMA = 0, GEMM_SM90_EPI_STORE16 = 1, GEMM_SM90_EPI_STORE4 = 2, GEMM_SM90_EPI_GLU = 3,
        GEMM_SM90_EPI_F32 = 4 };
 
-/* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N (E * K with trans_b) < 2^31, the ring fits in 227 KB. */
+/* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N (E * K with trans_b) < 2^31, pingpong 0, 1 or 2 (2:
+ * block_n 128, epilogue TMA or GLU, N % 256 with GLU), the ring fits in 227 KB. */
 int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
 
-/* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (128 + block_n) * 128
+/* The rows of an M tile (and of tma_a's box): 128, or 64 for pingpong 1. */
+int gemm_sm90_block_m(const GemmSm90Shape *s);
+/* The rows of tma_b's box: 64 with trans_b and for pingpong 2's SwiGLU epilogue (two boxes a stage: 64 gate
+ * rows and their 64 up rows), else block_n. */
+int gemm_sm90_b_box_rows(const GemmSm90Shape *s);
+
+/* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (block_m + block_n) * 128
  * (+ 32768 for the TMA-store epilogue) + 16 * stages. */
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
 
 /* ---- K-grouped (weight gradient): dW[g] [N, K] fp32 = dY[rows of g]^T . X[rows of g], the same
  * offsets. Shape: E, N (a multiple of 128), K (a multiple of block_n), block_n, stages, epilogue
  * (GEMM_SM90_KEPI_*: 0 TMA stores through shared memory, asynchronous, needs dW 16-byte aligned and
- * E * N < 2^31; 1 8-byte stores from registers); trans_b is ignored. Padding rows must be zero in
+ * E * N < 2^31; 1 8-byte stores from registers); trans_b is ignored; pingpong 0 cooperative, 1 ping-pong
+ * (128 x 128 tiles per consumer warpgroup, block_n 128; decision 49). Padding rows must be zero in
  * dY or X, finite in both. */
 enum { GEMM_SM90_KEPI_TMA = 0, GEMM_SM90_KEPI_REGS = 1 };
 int gemm_sm90_kgrouped_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);

@@ -42,11 +42,12 @@ int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_
         snprintf(err, errlen, "A, W and D must be 16-byte aligned");
         return 0;
     }
-    return tma_encode_bf16_2d(ta, a, (unsigned long long)rows_cap, (unsigned long long)s->K, GEMM_SM90_BLOCK_M, err, errlen) &&
+    return tma_encode_bf16_2d(ta, a, (unsigned long long)rows_cap, (unsigned long long)s->K, (unsigned)gemm_sm90_block_m(s), err,
+                              errlen) &&
            (s->trans_b ? tma_encode_bf16_2d(tb, w, (unsigned long long)s->E * (unsigned long long)s->K,
                                             (unsigned long long)s->N, 64, err, errlen)
                        : tma_encode_bf16_2d(tb, w, (unsigned long long)s->E * (unsigned long long)s->N,
-                                            (unsigned long long)s->K, (unsigned)s->block_n, err, errlen)) &&
+                                            (unsigned long long)s->K, (unsigned)gemm_sm90_b_box_rows(s), err, errlen)) &&
            tma_encode_bf16_2d(td, d, (unsigned long long)rows_cap, (unsigned long long)s->N, 64, err, errlen);
 }
 

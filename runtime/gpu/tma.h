@@ -19,7 +19,8 @@ int tma_encode_f32_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, un
                       unsigned box_rows, char *err, size_t errlen);
 
 /* The three tensor maps of the M-grouped kernel (needs the driver loaded, cudrv_load), all bf16,
- * 128-byte swizzled, 256-byte L2 promotion: ta over A [rows_cap, K] at a, box {64, 128}; tb over
+ * 128-byte swizzled, 256-byte L2 promotion: ta over A [rows_cap, K] at a, box {64, 128} ({64, 64} for
+ * ping-pong, gemm_sm90_block_m); tb over
  * W [E * N, K] at w, box {64, block_n}; td over D [rows_cap, N] at d, box {64, 64}. a, w, d 16-byte
  * aligned. 1, or 0 + err. */
 int gemm_sm90_tensor_maps(const GemmSm90Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,

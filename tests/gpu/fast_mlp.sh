@@ -9,7 +9,9 @@
 #     within 1%;
 #     the same for tests/gpu/fast_attn.moe (the fast attention: run_plan, --chain, 30 steps);
 #     run_plan and --chain on tests/codegen/membound_fast.moe (the memory-bound kernels of decision 47);
-#  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward;
+#  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward; fast
+#     twice: the default (ping-pong grouped GEMMs) and _fast_coop (MOEC_MGEMM=cooperative MOEC_KGEMM=cooperative,
+#     decision 49);
 #  4. fp8-block (FP8=0 skips it; decision 38): the device's E4M3 conversion against the integer encoder on
 #     every float (tests/gpu/e4m3_check.c), run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
 #     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL), 30 training steps on
@@ -87,10 +89,13 @@ if [ "$MODE" != run ]; then
     done
   fi
   for l in $LAYERS; do
-    rm -rf "$OUT/cuda/layer_$l" "$OUT/cuda/layer_${l}_fast"
+    rm -rf "$OUT/cuda/layer_$l" "$OUT/cuda/layer_${l}_fast" "$OUT/cuda/layer_${l}_fast_coop"
     "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels reference --emit-cuda "$OUT/cuda/layer_$l" --arch "$ARCH" >/dev/null
     "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast --emit-cuda "$OUT/cuda/layer_${l}_fast" \
         --arch "$ARCH" >/dev/null
+    # the same plan with the cooperative grouped GEMMs (the fast plans' default is ping-pong, decision 49)
+    MOEC_MGEMM=cooperative MOEC_KGEMM=cooperative "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
+        --emit-cuda "$OUT/cuda/layer_${l}_fast_coop" --arch "$ARCH" >/dev/null
   done
   set +e
 fi
@@ -158,7 +163,7 @@ train_pair train_30_steps train_ref train_fast
 train_pair train_attn_30_steps attn_ref attn_fast
 
 for l in $LAYERS; do
-  for v in "" _fast; do
+  for v in "" _fast _fast_coop; do
     timeout 120 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 >"$L/layer_$l$v.log" 2>&1
     rc=$?
     r=$(grep '^RESULT' "$L/layer_$l$v.log" | tail -1)

@@ -67,39 +67,76 @@ typedef struct Cfg {
 #define U16(r) {r, r, r, r, r, r, r, r, r, r, r, r, r, r, r, r}
 static const Cfg cfgs[] = {
     /* the default: BLOCK_N 256, 4 stages, TMA-store epilogue (0) */
-    {"ragged_bn256", {6, 512, 512, 256, 4, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"ragged_bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
-    {"ragged_mixtral_down", {8, 4096, 14336, 256, 4, 0, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
-    {"mixtral_gate_up", {8, 28672, 4096, 256, 4, 0, 0}, 1, 0, U8(2048)},
-    {"mixtral_down", {8, 4096, 14336, 256, 4, 0, 0}, 1, 0, U8(2048)},
-    {"bio_up", {16, 5632, 1024, 256, 4, 0, 0}, 1, 0, U16(1024)},
-    {"bio_down", {16, 1024, 2816, 256, 4, 0, 0}, 1, 0, U16(1024)},
+    {"ragged_bn256", {6, 512, 512, 256, 4, 0, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bio_up", {16, 5632, 1024, 256, 4, 0, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"ragged_mixtral_down", {8, 4096, 14336, 256, 4, 0, 0, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
+    {"mixtral_gate_up", {8, 28672, 4096, 256, 4, 0, 0, 0}, 1, 0, U8(2048)},
+    {"mixtral_down", {8, 4096, 14336, 256, 4, 0, 0, 0}, 1, 0, U8(2048)},
+    {"bio_up", {16, 5632, 1024, 256, 4, 0, 0, 0}, 1, 0, U16(1024)},
+    {"bio_down", {16, 1024, 2816, 256, 4, 0, 0, 0}, 1, 0, U16(1024)},
     /* dense (E = 1): a check with a ragged row count, and 8192^3 against torch.matmul */
-    {"dense_check", {1, 1024, 1024, 256, 4, 0, 0}, 0, 1, {1000}},
-    {"dense_8192", {1, 8192, 8192, 256, 4, 0, 0}, 1, 0, {8192}},
+    {"dense_check", {1, 1024, 1024, 256, 4, 0, 0, 0}, 0, 1, {1000}},
+    {"dense_8192", {1, 8192, 8192, 256, 4, 0, 0, 0}, 1, 0, {8192}},
     /* BLOCK_N 128 (6 stages, TMA stores) */
-    {"ragged_bn128", {6, 512, 512, 128, 6, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"mixtral_gate_up_bn128", {8, 28672, 4096, 128, 6, 0, 0}, 1, 0, U8(2048)},
-    {"mixtral_down_bn128", {8, 4096, 14336, 128, 6, 0, 0}, 1, 0, U8(2048)},
-    {"bio_up_bn128", {16, 5632, 1024, 128, 6, 0, 0}, 1, 0, U16(1024)},
-    {"bio_down_bn128", {16, 1024, 2816, 128, 6, 0, 0}, 1, 0, U16(1024)},
+    {"ragged_bn128", {6, 512, 512, 128, 6, 0, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"mixtral_gate_up_bn128", {8, 28672, 4096, 128, 6, 0, 0, 0}, 1, 0, U8(2048)},
+    {"mixtral_down_bn128", {8, 4096, 14336, 128, 6, 0, 0, 0}, 1, 0, U8(2048)},
+    {"bio_up_bn128", {16, 5632, 1024, 128, 6, 0, 0, 0}, 1, 0, U16(1024)},
+    {"bio_down_bn128", {16, 1024, 2816, 128, 6, 0, 0, 0}, 1, 0, U16(1024)},
     /* 16-byte stores from registers (1), 4-byte stores (2) */
-    {"ragged_bn256_st16", {6, 512, 512, 256, 4, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"ragged_bn128_st16", {6, 512, 512, 128, 6, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"mixtral_gate_up_st16", {8, 28672, 4096, 256, 4, 1, 0}, 1, 0, U8(2048)},
-    {"mixtral_down_st16", {8, 4096, 14336, 256, 4, 1, 0}, 1, 0, U8(2048)},
-    {"bio_up_st16", {16, 5632, 1024, 256, 4, 1, 0}, 1, 0, U16(1024)},
-    {"bio_down_st16", {16, 1024, 2816, 256, 4, 1, 0}, 1, 0, U16(1024)},
-    {"mixtral_gate_up_st4", {8, 28672, 4096, 256, 4, 2, 0}, 1, 0, U8(2048)},
-    {"bio_up_st4", {16, 5632, 1024, 256, 4, 2, 0}, 1, 0, U16(1024)},
+    {"ragged_bn256_st16", {6, 512, 512, 256, 4, 1, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bn128_st16", {6, 512, 512, 128, 6, 1, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"mixtral_gate_up_st16", {8, 28672, 4096, 256, 4, 1, 0, 0}, 1, 0, U8(2048)},
+    {"mixtral_down_st16", {8, 4096, 14336, 256, 4, 1, 0, 0}, 1, 0, U8(2048)},
+    {"bio_up_st16", {16, 5632, 1024, 256, 4, 1, 0, 0}, 1, 0, U16(1024)},
+    {"bio_down_st16", {16, 1024, 2816, 256, 4, 1, 0, 0}, 1, 0, U16(1024)},
+    {"mixtral_gate_up_st4", {8, 28672, 4096, 256, 4, 2, 0, 0}, 1, 0, U8(2048)},
+    {"bio_up_st4", {16, 5632, 1024, 256, 4, 2, 0, 0}, 1, 0, U16(1024)},
     /* trans_b: D = A . W[g], W [E, K, N] (the data gradients of the fused MLP on the forward's weights) */
-    {"ragged_bn256_tb", {6, 512, 768, 256, 4, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"ragged_bn128_tb", {6, 512, 768, 128, 6, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"ragged_bio_dxs_tb", {16, 1024, 5632, 256, 4, 0, 1}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
-    {"mixtral_da_tb", {8, 14336, 4096, 256, 4, 0, 1}, 1, 0, U8(2048)},
-    {"mixtral_dxs_tb", {8, 4096, 28672, 256, 4, 0, 1}, 1, 0, U8(2048)},
-    {"bio_da_tb", {16, 2816, 1024, 256, 4, 0, 1}, 1, 0, U16(1024)},
-    {"bio_dxs_tb", {16, 1024, 5632, 256, 4, 0, 1}, 1, 0, U16(1024)},
+    {"ragged_bn256_tb", {6, 512, 768, 256, 4, 0, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bn128_tb", {6, 512, 768, 128, 6, 0, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bio_dxs_tb", {16, 1024, 5632, 256, 4, 0, 1, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"mixtral_da_tb", {8, 14336, 4096, 256, 4, 0, 1, 0}, 1, 0, U8(2048)},
+    {"mixtral_dxs_tb", {8, 4096, 28672, 256, 4, 0, 1, 0}, 1, 0, U8(2048)},
+    {"bio_da_tb", {16, 2816, 1024, 256, 4, 0, 1, 0}, 1, 0, U16(1024)},
+    {"bio_dxs_tb", {16, 1024, 5632, 256, 4, 0, 1, 0}, 1, 0, U16(1024)},
+    /* ping-pong (decision 49), pingpong 2: 128 x 128 tiles, one per consumer warpgroup (the plans' default) */
+    {"ragged_pp", {6, 512, 512, 128, 6, 0, 0, 2}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_one_tile_pp", {3, 256, 128, 128, 6, 0, 0, 2}, 0, 1, {0, 1, 0}},
+    {"ragged_bio_up_pp", {16, 5632, 1024, 128, 6, 0, 0, 2}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"ragged_mixtral_down_pp", {8, 4096, 14336, 128, 6, 0, 0, 2}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
+    {"dense_check_pp", {1, 1024, 1024, 128, 6, 0, 0, 2}, 0, 1, {1000}},
+    {"mixtral_gate_up_pp", {8, 28672, 4096, 128, 6, 0, 0, 2}, 1, 0, U8(2048)},
+    {"mixtral_down_pp", {8, 4096, 14336, 128, 6, 0, 0, 2}, 1, 0, U8(2048)},
+    {"bio_up_pp", {16, 5632, 1024, 128, 6, 0, 0, 2}, 1, 0, U16(1024)},
+    {"bio_down_pp", {16, 1024, 2816, 128, 6, 0, 0, 2}, 1, 0, U16(1024)},
+    {"dense_8192_pp", {1, 8192, 8192, 128, 6, 0, 0, 2}, 1, 0, {8192}},
+    {"ragged_tb_pp", {6, 512, 768, 128, 6, 0, 1, 2}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bio_dxs_tb_pp", {16, 1024, 5632, 128, 6, 0, 1, 2}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"mixtral_da_tb_pp", {8, 14336, 4096, 128, 6, 0, 1, 2}, 1, 0, U8(2048)},
+    {"mixtral_dxs_tb_pp", {8, 4096, 28672, 128, 6, 0, 1, 2}, 1, 0, U8(2048)},
+    {"bio_da_tb_pp", {16, 2816, 1024, 128, 6, 0, 1, 2}, 1, 0, U16(1024)},
+    {"bio_dxs_tb_pp", {16, 1024, 5632, 128, 6, 0, 1, 2}, 1, 0, U16(1024)},
+    /* ping-pong, pingpong 1: 64 x BLOCK_N tiles */
+    {"ragged_bn256_pp64", {6, 512, 512, 256, 4, 0, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bn128_pp64", {6, 512, 512, 128, 8, 0, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bn256_st16_pp64", {6, 512, 512, 256, 4, 1, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_one_tile_pp64", {3, 256, 128, 256, 4, 0, 0, 1}, 0, 1, {0, 1, 0}},
+    {"ragged_bio_up_pp64", {16, 5632, 1024, 256, 4, 0, 0, 1}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"ragged_mixtral_down_pp64", {8, 4096, 14336, 256, 4, 0, 0, 1}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
+    {"dense_check_pp64", {1, 1024, 1024, 256, 4, 0, 0, 1}, 0, 1, {1000}},
+    {"mixtral_gate_up_pp64", {8, 28672, 4096, 256, 4, 0, 0, 1}, 1, 0, U8(2048)},
+    {"mixtral_down_pp64", {8, 4096, 14336, 256, 4, 0, 0, 1}, 1, 0, U8(2048)},
+    {"bio_up_pp64", {16, 5632, 1024, 256, 4, 0, 0, 1}, 1, 0, U16(1024)},
+    {"bio_down_pp64", {16, 1024, 2816, 256, 4, 0, 0, 1}, 1, 0, U16(1024)},
+    {"dense_8192_pp64", {1, 8192, 8192, 256, 4, 0, 0, 1}, 1, 0, {8192}},
+    {"ragged_bn256_tb_pp64", {6, 512, 768, 256, 4, 0, 1, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bn128_tb_pp64", {6, 512, 768, 128, 8, 0, 1, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"ragged_bio_dxs_tb_pp64", {16, 1024, 5632, 256, 4, 0, 1, 1}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"mixtral_da_tb_pp64", {8, 14336, 4096, 256, 4, 0, 1, 1}, 1, 0, U8(2048)},
+    {"mixtral_dxs_tb_pp64", {8, 4096, 28672, 256, 4, 0, 1, 1}, 1, 0, U8(2048)},
+    {"bio_da_tb_pp64", {16, 2816, 1024, 256, 4, 0, 1, 1}, 1, 0, U16(1024)},
+    {"bio_dxs_tb_pp64", {16, 1024, 5632, 256, 4, 0, 1, 1}, 1, 0, U16(1024)},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
 
@@ -107,21 +144,29 @@ static const Cfg cfgs[] = {
  * width), K = the forward's K (X's width) */
 static const Cfg kcfgs[] = {
     /* epilogue 1: fp32 stores from registers (the original) */
-    {"wgrad_ragged", {6, 256, 512, 256, 4, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bn128", {6, 256, 512, 128, 6, 1, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bio_up", {16, 5632, 1024, 256, 4, 1, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
-    {"wgrad_mixtral_gate_up", {8, 28672, 4096, 256, 4, 1, 0}, 1, 0, U8(2048)},
-    {"wgrad_mixtral_down", {8, 4096, 14336, 256, 4, 1, 0}, 1, 0, U8(2048)},
-    {"wgrad_bio_up", {16, 5632, 1024, 256, 4, 1, 0}, 1, 0, U16(1024)},
-    {"wgrad_bio_down", {16, 1024, 2816, 256, 4, 1, 0}, 1, 0, U16(1024)},
+    {"wgrad_ragged", {6, 256, 512, 256, 4, 1, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bn128", {6, 256, 512, 128, 6, 1, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bio_up", {16, 5632, 1024, 256, 4, 1, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"wgrad_mixtral_gate_up", {8, 28672, 4096, 256, 4, 1, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_mixtral_down", {8, 4096, 14336, 256, 4, 1, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_bio_up", {16, 5632, 1024, 256, 4, 1, 0, 0}, 1, 0, U16(1024)},
+    {"wgrad_bio_down", {16, 1024, 2816, 256, 4, 1, 0, 0}, 1, 0, U16(1024)},
     /* epilogue 0: asynchronous TMA stores of fp32 through shared memory (2 x 8 KB per consumer warpgroup) */
-    {"wgrad_ragged_tma", {6, 256, 512, 256, 4, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bn128_tma", {6, 256, 512, 128, 6, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
-    {"wgrad_ragged_bio_up_tma", {16, 5632, 1024, 256, 4, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
-    {"wgrad_mixtral_gate_up_tma", {8, 28672, 4096, 256, 4, 0, 0}, 1, 0, U8(2048)},
-    {"wgrad_mixtral_down_tma", {8, 4096, 14336, 256, 4, 0, 0}, 1, 0, U8(2048)},
-    {"wgrad_bio_up_tma", {16, 5632, 1024, 256, 4, 0, 0}, 1, 0, U16(1024)},
-    {"wgrad_bio_down_tma", {16, 1024, 2816, 256, 4, 0, 0}, 1, 0, U16(1024)},
+    {"wgrad_ragged_tma", {6, 256, 512, 256, 4, 0, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bn128_tma", {6, 256, 512, 128, 6, 0, 0, 0}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bio_up_tma", {16, 5632, 1024, 256, 4, 0, 0, 0}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"wgrad_mixtral_gate_up_tma", {8, 28672, 4096, 256, 4, 0, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_mixtral_down_tma", {8, 4096, 14336, 256, 4, 0, 0, 0}, 1, 0, U8(2048)},
+    {"wgrad_bio_up_tma", {16, 5632, 1024, 256, 4, 0, 0, 0}, 1, 0, U16(1024)},
+    {"wgrad_bio_down_tma", {16, 1024, 2816, 256, 4, 0, 0, 0}, 1, 0, U16(1024)},
+    /* ping-pong (decision 49): 128 x 128 tiles per consumer warpgroup, both epilogues, empty groups */
+    {"wgrad_ragged_pp", {6, 256, 512, 128, 6, 0, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_regs_pp", {6, 256, 512, 128, 6, 1, 0, 1}, 0, 1, {0, 1, 200, 128, 1000, 333}},
+    {"wgrad_ragged_bio_up_pp", {16, 5632, 1024, 128, 6, 0, 0, 1}, 0, 0, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}},
+    {"wgrad_mixtral_gate_up_pp", {8, 28672, 4096, 128, 6, 0, 0, 1}, 1, 0, U8(2048)},
+    {"wgrad_mixtral_down_pp", {8, 4096, 14336, 128, 6, 0, 0, 1}, 1, 0, U8(2048)},
+    {"wgrad_bio_up_pp", {16, 5632, 1024, 128, 6, 0, 0, 1}, 1, 0, U16(1024)},
+    {"wgrad_bio_down_pp", {16, 1024, 2816, 128, 6, 0, 0, 1}, 1, 0, U16(1024)},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
@@ -435,8 +480,9 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
     res->checked = 1;
     double normwise = st.ref2 > 0 ? sqrt(st.err2 / st.ref2) : 0;
     res->pass = st.bad == 0 && normwise <= ldexp(1.0, -8) && res->deterministic;
-    printf("%-22s E %2d N %5d K %5d BN %d epilogue %d trans_b %d: rows %lld (padded %d), regs %d, local %d B, smem %d B\n", c->name, E, N, K,
-           s->block_n, s->epilogue, s->trans_b, real, off[E], res->regs, res->local, smem);
+    printf("%-22s E %2d N %5d K %5d BN %d epilogue %d trans_b %d %s: rows %lld (padded %d), regs %d, local %d B, smem %d B\n",
+           c->name, E, N, K, s->block_n, s->epilogue, s->trans_b, s->pingpong ? "ping-pong" : "cooperative", real, off[E],
+           res->regs, res->local, smem);
     printf("  check %lld elements: %lld over tolerance, %lld NaN; max abs %.3g, max rel %.3g, max err/tol %.3f, "
            "normwise %.3g; two runs bit-identical: %s -> %s\n",
            st.n, st.bad, st.nan, st.max_abs, st.max_rel, st.max_ratio, normwise, same ? "yes" : "NO",
@@ -504,6 +550,7 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
                "zero padding");
     ck(cu.cuMemsetD32Async(DW, 0xFFFFFFFFu, dwn, NULL), "poison dW");
     CUtensorMap tdy, tx, tdw;
+    memset(&tdw, 0, sizeof tdw);
     if (!gemm_sm90_kgrouped_tensor_maps(s, DY, X, rows_cap, &tdy, &tx, err, sizeof err))
         die(c->name, err);
     int tma_epi = s->epilogue == GEMM_SM90_KEPI_TMA;
@@ -511,7 +558,8 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
         die(c->name, err);
     int rc_int = (int)rows_cap;
     void *args_regs[] = {&tdy, &tx, &DW, &OFF, &rc_int}, *args_tma[] = {&tdy, &tx, &tdw, &DW, &OFF, &rc_int};
-    void **args = tma_epi ? args_tma : args_regs;
+    /* the ping-pong kernels take the TMA epilogue's parameters either way (tma_dw unread with register stores) */
+    void **args = tma_epi || s->pingpong ? args_tma : args_regs;
     ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, GEMM_SM90_THREADS, 1, 1, (unsigned)smem, NULL, args, NULL),
        "kgrouped launch");
     ck(cu.cuCtxSynchronize(), "kgrouped run 1");
@@ -588,9 +636,9 @@ static void run_one_k(const Cfg *c, const char *dir, int sms, unsigned seed, Res
     res->checked = 1;
     double normwise = st.ref2 > 0 ? sqrt(st.err2 / st.ref2) : 0;
     res->pass = st.bad == 0 && normwise <= 1e-4 && res->deterministic;
-    printf("%-22s E %2d N %5d K %5d BN %d K-grouped (fp32 dW, %s epilogue): rows %lld (padded %d), regs %d, local %d "
-           "B, smem %d B\n", c->name, E, N, K, s->block_n, tma_epi ? "TMA-store" : "register-store", real, off[E],
-           res->regs, res->local, smem);
+    printf("%-22s E %2d N %5d K %5d BN %d K-grouped (fp32 dW, %s epilogue, %s): rows %lld (padded %d), regs %d, "
+           "local %d B, smem %d B\n", c->name, E, N, K, s->block_n, tma_epi ? "TMA-store" : "register-store",
+           s->pingpong ? "ping-pong" : "cooperative", real, off[E], res->regs, res->local, smem);
     printf("  check %lld elements (+ empty groups' zeros: %lld wrong): %lld over tolerance, %lld NaN; max abs %.3g, "
            "max rel %.3g, max err/tol %.3f, normwise %.3g; two runs bit-identical: %s -> %s\n",
            st.n, zeros_bad, st.bad, st.nan, st.max_abs, st.max_rel, st.max_ratio, normwise, same ? "yes" : "NO",

@@ -697,15 +697,18 @@ static void test_fast_mlp(void)
         CudaKgemmEpilogue kgemm; /* the weight-gradient GEMMs' epilogue (fast_mlp's dW slices are 16-byte aligned) */
         int tc, attn_fast, attn_ref; /* dense linear launches on the sm_90a GEMMs (a conversion + a GEMM per node);
                                         attention launches fast (2 forward + 3 backward per layer), reference */
+        CudaMgemmSchedule mgemm; /* the M-grouped GEMMs' schedule (default: ping-pong, decision 49) */
     } cases[] = {/* attention: 1 forward launch (q, k, v bf16 as stored: no conversion) + 3 backward per layer */
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_TMA, 48, 8, 0},
-                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_REGS, 48, 8, 0},
-                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_DEFAULT},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_TMA, 48, 8, 0, CUDA_MGEMM_DEFAULT},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_REGS, 48, 8, 0, CUDA_MGEMM_COOPERATIVE},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_PINGPONG},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_PINGPONG64},
+                 {"tests/gpu/fast_mlp.moe", "mxfp8", 0, 12, CUDA_KGEMM_DEFAULT, 48, 8, 0, CUDA_MGEMM_DEFAULT},
                  /* head dim 16: the reference attention, with the reason; 64-wide projections: reference tiles */
-                 {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT, 0, 0, 6},
+                 {"models/mixtral_tiny.moe", NULL, 0, 0, CUDA_KGEMM_DEFAULT, 0, 0, 6, CUDA_MGEMM_DEFAULT},
                  /* x an input, dy's source read only through the elided dispatch */
-                 {"bench/models/layer/layer_small.moe", NULL, 1, 3, CUDA_KGEMM_DEFAULT, 0, 0, 0}};
+                 {"bench/models/layer/layer_small.moe", NULL, 1, 3, CUDA_KGEMM_DEFAULT, 0, 0, 0, CUDA_MGEMM_DEFAULT}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         Compilation c;
         IrGraph *g = compile_model(&c, cases[k].path, cases[k].precision, 0, NULL);
@@ -713,7 +716,12 @@ static void test_fast_mlp(void)
         Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
         if (p)
             p->source.kernels = PLAN_KERNELS_FAST;
-        CudaOptions opts = {.kgemm_epilogue = cases[k].kgemm};
+        /* the cooperative M-grouped case takes the cooperative weight gradients too; the others the default
+         * (ping-pong) */
+        int kcoop = cases[k].mgemm == CUDA_MGEMM_COOPERATIVE;
+        CudaOptions opts = {.kgemm_epilogue = cases[k].kgemm,
+                            .mgemm_schedule = cases[k].mgemm,
+                            .kgemm_schedule = kcoop ? CUDA_KSCHED_COOPERATIVE : CUDA_KSCHED_DEFAULT};
         CHECK(p && cuda_codegen(p, &opts, NULL), "%s: a fast plan", cases[k].path);
         if (!p) {
             compilation_free(&c);
@@ -830,6 +838,42 @@ static void test_fast_mlp(void)
         CHECK(glu_ok, "%s: the copies' layouts (gate_up interleaved for the SwiGLU epilogue)", cases[k].path);
         CHECK((cases[k].fast || cases[k].tc) == (strstr(p->cuda_source, "GemmMGrouped<") != NULL),
               "%s: the sm_90a device code only when used", cases[k].path);
+        /* the expert MLP's M-grouped GEMMs: ping-pong with 128 x 128 tiles (PINGPONG 2, kernels named _pp, BLOCK_N
+         * 128; gate_up's tma_b with 64-row boxes: its gate and up halves) unless asked for the 64-row ping-pong
+         * (PINGPONG 1, _pp64, tma_a's box 64 rows) or the cooperative kernel; one schedule per plan */
+        CudaMgemmSchedule sched = cases[k].mgemm == CUDA_MGEMM_DEFAULT ? CUDA_MGEMM_PINGPONG : cases[k].mgemm;
+        int want = !cases[k].fast ? -1 : sched == CUDA_MGEMM_PINGPONG ? 2 : sched == CUDA_MGEMM_PINGPONG64 ? 1 : 0;
+        int npp = 0, nbox = 0, nkpp = 0;
+        for (int li = 0; li < p->nlaunches; li++) {
+            const PlanLaunch *l = &p->launches[li];
+            const char *kn = l->kernel >= 0 ? p->kernel_names[l->kernel] : "";
+            size_t kl = strlen(kn);
+            if (strstr(kn, "_fast_dw_")) { /* the weight gradients: K-grouped ping-pong, BLOCK_N 128 */
+                nkpp += kl > 3 && strcmp(kn + kl - 3, "_pp") == 0 && strstr(kn, "_bn128_s6");
+                continue;
+            }
+            int is_pp = kl > 3 && strcmp(kn + kl - 3, "_pp") == 0, is_pp64 = kl > 5 && strcmp(kn + kl - 5, "_pp64") == 0;
+            npp += is_pp || is_pp64;
+            if (is_pp64)
+                nbox += l->targs && l->nargs > 0 && l->targs[0].box_rows == 64; /* tma_a */
+            if (is_pp)
+                nbox += l->targs && l->nargs > 1 && l->targs[1].box_rows == (strstr(kn, "_glu") || strstr(kn, "_tb") ? 64 : 128) &&
+                        l->targs[0].box_rows == 128 && strstr(kn, "_bn128_s6");
+        }
+        char needle[3][64];
+        for (int v = 0; v < 3; v++)
+            snprintf(needle[v], sizeof needle[v], ", %d>::run(tma_a, tma_b, tma_d, d, offsets", v);
+        CHECK((strstr(p->cuda_source, needle[0]) != NULL) == (want == 0) &&
+                  (strstr(p->cuda_source, needle[1]) != NULL) == (want == 1) &&
+                  (strstr(p->cuda_source, needle[2]) != NULL) == (want == 2) && npp == (want > 0 ? 4 * nodes / 2 : 0) &&
+                  nbox == npp,
+              "%s (schedule option %d): %d ping-pong launches (%d with their boxes) for %d grouped_mlp nodes",
+              cases[k].path, (int)cases[k].mgemm, npp, nbox, nodes);
+        CHECK(nkpp == (cases[k].fast && !kcoop ? 2 * nodes / 2 : 0) &&
+                  (cases[k].fast && !kcoop) == (strstr(p->cuda_source, ", 1>::run(tma_dy, tma_x, tma_dw, out + ") != NULL ||
+                                                strstr(p->cuda_source, ", 1>::run(tma_dy, tma_x, out + ") != NULL),
+              "%s (K-grouped epilogue option %d, schedule option %d): %d ping-pong weight-gradient launches",
+              cases[k].path, (int)cases[k].kgemm, (int)cases[k].mgemm, nkpp);
         CHECK(tc == cases[k].tc && attn_fast == cases[k].attn_fast && attn_ref == cases[k].attn_ref,
               "%s: %d dense linear launches on the sm_90a GEMMs, %d fast and %d reference attention launches",
               cases[k].path, tc, attn_fast, attn_ref);

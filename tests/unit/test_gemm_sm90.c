@@ -148,26 +148,50 @@ static void test_kscheduler(void)
 static void test_shapes(void)
 {
     char err[256];
-    GemmSm90Shape ok = {8, 4096, 14336, 256, 4, 0, 0};
+    GemmSm90Shape ok = {8, 4096, 14336, 256, 4, 0, 0, 0};
     CHECK(gemm_sm90_check_shape(&ok, err, sizeof err), "Mixtral down is a valid shape: %s", err);
     CHECK(gemm_sm90_smem_bytes(&ok) == 1024 + 4 * 49152 + 32768 + 64, "shared memory %d", gemm_sm90_smem_bytes(&ok));
-    GemmSm90Shape badk = {8, 4096, 100, 256, 4, 0, 0}, badn = {8, 4000, 128, 256, 4, 0, 0}, badst = {8, 4096, 128, 256, 5, 0, 0},
-                  badbn = {8, 4096, 128, 64, 4, 0, 0};
+    GemmSm90Shape badk = {8, 4096, 100, 256, 4, 0, 0, 0}, badn = {8, 4000, 128, 256, 4, 0, 0, 0}, badst = {8, 4096, 128, 256, 5, 0, 0, 0},
+                  badbn = {8, 4096, 128, 64, 4, 0, 0, 0};
     CHECK(!gemm_sm90_check_shape(&badk, err, sizeof err) && strstr(err, "multiple of 64"), "K %% 64: %s", err);
     CHECK(!gemm_sm90_check_shape(&badn, err, sizeof err) && strstr(err, "BLOCK_N"), "N %% BLOCK_N: %s", err);
     CHECK(!gemm_sm90_check_shape(&badst, err, sizeof err) && strstr(err, "shared memory"), "5 stages: %s", err);
     CHECK(!gemm_sm90_check_shape(&badbn, err, sizeof err), "BLOCK_N 64 refused");
-    GemmSm90Shape tb = {8, 4096, 28672, 256, 4, 0, 1}, badtb = {8, 4096, 28672, 256, 4, 0, 2},
-                  bigk = {1024, 4096, 1 << 21, 256, 4, 0, 1};
+    GemmSm90Shape tb = {8, 4096, 28672, 256, 4, 0, 1, 0}, badtb = {8, 4096, 28672, 256, 4, 0, 2, 0},
+                  bigk = {1024, 4096, 1 << 21, 256, 4, 0, 1, 0};
     CHECK(gemm_sm90_check_shape(&tb, err, sizeof err), "trans_b Mixtral dxs is a valid shape: %s", err);
-    GemmSm90Shape glu128 = {16, 5632, 1024, 128, 6, 3, 0};
+    GemmSm90Shape glu128 = {16, 5632, 1024, 128, 6, 3, 0, 0};
     CHECK(!gemm_sm90_check_shape(&glu128, err, sizeof err) && strstr(err, "SwiGLU"), "GLU with BLOCK_N 128: %s", err);
     CHECK(!gemm_sm90_check_shape(&badtb, err, sizeof err) && strstr(err, "trans_b"), "trans_b 2: %s", err);
     CHECK(!gemm_sm90_check_shape(&bigk, err, sizeof err) && strstr(err, "E * K"), "E * K rows: %s", err);
+    /* ping-pong with 64-row tiles (pingpong 1, decision 49): 4 stages of BLOCK_N 256 (40 KB each) and 8 of 128
+     * fit beside the staging buffers, 5 of 256 do not */
+    GemmSm90Shape pp = {8, 28672, 4096, 256, 4, 3, 0, 1}, pp128 = {16, 1024, 2816, 128, 8, 0, 1, 1},
+                  pp5 = {8, 28672, 4096, 256, 5, 0, 0, 1}, ppbad = {8, 28672, 4096, 256, 4, 0, 0, 3};
+    CHECK(gemm_sm90_block_m(&pp) == 64 && gemm_sm90_block_m(&ok) == 128, "BLOCK_M 64 for pingpong 1, 128 else");
+    CHECK(gemm_sm90_check_shape(&pp, err, sizeof err) && gemm_sm90_smem_bytes(&pp) == 1024 + 4 * 40960 + 32768 + 64,
+          "ping-pong gate_up with the GLU epilogue: %d bytes (%s)", gemm_sm90_smem_bytes(&pp), err);
+    CHECK(gemm_sm90_check_shape(&pp128, err, sizeof err), "ping-pong BLOCK_N 128, 8 stages: %s", err);
+    CHECK(!gemm_sm90_check_shape(&pp5, err, sizeof err) && strstr(err, "shared memory"), "ping-pong 5 stages: %s", err);
+    CHECK(!gemm_sm90_check_shape(&ppbad, err, sizeof err) && strstr(err, "pingpong"), "pingpong 3: %s", err);
+    /* ping-pong with 128 x 128 tiles (pingpong 2): BLOCK_N 128, 6 stages; the SwiGLU epilogue at BLOCK_N 128 with
+     * W's box of 64 rows (gate and up boxes), the TMA epilogue with block_n; not BLOCK_N 256, not the register
+     * epilogues */
+    GemmSm90Shape q = {8, 28672, 4096, 128, 6, 3, 0, 2}, qt = {8, 4096, 14336, 128, 6, 0, 0, 2},
+                  q256 = {8, 28672, 4096, 256, 4, 0, 0, 2}, qreg = {8, 28672, 4096, 128, 6, 1, 0, 2},
+                  qglu = {8, 28544, 4096, 128, 6, 3, 0, 2};
+    CHECK(gemm_sm90_check_shape(&q, err, sizeof err) && gemm_sm90_block_m(&q) == 128 && gemm_sm90_b_box_rows(&q) == 64 &&
+              gemm_sm90_smem_bytes(&q) == 1024 + 6 * 32768 + 32768 + 96,
+          "pingpong 2 gate_up with the SwiGLU epilogue: %d bytes, box %d (%s)", gemm_sm90_smem_bytes(&q),
+          gemm_sm90_b_box_rows(&q), err);
+    CHECK(gemm_sm90_check_shape(&qt, err, sizeof err) && gemm_sm90_b_box_rows(&qt) == 128, "pingpong 2 down: %s", err);
+    CHECK(!gemm_sm90_check_shape(&q256, err, sizeof err) && strstr(err, "pingpong 2"), "pingpong 2 BLOCK_N 256: %s", err);
+    CHECK(!gemm_sm90_check_shape(&qreg, err, sizeof err) && strstr(err, "pingpong 2"), "pingpong 2 epilogue 1: %s", err);
+    CHECK(!gemm_sm90_check_shape(&qglu, err, sizeof err) && strstr(err, "multiple of 256"), "GLU N %% 256: %s", err);
     /* K-grouped: the TMA-store epilogue's 4 x 8 KB of staging fit beside 4 stages of BLOCK_N 256 and 6 of 128 */
-    GemmSm90Shape kt = {8, 28672, 4096, 256, 4, 0, 0}, kr = {8, 28672, 4096, 256, 4, 1, 0},
-                  kt128 = {16, 1024, 2816, 128, 6, 0, 0}, kbad = {8, 28672, 4096, 256, 4, 2, 0},
-                  kbig = {1 << 12, 1 << 20, 128, 128, 6, 0, 0};
+    GemmSm90Shape kt = {8, 28672, 4096, 256, 4, 0, 0, 0}, kr = {8, 28672, 4096, 256, 4, 1, 0, 0},
+                  kt128 = {16, 1024, 2816, 128, 6, 0, 0, 0}, kbad = {8, 28672, 4096, 256, 4, 2, 0, 0},
+                  kbig = {1 << 12, 1 << 20, 128, 128, 6, 0, 0, 0};
     CHECK(gemm_sm90_kgrouped_check_shape(&kt, err, sizeof err) &&
               gemm_sm90_kgrouped_smem_bytes(&kt) == 1024 + 4 * 49152 + 32768 + 64,
           "K-grouped TMA epilogue, BLOCK_N 256, 4 stages: %d bytes", gemm_sm90_kgrouped_smem_bytes(&kt));
@@ -178,6 +202,13 @@ static void test_shapes(void)
     CHECK(!gemm_sm90_kgrouped_check_shape(&kbad, err, sizeof err) && strstr(err, "epilogue"), "K-grouped epilogue 2: %s",
           err);
     CHECK(!gemm_sm90_kgrouped_check_shape(&kbig, err, sizeof err) && strstr(err, "E * N"), "E * N rows of dW: %s", err);
+    GemmSm90Shape kpp = {8, 28672, 4096, 128, 6, 0, 0, 1}, kpp256 = {8, 28672, 4096, 256, 4, 0, 0, 1},
+                  kpp2 = {8, 28672, 4096, 128, 6, 0, 0, 2};
+    CHECK(gemm_sm90_kgrouped_check_shape(&kpp, err, sizeof err), "K-grouped ping-pong: %s", err);
+    CHECK(!gemm_sm90_kgrouped_check_shape(&kpp256, err, sizeof err) && strstr(err, "pingpong"), "K-grouped ping-pong "
+          "BLOCK_N 256: %s", err);
+    CHECK(!gemm_sm90_kgrouped_check_shape(&kpp2, err, sizeof err) && strstr(err, "pingpong"), "K-grouped pingpong 2: %s",
+          err);
 }
 
 static void test_nvrtc_compile(void)
@@ -193,14 +224,27 @@ static void test_nvrtc_compile(void)
         return;
     }
     const GemmSm90Shape shapes[] = {
-        {8, 28672, 4096, 256, 4, 0, 0}, /* Mixtral gate_up */
-        {16, 1024, 2816, 128, 6, 0, 0}, /* bio down, BLOCK_N 128 */
-        {5, 512, 256, 256, 4, 0, 0},    /* the GPU check's ragged shape */
-        {8, 4096, 14336, 256, 4, 1, 0}, /* Mixtral down, 16-byte-store epilogue */
-        {1, 8192, 8192, 128, 6, 2, 0},  /* dense, 4-byte stores */
-        {8, 14336, 4096, 256, 4, 0, 1}, /* trans_b: Mixtral da = dy w_down */
-        {16, 1024, 5632, 128, 6, 0, 1}, /* trans_b: bio dxs = dh w_gate_up, BLOCK_N 128 */
-        {16, 5632, 1024, 256, 4, 3, 0}, /* the SwiGLU epilogue: bio gate_up */
+        {8, 28672, 4096, 256, 4, 0, 0, 0}, /* Mixtral gate_up */
+        {16, 1024, 2816, 128, 6, 0, 0, 0}, /* bio down, BLOCK_N 128 */
+        {5, 512, 256, 256, 4, 0, 0, 0},    /* the GPU check's ragged shape */
+        {8, 4096, 14336, 256, 4, 1, 0, 0}, /* Mixtral down, 16-byte-store epilogue */
+        {1, 8192, 8192, 128, 6, 2, 0, 0},  /* dense, 4-byte stores */
+        {8, 14336, 4096, 256, 4, 0, 1, 0}, /* trans_b: Mixtral da = dy w_down */
+        {16, 1024, 5632, 128, 6, 0, 1, 0}, /* trans_b: bio dxs = dh w_gate_up, BLOCK_N 128 */
+        {16, 5632, 1024, 256, 4, 3, 0, 0}, /* the SwiGLU epilogue: bio gate_up */
+        /* ping-pong (decision 49), 128 x 128 tiles: the SwiGLU and TMA epilogues, both B layouts */
+        {8, 28672, 4096, 128, 6, 3, 0, 2}, /* Mixtral gate_up, SwiGLU */
+        {16, 5632, 1024, 128, 6, 3, 0, 2}, /* bio gate_up, SwiGLU */
+        {8, 4096, 14336, 128, 6, 0, 0, 2}, /* Mixtral down */
+        {8, 4096, 28672, 128, 6, 0, 1, 2}, /* Mixtral dxs, trans_b */
+        /* ping-pong, 64-row tiles: every epilogue, both B layouts, both BLOCK_N */
+        {8, 28672, 4096, 256, 4, 3, 0, 1}, /* Mixtral gate_up, SwiGLU */
+        {8, 4096, 14336, 256, 4, 0, 0, 1}, /* Mixtral down */
+        {8, 14336, 4096, 256, 4, 0, 1, 1}, /* Mixtral da, trans_b */
+        {16, 1024, 5632, 128, 8, 0, 1, 1}, /* bio dxs, trans_b, BLOCK_N 128 */
+        {5, 512, 256, 256, 4, 1, 0, 1},    /* 16-byte stores */
+        {1, 1024, 1024, 128, 8, 2, 0, 1},  /* 4-byte stores */
+        {1, 1024, 1024, 256, 4, 4, 0, 1},  /* fp32 out */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         char *src = gemm_sm90_source(&shapes[i], "moec_gemm_mgrouped", NULL);
@@ -217,10 +261,12 @@ static void test_nvrtc_compile(void)
         free(src);
     }
     const GemmSm90Shape kshapes[] = {
-        {8, 28672, 4096, 256, 4, 1, 0}, /* Mixtral gate_up weight gradient, stores from registers */
-        {16, 1024, 2816, 128, 6, 1, 0}, /* bio down, BLOCK_N 128 */
-        {8, 28672, 4096, 256, 4, 0, 0}, /* Mixtral gate_up, TMA-store epilogue */
-        {16, 1024, 2816, 128, 6, 0, 0}, /* bio down, BLOCK_N 128, TMA stores */
+        {8, 28672, 4096, 256, 4, 1, 0, 0}, /* Mixtral gate_up weight gradient, stores from registers */
+        {16, 1024, 2816, 128, 6, 1, 0, 0}, /* bio down, BLOCK_N 128 */
+        {8, 28672, 4096, 256, 4, 0, 0, 0}, /* Mixtral gate_up, TMA-store epilogue */
+        {16, 1024, 2816, 128, 6, 0, 0, 0}, /* bio down, BLOCK_N 128, TMA stores */
+        {8, 28672, 4096, 128, 6, 0, 0, 1}, /* ping-pong (decision 49), TMA stores */
+        {16, 1024, 2816, 128, 6, 1, 0, 1}, /* ping-pong, stores from registers */
     };
     for (size_t i = 0; i < sizeof kshapes / sizeof *kshapes; i++) {
         CHECK(gemm_sm90_kgrouped_check_shape(&kshapes[i], err, sizeof err), "K-grouped shape: %s", err);
