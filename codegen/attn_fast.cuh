@@ -670,5 +670,218 @@ __device__ void bwd_dkv(long long item, OT *out, const unsigned short *q, const 
     }
 }
 
+/* ---- backward, dk and dv, warp-specialised (FlashAttention-3's structure; docs/kernels-sm90.md): one
+ * block of three warpgroups per (b, kv head, 128 keys). Warpgroup 0 is the producer (registers given
+ * away by setmaxnreg): its first warp streams the query steps, q and dO tiles of 64 queries by TMA and
+ * their lse2, D and segment ids by plain loads, through a ring of NS slots guarded by mbarriers
+ * (full: 32 producer arrivals and the TMA bytes; empty: one arrival per consumer warp). Warpgroups 1 and
+ * 2 are consumers, each with its own 64 keys of the block and its own dk, dv accumulators, doing what
+ * bwd_dkv does per step; they share the slots (the q / dO traffic of 128 keys, not 64) and wait only on
+ * the barriers, so one's wgmma run while the other recomputes its probabilities. Causal: a consumer
+ * whose 64 keys are all past the step's queries skips the step (it still frees the slot). Loops over
+ * the items itself (items = blocks of 128 keys, the earliest first) with the barriers' phases carried
+ * on; k and v of an item are loaded once (kv_full) and refilled only when both consumers have freed
+ * them (kv_empty). The tensor maps are 64-row x 64-column boxes with 128-byte swizzle, so the tiles land
+ * as load_sw lays them out; rows past S of a batch read the next rows of the map (or zeros past its
+ * end): finite values whose probabilities the mask sets to 0. k and v are rows KROW0 + b S + j and
+ * VROW0 + b S + j of their maps (the q/k/v workspace read as [rows][KV HD]: offsets B S H / KV and
+ * B S (H / KV + 1)). */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
+          typename OT>
+__device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
+                           const sm90::TmaDesc *tv, const sm90::TmaDesc *tdo, const float *lse2, const float *dsum,
+                           const int *seg)
+{
+    constexpr int QR = 64, NQ = QR / 8, REP = H / KV, TILE = ROWS * HD * 2, QT = QR * HD * 2;
+    constexpr int KB = 2 * ROWS, BOX = ROWS * 128; /* keys per block; bytes of a 64 x 64 box */
+    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
+    const unsigned kb = smem_base(), vb = kb + 2 * TILE, qb = vb + 2 * TILE, dob_s = qb + NS * QT;
+    const unsigned stb = dob_s + NS * QT;                           /* [NS][3][QR] words: lse2, D, segment ids */
+    const unsigned full = stb + NS * 3 * QR * 4, empty = full + 8 * NS; /* mbarriers, 8 bytes each */
+    const unsigned kv_full = empty + 8 * NS, kv_empty = kv_full + 8;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int x = 0; x < NS; x++) {
+            sm90::mbar_init(full + 8 * x, 32);
+            sm90::mbar_init(empty + 8 * x, 8);
+        }
+        sm90::mbar_init(kv_full, 1);
+        sm90::mbar_init(kv_empty, 8);
+        sm90::mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        sm90::setmaxnreg_dec<40>();
+        if (warp != 0)
+            return;
+        if (lane == 0) {
+            sm90::tma_prefetch_desc(tq);
+            sm90::tma_prefetch_desc(tk);
+            sm90::tma_prefetch_desc(tv);
+            sm90::tma_prefetch_desc(tdo);
+        }
+        int stage = 0;
+        unsigned phase = 0, kvph = 0;
+        for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+            const long long ktile = item / (B * KV), b = item / KV % B, j0 = ktile * KB, row = b * S;
+            const int kvh = (int)(item % KV);
+            const long long istart = CAUSAL ? j0 : 0;
+            const int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
+            if (lane == 0) {
+                sm90::mbar_wait(kv_empty, kvph ^ 1);
+                sm90::mbar_arrive_expect_tx(kv_full, 4 * TILE);
+#pragma unroll
+                for (int w = 0; w < 2; w++)
+#pragma unroll
+                    for (int c = 0; c < HD / 64; c++) {
+                        const unsigned off = (unsigned)(w * TILE + c * BOX);
+                        sm90::tma_load_2d(kb + off, tk, kv_full, kvh * HD + 64 * c, (int)(KROW0 + row + j0 + 64 * w));
+                        sm90::tma_load_2d(vb + off, tv, kv_full, kvh * HD + 64 * c, (int)(VROW0 + row + j0 + 64 * w));
+                    }
+            }
+            kvph ^= 1;
+            for (int it = 0; it < total; it++) {
+                const int h = kvh * REP + it / nqt;
+                const long long i0 = istart + (long long)(it % nqt) * QR;
+                sm90::mbar_wait(empty + 8 * stage, phase ^ 1);
+                float *st = (float *)smem_ptr(stb + (unsigned)(stage * 3 * QR * 4));
+#pragma unroll
+                for (int x = lane; x < QR; x += 32) {
+                    const long long i = i0 + x;
+                    st[x] = i < S ? lse2[(b * H + h) * S + i] : 0.f;
+                    st[QR + x] = i < S ? dsum[(b * H + h) * S + i] : 0.f;
+                    ((int *)st)[2 * QR + x] = seg && i < S ? seg[row + i] : 0;
+                }
+                if (lane == 0) {
+                    sm90::mbar_arrive_expect_tx(full + 8 * stage, 2 * QT);
+#pragma unroll
+                    for (int c = 0; c < HD / 64; c++) {
+                        const unsigned off = (unsigned)(stage * QT + c * BOX);
+                        sm90::tma_load_2d(qb + off, tq, full + 8 * stage, h * HD + 64 * c, (int)(row + i0));
+                        sm90::tma_load_2d(dob_s + off, tdo, full + 8 * stage, h * HD + 64 * c, (int)(row + i0));
+                    }
+                } else {
+                    sm90::mbar_arrive(full + 8 * stage);
+                }
+                if (++stage == NS) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers: warpgroup 1 keys j0 .. j0 + 63, warpgroup 2 keys j0 + 64 .. j0 + 127 */
+    sm90::setmaxnreg_inc<232>();
+    const int cw = wg - 1, g = lane >> 2, t = lane & 3;
+    const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
+    const unsigned kw = kb + (unsigned)(cw * TILE), vw = vb + (unsigned)(cw * TILE);
+    int stage = 0;
+    unsigned phase = 0, kvph = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long ktile = item / (B * KV), b = item / KV % B, j0 = ktile * KB, row = b * S;
+        const int kvh = (int)(item % KV);
+        const long long istart = CAUSAL ? j0 : 0, jc = j0 + cw * ROWS; /* this warpgroup's first key */
+        const int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
+        const long long jw = jc + warp * 16 + g; /* this thread's keys: jw, jw + 8 */
+        int segk[2] = {0, 0};
+        if (seg) {
+            segk[0] = jw < S ? seg[row + jw] : 0;
+            segk[1] = jw + 8 < S ? seg[row + jw + 8] : 0;
+        }
+        float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+        for (int x = 0; x < HD / 2; x++)
+            dk[x] = dv[x] = 0.f;
+        sm90::mbar_wait(kv_full, kvph);
+        kvph ^= 1;
+
+        for (int it = 0; it < total; it++) {
+            const long long i0 = istart + (long long)(it % nqt) * QR;
+            sm90::mbar_wait(full + 8 * stage, phase);
+            if (!(CAUSAL && i0 + QR <= jc)) { /* else every query of the step is before this warpgroup's keys */
+                const unsigned qt_ = qb + (unsigned)(stage * QT), dt = dob_s + (unsigned)(stage * QT);
+                const float *lse = (const float *)smem_ptr(stb + (unsigned)(stage * 3 * QR * 4)), *dd = lse + QR;
+                const int *sg = (const int *)(dd + QR);
+                float s[NQ * 4], dp[NQ * 4];
+#pragma unroll
+                for (int x = 0; x < NQ * 4; x++)
+                    s[x] = dp[x] = 0.f;
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss<QR>(s, desc_k<ROWS>(kw, kk), desc_k<QR>(qt_, kk), kk);
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss<QR>(dp, desc_k<ROWS>(vw, kk), desc_k<QR>(dt, kk), kk);
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(s);
+                sm90::reg_fence(dp);
+                const bool edge = seg || i0 + QR > S || jc + ROWS > S || (CAUSAL && i0 < jc + ROWS);
+                unsigned pt[NQ / 2][4], dst[NQ / 2][4];
+#pragma unroll
+                for (int n = 0; n < NQ; n++) {
+                    float p[4], x[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int ci = n * 8 + 2 * t + (e & 1);
+                        long long j = jw + 8 * (e >> 1), i = i0 + ci;
+                        float pij = ex2(fmaf(s[4 * n + e], sl2, -lse[ci]));
+                        if (edge && (j >= S || i >= S || (CAUSAL && j > i) ||
+                                     (seg && (sg[ci] >= 0 ? segk[e >> 1] != sg[ci] : i != j))))
+                            pij = 0.f;
+                        p[e] = pij;
+                        x[e] = pij * (dp[4 * n + e] - dd[ci]);
+                    }
+                    pt[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(p[0], p[1]);
+                    pt[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(p[2], p[3]);
+                    dst[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
+                    dst[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
+                }
+                /* dv += P^T dO, dk += dS^T q: dO and q [query][hd] read MN-major */
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < NQ / 2; kk++)
+                    wg_rs_hd<HD>(dv, pt[kk], desc_mn<QR>(dt, kk));
+#pragma unroll
+                for (int kk = 0; kk < NQ / 2; kk++)
+                    wg_rs_hd<HD>(dk, dst[kk], desc_mn<QR>(qt_, kk));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(dv);
+                sm90::reg_fence(dk);
+                reg_fence_u(pt);
+                reg_fence_u(dst);
+            }
+            __syncwarp();
+            if (lane == 0)
+                sm90::mbar_arrive(empty + 8 * stage); /* this warp's reads of the slot are done */
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            sm90::mbar_arrive(kv_empty); /* this warp's products with k and v are done */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            long long j = jw + 8 * r;
+            if (j >= S)
+                continue;
+            OT *dkp = out + (row + j) * WP + WQ + (long long)kvh * HD + 2 * t, *dvp = dkp + WK;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                st2(dkp + n * 8, dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+                st2(dvp + n * 8, dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+            }
+        }
+    }
+}
+
 } /* namespace attn */
 } /* namespace moec */
