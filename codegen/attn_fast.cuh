@@ -814,39 +814,52 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk++)
                     wg_ss<QR>(s, desc_k<ROWS>(kw, kk), desc_k<QR>(qt_, kk), kk);
+                sm90::wgmma_commit();
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk++)
                     wg_ss<QR>(dp, desc_k<ROWS>(vw, kk), desc_k<QR>(dt, kk), kk);
                 sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
+                sm90::wgmma_wait<1>(); /* s^T; dP^T may still run */
                 sm90::reg_fence(s);
-                sm90::reg_fence(dp);
+                /* the masks in 32 bits: element (n, e) is query i0 + c, c = 2 t + n 8 + (e & 1), and key
+                 * jw + 8 (e >> 1), so i - j = dij + n 8 + (e & 1) - 8 (e >> 1) and i < S iff c < S - i0 */
                 const bool edge = seg || i0 + QR > S || jc + ROWS > S || (CAUSAL && i0 < jc + ROWS);
+                const int dij = (int)(i0 - jw) + 2 * t, ilim = (int)(S - i0 < QR ? S - i0 : QR) - 2 * t;
+                const bool jin[2] = {jw < S, jw + 8 < S};
                 unsigned pt[NQ / 2][4], dst[NQ / 2][4];
 #pragma unroll
                 for (int n = 0; n < NQ; n++) {
-                    float p[4], x[4];
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        int ci = n * 8 + 2 * t + (e & 1);
-                        long long j = jw + 8 * (e >> 1), i = i0 + ci;
+                        const int ci = n * 8 + 2 * t + (e & 1), r = e >> 1, d = n * 8 + (e & 1) - 8 * r;
                         float pij = ex2(fmaf(s[4 * n + e], sl2, -lse[ci]));
-                        if (edge && (j >= S || i >= S || (CAUSAL && j > i) ||
-                                     (seg && (sg[ci] >= 0 ? segk[e >> 1] != sg[ci] : i != j))))
+                        if (edge && (!jin[r] || n * 8 + (e & 1) >= ilim || (CAUSAL && dij + d < 0) ||
+                                     (seg && (sg[ci] >= 0 ? segk[r] != sg[ci] : dij + d != 0))))
                             pij = 0.f;
-                        p[e] = pij;
-                        x[e] = pij * (dp[4 * n + e] - dd[ci]);
+                        s[4 * n + e] = pij; /* P^T, kept in fp32 for dS^T */
                     }
-                    pt[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(p[0], p[1]);
-                    pt[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(p[2], p[3]);
-                    dst[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
-                    dst[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
+                    pt[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(s[4 * n], s[4 * n + 1]);
+                    pt[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
                 }
-                /* dv += P^T dO, dk += dS^T q: dO and q [query][hd] read MN-major */
+                /* dv += P^T dO (dO [query][hd] read MN-major) while dP^T finishes */
                 sm90::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < NQ / 2; kk++)
                     wg_rs_hd<HD>(dv, pt[kk], desc_mn<QR>(dt, kk));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<1>(); /* dP^T; the product into dv may still run */
+                sm90::reg_fence(dp);
+#pragma unroll
+                for (int n = 0; n < NQ; n++) {
+                    float x[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        x[e] = s[4 * n + e] * (dp[4 * n + e] - dd[n * 8 + 2 * t + (e & 1)]);
+                    dst[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
+                    dst[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
+                }
+                /* dk += dS^T q (q [query][hd] read MN-major) */
+                sm90::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < NQ / 2; kk++)
                     wg_rs_hd<HD>(dk, dst[kk], desc_mn<QR>(qt_, kk));
