@@ -896,5 +896,200 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
     }
 }
 
+/* ---- backward, dq, warp-specialised (bwd_dkv_ws's structure): one block of three warpgroups per (b, head,
+ * 128 queries), the heaviest causal tiles first. The producer (one thread of warpgroup 0) loads each
+ * consumer's q and dO tiles once an item (qd_full; refilled when both consumers freed them: qd_empty) and
+ * streams the key tiles, k and v of 64 keys by TMA, through a ring of NS slots (full: the TMA bytes; empty:
+ * one arrival per consumer warp). Warpgroups 1 and 2 own queries q0 .. q0 + 63 and q0 + 64 .. q0 + 127:
+ * s = q k^T and dP = dO v^T with both operands in shared memory, P from the kept log-sum-exp while dP
+ * finishes, dS = P (dP - D), dq += dS k (dS in registers, k read MN-major). Causal: the first consumer
+ * skips the key tile past its last query. Tensor maps, rows past S and KROW0 / VROW0 as in bwd_dkv_ws. */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
+          typename OT>
+__device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
+                          const sm90::TmaDesc *tv, const sm90::TmaDesc *tdo, const float *lse2, const float *dsum,
+                          const int *seg)
+{
+    constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2, QB = 2 * ROWS, BOX = ROWS * 128;
+    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
+    constexpr long long QTILES = (S + QB - 1) / QB;
+    const unsigned qb = smem_base(), dob_s = qb + 2 * TILE, kb = dob_s + 2 * TILE, vb = kb + NS * TILE;
+    const unsigned full = vb + NS * TILE, empty = full + 8 * NS, qd_full = empty + 8 * NS, qd_empty = qd_full + 8;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int x = 0; x < NS; x++) {
+            sm90::mbar_init(full + 8 * x, 1);
+            sm90::mbar_init(empty + 8 * x, 8);
+        }
+        sm90::mbar_init(qd_full, 1);
+        sm90::mbar_init(qd_empty, 8);
+        sm90::mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        sm90::setmaxnreg_dec<40>();
+        if (warp != 0 || lane != 0)
+            return;
+        sm90::tma_prefetch_desc(tq);
+        sm90::tma_prefetch_desc(tk);
+        sm90::tma_prefetch_desc(tv);
+        sm90::tma_prefetch_desc(tdo);
+        int stage = 0;
+        unsigned phase = 0, qph = 0;
+        for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+            const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+            const int h = (int)(item % H), kvh = h / (H / KV);
+            const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+            const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+            sm90::mbar_wait(qd_empty, qph ^ 1);
+            qph ^= 1;
+            sm90::mbar_arrive_expect_tx(qd_full, 4 * TILE);
+#pragma unroll
+            for (int w = 0; w < 2; w++)
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++) {
+                    const unsigned off = (unsigned)(w * TILE + c * BOX);
+                    sm90::tma_load_2d(qb + off, tq, qd_full, h * HD + 64 * c, (int)(row + q0 + 64 * w));
+                    sm90::tma_load_2d(dob_s + off, tdo, qd_full, h * HD + 64 * c, (int)(row + q0 + 64 * w));
+                }
+            for (int jt = 0; jt < ntiles; jt++) {
+                sm90::mbar_wait(empty + 8 * stage, phase ^ 1);
+                sm90::mbar_arrive_expect_tx(full + 8 * stage, 2 * TILE);
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++) {
+                    const unsigned off = (unsigned)(stage * TILE + c * BOX);
+                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c, (int)(KROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c, (int)(VROW0 + row + jt * ROWS));
+                }
+                if (++stage == NS) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers */
+    sm90::setmaxnreg_inc<232>();
+    const int cw = wg - 1, g = lane >> 2, t = lane & 3;
+    const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
+    const unsigned qw = qb + (unsigned)(cw * TILE), dw = dob_s + (unsigned)(cw * TILE);
+    int stage = 0;
+    unsigned phase = 0, qph = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+        const int h = (int)(item % H);
+        const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+        const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+        const long long qc = q0 + cw * ROWS, iw = qc + warp * 16 + g; /* this thread's queries: iw, iw + 8 */
+        float lse[2], dd[2];
+        bool iin[2];
+        int segq[2] = {0, 0};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const long long i = iw + 8 * r;
+            iin[r] = i < S;
+            lse[r] = iin[r] ? lse2[(b * H + h) * S + i] : 0.f;
+            dd[r] = iin[r] ? dsum[(b * H + h) * S + i] : 0.f;
+            if (seg)
+                segq[r] = iin[r] ? seg[row + i] : 0;
+        }
+        float dq[HD / 2];
+#pragma unroll
+        for (int x = 0; x < HD / 2; x++)
+            dq[x] = 0.f;
+        sm90::mbar_wait(qd_full, qph);
+        qph ^= 1;
+
+        for (int jt = 0; jt < ntiles; jt++) {
+            const long long j0 = (long long)jt * ROWS;
+            sm90::mbar_wait(full + 8 * stage, phase);
+            if (!(CAUSAL && j0 > qc + ROWS - 1)) { /* else every key of the tile is past this warpgroup's queries */
+                const unsigned kt = kb + (unsigned)(stage * TILE), vt = vb + (unsigned)(stage * TILE);
+                float s[NB * 4], dp[NB * 4];
+#pragma unroll
+                for (int x = 0; x < NB * 4; x++)
+                    s[x] = dp[x] = 0.f;
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss_n64(s, desc_k<ROWS>(qw, kk), desc_k<ROWS>(kt, kk), kk);
+                sm90::wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss_n64(dp, desc_k<ROWS>(dw, kk), desc_k<ROWS>(vt, kk), kk);
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<1>(); /* s; dP may still run */
+                sm90::reg_fence(s);
+                /* the masks in 32 bits: element (n, e) is query iw + 8 (e >> 1) and key j0 + c,
+                 * c = 2 t + n 8 + (e & 1), so i - j = dij + 8 (e >> 1) - n 8 - (e & 1), j < S iff c < S - j0 */
+                const bool edge = seg || j0 + ROWS > S || qc + ROWS > S || (CAUSAL && j0 + ROWS - 1 > qc);
+                const int dij = (int)(iw - j0) - 2 * t, jlim = (int)(S - j0 < ROWS ? S - j0 : ROWS) - 2 * t;
+#pragma unroll
+                for (int n = 0; n < NB; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1, d = 8 * r - n * 8 - (e & 1);
+                        float pij = ex2(fmaf(s[4 * n + e], sl2, -lse[r]));
+                        if (edge) {
+                            bool vis = iin[r] && n * 8 + (e & 1) < jlim && (!CAUSAL || dij + d >= 0);
+                            if (seg && vis) {
+                                const int sj = seg[row + j0 + n * 8 + 2 * t + (e & 1)];
+                                vis = segq[r] >= 0 ? sj == segq[r] : dij + d == 0;
+                            }
+                            if (!vis)
+                                pij = 0.f;
+                        }
+                        s[4 * n + e] = pij;
+                    }
+                sm90::reg_fence(s);    /* P is computed before the wait, while dP runs */
+                sm90::wgmma_wait<0>(); /* dP */
+                sm90::reg_fence(dp);
+                unsigned ds[NB / 2][4];
+#pragma unroll
+                for (int n = 0; n < NB; n++) {
+                    float x[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        x[e] = s[4 * n + e] * (dp[4 * n + e] - dd[e >> 1]);
+                    ds[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
+                    ds[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
+                }
+                /* dq += dS k: k [key][hd] read MN-major */
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < NB / 2; kk++)
+                    wg_rs_hd<HD>(dq, ds[kk], desc_mn<ROWS>(kt, kk));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(dq);
+                reg_fence_u(ds);
+            }
+            __syncwarp();
+            if (lane == 0)
+                sm90::mbar_arrive(empty + 8 * stage); /* this warp's reads of the slot are done */
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            sm90::mbar_arrive(qd_empty); /* this warp's products with q and dO are done */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (!iin[r])
+                continue;
+            OT *dst = out + (row + iw + 8 * r) * WP + (long long)h * HD + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++)
+                st2(dst + n * 8, dq[4 * n + 2 * r] * scale, dq[4 * n + 2 * r + 1] * scale);
+        }
+    }
+}
+
 } /* namespace attn */
 } /* namespace moec */

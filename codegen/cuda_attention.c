@@ -150,19 +150,26 @@ static int attn_dkv_smem(int64_t hd)
            ATTN_SMEM_ALIGN;
 }
 
-/* the warp-specialised dk/dv (moec::attn::bwd_dkv_ws): 128 keys a block, three warpgroups (a TMA producer and
- * two consumers of 64 keys), a ring of 3 slots of q and dO tiles of 64 queries and their statistics. Shared
- * memory: two k and two v tiles of 64 keys, 3 x (q, dO, 3 words a query), 8 mbarriers, 1 KB alignment. Taken
- * at head dim 128 where the TMA's 32-bit row coordinates reach every row; else bwd_dkv, one warpgroup of 64
- * keys (at head dim 64 it holds 168 registers, so three blocks, 12 warps, share an SM, where the 384-thread
- * block is one an SM with 8 consumer warps: head dim 64 keeps the kernel measured at bio shapes). */
-enum { ATTN_DKV_KEYS = 128, ATTN_DKV_STAGES = 3, ATTN_DKV_THREADS = 384 };
+/* the warp-specialised backward (moec::attn::bwd_dq_ws, bwd_dkv_ws): 128 queries (dq) or keys (dk/dv) a block,
+ * three warpgroups (a TMA producer and two consumers of 64 rows), a ring of 3 slots of the streamed tiles: k and
+ * v of 64 keys for dq, q and dO of 64 queries and their statistics (lse2, D, segment ids: 3 words a query) for
+ * dk/dv. Shared memory: the consumers' own tiles (q and dO; k and v), the ring, 8 mbarriers, 1 KB alignment.
+ * Taken at head dim 128 where the TMA's 32-bit row coordinates reach every row; else bwd_dq / bwd_dkv, one
+ * warpgroup of 64 rows (at head dim 64 they hold 164-177 registers, so three blocks, 12 warps, share an SM,
+ * where the 384-thread block is one an SM with 8 consumer warps: head dim 64 keeps the kernels measured at
+ * bio shapes). */
+enum { ATTN_WS_ROWS = 128, ATTN_WS_STAGES = 3, ATTN_WS_THREADS = 384 };
 static int attn_dkv_ws_smem(int64_t hd)
 {
-    return 4 * attn_tile(ATTN_ROWS, hd) + ATTN_DKV_STAGES * (2 * attn_tile(64, hd) + 3 * 64 * 4) +
-           (2 * ATTN_DKV_STAGES + 2) * 8 + ATTN_SMEM_ALIGN;
+    return 4 * attn_tile(ATTN_ROWS, hd) + ATTN_WS_STAGES * (2 * attn_tile(64, hd) + 3 * 64 * 4) +
+           (2 * ATTN_WS_STAGES + 2) * 8 + ATTN_SMEM_ALIGN;
 }
-static int attn_dkv_ws_ok(int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd)
+static int attn_dq_ws_smem(int64_t hd)
+{
+    return 4 * attn_tile(ATTN_ROWS, hd) + ATTN_WS_STAGES * 2 * attn_tile(64, hd) + (2 * ATTN_WS_STAGES + 2) * 8 +
+           ATTN_SMEM_ALIGN;
+}
+static int attn_ws_ok(int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd)
 {
     return hd == 128 && B * S * (H / KV + 2) < ((int64_t)1 << 31);
 }
@@ -276,16 +283,17 @@ static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char
     cg_end(cg, 128, attn_grid(items));
 }
 
-/* dk/dv by bwd_dkv_ws: tensor maps over q, k, v (the nodes' bf16 buffers, or the forward's q/k/v workspace
- * read as [B S][H HD] for q and as [B S (H / KV + 2)][KV HD] for k and v, which start at rows KROW0 and VROW0
- * of it) and dO, boxes of 64 rows x 64 columns */
-static void emit_bwd_dkv_ws(Cg *cg, const IrNode *n, const AttnBufs *b, int64_t B, int64_t S, int64_t H, int64_t KV,
-                            int64_t hd)
+/* a warp-specialised backward launch (moec::attn::FN: bwd_dq_ws or bwd_dkv_ws, three warpgroups) over ITEMS
+ * blocks: tensor maps over q, k, v (the nodes' bf16 buffers, or the forward's q/k/v workspace read as
+ * [B S][H HD] for q and as [B S (H / KV + 2)][KV HD] for k and v, which start at rows KROW0 and VROW0 of it)
+ * and dO, boxes of 64 rows x 64 columns */
+static void emit_bwd_ws(Cg *cg, const IrNode *n, const AttnBufs *b, const char *suffix, const char *what,
+                        const char *fn, int64_t items, int smem)
 {
-    int64_t WQ = H * hd, WK = KV * hd, rep = H / KV, items = B * KV * ((S + ATTN_DKV_KEYS - 1) / ATTN_DKV_KEYS);
-    cg_begin(cg, n, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 128 keys) over the group's "
-                                 "heads and the query tiles: a TMA producer warp and two consumer warpgroups of 64 "
-                                 "keys (bf16 wgmma, no atomics)");
+    const IrNode *q = n->src[1];
+    int64_t B = q->shape[0], S = q->shape[1], H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
+    int64_t WQ = q->shape[2], WK = WQ / H * KV, rep = H / KV;
+    cg_begin(cg, n, suffix, what);
     cg_out(cg, n, "out");
     if (b->qkv >= 0) {
         cg_tmap(cg, b->qkv, B * S, WQ, 64, "tq");
@@ -302,14 +310,14 @@ static void emit_bwd_dkv_ws(Cg *cg, const IrNode *n, const AttnBufs *b, int64_t 
     int seg = n->nsrc == 5;
     if (seg)
         cg_in(cg, n->src[4], "seg");
-    attn_fast_consts(cg, n, n->src[1]);
+    attn_fast_consts(cg, n, q);
     cg_const(cg, "KROW0", b->qkv >= 0 ? B * S * rep : 0);
     cg_const(cg, "VROW0", b->qkv >= 0 ? B * S * (rep + 1) : 0);
     cg_const(cg, "ITEMS", items);
-    cg_line(cg, "moec::attn::bwd_dkv_ws<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d>(ITEMS, out, &tq, &tk, &tv, &tdo, "
-                "lse2, dsum, %s);", ATTN_DKV_STAGES, seg ? "seg" : "nullptr");
-    cg_launch_extra(cg, attn_dkv_ws_smem(hd), 0);
-    cg_end(cg, ATTN_DKV_THREADS, attn_grid(items));
+    cg_line(cg, "moec::attn::%s<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d>(ITEMS, out, &tq, &tk, &tv, &tdo, lse2, "
+                "dsum, %s);", fn, ATTN_WS_STAGES, seg ? "seg" : "nullptr");
+    cg_launch_extra(cg, smem, 0);
+    cg_end(cg, ATTN_WS_THREADS, attn_grid(items));
 }
 
 static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
@@ -348,12 +356,20 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     int64_t qitems = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS), kitems = B * KV * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
     const AttnBufs bufs = {qkv, q, k, n->src[3], dob, lse, dsum, nq, nk};
     char call[64];
-    emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
-                                            "probabilities recomputed from the kept log-sum-exp (bf16 wgmma)",
-                  "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
-    if (attn_dkv_ws_ok(B, S, H, KV, hd)) {
-        emit_bwd_dkv_ws(cg, n, &bufs, B, S, H, KV, hd);
+    if (attn_ws_ok(B, S, H, KV, hd)) {
+        int64_t wsq = B * H * ((S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS), wsk = B * KV * ((S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS);
+        emit_bwd_ws(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 128 queries) over the key "
+                                              "tiles, probabilities recomputed from the kept log-sum-exp: a TMA "
+                                              "producer and two consumer warpgroups of 64 queries (bf16 wgmma)",
+                    "bwd_dq_ws", wsq, attn_dq_ws_smem(hd));
+        emit_bwd_ws(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 128 keys) over "
+                                               "the group's heads and the query tiles: a TMA producer warp and two "
+                                               "consumer warpgroups of 64 keys (bf16 wgmma, no atomics)",
+                    "bwd_dkv_ws", wsk, attn_dkv_ws_smem(hd));
     } else {
+        emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key "
+                                                "tiles, probabilities recomputed from the kept log-sum-exp (bf16 wgmma)",
+                      "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
         snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", ATTN_DKV_QUERIES);
         emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over "
                                                  "the group's heads and the query tiles (bf16 wgmma, no atomics)",
