@@ -29,7 +29,7 @@ namespace moec {
 namespace attn {
 
 constexpr int ROWS = 64;   /* rows of a tile: 4 warps x 16 */
-constexpr int THREADS = 128;
+enum { THREADS = 128 };    /* the one-warpgroup kernels' block (an enumerator: no warning where none is used) */
 constexpr float LOG2E = 1.4426950408889634f;
 __device__ __forceinline__ float neg_inff() { return __int_as_float(0xff800000u); }
 
@@ -223,11 +223,12 @@ template <int HD> __device__ __forceinline__ void wg_rs_hd(float (&d)[HD / 2], c
     else
         wg_rs_n128<1>(d, a, db);
 }
-/* the A fragments (k-steps of 16 columns) of this warp's 16 rows of a K-major load_sw tile of ROWS rows,
- * for products with the operand in registers: ldmatrix from the swizzled layout */
+/* the A fragments (k-steps of 16 columns) of this warp's 16 rows (its warpgroup's warp w: rows 16 w ..) of a
+ * K-major load_sw tile of ROWS rows, for products with the operand in registers: ldmatrix from the swizzled
+ * layout */
 template <int HD> __device__ __forceinline__ void load_frags(unsigned (&a)[HD / 16][4], unsigned tile)
 {
-    const int lane = threadIdx.x & 31, r = (threadIdx.x >> 5) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+    const int lane = threadIdx.x & 31, r = ((threadIdx.x >> 5) & 3) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         int c = kk * 2 + (lane >> 4); /* 16-byte chunk of the row */
@@ -432,6 +433,254 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
         }
         if (t == 0)
             lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
+    }
+}
+
+/* ---- forward, warp-specialised (the backward's bwd_dq_ws structure): one block of three warpgroups per
+ * (b, head, 128 queries), the heaviest causal tiles first. The producer (one thread of warpgroup 0) loads
+ * each consumer's q tile once an item (q_full; refilled when both consumers are done with the item:
+ * q_empty) and streams k and v tiles of 64 keys by TMA through a ring of NS slots (full: the TMA bytes;
+ * empty: one arrival per consumer warp). Warpgroups 1 and 2 own queries q0 .. q0 + 63 and q0 + 64 ..
+ * q0 + 127 and do what fwd does per key tile (s_j = q k_j^T with q in registers, the product with v_{j-1}
+ * issued behind it and run during the softmax of s_j), freeing slot j - 1 once that product is done.
+ * Causal: the first consumer stops a tile early (it only frees the last slot). Tensor maps, rows past S
+ * and KROW0 / VROW0 as in bwd_dkv_ws. */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
+          typename OT>
+__device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
+                       const sm90::TmaDesc *tv, const int *seg)
+{
+    constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2, QB = 2 * ROWS, BOX = ROWS * 128;
+    constexpr long long WQ = (long long)H * HD, QTILES = (S + QB - 1) / QB;
+    const unsigned qb = smem_base(), kb = qb + 2 * TILE, vb = kb + NS * TILE;
+    const unsigned full = vb + NS * TILE, empty = full + 8 * NS, q_full = empty + 8 * NS, q_empty = q_full + 8;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int x = 0; x < NS; x++) {
+            sm90::mbar_init(full + 8 * x, 1);
+            sm90::mbar_init(empty + 8 * x, 8);
+        }
+        sm90::mbar_init(q_full, 1);
+        sm90::mbar_init(q_empty, 8);
+        sm90::mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        sm90::setmaxnreg_dec<40>();
+        if (warp != 0 || lane != 0)
+            return;
+        sm90::tma_prefetch_desc(tq);
+        sm90::tma_prefetch_desc(tk);
+        sm90::tma_prefetch_desc(tv);
+        int stage = 0;
+        unsigned phase = 0, qph = 0;
+        for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+            const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+            const int h = (int)(item % H), kvh = h / (H / KV);
+            const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+            const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+            sm90::mbar_wait(q_empty, qph ^ 1);
+            qph ^= 1;
+            sm90::mbar_arrive_expect_tx(q_full, 2 * TILE);
+#pragma unroll
+            for (int w = 0; w < 2; w++)
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++)
+                    sm90::tma_load_2d(qb + (unsigned)(w * TILE + c * BOX), tq, q_full, h * HD + 64 * c,
+                                      (int)(row + q0 + 64 * w));
+            for (int jt = 0; jt < ntiles; jt++) {
+                sm90::mbar_wait(empty + 8 * stage, phase ^ 1);
+                sm90::mbar_arrive_expect_tx(full + 8 * stage, 2 * TILE);
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++) {
+                    const unsigned off = (unsigned)(stage * TILE + c * BOX);
+                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c, (int)(KROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c, (int)(VROW0 + row + jt * ROWS));
+                }
+                if (++stage == NS) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers */
+    sm90::setmaxnreg_inc<232>();
+    const int cw = wg - 1, g = lane >> 2, t = lane & 3;
+    const float sl2 = LOG2E / sqrtf((float)HD);
+    const unsigned qw = qb + (unsigned)(cw * TILE);
+    int stage = 0;
+    unsigned phase = 0, qph = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+        const int h = (int)(item % H);
+        const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+        const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+        const long long qc = q0 + cw * ROWS, iw = qc + warp * 16 + g; /* this thread's queries: iw, iw + 8 */
+        /* the key tiles this warpgroup uses (causal: up to its last query's); it frees the rest unread */
+        const int mine = CAUSAL && qc / ROWS + 1 < ntiles ? (int)(qc / ROWS) + 1 : ntiles;
+        bool iin[2] = {iw < S, iw + 8 < S};
+        int segq[2] = {0, 0};
+        if (seg) {
+            segq[0] = iin[0] ? seg[row + iw] : 0;
+            segq[1] = iin[1] ? seg[row + iw + 8] : 0;
+        }
+        float acc[HD / 2];
+#pragma unroll
+        for (int x = 0; x < HD / 2; x++)
+            acc[x] = 0.f;
+        float m[2] = {neg_inff(), neg_inff()}, l[2] = {0.f, 0.f}; /* m: the running max of s sl2 */
+        unsigned p[NB / 2][4];                                    /* P_{j-1}, the A of the product in flight */
+        unsigned qa[HD / 16][4];                                  /* q, the A of s = q k^T */
+        sm90::mbar_wait(q_full, qph);
+        qph ^= 1;
+        load_frags<HD>(qa, qw);
+        int prev = 0; /* the slot of tile j - 1 */
+
+        /* P_{-1} = 0 and "v_{-1}" the k tile: the product of tile 0 adds exact zeros, so every step issues the
+         * same wgmma. (ptxas serialises every wgmma of the kernel where one sits on a conditional path, and
+         * also where p is given a value before the loop rather than in it: hence the zeros at jt 0.) */
+        for (int jt = 0; jt < mine; jt++) {
+            const long long j0 = (long long)jt * ROWS;
+            sm90::mbar_wait(full + 8 * stage, phase);
+            const unsigned kt = kb + (unsigned)(stage * TILE), vprev = jt > 0 ? vb + (unsigned)(prev * TILE) : kt;
+            float s[NB * 4];
+#pragma unroll
+            for (int x = 0; x < NB * 4; x++)
+                s[x] = 0.f;
+            if (jt == 0) {
+#pragma unroll
+                for (int kk = 0; kk < NB / 2; kk++)
+#pragma unroll
+                    for (int x = 0; x < 4; x++)
+                        p[kk][x] = 0u;
+            }
+            sm90::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++)
+                wg_rs_n64<0>(s, qa[kk], desc_k<ROWS>(kt, kk), kk);
+            sm90::wgmma_commit();
+            /* o += P_{j-1} v_{j-1}: v [key][hd] read MN-major */
+#pragma unroll
+            for (int kk = 0; kk < NB / 2; kk++)
+                wg_rs_hd<HD>(acc, p[kk], desc_mn<ROWS>(vprev, kk));
+            sm90::wgmma_commit();
+            sm90::wgmma_wait<1>(); /* s_j; the product with v_{j-1} may still run */
+            sm90::reg_fence(s);
+            /* mask (32-bit offsets as in bwd_dq_ws), running max (of s; scaled by sl2 > 0 afterwards) */
+            const bool edge = seg || j0 + ROWS > S || qc + ROWS > S || (CAUSAL && j0 + ROWS - 1 > qc);
+            const int dij = (int)(iw - j0) - 2 * t, jlim = (int)(S - j0 < ROWS ? S - j0 : ROWS) - 2 * t;
+            float mx[2] = {neg_inff(), neg_inff()};
+#pragma unroll
+            for (int n = 0; n < NB; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1, d = 8 * r - n * 8 - (e & 1);
+                    if (edge) {
+                        bool vis = iin[r] && n * 8 + (e & 1) < jlim && (!CAUSAL || dij + d >= 0);
+                        if (seg && vis) {
+                            const int sj = seg[row + j0 + n * 8 + 2 * t + (e & 1)];
+                            vis = segq[r] >= 0 ? sj == segq[r] : dij + d == 0;
+                        }
+                        if (!vis)
+                            s[4 * n + e] = neg_inff();
+                    }
+                    mx[r] = fmaxf(mx[r], s[4 * n + e]);
+                }
+            float alpha[2], rs[2] = {0.f, 0.f}, nb[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float mn = fmaxf(m[r], mx[r] * sl2);
+                float base = mn == neg_inff() ? 0.f : mn;
+                alpha[r] = ex2(m[r] - base); /* m = -inf: 0 */
+                m[r] = mn;
+                nb[r] = -base;
+            }
+            unsigned pn[NB / 2][4];
+#pragma unroll
+            for (int n = 0; n < NB; n++) {
+                float e0 = ex2(fmaf(s[4 * n], sl2, nb[0])), e1 = ex2(fmaf(s[4 * n + 1], sl2, nb[0]));
+                float e2 = ex2(fmaf(s[4 * n + 2], sl2, nb[1])), e3 = ex2(fmaf(s[4 * n + 3], sl2, nb[1]));
+                rs[0] += e0 + e1;
+                rs[1] += e2 + e3;
+                pn[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e0, e1);
+                pn[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e2, e3);
+            }
+            l[0] = l[0] * alpha[0] + rs[0];
+            l[1] = l[1] * alpha[1] + rs[1];
+            sm90::wgmma_wait<0>();
+            sm90::reg_fence(acc);
+            reg_fence_u(p);
+            if (jt > 0) { /* v_{j-1} read: its slot is free */
+                __syncwarp();
+                if (lane == 0)
+                    sm90::mbar_arrive(empty + 8 * prev);
+            }
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                acc[4 * n] *= alpha[0];
+                acc[4 * n + 1] *= alpha[0];
+                acc[4 * n + 2] *= alpha[1];
+                acc[4 * n + 3] *= alpha[1];
+            }
+#pragma unroll
+            for (int kk = 0; kk < NB / 2; kk++)
+#pragma unroll
+                for (int x = 0; x < 4; x++)
+                    p[kk][x] = pn[kk][x];
+            prev = stage;
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        /* o += P_last v_last (mine >= 1: tile 0 holds key 0, which every query sees) */
+        const unsigned vlast = vb + (unsigned)(prev * TILE);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < NB / 2; kk++)
+            wg_rs_hd<HD>(acc, p[kk], desc_mn<ROWS>(vlast, kk));
+        wg_done(acc);
+        reg_fence_u(p);
+        __syncwarp();
+        if (lane == 0) {
+            sm90::mbar_arrive(empty + 8 * prev);
+            sm90::mbar_arrive(q_empty); /* q is in registers since the item began */
+        }
+        for (int jt = mine; jt < ntiles; jt++) { /* the tiles past this warpgroup's queries: freed unread */
+            sm90::mbar_wait(full + 8 * stage, phase);
+            __syncwarp();
+            if (lane == 0)
+                sm90::mbar_arrive(empty + 8 * stage);
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const long long i = iw + 8 * r;
+            if (!iin[r])
+                continue;
+            float inv = 1.f / l[r];
+            OT *out = o + (row + i) * WQ + (long long)h * HD + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++)
+                st2(out + n * 8, acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
+            if (t == 0)
+                lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
+        }
     }
 }
 

@@ -169,6 +169,14 @@ static int attn_dq_ws_smem(int64_t hd)
     return 4 * attn_tile(ATTN_ROWS, hd) + ATTN_WS_STAGES * 2 * attn_tile(64, hd) + (2 * ATTN_WS_STAGES + 2) * 8 +
            ATTN_SMEM_ALIGN;
 }
+/* the warp-specialised forward (moec::attn::fwd_ws): the consumers' q tiles and a ring of 4 slots of k and v
+ * tiles (each held two steps: v_j is read while s_{j+1} is computed) */
+enum { ATTN_FWD_STAGES = 4 };
+static int attn_fwd_ws_smem(int64_t hd)
+{
+    return 2 * attn_tile(ATTN_ROWS, hd) + ATTN_FWD_STAGES * 2 * attn_tile(64, hd) + (2 * ATTN_FWD_STAGES + 2) * 8 +
+           ATTN_SMEM_ALIGN;
+}
 static int attn_ws_ok(int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd)
 {
     return hd == 128 && B * S * (H / KV + 2) < ((int64_t)1 << 31);
@@ -207,8 +215,41 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
         cg_end(cg, CG_BLOCK, cg_grid(nq / 8, CG_BLOCK));
     }
 
-    int64_t items = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
+    int64_t KV = ir_attr_i(n, IR_ATTR_KV_HEADS), rep = H / KV;
     char what[300];
+    if (attn_ws_ok(B, S, H, KV, hd)) {
+        /* warp-specialised (fwd_ws): tensor maps over q, k, v or the q/k/v workspace as in emit_bwd_ws */
+        int64_t items = B * H * ((S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS);
+        snprintf(what, sizeof what, "attention %s: flash forward, one block per (batch, head, 128 queries): a TMA "
+                 "producer and two consumer warpgroups of 64 queries, bf16 wgmma, online softmax in fp32; the base-2 "
+                 "log-sum-exp kept for the backward%s%s", direct ? "1/1" : "2/2",
+                 direct ? "; q, k, v read in bf16 as stored" : "", cg_is_bf16(cg, n->id) ? "; o stored in bf16" : "");
+        cg_begin(cg, n, "flash", what);
+        cg_out(cg, n, "o");
+        cg_param(cg, lse, 1, "lse2");
+        if (direct) {
+            cg_tmap(cg, q->id, B * S, WQ, 64, "tq");
+            cg_tmap(cg, k->id, B * S, WK, 64, "tk");
+            cg_tmap(cg, v->id, B * S, WK, 64, "tv");
+        } else {
+            cg_tmap(cg, qkv, B * S, WQ, 64, "tq");
+            cg_tmap(cg, qkv, B * S * (rep + 2), WK, 64, "tk");
+            cg_tmap(cg, qkv, B * S * (rep + 2), WK, 64, "tv");
+        }
+        if (seg)
+            cg_in(cg, n->src[3], "seg");
+        attn_fast_consts(cg, n, q);
+        cg_const(cg, "KROW0", direct ? 0 : B * S * rep);
+        cg_const(cg, "VROW0", direct ? 0 : B * S * (rep + 1));
+        cg_const(cg, "ITEMS", items);
+        cg_line(cg, "moec::attn::fwd_ws<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d>(ITEMS, o, lse2, &tq, &tk, &tv, %s);",
+                ATTN_FWD_STAGES, seg ? "seg" : "nullptr");
+        cg_launch_extra(cg, attn_fwd_ws_smem(hd), 0);
+        cg_end(cg, ATTN_WS_THREADS, attn_grid(items));
+        cg->attn_fast_used = 1;
+        return;
+    }
+    int64_t items = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
     snprintf(what, sizeof what, "attention %s: flash forward, one block per (batch, head, 64 queries), bf16 wgmma, "
              "online softmax in fp32; the base-2 log-sum-exp kept for the backward%s%s", direct ? "1/1" : "2/2",
              direct ? "; q, k, v read in bf16 as stored" : "", cg_is_bf16(cg, n->id) ? "; o stored in bf16" : "");
