@@ -496,8 +496,10 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
 #pragma unroll
                 for (int c = 0; c < HD / 64; c++) {
                     const unsigned off = (unsigned)(stage * TILE + c * BOX);
-                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c, (int)(KROW0 + row + jt * ROWS));
-                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c, (int)(VROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(KROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(VROW0 + row + jt * ROWS));
                 }
                 if (++stage == NS) {
                     stage = 0;
@@ -1209,8 +1211,10 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
 #pragma unroll
                 for (int c = 0; c < HD / 64; c++) {
                     const unsigned off = (unsigned)(stage * TILE + c * BOX);
-                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c, (int)(KROW0 + row + jt * ROWS));
-                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c, (int)(VROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(KROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(VROW0 + row + jt * ROWS));
                 }
                 if (++stage == NS) {
                     stage = 0;

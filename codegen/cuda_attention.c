@@ -154,10 +154,10 @@ static int attn_dkv_smem(int64_t hd)
  * three warpgroups (a TMA producer and two consumers of 64 rows), a ring of 3 slots of the streamed tiles: k and
  * v of 64 keys for dq, q and dO of 64 queries and their statistics (lse2, D, segment ids: 3 words a query) for
  * dk/dv. Shared memory: the consumers' own tiles (q and dO; k and v), the ring, 8 mbarriers, 1 KB alignment.
- * Taken at head dim 128 where the TMA's 32-bit row coordinates reach every row; else bwd_dq / bwd_dkv, one
- * warpgroup of 64 rows (at head dim 64 they hold 164-177 registers, so three blocks, 12 warps, share an SM,
- * where the 384-thread block is one an SM with 8 consumer warps: head dim 64 keeps the kernels measured at
- * bio shapes). */
+ * Taken (with fwd_ws) at head dim 128 where the TMA's 32-bit row coordinates reach every row; else fwd, bwd_dq
+ * and bwd_dkv, one warpgroup of 64 rows (at head dim 64 they hold 128-177 registers, so two to four blocks, 8-16
+ * warps, share an SM, where the 384-thread block is one an SM with 8 consumer warps: head dim 64 keeps the
+ * kernels measured at bio shapes; docs/decisions.md 50). */
 enum { ATTN_WS_ROWS = 128, ATTN_WS_STAGES = 3, ATTN_WS_THREADS = 384 };
 static int attn_dkv_ws_smem(int64_t hd)
 {
@@ -398,7 +398,7 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     const AttnBufs bufs = {qkv, q, k, n->src[3], dob, lse, dsum, nq, nk};
     char call[64];
     if (attn_ws_ok(B, S, H, KV, hd)) {
-        int64_t wsq = B * H * ((S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS), wsk = B * KV * ((S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS);
+        int64_t blocks = (S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS, wsq = B * H * blocks, wsk = B * KV * blocks;
         emit_bwd_ws(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 128 queries) over the key "
                                               "tiles, probabilities recomputed from the kept log-sum-exp: a TMA "
                                               "producer and two consumer warpgroups of 64 queries (bf16 wgmma)",
@@ -408,8 +408,9 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
                                                "consumer warpgroups of 64 keys (bf16 wgmma, no atomics)",
                     "bwd_dkv_ws", wsk, attn_dkv_ws_smem(hd));
     } else {
-        emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key "
-                                                "tiles, probabilities recomputed from the kept log-sum-exp (bf16 wgmma)",
+        emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the "
+                                                "key tiles, probabilities recomputed from the kept log-sum-exp (bf16 "
+                                                "wgmma)",
                       "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
         snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", ATTN_DKV_QUERIES);
         emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over "
