@@ -11,6 +11,11 @@
 # same attention between its projections, as in a model: there the plan stores q, k, v, o and dO in bf16
 # (docs/decisions.md 40), so the conversion passes (to_bf16, and prep's dO copy) are gone from the sum;
 # they are compared with the same PyTorch anchor as the row without _proj.
+# First the correctness checks (tests/gpu/run_plan.c, each sdpa / sdpa_bwd node against the CPU reference within
+# the fast tolerance, then --chain) on tests/gpu/fast_attn.moe (head dims 64 and 128, GQA, causal and not,
+# segment ids, a ragged tile) and tests/gpu/fast_attn128.moe (the warp-specialised dk/dv: causal, head dim 128,
+# three key blocks a row, the last ragged); their rows ("check") print before the timing table, and a failure
+# makes the exit status 1.
 # Build here (no GPU), carry OUTDIR (default $BUILD/bench-attn), run there with --run-only.
 set -uo pipefail
 MODE=all
@@ -35,6 +40,15 @@ if [ "$MODE" != run ]; then
   rm "$OUT/layer.o"
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
   cp bench/attn_anchor.py "$OUT/"
+  cc -std=c11 -D_GNU_SOURCE -O1 -ffp-contract=off -Wall -Wextra -Werror -I"$BUILD/gen" -Icompiler \
+     -c tests/gpu/run_plan.c -o "$OUT/run_plan.o"
+  g++ -o "$OUT/run_plan" "$OUT/run_plan.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
+  rm "$OUT/run_plan.o"
+  for c in fast_attn fast_attn128; do
+    rm -rf "${OUT:?}/cuda/check_$c"
+    "$BUILD/moec" compile "tests/gpu/$c.moe" --kernels fast --emit-cuda "$OUT/cuda/check_$c" --arch "$ARCH" >/dev/null
+    cp "tests/gpu/$c.moe" "$OUT/$c.moe"
+  done
   for r in "${RUNS[@]}"; do
     IFS='|' read -r name kern _ _ <<<"$r"
     rm -rf "${OUT:?}/cuda/${name}_$kern"
@@ -47,6 +61,18 @@ fi
 
 export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
+checks=()
+for c in fast_attn fast_attn128; do
+  for mode in "" --chain; do
+    log=$OUT/check_$c${mode:+_chain}.log
+    timeout 300 "$OUT/run_plan" "$OUT/$c.moe" "$OUT/cuda/check_$c" $mode >"$log" 2>&1
+    rc=$?
+    grep -E "sdpa|FAIL" "$log" | head -12
+    [ $rc -eq 0 ] || status=1
+    checks+=("$(printf '%-22s %-5s %s' "$c${mode:+ chain}" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" \
+      "$(grep '^SUMMARY' "$log" | tail -1 | cut -c1-120)")")
+  done
+done
 declare -A MS
 for r in "${RUNS[@]}"; do
   IFS='|' read -r name kern warm reps <<<"$r"
@@ -58,6 +84,8 @@ for r in "${RUNS[@]}"; do
 done
 "$PY" "$OUT/attn_anchor.py" >"$OUT/anchor.log" 2>&1 || { echo "attn_anchor.py failed:"; tail -5 "$OUT/anchor.log"; status=1; }
 grep -E '^(TORCH|#)' "$OUT/anchor.log"
+printf '\n%-22s %-5s %s\n' check result summary
+printf '%s\n' "${checks[@]}"
 printf '\n%-12s %-10s %10s %8s %12s %8s %8s %s\n' shape kernels "moec ms" TFLOP/s "torch ms" TFLOP/s moec/torch "torch backend"
 for r in "${RUNS[@]}"; do
   IFS='|' read -r name kern _ _ <<<"$r"

@@ -29,7 +29,7 @@ namespace moec {
 namespace attn {
 
 constexpr int ROWS = 64;   /* rows of a tile: 4 warps x 16 */
-constexpr int THREADS = 128;
+enum { THREADS = 128 };    /* the one-warpgroup kernels' block (an enumerator: no warning where none is used) */
 constexpr float LOG2E = 1.4426950408889634f;
 __device__ __forceinline__ float neg_inff() { return __int_as_float(0xff800000u); }
 
@@ -223,11 +223,12 @@ template <int HD> __device__ __forceinline__ void wg_rs_hd(float (&d)[HD / 2], c
     else
         wg_rs_n128<1>(d, a, db);
 }
-/* the A fragments (k-steps of 16 columns) of this warp's 16 rows of a K-major load_sw tile of ROWS rows,
- * for products with the operand in registers: ldmatrix from the swizzled layout */
+/* the A fragments (k-steps of 16 columns) of this warp's 16 rows (its warpgroup's warp w: rows 16 w ..) of a
+ * K-major load_sw tile of ROWS rows, for products with the operand in registers: ldmatrix from the swizzled
+ * layout */
 template <int HD> __device__ __forceinline__ void load_frags(unsigned (&a)[HD / 16][4], unsigned tile)
 {
-    const int lane = threadIdx.x & 31, r = (threadIdx.x >> 5) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+    const int lane = threadIdx.x & 31, r = ((threadIdx.x >> 5) & 3) * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         int c = kk * 2 + (lane >> 4); /* 16-byte chunk of the row */
@@ -432,6 +433,256 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
         }
         if (t == 0)
             lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
+    }
+}
+
+/* ---- forward, warp-specialised (the backward's bwd_dq_ws structure): one block of three warpgroups per
+ * (b, head, 128 queries), the heaviest causal tiles first. The producer (one thread of warpgroup 0) loads
+ * each consumer's q tile once an item (q_full; refilled when both consumers are done with the item:
+ * q_empty) and streams k and v tiles of 64 keys by TMA through a ring of NS slots (full: the TMA bytes;
+ * empty: one arrival per consumer warp). Warpgroups 1 and 2 own queries q0 .. q0 + 63 and q0 + 64 ..
+ * q0 + 127 and do what fwd does per key tile (s_j = q k_j^T with q in registers, the product with v_{j-1}
+ * issued behind it and run during the softmax of s_j), freeing slot j - 1 once that product is done.
+ * Causal: the first consumer stops a tile early (it only frees the last slot). Tensor maps, rows past S
+ * and KROW0 / VROW0 as in bwd_dkv_ws. */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
+          typename OT>
+__device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
+                       const sm90::TmaDesc *tv, const int *seg)
+{
+    constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2, QB = 2 * ROWS, BOX = ROWS * 128;
+    constexpr long long WQ = (long long)H * HD, QTILES = (S + QB - 1) / QB;
+    const unsigned qb = smem_base(), kb = qb + 2 * TILE, vb = kb + NS * TILE;
+    const unsigned full = vb + NS * TILE, empty = full + 8 * NS, q_full = empty + 8 * NS, q_empty = q_full + 8;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int x = 0; x < NS; x++) {
+            sm90::mbar_init(full + 8 * x, 1);
+            sm90::mbar_init(empty + 8 * x, 8);
+        }
+        sm90::mbar_init(q_full, 1);
+        sm90::mbar_init(q_empty, 8);
+        sm90::mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        sm90::setmaxnreg_dec<40>();
+        if (warp != 0 || lane != 0)
+            return;
+        sm90::tma_prefetch_desc(tq);
+        sm90::tma_prefetch_desc(tk);
+        sm90::tma_prefetch_desc(tv);
+        int stage = 0;
+        unsigned phase = 0, qph = 0;
+        for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+            const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+            const int h = (int)(item % H), kvh = h / (H / KV);
+            const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+            const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+            sm90::mbar_wait(q_empty, qph ^ 1);
+            qph ^= 1;
+            sm90::mbar_arrive_expect_tx(q_full, 2 * TILE);
+#pragma unroll
+            for (int w = 0; w < 2; w++)
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++)
+                    sm90::tma_load_2d(qb + (unsigned)(w * TILE + c * BOX), tq, q_full, h * HD + 64 * c,
+                                      (int)(row + q0 + 64 * w));
+            for (int jt = 0; jt < ntiles; jt++) {
+                sm90::mbar_wait(empty + 8 * stage, phase ^ 1);
+                sm90::mbar_arrive_expect_tx(full + 8 * stage, 2 * TILE);
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++) {
+                    const unsigned off = (unsigned)(stage * TILE + c * BOX);
+                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(KROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(VROW0 + row + jt * ROWS));
+                }
+                if (++stage == NS) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers */
+    sm90::setmaxnreg_inc<232>();
+    const int cw = wg - 1, g = lane >> 2, t = lane & 3;
+    const float sl2 = LOG2E / sqrtf((float)HD);
+    const unsigned qw = qb + (unsigned)(cw * TILE);
+    int stage = 0;
+    unsigned phase = 0, qph = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+        const int h = (int)(item % H);
+        const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+        const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+        const long long qc = q0 + cw * ROWS, iw = qc + warp * 16 + g; /* this thread's queries: iw, iw + 8 */
+        /* the key tiles this warpgroup uses (causal: up to its last query's); it frees the rest unread */
+        const int mine = CAUSAL && qc / ROWS + 1 < ntiles ? (int)(qc / ROWS) + 1 : ntiles;
+        bool iin[2] = {iw < S, iw + 8 < S};
+        int segq[2] = {0, 0};
+        if (seg) {
+            segq[0] = iin[0] ? seg[row + iw] : 0;
+            segq[1] = iin[1] ? seg[row + iw + 8] : 0;
+        }
+        float acc[HD / 2];
+#pragma unroll
+        for (int x = 0; x < HD / 2; x++)
+            acc[x] = 0.f;
+        float m[2] = {neg_inff(), neg_inff()}, l[2] = {0.f, 0.f}; /* m: the running max of s sl2 */
+        unsigned p[NB / 2][4];                                    /* P_{j-1}, the A of the product in flight */
+        unsigned qa[HD / 16][4];                                  /* q, the A of s = q k^T */
+        sm90::mbar_wait(q_full, qph);
+        qph ^= 1;
+        load_frags<HD>(qa, qw);
+        int prev = 0; /* the slot of tile j - 1 */
+
+        /* P_{-1} = 0 and "v_{-1}" the k tile: the product of tile 0 adds exact zeros, so every step issues the
+         * same wgmma. (ptxas serialises every wgmma of the kernel where one sits on a conditional path, and
+         * also where p is given a value before the loop rather than in it: hence the zeros at jt 0.) */
+        for (int jt = 0; jt < mine; jt++) {
+            const long long j0 = (long long)jt * ROWS;
+            sm90::mbar_wait(full + 8 * stage, phase);
+            const unsigned kt = kb + (unsigned)(stage * TILE), vprev = jt > 0 ? vb + (unsigned)(prev * TILE) : kt;
+            float s[NB * 4];
+#pragma unroll
+            for (int x = 0; x < NB * 4; x++)
+                s[x] = 0.f;
+            if (jt == 0) {
+#pragma unroll
+                for (int kk = 0; kk < NB / 2; kk++)
+#pragma unroll
+                    for (int x = 0; x < 4; x++)
+                        p[kk][x] = 0u;
+            }
+            sm90::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++)
+                wg_rs_n64<0>(s, qa[kk], desc_k<ROWS>(kt, kk), kk);
+            sm90::wgmma_commit();
+            /* o += P_{j-1} v_{j-1}: v [key][hd] read MN-major */
+#pragma unroll
+            for (int kk = 0; kk < NB / 2; kk++)
+                wg_rs_hd<HD>(acc, p[kk], desc_mn<ROWS>(vprev, kk));
+            sm90::wgmma_commit();
+            sm90::wgmma_wait<1>(); /* s_j; the product with v_{j-1} may still run */
+            sm90::reg_fence(s);
+            /* mask (32-bit offsets as in bwd_dq_ws), running max (of s; scaled by sl2 > 0 afterwards) */
+            const bool edge = seg || j0 + ROWS > S || qc + ROWS > S || (CAUSAL && j0 + ROWS - 1 > qc);
+            const int dij = (int)(iw - j0) - 2 * t, jlim = (int)(S - j0 < ROWS ? S - j0 : ROWS) - 2 * t;
+            float mx[2] = {neg_inff(), neg_inff()};
+#pragma unroll
+            for (int n = 0; n < NB; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1, d = 8 * r - n * 8 - (e & 1);
+                    if (edge) {
+                        bool vis = iin[r] && n * 8 + (e & 1) < jlim && (!CAUSAL || dij + d >= 0);
+                        if (seg && vis) {
+                            const int sj = seg[row + j0 + n * 8 + 2 * t + (e & 1)];
+                            vis = segq[r] >= 0 ? sj == segq[r] : dij + d == 0;
+                        }
+                        if (!vis)
+                            s[4 * n + e] = neg_inff();
+                    }
+                    mx[r] = fmaxf(mx[r], s[4 * n + e]);
+                }
+            float alpha[2], rs[2] = {0.f, 0.f}, nb[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float mn = fmaxf(m[r], mx[r] * sl2);
+                float base = mn == neg_inff() ? 0.f : mn;
+                alpha[r] = ex2(m[r] - base); /* m = -inf: 0 */
+                m[r] = mn;
+                nb[r] = -base;
+            }
+            unsigned pn[NB / 2][4];
+#pragma unroll
+            for (int n = 0; n < NB; n++) {
+                float e0 = ex2(fmaf(s[4 * n], sl2, nb[0])), e1 = ex2(fmaf(s[4 * n + 1], sl2, nb[0]));
+                float e2 = ex2(fmaf(s[4 * n + 2], sl2, nb[1])), e3 = ex2(fmaf(s[4 * n + 3], sl2, nb[1]));
+                rs[0] += e0 + e1;
+                rs[1] += e2 + e3;
+                pn[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e0, e1);
+                pn[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e2, e3);
+            }
+            l[0] = l[0] * alpha[0] + rs[0];
+            l[1] = l[1] * alpha[1] + rs[1];
+            sm90::wgmma_wait<0>();
+            sm90::reg_fence(acc);
+            reg_fence_u(p);
+            if (jt > 0) { /* v_{j-1} read: its slot is free */
+                __syncwarp();
+                if (lane == 0)
+                    sm90::mbar_arrive(empty + 8 * prev);
+            }
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                acc[4 * n] *= alpha[0];
+                acc[4 * n + 1] *= alpha[0];
+                acc[4 * n + 2] *= alpha[1];
+                acc[4 * n + 3] *= alpha[1];
+            }
+#pragma unroll
+            for (int kk = 0; kk < NB / 2; kk++)
+#pragma unroll
+                for (int x = 0; x < 4; x++)
+                    p[kk][x] = pn[kk][x];
+            prev = stage;
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        /* o += P_last v_last (mine >= 1: tile 0 holds key 0, which every query sees) */
+        const unsigned vlast = vb + (unsigned)(prev * TILE);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < NB / 2; kk++)
+            wg_rs_hd<HD>(acc, p[kk], desc_mn<ROWS>(vlast, kk));
+        wg_done(acc);
+        reg_fence_u(p);
+        __syncwarp();
+        if (lane == 0) {
+            sm90::mbar_arrive(empty + 8 * prev);
+            sm90::mbar_arrive(q_empty); /* q is in registers since the item began */
+        }
+        for (int jt = mine; jt < ntiles; jt++) { /* the tiles past this warpgroup's queries: freed unread */
+            sm90::mbar_wait(full + 8 * stage, phase);
+            __syncwarp();
+            if (lane == 0)
+                sm90::mbar_arrive(empty + 8 * stage);
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const long long i = iw + 8 * r;
+            if (!iin[r])
+                continue;
+            float inv = 1.f / l[r];
+            OT *out = o + (row + i) * WQ + (long long)h * HD + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++)
+                st2(out + n * 8, acc[4 * n + 2 * r] * inv, acc[4 * n + 2 * r + 1] * inv);
+            if (t == 0)
+                lse2[((b * H + h) * S) + i] = m[r] + log2f(l[r]);
+        }
     }
 }
 
@@ -666,6 +917,429 @@ __device__ void bwd_dkv(long long item, OT *out, const unsigned short *q, const 
         for (int n = 0; n < HD / 8; n++) {
             st2(dkp + n * 8, dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
             st2(dvp + n * 8, dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
+/* ---- backward, dk and dv, warp-specialised (FlashAttention-3's structure; docs/kernels-sm90.md): one
+ * block of three warpgroups per (b, kv head, 128 keys). Warpgroup 0 is the producer (registers given
+ * away by setmaxnreg): its first warp streams the query steps, q and dO tiles of 64 queries by TMA and
+ * their lse2, D and segment ids by plain loads, through a ring of NS slots guarded by mbarriers
+ * (full: 32 producer arrivals and the TMA bytes; empty: one arrival per consumer warp). Warpgroups 1 and
+ * 2 are consumers, each with its own 64 keys of the block and its own dk, dv accumulators, doing what
+ * bwd_dkv does per step; they share the slots (the q / dO traffic of 128 keys, not 64) and wait only on
+ * the barriers, so one's wgmma run while the other recomputes its probabilities. Causal: a consumer
+ * whose 64 keys are all past the step's queries skips the step (it still frees the slot). Loops over
+ * the items itself (items = blocks of 128 keys, the earliest first) with the barriers' phases carried
+ * on; k and v of an item are loaded once (kv_full) and refilled only when both consumers have freed
+ * them (kv_empty). The tensor maps are 64-row x 64-column boxes with 128-byte swizzle, so the tiles land
+ * as load_sw lays them out; rows past S of a batch read the next rows of the map (or zeros past its
+ * end): finite values whose probabilities the mask sets to 0. k and v are rows KROW0 + b S + j and
+ * VROW0 + b S + j of their maps (the q/k/v workspace read as [rows][KV HD]: offsets B S H / KV and
+ * B S (H / KV + 1)). */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
+          typename OT>
+__device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
+                           const sm90::TmaDesc *tv, const sm90::TmaDesc *tdo, const float *lse2, const float *dsum,
+                           const int *seg)
+{
+    constexpr int QR = 64, NQ = QR / 8, REP = H / KV, TILE = ROWS * HD * 2, QT = QR * HD * 2;
+    constexpr int KB = 2 * ROWS, BOX = ROWS * 128; /* keys per block; bytes of a 64 x 64 box */
+    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
+    const unsigned kb = smem_base(), vb = kb + 2 * TILE, qb = vb + 2 * TILE, dob_s = qb + NS * QT;
+    const unsigned stb = dob_s + NS * QT;                           /* [NS][3][QR] words: lse2, D, segment ids */
+    const unsigned full = stb + NS * 3 * QR * 4, empty = full + 8 * NS; /* mbarriers, 8 bytes each */
+    const unsigned kv_full = empty + 8 * NS, kv_empty = kv_full + 8;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int x = 0; x < NS; x++) {
+            sm90::mbar_init(full + 8 * x, 32);
+            sm90::mbar_init(empty + 8 * x, 8);
+        }
+        sm90::mbar_init(kv_full, 1);
+        sm90::mbar_init(kv_empty, 8);
+        sm90::mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        sm90::setmaxnreg_dec<40>();
+        if (warp != 0)
+            return;
+        if (lane == 0) {
+            sm90::tma_prefetch_desc(tq);
+            sm90::tma_prefetch_desc(tk);
+            sm90::tma_prefetch_desc(tv);
+            sm90::tma_prefetch_desc(tdo);
+        }
+        int stage = 0;
+        unsigned phase = 0, kvph = 0;
+        for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+            const long long ktile = item / (B * KV), b = item / KV % B, j0 = ktile * KB, row = b * S;
+            const int kvh = (int)(item % KV);
+            const long long istart = CAUSAL ? j0 : 0;
+            const int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
+            if (lane == 0) {
+                sm90::mbar_wait(kv_empty, kvph ^ 1);
+                sm90::mbar_arrive_expect_tx(kv_full, 4 * TILE);
+#pragma unroll
+                for (int w = 0; w < 2; w++)
+#pragma unroll
+                    for (int c = 0; c < HD / 64; c++) {
+                        const unsigned off = (unsigned)(w * TILE + c * BOX);
+                        sm90::tma_load_2d(kb + off, tk, kv_full, kvh * HD + 64 * c, (int)(KROW0 + row + j0 + 64 * w));
+                        sm90::tma_load_2d(vb + off, tv, kv_full, kvh * HD + 64 * c, (int)(VROW0 + row + j0 + 64 * w));
+                    }
+            }
+            kvph ^= 1;
+            for (int it = 0; it < total; it++) {
+                const int h = kvh * REP + it / nqt;
+                const long long i0 = istart + (long long)(it % nqt) * QR;
+                sm90::mbar_wait(empty + 8 * stage, phase ^ 1);
+                float *st = (float *)smem_ptr(stb + (unsigned)(stage * 3 * QR * 4));
+#pragma unroll
+                for (int x = lane; x < QR; x += 32) {
+                    const long long i = i0 + x;
+                    st[x] = i < S ? lse2[(b * H + h) * S + i] : 0.f;
+                    st[QR + x] = i < S ? dsum[(b * H + h) * S + i] : 0.f;
+                    ((int *)st)[2 * QR + x] = seg && i < S ? seg[row + i] : 0;
+                }
+                if (lane == 0) {
+                    sm90::mbar_arrive_expect_tx(full + 8 * stage, 2 * QT);
+#pragma unroll
+                    for (int c = 0; c < HD / 64; c++) {
+                        const unsigned off = (unsigned)(stage * QT + c * BOX);
+                        sm90::tma_load_2d(qb + off, tq, full + 8 * stage, h * HD + 64 * c, (int)(row + i0));
+                        sm90::tma_load_2d(dob_s + off, tdo, full + 8 * stage, h * HD + 64 * c, (int)(row + i0));
+                    }
+                } else {
+                    sm90::mbar_arrive(full + 8 * stage);
+                }
+                if (++stage == NS) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers: warpgroup 1 keys j0 .. j0 + 63, warpgroup 2 keys j0 + 64 .. j0 + 127 */
+    sm90::setmaxnreg_inc<232>();
+    const int cw = wg - 1, g = lane >> 2, t = lane & 3;
+    const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
+    const unsigned kw = kb + (unsigned)(cw * TILE), vw = vb + (unsigned)(cw * TILE);
+    int stage = 0;
+    unsigned phase = 0, kvph = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long ktile = item / (B * KV), b = item / KV % B, j0 = ktile * KB, row = b * S;
+        const int kvh = (int)(item % KV);
+        const long long istart = CAUSAL ? j0 : 0, jc = j0 + cw * ROWS; /* this warpgroup's first key */
+        const int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
+        const long long jw = jc + warp * 16 + g; /* this thread's keys: jw, jw + 8 */
+        int segk[2] = {0, 0};
+        if (seg) {
+            segk[0] = jw < S ? seg[row + jw] : 0;
+            segk[1] = jw + 8 < S ? seg[row + jw + 8] : 0;
+        }
+        float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+        for (int x = 0; x < HD / 2; x++)
+            dk[x] = dv[x] = 0.f;
+        sm90::mbar_wait(kv_full, kvph);
+        kvph ^= 1;
+
+        for (int it = 0; it < total; it++) {
+            const long long i0 = istart + (long long)(it % nqt) * QR;
+            sm90::mbar_wait(full + 8 * stage, phase);
+            if (!(CAUSAL && i0 + QR <= jc)) { /* else every query of the step is before this warpgroup's keys */
+                const unsigned qt_ = qb + (unsigned)(stage * QT), dt = dob_s + (unsigned)(stage * QT);
+                const float *lse = (const float *)smem_ptr(stb + (unsigned)(stage * 3 * QR * 4)), *dd = lse + QR;
+                const int *sg = (const int *)(dd + QR);
+                float s[NQ * 4], dp[NQ * 4];
+#pragma unroll
+                for (int x = 0; x < NQ * 4; x++)
+                    s[x] = dp[x] = 0.f;
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss<QR>(s, desc_k<ROWS>(kw, kk), desc_k<QR>(qt_, kk), kk);
+                sm90::wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss<QR>(dp, desc_k<ROWS>(vw, kk), desc_k<QR>(dt, kk), kk);
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<1>(); /* s^T; dP^T may still run */
+                sm90::reg_fence(s);
+                /* the masks in 32 bits: element (n, e) is query i0 + c, c = 2 t + n 8 + (e & 1), and key
+                 * jw + 8 (e >> 1), so i - j = dij + n 8 + (e & 1) - 8 (e >> 1) and i < S iff c < S - i0 */
+                const bool edge = seg || i0 + QR > S || jc + ROWS > S || (CAUSAL && i0 < jc + ROWS);
+                const int dij = (int)(i0 - jw) + 2 * t, ilim = (int)(S - i0 < QR ? S - i0 : QR) - 2 * t;
+                const bool jin[2] = {jw < S, jw + 8 < S};
+                unsigned pt[NQ / 2][4], dst[NQ / 2][4];
+#pragma unroll
+                for (int n = 0; n < NQ; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int ci = n * 8 + 2 * t + (e & 1), r = e >> 1, d = n * 8 + (e & 1) - 8 * r;
+                        float pij = ex2(fmaf(s[4 * n + e], sl2, -lse[ci]));
+                        if (edge && (!jin[r] || n * 8 + (e & 1) >= ilim || (CAUSAL && dij + d < 0) ||
+                                     (seg && (sg[ci] >= 0 ? segk[r] != sg[ci] : dij + d != 0))))
+                            pij = 0.f;
+                        s[4 * n + e] = pij; /* P^T, kept in fp32 for dS^T */
+                    }
+                    pt[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(s[4 * n], s[4 * n + 1]);
+                    pt[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
+                }
+                /* dv += P^T dO (dO [query][hd] read MN-major) while dP^T finishes */
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < NQ / 2; kk++)
+                    wg_rs_hd<HD>(dv, pt[kk], desc_mn<QR>(dt, kk));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<1>(); /* dP^T; the product into dv may still run */
+                sm90::reg_fence(dp);
+#pragma unroll
+                for (int n = 0; n < NQ; n++) {
+                    float x[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        x[e] = s[4 * n + e] * (dp[4 * n + e] - dd[n * 8 + 2 * t + (e & 1)]);
+                    dst[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
+                    dst[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
+                }
+                /* dk += dS^T q (q [query][hd] read MN-major) */
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < NQ / 2; kk++)
+                    wg_rs_hd<HD>(dk, dst[kk], desc_mn<QR>(qt_, kk));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(dv);
+                sm90::reg_fence(dk);
+                reg_fence_u(pt);
+                reg_fence_u(dst);
+            }
+            __syncwarp();
+            if (lane == 0)
+                sm90::mbar_arrive(empty + 8 * stage); /* this warp's reads of the slot are done */
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            sm90::mbar_arrive(kv_empty); /* this warp's products with k and v are done */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            long long j = jw + 8 * r;
+            if (j >= S)
+                continue;
+            OT *dkp = out + (row + j) * WP + WQ + (long long)kvh * HD + 2 * t, *dvp = dkp + WK;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                st2(dkp + n * 8, dk[4 * n + 2 * r] * scale, dk[4 * n + 2 * r + 1] * scale);
+                st2(dvp + n * 8, dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+            }
+        }
+    }
+}
+
+/* ---- backward, dq, warp-specialised (bwd_dkv_ws's structure): one block of three warpgroups per (b, head,
+ * 128 queries), the heaviest causal tiles first. The producer (one thread of warpgroup 0) loads each
+ * consumer's q and dO tiles once an item (qd_full; refilled when both consumers freed them: qd_empty) and
+ * streams the key tiles, k and v of 64 keys by TMA, through a ring of NS slots (full: the TMA bytes; empty:
+ * one arrival per consumer warp). Warpgroups 1 and 2 own queries q0 .. q0 + 63 and q0 + 64 .. q0 + 127:
+ * s = q k^T and dP = dO v^T with both operands in shared memory, P from the kept log-sum-exp while dP
+ * finishes, dS = P (dP - D), dq += dS k (dS in registers, k read MN-major). Causal: the first consumer
+ * skips the key tile past its last query. Tensor maps, rows past S and KROW0 / VROW0 as in bwd_dkv_ws. */
+template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
+          typename OT>
+__device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
+                          const sm90::TmaDesc *tv, const sm90::TmaDesc *tdo, const float *lse2, const float *dsum,
+                          const int *seg)
+{
+    constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2, QB = 2 * ROWS, BOX = ROWS * 128;
+    constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
+    constexpr long long QTILES = (S + QB - 1) / QB;
+    const unsigned qb = smem_base(), dob_s = qb + 2 * TILE, kb = dob_s + 2 * TILE, vb = kb + NS * TILE;
+    const unsigned full = vb + NS * TILE, empty = full + 8 * NS, qd_full = empty + 8 * NS, qd_empty = qd_full + 8;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int x = 0; x < NS; x++) {
+            sm90::mbar_init(full + 8 * x, 1);
+            sm90::mbar_init(empty + 8 * x, 8);
+        }
+        sm90::mbar_init(qd_full, 1);
+        sm90::mbar_init(qd_empty, 8);
+        sm90::mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        sm90::setmaxnreg_dec<40>();
+        if (warp != 0 || lane != 0)
+            return;
+        sm90::tma_prefetch_desc(tq);
+        sm90::tma_prefetch_desc(tk);
+        sm90::tma_prefetch_desc(tv);
+        sm90::tma_prefetch_desc(tdo);
+        int stage = 0;
+        unsigned phase = 0, qph = 0;
+        for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+            const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+            const int h = (int)(item % H), kvh = h / (H / KV);
+            const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+            const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+            sm90::mbar_wait(qd_empty, qph ^ 1);
+            qph ^= 1;
+            sm90::mbar_arrive_expect_tx(qd_full, 4 * TILE);
+#pragma unroll
+            for (int w = 0; w < 2; w++)
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++) {
+                    const unsigned off = (unsigned)(w * TILE + c * BOX);
+                    sm90::tma_load_2d(qb + off, tq, qd_full, h * HD + 64 * c, (int)(row + q0 + 64 * w));
+                    sm90::tma_load_2d(dob_s + off, tdo, qd_full, h * HD + 64 * c, (int)(row + q0 + 64 * w));
+                }
+            for (int jt = 0; jt < ntiles; jt++) {
+                sm90::mbar_wait(empty + 8 * stage, phase ^ 1);
+                sm90::mbar_arrive_expect_tx(full + 8 * stage, 2 * TILE);
+#pragma unroll
+                for (int c = 0; c < HD / 64; c++) {
+                    const unsigned off = (unsigned)(stage * TILE + c * BOX);
+                    sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(KROW0 + row + jt * ROWS));
+                    sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c,
+                                      (int)(VROW0 + row + jt * ROWS));
+                }
+                if (++stage == NS) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers */
+    sm90::setmaxnreg_inc<232>();
+    const int cw = wg - 1, g = lane >> 2, t = lane & 3;
+    const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
+    const unsigned qw = qb + (unsigned)(cw * TILE), dw = dob_s + (unsigned)(cw * TILE);
+    int stage = 0;
+    unsigned phase = 0, qph = 0;
+    for (long long item = blockIdx.x; item < items; item += gridDim.x) {
+        const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+        const int h = (int)(item % H);
+        const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
+        const int ntiles = (int)((kend + ROWS - 1) / ROWS);
+        const long long qc = q0 + cw * ROWS, iw = qc + warp * 16 + g; /* this thread's queries: iw, iw + 8 */
+        float lse[2], dd[2];
+        bool iin[2];
+        int segq[2] = {0, 0};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const long long i = iw + 8 * r;
+            iin[r] = i < S;
+            lse[r] = iin[r] ? lse2[(b * H + h) * S + i] : 0.f;
+            dd[r] = iin[r] ? dsum[(b * H + h) * S + i] : 0.f;
+            if (seg)
+                segq[r] = iin[r] ? seg[row + i] : 0;
+        }
+        float dq[HD / 2];
+#pragma unroll
+        for (int x = 0; x < HD / 2; x++)
+            dq[x] = 0.f;
+        sm90::mbar_wait(qd_full, qph);
+        qph ^= 1;
+
+        for (int jt = 0; jt < ntiles; jt++) {
+            const long long j0 = (long long)jt * ROWS;
+            sm90::mbar_wait(full + 8 * stage, phase);
+            if (!(CAUSAL && j0 > qc + ROWS - 1)) { /* else every key of the tile is past this warpgroup's queries */
+                const unsigned kt = kb + (unsigned)(stage * TILE), vt = vb + (unsigned)(stage * TILE);
+                float s[NB * 4], dp[NB * 4];
+#pragma unroll
+                for (int x = 0; x < NB * 4; x++)
+                    s[x] = dp[x] = 0.f;
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss_n64(s, desc_k<ROWS>(qw, kk), desc_k<ROWS>(kt, kk), kk);
+                sm90::wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++)
+                    wg_ss_n64(dp, desc_k<ROWS>(dw, kk), desc_k<ROWS>(vt, kk), kk);
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<1>(); /* s; dP may still run */
+                sm90::reg_fence(s);
+                /* the masks in 32 bits: element (n, e) is query iw + 8 (e >> 1) and key j0 + c,
+                 * c = 2 t + n 8 + (e & 1), so i - j = dij + 8 (e >> 1) - n 8 - (e & 1), j < S iff c < S - j0 */
+                const bool edge = seg || j0 + ROWS > S || qc + ROWS > S || (CAUSAL && j0 + ROWS - 1 > qc);
+                const int dij = (int)(iw - j0) - 2 * t, jlim = (int)(S - j0 < ROWS ? S - j0 : ROWS) - 2 * t;
+#pragma unroll
+                for (int n = 0; n < NB; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1, d = 8 * r - n * 8 - (e & 1);
+                        float pij = ex2(fmaf(s[4 * n + e], sl2, -lse[r]));
+                        if (edge) {
+                            bool vis = iin[r] && n * 8 + (e & 1) < jlim && (!CAUSAL || dij + d >= 0);
+                            if (seg && vis) {
+                                const int sj = seg[row + j0 + n * 8 + 2 * t + (e & 1)];
+                                vis = segq[r] >= 0 ? sj == segq[r] : dij + d == 0;
+                            }
+                            if (!vis)
+                                pij = 0.f;
+                        }
+                        s[4 * n + e] = pij;
+                    }
+                sm90::reg_fence(s);    /* P is computed before the wait, while dP runs */
+                sm90::wgmma_wait<0>(); /* dP */
+                sm90::reg_fence(dp);
+                unsigned ds[NB / 2][4];
+#pragma unroll
+                for (int n = 0; n < NB; n++) {
+                    float x[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        x[e] = s[4 * n + e] * (dp[4 * n + e] - dd[e >> 1]);
+                    ds[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(x[0], x[1]);
+                    ds[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(x[2], x[3]);
+                }
+                /* dq += dS k: k [key][hd] read MN-major */
+                sm90::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < NB / 2; kk++)
+                    wg_rs_hd<HD>(dq, ds[kk], desc_mn<ROWS>(kt, kk));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(dq);
+                reg_fence_u(ds);
+            }
+            __syncwarp();
+            if (lane == 0)
+                sm90::mbar_arrive(empty + 8 * stage); /* this warp's reads of the slot are done */
+            if (++stage == NS) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        __syncwarp();
+        if (lane == 0)
+            sm90::mbar_arrive(qd_empty); /* this warp's products with q and dO are done */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (!iin[r])
+                continue;
+            OT *dst = out + (row + iw + 8 * r) * WP + (long long)h * HD + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++)
+                st2(dst + n * 8, dq[4 * n + 2 * r] * scale, dq[4 * n + 2 * r + 1] * scale);
         }
     }
 }

@@ -150,6 +150,38 @@ static int attn_dkv_smem(int64_t hd)
            ATTN_SMEM_ALIGN;
 }
 
+/* the warp-specialised backward (moec::attn::bwd_dq_ws, bwd_dkv_ws): 128 queries (dq) or keys (dk/dv) a block,
+ * three warpgroups (a TMA producer and two consumers of 64 rows), a ring of 3 slots of the streamed tiles: k and
+ * v of 64 keys for dq, q and dO of 64 queries and their statistics (lse2, D, segment ids: 3 words a query) for
+ * dk/dv. Shared memory: the consumers' own tiles (q and dO; k and v), the ring, 8 mbarriers, 1 KB alignment.
+ * Taken (with fwd_ws) at head dim 128 where the TMA's 32-bit row coordinates reach every row; else fwd, bwd_dq
+ * and bwd_dkv, one warpgroup of 64 rows (at head dim 64 they hold 128-177 registers, so two to four blocks, 8-16
+ * warps, share an SM, where the 384-thread block is one an SM with 8 consumer warps: head dim 64 keeps the
+ * kernels measured at bio shapes; docs/decisions.md 50). */
+enum { ATTN_WS_ROWS = 128, ATTN_WS_STAGES = 3, ATTN_WS_THREADS = 384 };
+static int attn_dkv_ws_smem(int64_t hd)
+{
+    return 4 * attn_tile(ATTN_ROWS, hd) + ATTN_WS_STAGES * (2 * attn_tile(64, hd) + 3 * 64 * 4) +
+           (2 * ATTN_WS_STAGES + 2) * 8 + ATTN_SMEM_ALIGN;
+}
+static int attn_dq_ws_smem(int64_t hd)
+{
+    return 4 * attn_tile(ATTN_ROWS, hd) + ATTN_WS_STAGES * 2 * attn_tile(64, hd) + (2 * ATTN_WS_STAGES + 2) * 8 +
+           ATTN_SMEM_ALIGN;
+}
+/* the warp-specialised forward (moec::attn::fwd_ws): the consumers' q tiles and a ring of 4 slots of k and v
+ * tiles (each held two steps: v_j is read while s_{j+1} is computed) */
+enum { ATTN_FWD_STAGES = 4 };
+static int attn_fwd_ws_smem(int64_t hd)
+{
+    return 2 * attn_tile(ATTN_ROWS, hd) + ATTN_FWD_STAGES * 2 * attn_tile(64, hd) + (2 * ATTN_FWD_STAGES + 2) * 8 +
+           ATTN_SMEM_ALIGN;
+}
+static int attn_ws_ok(int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd)
+{
+    return hd == 128 && B * S * (H / KV + 2) < ((int64_t)1 << 31);
+}
+
 static void emit_sdpa_fast(Cg *cg, const IrNode *n)
 {
     const IrNode *q = n->src[0], *k = n->src[1], *v = n->src[2];
@@ -183,8 +215,41 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
         cg_end(cg, CG_BLOCK, cg_grid(nq / 8, CG_BLOCK));
     }
 
-    int64_t items = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
+    int64_t KV = ir_attr_i(n, IR_ATTR_KV_HEADS), rep = H / KV;
     char what[300];
+    if (attn_ws_ok(B, S, H, KV, hd)) {
+        /* warp-specialised (fwd_ws): tensor maps over q, k, v or the q/k/v workspace as in emit_bwd_ws */
+        int64_t items = B * H * ((S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS);
+        snprintf(what, sizeof what, "attention %s: flash forward, one block per (batch, head, 128 queries): a TMA "
+                 "producer and two consumer warpgroups of 64 queries, bf16 wgmma, online softmax in fp32; the base-2 "
+                 "log-sum-exp kept for the backward%s%s", direct ? "1/1" : "2/2",
+                 direct ? "; q, k, v read in bf16 as stored" : "", cg_is_bf16(cg, n->id) ? "; o stored in bf16" : "");
+        cg_begin(cg, n, "flash", what);
+        cg_out(cg, n, "o");
+        cg_param(cg, lse, 1, "lse2");
+        if (direct) {
+            cg_tmap(cg, q->id, B * S, WQ, 64, "tq");
+            cg_tmap(cg, k->id, B * S, WK, 64, "tk");
+            cg_tmap(cg, v->id, B * S, WK, 64, "tv");
+        } else {
+            cg_tmap(cg, qkv, B * S, WQ, 64, "tq");
+            cg_tmap(cg, qkv, B * S * (rep + 2), WK, 64, "tk");
+            cg_tmap(cg, qkv, B * S * (rep + 2), WK, 64, "tv");
+        }
+        if (seg)
+            cg_in(cg, n->src[3], "seg");
+        attn_fast_consts(cg, n, q);
+        cg_const(cg, "KROW0", direct ? 0 : B * S * rep);
+        cg_const(cg, "VROW0", direct ? 0 : B * S * (rep + 1));
+        cg_const(cg, "ITEMS", items);
+        cg_line(cg, "moec::attn::fwd_ws<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d>(ITEMS, o, lse2, &tq, &tk, &tv, %s);",
+                ATTN_FWD_STAGES, seg ? "seg" : "nullptr");
+        cg_launch_extra(cg, attn_fwd_ws_smem(hd), 0);
+        cg_end(cg, ATTN_WS_THREADS, attn_grid(items));
+        cg->attn_fast_used = 1;
+        return;
+    }
+    int64_t items = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
     snprintf(what, sizeof what, "attention %s: flash forward, one block per (batch, head, 64 queries), bf16 wgmma, "
              "online softmax in fp32; the base-2 log-sum-exp kept for the backward%s%s", direct ? "1/1" : "2/2",
              direct ? "; q, k, v read in bf16 as stored" : "", cg_is_bf16(cg, n->id) ? "; o stored in bf16" : "");
@@ -259,6 +324,43 @@ static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char
     cg_end(cg, 128, attn_grid(items));
 }
 
+/* a warp-specialised backward launch (moec::attn::FN: bwd_dq_ws or bwd_dkv_ws, three warpgroups) over ITEMS
+ * blocks: tensor maps over q, k, v (the nodes' bf16 buffers, or the forward's q/k/v workspace read as
+ * [B S][H HD] for q and as [B S (H / KV + 2)][KV HD] for k and v, which start at rows KROW0 and VROW0 of it)
+ * and dO, boxes of 64 rows x 64 columns */
+static void emit_bwd_ws(Cg *cg, const IrNode *n, const AttnBufs *b, const char *suffix, const char *what,
+                        const char *fn, int64_t items, int smem)
+{
+    const IrNode *q = n->src[1];
+    int64_t B = q->shape[0], S = q->shape[1], H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
+    int64_t WQ = q->shape[2], WK = WQ / H * KV, rep = H / KV;
+    cg_begin(cg, n, suffix, what);
+    cg_out(cg, n, "out");
+    if (b->qkv >= 0) {
+        cg_tmap(cg, b->qkv, B * S, WQ, 64, "tq");
+        cg_tmap(cg, b->qkv, B * S * (rep + 2), WK, 64, "tk");
+        cg_tmap(cg, b->qkv, B * S * (rep + 2), WK, 64, "tv");
+    } else {
+        cg_tmap(cg, b->q->id, B * S, WQ, 64, "tq");
+        cg_tmap(cg, b->k->id, B * S, WK, 64, "tk");
+        cg_tmap(cg, b->v->id, B * S, WK, 64, "tv");
+    }
+    cg_tmap(cg, b->dob, B * S, WQ, 64, "tdo");
+    cg_param(cg, b->lse, 0, "lse2");
+    cg_param(cg, b->dsum, 0, "dsum");
+    int seg = n->nsrc == 5;
+    if (seg)
+        cg_in(cg, n->src[4], "seg");
+    attn_fast_consts(cg, n, q);
+    cg_const(cg, "KROW0", b->qkv >= 0 ? B * S * rep : 0);
+    cg_const(cg, "VROW0", b->qkv >= 0 ? B * S * (rep + 1) : 0);
+    cg_const(cg, "ITEMS", items);
+    cg_line(cg, "moec::attn::%s<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d>(ITEMS, out, &tq, &tk, &tv, &tdo, lse2, "
+                "dsum, %s);", fn, ATTN_WS_STAGES, seg ? "seg" : "nullptr");
+    cg_launch_extra(cg, smem, 0);
+    cg_end(cg, ATTN_WS_THREADS, attn_grid(items));
+}
+
 static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
 {
     const IrNode *q = n->src[1], *k = n->src[2], *dy = n->src[0];
@@ -295,13 +397,26 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     int64_t qitems = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS), kitems = B * KV * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
     const AttnBufs bufs = {qkv, q, k, n->src[3], dob, lse, dsum, nq, nk};
     char call[64];
-    emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the key tiles, "
-                                            "probabilities recomputed from the kept log-sum-exp (bf16 wgmma)",
-                  "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
-    snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", ATTN_DKV_QUERIES);
-    emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over the "
-                                             "group's heads and the query tiles (bf16 wgmma, no atomics)",
-                  call, kitems, attn_dkv_smem(hd));
+    if (attn_ws_ok(B, S, H, KV, hd)) {
+        int64_t blocks = (S + ATTN_WS_ROWS - 1) / ATTN_WS_ROWS, wsq = B * H * blocks, wsk = B * KV * blocks;
+        emit_bwd_ws(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 128 queries) over the key "
+                                              "tiles, probabilities recomputed from the kept log-sum-exp: a TMA "
+                                              "producer and two consumer warpgroups of 64 queries (bf16 wgmma)",
+                    "bwd_dq_ws", wsq, attn_dq_ws_smem(hd));
+        emit_bwd_ws(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 128 keys) over "
+                                               "the group's heads and the query tiles: a TMA producer warp and two "
+                                               "consumer warpgroups of 64 keys (bf16 wgmma, no atomics)",
+                    "bwd_dkv_ws", wsk, attn_dkv_ws_smem(hd));
+    } else {
+        emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the "
+                                                "key tiles, probabilities recomputed from the kept log-sum-exp (bf16 "
+                                                "wgmma)",
+                      "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
+        snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", ATTN_DKV_QUERIES);
+        emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over "
+                                                 "the group's heads and the query tiles (bf16 wgmma, no atomics)",
+                      call, kitems, attn_dkv_smem(hd));
+    }
     cg->attn_fast_used = 1;
 }
 

@@ -8,6 +8,7 @@
 #  2. 30 training steps of fast_mlp.moe, --kernels fast against the reference kernels: every step's loss
 #     within 1%;
 #     the same for tests/gpu/fast_attn.moe (the fast attention: run_plan, --chain, 30 steps);
+#     run_plan and --chain on tests/gpu/fast_attn128.moe (the warp-specialised dk/dv at head dim 128, causal);
 #     run_plan and --chain on tests/codegen/membound_fast.moe (the memory-bound kernels of decision 47);
 #  3. the MoE layer benchmark's bio shape (bench/layer.c), reference and fast, ms per forward + backward; fast
 #     twice: the default (ping-pong grouped GEMMs) and _fast_coop (MOEC_MGEMM=cooperative MOEC_KGEMM=cooperative,
@@ -70,6 +71,10 @@ if [ "$MODE" != run ]; then
   cp $a "$OUT/fast_attn.moe"
   "$BUILD/moec" compile $a --kernels fast -o "$OUT/bin/attn_fast" --arch "$ARCH" >/dev/null
   "$BUILD/moec" compile $a --kernels reference -o "$OUT/bin/attn_ref" --arch "$ARCH" >/dev/null
+  a=tests/gpu/fast_attn128.moe
+  rm -rf "$OUT/cuda/fast_attn128"
+  "$BUILD/moec" compile $a --kernels fast --emit-cuda "$OUT/cuda/fast_attn128" --arch "$ARCH" >/dev/null
+  cp $a "$OUT/fast_attn128.moe"
   if [ "$FP8" = 1 ]; then
     f=tests/gpu/fast_mlp_fp8.moe
     rm -rf "$OUT/cuda/fast_mlp_fp8"
@@ -131,6 +136,14 @@ row run_plan_attn "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' 
 rc=$?
 grep -E "SUMMARY|FAIL" "$L/run_plan_attn_chain.log" | head -10
 row run_plan_attn_chain "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_attn_chain.log" | tail -1 | cut -c1-150)"
+# tests/gpu/fast_attn128.moe: the warp-specialised dk/dv (head dim 128, causal, GQA 4, three key blocks a row,
+# the last ragged; q/k/v read from the forward's workspace), isolated and chained
+for c in "" --chain; do
+  "$B/run_plan" "$OUT/fast_attn128.moe" "$OUT/cuda/fast_attn128" $c >"$L/run_plan_attn128$c.log" 2>&1
+  rc=$?
+  grep -E "sdpa|SUMMARY|FAIL" "$L/run_plan_attn128$c.log" | head -10
+  row "run_plan_attn128${c:+_chain}" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_attn128$c.log" | tail -1 | cut -c1-150)"
+done
 
 # the memory-bound kernels of decision 47 that the models above do not reach (tests/codegen/membound_fast.moe:
 # the cross entropy's row in registers at vocabulary 1032 and 44, RMSNorm at 256 and 384; RoPE, the routing
