@@ -541,16 +541,8 @@ struct GemmKGrouped {
     }
 };
 
-/* The FP8 kernels' software-pipelined promotion (SCHED 0, decision 51): NG promotion groups (NG a
- * compile-time constant) through two temporary accumulator sets t0, t1, one group always in flight while
- * the one before it is promoted: issue group 0 into t0; then for each q, issue q + 1 into the other set,
- * wait until one commit group is pending (q done: wgmma.wait_group 1), promote q. Only the body's last
- * promotion (wait_group 0) has none of this warpgroup's wgmma under it. Everything is unrolled and nothing
- * is in flight across the caller's loop back edge: ptxas follows which set each commit group writes only
- * in straight-line code (through a back edge it serialises every wgmma, C7514). IS(T, Q) issues group Q
- * into set T (wgmma_fence first, one commit); PR(T, Q) promotes set T (reg_fence first). */
-/* The slot of column c (< 128) in the FP8 kernels' decoded column scales fb (MXFP8's fb[k], the K-grouped
- * kernel's fb): c = 8 j + 2 q + e as in the accumulator fragment (j < 16, q = lane % 4, e < 2) sits at
+/* The slot of column c (< 128) in the K-grouped FP8 kernel's decoded column scales fb (MXFP8's fb[k] keep
+ * column order: see its promote): c = 8 j + 2 q + e as in the accumulator fragment (j < 16, q = lane % 4, e < 2) sits at
  * 16 (j / 2) + 4 q + 2 (j % 2) + e, so a consumer thread's four columns of fragments j and j + 1 (j even) are
  * one 16-byte ld.shared.v4 (8 loads a promotion instead of 16; 4 addresses a warp, no bank conflict). */
 __device__ __forceinline__ int fp8_fb_slot(int c)
@@ -559,6 +551,14 @@ __device__ __forceinline__ int fp8_fb_slot(int c)
     return 16 * (j >> 1) + 4 * q + 2 * (j & 1) + e;
 }
 
+/* The FP8 kernels' software-pipelined promotion (SCHED 0, decision 51): NG promotion groups (NG a
+ * compile-time constant) through two temporary accumulator sets t0, t1, one group always in flight while
+ * the one before it is promoted: issue group 0 into t0; then for each q, issue q + 1 into the other set,
+ * wait until one commit group is pending (q done: wgmma.wait_group 1), promote q. Only the body's last
+ * promotion (wait_group 0) has none of this warpgroup's wgmma under it. Everything is unrolled and nothing
+ * is in flight across the caller's loop back edge: ptxas follows which set each commit group writes only
+ * in straight-line code (through a back edge it serialises every wgmma, C7514). IS(T, Q) issues group Q
+ * into set T (wgmma_fence first, one commit); PR(T, Q) promotes set T (reg_fence first). */
 #define MOEC_FP8_PIPE(NG, IS, PR)                                                                          \
     do {                                                                                                    \
         IS(t0, 0);                                                                                          \
@@ -604,8 +604,10 @@ __device__ __forceinline__ int fp8_fb_slot(int c)
  *     into fp32 in shared memory by warp 1 of the producer warpgroup, so the consumers spend no
  *     instruction on it).
  * Two tmp sets (t0, t1) alternate: group p + 1 is issued before group p is promoted, so the
- * promotion's FMULs/FFMAs overlap the next wgmma (and the other consumer warpgroup's). Registers
- * per consumer thread: acc 64 + t0 64 + t1 64.
+ * promotion's FMULs/FFMAs overlap the next wgmma (and the other consumer warpgroup's). fp8-block (and
+ * SCHED 1) in pairs: nothing of this warpgroup's runs under the pair's second promotion; MXFP8 with
+ * SCHED 0 (the default, decision 51) in MOEC_FP8_PIPE bodies of 8 groups: one promotion in 8 alone.
+ * Registers per consumer thread: acc 64 + t0 64 + t1 64.
  *
  * Shared memory: the A and B rings (STAGES x 16 KB each), the bf16 staging buffers (32 KB, OUT 0),
  * STAGES x (A scales 128 B [MXFP8: 512 B + W scales 512 B + decoded fp32 scales 4 KB]), the barriers (full,
@@ -939,8 +941,10 @@ struct GemmFp8MGrouped {
  * consumers wait for `ready`. Promotion every stage (128 tokens) into fp32: acc = fma(t . fb[k], fa[n],
  * acc): t . fb[k] . fa[n] is the block's partial times the outer product of the scale vectors, each
  * multiply by a power of two exact (as fp8b_gemm_ref's p . (sa sb)) unless it leaves fp32's range.
- * Stages in pairs into t0, t1 as GemmFp8MGrouped (t0's promotion overlaps t1's wgmma); a group's odd last
- * block alone. Registers per consumer thread: acc 64 + t0 64 + t1 64. */
+ * SCHED 0 (the default, decision 51): a group's stages in MOEC_FP8_PIPE bodies of 4 (stage q + 1's wgmma run
+ * while q is promoted; one promotion in 4 alone), its last steps % 4 in a body of 3, 2 or 1. SCHED 1: stages in
+ * pairs into t0, t1 (t0's promotion overlaps t1's wgmma), a group's odd last block alone. fb is stored in
+ * fp8_fb_slot's order (16-byte loads). Registers per consumer thread: acc 64 + t0 64 + t1 64. */
 template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0>
 struct GemmFp8KGrouped {
     static constexpr int BLOCK = 128, THREADS = 384;
