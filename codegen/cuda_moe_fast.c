@@ -684,13 +684,13 @@ static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
     return s;
 }
 
-/* The FP8 K-grouped kernel's dW stores: GEMM_FP8_OUT_F32 (8-byte stores from the fragment, 6 stages), the one
- * checked end to end on the H200 (tests/gpu/fast_mlp.sh, 2026-12-02). GEMM_FP8_OUT_F32_TMA (TMA stores through
- * 32 KB of staging, 5 stages) measured faster in tests/gpu/gemm_fp8.sh the same day (Mixtral dW_gate_up 593 -> 676,
- * dW_down 605 -> 691 TFLOP/s: the fp32 dW's stores no longer wait in the consumers) but has not run inside a plan
- * yet (ragged groups with TMA stores, the dW tensor map at its offset): the next switch, once fast_mlp.sh has run
- * with it. The TMA stores need dW 16-byte aligned in the output (else the register stores are taken). */
-static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32;
+/* The FP8 K-grouped kernel's dW stores (decision 51): GEMM_FP8_OUT_F32_TMA, TMA stores through 32 KB of staging
+ * (5 stages), measured faster in tests/gpu/gemm_fp8.sh on 2026-12-02 (Mixtral dW_gate_up 593 -> 676, dW_down
+ * 605 -> 691 TFLOP/s: the fp32 dW's stores no longer wait in the consumers; its ragged-group check passes there).
+ * GEMM_FP8_OUT_F32 (8-byte stores from the fragment, 6 stages) is the one checked end to end in a plan
+ * (tests/gpu/fast_mlp.sh, 2026-12-02) and stays the fallback: switch back here if fast_mlp.sh's fp8-block rows
+ * disagree. The TMA stores need dW 16-byte aligned in the output (else the register stores are taken). */
+static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32_TMA;
 
 /* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 x 128 tiles, 128 tokens a stage; tma: the TMA-store
  * epilogue where dW starts 16-byte aligned (dw_byte_offset % 16 == 0) */

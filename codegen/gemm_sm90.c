@@ -48,18 +48,28 @@ char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const 
 }
 
 
-char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra)
+char *gemm_fp8_source_sched(const GemmFp8Shape *s, int sched, const char *name, const char *extra)
 {
     char inst[256];
-    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8(%s, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N, s->K, s->stages,
-             s->mode, s->out);
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_S(%s, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N, s->K,
+             s->stages, s->mode, s->out, sched);
+    return source_with(inst, extra);
+}
+
+char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra)
+{
+    return gemm_fp8_source_sched(s, GEMM_FP8_SCHED_PIPE, name, extra);
+}
+
+char *gemm_fp8_kgrouped_source_sched(const GemmFp8Shape *s, int sched, const char *name, const char *extra)
+{
+    char inst[256];
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_KGROUPED%s_S(%s, %d, %d, %d, %d, %d)\n",
+             s->out == GEMM_FP8_OUT_F32_TMA ? "_TMA" : "", name, s->E, s->N, s->K, s->stages, sched);
     return source_with(inst, extra);
 }
 
 char *gemm_fp8_kgrouped_source(const GemmFp8Shape *s, const char *name, const char *extra)
 {
-    char inst[256];
-    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_KGROUPED%s(%s, %d, %d, %d, %d)\n",
-             s->out == GEMM_FP8_OUT_F32_TMA ? "_TMA" : "", name, s->E, s->N, s->K, s->stages);
-    return source_with(inst, extra);
+    return gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PIPE, name, extra);
 }

@@ -812,6 +812,45 @@ struct GemmKGrouped {
     }
 };
 
+/* The slot of column c (< 128) in the K-grouped FP8 kernel's decoded column scales fb (MXFP8's fb[k] keep
+ * column order: see its promote): c = 8 j + 2 q + e as in the accumulator fragment (j < 16, q = lane % 4, e < 2) sits at
+ * 16 (j / 2) + 4 q + 2 (j % 2) + e, so a consumer thread's four columns of fragments j and j + 1 (j even) are
+ * one 16-byte ld.shared.v4 (8 loads a promotion instead of 16; 4 addresses a warp, no bank conflict). */
+__device__ __forceinline__ int fp8_fb_slot(int c)
+{
+    const int j = c >> 3, q = (c >> 1) & 3, e = c & 1;
+    return 16 * (j >> 1) + 4 * q + 2 * (j & 1) + e;
+}
+
+/* The FP8 kernels' software-pipelined promotion (SCHED 0, decision 51): NG promotion groups (NG a
+ * compile-time constant) through two temporary accumulator sets t0, t1, one group always in flight while
+ * the one before it is promoted: issue group 0 into t0; then for each q, issue q + 1 into the other set,
+ * wait until one commit group is pending (q done: wgmma.wait_group 1), promote q. Only the body's last
+ * promotion (wait_group 0) has none of this warpgroup's wgmma under it. Everything is unrolled and nothing
+ * is in flight across the caller's loop back edge: ptxas follows which set each commit group writes only
+ * in straight-line code (through a back edge it serialises every wgmma, C7514). IS(T, Q) issues group Q
+ * into set T (wgmma_fence first, one commit); PR(T, Q) promotes set T (reg_fence first). */
+#define MOEC_FP8_PIPE(NG, IS, PR)                                                                          \
+    do {                                                                                                    \
+        IS(t0, 0);                                                                                          \
+        _Pragma("unroll") for (int q_ = 0; q_ < (NG); q_++)                                                 \
+        {                                                                                                   \
+            if (q_ + 1 < (NG)) {                                                                            \
+                if (q_ % 2 == 0)                                                                            \
+                    IS(t1, q_ + 1);                                                                         \
+                else                                                                                        \
+                    IS(t0, q_ + 1);                                                                         \
+                wgmma_wait<1>();                                                                            \
+            } else {                                                                                        \
+                wgmma_wait<0>();                                                                            \
+            }                                                                                               \
+            if (q_ % 2 == 0)                                                                                \
+                PR(t0, q_);                                                                                 \
+            else                                                                                            \
+                PR(t1, q_);                                                                                 \
+        }                                                                                                   \
+    } while (0)
+
 /* ======================================================================== FP8 (E4M3) M-grouped GEMM
  * D[rows of g, N] = dequant(A)[rows of g, K] . dequant(W[g])^T with the products on the FP8 tensor
  * cores (wgmma m64n128k32 e4m3.e4m3, SASS QGMMA) and the block scales applied in software in fp32:
@@ -836,13 +875,15 @@ struct GemmKGrouped {
  *     into fp32 in shared memory by warp 1 of the producer warpgroup, so the consumers spend no
  *     instruction on it).
  * Two tmp sets (t0, t1) alternate: group p + 1 is issued before group p is promoted, so the
- * promotion's FMULs/FFMAs overlap the next wgmma (and the other consumer warpgroup's). Registers
- * per consumer thread: acc 64 + t0 64 + t1 64.
+ * promotion's FMULs/FFMAs overlap the next wgmma (and the other consumer warpgroup's). fp8-block (and
+ * SCHED 1) in pairs: nothing of this warpgroup's runs under the pair's second promotion; MXFP8 with
+ * SCHED 0 (the default, decision 51) in MOEC_FP8_PIPE bodies of 8 groups: one promotion in 8 alone.
+ * Registers per consumer thread: acc 64 + t0 64 + t1 64.
  *
  * Shared memory: the A and B rings (STAGES x 16 KB each), the bf16 staging buffers (32 KB, OUT 0),
  * STAGES x (A scales 128 B [MXFP8: 512 B + W scales 512 B + decoded fp32 scales 4 KB]), the barriers (full,
  * empty, ready). */
-template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16>
+template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16, int SCHED = 0>
 struct GemmFp8MGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_N = 128, BLOCK_K = 128, THREADS = 384;
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K, B_BYTES = BLOCK_N * BLOCK_K;
@@ -863,6 +904,9 @@ struct GemmFp8MGrouped {
     static_assert(N % BLOCK_N == 0, "N must be a multiple of 128");
     static_assert(MODE == 0 || MODE == 1, "MODE is 0 (fp8-block) or 1 (MXFP8)");
     static_assert(OUT == 0 || OUT == 1, "OUT is 0 (bf16, TMA stores) or 1 (fp32 from registers)");
+    static_assert(SCHED == 0 || SCHED == 1, "SCHED is 0 (pipelined promotion) or 1 (the pairs of decision 38)");
+    /* MXFP8, SCHED 0: K blocks per MOEC_FP8_PIPE body (4 k32 groups each) */
+    static constexpr int MX_BODY = 2;
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N < 2147483647ll, "the rows of W must fit an int coordinate");
     static_assert((STAGES * (A_BYTES + B_BYTES)) % 1024 == 0 && OUT_BYTES % 1024 == 0, "swizzled buffers 1024-aligned");
@@ -924,6 +968,9 @@ struct GemmFp8MGrouped {
             const int k = p; /* the group's (k32 step's) index inside its stage */
             const unsigned fa = fs_at(base, st) + k * 512, fb = fs_at(base, st) + 2048 + k * 512;
             const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
+            /* fb in column order, 8-byte loads (16 a promotion): with the K-grouped kernel's 16-byte loads of a
+             * permuted fb (fp8_fb_slot), or even its permuted layout alone, ptxas spills a few registers in the
+             * pipelined loop (measured in the SASS: 2 to 3 LDL/STL pairs; 240 consumer registers did not help) */
 #pragma unroll
             for (int j = 0; j < ACC / 4; j++) {
                 float b0, b1; /* columns 8 j + 2 (lane % 4), + 1 */
@@ -1090,10 +1137,22 @@ struct GemmFp8MGrouped {
                         wgmma_wait<0>();
                         MOEC_FP8_PROMOTE(t1, sb1, 0);
                     }
+                } else if constexpr (SCHED == 0) {
+                    /* MXFP8, pipelined (decision 51): MX_BODY K blocks (4 MX_BODY k32 groups) per body,
+                     * group q + 1 in flight while q is promoted; one promotion in 4 MX_BODY alone */
+#pragma unroll 1
+                    for (int kb = 0; kb < KBLOCKS; kb += MX_BODY) {
+#define MOEC_FP8_MX_IS(T, Q) MOEC_FP8_ISSUE(T, sb0, kb + (Q) / 4, (Q) % 4)
+#define MOEC_FP8_MX_PR(T, Q) MOEC_FP8_PROMOTE(T, sb0, (Q) % 4)
+                        MOEC_FP8_PIPE(4 * MX_BODY, MOEC_FP8_MX_IS, MOEC_FP8_MX_PR);
+#undef MOEC_FP8_MX_IS
+#undef MOEC_FP8_MX_PR
+                    }
                 } else {
-                    /* MXFP8: the same pairs, of k32 steps: (0, 1) and (2, 3) of each stage (with the
-                     * next group issued before promoting, as in the loop over K blocks first tried,
-                     * ptxas spilled the accumulators past 232 registers and serialised the wgmma). */
+                    /* MXFP8, SCHED 1 (decision 38): the same pairs, of k32 steps: (0, 1) and (2, 3) of
+                     * each stage (with the next group issued before promoting, as in the loop over K
+                     * blocks first tried, ptxas spilled the accumulators past 232 registers and
+                     * serialised the wgmma). */
                     for (int kb = 0; kb < KBLOCKS; kb++) {
 #pragma unroll
                         for (int i = 0; i < 4; i += 2) {
@@ -1153,9 +1212,11 @@ struct GemmFp8MGrouped {
  * consumers wait for `ready`. Promotion every stage (128 tokens) into fp32: acc = fma(t . fb[k], fa[n],
  * acc): t . fb[k] . fa[n] is the block's partial times the outer product of the scale vectors, each
  * multiply by a power of two exact (as fp8b_gemm_ref's p . (sa sb)) unless it leaves fp32's range.
- * Stages in pairs into t0, t1 as GemmFp8MGrouped (t0's promotion overlaps t1's wgmma); a group's odd last
- * block alone. Registers per consumer thread: acc 64 + t0 64 + t1 64. */
-template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16>
+ * SCHED 0 (the default, decision 51): a group's stages in MOEC_FP8_PIPE bodies of 4 (stage q + 1's wgmma run
+ * while q is promoted; one promotion in 4 alone), its last steps % 4 in a body of 3, 2 or 1. SCHED 1: stages in
+ * pairs into t0, t1 (t0's promotion overlaps t1's wgmma), a group's odd last block alone. fb is stored in
+ * fp8_fb_slot's order (16-byte loads). Registers per consumer thread: acc 64 + t0 64 + t1 64. */
+template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0>
 struct GemmFp8KGrouped {
     static constexpr int BLOCK = 128, THREADS = 384;
     static constexpr int A_BYTES = 128 * 128, B_BYTES = 128 * 128;
@@ -1173,6 +1234,8 @@ struct GemmFp8KGrouped {
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
     static_assert(N < 2147483647 / 2 && K < 2147483647 / 2, "the rows of the operands must fit an int coordinate");
     static_assert(EPI == 0 || EPI == 1, "EPI is 0 (TMA stores) or 1 (stores from registers)");
+    static_assert(SCHED == 0 || SCHED == 1, "SCHED is 0 (pipelined promotion) or 1 (the pairs of decision 45)");
+    static constexpr int BODY = 4; /* SCHED 0: stages per MOEC_FP8_PIPE body; a group's last steps % 4 in a tail */
     static_assert(EPI != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
 
     /* shared-memory map (base 1024-aligned): the A ring, the B ring, the fp32 staging buffers (EPI 0; all three
@@ -1227,13 +1290,17 @@ struct GemmFp8KGrouped {
         const unsigned fa = fs_at(base, st), fb = fa + 512;
         const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
 #pragma unroll
-        for (int j = 0; j < ACC / 4; j++) {
-            float b0, b1; /* columns 8 j + 2 (lane % 4), + 1 */
-            ld_shared_f32x2(fb + 4 * (8 * j + 2 * (lane % 4)), b0, b1);
+        for (int j = 0; j < ACC / 4; j += 2) {
+            float b0, b1, b2, b3; /* columns 8 j + 2 (lane % 4), + 1 and 8 (j + 1) + 2 (lane % 4), + 1 */
+            ld_shared_f32x4(fb + 4 * fp8_fb_slot(8 * j + 2 * (lane % 4)), b0, b1, b2, b3);
             acc[4 * j + 0] = __fmaf_rn(t[4 * j + 0] * b0, a0, acc[4 * j + 0]);
             acc[4 * j + 1] = __fmaf_rn(t[4 * j + 1] * b1, a0, acc[4 * j + 1]);
             acc[4 * j + 2] = __fmaf_rn(t[4 * j + 2] * b0, a1, acc[4 * j + 2]);
             acc[4 * j + 3] = __fmaf_rn(t[4 * j + 3] * b1, a1, acc[4 * j + 3]);
+            acc[4 * j + 4] = __fmaf_rn(t[4 * j + 4] * b2, a0, acc[4 * j + 4]);
+            acc[4 * j + 5] = __fmaf_rn(t[4 * j + 5] * b3, a0, acc[4 * j + 5]);
+            acc[4 * j + 6] = __fmaf_rn(t[4 * j + 6] * b2, a1, acc[4 * j + 6]);
+            acc[4 * j + 7] = __fmaf_rn(t[4 * j + 7] * b3, a1, acc[4 * j + 7]);
         }
     }
 
@@ -1306,7 +1373,7 @@ struct GemmFp8KGrouped {
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
                             st_shared_f32(fs + 4 * (4 * lane + k), e8m0((wa >> (8 * k)) & 255u));
-                            st_shared_f32(fs + 512 + 4 * (4 * lane + k), e8m0((wb >> (8 * k)) & 255u));
+                            st_shared_f32(fs + 512 + 4 * fp8_fb_slot(4 * lane + k), e8m0((wb >> (8 * k)) & 255u));
                         }
                         __syncwarp();
                         if (lane == 0)
@@ -1352,19 +1419,41 @@ struct GemmFp8KGrouped {
         if (++rst == STAGES)                                                                                \
             rst = 0;                                                                                        \
     } while (0)
-                int i = 0;
-                for (; i + 1 < steps; i += 2) {
-                    MOEC_FP8K_ISSUE(t0);
-                    MOEC_FP8K_ISSUE(t1);
-                    wgmma_wait<1>();
-                    MOEC_FP8K_PROMOTE(t0);
-                    wgmma_wait<0>();
-                    MOEC_FP8K_PROMOTE(t1);
-                }
-                if (i < steps) {
-                    MOEC_FP8K_ISSUE(t0);
-                    wgmma_wait<0>();
-                    MOEC_FP8K_PROMOTE(t0);
+                if constexpr (SCHED == 0) {
+                    /* pipelined (decision 51): BODY stages per body, stage q + 1 in flight while q is
+                     * promoted (one promotion in BODY alone); the group's last steps % BODY stages by an
+                     * unrolled body of their own count (a runtime count inside a body serialises) */
+#define MOEC_FP8K_IS(T, Q) MOEC_FP8K_ISSUE(T)
+#define MOEC_FP8K_PR(T, Q) MOEC_FP8K_PROMOTE(T)
+                    int i = 0;
+                    for (; i + BODY <= steps; i += BODY)
+                        MOEC_FP8_PIPE(BODY, MOEC_FP8K_IS, MOEC_FP8K_PR);
+                    static_assert(BODY == 4, "the tails below are 1 to 3 stages");
+                    const int tail = steps - i;
+                    if (tail == 3)
+                        MOEC_FP8_PIPE(3, MOEC_FP8K_IS, MOEC_FP8K_PR);
+                    else if (tail == 2)
+                        MOEC_FP8_PIPE(2, MOEC_FP8K_IS, MOEC_FP8K_PR);
+                    else if (tail == 1)
+                        MOEC_FP8_PIPE(1, MOEC_FP8K_IS, MOEC_FP8K_PR);
+#undef MOEC_FP8K_IS
+#undef MOEC_FP8K_PR
+                } else {
+                    /* SCHED 1 (decision 45): stages in pairs, nothing in flight between pairs */
+                    int i = 0;
+                    for (; i + 1 < steps; i += 2) {
+                        MOEC_FP8K_ISSUE(t0);
+                        MOEC_FP8K_ISSUE(t1);
+                        wgmma_wait<1>();
+                        MOEC_FP8K_PROMOTE(t0);
+                        wgmma_wait<0>();
+                        MOEC_FP8K_PROMOTE(t1);
+                    }
+                    if (i < steps) {
+                        MOEC_FP8K_ISSUE(t0);
+                        wgmma_wait<0>();
+                        MOEC_FP8K_PROMOTE(t0);
+                    }
                 }
 #undef MOEC_FP8K_ISSUE
 #undef MOEC_FP8K_PROMOTE
@@ -1472,35 +1561,45 @@ struct GemmFp8KGrouped {
  * tma_d, 1 fp32 D at d. Launch contract: grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory
  * GemmFp8MGrouped<...>::SMEM_BYTES (gemm_fp8_smem_bytes); tensor maps from gemm_fp8_tensor_maps
  * (uint8 A [rows_cap, K] box {128, 128}, W [E*N, K] box {128, 128}, bf16 D box {64, 64}); sa, sb 16-byte
- * aligned in the layouts of gemm_sm90_sched.h; rows_cap % 16 == 0; offsets multiples of 128. */
-#define MOEC_SM90_GEMM_FP8(NAME, E, N, K, STAGES, MODE, OUT)                                                \
+ * aligned in the layouts of gemm_sm90_sched.h; rows_cap % 16 == 0; offsets multiples of 128.
+ * MOEC_SM90_GEMM_FP8_S chooses the promotion schedule: SCHED 0 (MOEC_SM90_GEMM_FP8's: pipelined, decision
+ * 51) or 1 (the pairs of decision 38, kept for side-by-side timing; fp8-block runs the pairs in both). */
+#define MOEC_SM90_GEMM_FP8_S(NAME, E, N, K, STAGES, MODE, OUT, SCHED)                                       \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              const __grid_constant__ moec::sm90::TmaDesc tma_d, void *d, const void *sa, const void *sb,        \
              const int *offsets, int rows_cap)                                                               \
     {                                                                                                         \
-        moec::sm90::GemmFp8MGrouped<E, N, K, STAGES, MODE, OUT>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets,   \
-                                                                     rows_cap);                               \
+        moec::sm90::GemmFp8MGrouped<E, N, K, STAGES, MODE, OUT, 16, SCHED>::run(tma_a, tma_b, tma_d, d, sa, sb,  \
+                                                                             offsets, rows_cap);              \
     }
+#define MOEC_SM90_GEMM_FP8(NAME, E, N, K, STAGES, MODE, OUT) MOEC_SM90_GEMM_FP8_S(NAME, E, N, K, STAGES, MODE, OUT, 0)
 
 /* The FP8 K-grouped kernel NAME (GemmFp8KGrouped, fp8-block weight gradient, fp32 out). Launch contract:
  * grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory gemm_fp8_kgrouped_smem_bytes(); tensor maps
  * from gemm_fp8_kgrouped_tensor_maps (uint8 dY^T [N, rows_cap], X^T [K, rows_cap], box {128, 128}); sa, sb
- * 16-byte aligned in moec_fp8_kgrouped_s_index's layout; rows_cap % 16 == 0; offsets multiples of 128. */
-#define MOEC_SM90_GEMM_FP8_KGROUPED(NAME, E, N, K, STAGES)                                                   \
+ * 16-byte aligned in moec_fp8_kgrouped_s_index's layout; rows_cap % 16 == 0; offsets multiples of 128.
+ * The _S forms choose the promotion schedule: SCHED 0 (the plain forms': pipelined, decision 51) or 1 (the
+ * pairs of decision 45, kept for side-by-side timing). */
+#define MOEC_SM90_GEMM_FP8_KGROUPED_S(NAME, E, N, K, STAGES, SCHED)                                          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              float *dw, const void *sa, const void *sb, const int *offsets, int rows_cap)                     \
     {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap);    \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1, 16, SCHED>::run(tma_a, tma_b, dw, sa, sb, offsets,       \
+                                                                       rows_cap);                             \
     }
+#define MOEC_SM90_GEMM_FP8_KGROUPED(NAME, E, N, K, STAGES) MOEC_SM90_GEMM_FP8_KGROUPED_S(NAME, E, N, K, STAGES, 0)
 /* The same with the TMA-store epilogue (EPI 0) and a third tensor map: tma_dw over dW viewed [E * N, K], fp32,
  * 128-byte swizzle, box {32, 64} (gemm_fp8_kgrouped_dw_map); dw is not read. */
-#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA(NAME, E, N, K, STAGES)                                               \
+#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, SCHED)                                      \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
              const int *offsets, int rows_cap)                                                               \
     {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap, &tma_dw); \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, SCHED>::run(tma_a, tma_b, dw, sa, sb, offsets,       \
+                                                                       rows_cap, &tma_dw);                    \
     }
+#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA(NAME, E, N, K, STAGES)                                               \
+    MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, 0)

@@ -26,4 +26,8 @@ char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra
  * MOEC_SM90_GEMM_FP8_KGROUPED_TMA, parameters (tma_a, tma_b, tma_dw, float *dw, ...); grid #SMs, block 384,
  * gemm_fp8_kgrouped_smem_bytes() */
 char *gemm_fp8_kgrouped_source(const GemmFp8Shape *s, const char *name, const char *extra);
+/* the same two with the promotion schedule chosen (GEMM_FP8_SCHED_PIPE, what the two above emit, or
+ * GEMM_FP8_SCHED_PAIRS; a sched other than these fails the kernel's static_assert at NVRTC compile) */
+char *gemm_fp8_source_sched(const GemmFp8Shape *s, int sched, const char *name, const char *extra);
+char *gemm_fp8_kgrouped_source_sched(const GemmFp8Shape *s, int sched, const char *name, const char *extra);
 #endif

@@ -320,6 +320,10 @@ __device__ __forceinline__ void ld_shared_f32x2(unsigned addr, float &a, float &
 {
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(a), "=f"(b) : "r"(addr) : "memory");
 }
+__device__ __forceinline__ void ld_shared_f32x4(unsigned addr, float &a, float &b, float &c, float &d)
+{
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "r"(addr) : "memory");
+}
 __device__ __forceinline__ unsigned ld_shared_u8(unsigned addr)
 {
     unsigned v;

@@ -67,6 +67,11 @@ typedef struct GemmFp8Shape {
     int mode; /* GEMM_FP8_BLOCK or GEMM_FP8_MX */
     int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
 } GemmFp8Shape;
+/* the promotion schedule of both FP8 kernels (decision 51; codegen/gemm_sm90.h gemm_fp8_source_sched):
+ * GEMM_FP8_SCHED_PIPE (the default: one group always in flight while the one before it is promoted) or
+ * GEMM_FP8_SCHED_PAIRS (decisions 38 and 45's pairs, kept for side-by-side timing); fp8-block's M-grouped
+ * kernel runs the pairs in both */
+enum { GEMM_FP8_SCHED_PIPE = 0, GEMM_FP8_SCHED_PAIRS = 1 };
 enum { GEMM_FP8_BLOCK = 0, GEMM_FP8_MX = 1 };
 enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1, GEMM_FP8_OUT_F32_TMA = 2 /* K-grouped only */ };
 /* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits. */

@@ -57,6 +57,7 @@ typedef struct Cfg {
     GemmFp8Shape s;
     int timed, full;
     int rows[32];
+    int sched; /* GEMM_FP8_SCHED_PIPE (0: what codegen emits) or GEMM_FP8_SCHED_PAIRS (the *_pairs rows) */
 } Cfg;
 
 #define U8(r) {r, r, r, r, r, r, r, r}
@@ -64,27 +65,37 @@ typedef struct Cfg {
 #define RAG6 {0, 1, 200, 128, 1000, 333}
 #define RAG16 {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 128, 2000, 1111, 999, 1, 2500}
 enum { BLK = GEMM_FP8_BLOCK, MX = GEMM_FP8_MX, BF = GEMM_FP8_OUT_BF16, F32 = GEMM_FP8_OUT_F32 };
+enum { PIPE = GEMM_FP8_SCHED_PIPE, PAIRS = GEMM_FP8_SCHED_PAIRS };
 static const Cfg cfgs[] = {
-    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32}, 0, 1, RAG6},
-    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32}, 0, 1, RAG6},
-    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF}, 0, 1, RAG6},
-    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF}, 0, 1, RAG6},
-    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32}, 0, 0, RAG16},
-    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32}, 0, 0, RAG16},
-    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
-    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF}, 1, 0, U8(2048)},
-    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 1, 0, U8(2048)},
-    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF}, 1, 0, U16(1024)},
-    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF}, 1, 0, U16(1024)},
-    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32}, 1, 0, U8(2048)},
-    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF}, 1, 0, U8(2048)},
-    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF}, 1, 0, U8(2048)},
-    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF}, 1, 0, U16(1024)},
-    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF}, 1, 0, U16(1024)},
+    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32}, 0, 1, RAG6, PIPE},
+    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32}, 0, 1, RAG6, PIPE},
+    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF}, 0, 1, RAG6, PIPE},
+    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF}, 0, 1, RAG6, PIPE},
+    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32}, 0, 0, RAG16, PIPE},
+    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32}, 0, 0, RAG16, PIPE},
+    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
+    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF}, 1, 0, U8(2048), PIPE},
+    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 1, 0, U8(2048), PIPE},
+    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF}, 1, 0, U16(1024), PIPE},
+    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF}, 1, 0, U16(1024), PIPE},
+    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32}, 1, 0, U8(2048), PIPE},
+    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF}, 1, 0, U8(2048), PIPE},
+    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF}, 1, 0, U8(2048), PIPE},
+    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF}, 1, 0, U16(1024), PIPE},
+    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF}, 1, 0, U16(1024), PIPE},
+    /* decision 51: the MXFP8 rows above run the pipelined promotion (one k32 group always in flight while the
+     * one before it is promoted); these run decision 38's pairs, checked and timed in the same run */
+    {"mx_ragged_f32_pairs", {6, 512, 768, 5, MX, F32}, 0, 1, RAG6, PAIRS},
+    {"mx_ragged_bio_up_f32_pairs", {16, 5632, 1024, 5, MX, F32}, 0, 0, RAG16, PAIRS},
+    {"mx_mixtral_gate_up_pairs", {8, 28672, 4096, 5, MX, BF}, 1, 0, U8(2048), PAIRS},
+    {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF}, 1, 0, U8(2048), PAIRS},
+    {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF}, 1, 0, U16(1024), PAIRS},
+    {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF}, 1, 0, U16(1024), PAIRS},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
 
 static int kemit(const char *dir);
+static int name_listed(const char *list, const char *name);
 static int krun_all(const char *dir, int sms, unsigned seed, const char *only);
 static int kselftest(void);
 
@@ -116,18 +127,22 @@ static int emit(const char *dir)
 {
     char err[1024], path[1024];
     int bad = 0;
+    const char *only = getenv("GEMM_FP8_ONLY"); /* --emit too: compiles only those */
     for (int i = 0; i < NCFG; i++) {
         const Cfg *c = &cfgs[i];
+        if (only && *only && !name_listed(only, c->name))
+            continue;
         if (!gemm_fp8_check_shape(&c->s, err, sizeof err))
             die(c->name, err);
-        char *src = gemm_fp8_source(&c->s, "moec_gemm_fp8", NULL);
+        char *src = gemm_fp8_source_sched(&c->s, c->sched, "moec_gemm_fp8", NULL);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_fp8.cu", "sm_90a", &out, err, sizeof err);
         if (out.log && *out.log)
             nvrtc_print_log(stderr, out.log, src, "gemm_fp8.cu");
-        printf("emit %-28s NVRTC %d.%d: %s, %d warnings, %.2f s\n", c->name, out.major, out.minor, ok ? "ok" : err,
-               out.nwarnings, out.seconds);
-        bad += !ok || out.nwarnings != 0;
+        int serial = out.log && strstr(out.log, "serialized");
+        printf("emit %-36s NVRTC %d.%d: %s, %d warnings%s, %.2f s\n", c->name, out.major, out.minor, ok ? "ok" : err,
+               out.nwarnings, serial ? ", ptxas SERIALISED the wgmma" : "", out.seconds);
+        bad += !ok || out.nwarnings != 0 || serial;
         if (ok) {
             snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
             FILE *f = fopen(path, "wb");
@@ -539,10 +554,11 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
 
     verify(c, &q, off, real, d1, seed, res);
     res->pass = res->pass && same;
-    printf("%-28s %s E %2d N %5d K %5d out %s: rows %lld (padded %d), regs %d, local %d B, smem %d B, quantised in "
-           "%.1f s\n",
+    printf("%-36s %s E %2d N %5d K %5d out %s, promotion %s: rows %lld (padded %d), regs %d, local %d B, smem %d B, "
+           "quantised in %.1f s\n",
            c->name, s->mode == GEMM_FP8_MX ? "MXFP8" : "fp8-block", E, N, K, s->out == GEMM_FP8_OUT_F32 ? "fp32" : "bf16",
-           real, off[E], res->regs, res->local, smem, qsec);
+           c->sched == GEMM_FP8_SCHED_PAIRS || s->mode == GEMM_FP8_BLOCK ? "pairs" : "pipelined", real, off[E],
+           res->regs, res->local, smem, qsec);
     printf("  check %lld elements: %lld over tolerance (NaN included); max err/tol %.3f, normwise %.3g (bound %.3g); two "
            "runs bit-identical: %s -> %s\n",
            res->checked, res->bad, res->max_ratio, res->normwise, s->out == GEMM_FP8_OUT_F32 ? ldexp(1.0, -11) : ldexp(1.0, -8),
@@ -605,10 +621,10 @@ static int run(const char *dir, unsigned seed)
         fails += !res[n].pass;
         n++;
     }
-    printf("\n%-28s %5s %5s %9s %8s %6s %9s %8s\n", "config", "regs", "local", "normwise", "err/tol", "check", "ms",
+    printf("\n%-36s %5s %5s %9s %8s %6s %9s %8s\n", "config", "regs", "local", "normwise", "err/tol", "check", "ms",
            "TFLOP/s");
     for (int i = 0; i < n; i++) {
-        printf("%-28s %5d %5d %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].normwise,
+        printf("%-36s %5d %5d %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].normwise,
                res[i].max_ratio, res[i].pass ? "PASS" : "FAIL");
         if (res[i].timed)
             printf(" %9.4f %8.1f\n", res[i].ms, res[i].tflops);
@@ -756,24 +772,38 @@ typedef struct KCfg {
     GemmFp8Shape s;
     int timed, full;
     int rows[32];
+    int sched; /* GEMM_FP8_SCHED_PIPE (0: what codegen emits) or GEMM_FP8_SCHED_PAIRS (the *_pairs rows) */
 } KCfg;
 #define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}
 #define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA} /* TMA stores: 32 KB, one stage fewer */
 static const KCfg kcfgs[] = {
-    {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}},
-    {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}},
-    {"kblock_ragged_bio_dw_up", FP8K(16, 5632, 1024), 0, 0, RAG16},
-    {"kblock_ragged_mixtral_dw_down", FP8K(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}},
-    {"kblock_mixtral_dw_gate_up", FP8K(8, 28672, 4096), 1, 0, U8(2048)},
-    {"kblock_mixtral_dw_down", FP8K(8, 4096, 14336), 1, 0, U8(2048)},
-    {"kblock_bio_dw_up", FP8K(16, 5632, 1024), 1, 0, U16(1024)},
-    {"kblock_bio_dw_down", FP8K(16, 1024, 2816), 1, 0, U16(1024)},
-    /* the TMA-store epilogue (not what codegen emits yet: these are its A/B) */
-    {"kblock_ragged_tma", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}},
-    {"kblock_mixtral_dw_gate_up_tma", FP8KT(8, 28672, 4096), 1, 0, U8(2048)},
-    {"kblock_mixtral_dw_down_tma", FP8KT(8, 4096, 14336), 1, 0, U8(2048)},
-    {"kblock_bio_dw_up_tma", FP8KT(16, 5632, 1024), 1, 0, U16(1024)},
-    {"kblock_bio_dw_down_tma", FP8KT(16, 1024, 2816), 1, 0, U16(1024)},
+    {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE},
+    {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE},
+    {"kblock_ragged_bio_dw_up", FP8K(16, 5632, 1024), 0, 0, RAG16, PIPE},
+    {"kblock_ragged_mixtral_dw_down", FP8K(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
+    {"kblock_mixtral_dw_gate_up", FP8K(8, 28672, 4096), 1, 0, U8(2048), PIPE},
+    {"kblock_mixtral_dw_down", FP8K(8, 4096, 14336), 1, 0, U8(2048), PIPE},
+    {"kblock_bio_dw_up", FP8K(16, 5632, 1024), 1, 0, U16(1024), PIPE},
+    {"kblock_bio_dw_down", FP8K(16, 1024, 2816), 1, 0, U16(1024), PIPE},
+    /* the TMA-store epilogue (what codegen emits, decision 51) */
+    {"kblock_ragged_tma", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE},
+    {"kblock_ragged_b_tma", FP8KT(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE},
+    {"kblock_mixtral_dw_gate_up_tma", FP8KT(8, 28672, 4096), 1, 0, U8(2048), PIPE},
+    {"kblock_mixtral_dw_down_tma", FP8KT(8, 4096, 14336), 1, 0, U8(2048), PIPE},
+    {"kblock_bio_dw_up_tma", FP8KT(16, 5632, 1024), 1, 0, U16(1024), PIPE},
+    {"kblock_bio_dw_down_tma", FP8KT(16, 1024, 2816), 1, 0, U16(1024), PIPE},
+    /* decision 51: the rows above run the pipelined promotion (a group's stages in bodies of 4, one always in
+     * flight while the one before it is promoted; its last steps % 4 by a tail); these run decision 45's pairs */
+    {"kblock_ragged_b_pairs", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PAIRS},
+    {"kblock_mixtral_dw_gate_up_pairs", FP8K(8, 28672, 4096), 1, 0, U8(2048), PAIRS},
+    {"kblock_mixtral_dw_down_pairs", FP8K(8, 4096, 14336), 1, 0, U8(2048), PAIRS},
+    {"kblock_bio_dw_up_pairs", FP8K(16, 5632, 1024), 1, 0, U16(1024), PAIRS},
+    {"kblock_bio_dw_down_pairs", FP8K(16, 1024, 2816), 1, 0, U16(1024), PAIRS},
+    {"kblock_ragged_tma_pairs", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PAIRS},
+    {"kblock_mixtral_dw_gate_up_tma_pairs", FP8KT(8, 28672, 4096), 1, 0, U8(2048), PAIRS},
+    {"kblock_mixtral_dw_down_tma_pairs", FP8KT(8, 4096, 14336), 1, 0, U8(2048), PAIRS},
+    {"kblock_bio_dw_up_tma_pairs", FP8KT(16, 5632, 1024), 1, 0, U16(1024), PAIRS},
+    {"kblock_bio_dw_down_tma_pairs", FP8KT(16, 1024, 2816), 1, 0, U16(1024), PAIRS},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
@@ -781,17 +811,20 @@ static int kemit(const char *dir)
 {
     char err[1024], path[1024];
     int bad = 0;
+    const char *only = getenv("GEMM_FP8_ONLY");
     for (int i = 0; i < NKCFG; i++) {
         const KCfg *c = &kcfgs[i];
+        if (only && *only && !name_listed(only, c->name))
+            continue;
         if (!gemm_fp8_kgrouped_check_shape(&c->s, err, sizeof err))
             die(c->name, err);
-        char *src = gemm_fp8_kgrouped_source(&c->s, "moec_gemm_fp8k", NULL);
+        char *src = gemm_fp8_kgrouped_source_sched(&c->s, c->sched, "moec_gemm_fp8k", NULL);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
         if (out.log && *out.log)
             nvrtc_print_log(stderr, out.log, src, "gemm_fp8k.cu");
         int serial = out.log && strstr(out.log, "serialized");
-        printf("emit %-28s NVRTC %d.%d: %s, %d warnings%s, %.2f s\n", c->name, out.major, out.minor, ok ? "ok" : err,
+        printf("emit %-36s NVRTC %d.%d: %s, %d warnings%s, %.2f s\n", c->name, out.major, out.minor, ok ? "ok" : err,
                out.nwarnings, serial ? ", ptxas SERIALISED the wgmma" : "", out.seconds);
         bad += !ok || out.nwarnings != 0 || serial;
         if (ok) {
@@ -1077,10 +1110,11 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
     res->deterministic = memcmp(d1, d2, dbytes) == 0;
     kverify(c, &q, off, rows_cap, d1, seed, res);
     res->pass = res->pass && res->deterministic;
-    printf("%-28s fp8-block wgrad E %2d N %5d K %5d, %d stages, %s: rows %lld (padded %d, rows_cap %lld), regs %d, "
-           "local %d B, smem %d B, quantised in %.1f s\n",
-           c->name, E, N, K, s->stages, tma_epi ? "TMA stores" : "stores from registers", real, off[E], rows_cap,
-           res->regs, res->local, smem, qsec);
+    printf("%-36s fp8-block wgrad E %2d N %5d K %5d, %d stages, %s, promotion %s: rows %lld (padded %d, rows_cap "
+           "%lld), regs %d, local %d B, smem %d B, quantised in %.1f s\n",
+           c->name, E, N, K, s->stages, tma_epi ? "TMA stores" : "stores from registers",
+           c->sched == GEMM_FP8_SCHED_PAIRS ? "pairs" : "pipelined", real, off[E], rows_cap, res->regs, res->local, smem,
+           qsec);
     printf("  check %lld elements: %lld over tolerance (NaN included); max err/tol %.3f, normwise %.3g (bound %.3g); two "
            "runs bit-identical: %s -> %s\n",
            res->checked, res->bad, res->max_ratio, res->normwise, ldexp(1.0, -11), res->deterministic ? "yes" : "NO",
@@ -1114,10 +1148,10 @@ static int krun_all(const char *dir, int sms, unsigned seed, const char *only)
     }
     if (!n)
         return 0;
-    printf("\n%-28s %5s %5s %9s %8s %6s %9s %8s\n", "config (K-grouped)", "regs", "local", "normwise", "err/tol", "check",
+    printf("\n%-36s %5s %5s %9s %8s %6s %9s %8s\n", "config (K-grouped)", "regs", "local", "normwise", "err/tol", "check",
            "ms", "TFLOP/s");
     for (int i = 0; i < n; i++) {
-        printf("%-28s %5d %5d %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].normwise,
+        printf("%-36s %5d %5d %9.2e %8.3f %6s", res[i].name, res[i].regs, res[i].local, res[i].normwise,
                res[i].max_ratio, res[i].pass ? "PASS" : "FAIL");
         if (res[i].timed)
             printf(" %9.4f %8.1f\n", res[i].ms, res[i].tflops);

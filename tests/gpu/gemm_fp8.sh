@@ -12,7 +12,9 @@
 # then the bf16 kernel (tests/gpu/gemm_sm90.c, built into OUTDIR/bf16) at the same shapes, and a table of the
 # three. On a GPU machine without the toolchain build elsewhere, carry OUTDIR, pass --run-only.
 # OUTDIR defaults to BUILD/gpu-gemm-fp8. SEED fixes the inputs (default: the time);
-# GEMM_FP8_ONLY="name name" runs only those configurations; GEMM_FP8_TIMEOUT (default 900 s).
+# GEMM_FP8_ONLY="name name" builds and runs only those configurations; GEMM_FP8_TIMEOUT (default 900 s).
+# Decision 51: the MXFP8 and K-grouped rows run the pipelined promotion (the kernels' default); the *_pairs rows the
+# schedule of decisions 38 / 45, checked and timed in the same run; the two tables put them side by side.
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
@@ -47,28 +49,38 @@ if [ -x "$OUT/bf16/gemm_sm90" ] && [ -z "${GEMM_FP8_ONLY:-}" ]; then
   GEMM_SM90_ONLY="mixtral_gate_up mixtral_down bio_up bio_down mixtral_gate_up_bn128 mixtral_down_bn128 bio_up_bn128 bio_down_bn128 wgrad_mixtral_gate_up_tma wgrad_mixtral_down_tma wgrad_bio_up_tma wgrad_bio_down_tma" \
     timeout 300 "$OUT/bf16/gemm_sm90" --run "$OUT/bf16" "$SEED" >"$OUT/bf16.log" 2>&1
   echo
-  printf '%-16s %12s %12s %12s %12s %12s\n' "TFLOP/s" "bf16 BN256" "bf16 BN128" "fp8-block" "MXFP8" "block/bf16"
+  # MXFP8: the pipelined promotion (decision 51, what the kernel does by default) and decision 38's pairs
+  printf '%-16s %11s %11s %11s %11s %11s %11s %11s\n' "TFLOP/s" "bf16 BN256" "bf16 BN128" "fp8-block" "MXFP8" \
+    "MXFP8 pairs" "block/bf16" "MXFP8/bf16"
   for a in mixtral_gate_up mixtral_down bio_up bio_down; do
     b=$(awk -v n="$a" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
     b128=$(awk -v n="${a}_bn128" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
     f=$(awk -v n="block_$a" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     m=$(awk -v n="mx_$a" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
+    mp=$(awk -v n="mx_${a}_pairs" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     r=$(awk -v x="${f:-0}" -v y="${b:-0}" -v z="${b128:-0}" 'BEGIN{t=y>z?y:z; if (t>0 && x>0) printf "%.2f", x/t; else print "-"}')
-    printf '%-16s %12s %12s %12s %12s %12s\n' "$a" "${b:--}" "${b128:--}" "${f:--}" "${m:--}" "$r"
+    rm=$(awk -v x="${m:-0}" -v y="${b:-0}" -v z="${b128:-0}" 'BEGIN{t=y>z?y:z; if (t>0 && x>0) printf "%.2f", x/t; else print "-"}')
+    printf '%-16s %11s %11s %11s %11s %11s %11s %11s\n' "$a" "${b:--}" "${b128:--}" "${f:--}" "${m:--}" "${mp:--}" "$r" "$rm"
   done
   # the weight gradients: the bf16 K-grouped kernel (TMA-store epilogue, what fast plans use) against the FP8
   # K-grouped one (decision 45), the same shapes (dW [E, N, K], T = 2048 or 1024 rows a group)
   echo
-  printf '%-16s %12s %12s %12s %12s %12s %12s\n' "wgrad TFLOP/s" "bf16 K-grp" "fp8-block K" "fp8 K TMA" "ms bf16" "ms fp8" "fp8/bf16"
+  # the FP8 columns: registers / TMA stores x pipelined (decision 51) / pairs (decision 45); "ms fp8" and the
+  # ratio are the TMA-store pipelined kernel's, what the plans emit
+  printf '%-18s %10s %10s %10s %10s %10s %10s %10s %10s\n' "wgrad TFLOP/s" "bf16 K-grp" "fp8 K" "fp8 K prs" \
+    "fp8 K TMA" "TMA pairs" "ms bf16" "ms fp8" "fp8/bf16"
   for a in mixtral_dw_gate_up:mixtral_gate_up mixtral_dw_down:mixtral_down bio_dw_up:bio_up bio_dw_down:bio_down; do
     f8=${a%%:*} b16=${a##*:}
     b=$(awk -v n="wgrad_${b16}_tma" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
     bms=$(awk -v n="wgrad_${b16}_tma" '$1==n && NF>=8 && $7 ~ /PASS|FAIL/ {print $8}' "$OUT/bf16.log")
     f=$(awk -v n="kblock_$f8" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
-    fms=$(awk -v n="kblock_$f8" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
+    fp=$(awk -v n="kblock_${f8}_pairs" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     ft=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
-    r=$(awk -v x="${f:-0}" -v y="${b:-0}" 'BEGIN{if (y>0 && x>0) printf "%.2f", x/y; else print "-"}')
-    printf '%-16s %12s %12s %12s %12s %12s %12s\n' "$f8" "${b:--}" "${f:--}" "${ft:--}" "${bms:--}" "${fms:--}" "$r"
+    ftp=$(awk -v n="kblock_${f8}_tma_pairs" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
+    fms=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
+    r=$(awk -v x="${ft:-0}" -v y="${b:-0}" 'BEGIN{if (y>0 && x>0) printf "%.2f", x/y; else print "-"}')
+    printf '%-18s %10s %10s %10s %10s %10s %10s %10s %10s\n' "$f8" "${b:--}" "${f:--}" "${fp:--}" "${ft:--}" "${ftp:--}" \
+      "${bms:--}" "${fms:--}" "$r"
   done
 fi
 echo "checks: $(grep -c -- '-> PASS' "$OUT/gemm_fp8.log") passed, $(grep -c -- '-> FAIL' "$OUT/gemm_fp8.log") failed (rc $rc); seed $SEED"

@@ -388,22 +388,26 @@ static void test_fp8_compile(void)
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
         CHECK(gemm_fp8_check_shape(s, err, sizeof err), "FP8 shape %zu: %s", i, err);
-        char *src = gemm_fp8_source(s, "moec_gemm_fp8", NULL);
-        NvrtcOutput out;
-        int ok = nvrtc_compile(src, "gemm_fp8.cu", "sm_90a", &out, err, sizeof err);
-        if (!ok && out.log)
-            nvrtc_print_log(stderr, out.log, src, "gemm_fp8.cu");
-        CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
-              "FP8 E %d N %d K %d mode %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N, s->K,
-              s->mode, s->out, ok ? "" : err, out.nwarnings);
-        /* ptxas says so (C7514 / C7515, an info line, not a warning) when it serialises the wgmma:
-         * the two temporary accumulator sets must stay apart */
-        CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 mode %d out %d: ptxas serialised the wgmma:\n%s",
-              s->mode, s->out, out.log ? out.log : "");
-        if (ok && out.log && *out.log)
-            fprintf(stderr, "%s\n", out.log);
-        nvrtc_output_free(&out);
-        free(src);
+        /* MXFP8 in both promotion schedules (decision 51: the pipelined one is the default) */
+        for (int sched = 0; sched < (s->mode == GEMM_FP8_MX ? 2 : 1); sched++) {
+            char *src = sched ? gemm_fp8_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8", NULL)
+                              : gemm_fp8_source(s, "moec_gemm_fp8", NULL);
+            NvrtcOutput out;
+            int ok = nvrtc_compile(src, "gemm_fp8.cu", "sm_90a", &out, err, sizeof err);
+            if (!ok && out.log)
+                nvrtc_print_log(stderr, out.log, src, "gemm_fp8.cu");
+            CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
+                  "FP8 E %d N %d K %d mode %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N, s->K,
+                  s->mode, s->out, ok ? "" : err, out.nwarnings);
+            /* ptxas says so (C7514 / C7515, an info line, not a warning) when it serialises the wgmma:
+             * the two temporary accumulator sets must stay apart */
+            CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 mode %d out %d sched %d: ptxas serialised the wgmma:\n%s",
+                  s->mode, s->out, sched, out.log ? out.log : "");
+            if (ok && out.log && *out.log)
+                fprintf(stderr, "%s\n", out.log);
+            nvrtc_output_free(&out);
+            free(src);
+        }
     }
 }
 
@@ -457,10 +461,12 @@ static void test_fp8_kgrouped(void)
 
     if (!nvrtc_load(err, sizeof err))
         return;
-    const GemmFp8Shape shapes[] = {gu, oddk, tma5};
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
-        char *src = gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
+        /* the last: decisions 45's pairs (the others the pipelined promotion, decision 51) */
+        char *src = i == 3 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
+                           : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
         if (!ok && out.log)
