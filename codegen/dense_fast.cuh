@@ -434,95 +434,123 @@ template <long long T, int KS, long long D> __device__ void combine_rows(float *
     }
 }
 
-/* Cross entropy and its gradient over logits [N, V] f32, one row per block of TB threads with the row's V
- * logits in registers (NC float4 per thread: the row is read once, 16 bytes at a time). The row's max is
- * exact (any order gives it); exp(l - max) in fp32 (expf) where the reference computes it in double (an
- * fp64 exp per logit bounds the reference by the FP64 units), summed in double per thread in column order
- * and then by the block's fixed tree: deterministic, within a few fp32 ulps of the reference. V % 4 == 0,
- * V <= 4 NC TB. */
-template <int V, int TB> struct CeRow {
-    static constexpr int NC = (V / 4 + TB - 1) / TB;
-    static __device__ __forceinline__ int col(int c) { return 4 * ((int)threadIdx.x + c * TB); }
-    /* loads row l into v, returns its max and sum of exp(l - max) (every thread) */
-    static __device__ __forceinline__ void stats(const float *l, float4 (&v)[NC], float &mxf, double &sum)
+/* ---- the cross entropy streamed, one warp per row (docs/decisions.md 52): the row is read once with 16-byte
+ * loads, U float4 per lane in flight, and no block barrier anywhere, so the warps of an SM overlap one row's
+ * arithmetic with other rows' loads (the kernels above hold a row in a block's registers: one row an SM, its
+ * loads and its reductions in turn). Each lane keeps an online maximum m and sum s of exp(l - m): a group of
+ * U float4 is exponentiated in fp32 against the lane's maximum after the group (expf, as above), summed in
+ * fp32 and added to s in double; when the maximum grows, s is rescaled by exp(m_old - m_new) in double. The
+ * lanes' (m, s) are then combined by an xor butterfly (every lane the same bits), s_lane * exp(m_lane - M) in
+ * double with M the row's max (exact: any order gives it). Deterministic; within a few fp32 ulps of the
+ * two-pass sum. V % 4 == 0. */
+template <int V> struct CeWarp {
+    static constexpr int Q = V / 4, U = 4;
+    /* row l's max (every lane) and sum of exp(l - max) (every lane) */
+    static __device__ __forceinline__ void stats(const float *l, float &mx, double &sum)
     {
-        float m = -__int_as_float(0x7f800000);
-#pragma unroll
-        for (int c = 0; c < NC; c++)
-            if (col(c) < V) {
-                v[c] = *(const float4 *)(l + col(c));
-                m = fmaxf(m, fmaxf(fmaxf(v[c].x, v[c].y), fmaxf(v[c].z, v[c].w)));
-            }
-        mxf = (float)block_max<TB>((double)m);
+        const int lane = threadIdx.x & 31;
+        const float ninf = -__int_as_float(0x7f800000);
+        float m = ninf;
         double s = 0.0;
+        for (int q0 = lane; q0 < Q; q0 += 32 * U) {
+            float4 v[U];
 #pragma unroll
-        for (int c = 0; c < NC; c++)
-            if (col(c) < V)
-                s += (double)expf(v[c].x - mxf) + (double)expf(v[c].y - mxf) + (double)expf(v[c].z - mxf) +
-                     (double)expf(v[c].w - mxf);
-        sum = block_sum<TB>(s);
+            for (int u = 0; u < U; u++)
+                v[u] = q0 + 32 * u < Q ? *(const float4 *)(l + 4 * (q0 + 32 * u)) : make_float4(ninf, ninf, ninf, ninf);
+            float gm = m;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                gm = fmaxf(gm, fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w)));
+            if (gm > m) {
+                if (m != ninf)
+                    s *= exp((double)m - (double)gm);
+                m = gm;
+            }
+            float fs = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (q0 + 32 * u < Q)
+                    fs += (expf(v[u].x - m) + expf(v[u].y - m)) + (expf(v[u].z - m) + expf(v[u].w - m));
+            s += (double)fs;
+        }
+        float M = m;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        s = m == ninf ? 0.0 : s * exp((double)m - (double)M);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        mx = M;
+        sum = s;
     }
 };
 
-/* step 1 of cross_entropy: each row's loss log(sum) + max - l[target] (double) and whether it counts */
-template <long long N, int V, int TB, long long IGNORE>
-__device__ void ce_rows(double *row_loss, int *row_counted, const float *logits, const int *targets)
+/* cross_entropy's step 1, streamed: each row's loss log(sum) + max - l[target] (double), whether it counts,
+ * and, where the gradient reads them (KEEP), the row's (max, sum) into stats [N][2] */
+template <long long N, int V, long long IGNORE, bool KEEP>
+__device__ void ce_rows_warp(double *row_loss, int *row_counted, double *stats, const float *logits, const int *targets)
 {
-    typedef CeRow<V, TB> P;
-    for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+    for (long long r = (long long)blockIdx.x * warps + threadIdx.x / 32; r < N; r += (long long)gridDim.x * warps) {
         const int t = targets[r];
         const bool counted = !(t == IGNORE || t < 0 || t >= V);
-        double loss = 0.0;
-        if (counted) { /* the same for the whole block */
-            float4 v[P::NC];
-            float mx;
-            double sum;
-            P::stats(logits + r * V, v, mx, sum);
+        double loss = 0.0, sum = 0.0;
+        float mx = 0.0f;
+        if (counted) { /* the same for the whole warp */
+            CeWarp<V>::stats(logits + r * V, mx, sum);
             loss = log(sum) + (double)mx - (double)logits[r * V + t];
         }
-        if (threadIdx.x == 0) {
+        if (lane == 0) {
             row_loss[r] = loss;
             row_counted[r] = counted;
+            if (KEEP) {
+                stats[2 * r] = (double)mx;
+                stats[2 * r + 1] = sum;
+            }
         }
     }
 }
 
-/* step 2 of cross_entropy_dx: dx = dl (softmax - onehot) / count, fp32 per element, 16-byte stores */
-template <long long N, int V, int TB, long long IGNORE>
-__device__ void ce_dx_rows(float *dx, const float *dloss, const float *logits, const int *targets, const int *count)
+/* cross_entropy_dx with the forward's kept (max, sum): dx = dl (softmax - onehot) / count, each row read once
+ * and written once (16-byte loads and stores, U float4 per lane in flight), one warp per row; the expression
+ * of ce_dx_rows (expf(l - max) * (float)(1 / sum)) */
+template <long long N, int V, long long IGNORE>
+__device__ void ce_dx_rows_kept(float *dx, const float *dloss, const float *logits, const int *targets, const int *count,
+                                const double *stats)
 {
-    typedef CeRow<V, TB> P;
+    constexpr int Q = V / 4, U = CeWarp<V>::U;
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
     const double dl = dloss[0];
     const int cnt = count[0];
     const float scale = cnt ? (float)(dl / (double)cnt) : 0.0f;
-    for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+    for (long long r = (long long)blockIdx.x * warps + threadIdx.x / 32; r < N; r += (long long)gridDim.x * warps) {
         const int t = targets[r];
         float *d = dx + r * V;
-        if (t == IGNORE || t < 0 || t >= V || cnt == 0) { /* the same for the whole block */
-#pragma unroll
-            for (int c = 0; c < P::NC; c++)
-                if (P::col(c) < V) {
-                    float4 z;
-                    z.x = 0.0f, z.y = 0.0f, z.z = 0.0f, z.w = 0.0f;
-                    *(float4 *)(d + P::col(c)) = z;
-                }
+        const float *l = logits + r * V;
+        if (t == IGNORE || t < 0 || t >= V || cnt == 0) { /* the same for the whole warp */
+            for (int q = lane; q < Q; q += 32)
+                *(float4 *)(d + 4 * q) = make_float4(0.f, 0.f, 0.f, 0.f);
             continue;
         }
-        float4 v[P::NC];
-        float mx;
-        double sum;
-        P::stats(logits + r * V, v, mx, sum);
-        const float rs = (float)(1.0 / sum);
+        const float mx = (float)stats[2 * r], rs = (float)(1.0 / stats[2 * r + 1]);
+        for (int q0 = lane; q0 < Q; q0 += 32 * U) {
+            float4 v[U];
 #pragma unroll
-        for (int c = 0; c < P::NC; c++) {
-            const int j = P::col(c);
-            if (j < V) {
-                float4 o;
-                o.x = (expf(v[c].x - mx) * rs - (j == t ? 1.0f : 0.0f)) * scale;
-                o.y = (expf(v[c].y - mx) * rs - (j + 1 == t ? 1.0f : 0.0f)) * scale;
-                o.z = (expf(v[c].z - mx) * rs - (j + 2 == t ? 1.0f : 0.0f)) * scale;
-                o.w = (expf(v[c].w - mx) * rs - (j + 3 == t ? 1.0f : 0.0f)) * scale;
-                *(float4 *)(d + j) = o;
+            for (int u = 0; u < U; u++)
+                if (q0 + 32 * u < Q)
+                    v[u] = *(const float4 *)(l + 4 * (q0 + 32 * u));
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int j = 4 * (q0 + 32 * u);
+                if (j < V) {
+                    float4 o;
+                    o.x = (expf(v[u].x - mx) * rs - (j == t ? 1.0f : 0.0f)) * scale;
+                    o.y = (expf(v[u].y - mx) * rs - (j + 1 == t ? 1.0f : 0.0f)) * scale;
+                    o.z = (expf(v[u].z - mx) * rs - (j + 2 == t ? 1.0f : 0.0f)) * scale;
+                    o.w = (expf(v[u].w - mx) * rs - (j + 3 == t ? 1.0f : 0.0f)) * scale;
+                    *(float4 *)(d + j) = o;
+                }
             }
         }
     }
