@@ -301,12 +301,67 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
     return 1;
 }
 
+enum { RMS_DW_CHUNK = 32 }; /* the fast rmsnorm_dw needs more than 2 of these rows */
+enum { RMS_DW_CHUNKS = 128 }; /* the most row chunks of its column sums */
+
+/* the fast rmsnorm_dw (its column sums with 16-byte loads) applies to node n */
+static int rms_dw_fast(const Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[1];
+    return cg->kernel_choice == PLAN_KERNELS_FAST && cg_last(x) % 4 == 0 && cg_lead(x) > 2 * RMS_DW_CHUNK &&
+           cg_aligned(x, 16) && cg_aligned(n->src[0], 16);
+}
+
+/* the rmsnorm_dw node of the same dy, x and eps as rmsnorm_dx node n, after it and fast, else NULL: n keeps
+ * each row's 1 / rms for it (decision 52), so rmsnorm_dw does not read x a second time for them */
+static const IrNode *rms_dw_of(const Cg *cg, const IrNode *n)
+{
+    for (int i = n->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *b = cg->g->nodes[i];
+        if (b->op == IR_OP_RMSNORM_DW && b->src[0] == n->src[0] && b->src[1] == n->src[1] &&
+            ir_attr_f(b, IR_ATTR_EPS) == ir_attr_f(n, IR_ATTR_EPS) && rms_dw_fast(cg, b))
+            return b;
+    }
+    return NULL;
+}
+
+/* the 1 / rms workspace an earlier rmsnorm_dx kept for rmsnorm_dw node b, else -1 */
+static int rms_kept_inv(Cg *cg, const IrNode *b)
+{
+    for (int i = b->id - 1; i >= 0; i--) {
+        const IrNode *a = cg->g->nodes[i];
+        if (a->op == IR_OP_RMSNORM_DX && a->src[0] == b->src[0] && a->src[1] == b->src[1]) {
+            int w = cg_find_ws(cg, a, "rinv");
+            if (w >= 0 && cg->bufs[w].until == b->id)
+                return w;
+        }
+    }
+    return -1;
+}
+
 /* dx_j = r w_j dy_j - x_j r^3 / d * sum_i w_i dy_i x_i */
 int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
     if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32) && cg_aligned(n->src[0], 32)) {
         int tb = rms_tb(cg_last(x));
+        const IrNode *dw = rms_dw_of(cg, n);
+        int rinv = dw ? cg_ws_kept(cg, n, dw, PLAN_F64, cg_lead(x), "rinv") : -1;
+        if (dw) {
+            cg_impl(cg, "fast: the row in registers, 16-byte accesses; each row's 1 / rms kept for rmsnorm_dw");
+            cg_begin(cg, n, "", "rmsnorm_dx: one block per row, x, dy and w in registers, 16-byte accesses; "
+                                "1 / rms kept for rmsnorm_dw (fast)");
+            cg_out(cg, n, "dx");
+            cg_in(cg, n->src[0], "dy");
+            cg_in(cg, x, "x");
+            cg_in(cg, n->src[2], "w");
+            cg_param(cg, rinv, 1, "rinv");
+            rows_consts(cg, x, n);
+            cg_line(cg, "moec::fast::rmsnorm_dx_rows<ROWS, D, %d>(dx, dy, x, w, EPS, rinv);", tb);
+            cg_end(cg, tb, min64(cg_lead(x), 65535));
+            cg->dense_fast_used = 1;
+            return 1;
+        }
         cg_impl(cg, "fast: the row in registers, 16-byte accesses");
         cg_begin(cg, n, "", "rmsnorm_dx: one block per row, x, dy and w in registers, 16-byte accesses (fast)");
         cg_out(cg, n, "dx");
@@ -340,70 +395,65 @@ int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 }
 
 /* dw_i = sum over rows (in row order, fp32 as the CPU) of dy x r */
-enum { RMS_DW_CHUNK = 32 }; /* rows per partial column sum of the fast rmsnorm_dw */
-
 int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
     int64_t rows = cg_lead(x), d = cg_last(x);
-    int inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
-    if (rms_fast_ok(cg, d) && rows > 2 * RMS_DW_CHUNK && cg_aligned(x, 32)) {
-        int tb = rms_tb(d);
-        cg_begin(cg, n, "rms", "rmsnorm_dw 1/3: each row's 1 / rms, one block per row, 16-byte loads (fast)");
-        cg_param(cg, inv, 1, "rinv");
-        cg_in(cg, x, "x");
-        rows_consts(cg, x, n);
-        cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
-        cg_end(cg, tb, min64(rows, 65535));
-    } else {
-        cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
-        cg_param(cg, inv, 1, "rinv");
-        cg_in(cg, x, "x");
-        rows_consts(cg, x, n);
-        cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
-        rms_inv_lines(cg, "x");
-        cg_line(cg, "    if (threadIdx.x == 0)");
-        cg_line(cg, "        rinv[r] = inv;");
-        cg_line(cg, "}");
-        cg_end(cg, CG_BLOCK, min64(rows, 65535));
+    int fast = rms_dw_fast(cg, n), inv = fast ? rms_kept_inv(cg, n) : -1;
+    if (inv < 0) {
+        inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
+        if (fast && rms_fast_ok(cg, d) && cg_aligned(x, 32)) {
+            int tb = rms_tb(d);
+            cg_begin(cg, n, "rms", "rmsnorm_dw 1/3: each row's 1 / rms, one block per row, 16-byte loads (fast)");
+            cg_param(cg, inv, 1, "rinv");
+            cg_in(cg, x, "x");
+            rows_consts(cg, x, n);
+            cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
+            cg_end(cg, tb, min64(rows, 65535));
+        } else {
+            cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
+            cg_param(cg, inv, 1, "rinv");
+            cg_in(cg, x, "x");
+            rows_consts(cg, x, n);
+            cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+            rms_inv_lines(cg, "x");
+            cg_line(cg, "    if (threadIdx.x == 0)");
+            cg_line(cg, "        rinv[r] = inv;");
+            cg_line(cg, "}");
+            cg_end(cg, CG_BLOCK, min64(rows, 65535));
+        }
     }
 
-    if (cg->kernel_choice == PLAN_KERNELS_FAST && rows > 2 * RMS_DW_CHUNK) {
-        /* --kernels fast: the column sums in chunks of RMS_DW_CHUNK rows (every column of every chunk its
-         * own thread: rows / 32 x D threads instead of D), then the chunks' partial sums in order. A
-         * fixed reassociation of the reference's sum: deterministic. */
-        int64_t chunks = (rows + RMS_DW_CHUNK - 1) / RMS_DW_CHUNK;
+    if (fast) {
+        /* --kernels fast (decision 52): the column sums over at most RMS_DW_CHUNKS chunks of rows, 4 columns
+         * per thread with 16-byte loads, then each column's chunks added by a block in a fixed order. A fixed
+         * reassociation of the reference's sum: deterministic. With rmsnorm_dx's kept 1 / rms, x and dy are
+         * read once. */
+        int64_t chunks = min64(RMS_DW_CHUNKS, (rows + 7) / 8);
+        int64_t ch = (rows + chunks - 1) / chunks;
+        chunks = (rows + ch - 1) / ch;
         int part = cg_ws(cg, n, PLAN_F32, chunks * d, "partials");
-        cg_impl(cg, "fast: the column sums over chunks of 32 rows, then over the chunks in order");
-        cg_begin(cg, n, "chunks", "rmsnorm_dw 2/3: per chunk of 32 rows and column, the sum of dy x / rms (fast)");
+        char impl[200];
+        snprintf(impl, sizeof impl, "fast: the column sums over %lld chunks of %lld rows (16-byte loads)%s, then over "
+                 "the chunks in a fixed order", (long long)chunks, (long long)ch,
+                 rms_kept_inv(cg, n) >= 0 ? ", 1 / rms from rmsnorm_dx" : "");
+        cg_impl(cg, impl);
+        cg_begin(cg, n, "chunks", "rmsnorm_dw 2/3: per chunk of rows and column, the sum of dy x / rms, 4 columns "
+                                  "per thread, 16-byte loads (fast)");
         cg_param(cg, part, 1, "part");
         cg_in(cg, n->src[0], "dy");
         cg_in(cg, x, "x");
         cg_param(cg, inv, 0, "rinv");
-        cg_const(cg, "ROWS", rows);
-        cg_const(cg, "D", d);
-        cg_const(cg, "CH", RMS_DW_CHUNK);
-        cg_const(cg, "CHUNKS", chunks);
-        cg_line(cg, "MOEC_FOR(idx, CHUNKS * D) {");
-        cg_line(cg, "    long long c = idx / D, i = idx %% D, r1 = (c + 1) * CH < ROWS ? (c + 1) * CH : ROWS;");
-        cg_line(cg, "    float acc = 0.0f;");
-        cg_line(cg, "    for (long long r = c * CH; r < r1; r++)");
-        cg_line(cg, "        acc += (float)((double)dy[r * D + i] * x[r * D + i] * rinv[r]);");
-        cg_line(cg, "    part[idx] = acc;");
-        cg_line(cg, "}");
-        cg_end(cg, CG_BLOCK, cg_grid(chunks * d, CG_BLOCK));
-        cg_begin(cg, n, "sum", "rmsnorm_dw 3/3: one thread per column sums the chunks in order (fast)");
+        cg_line(cg, "moec::fast::rms_dw_chunks<%lldll, %lld, %lldll>(part, dy, x, rinv);", (long long)rows,
+                (long long)d, (long long)ch);
+        cg_end(cg, CG_BLOCK, cg_grid(chunks * (d / 4), CG_BLOCK));
+        cg_begin(cg, n, "sum", "rmsnorm_dw 3/3: each column's chunks added in a fixed order, a block per 32 "
+                               "columns (fast)");
         cg_out(cg, n, "dw");
         cg_param(cg, part, 0, "part");
-        cg_const(cg, "D", d);
-        cg_const(cg, "CHUNKS", chunks);
-        cg_line(cg, "MOEC_FOR(i, D) {");
-        cg_line(cg, "    float acc = 0.0f;");
-        cg_line(cg, "    for (long long c = 0; c < CHUNKS; c++)");
-        cg_line(cg, "        acc += part[c * D + i];");
-        cg_line(cg, "    dw[i] = acc;");
-        cg_line(cg, "}");
-        cg_end(cg, CG_BLOCK, cg_grid(d, CG_BLOCK));
+        cg_line(cg, "moec::fast::rms_dw_sum<%lld, %lldll, 8>(dw, part);", (long long)d, (long long)chunks);
+        cg_end(cg, 256, (d + 31) / 32);
+        cg->dense_fast_used = 1;
         return 1;
     }
     cg_begin(cg, n, "sum", "rmsnorm_dw 2/2: one thread per column sums the rows in order");

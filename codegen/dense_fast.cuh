@@ -341,9 +341,10 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps)
     }
 }
 
-/* dx_j = r w_j dy_j - x_j r^3 / D * sum_i w_i dy_i x_i, r = 1 / rms(x) */
+/* dx_j = r w_j dy_j - x_j r^3 / D * sum_i w_i dy_i x_i, r = 1 / rms(x); rinv (not null) gets each row's r,
+ * the very double rms_inv_rows computes (the same sums in the same order), for rmsnorm_dw (decision 52) */
 template <long long ROWS, int D, int TB, class TDX, class TDY, class TX>
-__device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float *w, double eps)
+__device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float *w, double eps, double *rinv = nullptr)
 {
     typedef RowPart<D, TB> P;
     for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
@@ -363,6 +364,8 @@ __device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float
             }
         ss = block_sum<TB>(ss);
         const double inv = 1.0 / sqrt(ss / (double)D + eps);
+        if (rinv && threadIdx.x == 0)
+            rinv[r] = inv;
         s = block_sum<TB>(s);
 #pragma unroll
         for (int c = 0; c < P::NC; c++)
@@ -394,6 +397,65 @@ template <long long ROWS, int D, int TB, class TX> __device__ void rms_inv_rows(
         ss = block_sum<TB>(ss);
         if (threadIdx.x == 0)
             rinv[r] = 1.0 / sqrt(ss / (double)D + eps);
+    }
+}
+
+/* rmsnorm_dw's step 2 (decision 52): part [c][D] <- for chunk c of CH rows and each column, the sum of
+ * (float)(dy x rinv) over the chunk's rows in row order (fp32, the reference's per-row term), 4 columns per
+ * thread with 16-byte loads, 4 rows' loads in flight (D % 4 == 0, dy and x 16-byte aligned) */
+template <long long ROWS, int D, long long CH> __device__ void rms_dw_chunks(float *part, const float *dy, const float *x,
+                                                                           const double *rinv)
+{
+    constexpr long long CHUNKS = (ROWS + CH - 1) / CH, Q = D / 4;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < CHUNKS * Q;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long c = idx / Q, col = 4 * (idx % Q), r0 = c * CH, r1 = r0 + CH < ROWS ? r0 + CH : ROWS;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (long long r = r0; r < r1; r += 4) {
+            float4 g[4], v[4];
+            double ri[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (r + u < r1) {
+                    g[u] = *(const float4 *)(dy + (r + u) * D + col);
+                    v[u] = *(const float4 *)(x + (r + u) * D + col);
+                    ri[u] = rinv[r + u];
+                }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (r + u < r1) {
+                    acc.x += (float)((double)g[u].x * v[u].x * ri[u]);
+                    acc.y += (float)((double)g[u].y * v[u].y * ri[u]);
+                    acc.z += (float)((double)g[u].z * v[u].z * ri[u]);
+                    acc.w += (float)((double)g[u].w * v[u].w * ri[u]);
+                }
+        }
+        *(float4 *)(part + c * D + col) = acc;
+    }
+}
+
+/* rmsnorm_dw's step 3: dw [D] <- the CHUNKS partials of each column added in a fixed order by a block of
+ * 32 columns (a lane per column): warp w adds chunks w, w + W, ... in order, then lane j of warp 0 adds the
+ * W warps' sums in warp order. Blocks of 32 W threads. */
+template <int D, long long CHUNKS, int W> __device__ void rms_dw_sum(float *dw, const float *part)
+{
+    __shared__ float red[W][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (long long c0 = 32 * (long long)blockIdx.x; c0 < D; c0 += 32 * (long long)gridDim.x) {
+        const long long col = c0 + lane;
+        float s = 0.0f;
+        if (col < D)
+            for (long long c = warp; c < CHUNKS; c += W)
+                s += part[c * D + col];
+        red[warp][lane] = s;
+        __syncthreads();
+        if (warp == 0 && col < D) {
+            float t = 0.0f;
+            for (int w = 0; w < W; w++)
+                t += red[w][lane];
+            dw[col] = t;
+        }
+        __syncthreads();
     }
 }
 
