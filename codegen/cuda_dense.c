@@ -145,12 +145,18 @@ static int skinny_linear(Cg *cg, const IrNode *n)
     switch (n->op) {
     case IR_OP_LINEAR: {
         int rw = N <= 8 ? 8 : N <= 16 ? 4 : 2;
-        cg_begin(cg, n, "skinny", "linear: y = x w^T, few outputs: a warp per row group, butterfly sums (fast)");
+        /* w through shared memory KT columns at a time: the widest multiple of 128 dividing K whose N KT
+         * floats fit 32 KB (decision 52) */
+        int64_t kt = 128;
+        while (kt * 2 <= K && K % (kt * 2) == 0 && N * kt * 2 * 4 <= 32768)
+            kt *= 2;
+        cg_begin(cg, n, "skinny", "linear: y = x w^T, few outputs: a warp per row group, w through shared memory, "
+                                  "butterfly sums (fast)");
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
-        cg_line(cg, "moec::fast::skinny_linear<%lldll, %lld, %lldll, %d>(y, x, w);", (long long)rows, (long long)N,
-                (long long)K, rw);
+        cg_line(cg, "moec::fast::skinny_linear<%lldll, %lld, %lldll, %d, %lld>(y, x, w);", (long long)rows,
+                (long long)N, (long long)K, rw, (long long)kt);
         cg_end(cg, CG_BLOCK, min64((rows + 8 * rw - 1) / (8 * rw), 132 * 16));
         break;
     }
@@ -162,7 +168,8 @@ static int skinny_linear(Cg *cg, const IrNode *n)
         /* here w [N, K] is the forward's weight [OUT, IN]: dx [rows, IN], N = OUT */
         cg_line(cg, "moec::fast::skinny_linear_dx<%lldll, %lld, %lldll, %d>(dx, dy, w);", (long long)rows,
                 (long long)N, (long long)K, tb);
-        cg_end(cg, tb, slabs * min64((rows + 63) / 64, (264 + slabs - 1) / slabs));
+        /* 4 blocks an SM where the registers allow (decision 52; 2 before: too few stores in flight) */
+        cg_end(cg, tb, slabs * min64((rows + 63) / 64, (528 + slabs - 1) / slabs));
         break;
     default: { /* IR_OP_LINEAR_DW: dw [N, K] = dy [rows, N]^T x [rows, K] */
         int64_t chunks = min64((264 + slabs - 1) / slabs, (rows + 63) / 64);
@@ -173,8 +180,9 @@ static int skinny_linear(Cg *cg, const IrNode *n)
         cg_param(cg, part, 1, "part");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "x");
-        cg_line(cg, "moec::fast::skinny_linear_dw_part<%lldll, %lld, %lldll, %lldll, %d>(part, dy, x);",
-                (long long)rows, (long long)N, (long long)K, (long long)ch, tb);
+        /* 8 (4) rows' loads of x in flight a thread where the 4 N accumulators leave room (decision 52) */
+        cg_line(cg, "moec::fast::skinny_linear_dw_part<%lldll, %lld, %lldll, %lldll, %d, %d>(part, dy, x);",
+                (long long)rows, (long long)N, (long long)K, (long long)ch, tb, N <= 8 ? 8 : N <= 16 ? 4 : 1);
         cg_end(cg, tb, chunks * slabs);
         cg_begin(cg, n, "skinny_sum", "linear_dw 2/2: the chunks' partials added in chunk order (fast)");
         cg_out(cg, n, "dw");
@@ -267,19 +275,65 @@ static int rms_tb(int64_t d)
     return t > CG_BLOCK ? CG_BLOCK : (int)t;
 }
 
+enum { RMS_DW_CHUNK = 32 }; /* the fast rmsnorm_dw needs more than 2 of these rows */
+enum { RMS_DW_CHUNKS = 128 }; /* the most row chunks of its column sums */
+
+/* the fast rmsnorm_dw (its column sums with 16-byte loads) applies to node n */
+static int rms_dw_fast(const Cg *cg, const IrNode *n)
+{
+    const IrNode *x = n->src[1];
+    return cg->kernel_choice == PLAN_KERNELS_FAST && cg_last(x) % 4 == 0 && cg_lead(x) > 2 * RMS_DW_CHUNK &&
+           cg_aligned(x, 16) && cg_aligned(n->src[0], 16);
+}
+
+/* the rmsnorm_dw node of the same x and eps as rmsnorm node n, after it and fast, else NULL: n keeps each
+ * row's 1 / rms for it (decision 52; the same double rms_inv_rows computes: the same sums in the same order),
+ * so rmsnorm_dw reads x once, for its column sums */
+static const IrNode *rms_dw_of(const Cg *cg, const IrNode *n)
+{
+    for (int i = n->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *b = cg->g->nodes[i];
+        if (b->op == IR_OP_RMSNORM_DW && b->src[1] == n->src[0] &&
+            ir_attr_f(b, IR_ATTR_EPS) == ir_attr_f(n, IR_ATTR_EPS) && rms_dw_fast(cg, b))
+            return b;
+    }
+    return NULL;
+}
+
+/* the 1 / rms workspace an earlier rmsnorm kept for rmsnorm_dw node b, else -1 */
+static int rms_kept_inv(Cg *cg, const IrNode *b)
+{
+    for (int i = b->id - 1; i >= 0; i--) {
+        const IrNode *a = cg->g->nodes[i];
+        if (a->op == IR_OP_RMSNORM && a->src[0] == b->src[1]) {
+            int w = cg_find_ws(cg, a, "rinv");
+            if (w >= 0 && cg->bufs[w].until == b->id)
+                return w;
+        }
+    }
+    return -1;
+}
+
 /* one block per row */
 int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
     if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32)) {
         int tb = rms_tb(cg_last(x));
-        cg_impl(cg, "fast: the row in registers, 16-byte accesses");
-        cg_begin(cg, n, "", "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double (fast)");
+        const IrNode *dw = rms_dw_of(cg, n);
+        int rinv = dw ? cg_ws_kept(cg, n, dw, PLAN_F64, cg_lead(x), "rinv") : -1;
+        cg_impl(cg, dw ? "fast: the row in registers, 16-byte accesses; each row's 1 / rms kept for rmsnorm_dw"
+                       : "fast: the row in registers, 16-byte accesses");
+        cg_begin(cg, n, "", dw ? "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double; "
+                                 "1 / rms kept for rmsnorm_dw (fast)"
+                               : "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double (fast)");
         cg_out(cg, n, "y");
         cg_in(cg, x, "x");
         cg_in(cg, n->src[1], "w");
+        if (dw)
+            cg_param(cg, rinv, 1, "rinv");
         rows_consts(cg, x, n);
-        cg_line(cg, "moec::fast::rmsnorm_rows<ROWS, D, %d>(y, x, w, EPS);", tb);
+        cg_line(cg, "moec::fast::rmsnorm_rows<ROWS, D, %d>(y, x, w, EPS%s);", tb, dw ? ", rinv" : "");
         cg_end(cg, tb, min64(cg_lead(x), 65535));
         cg->dense_fast_used = 1;
         return 1;
@@ -301,67 +355,12 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
     return 1;
 }
 
-enum { RMS_DW_CHUNK = 32 }; /* the fast rmsnorm_dw needs more than 2 of these rows */
-enum { RMS_DW_CHUNKS = 128 }; /* the most row chunks of its column sums */
-
-/* the fast rmsnorm_dw (its column sums with 16-byte loads) applies to node n */
-static int rms_dw_fast(const Cg *cg, const IrNode *n)
-{
-    const IrNode *x = n->src[1];
-    return cg->kernel_choice == PLAN_KERNELS_FAST && cg_last(x) % 4 == 0 && cg_lead(x) > 2 * RMS_DW_CHUNK &&
-           cg_aligned(x, 16) && cg_aligned(n->src[0], 16);
-}
-
-/* the rmsnorm_dw node of the same dy, x and eps as rmsnorm_dx node n, after it and fast, else NULL: n keeps
- * each row's 1 / rms for it (decision 52), so rmsnorm_dw does not read x a second time for them */
-static const IrNode *rms_dw_of(const Cg *cg, const IrNode *n)
-{
-    for (int i = n->id + 1; i < cg->g->nnodes; i++) {
-        const IrNode *b = cg->g->nodes[i];
-        if (b->op == IR_OP_RMSNORM_DW && b->src[0] == n->src[0] && b->src[1] == n->src[1] &&
-            ir_attr_f(b, IR_ATTR_EPS) == ir_attr_f(n, IR_ATTR_EPS) && rms_dw_fast(cg, b))
-            return b;
-    }
-    return NULL;
-}
-
-/* the 1 / rms workspace an earlier rmsnorm_dx kept for rmsnorm_dw node b, else -1 */
-static int rms_kept_inv(Cg *cg, const IrNode *b)
-{
-    for (int i = b->id - 1; i >= 0; i--) {
-        const IrNode *a = cg->g->nodes[i];
-        if (a->op == IR_OP_RMSNORM_DX && a->src[0] == b->src[0] && a->src[1] == b->src[1]) {
-            int w = cg_find_ws(cg, a, "rinv");
-            if (w >= 0 && cg->bufs[w].until == b->id)
-                return w;
-        }
-    }
-    return -1;
-}
-
 /* dx_j = r w_j dy_j - x_j r^3 / d * sum_i w_i dy_i x_i */
 int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
     if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32) && cg_aligned(n->src[0], 32)) {
         int tb = rms_tb(cg_last(x));
-        const IrNode *dw = rms_dw_of(cg, n);
-        int rinv = dw ? cg_ws_kept(cg, n, dw, PLAN_F64, cg_lead(x), "rinv") : -1;
-        if (dw) {
-            cg_impl(cg, "fast: the row in registers, 16-byte accesses; each row's 1 / rms kept for rmsnorm_dw");
-            cg_begin(cg, n, "", "rmsnorm_dx: one block per row, x, dy and w in registers, 16-byte accesses; "
-                                "1 / rms kept for rmsnorm_dw (fast)");
-            cg_out(cg, n, "dx");
-            cg_in(cg, n->src[0], "dy");
-            cg_in(cg, x, "x");
-            cg_in(cg, n->src[2], "w");
-            cg_param(cg, rinv, 1, "rinv");
-            rows_consts(cg, x, n);
-            cg_line(cg, "moec::fast::rmsnorm_dx_rows<ROWS, D, %d>(dx, dy, x, w, EPS, rinv);", tb);
-            cg_end(cg, tb, min64(cg_lead(x), 65535));
-            cg->dense_fast_used = 1;
-            return 1;
-        }
         cg_impl(cg, "fast: the row in registers, 16-byte accesses");
         cg_begin(cg, n, "", "rmsnorm_dx: one block per row, x, dy and w in registers, 16-byte accesses (fast)");
         cg_out(cg, n, "dx");
@@ -427,7 +426,7 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     if (fast) {
         /* --kernels fast (decision 52): the column sums over at most RMS_DW_CHUNKS chunks of rows, 4 columns
          * per thread with 16-byte loads, then each column's chunks added by a block in a fixed order. A fixed
-         * reassociation of the reference's sum: deterministic. With rmsnorm_dx's kept 1 / rms, x and dy are
+         * reassociation of the reference's sum: deterministic. With the forward's kept 1 / rms, x and dy are
          * read once. */
         int64_t chunks = min64(RMS_DW_CHUNKS, (rows + 7) / 8);
         int64_t ch = (rows + chunks - 1) / chunks;
@@ -436,7 +435,7 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
         char impl[200];
         snprintf(impl, sizeof impl, "fast: the column sums over %lld chunks of %lld rows (16-byte loads)%s, then over "
                  "the chunks in a fixed order", (long long)chunks, (long long)ch,
-                 rms_kept_inv(cg, n) >= 0 ? ", 1 / rms from rmsnorm_dx" : "");
+                 rms_kept_inv(cg, n) >= 0 ? ", 1 / rms kept by the rmsnorm" : "");
         cg_impl(cg, impl);
         cg_begin(cg, n, "chunks", "rmsnorm_dw 2/3: per chunk of rows and column, the sum of dy x / rms, 4 columns "
                                   "per thread, 16-byte loads (fast)");

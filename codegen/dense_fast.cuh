@@ -10,30 +10,58 @@ namespace fast {
  * reads x (or writes dx) once, 16 bytes per thread; fp32 sums in a fixed order (warp butterflies, fixed
  * chunk partials): deterministic, a reassociation of the reference's sums. K % 128 == 0. */
 
-/* y [ROWS, N] = x [ROWS, K] . w [N, K]^T: RW rows per warp (w's loads serve RW rows), each lane 4
- * consecutive k of every 128, then a butterfly per output. */
-template <long long ROWS, int N, long long K, int RW> __device__ void skinny_linear(float *y, const float *x, const float *w)
+/* y [ROWS, N] = x [ROWS, K] . w [N, K]^T: RW rows per warp (w's values serve RW rows), each lane 4
+ * consecutive k of every 128, then a butterfly per output. w passes through shared memory KT columns at a
+ * time (N KT floats, at most 32 KB; decision 52): read from global memory in the k loop, its loads' latency
+ * (an L1 that x's stream evicts w from) stood between every load of x and its multiply-adds. The same
+ * multiply-adds in the same order as reading w from global memory. KT % 128 == 0, K % KT == 0. */
+template <long long ROWS, int N, long long K, int RW, int KT>
+__device__ void skinny_linear(float *y, const float *x, const float *w)
 {
+    static_assert(KT % 128 == 0 && K % KT == 0, "skinny_linear: KT");
+    __shared__ float4 sw[N * (KT / 4)];
     const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
-    for (long long r0 = ((long long)blockIdx.x * warps + threadIdx.x / 32) * RW; r0 < ROWS;
-         r0 += (long long)gridDim.x * warps * RW) {
+    /* the loop's bounds are the block's (every thread reaches the barriers) */
+    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < ROWS; b0 += (long long)gridDim.x * warps * RW) {
+        const long long r0 = b0 + (long long)(threadIdx.x / 32) * RW;
         float acc[RW][N];
 #pragma unroll
         for (int i = 0; i < RW; i++)
 #pragma unroll
             for (int n = 0; n < N; n++)
                 acc[i][n] = 0.0f;
-        for (long long k = 4 * lane; k < K; k += 128) {
-            float4 xv[RW];
+        for (long long k0 = 0; k0 < K; k0 += KT) {
+            __syncthreads(); /* the previous tile is read */
+            /* the tile's loads 2 at a time in flight (a load, its store, the next load: a latency each) */
+            for (int i0 = threadIdx.x; i0 < N * (KT / 4); i0 += 2 * blockDim.x) {
+                float4 t[2];
 #pragma unroll
-            for (int i = 0; i < RW; i++)
-                xv[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int u = 0; u < 2; u++) {
+                    const int i = i0 + u * (int)blockDim.x;
+                    if (i < N * (KT / 4))
+                        t[u] = *(const float4 *)(w + (long long)(i / (KT / 4)) * K + k0 + 4 * (i % (KT / 4)));
+                }
 #pragma unroll
-            for (int n = 0; n < N; n++) {
-                const float4 wv = *(const float4 *)(w + n * K + k);
+                for (int u = 0; u < 2; u++) {
+                    const int i = i0 + u * (int)blockDim.x;
+                    if (i < N * (KT / 4))
+                        sw[i] = t[u];
+                }
+            }
+            __syncthreads();
+            for (int kq = lane; kq < KT / 4; kq += 32) {
+                const long long k = k0 + 4 * kq;
+                float4 xv[RW];
 #pragma unroll
                 for (int i = 0; i < RW; i++)
-                    acc[i][n] += xv[i].x * wv.x + xv[i].y * wv.y + xv[i].z * wv.z + xv[i].w * wv.w;
+                    xv[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int n = 0; n < N; n++) {
+                    const float4 wv = sw[n * (KT / 4) + kq];
+#pragma unroll
+                    for (int i = 0; i < RW; i++)
+                        acc[i][n] += xv[i].x * wv.x + xv[i].y * wv.y + xv[i].z * wv.z + xv[i].w * wv.w;
+                }
             }
         }
 #pragma unroll
@@ -85,9 +113,10 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
 /* dw [N, K] = dy [ROWS, N]^T . x [ROWS, K], step 1 of 2: block (chunk c, slab s) sums the rows
  * [c CH, (c + 1) CH) for 4 columns per thread into part [c][N][K]. TB threads per block;
  * grid = CHUNKS x K / (4 TB). */
-template <long long ROWS, int N, long long K, long long CH, int TB>
+template <long long ROWS, int N, long long K, long long CH, int TB, int U>
 __device__ void skinny_linear_dw_part(float *part, const float *dy, const float *x)
 {
+    static_assert(64 % U == 0, "skinny_linear_dw_part: U divides 64");
     __shared__ float sdy[64 * N];
     constexpr long long SLABS = K / (4 * TB), CHUNKS = (ROWS + CH - 1) / CH;
     /* grid-stride over the (chunk, slab) items, so that fewer blocks give the same result (the emulator) */
@@ -103,16 +132,25 @@ __device__ void skinny_linear_dw_part(float *part, const float *dy, const float 
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
                 sdy[i] = r0 + i / N < end ? dy[r0 * N + i] : 0.0f;
             __syncthreads();
-            for (int i = 0; i < 64 && r0 + i < end; i++) {
-                const float4 xv = *(const float4 *)(x + (r0 + i) * K + k);
+            /* U rows' loads in flight (decision 52), their multiply-adds in row order as one row at a time */
+            for (int i = 0; i < 64 && r0 + i < end; i += U) {
+                float4 xv[U];
 #pragma unroll
-                for (int n = 0; n < N; n++) {
-                    const float d = sdy[i * N + n];
-                    acc[n].x += d * xv.x;
-                    acc[n].y += d * xv.y;
-                    acc[n].z += d * xv.z;
-                    acc[n].w += d * xv.w;
-                }
+                for (int u = 0; u < U; u++)
+                    if (r0 + i + u < end)
+                        xv[u] = *(const float4 *)(x + (r0 + i + u) * K + k);
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (r0 + i + u < end) {
+#pragma unroll
+                        for (int n = 0; n < N; n++) {
+                            const float d = sdy[(i + u) * N + n];
+                            acc[n].x += d * xv[u].x;
+                            acc[n].y += d * xv[u].y;
+                            acc[n].z += d * xv[u].z;
+                            acc[n].w += d * xv[u].w;
+                        }
+                    }
             }
         }
 #pragma unroll
@@ -310,9 +348,10 @@ template <int D, int TB> struct RowPart {
     static __device__ __forceinline__ int col(int c) { return 8 * ((int)threadIdx.x + c * TB); }
 };
 
-/* y = x / rms(x) * w */
+/* y = x / rms(x) * w; rinv (not null) gets each row's 1 / rms, the very double rms_inv_rows computes (the
+ * same sums in the same order), for rmsnorm_dw (decision 52) */
 template <long long ROWS, int D, int TB, class TY, class TX>
-__device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps)
+__device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, double *rinv = nullptr)
 {
     typedef RowPart<D, TB> P;
     for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
@@ -328,6 +367,8 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps)
             }
         ss = block_sum<TB>(ss);
         const double inv = 1.0 / sqrt(ss / (double)D + eps);
+        if (rinv && threadIdx.x == 0)
+            rinv[r] = inv;
 #pragma unroll
         for (int c = 0; c < P::NC; c++)
             if (P::col(c) < D) {
@@ -341,10 +382,9 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps)
     }
 }
 
-/* dx_j = r w_j dy_j - x_j r^3 / D * sum_i w_i dy_i x_i, r = 1 / rms(x); rinv (not null) gets each row's r,
- * the very double rms_inv_rows computes (the same sums in the same order), for rmsnorm_dw (decision 52) */
+/* dx_j = r w_j dy_j - x_j r^3 / D * sum_i w_i dy_i x_i, r = 1 / rms(x) */
 template <long long ROWS, int D, int TB, class TDX, class TDY, class TX>
-__device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float *w, double eps, double *rinv = nullptr)
+__device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float *w, double eps)
 {
     typedef RowPart<D, TB> P;
     for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
@@ -364,8 +404,6 @@ __device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float
             }
         ss = block_sum<TB>(ss);
         const double inv = 1.0 / sqrt(ss / (double)D + eps);
-        if (rinv && threadIdx.x == 0)
-            rinv[r] = inv;
         s = block_sum<TB>(s);
 #pragma unroll
         for (int c = 0; c < P::NC; c++)
