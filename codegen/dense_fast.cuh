@@ -207,6 +207,48 @@ __device__ __forceinline__ void st8(unsigned short *p, const float (&f)[8])
     *(uint4 *)p = u;
 }
 
+/* 8 consecutive elements as loaded (16 bytes of bf16, 32 of fp32), widened by get as ld8 does. On the GPU the
+ * loads are plain ld.global (inline PTX), not the read-only path's ld.global.nc that the compiler may sink
+ * below later stores (it did: a thread of rope_apply had 2 of its 8 loads in flight; decision 52): a plain
+ * load stays before a store that may alias it. */
+template <class T> struct Raw8;
+template <> struct Raw8<unsigned short> {
+    uint4 u;
+    __device__ __forceinline__ void load(const unsigned short *p)
+    {
+#ifdef __CUDA_ARCH__
+        asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
+#else
+        u = *(const uint4 *)p;
+#endif
+    }
+    __device__ __forceinline__ void get(float (&f)[8]) const
+    {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+template <> struct Raw8<float> {
+    float4 a, b;
+    __device__ __forceinline__ void load(const float *p)
+    {
+#ifdef __CUDA_ARCH__
+        asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a.x), "=f"(a.y), "=f"(a.z), "=f"(a.w) : "l"(p));
+        asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(b.x), "=f"(b.y), "=f"(b.z), "=f"(b.w) : "l"(p + 4));
+#else
+        a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+#endif
+    }
+    __device__ __forceinline__ void get(float (&f)[8]) const
+    {
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    }
+};
+
 /* RoPE, step 2 of 2: y = x rotated, pairs (j, j + HD/2) of every head by the angle whose (cos, sign * sin)
  * step 1 wrote into cs [S, HD/2] as double pairs, with the very expressions of the reference kernel (so
  * the same doubles: the results are the reference's bit for bit). One thread per (row, 8 consecutive j,
@@ -226,20 +268,27 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs)
 #pragma unroll
         for (int i = 0; i < 8; i++)
             c[i] = t[2 * i], sn[i] = t[2 * i + 1];
+        /* every head's loads first, then the heads' rotations and stores (decision 52) */
+        const long long at0 = row * ((long long)H * HD) + (long long)hg * HG * HD + 8 * q;
+        Raw8<TX> r1[HG], r2[HG];
 #pragma unroll
         for (int hh = 0; hh < HG; hh++) {
-            const long long at = row * ((long long)H * HD) + (long long)(hg * HG + hh) * HD + 8 * q;
+            r1[hh].load(x + at0 + (long long)hh * HD);
+            r2[hh].load(x + at0 + (long long)hh * HD + HALF);
+        }
+#pragma unroll
+        for (int hh = 0; hh < HG; hh++) {
             float x1[8], x2[8], y1[8], y2[8];
-            ld8(x + at, x1);
-            ld8(x + at + HALF, x2);
+            r1[hh].get(x1);
+            r2[hh].get(x2);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const double a = x1[i], b = x2[i];
                 y1[i] = (float)(a * c[i] - b * sn[i]);
                 y2[i] = (float)(b * c[i] + a * sn[i]);
             }
-            st8(y + at, y1);
-            st8(y + at + HALF, y2);
+            st8(y + at0 + (long long)hh * HD, y1);
+            st8(y + at0 + (long long)hh * HD + HALF, y2);
         }
     }
 }
