@@ -278,12 +278,17 @@ static int rms_tb(int64_t d)
 enum { RMS_DW_CHUNK = 32 }; /* the fast rmsnorm_dw needs more than 2 of these rows */
 enum { RMS_DW_CHUNKS = 128 }; /* the most row chunks of its column sums */
 
-/* the fast rmsnorm_dw (its column sums with 16-byte loads) applies to node n */
+/* the fast rmsnorm_dw (its column sums over chunks of rows) applies to node n */
 static int rms_dw_fast(const Cg *cg, const IrNode *n)
 {
+    return cg->kernel_choice == PLAN_KERNELS_FAST && cg_lead(n->src[1]) > 2 * RMS_DW_CHUNK;
+}
+
+/* its columns a thread: 4 (16-byte loads) where the width and the sources' alignment allow */
+static int rms_dw_cols(const IrNode *n)
+{
     const IrNode *x = n->src[1];
-    return cg->kernel_choice == PLAN_KERNELS_FAST && cg_last(x) % 4 == 0 && cg_lead(x) > 2 * RMS_DW_CHUNK &&
-           cg_aligned(x, 16) && cg_aligned(n->src[0], 16);
+    return cg_last(x) % 4 == 0 && cg_aligned(x, 16) && cg_aligned(n->src[0], 16) ? 4 : 1;
 }
 
 /* the rmsnorm_dw node of the same x and eps as rmsnorm node n, after it and fast, else NULL: n keeps each
@@ -410,7 +415,8 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
             cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
             cg_end(cg, tb, min64(rows, 65535));
         } else {
-            cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
+            cg_begin(cg, n, "rms", fast ? "rmsnorm_dw 1/3: each row's 1 / rms, one block per row"
+                                        : "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
             cg_param(cg, inv, 1, "rinv");
             cg_in(cg, x, "x");
             rows_consts(cg, x, n);
@@ -428,26 +434,34 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
          * per thread with 16-byte loads, then each column's chunks added by a block in a fixed order. A fixed
          * reassociation of the reference's sum: deterministic. With the forward's kept 1 / rms, x and dy are
          * read once. */
+        int cols = rms_dw_cols(n), kept = rms_kept_inv(cg, n) >= 0;
         int64_t chunks = min64(RMS_DW_CHUNKS, (rows + 7) / 8);
         int64_t ch = (rows + chunks - 1) / chunks;
         chunks = (rows + ch - 1) / ch;
         int part = cg_ws(cg, n, PLAN_F32, chunks * d, "partials");
         char impl[200];
-        snprintf(impl, sizeof impl, "fast: the column sums over %lld chunks of %lld rows (16-byte loads)%s, then over "
-                 "the chunks in a fixed order", (long long)chunks, (long long)ch,
-                 rms_kept_inv(cg, n) >= 0 ? ", 1 / rms kept by the rmsnorm" : "");
+        snprintf(impl, sizeof impl, "fast: the column sums over %lld chunks of %lld rows%s%s, then over the chunks in "
+                 "a fixed order", (long long)chunks, (long long)ch, cols == 4 ? " (16-byte loads)" : "",
+                 kept ? ", 1 / rms kept by the rmsnorm" : "");
         cg_impl(cg, impl);
-        cg_begin(cg, n, "chunks", "rmsnorm_dw 2/3: per chunk of rows and column, the sum of dy x / rms, 4 columns "
-                                  "per thread, 16-byte loads (fast)");
+        cg_begin(cg, n, "chunks", cols == 4 ? (kept ? "rmsnorm_dw 1/2: per chunk of rows and column, the sum of dy x / rms, "
+                                                      "4 columns per thread, 16-byte loads, 1 / rms kept by the rmsnorm (fast)"
+                                                    : "rmsnorm_dw 2/3: per chunk of rows and column, the sum of dy x / rms, "
+                                                      "4 columns per thread, 16-byte loads (fast)")
+                                            : (kept ? "rmsnorm_dw 1/2: per chunk of rows and column, the sum of dy x / rms, "
+                                                      "1 / rms kept by the rmsnorm (fast)"
+                                                    : "rmsnorm_dw 2/3: per chunk of rows and column, the sum of dy x / rms (fast)"));
         cg_param(cg, part, 1, "part");
         cg_in(cg, n->src[0], "dy");
         cg_in(cg, x, "x");
         cg_param(cg, inv, 0, "rinv");
-        cg_line(cg, "moec::fast::rms_dw_chunks<%lldll, %lld, %lldll>(part, dy, x, rinv);", (long long)rows,
-                (long long)d, (long long)ch);
-        cg_end(cg, CG_BLOCK, cg_grid(chunks * (d / 4), CG_BLOCK));
-        cg_begin(cg, n, "sum", "rmsnorm_dw 3/3: each column's chunks added in a fixed order, a block per 32 "
-                               "columns (fast)");
+        cg_line(cg, "moec::fast::rms_dw_chunks<%lldll, %lld, %lldll, %d>(part, dy, x, rinv);", (long long)rows,
+                (long long)d, (long long)ch, cols);
+        cg_end(cg, CG_BLOCK, cg_grid(chunks * (d / cols), CG_BLOCK));
+        cg_begin(cg, n, "sum", kept ? "rmsnorm_dw 2/2: each column's chunks added in a fixed order, a block per 32 "
+                                      "columns (fast)"
+                                    : "rmsnorm_dw 3/3: each column's chunks added in a fixed order, a block per 32 "
+                                      "columns (fast)");
         cg_out(cg, n, "dw");
         cg_param(cg, part, 0, "part");
         cg_line(cg, "moec::fast::rms_dw_sum<%lld, %lldll, 8>(dw, part);", (long long)d, (long long)chunks);

@@ -488,36 +488,53 @@ template <long long ROWS, int D, int TB, class TX> __device__ void rms_inv_rows(
 }
 
 /* rmsnorm_dw's step 2 (decision 52): part [c][D] <- for chunk c of CH rows and each column, the sum of
- * (float)(dy x rinv) over the chunk's rows in row order (fp32, the reference's per-row term), 4 columns per
- * thread with 16-byte loads, 4 rows' loads in flight (D % 4 == 0, dy and x 16-byte aligned) */
-template <long long ROWS, int D, long long CH> __device__ void rms_dw_chunks(float *part, const float *dy, const float *x,
-                                                                           const double *rinv)
+ * (float)(dy x rinv) over the chunk's rows in row order (fp32, the reference's per-row term), C columns a
+ * thread: 4 with 16-byte loads (D % 4 == 0, dy and x 16-byte aligned) or 1; 4 rows' loads in flight */
+template <int C> struct Cols;
+template <> struct Cols<4> {
+    float v[4];
+    __device__ __forceinline__ void load(const float *p)
+    {
+        const float4 t = *(const float4 *)p;
+        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    }
+};
+template <> struct Cols<1> {
+    float v[1];
+    __device__ __forceinline__ void load(const float *p) { v[0] = *p; }
+};
+template <long long ROWS, int D, long long CH, int C> __device__ void rms_dw_chunks(float *part, const float *dy,
+                                                                                  const float *x, const double *rinv)
 {
-    constexpr long long CHUNKS = (ROWS + CH - 1) / CH, Q = D / 4;
+    static_assert(D % C == 0, "rms_dw_chunks: D % C");
+    constexpr long long CHUNKS = (ROWS + CH - 1) / CH, Q = D / C;
     for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < CHUNKS * Q;
          idx += (long long)gridDim.x * blockDim.x) {
-        const long long c = idx / Q, col = 4 * (idx % Q), r0 = c * CH, r1 = r0 + CH < ROWS ? r0 + CH : ROWS;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        const long long c = idx / Q, col = C * (idx % Q), r0 = c * CH, r1 = r0 + CH < ROWS ? r0 + CH : ROWS;
+        float acc[C];
+#pragma unroll
+        for (int j = 0; j < C; j++)
+            acc[j] = 0.0f;
         for (long long r = r0; r < r1; r += 4) {
-            float4 g[4], v[4];
+            Cols<C> g[4], v[4];
             double ri[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
                 if (r + u < r1) {
-                    g[u] = *(const float4 *)(dy + (r + u) * D + col);
-                    v[u] = *(const float4 *)(x + (r + u) * D + col);
+                    g[u].load(dy + (r + u) * D + col);
+                    v[u].load(x + (r + u) * D + col);
                     ri[u] = rinv[r + u];
                 }
 #pragma unroll
             for (int u = 0; u < 4; u++)
-                if (r + u < r1) {
-                    acc.x += (float)((double)g[u].x * v[u].x * ri[u]);
-                    acc.y += (float)((double)g[u].y * v[u].y * ri[u]);
-                    acc.z += (float)((double)g[u].z * v[u].z * ri[u]);
-                    acc.w += (float)((double)g[u].w * v[u].w * ri[u]);
-                }
+                if (r + u < r1)
+#pragma unroll
+                    for (int j = 0; j < C; j++)
+                        acc[j] += (float)((double)g[u].v[j] * v[u].v[j] * ri[u]);
         }
-        *(float4 *)(part + c * D + col) = acc;
+#pragma unroll
+        for (int j = 0; j < C; j++)
+            part[c * D + col + j] = acc[j];
     }
 }
 
