@@ -12,7 +12,10 @@
 # launches inside the expert MLP's GEMM nodes (the permute into the pad-to-tile layout, dSwiGLU, the scatter;
 # "part" rows, their bytes from bench/layer.c's part_bytes). The optimizer (AdamW, the gradient norm) is not
 # run by layer.c: the training binary's --profile row "(optimizer: ...)" measures it.
-# Build here (no GPU), carry OUTDIR (default $BUILD/bench-membound, ~10 MB), run there with --run-only.
+# Before the timings, tests/gpu/run_plan.c checks every fast kernel of tests/codegen/membound_fast.moe against
+# the CPU reference (each node on the CPU's inputs, exact nodes bit for bit; then chained): rows
+# run_plan_membound (isolated, chain), ok or FAIL, repeated in the summary printed last with the rows decision
+# 52 rewrote. Build here (no GPU), carry OUTDIR (default $BUILD/bench-membound, ~12 MB), run there with --run-only.
 # --table LOG prints the table of one log of bench/layer.c --membound (tests/bench/membound.test).
 set -uo pipefail
 MODE=all
@@ -33,6 +36,16 @@ if [ "$MODE" != run ] && [ "$MODE" != table ]; then
      -c bench/layer.c -o "$OUT/layer.o"
   g++ -o "$OUT/layer" "$OUT/layer.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
   rm "$OUT/layer.o"
+  # the correctness half (decision 52): tests/gpu/run_plan.c on tests/codegen/membound_fast.moe, every fast
+  # memory-bound kernel against the CPU reference at ragged sizes (exact nodes bit for bit), then chained
+  cc -std=c11 -D_GNU_SOURCE -O1 -ffp-contract=off -Wall -Wextra -Werror -I"$BUILD/gen" -Icompiler \
+     -c tests/gpu/run_plan.c -o "$OUT/run_plan.o"
+  g++ -o "$OUT/run_plan" "$OUT/run_plan.o" "$BUILD/libmoec.a" -lcjson -lz -lm -lpthread -ldl
+  rm "$OUT/run_plan.o"
+  rm -rf "$OUT/cuda/membound_fast"
+  "$BUILD/moec" compile tests/codegen/membound_fast.moe --kernels fast --emit-cuda "$OUT/cuda/membound_fast" \
+      --arch "$ARCH" >/dev/null
+  cp tests/codegen/membound_fast.moe "$OUT/membound_fast.moe"
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
   for r in "${RUNS[@]}"; do
     IFS='|' read -r name _ _ <<<"$r"
@@ -79,6 +92,19 @@ fi
 
 export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
+checks=()
+if [ -x "$OUT/run_plan" ]; then
+  for c in "isolated|" "chain|--chain"; do
+    IFS='|' read -r what opt <<<"$c"
+    clog=$OUT/run_plan_membound_$what.log
+    timeout 300 "$OUT/run_plan" "$OUT/membound_fast.moe" "$OUT/cuda/membound_fast" $opt >"$clog" 2>&1
+    rc=$?
+    grep -E "rmsnorm|rope|cross_entropy|masked|linear|SUMMARY|FAIL" "$clog" | head -24
+    v=$([ $rc -eq 0 ] && echo ok || echo FAIL)
+    [ "$v" = ok ] || status=1
+    checks+=("run_plan_membound ($what) $v: $(grep '^SUMMARY' "$clog" | tail -1 | cut -c1-140)")
+  done
+fi
 for r in "${RUNS[@]}"; do
   IFS='|' read -r name warm reps <<<"$r"
   log=$OUT/$name.log
@@ -86,6 +112,15 @@ for r in "${RUNS[@]}"; do
       >"$log" 2>&1 || { echo "moec membound_$name failed:"; tail -5 "$log"; status=1; continue; }
   echo
   grep -E '^# membound|^RESULT' "$log"
-  table "$log"
+  table "$log" | tee "$log.table"
+done
+# last, the short table: the correctness rows, then the rows decision 52 rewrote, per shape
+echo
+echo "== summary"
+for c in "${checks[@]}"; do echo "$c"; done
+for r in "${RUNS[@]}"; do
+  IFS='|' read -r name _ _ <<<"$r"
+  [ -r "$OUT/$name.log.table" ] || continue
+  grep -E '^(node|memory-bound rows)|cross_entropy|rmsnorm|rope|linear' "$OUT/$name.log.table" | sed "s/^/$name: /"
 done
 exit $status

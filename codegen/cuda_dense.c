@@ -145,12 +145,18 @@ static int skinny_linear(Cg *cg, const IrNode *n)
     switch (n->op) {
     case IR_OP_LINEAR: {
         int rw = N <= 8 ? 8 : N <= 16 ? 4 : 2;
-        cg_begin(cg, n, "skinny", "linear: y = x w^T, few outputs: a warp per row group, butterfly sums (fast)");
+        /* w through shared memory KT columns at a time: the widest multiple of 128 dividing K whose N KT
+         * floats fit 32 KB (decision 52) */
+        int64_t kt = 128;
+        while (kt * 2 <= K && K % (kt * 2) == 0 && N * kt * 2 * 4 <= 32768)
+            kt *= 2;
+        cg_begin(cg, n, "skinny", "linear: y = x w^T, few outputs: a warp per row group, w through shared memory, "
+                                  "butterfly sums (fast)");
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
-        cg_line(cg, "moec::fast::skinny_linear<%lldll, %lld, %lldll, %d>(y, x, w);", (long long)rows, (long long)N,
-                (long long)K, rw);
+        cg_line(cg, "moec::fast::skinny_linear<%lldll, %lld, %lldll, %d, %lld>(y, x, w);", (long long)rows,
+                (long long)N, (long long)K, rw, (long long)kt);
         cg_end(cg, CG_BLOCK, min64((rows + 8 * rw - 1) / (8 * rw), 132 * 16));
         break;
     }
@@ -162,7 +168,8 @@ static int skinny_linear(Cg *cg, const IrNode *n)
         /* here w [N, K] is the forward's weight [OUT, IN]: dx [rows, IN], N = OUT */
         cg_line(cg, "moec::fast::skinny_linear_dx<%lldll, %lld, %lldll, %d>(dx, dy, w);", (long long)rows,
                 (long long)N, (long long)K, tb);
-        cg_end(cg, tb, slabs * min64((rows + 63) / 64, (264 + slabs - 1) / slabs));
+        /* 4 blocks an SM where the registers allow (decision 52; 2 before: too few stores in flight) */
+        cg_end(cg, tb, slabs * min64((rows + 63) / 64, (528 + slabs - 1) / slabs));
         break;
     default: { /* IR_OP_LINEAR_DW: dw [N, K] = dy [rows, N]^T x [rows, K] */
         int64_t chunks = min64((264 + slabs - 1) / slabs, (rows + 63) / 64);
@@ -173,8 +180,9 @@ static int skinny_linear(Cg *cg, const IrNode *n)
         cg_param(cg, part, 1, "part");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "x");
-        cg_line(cg, "moec::fast::skinny_linear_dw_part<%lldll, %lld, %lldll, %lldll, %d>(part, dy, x);",
-                (long long)rows, (long long)N, (long long)K, (long long)ch, tb);
+        /* 8 (4) rows' loads of x in flight a thread where the 4 N accumulators leave room (decision 52) */
+        cg_line(cg, "moec::fast::skinny_linear_dw_part<%lldll, %lld, %lldll, %lldll, %d, %d>(part, dy, x);",
+                (long long)rows, (long long)N, (long long)K, (long long)ch, tb, N <= 8 ? 8 : N <= 16 ? 4 : 1);
         cg_end(cg, tb, chunks * slabs);
         cg_begin(cg, n, "skinny_sum", "linear_dw 2/2: the chunks' partials added in chunk order (fast)");
         cg_out(cg, n, "dw");
@@ -267,19 +275,70 @@ static int rms_tb(int64_t d)
     return t > CG_BLOCK ? CG_BLOCK : (int)t;
 }
 
+enum { RMS_DW_CHUNK = 32 }; /* the fast rmsnorm_dw needs more than 2 of these rows */
+enum { RMS_DW_CHUNKS = 128 }; /* the most row chunks of its column sums */
+
+/* the fast rmsnorm_dw (its column sums over chunks of rows) applies to node n */
+static int rms_dw_fast(const Cg *cg, const IrNode *n)
+{
+    return cg->kernel_choice == PLAN_KERNELS_FAST && cg_lead(n->src[1]) > 2 * RMS_DW_CHUNK;
+}
+
+/* its columns a thread: 4 (16-byte loads) where the width and the sources' alignment allow */
+static int rms_dw_cols(const IrNode *n)
+{
+    const IrNode *x = n->src[1];
+    return cg_last(x) % 4 == 0 && cg_aligned(x, 16) && cg_aligned(n->src[0], 16) ? 4 : 1;
+}
+
+/* the rmsnorm_dw node of the same x and eps as rmsnorm node n, after it and fast, else NULL: n keeps each
+ * row's 1 / rms for it (decision 52; the same double rms_inv_rows computes: the same sums in the same order),
+ * so rmsnorm_dw reads x once, for its column sums */
+static const IrNode *rms_dw_of(const Cg *cg, const IrNode *n)
+{
+    for (int i = n->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *b = cg->g->nodes[i];
+        if (b->op == IR_OP_RMSNORM_DW && b->src[1] == n->src[0] &&
+            ir_attr_f(b, IR_ATTR_EPS) == ir_attr_f(n, IR_ATTR_EPS) && rms_dw_fast(cg, b))
+            return b;
+    }
+    return NULL;
+}
+
+/* the 1 / rms workspace an earlier rmsnorm kept for rmsnorm_dw node b, else -1 */
+static int rms_kept_inv(Cg *cg, const IrNode *b)
+{
+    for (int i = b->id - 1; i >= 0; i--) {
+        const IrNode *a = cg->g->nodes[i];
+        if (a->op == IR_OP_RMSNORM && a->src[0] == b->src[1]) {
+            int w = cg_find_ws(cg, a, "rinv");
+            if (w >= 0 && cg->bufs[w].until == b->id)
+                return w;
+        }
+    }
+    return -1;
+}
+
 /* one block per row */
 int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
     if (rms_fast_ok(cg, cg_last(x)) && cg_aligned(x, 32)) {
         int tb = rms_tb(cg_last(x));
-        cg_impl(cg, "fast: the row in registers, 16-byte accesses");
-        cg_begin(cg, n, "", "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double (fast)");
+        const IrNode *dw = rms_dw_of(cg, n);
+        int rinv = dw ? cg_ws_kept(cg, n, dw, PLAN_F64, cg_lead(x), "rinv") : -1;
+        cg_impl(cg, dw ? "fast: the row in registers, 16-byte accesses; each row's 1 / rms kept for rmsnorm_dw"
+                       : "fast: the row in registers, 16-byte accesses");
+        cg_begin(cg, n, "", dw ? "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double; "
+                                 "1 / rms kept for rmsnorm_dw (fast)"
+                               : "rmsnorm: one block per row, the row in registers, 16-byte accesses, sums in double (fast)");
         cg_out(cg, n, "y");
         cg_in(cg, x, "x");
         cg_in(cg, n->src[1], "w");
+        if (dw)
+            cg_param(cg, rinv, 1, "rinv");
         rows_consts(cg, x, n);
-        cg_line(cg, "moec::fast::rmsnorm_rows<ROWS, D, %d>(y, x, w, EPS);", tb);
+        cg_line(cg, "moec::fast::rmsnorm_rows<ROWS, D, %d>(y, x, w, EPS%s);", tb, dw ? ", rinv" : "");
         cg_end(cg, tb, min64(cg_lead(x), 65535));
         cg->dense_fast_used = 1;
         return 1;
@@ -340,70 +399,74 @@ int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
 }
 
 /* dw_i = sum over rows (in row order, fp32 as the CPU) of dy x r */
-enum { RMS_DW_CHUNK = 32 }; /* rows per partial column sum of the fast rmsnorm_dw */
-
 int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[1];
     int64_t rows = cg_lead(x), d = cg_last(x);
-    int inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
-    if (rms_fast_ok(cg, d) && rows > 2 * RMS_DW_CHUNK && cg_aligned(x, 32)) {
-        int tb = rms_tb(d);
-        cg_begin(cg, n, "rms", "rmsnorm_dw 1/3: each row's 1 / rms, one block per row, 16-byte loads (fast)");
-        cg_param(cg, inv, 1, "rinv");
-        cg_in(cg, x, "x");
-        rows_consts(cg, x, n);
-        cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
-        cg_end(cg, tb, min64(rows, 65535));
-    } else {
-        cg_begin(cg, n, "rms", "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
-        cg_param(cg, inv, 1, "rinv");
-        cg_in(cg, x, "x");
-        rows_consts(cg, x, n);
-        cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
-        rms_inv_lines(cg, "x");
-        cg_line(cg, "    if (threadIdx.x == 0)");
-        cg_line(cg, "        rinv[r] = inv;");
-        cg_line(cg, "}");
-        cg_end(cg, CG_BLOCK, min64(rows, 65535));
+    int fast = rms_dw_fast(cg, n), inv = fast ? rms_kept_inv(cg, n) : -1;
+    if (inv < 0) {
+        inv = cg_ws(cg, n, PLAN_F64, rows, "inv");
+        if (fast && rms_fast_ok(cg, d) && cg_aligned(x, 32)) {
+            int tb = rms_tb(d);
+            cg_begin(cg, n, "rms", "rmsnorm_dw 1/3: each row's 1 / rms, one block per row, 16-byte loads (fast)");
+            cg_param(cg, inv, 1, "rinv");
+            cg_in(cg, x, "x");
+            rows_consts(cg, x, n);
+            cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
+            cg_end(cg, tb, min64(rows, 65535));
+        } else {
+            cg_begin(cg, n, "rms", fast ? "rmsnorm_dw 1/3: each row's 1 / rms, one block per row"
+                                        : "rmsnorm_dw 1/2: each row's 1 / rms, one block per row");
+            cg_param(cg, inv, 1, "rinv");
+            cg_in(cg, x, "x");
+            rows_consts(cg, x, n);
+            cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+            rms_inv_lines(cg, "x");
+            cg_line(cg, "    if (threadIdx.x == 0)");
+            cg_line(cg, "        rinv[r] = inv;");
+            cg_line(cg, "}");
+            cg_end(cg, CG_BLOCK, min64(rows, 65535));
+        }
     }
 
-    if (cg->kernel_choice == PLAN_KERNELS_FAST && rows > 2 * RMS_DW_CHUNK) {
-        /* --kernels fast: the column sums in chunks of RMS_DW_CHUNK rows (every column of every chunk its
-         * own thread: rows / 32 x D threads instead of D), then the chunks' partial sums in order. A
-         * fixed reassociation of the reference's sum: deterministic. */
-        int64_t chunks = (rows + RMS_DW_CHUNK - 1) / RMS_DW_CHUNK;
+    if (fast) {
+        /* --kernels fast (decision 52): the column sums over at most RMS_DW_CHUNKS chunks of rows, 4 columns
+         * per thread with 16-byte loads, then each column's chunks added by a block in a fixed order. A fixed
+         * reassociation of the reference's sum: deterministic. With the forward's kept 1 / rms, x and dy are
+         * read once. */
+        int cols = rms_dw_cols(n), kept = rms_kept_inv(cg, n) >= 0;
+        int64_t chunks = min64(RMS_DW_CHUNKS, (rows + 7) / 8);
+        int64_t ch = (rows + chunks - 1) / chunks;
+        chunks = (rows + ch - 1) / ch;
         int part = cg_ws(cg, n, PLAN_F32, chunks * d, "partials");
-        cg_impl(cg, "fast: the column sums over chunks of 32 rows, then over the chunks in order");
-        cg_begin(cg, n, "chunks", "rmsnorm_dw 2/3: per chunk of 32 rows and column, the sum of dy x / rms (fast)");
+        char impl[200];
+        snprintf(impl, sizeof impl, "fast: the column sums over %lld chunks of %lld rows%s%s, then over the chunks in "
+                 "a fixed order", (long long)chunks, (long long)ch, cols == 4 ? " (16-byte loads)" : "",
+                 kept ? ", 1 / rms kept by the rmsnorm" : "");
+        cg_impl(cg, impl);
+        cg_begin(cg, n, "chunks", cols == 4 ? (kept ? "rmsnorm_dw 1/2: per chunk of rows and column, the sum of dy x / rms, "
+                                                      "4 columns per thread, 16-byte loads, 1 / rms kept by the rmsnorm (fast)"
+                                                    : "rmsnorm_dw 2/3: per chunk of rows and column, the sum of dy x / rms, "
+                                                      "4 columns per thread, 16-byte loads (fast)")
+                                            : (kept ? "rmsnorm_dw 1/2: per chunk of rows and column, the sum of dy x / rms, "
+                                                      "1 / rms kept by the rmsnorm (fast)"
+                                                    : "rmsnorm_dw 2/3: per chunk of rows and column, the sum of dy x / rms (fast)"));
         cg_param(cg, part, 1, "part");
         cg_in(cg, n->src[0], "dy");
         cg_in(cg, x, "x");
         cg_param(cg, inv, 0, "rinv");
-        cg_const(cg, "ROWS", rows);
-        cg_const(cg, "D", d);
-        cg_const(cg, "CH", RMS_DW_CHUNK);
-        cg_const(cg, "CHUNKS", chunks);
-        cg_line(cg, "MOEC_FOR(idx, CHUNKS * D) {");
-        cg_line(cg, "    long long c = idx / D, i = idx %% D, r1 = (c + 1) * CH < ROWS ? (c + 1) * CH : ROWS;");
-        cg_line(cg, "    float acc = 0.0f;");
-        cg_line(cg, "    for (long long r = c * CH; r < r1; r++)");
-        cg_line(cg, "        acc += (float)((double)dy[r * D + i] * x[r * D + i] * rinv[r]);");
-        cg_line(cg, "    part[idx] = acc;");
-        cg_line(cg, "}");
-        cg_end(cg, CG_BLOCK, cg_grid(chunks * d, CG_BLOCK));
-        cg_begin(cg, n, "sum", "rmsnorm_dw 3/3: one thread per column sums the chunks in order (fast)");
+        cg_line(cg, "moec::fast::rms_dw_chunks<%lldll, %lld, %lldll, %d>(part, dy, x, rinv);", (long long)rows,
+                (long long)d, (long long)ch, cols);
+        cg_end(cg, CG_BLOCK, cg_grid(chunks * (d / cols), CG_BLOCK));
+        cg_begin(cg, n, "sum", kept ? "rmsnorm_dw 2/2: each column's chunks added in a fixed order, a block per 32 "
+                                      "columns (fast)"
+                                    : "rmsnorm_dw 3/3: each column's chunks added in a fixed order, a block per 32 "
+                                      "columns (fast)");
         cg_out(cg, n, "dw");
         cg_param(cg, part, 0, "part");
-        cg_const(cg, "D", d);
-        cg_const(cg, "CHUNKS", chunks);
-        cg_line(cg, "MOEC_FOR(i, D) {");
-        cg_line(cg, "    float acc = 0.0f;");
-        cg_line(cg, "    for (long long c = 0; c < CHUNKS; c++)");
-        cg_line(cg, "        acc += part[c * D + i];");
-        cg_line(cg, "    dw[i] = acc;");
-        cg_line(cg, "}");
-        cg_end(cg, CG_BLOCK, cg_grid(d, CG_BLOCK));
+        cg_line(cg, "moec::fast::rms_dw_sum<%lld, %lldll, 8>(dw, part);", (long long)d, (long long)chunks);
+        cg_end(cg, 256, (d + 31) / 32);
+        cg->dense_fast_used = 1;
         return 1;
     }
     cg_begin(cg, n, "sum", "rmsnorm_dw 2/2: one thread per column sums the rows in order");

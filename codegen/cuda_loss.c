@@ -26,17 +26,42 @@ static void softmax_stats_lines(Cg *cg, const char *ind)
     cg_line(cg, "%ssum = moec::block_sum<%d>(sum);", ind, CG_BLOCK);
 }
 
-/* --kernels fast (decision 47): the row's logits in registers, read once with 16-byte loads, exp in fp32
- * (dense_fast.cuh ce_rows, ce_dx_rows): where V % 4 == 0 and a row fits 8 float4 per thread of at most 1024
- * threads (V <= 32768: Mixtral's 32,000). Threads per row: V / 32 rounded up to a warp, so each thread holds
- * up to 8 float4 (8 16-byte loads in flight). 0: the reference kernels. */
-static int ce_fast_tb(const Cg *cg, const IrNode *logits)
+/* --kernels fast (decision 52): the streamed cross entropy, one warp per row (dense_fast.cuh ce_rows_warp,
+ * ce_dx_rows_kept), where V % 4 == 0 and the logits start 16-byte aligned: the forward reads each row once
+ * with an online max and sum and keeps (max, sum) per row for its gradient, which then reads each row once
+ * and writes it once. */
+enum { CE_WARPS = 8 }; /* rows (warps) per block of the streamed kernels */
+
+static int ce_stream_ok(const Cg *cg, const IrNode *logits)
 {
     int64_t V = cg_last(logits);
-    if (cg->kernel_choice != PLAN_KERNELS_FAST || V % 4 != 0 || V > 32768 || V < 4 || !cg_aligned(logits, 16))
-        return 0;
-    int64_t tb = ((V / 4 + 7) / 8 + 31) / 32 * 32;
-    return tb > 1024 ? 1024 : (int)tb;
+    return cg->kernel_choice == PLAN_KERNELS_FAST && V % 4 == 0 && V >= 4 && V < ((int64_t)1 << 30) &&
+           cg_aligned(logits, 16);
+}
+
+/* the cross_entropy_dx node of forward f (the same logits, targets and ignore index), else NULL */
+static const IrNode *ce_backward_of(const Cg *cg, const IrNode *f)
+{
+    for (int i = f->id + 1; i < cg->g->nnodes; i++) {
+        const IrNode *b = cg->g->nodes[i];
+        if (b->op == IR_OP_CROSS_ENTROPY_DX && b->src[1] == f->src[0] && b->src[2] == f->src[1] &&
+            ignore_of(b) == ignore_of(f))
+            return b;
+    }
+    return NULL;
+}
+
+/* the kept (max, sum) workspace that backward b reads, else -1 */
+static int ce_kept_stats(Cg *cg, const IrNode *b)
+{
+    for (int i = b->id - 1; i >= 0; i--) {
+        const IrNode *f = cg->g->nodes[i];
+        if ((f->op == IR_OP_CROSS_ENTROPY || f->op == IR_OP_MASKED_LM_LOSS) && ce_backward_of(cg, f) == b) {
+            int w = cg_find_ws(cg, f, "row_stats");
+            return w >= 0 && cg->bufs[w].until == b->id ? w : -1;
+        }
+    }
+    return -1;
 }
 
 /* mean over rows whose target is neither ignore nor out of range of
@@ -46,18 +71,24 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
     const IrNode *x = n->src[0], *tg = n->src[1];
     int64_t N = cg_lead(x), V = cg_last(x);
     int rowloss = cg_ws(cg, n, PLAN_F64, N, "row_loss"), valid = cg_ws(cg, n, PLAN_I32, N, "row_counted");
-    int tb = ce_fast_tb(cg, x);
-    if (tb) {
-        cg_impl(cg, "fast: the row in registers (16-byte loads, read once), exp in fp32");
-        cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row, the row in registers, exp in fp32, "
-                                "sums in double (fast)");
+    if (ce_stream_ok(cg, x)) {
+        const IrNode *b = ce_backward_of(cg, n);
+        int keep = b && ce_stream_ok(cg, b->src[1]);
+        int stats = keep ? cg_ws_kept(cg, n, b, PLAN_F64, 2 * N, "row_stats") : -1;
+        cg_impl(cg, keep ? "fast: one warp per row, read once (16-byte loads), online max and sum, exp in fp32; "
+                           "(max, sum) kept for the gradient"
+                         : "fast: one warp per row, read once (16-byte loads), online max and sum, exp in fp32");
+        cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one warp per row streaming it once, online max "
+                                "and sum, exp in fp32, sums in double (fast)");
         cg_param(cg, rowloss, 1, "row_loss");
         cg_param(cg, valid, 1, "row_counted");
+        if (keep)
+            cg_param(cg, stats, 1, "stats");
         cg_in(cg, x, "logits");
         cg_in(cg, tg, "targets");
-        cg_line(cg, "moec::fast::ce_rows<%lldll, %lld, %d, %lldll>(row_loss, row_counted, logits, targets);",
-                (long long)N, (long long)V, tb, (long long)ignore_of(n));
-        cg_end(cg, tb, min64(N, 65535));
+        cg_line(cg, "moec::fast::ce_rows_warp<%lldll, %lld, %lldll, %s>(row_loss, row_counted, %s, logits, targets);",
+                (long long)N, (long long)V, (long long)ignore_of(n), keep ? "true" : "false", keep ? "stats" : "nullptr");
+        cg_end(cg, 32 * CE_WARPS, min64((N + CE_WARPS - 1) / CE_WARPS, 65535));
         cg->dense_fast_used = 1;
     } else {
         cg_begin(cg, n, "rows", "cross-entropy 1/2: each row's loss, one block per row (log-sum-exp in double)");
@@ -123,19 +154,21 @@ int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
     cg_line(cg, "    count[0] = (int)c;");
     cg_end(cg, CG_BLOCK, 1);
 
-    int tb = ce_fast_tb(cg, x);
-    if (tb) {
-        cg_impl(cg, "fast: the row in registers (16-byte loads, read once), exp in fp32");
-        cg_begin(cg, n, "rows", "cross_entropy_dx 2/2: one block per row, the row in registers, softmax in fp32 with "
-                                "double sums, 16-byte stores (fast)");
+    int stats = ce_stream_ok(cg, x) ? ce_kept_stats(cg, n) : -1;
+    if (stats >= 0) {
+        cg_impl(cg, "fast: one warp per row with the forward's (max, sum): logits read once, dx written once, "
+                    "16-byte accesses");
+        cg_begin(cg, n, "rows", "cross_entropy_dx 2/2: one warp per row with the forward's kept (max, sum): read "
+                                "once, written once, 16-byte accesses, softmax in fp32 (fast)");
         cg_out(cg, n, "dx");
         cg_in(cg, dl, "dloss");
         cg_in(cg, x, "logits");
         cg_in(cg, tg, "targets");
         cg_param(cg, cnt, 0, "count");
-        cg_line(cg, "moec::fast::ce_dx_rows<%lldll, %lld, %d, %lldll>(dx, dloss, logits, targets, count);",
-                (long long)N, (long long)V, tb, (long long)ignore_of(n));
-        cg_end(cg, tb, min64(N, 65535));
+        cg_param(cg, stats, 0, "stats");
+        cg_line(cg, "moec::fast::ce_dx_rows_kept<%lldll, %lld, %lldll>(dx, dloss, logits, targets, count, stats);",
+                (long long)N, (long long)V, (long long)ignore_of(n));
+        cg_end(cg, 32 * CE_WARPS, min64((N + CE_WARPS - 1) / CE_WARPS, 65535));
         cg->dense_fast_used = 1;
         return 1;
     }

@@ -10,30 +10,58 @@ namespace fast {
  * reads x (or writes dx) once, 16 bytes per thread; fp32 sums in a fixed order (warp butterflies, fixed
  * chunk partials): deterministic, a reassociation of the reference's sums. K % 128 == 0. */
 
-/* y [ROWS, N] = x [ROWS, K] . w [N, K]^T: RW rows per warp (w's loads serve RW rows), each lane 4
- * consecutive k of every 128, then a butterfly per output. */
-template <long long ROWS, int N, long long K, int RW> __device__ void skinny_linear(float *y, const float *x, const float *w)
+/* y [ROWS, N] = x [ROWS, K] . w [N, K]^T: RW rows per warp (w's values serve RW rows), each lane 4
+ * consecutive k of every 128, then a butterfly per output. w passes through shared memory KT columns at a
+ * time (N KT floats, at most 32 KB; decision 52): read from global memory in the k loop, its loads' latency
+ * (an L1 that x's stream evicts w from) stood between every load of x and its multiply-adds. The same
+ * multiply-adds in the same order as reading w from global memory. KT % 128 == 0, K % KT == 0. */
+template <long long ROWS, int N, long long K, int RW, int KT>
+__device__ void skinny_linear(float *y, const float *x, const float *w)
 {
+    static_assert(KT % 128 == 0 && K % KT == 0, "skinny_linear: KT");
+    __shared__ float4 sw[N * (KT / 4)];
     const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
-    for (long long r0 = ((long long)blockIdx.x * warps + threadIdx.x / 32) * RW; r0 < ROWS;
-         r0 += (long long)gridDim.x * warps * RW) {
+    /* the loop's bounds are the block's (every thread reaches the barriers) */
+    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < ROWS; b0 += (long long)gridDim.x * warps * RW) {
+        const long long r0 = b0 + (long long)(threadIdx.x / 32) * RW;
         float acc[RW][N];
 #pragma unroll
         for (int i = 0; i < RW; i++)
 #pragma unroll
             for (int n = 0; n < N; n++)
                 acc[i][n] = 0.0f;
-        for (long long k = 4 * lane; k < K; k += 128) {
-            float4 xv[RW];
+        for (long long k0 = 0; k0 < K; k0 += KT) {
+            __syncthreads(); /* the previous tile is read */
+            /* the tile's loads 2 at a time in flight (a load, its store, the next load: a latency each) */
+            for (int i0 = threadIdx.x; i0 < N * (KT / 4); i0 += 2 * blockDim.x) {
+                float4 t[2];
 #pragma unroll
-            for (int i = 0; i < RW; i++)
-                xv[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int u = 0; u < 2; u++) {
+                    const int i = i0 + u * (int)blockDim.x;
+                    if (i < N * (KT / 4))
+                        t[u] = *(const float4 *)(w + (long long)(i / (KT / 4)) * K + k0 + 4 * (i % (KT / 4)));
+                }
 #pragma unroll
-            for (int n = 0; n < N; n++) {
-                const float4 wv = *(const float4 *)(w + n * K + k);
+                for (int u = 0; u < 2; u++) {
+                    const int i = i0 + u * (int)blockDim.x;
+                    if (i < N * (KT / 4))
+                        sw[i] = t[u];
+                }
+            }
+            __syncthreads();
+            for (int kq = lane; kq < KT / 4; kq += 32) {
+                const long long k = k0 + 4 * kq;
+                float4 xv[RW];
 #pragma unroll
                 for (int i = 0; i < RW; i++)
-                    acc[i][n] += xv[i].x * wv.x + xv[i].y * wv.y + xv[i].z * wv.z + xv[i].w * wv.w;
+                    xv[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int n = 0; n < N; n++) {
+                    const float4 wv = sw[n * (KT / 4) + kq];
+#pragma unroll
+                    for (int i = 0; i < RW; i++)
+                        acc[i][n] += xv[i].x * wv.x + xv[i].y * wv.y + xv[i].z * wv.z + xv[i].w * wv.w;
+                }
             }
         }
 #pragma unroll
@@ -85,9 +113,10 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
 /* dw [N, K] = dy [ROWS, N]^T . x [ROWS, K], step 1 of 2: block (chunk c, slab s) sums the rows
  * [c CH, (c + 1) CH) for 4 columns per thread into part [c][N][K]. TB threads per block;
  * grid = CHUNKS x K / (4 TB). */
-template <long long ROWS, int N, long long K, long long CH, int TB>
+template <long long ROWS, int N, long long K, long long CH, int TB, int U>
 __device__ void skinny_linear_dw_part(float *part, const float *dy, const float *x)
 {
+    static_assert(64 % U == 0, "skinny_linear_dw_part: U divides 64");
     __shared__ float sdy[64 * N];
     constexpr long long SLABS = K / (4 * TB), CHUNKS = (ROWS + CH - 1) / CH;
     /* grid-stride over the (chunk, slab) items, so that fewer blocks give the same result (the emulator) */
@@ -103,16 +132,25 @@ __device__ void skinny_linear_dw_part(float *part, const float *dy, const float 
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
                 sdy[i] = r0 + i / N < end ? dy[r0 * N + i] : 0.0f;
             __syncthreads();
-            for (int i = 0; i < 64 && r0 + i < end; i++) {
-                const float4 xv = *(const float4 *)(x + (r0 + i) * K + k);
+            /* U rows' loads in flight (decision 52), their multiply-adds in row order as one row at a time */
+            for (int i = 0; i < 64 && r0 + i < end; i += U) {
+                float4 xv[U];
 #pragma unroll
-                for (int n = 0; n < N; n++) {
-                    const float d = sdy[i * N + n];
-                    acc[n].x += d * xv.x;
-                    acc[n].y += d * xv.y;
-                    acc[n].z += d * xv.z;
-                    acc[n].w += d * xv.w;
-                }
+                for (int u = 0; u < U; u++)
+                    if (r0 + i + u < end)
+                        xv[u] = *(const float4 *)(x + (r0 + i + u) * K + k);
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (r0 + i + u < end) {
+#pragma unroll
+                        for (int n = 0; n < N; n++) {
+                            const float d = sdy[(i + u) * N + n];
+                            acc[n].x += d * xv[u].x;
+                            acc[n].y += d * xv[u].y;
+                            acc[n].z += d * xv[u].z;
+                            acc[n].w += d * xv[u].w;
+                        }
+                    }
             }
         }
 #pragma unroll
@@ -169,6 +207,48 @@ __device__ __forceinline__ void st8(unsigned short *p, const float (&f)[8])
     *(uint4 *)p = u;
 }
 
+/* 8 consecutive elements as loaded (16 bytes of bf16, 32 of fp32), widened by get as ld8 does. On the GPU the
+ * loads are plain ld.global (inline PTX), not the read-only path's ld.global.nc that the compiler may sink
+ * below later stores (it did: a thread of rope_apply had 2 of its 8 loads in flight; decision 52): a plain
+ * load stays before a store that may alias it. */
+template <class T> struct Raw8;
+template <> struct Raw8<unsigned short> {
+    uint4 u;
+    __device__ __forceinline__ void load(const unsigned short *p)
+    {
+#ifdef __CUDA_ARCH__
+        asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
+#else
+        u = *(const uint4 *)p;
+#endif
+    }
+    __device__ __forceinline__ void get(float (&f)[8]) const
+    {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+template <> struct Raw8<float> {
+    float4 a, b;
+    __device__ __forceinline__ void load(const float *p)
+    {
+#ifdef __CUDA_ARCH__
+        asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a.x), "=f"(a.y), "=f"(a.z), "=f"(a.w) : "l"(p));
+        asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(b.x), "=f"(b.y), "=f"(b.z), "=f"(b.w) : "l"(p + 4));
+#else
+        a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+#endif
+    }
+    __device__ __forceinline__ void get(float (&f)[8]) const
+    {
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    }
+};
+
 /* RoPE, step 2 of 2: y = x rotated, pairs (j, j + HD/2) of every head by the angle whose (cos, sign * sin)
  * step 1 wrote into cs [S, HD/2] as double pairs, with the very expressions of the reference kernel (so
  * the same doubles: the results are the reference's bit for bit). One thread per (row, 8 consecutive j,
@@ -188,20 +268,27 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs)
 #pragma unroll
         for (int i = 0; i < 8; i++)
             c[i] = t[2 * i], sn[i] = t[2 * i + 1];
+        /* every head's loads first, then the heads' rotations and stores (decision 52) */
+        const long long at0 = row * ((long long)H * HD) + (long long)hg * HG * HD + 8 * q;
+        Raw8<TX> r1[HG], r2[HG];
 #pragma unroll
         for (int hh = 0; hh < HG; hh++) {
-            const long long at = row * ((long long)H * HD) + (long long)(hg * HG + hh) * HD + 8 * q;
+            r1[hh].load(x + at0 + (long long)hh * HD);
+            r2[hh].load(x + at0 + (long long)hh * HD + HALF);
+        }
+#pragma unroll
+        for (int hh = 0; hh < HG; hh++) {
             float x1[8], x2[8], y1[8], y2[8];
-            ld8(x + at, x1);
-            ld8(x + at + HALF, x2);
+            r1[hh].get(x1);
+            r2[hh].get(x2);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const double a = x1[i], b = x2[i];
                 y1[i] = (float)(a * c[i] - b * sn[i]);
                 y2[i] = (float)(b * c[i] + a * sn[i]);
             }
-            st8(y + at, y1);
-            st8(y + at + HALF, y2);
+            st8(y + at0 + (long long)hh * HD, y1);
+            st8(y + at0 + (long long)hh * HD + HALF, y2);
         }
     }
 }
@@ -310,9 +397,10 @@ template <int D, int TB> struct RowPart {
     static __device__ __forceinline__ int col(int c) { return 8 * ((int)threadIdx.x + c * TB); }
 };
 
-/* y = x / rms(x) * w */
+/* y = x / rms(x) * w; rinv (not null) gets each row's 1 / rms, the very double rms_inv_rows computes (the
+ * same sums in the same order), for rmsnorm_dw (decision 52) */
 template <long long ROWS, int D, int TB, class TY, class TX>
-__device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps)
+__device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, double *rinv = nullptr)
 {
     typedef RowPart<D, TB> P;
     for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
@@ -328,6 +416,8 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps)
             }
         ss = block_sum<TB>(ss);
         const double inv = 1.0 / sqrt(ss / (double)D + eps);
+        if (rinv && threadIdx.x == 0)
+            rinv[r] = inv;
 #pragma unroll
         for (int c = 0; c < P::NC; c++)
             if (P::col(c) < D) {
@@ -397,6 +487,82 @@ template <long long ROWS, int D, int TB, class TX> __device__ void rms_inv_rows(
     }
 }
 
+/* rmsnorm_dw's step 2 (decision 52): part [c][D] <- for chunk c of CH rows and each column, the sum of
+ * (float)(dy x rinv) over the chunk's rows in row order (fp32, the reference's per-row term), C columns a
+ * thread: 4 with 16-byte loads (D % 4 == 0, dy and x 16-byte aligned) or 1; 4 rows' loads in flight */
+template <int C> struct Cols;
+template <> struct Cols<4> {
+    float v[4];
+    __device__ __forceinline__ void load(const float *p)
+    {
+        const float4 t = *(const float4 *)p;
+        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    }
+};
+template <> struct Cols<1> {
+    float v[1];
+    __device__ __forceinline__ void load(const float *p) { v[0] = *p; }
+};
+template <long long ROWS, int D, long long CH, int C> __device__ void rms_dw_chunks(float *part, const float *dy,
+                                                                                  const float *x, const double *rinv)
+{
+    static_assert(D % C == 0, "rms_dw_chunks: D % C");
+    constexpr long long CHUNKS = (ROWS + CH - 1) / CH, Q = D / C;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < CHUNKS * Q;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long c = idx / Q, col = C * (idx % Q), r0 = c * CH, r1 = r0 + CH < ROWS ? r0 + CH : ROWS;
+        float acc[C];
+#pragma unroll
+        for (int j = 0; j < C; j++)
+            acc[j] = 0.0f;
+        for (long long r = r0; r < r1; r += 4) {
+            Cols<C> g[4], v[4];
+            double ri[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (r + u < r1) {
+                    g[u].load(dy + (r + u) * D + col);
+                    v[u].load(x + (r + u) * D + col);
+                    ri[u] = rinv[r + u];
+                }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (r + u < r1)
+#pragma unroll
+                    for (int j = 0; j < C; j++)
+                        acc[j] += (float)((double)g[u].v[j] * v[u].v[j] * ri[u]);
+        }
+#pragma unroll
+        for (int j = 0; j < C; j++)
+            part[c * D + col + j] = acc[j];
+    }
+}
+
+/* rmsnorm_dw's step 3: dw [D] <- the CHUNKS partials of each column added in a fixed order by a block of
+ * 32 columns (a lane per column): warp w adds chunks w, w + W, ... in order, then lane j of warp 0 adds the
+ * W warps' sums in warp order. Blocks of 32 W threads. */
+template <int D, long long CHUNKS, int W> __device__ void rms_dw_sum(float *dw, const float *part)
+{
+    __shared__ float red[W][33];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (long long c0 = 32 * (long long)blockIdx.x; c0 < D; c0 += 32 * (long long)gridDim.x) {
+        const long long col = c0 + lane;
+        float s = 0.0f;
+        if (col < D)
+            for (long long c = warp; c < CHUNKS; c += W)
+                s += part[c * D + col];
+        red[warp][lane] = s;
+        __syncthreads();
+        if (warp == 0 && col < D) {
+            float t = 0.0f;
+            for (int w = 0; w < W; w++)
+                t += red[w][lane];
+            dw[col] = t;
+        }
+        __syncthreads();
+    }
+}
+
 /* slice of the last dimension, 8 elements per thread (W, OFF, SIZE % 8 == 0): a copy, bf16 widened exactly
  * and stored rounded as the reference */
 template <long long ROWS, long long W, long long OFF, long long SIZE, class TY, class TX>
@@ -434,95 +600,123 @@ template <long long T, int KS, long long D> __device__ void combine_rows(float *
     }
 }
 
-/* Cross entropy and its gradient over logits [N, V] f32, one row per block of TB threads with the row's V
- * logits in registers (NC float4 per thread: the row is read once, 16 bytes at a time). The row's max is
- * exact (any order gives it); exp(l - max) in fp32 (expf) where the reference computes it in double (an
- * fp64 exp per logit bounds the reference by the FP64 units), summed in double per thread in column order
- * and then by the block's fixed tree: deterministic, within a few fp32 ulps of the reference. V % 4 == 0,
- * V <= 4 NC TB. */
-template <int V, int TB> struct CeRow {
-    static constexpr int NC = (V / 4 + TB - 1) / TB;
-    static __device__ __forceinline__ int col(int c) { return 4 * ((int)threadIdx.x + c * TB); }
-    /* loads row l into v, returns its max and sum of exp(l - max) (every thread) */
-    static __device__ __forceinline__ void stats(const float *l, float4 (&v)[NC], float &mxf, double &sum)
+/* ---- the cross entropy streamed, one warp per row (docs/decisions.md 52): the row is read once with 16-byte
+ * loads, U float4 per lane in flight, and no block barrier anywhere, so the warps of an SM overlap one row's
+ * arithmetic with other rows' loads (the kernels above hold a row in a block's registers: one row an SM, its
+ * loads and its reductions in turn). Each lane keeps an online maximum m and sum s of exp(l - m): a group of
+ * U float4 is exponentiated in fp32 against the lane's maximum after the group (expf, as above), summed in
+ * fp32 and added to s in double; when the maximum grows, s is rescaled by exp(m_old - m_new) in double. The
+ * lanes' (m, s) are then combined by an xor butterfly (every lane the same bits), s_lane * exp(m_lane - M) in
+ * double with M the row's max (exact: any order gives it). Deterministic; within a few fp32 ulps of the
+ * two-pass sum. V % 4 == 0. */
+template <int V> struct CeWarp {
+    static constexpr int Q = V / 4, U = 4;
+    /* row l's max (every lane) and sum of exp(l - max) (every lane) */
+    static __device__ __forceinline__ void stats(const float *l, float &mx, double &sum)
     {
-        float m = -__int_as_float(0x7f800000);
-#pragma unroll
-        for (int c = 0; c < NC; c++)
-            if (col(c) < V) {
-                v[c] = *(const float4 *)(l + col(c));
-                m = fmaxf(m, fmaxf(fmaxf(v[c].x, v[c].y), fmaxf(v[c].z, v[c].w)));
-            }
-        mxf = (float)block_max<TB>((double)m);
+        const int lane = threadIdx.x & 31;
+        const float ninf = -__int_as_float(0x7f800000);
+        float m = ninf;
         double s = 0.0;
+        for (int q0 = lane; q0 < Q; q0 += 32 * U) {
+            float4 v[U];
 #pragma unroll
-        for (int c = 0; c < NC; c++)
-            if (col(c) < V)
-                s += (double)expf(v[c].x - mxf) + (double)expf(v[c].y - mxf) + (double)expf(v[c].z - mxf) +
-                     (double)expf(v[c].w - mxf);
-        sum = block_sum<TB>(s);
+            for (int u = 0; u < U; u++)
+                v[u] = q0 + 32 * u < Q ? *(const float4 *)(l + 4 * (q0 + 32 * u)) : make_float4(ninf, ninf, ninf, ninf);
+            float gm = m;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                gm = fmaxf(gm, fmaxf(fmaxf(v[u].x, v[u].y), fmaxf(v[u].z, v[u].w)));
+            if (gm > m) {
+                if (m != ninf)
+                    s *= exp((double)m - (double)gm);
+                m = gm;
+            }
+            float fs = 0.0f;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (q0 + 32 * u < Q)
+                    fs += (expf(v[u].x - m) + expf(v[u].y - m)) + (expf(v[u].z - m) + expf(v[u].w - m));
+            s += (double)fs;
+        }
+        float M = m;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        s = m == ninf ? 0.0 : s * exp((double)m - (double)M);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        mx = M;
+        sum = s;
     }
 };
 
-/* step 1 of cross_entropy: each row's loss log(sum) + max - l[target] (double) and whether it counts */
-template <long long N, int V, int TB, long long IGNORE>
-__device__ void ce_rows(double *row_loss, int *row_counted, const float *logits, const int *targets)
+/* cross_entropy's step 1, streamed: each row's loss log(sum) + max - l[target] (double), whether it counts,
+ * and, where the gradient reads them (KEEP), the row's (max, sum) into stats [N][2] */
+template <long long N, int V, long long IGNORE, bool KEEP>
+__device__ void ce_rows_warp(double *row_loss, int *row_counted, double *stats, const float *logits, const int *targets)
 {
-    typedef CeRow<V, TB> P;
-    for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+    for (long long r = (long long)blockIdx.x * warps + threadIdx.x / 32; r < N; r += (long long)gridDim.x * warps) {
         const int t = targets[r];
         const bool counted = !(t == IGNORE || t < 0 || t >= V);
-        double loss = 0.0;
-        if (counted) { /* the same for the whole block */
-            float4 v[P::NC];
-            float mx;
-            double sum;
-            P::stats(logits + r * V, v, mx, sum);
+        double loss = 0.0, sum = 0.0;
+        float mx = 0.0f;
+        if (counted) { /* the same for the whole warp */
+            CeWarp<V>::stats(logits + r * V, mx, sum);
             loss = log(sum) + (double)mx - (double)logits[r * V + t];
         }
-        if (threadIdx.x == 0) {
+        if (lane == 0) {
             row_loss[r] = loss;
             row_counted[r] = counted;
+            if (KEEP) {
+                stats[2 * r] = (double)mx;
+                stats[2 * r + 1] = sum;
+            }
         }
     }
 }
 
-/* step 2 of cross_entropy_dx: dx = dl (softmax - onehot) / count, fp32 per element, 16-byte stores */
-template <long long N, int V, int TB, long long IGNORE>
-__device__ void ce_dx_rows(float *dx, const float *dloss, const float *logits, const int *targets, const int *count)
+/* cross_entropy_dx with the forward's kept (max, sum): dx = dl (softmax - onehot) / count, each row read once
+ * and written once (16-byte loads and stores, U float4 per lane in flight), one warp per row; the expression
+ * of ce_dx_rows (expf(l - max) * (float)(1 / sum)) */
+template <long long N, int V, long long IGNORE>
+__device__ void ce_dx_rows_kept(float *dx, const float *dloss, const float *logits, const int *targets, const int *count,
+                                const double *stats)
 {
-    typedef CeRow<V, TB> P;
+    constexpr int Q = V / 4, U = CeWarp<V>::U;
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
     const double dl = dloss[0];
     const int cnt = count[0];
     const float scale = cnt ? (float)(dl / (double)cnt) : 0.0f;
-    for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+    for (long long r = (long long)blockIdx.x * warps + threadIdx.x / 32; r < N; r += (long long)gridDim.x * warps) {
         const int t = targets[r];
         float *d = dx + r * V;
-        if (t == IGNORE || t < 0 || t >= V || cnt == 0) { /* the same for the whole block */
-#pragma unroll
-            for (int c = 0; c < P::NC; c++)
-                if (P::col(c) < V) {
-                    float4 z;
-                    z.x = 0.0f, z.y = 0.0f, z.z = 0.0f, z.w = 0.0f;
-                    *(float4 *)(d + P::col(c)) = z;
-                }
+        const float *l = logits + r * V;
+        if (t == IGNORE || t < 0 || t >= V || cnt == 0) { /* the same for the whole warp */
+            for (int q = lane; q < Q; q += 32)
+                *(float4 *)(d + 4 * q) = make_float4(0.f, 0.f, 0.f, 0.f);
             continue;
         }
-        float4 v[P::NC];
-        float mx;
-        double sum;
-        P::stats(logits + r * V, v, mx, sum);
-        const float rs = (float)(1.0 / sum);
+        const float mx = (float)stats[2 * r], rs = (float)(1.0 / stats[2 * r + 1]);
+        for (int q0 = lane; q0 < Q; q0 += 32 * U) {
+            float4 v[U];
 #pragma unroll
-        for (int c = 0; c < P::NC; c++) {
-            const int j = P::col(c);
-            if (j < V) {
-                float4 o;
-                o.x = (expf(v[c].x - mx) * rs - (j == t ? 1.0f : 0.0f)) * scale;
-                o.y = (expf(v[c].y - mx) * rs - (j + 1 == t ? 1.0f : 0.0f)) * scale;
-                o.z = (expf(v[c].z - mx) * rs - (j + 2 == t ? 1.0f : 0.0f)) * scale;
-                o.w = (expf(v[c].w - mx) * rs - (j + 3 == t ? 1.0f : 0.0f)) * scale;
-                *(float4 *)(d + j) = o;
+            for (int u = 0; u < U; u++)
+                if (q0 + 32 * u < Q)
+                    v[u] = *(const float4 *)(l + 4 * (q0 + 32 * u));
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int j = 4 * (q0 + 32 * u);
+                if (j < V) {
+                    float4 o;
+                    o.x = (expf(v[u].x - mx) * rs - (j == t ? 1.0f : 0.0f)) * scale;
+                    o.y = (expf(v[u].y - mx) * rs - (j + 1 == t ? 1.0f : 0.0f)) * scale;
+                    o.z = (expf(v[u].z - mx) * rs - (j + 2 == t ? 1.0f : 0.0f)) * scale;
+                    o.w = (expf(v[u].w - mx) * rs - (j + 3 == t ? 1.0f : 0.0f)) * scale;
+                    *(float4 *)(d + j) = o;
+                }
             }
         }
     }

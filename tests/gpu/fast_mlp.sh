@@ -145,12 +145,13 @@ for c in "" --chain; do
   row "run_plan_attn128${c:+_chain}" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_attn128$c.log" | tail -1 | cut -c1-150)"
 done
 
-# the memory-bound kernels of decision 47 that the models above do not reach (tests/codegen/membound_fast.moe:
-# the cross entropy's row in registers at vocabulary 1032 and 44, RMSNorm at 256 and 384; RoPE, the routing
-# sort, the combines and slices again): every node on the CPU's inputs (exact ops bit for bit), then chained
+# the memory-bound kernels of decisions 47 and 52 that the models above do not reach (tests/codegen/membound_fast.moe:
+# the streamed cross entropy and its gradient from the kept (max, sum) at vocabulary 1032 and 44, RMSNorm at 256
+# and 384 with rmsnorm_dw's kept 1 / rms, the skinny linears' w tiles; RoPE, the routing sort, the combines and
+# slices again): every node on the CPU's inputs (exact ops bit for bit), then chained
 "$B/run_plan" "$OUT/membound_fast.moe" "$OUT/cuda/membound_fast" >"$L/run_plan_membound.log" 2>&1
 rc=$?
-grep -E "rmsnorm|rope|route_plan|expert_counts|combine|slice|cross_entropy|masked|SUMMARY|FAIL" "$L/run_plan_membound.log" | head -20
+grep -E "rmsnorm|rope|route_plan|expert_counts|combine|slice|cross_entropy|masked|linear|SUMMARY|FAIL" "$L/run_plan_membound.log" | head -24
 row run_plan_membound "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_membound.log" | tail -1 | cut -c1-150)"
 "$B/run_plan" "$OUT/membound_fast.moe" "$OUT/cuda/membound_fast" --chain >"$L/run_plan_membound_chain.log" 2>&1
 rc=$?

@@ -25,5 +25,14 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
     emu_syncwarp();
     return r;
 }
+inline double __shfl_xor_sync(unsigned mask, double v, int m)
+{
+    (void)mask;
+    emu_warp_put(v);
+    emu_syncwarp();
+    double r = emu_warp_get((int)(threadIdx.x & 31) ^ m);
+    emu_syncwarp();
+    return r;
+}
 
 #endif
