@@ -34,8 +34,8 @@ extern const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS];
  * epilogue is used only where the launch's dW starts 16-byte aligned; elsewhere the register stores. */
 typedef enum CudaKgemmEpilogue { CUDA_KGEMM_DEFAULT, CUDA_KGEMM_TMA, CUDA_KGEMM_REGS } CudaKgemmEpilogue;
 
-/* The bf16 M-grouped GEMMs' schedule in fast plans (docs/kernels-sm90.md, decision 49): the default
- * (codegen/cuda_moe_fast.c FAST_MGEMM_SCHEDULE), or forced (A/B timing, the tests): cooperative, ping-pong with
+/* The bf16 M-grouped GEMMs' schedule in fast plans (docs/kernels-sm90.md, decision 49): the default, chosen per
+ * launch from the H200's measurements (codegen/cuda_moe_fast.c mgemm_pingpong), or forced (A/B timing, the tests): cooperative, ping-pong with
  * 128 x 128 tiles per consumer warpgroup, ping-pong with 64 x 256 (pingpong64). The driver takes it from the
  * environment, MOEC_MGEMM=cooperative|pingpong|pingpong64 (driver/build.c). */
 typedef enum CudaMgemmSchedule {

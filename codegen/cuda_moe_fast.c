@@ -43,18 +43,27 @@ static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b
 }
 
 /* The expert MLP's bf16 M-grouped GEMMs (gate_up with the SwiGLU epilogue, down, and the backward's two data
- * gradients) take the ping-pong schedule with 128 x 128 tiles per consumer warpgroup unless CudaOptions says
- * otherwise (decision 49: the cooperative kernel's consumer warpgroups store their shared tile at the same
- * time, and ncu shows 39-46% of the warps' stall cycles at the epilogue's barrier; 128 x 128 tiles keep the
- * operand traffic per flop of the cooperative BLOCK_N 128 kernel, measured at 720 TFLOP/s on gate_up). The
- * dense linears (tc_*) stay cooperative. */
-static const CudaMgemmSchedule FAST_MGEMM_SCHEDULE = CUDA_MGEMM_PINGPONG;
-
-/* GemmSm90Shape.pingpong for the expert MLP's M-grouped GEMMs */
-static int mgemm_pingpong(const Cg *cg)
+ * gradients): the schedule per launch unless CudaOptions forces one (decision 49). The table is what the H200
+ * measured (tests/gpu/pingpong.sh, 2026-12-02, each launch timed in all three schedules in one run):
+ *  - reduction K < 4096 (bio: H 1024, F 2816): ping-pong, 128 x 128 tiles per consumer warpgroup (gate_up 0.921,
+ *    down 0.947, da 0.966 of the cooperative kernel's time): short main loops, so the epilogue is a large share of
+ *    a tile and overlapping it pays;
+ *  - K >= 4096 with the SwiGLU epilogue (Mixtral gate_up): ping-pong with 64 x 256 tiles (0.906; the 128 x 128
+ *    one 0.993): the epilogue is heavy and the 256-wide tile keeps the cooperative kernel's operand reuse;
+ *  - K >= 4096 otherwise (Mixtral down, da, dxs; bio dxs, K 2F = 5632): cooperative (both ping-pongs 1.01-1.02).
+ * The dense linears (tc_*) stay cooperative. */
+static int mgemm_pingpong(const Cg *cg, int64_t K, int glu)
 {
-    CudaMgemmSchedule s = cg->mgemm_schedule == CUDA_MGEMM_DEFAULT ? FAST_MGEMM_SCHEDULE : cg->mgemm_schedule;
-    return s == CUDA_MGEMM_PINGPONG ? 2 : s == CUDA_MGEMM_PINGPONG64 ? 1 : 0;
+    switch (cg->mgemm_schedule) {
+    case CUDA_MGEMM_PINGPONG:
+        return 2;
+    case CUDA_MGEMM_PINGPONG64:
+        return 1;
+    case CUDA_MGEMM_COOPERATIVE:
+        return 0;
+    default:
+        return K < 4096 ? 2 : glu ? 1 : 0;
+    }
 }
 /* The K-grouped (weight-gradient) kernel's epilogue in fast plans unless CudaOptions says otherwise: the
  * TMA-store one, measured on the H200 in the layer benchmark against the stores from registers (2026-12-01,
@@ -199,7 +208,7 @@ static void emit_mgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
 static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int w, int d, int64_t N,
                            int64_t K, int trans_b, int act, int probs)
 {
-    GemmSm90Shape s = mgrouped_shape_pp(f->E, N, K, trans_b, mgemm_pingpong(cg));
+    GemmSm90Shape s = mgrouped_shape_pp(f->E, N, K, trans_b, mgemm_pingpong(cg, K, act >= 0));
     if (act >= 0)
         s.epilogue = GEMM_SM90_EPI_GLU;
     /* the kernel's name carries its configuration (what --profile and the SASS tools print) */
