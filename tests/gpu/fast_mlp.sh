@@ -101,7 +101,7 @@ if [ "$MODE" != run ]; then
     "$BUILD/moec" compile $f --kernels fast --precision mxfp8 --emit-cuda "$OUT/cuda/fast_mlp_mx" --arch "$ARCH" >/dev/null
     cp $f "$OUT/fast_mlp_fp8.moe"
     "$BUILD/moec" compile $f --kernels fast --precision mxfp8 -o "$OUT/bin/train_mx" --arch "$ARCH" >/dev/null
-    "$BUILD/moec" compile $f --kernels fast --precision bf16 -o "$OUT/bin/train_fp8_bf16" --arch "$ARCH" >/dev/null
+    [ "$FP8" = 1 ] || "$BUILD/moec" compile $f --kernels fast --precision bf16 -o "$OUT/bin/train_fp8_bf16" --arch "$ARCH" >/dev/null
     for l in $FP8_LAYERS; do
       rm -rf "$OUT/cuda/layer_${l}_mx"
       "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast --precision mxfp8 \
