@@ -105,6 +105,11 @@ static int is_fp8b(const IrNode *n)
     return ir_has_attr(n, IR_ATTR_PRECISION) && ir_attr_e(n, IR_ATTR_PRECISION) == IR_PREC_FP8_BLOCK;
 }
 
+static int is_mx(const IrNode *n)
+{
+    return ir_has_attr(n, IR_ATTR_PRECISION) && ir_attr_e(n, IR_ATTR_PRECISION) == IR_PREC_MXFP8;
+}
+
 static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len);
 
 int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
@@ -113,7 +118,7 @@ int cuda_fast_mlp_ok(const IrNode *n, char *why, size_t len)
         snprintf(why, len, "not a grouped_mlp node");
         return 0;
     }
-    if (is_fp8b(n))
+    if (is_fp8b(n) || is_mx(n))
         return fp8b_mlp_ok(n, why, len);
     if (ir_has_attr(n, IR_ATTR_PRECISION) && ir_attr_e(n, IR_ATTR_PRECISION) != IR_PREC_BF16) {
         snprintf(why, len, "precision %s (the fast kernels are bf16)",
@@ -163,6 +168,7 @@ typedef struct Fast {
     const IrNode *n;
     int64_t R, H, E, F, rcap;
     int ofs;   /* int [2E + 2]: padded offsets, then group starts */
+    int mx;    /* MXFP8 (else fp8-block, where the FP8 GEMMs are used) */
     int step, steps;
     const char *op;
 } Fast;
@@ -278,8 +284,9 @@ static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const 
     f->E = w1->shape[0];
     f->F = w1->shape[1] / 2;
     f->rcap = moec_fast_rows_cap(f->R, (int)f->E);
-    if (is_fp8b(n))
-        f->rcap = (f->rcap + 15) / 16 * 16; /* the FP8 kernel's activation scales: rows_cap % 16 == 0 */
+    if (is_fp8b(n) || is_mx(n))
+        f->rcap = (f->rcap + 15) / 16 * 16;
+    f->mx = is_mx(n); /* the FP8 kernel's activation scales: rows_cap % 16 == 0 */
     f->steps = steps;
     f->op = ir_node_op_name(n);
     char why[512], impl[560];
@@ -339,8 +346,8 @@ int cg_fast_reads_through(Cg *cg, const IrNode *d)
             users++;
             if (u->is_output)
                 return 0;
-            if (is_fp8b(u))
-                return 0; /* the fp8-block quantisers read the dispatch's fp32 rows */
+            if (is_fp8b(u) || is_mx(u))
+                return 0; /* the fp8-block and MXFP8 quantisers read the dispatch's fp32 rows */
             if (u->op == IR_OP_GROUPED_MLP && s == 0 && cuda_fast_mlp_ok(u, why, sizeof why) && fast_backward_of(cg, u))
                 continue;
             if (u->op == IR_OP_GROUPED_MLP_BWD && (s == 0 || s == 1) && cuda_fast_mlp_ok(u, why, sizeof why)) {
@@ -413,11 +420,15 @@ static void emit_convert(Cg *cg, Fast *f, const IrNode *w, int wb, const char *n
 
 static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n);
 static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n);
+static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n);
+static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n);
 
 int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
 {
     if (is_fp8b(n))
         return emit_grouped_mlp_fp8(cg, n);
+    if (is_mx(n))
+        return emit_grouped_mlp_mx(cg, n);
     const IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
     Fast f;
     int cv1, cv2;
@@ -546,6 +557,8 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
 {
     if (is_fp8b(n))
         return emit_grouped_mlp_bwd_fp8(cg, n);
+    if (is_mx(n))
+        return emit_grouped_mlp_bwd_mx(cg, n);
     const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3], *sp = n->src[4], *p = n->src[5];
     Fast f;
     int cv1, cv2;
@@ -710,8 +723,52 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
     return s;
 }
 
+/* MXFP8's (decision 53): 1 x 32 scales on both operands, promotion every 32 K; 5 stages (the decoded fp32
+ * scales take 4 KB a stage more than fp8-block's: 6 do not fit beside the bf16 staging buffers) */
+static GemmFp8Shape mx_shape(int64_t E, int64_t N, int64_t K)
+{
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16};
+    return s;
+}
+
+static int mx_mlp_ok(const IrNode *n, char *why, size_t len)
+{
+    const IrNode *xs = n->src[n->op == IR_OP_GROUPED_MLP ? 0 : 1], *w1 = n->src[n->op == IR_OP_GROUPED_MLP ? 1 : 2];
+    int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
+    if (H % 256 || F % 256) {
+        snprintf(why, len, "mxfp8: H %lld and F %lld must be multiples of 256 (the FP8 GEMM takes its 128-deep K "
+                 "blocks in pairs, and K is H or F forward, H or 2F in the data gradients)", (long long)H, (long long)F);
+        return 0;
+    }
+    if (fp8b_rows_cap(R, E) >= ((int64_t)1 << 31) || E * 2 * F * H >= ((int64_t)1 << 40)) {
+        snprintf(why, len, "too large: R + 128 E = %lld rows", (long long)fp8b_rows_cap(R, E));
+        return 0;
+    }
+    GemmFp8Shape m[4] = {mx_shape(E, 2 * F, H), mx_shape(E, H, F), mx_shape(E, F, H), mx_shape(E, H, 2 * F)};
+    GemmSm90Shape k[4] = {kgrouped_shape(E, H, F, 1, 0), kgrouped_shape(E, 2 * F, H, 1, 0),
+                          kgrouped_shape(E, H, F, 0, 0), kgrouped_shape(E, 2 * F, H, 0, 0)};
+    char err[200];
+    for (int i = 0; i < 4; i++)
+        if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
+            snprintf(why, len, "mxfp8: FP8 GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
+            return 0;
+        }
+    for (int i = 0; i < 4; i++)
+        if (!gemm_sm90_kgrouped_check_shape(&k[i], err, sizeof err)) {
+            snprintf(why, len, "mxfp8: weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E, err);
+            return 0;
+        }
+    snprintf(why, len, "mxfp8: FP8 grouped GEMMs (1x32 scales on both operands, promotion every 32) forward and dgrad; "
+             "wgrad on the bf16 K-grouped GEMM over the 32x1-quantised operands dequantised to bf16 (exact); the "
+             "weights quantised in each step (1x32 along K in the forward, W^T 1x32 along N in the backward); H %lld "
+             "and F %lld multiples of 256", (long long)H, (long long)F);
+    return 1;
+}
+
 static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
 {
+    if (is_mx(n))
+        return mx_mlp_ok(n, why, len);
     const IrNode *xs = n->src[n->op == IR_OP_GROUPED_MLP ? 0 : 1], *w1 = n->src[n->op == IR_OP_GROUPED_MLP ? 1 : 2];
     const IrNode *w2 = n->src[n->op == IR_OP_GROUPED_MLP ? 2 : 3];
     int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
@@ -758,9 +815,9 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
 static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w, int64_t w_off,
                           int sw, int64_t sw_off, int d, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = fp8b_shape(f->E, N, K);
+    GemmFp8Shape s = f->mx ? mx_shape(f->E, N, K) : fp8b_shape(f->E, N, K);
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d", suffix, s.stages);
+    snprintf(sfx, sizeof sfx, "%s_%s_s%d", suffix, f->mx ? "mx" : "fp8b", s.stages);
     fast_begin(cg, f, sfx, what);
     cg_tmap_u8(cg, a, 0, f->rcap, K, 128, "tma_a");
     cg_tmap_u8(cg, w, w_off, f->E * N, K, 128, "tma_b");
@@ -1000,6 +1057,223 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     emit_fp8_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (FP8 K-grouped GEMM on the "
                                               "128x1-quantised transposed codes, promotion every 128 tokens, fp32 out)",
                    dht, dhts, xt, xts, R * H + R, 2 * F, H);
+
+    fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "out");
+    cg_param(cg, dxp, 0, "dxp");
+    cg_param(cg, dpp, 0, "dpp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(R));
+    cg->fp8b_used = 1;
+    return 1;
+}
+
+/* ---- MXFP8 (--precision mxfp8 --kernels fast; docs/mxfp8.md, decision 53): fp8-block's structure (the same
+ * padded groups, launch order and FP8 grouped GEMM, in its MXFP8 mode: 1 x 32 E8M0 scales along K on both
+ * operands, promotion every 32 K), quantising where the CPU reference does (runtime/cpu/kernels.inc
+ * grouped_mlp / grouped_mlp_bwd with MXFP8_ROWWISE / MXFP8_COLWISE and fq_grouped):
+ *   forward   xs 1x32 along H (the gather, from the graph's fp32 rows), w_gate_up and w_down 1x32 along K
+ *             (a weight quantiser in the forward node, each step), a 1x32 along F (the SwiGLU kernel, from bf16 h);
+ *   dgrad     dy 1x32 along H (the gather), dh 1x32 along 2F (the dSwiGLU kernel), W 32x1 (along N) stored as
+ *             W^T [E, K, N] 1x32 along its rows (a weight quantiser in the backward node, each step);
+ *   wgrad     dy, a, dh and xs 32x1 within each expert group (the same kernels as their 1x32 copies; xs's kept
+ *             from the forward), dequantised to bf16 (exact) for the bf16 K-grouped GEMM: the FP8 K-grouped
+ *             kernel promotes every 128 tokens and has no 1 x 32 mode.
+ * The codes and scales are E4M3 / E8M0 bytes in memory; only the wgrad operands are bf16. */
+
+static int64_t mx_scales(const Fast *f, int64_t C) { return C / 32 * f->rcap; }
+
+static void mx_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
+                         const char *colw, const char *src, const char *probs)
+{
+    fast_consts(cg, f);
+    cg_line(cg, "moec::mx8::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
+            colw, src, probs);
+    cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
+    cg->fp8b_used = 1;
+}
+
+/* one launch quantising both expert weights: rows (1x32 along K: q, s) or cols (W^T 1x32 along N: qt, st) */
+static void mx_weights(Cg *cg, Fast *f, const char *suffix, const char *what, const IrNode *w1, const IrNode *w2,
+                       int q1, int s1, int q2, int s2, int cols)
+{
+    fast_begin(cg, f, suffix, what);
+    cg_param(cg, q1, 1, "q1");
+    cg_param(cg, s1, 1, "s1");
+    cg_param(cg, q2, 1, "q2");
+    cg_param(cg, s2, 1, "s2");
+    cg_in(cg, w1, "w1");
+    cg_in(cg, w2, "w2");
+    fast_consts(cg, f);
+    const char *fn = cols ? "weight_cols" : "weight_rows";
+    cg_line(cg, "moec::mx8::%s<E, 2 * F, H>(q1, s1, w1);", fn);
+    cg_line(cg, "moec::mx8::%s<E, H, F>(q2, s2, w2);", fn);
+    cg_end(cg, CG_BLOCK, min64(cg_grid(f->E * 2 * f->F * f->H / 32, CG_BLOCK), 132 * 16));
+    cg->fp8b_used = 1;
+}
+
+static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
+{
+    const IrNode *xs = n->src[0], *w1 = n->src[1], *w2 = n->src[2], *sp = n->src[3], *p = n->src[4];
+    Fast f;
+    fast_init(cg, &f, n, xs, w1, 0);
+    const IrNode *bwd = fast_backward_of(cg, n);
+    int64_t H = f.H, F = f.F, E = f.E, rc = f.rcap;
+    f.ofs = fwd_ws(cg, &f, bwd, PLAN_I32, 2 * E + 2, "fast_offsets");
+    int pp = fwd_ws(cg, &f, bwd, PLAN_F32, rc, "probs_padded");
+    int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
+    int xq = cg_ws(cg, n, PLAN_E4M3, rc * H, "xs_e4m3"), xsa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, H), "xs_scales");
+    int aq = cg_ws(cg, n, PLAN_E4M3, rc * F, "a_e4m3"), asa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, F), "a_scales");
+    int w1q = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H, "w_gate_up_e4m3");
+    int w1s = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H / 32, "w_gate_up_scales");
+    int w2q = cg_ws(cg, n, PLAN_E4M3, E * H * F, "w_down_e4m3"), w2s = cg_ws(cg, n, PLAN_E4M3, E * H * F / 32, "w_down_scales");
+    int xw = bwd ? cg_ws_kept(cg, n, bwd, PLAN_BF16, rc * H, "xs_colwise_bf16") : -1;
+    const IrNode *comb = fast_combine_of(cg, n);
+    int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
+    if (comb && !bwd)
+        f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
+    f.steps = 6 + (comb == NULL);
+
+    emit_offsets(cg, &f, sp);
+    mx_weights(cg, &f, "mx_weights", "w_gate_up and w_down quantised 1x32 along K (E4M3 and E8M0 scales, from the "
+                                     "fp32 weights, bit-exact with the CPU reference)", w1, w2, w1q, w1s, w2q, w2s, 0);
+
+    fast_begin(cg, &f, bwd ? "mx_gather_xg" : "mx_gather",
+               bwd ? "xs into zero-padded groups quantised 1x32 along H (E4M3 and E8M0 scales, from the fp32 rows, "
+                     "bit-exact with the CPU reference), and 32x1 within each group dequantised to bf16 (kept for "
+                     "dw_gate_up), in one read of each 128x128 tile; probs"
+                   : "xs into zero-padded groups quantised 1x32 along H (E4M3 and E8M0 scales, from the fp32 rows, "
+                     "bit-exact with the CPU reference); probs");
+    cg_param(cg, xq, 1, "q");
+    cg_param(cg, xsa, 1, "sa");
+    if (bwd)
+        cg_param(cg, xw, 1, "xw");
+    cg_param(cg, pp, 1, "pp");
+    cg_in(cg, xs, "xs");
+    cg_in(cg, p, "p");
+    cg_param(cg, f.ofs, 0, "ofs");
+    mx_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xw" : "nullptr", "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
+
+    emit_fp8_gemm(cg, &f, "fast_gate_up",
+                  bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM, MXFP8: 1x32 scales, promotion every 32; "
+                        "bf16 out; h kept for the backward)"
+                      : "h = xs w_gate_up^T per group (FP8 grouped GEMM, MXFP8: 1x32 scales, promotion every 32; "
+                        "bf16 out)",
+                  xq, xsa, w1q, 0, w1s, 0, hp, 2 * F, H);
+
+    fast_begin(cg, &f, "mx_swiglu", "a = silu(gate) up probs, quantised 1x32 along F (E4M3 and scales)");
+    cg_param(cg, aq, 1, "q");
+    cg_param(cg, asa, 1, "sa");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    mx_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+
+    emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, MXFP8; bf16 out)", aq, asa, w2q, 0,
+                  w2s, 0, yp, H, F);
+
+    if (comb) {
+        cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
+        return 1;
+    }
+    fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "y");
+    cg_param(cg, yp, 0, "yp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(f.R));
+    return 1;
+}
+
+static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
+{
+    const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3];
+    Fast f;
+    fast_init(cg, &f, n, xs, w1, 0);
+    const IrNode *fwd = fast_forward_of(cg, n);
+    if (!fwd) {
+        cg_error(cg, n, "%s: precision mxfp8: the fast expert-MLP backward reads the quantised xs and h its forward "
+                 "node keeps, and no forward grouped_mlp with the same operands keeps them for it (a recomputing "
+                 "backward is not written for mxfp8); use --kernels reference or the CPU backend", n->name);
+        return 0;
+    }
+    int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
+    f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
+    int pp = cg_find_ws(cg, fwd, "probs_padded"), hp = cg_find_ws(cg, fwd, "h_padded");
+    int xw = cg_find_ws(cg, fwd, "xs_colwise_bf16");
+    if (f.ofs < 0 || pp < 0 || hp < 0 || xw < 0)
+        die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
+    int w1t = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H, "w_gate_up_t_e4m3");
+    int w1ts = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H / 32, "w_gate_up_t_scales");
+    int w2t = cg_ws(cg, n, PLAN_E4M3, E * H * F, "w_down_t_e4m3");
+    int w2ts = cg_ws(cg, n, PLAN_E4M3, E * H * F / 32, "w_down_t_scales");
+    int dyq = cg_ws(cg, n, PLAN_E4M3, rc * H, "dy_e4m3"), dysa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, H), "dy_scales");
+    int dyw = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_colwise_bf16");
+    int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
+    int dhq = cg_ws(cg, n, PLAN_E4M3, rc * 2 * F, "dh_e4m3");
+    int dhsa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, 2 * F), "dh_scales");
+    int dhw = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_colwise_bf16");
+    int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
+    int aw = cg_ws(cg, n, PLAN_BF16, rc * F, "a_colwise_bf16");
+    int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
+    f.steps = 10;
+
+    mx_weights(cg, &f, "mx_weights_t", "w_gate_up and w_down quantised 32x1 (along N, the data gradients' reduction), "
+                                       "stored transposed [E, K, N] 1x32 along its rows (bit-exact with the CPU "
+                                       "reference's colwise copies)", w1, w2, w1t, w1ts, w2t, w2ts, 1);
+
+    fast_begin(cg, &f, "mx_gather_dy", "dy into zero-padded groups quantised 1x32 along H (from the fp32 rows, "
+                                       "bit-exact with the CPU reference), and 32x1 within each group dequantised to "
+                                       "bf16 for dw_down, in one read of each 128x128 tile");
+    cg_param(cg, dyq, 1, "q");
+    cg_param(cg, dysa, 1, "sa");
+    cg_param(cg, dyw, 1, "dyw");
+    cg_in(cg, dy, "dy");
+    cg_param(cg, f.ofs, 0, "ofs");
+    mx_tiles_end(cg, &f, H, "H", "q", "sa", "dyw", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
+
+    emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM, MXFP8, on w_down^T quantised 1x32 "
+                                     "along H; bf16 out)", dyq, dysa, w2t, 0, w2ts, 0, dap, F, H);
+
+    fast_begin(cg, &f, "mx_dswiglu", "dh = dSwiGLU(da probs) quantised 1x32 along 2F (E4M3 and scales), and 32x1 "
+                                     "within each group dequantised to bf16 for dw_gate_up");
+    cg_param(cg, dhq, 1, "q");
+    cg_param(cg, dhsa, 1, "sa");
+    cg_param(cg, dhw, 1, "dhw");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, dap, 0, "dap");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    mx_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhw", "moec::fp8b::Dswiglu<F>{hp, dap, pp}", "nullptr, nullptr");
+
+    fast_begin(cg, &f, "mx_dprobs", "dprobs = sum da silu(gate) up per row (fixed order)");
+    cg_param(cg, dpp, 1, "dpp");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, dap, 0, "dap");
+    cg_param(cg, f.ofs, 0, "ofs");
+    fast_consts(cg, &f);
+    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, hp, dap, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(rc));
+
+    fast_begin(cg, &f, "mx_a_colwise", "a = silu(gate) up probs (recomputed from h) quantised 32x1 within each "
+                                       "expert group, dequantised to bf16, for dw_down");
+    cg_param(cg, aw, 1, "aw");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f.ofs, 0, "ofs");
+    mx_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "aw", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+
+    emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM, MXFP8, on w_gate_up^T "
+                                      "quantised 1x32 along 2F; bf16 out)", dhq, dhsa, w1t, 0, w1ts, 0, dxp, H, 2 * F);
+    emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (bf16 K-grouped GEMM on the 32x1-quantised "
+                                       "operands, dequantised: exact in bf16; fp32 out)", dyw, aw,
+               R * H + R + E * 2 * F * H, H, F, 0);
+    emit_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (bf16 K-grouped GEMM on the 32x1-quantised "
+                                          "operands, dequantised: exact in bf16; fp32 out)", dhw, xw, R * H + R, 2 * F,
+               H, 0);
 
     fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
     cg_out(cg, n, "out");

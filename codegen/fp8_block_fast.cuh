@@ -237,7 +237,7 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
  * The values come from src.load4(i): the 4 values at element i (a multiple of 4) of w [E, N, K], each read
  * once: WeightValues reads the fp32 weight; the fp8-block optimizer's source (codegen/cuda_optim.c
  * moec_adamw_fp8b_*, decision 44) updates w, m and v there and returns the new w. */
-constexpr int WEIGHT_THREADS = 512;
+[[maybe_unused]] constexpr int WEIGHT_THREADS = 512; /* unused where only the MXFP8 code is */
 struct WeightValues {
     const float *w;
     __device__ __forceinline__ float4 load4(long long i) const { return *(const float4 *)(w + i); }
@@ -339,5 +339,171 @@ __device__ void dprobs(float *dp, const unsigned short *h, const unsigned short 
     }
 }
 
+/* ---- MXFP8 (--precision mxfp8 --kernels fast; docs/mxfp8.md, decision 53): 1 x 32 blocks along each GEMM's
+ * reduction dimension, E8M0 scales, the same scale rule (moec_mx_scale_exp) and E4M3 encoder as fp8-block, so
+ * bit-exact with runtime/cpu/mxfp8.c (mxfp8_quantize, MXFP8_SCALE_TE). Layouts: gemm_sm90_sched.h moec_mxfp8_*
+ * (activation scales [C / 128][rcap][4], weight scales [E][K / 128][N][4]). The weight gradients run on the bf16
+ * K-grouped GEMM (GemmFp8KGrouped promotes every 128 tokens only): their operands, quantised 32 x 1 within each
+ * expert group as the CPU reference's fq_grouped, are written dequantised to bf16 [rcap, C] row-major, which is
+ * exact (an E4M3 value times 2^e has 4 significant bits; bf16 keeps 8 and fp32's exponent range, down to its
+ * subnormals at 2^-133: only a block with amax below 448 * 2^-125 could lose a bit). */
 } /* namespace fp8b */
+
+namespace mx8 {
+
+/* The tile quantiser (the structure of fp8b::quant_tiles: 256 threads per 128 x 128 tile of the padded rows,
+ * thread t holding columns 8 (t % 16) .. + 7 of rows 8 (t / 16) + j, j < 8, read once):
+ *  - with q: each row's four 1 x 32 blocks (4 threads' 8 values: shuffles over lanes xor 1, 2), codes q [rcap, C],
+ *    scale codes sa at moec_mxfp8_sa_index (pr, c / 32, rcap);
+ *  - with colw: each column's four 32 x 1 blocks (rows 32 b .. 32 b + 31: warps 2 b and 2 b + 1; a tile never
+ *    spans two groups and a group's padding rows are zeros, the CPU's zero-padded partial block), the values
+ *    quantised and dequantised, written bf16 (exact) to colw [rcap, C] for the bf16 K-grouped GEMM;
+ *  - with psrc: pdst [pr] <- the graph row's probability (0 on a padding row), in the tiles of column 0. */
+template <int E, long long C, class Src>
+__device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned short *colw, const Src src,
+                            float *pdst, const float *psrc, const int *ofs)
+{
+    static_assert(C % 128 == 0, "128-wide tiles along C");
+    __shared__ float cmax[8][128]; /* per warp, per column: the amax over its 16 rows */
+    constexpr long long CB = C / 128;
+    const long long items = (long long)(ofs[E] / 128) * CB;
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
+        const int mb = (int)(it / CB);
+        const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
+        const int g = moec_sched_group_of(ofs, E, mb * 128);
+        float v[8][8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int pr = mb * 128 + 8 * rg + j;
+            src.load8(src.row(pr, g, ofs), c, v[j]);
+        }
+        if (psrc && cb == 0 && cl == 0) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int pr = mb * 128 + 8 * rg + j, k = pr - ofs[g];
+                pdst[pr] = k < ofs[E + 2 + g] - ofs[E + 1 + g] ? psrc[ofs[E + 1 + g] + k] : 0.0f;
+            }
+        }
+        if (q) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int pr = mb * 128 + 8 * rg + j;
+                float m = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    m = fmaxf(m, fabsf(v[j][i]));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                const int e = moec_mx_scale_exp(m);
+                uint2 p;
+                p.x = fp8b::q8x2(v[j][0], e, v[j][1], e) | (fp8b::q8x2(v[j][2], e, v[j][3], e) << 16);
+                p.y = fp8b::q8x2(v[j][4], e, v[j][5], e) | (fp8b::q8x2(v[j][6], e, v[j][7], e) << 16);
+                *(uint2 *)(q + (long long)pr * C + c) = p;
+                if (cl % 4 == 0)
+                    sa[moec_mxfp8_sa_index(pr, (int)(c / 32), rcap)] = (unsigned char)(e + 127);
+            }
+        }
+        if (colw) {
+            float m[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                m[i] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    m[i] = fmaxf(m[i], fabsf(v[j][i]));
+                m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 16));
+            }
+            if (lane < 16) {
+                *(float4 *)&cmax[warp][8 * cl] = make_float4(m[0], m[1], m[2], m[3]);
+                *(float4 *)&cmax[warp][8 * cl + 4] = make_float4(m[4], m[5], m[6], m[7]);
+            }
+            __syncthreads();
+            int e[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                e[i] = moec_mx_scale_exp(fmaxf(cmax[warp & ~1][8 * cl + i], cmax[warp | 1][8 * cl + i]));
+            __syncthreads(); /* cmax is written again by the next tile */
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int pr = mb * 128 + 8 * rg + j;
+                unsigned o[4];
+#pragma unroll
+                for (int i = 0; i < 8; i += 2) {
+                    float lo, hi;
+                    moec_e4m3_decode2(fp8b::q8x2(v[j][i], e[i], v[j][i + 1], e[i + 1]), &lo, &hi);
+                    o[i / 2] = moec::fast::pack2(lo * moec_mx_pow2(e[i]), hi * moec_mx_pow2(e[i + 1]));
+                }
+                fp8b::st16(colw + (long long)pr * C + c, o[0], o[1], o[2], o[3]);
+            }
+        }
+    }
+}
+
+/* A weight w [E, N, K] fp32 quantised 1 x 32 along K (the forward's operand): codes q [E, N, K], scale codes s
+ * at moec_mxfp8_sb_index (g, n, k / 32, N, K). A thread per block of 32 (8 16-byte loads, 2 16-byte stores),
+ * grid-stride. */
+template <int E, long long N, long long K>
+__device__ void weight_rows(unsigned char *q, unsigned char *s, const float *w)
+{
+    static_assert(K % 128 == 0, "K a multiple of 128");
+    constexpr long long KB = K / 32, ITEMS = (long long)E * N * KB;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < ITEMS; i += (long long)gridDim.x * blockDim.x) {
+        const long long gn = i / KB, kb = i % KB;
+        const float *src = w + gn * K + kb * 32;
+        float v[32];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float4 f = *(const float4 *)(src + 4 * j);
+            v[4 * j] = f.x, v[4 * j + 1] = f.y, v[4 * j + 2] = f.z, v[4 * j + 3] = f.w;
+        }
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            m = fmaxf(m, fabsf(v[j]));
+        const int e = moec_mx_scale_exp(m);
+        unsigned o[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            o[j] = fp8b::q8x2(v[4 * j], e, v[4 * j + 1], e) | (fp8b::q8x2(v[4 * j + 2], e, v[4 * j + 3], e) << 16);
+        fp8b::st16(q + gn * K + kb * 32, o[0], o[1], o[2], o[3]);
+        fp8b::st16(q + gn * K + kb * 32 + 16, o[4], o[5], o[6], o[7]);
+        s[moec_mxfp8_sb_index((int)(gn / N), (int)(gn % N), (int)kb, (int)N, (int)K)] = (unsigned char)(e + 127);
+    }
+}
+
+/* The data gradient's operand: W [E, N, K] quantised 32 x 1 (32 rows of W, along N: the dgrad's reduction),
+ * stored as W^T [E, K, N] quantised 1 x 32 along its rows (colwise(W) = rowwise(W^T) transposed: docs/mxfp8.md),
+ * so the FP8 GEMM reads it K-major: codes qt [E, K, N], scale codes st at moec_mxfp8_sb_index (g, k, n / 32, K, N).
+ * A thread per (g, 32 rows n, column k): consecutive threads read consecutive k (coalesced), each writes its 32
+ * codes of W^T's row k (2 16-byte stores). */
+template <int E, long long N, long long K>
+__device__ void weight_cols(unsigned char *qt, unsigned char *st, const float *w)
+{
+    static_assert(N % 128 == 0, "N a multiple of 128");
+    constexpr long long NB = N / 32, ITEMS = (long long)E * NB * K;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < ITEMS; i += (long long)gridDim.x * blockDim.x) {
+        const long long k = i % K, gnb = i / K, g = gnb / NB, nb = gnb % NB;
+        const float *src = w + (g * N + nb * 32) * K + k;
+        float v[32];
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            v[j] = src[(long long)j * K];
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            m = fmaxf(m, fabsf(v[j]));
+        const int e = moec_mx_scale_exp(m);
+        unsigned o[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            o[j] = fp8b::q8x2(v[4 * j], e, v[4 * j + 1], e) | (fp8b::q8x2(v[4 * j + 2], e, v[4 * j + 3], e) << 16);
+        unsigned char *dst = qt + (g * K + k) * N + nb * 32;
+        fp8b::st16(dst, o[0], o[1], o[2], o[3]);
+        fp8b::st16(dst + 16, o[4], o[5], o[6], o[7]);
+        st[moec_mxfp8_sb_index((int)g, (int)k, (int)nb, (int)K, (int)N)] = (unsigned char)(e + 127);
+    }
+}
+
+} /* namespace mx8 */
 } /* namespace moec */

@@ -40,6 +40,7 @@ case "$(basename "$BUILD")" in
             "tests/codegen/ops.moe --disable-pass fuse-grouped-mlp --kernels reference"
             "tests/gpu/fast_mlp.moe --kernels fast" "tests/gpu/fast_attn.moe --kernels fast"
             "bench/models/bench_bio.moe --kernels fast" "tests/gpu/fast_mlp_fp8.moe --kernels fast"
+            "tests/gpu/fast_mlp_fp8.moe --kernels fast --precision mxfp8"
             "tests/gpu/mixtral4_ckpt.moe" "tests/gpu/mixtral4_ckpt.moe --kernels fast"
             "tests/gpu/mixtral4_ckpt.moe --kernels fast --precision fp8-block");;
 esac

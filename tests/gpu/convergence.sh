@@ -10,7 +10,7 @@
 #   n/a    the binary could not be built (fp8-block while codegen refuses it on the GPU): the reason given, the
 #          other rows still run; once `moec compile --precision fp8-block --arch sm_90a` succeeds, the row runs
 # Each binary is compiled with --kernels fast (the sm_90a tensor-core GEMMs and flash attention where the shapes
-# and precision qualify; for mxfp8 the expert MLP keeps its reference kernels) and falls back to
+# and precision qualify; for mxfp8 and fp8-block the expert MLP on the FP8 tensor cores, decisions 38 and 53) and falls back to
 # --kernels reference when codegen refuses fast for that precision; the table's kernels column says which.
 # Defaults: 500 steps, a validation loss every 25 (20 points on each curve), a log line every 5, seed 1,
 # 16 validation batches; about 4 k tokens a step for both models.

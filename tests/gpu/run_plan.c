@@ -32,6 +32,8 @@
 #include "../../plan/plan.h"
 #include "../../runtime/cpu/cpu.h"
 #include "../../runtime/cpu/fp8_block.h"
+#include "../../runtime/cpu/mxfp8.h"
+#include "../../codegen/gemm_sm90_sched.h"
 #include "../../util/bf16.h"
 #include "../../util/util.h"
 #include "../../runtime/gpu/cudrv.h"
@@ -128,6 +130,134 @@ static void get_node(const Plan *plan, int id, float *h, CUdeviceptr d, int64_t 
  * gradient then, 0.25 for a router's: a stale buffer still shows, it gives O(1) (0.45-0.51 measured). */
 #define FAST_CHAIN_FLIP_TOL 0.15
 #define FAST_ROUTER_CHAIN_TOL 0.25
+
+/* --precision mxfp8 (decision 53): an expert-MLP node on the MXFP8 fast kernels. As fp8-block, the operands
+ * quantised from the graph's fp32 values are bit-identical (checked here on the GPU: mx_quant_check), those from
+ * an intermediate (a, dh) come from the GPU's bf16 h and da; 1x32 blocks follow the values more closely than
+ * 1x128 ones, and the products are summed 32 deep on the tensor core before each fp32 promotion (docs/mxfp8.md):
+ * fp8-block's bounds, which the same mechanisms set. */
+#define MX_TOL FP8B_TOL
+#define MX_CHAIN_TOL FP8B_CHAIN_TOL
+
+/* the buffer of node n's workspace `what`, or -1 */
+static int ws_buf(const Plan *plan, const IrNode *n, const char *what)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s.ws.%s", n->name, what);
+    for (int b = 0; b < plan->nbufs; b++)
+        if (plan->bufs[b].name && strcmp(plan->bufs[b].name, name) == 0)
+            return b;
+    return -1;
+}
+
+static void *ws_get(const Plan *plan, const IrNode *n, const char *what, const CUdeviceptr *dptr, int64_t *bytes)
+{
+    int b = ws_buf(plan, n, what);
+    if (b < 0)
+        die("%s: no workspace %s in the plan", n->name, what);
+    *bytes = plan->bufs[b].bytes;
+    void *h = malloc((size_t)*bytes);
+    d2h(h, dptr[b], (size_t)*bytes);
+    return h;
+}
+
+/* The MXFP8 fast expert MLP's quantised operands made from the graph's fp32 values, read back from the node's
+ * workspaces after its launches, against runtime/cpu/mxfp8.c on the CPU's (the same) inputs, bit for bit: the
+ * codes and E8M0 scales (GemmFp8MGrouped's layouts, gemm_sm90_sched.h moec_mxfp8_*) of xs (forward) or dy
+ * (backward) 1x32 along H, and of the weights (forward: 1x32 along K; backward: 32x1 along N, stored as W^T),
+ * and the 32x1 copies within each expert group dequantised to bf16 (xs, dy: exact, NaN by NaN). The device's E4M3
+ * conversion (cvt.rn.satfinite) against the integer encoder the CPU runs. Returns the differences (printed). */
+static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, const CUdeviceptr *dptr)
+{
+    const int fwd = n->op == IR_OP_GROUPED_MLP;
+    const IrNode *x = n->src[0], *w1 = n->src[fwd ? 1 : 2], *w2 = n->src[fwd ? 2 : 3];
+    const IrNode *xs = n->src[fwd ? 0 : 1];
+    int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2, bytes, checks = 0, diff = 0;
+    const IrNode *owner = n;
+    if (!fwd) /* the backward's offsets are its forward's */
+        for (int i = n->id - 1; i >= 0; i--)
+            if (plan->graph->nodes[i]->op == IR_OP_GROUPED_MLP && plan->graph->nodes[i]->src[0] == xs) {
+                owner = plan->graph->nodes[i];
+                break;
+            }
+    int *ofs = ws_get(plan, owner, "fast_offsets", dptr, &bytes);
+    const int *start = ofs + E + 1;
+    const char *nq = fwd ? "xs_e4m3" : "dy_e4m3", *ns = fwd ? "xs_scales" : "dy_scales";
+    unsigned char *q = ws_get(plan, n, nq, dptr, &bytes);
+    int64_t rcap = bytes / H;
+    unsigned char *sa = ws_get(plan, n, ns, dptr, &bytes);
+    unsigned short *cw = ws_get(plan, n, fwd ? "xs_colwise_bf16" : "dy_colwise_bf16", dptr, &bytes);
+    const float *xv = cpu_plan_data(cpu, x);
+    for (int64_t g = 0; g < E; g++) {
+        int64_t rows = start[g + 1] - start[g], padded = (rows + 31) / 32 * 32;
+        if (rows <= 0)
+            continue;
+        uint8_t *vq = malloc((size_t)(rows * H)), *vs = malloc((size_t)(rows * H / 32));
+        float *t = calloc((size_t)(padded * H), 4);
+        memcpy(t, xv + start[g] * H, (size_t)(rows * H) * 4);
+        mxfp8_quantize(t, rows, H, MXFP8_ROWWISE, MXFP8_SCALE_TE, vq, vs);
+        mxfp8_fake_quant(t, padded, H, MXFP8_COLWISE, MXFP8_SCALE_TE);
+        for (int64_t k = 0; k < rows; k++) {
+            int64_t pr = ofs[g] + k;
+            for (int64_t c = 0; c < H; c++) {
+                float want = t[k * H + c], got;
+                uint32_t u = (uint32_t)cw[pr * H + c] << 16, wb;
+                memcpy(&got, &u, 4);
+                memcpy(&wb, &want, 4);
+                diff += q[pr * H + c] != vq[k * H + c];
+                diff += isnan(want) ? !isnan(got) : (wb & 0xFFFFu) != 0 || (wb >> 16) != (u >> 16);
+                checks += 2;
+            }
+            for (int kb = 0; kb < H / 32; kb++, checks++)
+                diff += sa[moec_mxfp8_sa_index(pr, kb, rcap)] != vs[k * (H / 32) + kb];
+        }
+        free(vq);
+        free(vs);
+        free(t);
+    }
+    /* the weights */
+    const IrNode *ws[2] = {w1, w2};
+    const char *wn[2][2] = {{"w_gate_up_e4m3", "w_gate_up_scales"}, {"w_down_e4m3", "w_down_scales"}};
+    const char *wtn[2][2] = {{"w_gate_up_t_e4m3", "w_gate_up_t_scales"}, {"w_down_t_e4m3", "w_down_t_scales"}};
+    for (int k = 0; k < 2; k++) {
+        int64_t N = ws[k]->shape[1], K = ws[k]->shape[2];
+        unsigned char *wq = ws_get(plan, n, fwd ? wn[k][0] : wtn[k][0], dptr, &bytes);
+        unsigned char *wsc = ws_get(plan, n, fwd ? wn[k][1] : wtn[k][1], dptr, &bytes);
+        const float *wv = cpu_plan_data(cpu, ws[k]);
+        uint8_t *vq = malloc((size_t)(N * K)), *vs = malloc((size_t)(N * K / 32));
+        for (int64_t g = 0; g < E; g++) {
+            mxfp8_quantize(wv + g * N * K, N, K, fwd ? MXFP8_ROWWISE : MXFP8_COLWISE, MXFP8_SCALE_TE, vq, vs);
+            for (int64_t r = 0; r < N; r++)
+                for (int64_t c = 0; c < K; c++) {
+                    checks++;
+                    if (fwd) {
+                        diff += wq[(g * N + r) * K + c] != vq[r * K + c];
+                        if (c % 32 == 0)
+                            checks++, diff += wsc[moec_mxfp8_sb_index((int)g, (int)r, (int)(c / 32), (int)N, (int)K)] !=
+                                              vs[r * (K / 32) + c / 32];
+                    } else {
+                        diff += wq[(g * K + c) * N + r] != vq[r * K + c];
+                        if (r % 32 == 0)
+                            checks++, diff += wsc[moec_mxfp8_sb_index((int)g, (int)c, (int)(r / 32), (int)K, (int)N)] !=
+                                              vs[r / 32 * K + c];
+                    }
+                }
+        }
+        free(vq);
+        free(vs);
+        free(wq);
+        free(wsc);
+    }
+    printf("  %-5s %s: mxfp8 quantised operands (%s 1x32 codes and scales, its 32x1 bf16 copy, the weights %s): "
+           "%lld of %lld differ from runtime/cpu/mxfp8.c\n", "", n->name, fwd ? "xs" : "dy",
+           fwd ? "1x32 along K" : "32x1 along N (W^T)", (long long)diff, (long long)checks);
+    (void)R, (void)F;
+    free(ofs);
+    free(q);
+    free(sa);
+    free(cw);
+    return diff;
+}
 
 /* p is a router weight: the weight of a linear whose logits a topk_experts node routes by */
 static int is_router(const IrGraph *g, const IrNode *p)
@@ -298,6 +428,7 @@ int main(int argc, char **argv)
     char *host = NULL;
     size_t host_cap = 0;
     int fast_node = -1;
+    long long mx_quant_diff = 0;
     long long route_flips = 0, route_total = 0;
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
@@ -344,6 +475,12 @@ int main(int argc, char **argv)
         }
         if (n->op == IR_OP_INPUT || n->op == IR_OP_PARAM)
             continue;
+        if (!chain && fast_node == i && g->train.precision == IR_PREC_MXFP8 &&
+            (n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD)) {
+            int64_t d = mx_quant_check(plan, n, &cpu, dptr);
+            mx_quant_diff += d;
+            bad += d != 0;
+        }
         if (plan->bufs[i].elided) {
             /* the fast kernels read through this node: its buffer is never written */
             printf("  %-5d %-40s %-22s elided (read through by the fast kernels)\n", i, n->name, ir_node_op_name(n));
@@ -423,7 +560,9 @@ int main(int argc, char **argv)
          * value, but an fp32 result one ulp apart (another summation order) can round to neighbouring bf16
          * values, 2^-8 relative: the bf16 bound (exact ops stay exact: their fp32 values agree bit for bit) */
         int bf16_node = plan->bufs[i].storage == PLAN_BF16;
-        int fp8b = g->train.precision == IR_PREC_FP8_BLOCK;
+        /* MXFP8 on the fast kernels: fp8-block's bounds (MX_TOL) */
+        int fp8b = g->train.precision == IR_PREC_FP8_BLOCK || (g->train.precision == IR_PREC_MXFP8 &&
+                                                               plan->source.kernels == PLAN_KERNELS_FAST);
         /* the combine reads the fp8-block expert MLP's output rows through (decision 22's read-through), so it
          * carries their error: 1.4e-2 and 1.6e-2 measured on the H200, over the bf16 bound */
         int fp8b_node = fast_node == i && fp8b &&
@@ -667,9 +806,12 @@ int main(int argc, char **argv)
     bad += fp8_diff != 0;
     if (fp8_shapes)
         printf("  fp8-block weight copies: %d shapes, %d differences\n", fp8_shapes, fp8_diff);
-    printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d%s %s\n", ncompared,
+    char mxs[64] = "";
+    if (g->train.precision == IR_PREC_MXFP8 && plan->source.kernels == PLAN_KERNELS_FAST && !chain)
+        snprintf(mxs, sizeof mxs, " mx_quant_diff=%lld", mx_quant_diff);
+    printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d%s%s %s\n", ncompared,
            nlaunched, bad, worst_fp, worst_fp_name, adam_diff, fp8_shapes ? (fp8_diff ? " fp8b_copy_diff=1" : " fp8b_copy_diff=0") : "",
-           bad ? "FAILED" : "all agree");
+           mxs, bad ? "FAILED" : "all agree");
     cpu_plan_free(&cpu);
     for (int r = 0; r < 3; r++) {
         free(base[r]);

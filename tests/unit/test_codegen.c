@@ -1127,6 +1127,115 @@ static void test_fast_mlp_fp8(void)
     compilation_free(&c);
 }
 
+/* --precision mxfp8 --kernels fast (cuda_moe_fast.c, decision 53): tests/gpu/fast_mlp_fp8.moe's expert MLPs with
+ * the forward and data-gradient GEMMs on the FP8 grouped GEMM's MXFP8 mode, the weight gradients on the bf16
+ * K-grouped GEMM, the quantisers of fp8_block_fast.cuh's moec::mx8 (their numerics: tests/codegen/mx_quant.test) */
+static void test_fast_mlp_mx(void)
+{
+    Compilation c;
+    IrGraph *g = compile_model(&c, "tests/gpu/fast_mlp_fp8.moe", "mxfp8", 0, NULL);
+    char err[1024];
+    Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+    if (p)
+        p->source.kernels = PLAN_KERNELS_FAST;
+    CHECK(g && g->train.precision == IR_PREC_MXFP8 && p && cuda_codegen(p, NULL, NULL),
+          "fast_mlp_fp8 at mxfp8: a fast plan");
+    if (!p) {
+        compilation_free(&c);
+        return;
+    }
+    int nodes = 0, fast = 0, fwd = 0, bwd = 0, mx_gemms = 0, kgemms = 0, u8maps = 0, caps = 1, impl_ok = 1, tiles = 0;
+    int tiles_ok = 1, weights = 0;
+    for (int i = 0; i < p->graph->nnodes; i++) {
+        const IrNode *n = p->graph->nodes[i];
+        if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
+            continue;
+        char why[512];
+        nodes++;
+        fast += cuda_fast_mlp_ok(n, why, sizeof why) && strncmp(why, "mxfp8: FP8 grouped GEMMs", 24) == 0;
+    }
+    long long rows_cap = -1;
+    for (int i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        const IrNode *n = p->graph->nodes[l->node];
+        if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
+            continue;
+        fwd += n->op == IR_OP_GROUPED_MLP;
+        bwd += n->op == IR_OP_GROUPED_MLP_BWD;
+        impl_ok &= l->impl && strncmp(l->impl, "fast: mxfp8", 11) == 0;
+        const char *kn = p->kernel_names[l->kernel];
+        int is_mx = strstr(kn, "_mx_s5") != NULL, maps = 0;
+        mx_gemms += is_mx;
+        kgemms += strstr(kn, "_dw_") != NULL && strstr(kn, "_bn") != NULL;
+        if (strstr(kn, "_mx_gather") || strstr(kn, "_mx_swiglu") || strstr(kn, "_mx_dswiglu") ||
+            strstr(kn, "_mx_a_colwise")) {
+            tiles++;
+            tiles_ok &= l->shared_bytes == 0 && l->block == 256;
+        }
+        weights += strstr(kn, "_mx_weights") != NULL;
+        for (int a = 0; l->targs && a < l->nargs; a++) {
+            const PlanArg *t = &l->targs[a];
+            if (t->kind != PLAN_ARG_TMAP_U8)
+                continue;
+            maps++;
+            /* an E4M3 operand: a byte buffer in the activations (the weights are quantised in each step), box
+             * {128, 128}, rows_cap a multiple of 16, A [rows_cap, K] */
+            const PlanArg *rc = &l->targs[l->nargs - 1];
+            caps &= p->bufs[t->buf].storage == PLAN_E4M3 && p->bufs[t->buf].kind == PLAN_BUF_WORKSPACE &&
+                    t->box_cols == 128 && t->box_rows == 128 && rc->kind == PLAN_ARG_I32 && rc->value % 16 == 0 &&
+                    (a > 0 || t->rows == rc->value) && t->rows * t->cols <= p->bufs[t->buf].bytes;
+            if (rows_cap < 0)
+                rows_cap = rc->value;
+        }
+        u8maps += maps;
+        caps &= maps == (is_mx ? 2 : 0);
+    }
+    int layers = nodes / 2;
+    CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8 at mxfp8: %d of %d grouped_mlp nodes take the MXFP8 kernels", fast,
+          nodes);
+    CHECK(impl_ok, "fast_mlp_fp8 at mxfp8: every expert-MLP launch says fast: mxfp8");
+    /* forward: offsets, the weights 1x32, gather + xs rowwise and colwise, gate_up, SwiGLU + quantise, down (the
+     * combine reads y_padded); backward: the weights' transposed 32x1 copies, dy rowwise and colwise, da, dSwiGLU +
+     * dh rowwise and colwise, dprobs, a colwise, dxs, two weight gradients, scatter */
+    CHECK(fwd == 6 * layers && bwd == 10 * layers, "fast_mlp_fp8 at mxfp8: %d forward and %d backward launches", fwd,
+          bwd);
+    CHECK(tiles == 5 * layers && tiles_ok && weights == 2 * layers,
+          "fast_mlp_fp8 at mxfp8: %d tile quantisers (want %d, no dynamic shared memory), %d weight quantisers", tiles,
+          5 * layers, weights);
+    CHECK(mx_gemms == 4 * layers && u8maps == 8 * layers && kgemms == 2 * layers && caps,
+          "fast_mlp_fp8 at mxfp8: %d MXFP8 GEMMs (%d E4M3 tensor maps), %d bf16 weight-gradient GEMMs", mx_gemms,
+          u8maps, kgemms);
+    char want[64];
+    snprintf(want, sizeof want, "(q, sa, %lldll, ", rows_cap);
+    CHECK(rows_cap == (384 + 4 * 128 + 15) / 16 * 16 && strstr(p->cuda_source, want) != NULL,
+          "fast_mlp_fp8 at mxfp8: the quantisers' scale stride is the GEMMs' rows_cap %lld", rows_cap);
+    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 5, 1, 0>::run(") &&
+              strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 256, 512, 5, 1, 0>::run(") &&
+              strstr(p->cuda_source, "moec::sm90::GemmKGrouped<4, 512, 256, ") &&
+              strstr(p->cuda_source, "moec::mx8::quant_tiles<E, H>(q, sa, ") &&
+              strstr(p->cuda_source, "moec::mx8::quant_tiles<E, 2 * F>(q, sa, ") &&
+              strstr(p->cuda_source, ", dhw, moec::fp8b::Dswiglu<F>{hp, dap, pp}") &&
+              strstr(p->cuda_source, "moec::mx8::weight_rows<E, 2 * F, H>(q1, s1, w1);") &&
+              strstr(p->cuda_source, "moec::mx8::weight_cols<E, H, F>(q2, s2, w2);") &&
+              !strstr(p->cuda_source, "GemmMGrouped<4, 512") && !strstr(p->cuda_source, "GemmFp8KGrouped<4,") &&
+              !strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_"),
+          "fast_mlp_fp8 at mxfp8: the MXFP8 GEMM and quantisers, the bf16 K-grouped wgrad, no bf16 expert M-grouped "
+          "GEMM, no e4m3 weight copy");
+    check_plan("fast_mlp_fp8 at mxfp8", p);
+    check_forward("fast_mlp_fp8 at mxfp8", p);
+    int copies = 0, kept = 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        copies += p->bufs[b].kind == PLAN_BUF_COPY && p->graph->nodes[p->bufs[b].node]->rank == 3;
+        kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node &&
+                p->graph->nodes[p->bufs[b].node]->op == IR_OP_GROUPED_MLP;
+    }
+    /* kept per layer: offsets, probs, h, xs colwise (bf16), y for the combine; no working copy of an expert weight */
+    CHECK(copies == 0 && kept == 5 * layers, "fast_mlp_fp8 at mxfp8: %d expert-weight copies, %d kept workspaces",
+          copies, kept);
+    plan_free(p);
+    compilation_free(&c);
+}
+
 /* ------------------------------------------------------------ bf16 storage (docs/decisions.md 40) */
 
 static int node_id(const IrGraph *g, const char *name)
@@ -1401,6 +1510,7 @@ int main(void)
     test_plan_refusals();
     test_fast_mlp();
     test_fast_mlp_fp8();
+    test_fast_mlp_mx();
     test_bf16_storage();
     test_needs_arch();
     test_log_context();

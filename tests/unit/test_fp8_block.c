@@ -584,10 +584,22 @@ static float *gr_copy(const float *a, int n)
     return b;
 }
 
-static void test_gpu_rounding_model(void)
+/* the model's quantisers: kind 0 an activation along its rows (the GEMM's K), 1 along its columns (wgrad), 2 a
+ * weight for the forward, 3 a weight for the data gradient; fp8-block (1x128, 128x1, 128x128 tiles for both
+ * weight uses) or MXFP8 (mx: 1x32, 32x1, W 1x32 along K forward and 32x1 along N for dgrad: decision 53) */
+static void gr_fq(float *x, int rows, int cols, int kind, int mx)
+{
+    int st = mx ? mxfp8_fake_quant(x, rows, cols, kind == 0 || kind == 2 ? MXFP8_ROWWISE : MXFP8_COLWISE, MXFP8_SCALE_TE)
+                : fp8b_fake_quant(x, rows, cols, kind == 0 ? FP8B_ROWWISE : kind == 1 ? FP8B_COLWISE : FP8B_TILE);
+    CHECK(st == 0, "rounding model: quantiser status %d", st);
+}
+
+/* mx: the MXFP8 fast expert MLP (decision 53, run_plan.c MX_TOL = FP8B_TOL): the same roundings (a, dh from bf16
+ * h and da; bf16 GEMM outputs; the tensor cores' summation), 1x32 blocks */
+static void test_gpu_rounding_model(int mx)
 {
     enum { M = 384, H = 256, F = 256 };
-    const double bound = 5e-2; /* run_plan.c FP8B_TOL */
+    const double bound = 5e-2; /* run_plan.c FP8B_TOL, MX_TOL */
     float *x = malloc(4 * M * H), *dy = malloc(4 * M * H), *w1 = malloc(4 * 2 * F * H), *w2 = malloc(4 * H * F);
     float p[M];
     for (int i = 0; i < M * H; i++) {
@@ -601,10 +613,13 @@ static void test_gpu_rounding_model(void)
     for (int i = 0; i < M; i++)
         p[i] = (float)gr_u01();
     float *qx = gr_copy(x, M * H), *q1 = gr_copy(w1, 2 * F * H), *q2 = gr_copy(w2, H * F), *qdy = gr_copy(dy, M * H);
-    fp8b_fake_quant(qx, M, H, FP8B_ROWWISE);
-    fp8b_fake_quant(q1, 2 * F, H, FP8B_TILE);
-    fp8b_fake_quant(q2, H, F, FP8B_TILE);
-    fp8b_fake_quant(qdy, M, H, FP8B_ROWWISE);
+    float *q1t = gr_copy(w1, 2 * F * H), *q2t = gr_copy(w2, H * F);
+    gr_fq(qx, M, H, 0, mx);
+    gr_fq(q1, 2 * F, H, 2, mx);
+    gr_fq(q2, H, F, 2, mx);
+    gr_fq(q1t, 2 * F, H, 3, mx);
+    gr_fq(q2t, H, F, 3, mx);
+    gr_fq(qdy, M, H, 0, mx);
     /* forward: h, a (CPU: fp32 h, double SwiGLU; GPU: bf16 h, float SwiGLU), y */
     float *h = malloc(4 * M * 2 * F), *hg = malloc(4 * M * 2 * F), *a = malloc(4 * M * F), *ag = malloc(4 * M * F);
     gr_mm(qx, H, 1, q1, H, 1, h, M, 2 * F, H);
@@ -618,8 +633,8 @@ static void test_gpu_rounding_model(void)
             ag[r * F + f] = gg / (1.0f + expf(-gg)) * ug * p[r];
         }
     float *qa = gr_copy(a, M * F), *qag = gr_copy(ag, M * F);
-    fp8b_fake_quant(qa, M, F, FP8B_ROWWISE);
-    fp8b_fake_quant(qag, M, F, FP8B_ROWWISE);
+    gr_fq(qa, M, F, 0, mx);
+    gr_fq(qag, M, F, 0, mx);
     float *y = malloc(4 * M * H), *yg = malloc(4 * M * H);
     gr_mm(qa, F, 1, q2, F, 1, y, M, H, F);
     gr_mm(qag, F, 1, q2, F, 1, yg, M, H, F);
@@ -628,7 +643,7 @@ static void test_gpu_rounding_model(void)
     /* backward: da, dh (GPU: from bf16 da and h), dxs, dprobs, the weight gradients on 128x1 operands */
     float *da = malloc(4 * M * F), *dag = malloc(4 * M * F), *dh = malloc(4 * M * 2 * F), *dhg = malloc(4 * M * 2 * F);
     float dp[M], dpg[M];
-    gr_mm(qdy, H, 1, q2, 1, F, da, M, F, H);
+    gr_mm(qdy, H, 1, q2t, 1, F, da, M, F, H);
     for (int i = 0; i < M * F; i++)
         dag[i] = to_bf16(gr_tc(da[i]));
     for (int r = 0; r < M; r++) {
@@ -648,21 +663,21 @@ static void test_gpu_rounding_model(void)
         dpg[r] = (float)sg_;
     }
     float *qdh = gr_copy(dh, M * 2 * F), *qdhg = gr_copy(dhg, M * 2 * F);
-    fp8b_fake_quant(qdh, M, 2 * F, FP8B_ROWWISE);
-    fp8b_fake_quant(qdhg, M, 2 * F, FP8B_ROWWISE);
+    gr_fq(qdh, M, 2 * F, 0, mx);
+    gr_fq(qdhg, M, 2 * F, 0, mx);
     float *dx = malloc(4 * M * H), *dxg = malloc(4 * M * H);
-    gr_mm(qdh, 2 * F, 1, q1, 1, H, dx, M, H, 2 * F);
-    gr_mm(qdhg, 2 * F, 1, q1, 1, H, dxg, M, H, 2 * F);
+    gr_mm(qdh, 2 * F, 1, q1t, 1, H, dx, M, H, 2 * F);
+    gr_mm(qdhg, 2 * F, 1, q1t, 1, H, dxg, M, H, 2 * F);
     for (int i = 0; i < M * H; i++)
         dxg[i] = to_bf16(gr_tc(dxg[i]));
     float *cdy = gr_copy(dy, M * H), *ca = gr_copy(a, M * F), *cag = gr_copy(ag, M * F), *cx = gr_copy(x, M * H);
     float *cdh = gr_copy(dh, M * 2 * F), *cdhg = gr_copy(dhg, M * 2 * F);
-    fp8b_fake_quant(cdy, M, H, FP8B_COLWISE);
-    fp8b_fake_quant(ca, M, F, FP8B_COLWISE);
-    fp8b_fake_quant(cag, M, F, FP8B_COLWISE);
-    fp8b_fake_quant(cx, M, H, FP8B_COLWISE);
-    fp8b_fake_quant(cdh, M, 2 * F, FP8B_COLWISE);
-    fp8b_fake_quant(cdhg, M, 2 * F, FP8B_COLWISE);
+    gr_fq(cdy, M, H, 1, mx);
+    gr_fq(ca, M, F, 1, mx);
+    gr_fq(cag, M, F, 1, mx);
+    gr_fq(cx, M, H, 1, mx);
+    gr_fq(cdh, M, 2 * F, 1, mx);
+    gr_fq(cdhg, M, 2 * F, 1, mx);
     int inexact = 0;
     for (int i = 0; i < M * F; i++)
         inexact += to_bf16(cag[i]) != cag[i];
@@ -679,13 +694,14 @@ static void test_gpu_rounding_model(void)
         dw1g[i] = gr_tc(dw1g[i]);
     double e[6] = {gr_norm(yg, y, M * H),       gr_norm(dxg, dx, M * H),         gr_norm(dpg, dp, M),
                    gr_norm(dw1g, dw1, 2 * F * H), gr_norm(dw2g, dw2, H * F), gr_norm(qag, qa, M * F)};
-    printf("GPU rounding model (fast_mlp_fp8 shapes): normwise y %.2e, dxs %.2e, dprobs %.2e, dw_gate_up %.2e, "
-           "dw_down %.2e (a's codes %.2e)\n", e[0], e[1], e[2], e[3], e[4], e[5]);
-    CHECK(inexact == 0, "128x1-dequantised wgrad operands are exact in bf16 (%d inexact)", inexact);
+    printf("GPU rounding model (fast_mlp_fp8 shapes, %s): normwise y %.2e, dxs %.2e, dprobs %.2e, dw_gate_up %.2e, "
+           "dw_down %.2e (a's codes %.2e)\n", mx ? "mxfp8" : "fp8-block", e[0], e[1], e[2], e[3], e[4], e[5]);
+    CHECK(inexact == 0, "%s-dequantised wgrad operands are exact in bf16 (%d inexact)", mx ? "32x1" : "128x1", inexact);
     int under = 1;
     for (int i = 0; i < 5; i++)
         under &= e[i] < bound / 2 && e[i] > 0;
-    CHECK(under, "every output the GPU check compares lies under half its bound %g", bound);
+    CHECK(under, "%s: every output the GPU check compares lies under half its bound %g", mx ? "mxfp8" : "fp8-block",
+          bound);
     /* what an index error does (the scale of K block 0 doubled in every row): far outside. A single wrong block
      * among thousands is not (1.7e-2 for one of a's 768): normwise checks cannot see that; the quantisers'
      * codes and scales are compared bit for bit instead (tests/codegen/fp8b_quant.test) */
@@ -695,7 +711,7 @@ static void test_gpu_rounding_model(void)
     gr_mm(qag, F, 1, q2, F, 1, yg, M, H, F);
     CHECK(gr_norm(yg, y, M * H) > 4 * bound, "K block 0's scale doubled in every row is far outside the bound "
           "(%.2e)", gr_norm(yg, y, M * H));
-    float *bufs[] = {x, dy, w1, w2, qx, q1, q2, qdy, h, hg, a, ag, qa, qag, y, yg, da, dag, dh, dhg, qdh, qdhg,
+    float *bufs[] = {x, dy, w1, w2, qx, q1, q2, q1t, q2t, qdy, h, hg, a, ag, qa, qag, y, yg, da, dag, dh, dhg, qdh, qdhg,
                      dx, dxg, cdy, ca, cag, cx, cdh, cdhg, dw2, dw2g, dw1, dw1g};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
@@ -710,7 +726,8 @@ int main(int argc, char **argv)
     test_special_blocks();
     test_misuse();
     test_gemm();
-    test_gpu_rounding_model();
+    test_gpu_rounding_model(0);
+    test_gpu_rounding_model(1);
     test_vectors(argc > 1 ? argv[1] : "tests/mxfp8/fp8_block_vectors.txt");
     printf("test_fp8_block: %d passed, %d failed\n", npass, nfail);
     return nfail ? 1 : 0;

@@ -1,0 +1,249 @@
+// mx_check.cc - the MXFP8 quantisers of codegen/fp8_block_fast.cuh (namespace moec::mx8, decision 53; built with
+// mx_kernels.cu on the CPU emulator) against the CPU reference runtime/cpu/mxfp8.c (MXFP8_SCALE_TE), bit for bit
+// (tests/codegen/mx_quant.test):
+//  1. xs rows gathered into zero-padded expert groups and quantised 1x32 along H: E4M3 codes and E8M0 scale codes
+//     in GemmFp8MGrouped's MXFP8 layout (gemm_sm90_sched.h moec_mxfp8_sa_index), against mxfp8_quantize(ROWWISE)
+//     of each graph row; padding rows all zero with scale code 0; probs gathered;
+//  2. the same rows quantised 32x1 within each expert group (the CPU reference's fq_grouped: the group's rows
+//     zero-padded to a multiple of 32, mxfp8_fake_quant(COLWISE)), written dequantised as bf16: the bf16 must be
+//     the reference's float exactly (low 16 bits zero), NaN by NaN; padding rows zero;
+//  3. a = silu(gate) up p and dh = dSwiGLU(da p) from bf16 h, da: rowwise codes and scales and the colwise bf16,
+//     against the reference on the same floats computed here; rowwise and colwise in one launch give the same
+//     bytes as apart;
+//  4. a weight [2, 256, 384] quantised 1x32 along K (codes, moec_mxfp8_sb_index scales) against
+//     mxfp8_quantize(ROWWISE) of each expert's W, and 32x1 along N stored as W^T [2, 384, 256] (codes, scales at
+//     moec_mxfp8_sb_index(g, k, n / 32, K, N)) against mxfp8_quantize(COLWISE) of W.
+// Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and per-row
+// magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+extern "C" {
+#include "mxfp8.h"
+int emu_launch(const char *name, long long grid, int block, void **args);
+int checked_mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+}
+#include "gemm_sm90_sched.h"
+
+static const int E = 3;
+static const long long R = 300, H = 256, F = 256, RCAP = (R + 128 * E + 15) / 16 * 16;
+static const int SPLITS[E] = {5, 0, 260}; /* 265 rows in groups, 35 past them; one empty expert */
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static float bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float value(int mag)
+{
+    double u = (double)(next() >> 11) / 9007199254740992.0;
+    switch (next() % 40) {
+    case 0: return 0.0f;
+    case 1: return -0.0f;
+    case 2: return bits(0x7FC00000u | (uint32_t)(next() & 1) << 31);  /* NaN of either sign */
+    case 3: return next() % 4 ? ldexpf(448.0f, mag) : -ldexpf(448.0f, mag); /* amax exactly 448 x 2^k */
+    case 4: return bits((uint32_t)(next() % 0x7FFFFF) | (uint32_t)(next() & 1) << 31); /* a subnormal */
+    default: return ldexpf((float)(2.0 * u - 1.0), mag);
+    }
+}
+static void fill_rows(float *x, long long rows, long long cols, int allow_inf)
+{
+    for (long long r = 0; r < rows; r++) {
+        int mag = (int)(next() % 81) - 40;
+        for (long long c = 0; c < cols; c++)
+            x[r * cols + c] = value(mag);
+        if (allow_inf && r % 17 == 3)
+            x[r * cols + (long long)(next() % cols)] = next() % 2 ? INFINITY : -INFINITY;
+    }
+}
+static float bf2f(unsigned short b) { return bits((uint32_t)b << 16); }
+
+static int fails = 0;
+static long long checks = 0;
+static void check(int ok, const char *what, long long i)
+{
+    checks++;
+    if (!ok && fails++ < 20)
+        printf("FAIL: %s at %lld\n", what, i);
+}
+/* the bf16 the kernel wrote against the reference's float: exact, NaN for NaN */
+static int same_bf16(unsigned short got, float want)
+{
+    if (isnan(want))
+        return isnan(bf2f(got));
+    return (fbits(want) & 0xFFFFu) == 0 && (unsigned short)(fbits(want) >> 16) == got;
+}
+
+/* Checks rowwise codes q / scales sa and colwise bf16 cw of padded rows [0, total) against the reference on v
+ * [total, C] (the padded rows' values: zero rows in the padding); colwise blocks of 32 rows from row 0 are the
+ * groups' blocks (each group starts at a multiple of 128 padded rows). */
+static void check_tiles(const char *name, const std::vector<float> &v, long long total, long long C,
+                        const std::vector<unsigned char> &q, const std::vector<unsigned char> &sa,
+                        const std::vector<unsigned short> &cw)
+{
+    std::vector<unsigned char> vq((size_t)(total * C)), vs((size_t)(total * C / 32));
+    mxfp8_quantize(v.data(), total, C, MXFP8_ROWWISE, MXFP8_SCALE_TE, vq.data(), vs.data());
+    std::vector<float> fq(v);
+    mxfp8_fake_quant(fq.data(), total, C, MXFP8_COLWISE, MXFP8_SCALE_TE);
+    char what[96];
+    for (long long pr = 0; pr < total; pr++) {
+        for (long long c = 0; c < C; c++) {
+            snprintf(what, sizeof what, "%s rowwise code", name);
+            check(q[(size_t)(pr * C + c)] == vq[(size_t)(pr * C + c)], what, pr * C + c);
+            snprintf(what, sizeof what, "%s colwise bf16", name);
+            check(same_bf16(cw[(size_t)(pr * C + c)], fq[(size_t)(pr * C + c)]), what, pr * C + c);
+        }
+        for (int kb = 0; kb < C / 32; kb++) {
+            snprintf(what, sizeof what, "%s rowwise scale", name);
+            check(sa[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)] == vs[(size_t)(pr * (C / 32) + kb)], what, pr);
+        }
+    }
+}
+
+int main(void)
+{
+    std::vector<int> splits(SPLITS, SPLITS + E), ofs(2 * E + 2, -1);
+    void *a0[] = {ofs.data(), splits.data()};
+    emu_launch("k_offsets", 1, 32, a0);
+    const int *start = ofs.data() + E + 1;
+    const int total = ofs[E];
+    if (ofs[E] % 128 || start[E] != 265) {
+        printf("FAIL: offsets\n");
+        return 1;
+    }
+
+    /* 1, 2: the graph rows */
+    std::vector<float> x((size_t)(R * H)), p((size_t)R);
+    fill_rows(x.data(), R, H, 1);
+    for (long long r = 0; r < R; r++)
+        p[(size_t)r] = (float)(next() % 1000) / 997.0f;
+    std::vector<unsigned char> q((size_t)(RCAP * H), 0xAB), sa((size_t)(H / 32 * RCAP), 0xAB);
+    std::vector<float> pp((size_t)RCAP, -1.0f);
+    void *a1[] = {q.data(), sa.data(), pp.data(), x.data(), p.data(), ofs.data()};
+    emu_launch("k_rows_x", 7, 256, a1);
+    std::vector<unsigned short> cw((size_t)(RCAP * H), 0xABAB);
+    void *a2[] = {cw.data(), x.data(), ofs.data()};
+    emu_launch("k_cols_x", 5, 256, a2);
+    std::vector<unsigned char> q2((size_t)(RCAP * H), 0xAB), sa2((size_t)(H / 32 * RCAP), 0xAB);
+    std::vector<unsigned short> cw2((size_t)(RCAP * H), 0xABAB);
+    std::vector<float> pp2((size_t)RCAP, -1.0f);
+    void *a3[] = {q2.data(), sa2.data(), cw2.data(), pp2.data(), x.data(), p.data(), ofs.data()};
+    emu_launch("k_both_x", 4, 256, a3);
+    check(q2 == q && sa2 == sa && memcmp(pp2.data(), pp.data(), pp.size() * 4) == 0 && cw2 == cw,
+          "rowwise and colwise in one pass: the same bytes as apart", 0);
+    /* the padded rows' values: each group's rows, then zero rows to its padded end */
+    std::vector<float> xp((size_t)(total * H), 0.0f);
+    for (int g = 0; g < E; g++)
+        for (long long k = 0; k < start[g + 1] - start[g]; k++)
+            memcpy(&xp[(size_t)((ofs[g] + k) * H)], &x[(size_t)((start[g] + k) * H)], (size_t)H * 4);
+    /* the CPU reference's grouped colwise quantiser on the graph rows (runtime/cpu/kernels.inc fq_grouped) */
+    std::vector<float> ref((size_t)(R * H), 0.0f);
+    for (int g = 0; g < E; g++) {
+        long long n = start[g + 1] - start[g], padded = (n + 31) / 32 * 32;
+        if (!n)
+            continue;
+        std::vector<float> t((size_t)(padded * H), 0.0f);
+        memcpy(t.data(), &x[(size_t)(start[g] * H)], (size_t)(n * H) * 4);
+        check(mxfp8_fake_quant(t.data(), padded, H, MXFP8_COLWISE, MXFP8_SCALE_TE) == MXFP8_OK, "fq_grouped", g);
+        for (long long k = 0; k < n; k++)
+            for (long long c = 0; c < H; c++)
+                check(same_bf16(cw[(size_t)((ofs[g] + k) * H + c)], t[(size_t)(k * H + c)]),
+                      "xs colwise bf16 against the reference's grouped quantiser", (ofs[g] + k) * H + c);
+        for (long long k = n; k < ofs[g + 1] - ofs[g]; k++)
+            check(pp[(size_t)(ofs[g] + k)] == 0.0f, "probs of a padding row", ofs[g] + k);
+        for (long long k = 0; k < n; k++)
+            check(pp[(size_t)(ofs[g] + k)] == p[(size_t)(start[g] + k)], "probs", ofs[g] + k);
+    }
+    check_tiles("xs", xp, total, H, q, sa, cw);
+
+    /* 3: from bf16 h [., 2F], da [., F] over the padded rows */
+    std::vector<float> hf((size_t)(total * 2 * F)), daf((size_t)(total * F));
+    fill_rows(hf.data(), total, 2 * F, 0);
+    fill_rows(daf.data(), total, F, 0);
+    std::vector<unsigned short> h((size_t)(RCAP * 2 * F), 0), da((size_t)(RCAP * F), 0);
+    for (size_t i = 0; i < hf.size(); i++) {
+        float v = isnan(hf[i]) || isinf(hf[i]) ? 1.5f : fmaxf(fminf(hf[i], 30.0f), -30.0f);
+        h[i] = (unsigned short)(fbits(v) >> 16);
+    }
+    for (size_t i = 0; i < daf.size(); i++)
+        da[i] = (unsigned short)(fbits(daf[i]) >> 16);
+    std::vector<float> av((size_t)(total * F)), dhv((size_t)(total * 2 * F));
+    for (long long pr = 0; pr < total; pr++) {
+        float pv = pp[(size_t)pr];
+        for (long long c = 0; c < F; c++) {
+            float gt = bf2f(h[(size_t)(pr * 2 * F + c)]), u = bf2f(h[(size_t)(pr * 2 * F + F + c)]);
+            av[(size_t)(pr * F + c)] = gt / (1.0f + expf(-gt)) * u * pv;
+            float sg = 1.0f / (1.0f + expf(-gt)), d = bf2f(da[(size_t)(pr * F + c)]) * pv;
+            dhv[(size_t)(pr * 2 * F + c)] = d * u * (sg * (1.0f + gt * (1.0f - sg)));
+            dhv[(size_t)(pr * 2 * F + F + c)] = d * (gt * sg);
+        }
+    }
+    {
+        std::vector<unsigned char> aq((size_t)(RCAP * F), 0xAB), asa((size_t)(F / 32 * RCAP), 0xAB);
+        std::vector<unsigned short> aw((size_t)(RCAP * F), 0xABAB);
+        void *aa[] = {aq.data(), asa.data(), aw.data(), h.data(), pp.data(), ofs.data()};
+        emu_launch("k_both_a", 3, 256, aa);
+        check_tiles("a", av, total, F, aq, asa, aw);
+        std::vector<unsigned char> dq((size_t)(RCAP * 2 * F), 0xAB), dsa((size_t)(2 * F / 32 * RCAP), 0xAB);
+        std::vector<unsigned short> dw((size_t)(RCAP * 2 * F), 0xABAB);
+        void *ad[] = {dq.data(), dsa.data(), dw.data(), h.data(), da.data(), pp.data(), ofs.data()};
+        emu_launch("k_both_dh", 3, 256, ad);
+        check_tiles("dh", dhv, total, 2 * F, dq, dsa, dw);
+    }
+
+    /* 4: the weight [2, 256, 384]: 1x32 along K, and W^T 1x32 along N */
+    const int WE = 2;
+    const long long N = 256, K = 384;
+    std::vector<float> w((size_t)(WE * N * K));
+    fill_rows(w.data(), WE * N, K, 1);
+    std::vector<unsigned char> wq((size_t)(WE * N * K), 0xAB), ws((size_t)(WE * N * K / 32), 0xAB);
+    std::vector<unsigned char> wqt((size_t)(WE * N * K), 0xAB), wst((size_t)(WE * N * K / 32), 0xAB);
+    void *a4[] = {wq.data(), ws.data(), w.data()};
+    emu_launch("k_weight_rows", 5, 256, a4);
+    void *a5[] = {wqt.data(), wst.data(), w.data()};
+    emu_launch("k_weight_cols", 3, 256, a5);
+    for (int g = 0; g < WE; g++) {
+        std::vector<unsigned char> vq((size_t)(N * K)), vs((size_t)(N * K / 32)), cq((size_t)(N * K)), cs((size_t)(N * K / 32));
+        mxfp8_quantize(w.data() + g * N * K, N, K, MXFP8_ROWWISE, MXFP8_SCALE_TE, vq.data(), vs.data());
+        mxfp8_quantize(w.data() + g * N * K, N, K, MXFP8_COLWISE, MXFP8_SCALE_TE, cq.data(), cs.data());
+        for (long long n = 0; n < N; n++)
+            for (long long k = 0; k < K; k++) {
+                check(wq[(size_t)(g * N * K + n * K + k)] == vq[(size_t)(n * K + k)], "weight code (1x32 along K)",
+                      n * K + k);
+                check(wqt[(size_t)(g * N * K + k * N + n)] == cq[(size_t)(n * K + k)],
+                      "transposed weight code (32x1 along N)", k * N + n);
+                if (k % 32 == 0)
+                    check(ws[(size_t)moec_mxfp8_sb_index(g, (int)n, (int)(k / 32), (int)N, (int)K)] ==
+                              vs[(size_t)(n * (K / 32) + k / 32)],
+                          "weight scale", n * K + k);
+                if (n % 32 == 0)
+                    check(wst[(size_t)moec_mxfp8_sb_index(g, (int)k, (int)(n / 32), (int)K, (int)N)] ==
+                              cs[(size_t)(n / 32 * K + k)],
+                          "transposed weight scale", k * N + n);
+            }
+    }
+    printf("mxfp8 quantisers: %lld checks (xs rowwise and colwise, a and dh rowwise and colwise, the weights 1x32 "
+           "along K and 32x1 along N transposed), %d failed\n", checks, fails);
+    if (!fails)
+        printf("all bit-identical to runtime/cpu/mxfp8.c\n");
+    return fails ? 1 : 0;
+}

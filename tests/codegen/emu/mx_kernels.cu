@@ -1,0 +1,68 @@
+// mx_kernels.cu - test kernels for mx_check.cc (tests/codegen/mx_quant.test): the MXFP8 quantisers of
+// codegen/fp8_block_fast.cuh (namespace moec::mx8, the MXFP8 fast expert MLP, decision 53) at fixed shapes, built
+// for the CPU with emu.h by mx_run.sh. The CUDA vector types and intrinsics the device code uses, which emu.h does
+// not provide, are defined here first (as fp8b_kernels.cu).
+#include <math.h>
+
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float __expf(float x) { return expf(x); } /* the host check computes with expf too */
+inline float __shfl_xor_sync(unsigned mask, float v, int m)
+{
+    (void)mask;
+    emu_warp_put((double)v);
+    emu_syncwarp();
+    float r = (float)emu_warp_get((int)(threadIdx.x & 31) ^ m);
+    emu_syncwarp();
+    return r;
+}
+
+#include "mxfp8.cuh"
+#include "prelude.cuh"
+#include "gemm_sm90_sched.h"
+#include "moe_fast_offsets.h"
+#include "moe_fast.cuh"
+#include "fp8_block_fast.cuh"
+
+#define K256 extern "C" __global__ void __launch_bounds__(256)
+
+// the shapes (mx_check.cc has the same): 3 experts, R 300 graph rows, H 256, F 256; weights 2 x 256 x 384
+constexpr int E = 3;
+constexpr long long R = 300, H = 256, F = 256, RCAP = (R + 128 * E + 15) / 16 * 16;
+
+K256 k_offsets(int *ofs, const int *splits) { moec::fast::offsets<E, R>(ofs, splits); }
+K256 k_rows_x(unsigned char *q, unsigned char *sa, float *pdst, const float *x, const float *p, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, H>(q, sa, RCAP, nullptr, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
+}
+K256 k_cols_x(unsigned short *cw, const float *x, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, H>(nullptr, nullptr, RCAP, cw, moec::fp8b::GraphRows<E, H>{x}, nullptr, nullptr, ofs);
+}
+K256 k_both_x(unsigned char *q, unsigned char *sa, unsigned short *cw, float *pdst, const float *x, const float *p,
+              const int *ofs)
+{
+    moec::mx8::quant_tiles<E, H>(q, sa, RCAP, cw, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
+}
+K256 k_both_a(unsigned char *q, unsigned char *sa, unsigned short *cw, const unsigned short *h, const float *pp,
+              const int *ofs)
+{
+    moec::mx8::quant_tiles<E, F>(q, sa, RCAP, cw, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
+}
+K256 k_both_dh(unsigned char *q, unsigned char *sa, unsigned short *cw, const unsigned short *h,
+               const unsigned short *da, const float *pp, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, 2 * F>(q, sa, RCAP, cw, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr, nullptr, ofs);
+}
+K256 k_weight_rows(unsigned char *q, unsigned char *s, const float *w) { moec::mx8::weight_rows<2, 256, 384>(q, s, w); }
+K256 k_weight_cols(unsigned char *qt, unsigned char *st, const float *w)
+{
+    moec::mx8::weight_cols<2, 256, 384>(qt, st, w);
+}
