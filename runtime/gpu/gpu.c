@@ -1882,8 +1882,10 @@ int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, doub
     if (G->pending >= G->ring)
         return fail(G, "internal: %d steps without reading their losses", G->pending);
     if (!G->pev) {
-        /* two events per span: each launch, the batch, the optimizer, the buckets, the step */
-        G->npev = 2 * (G->nlaunches + PROF_SPANS_EXTRA);
+        /* two events per span: each launch, each watched node's metrics (metrics_points: the loss, the LM loss
+         * and each MoE layer's routing; four MoE layers overflowed a count that left them out), the batch, the
+         * optimizer, the buckets, the step */
+        G->npev = 2 * (G->nlaunches + (int)(sizeof G->mnode / sizeof G->mnode[0]) + PROF_SPANS_EXTRA);
         G->pev = calloc((size_t)G->npev, sizeof *G->pev);
         G->spans = calloc((size_t)G->npev / 2, sizeof *G->spans);
         if (!G->pev || !G->spans)

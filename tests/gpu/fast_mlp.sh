@@ -339,7 +339,7 @@ if [ "$MX" = 1 ]; then
     row "memory_$l" "$([ -n "${pm:-}" ] && echo ok || echo FAIL)" "$(awk -v pb="${pb:-0}" -v ab="${ab:-0}" -v db="${db:-0}" \
         -v pf="${pf:-0}" -v af="${af:-0}" -v df="${df:-0}" -v pm="${pm:-0}" -v am="${am:-0}" -v dm="${dm:-0}" 'BEGIN {
         printf "GiB plan/act/device: bf16 %s/%s/%s fp8b %s/%s/%s (%.0f%%) mx %s/%s/%s (%.0f%%; %% = device vs bf16)",
-        pb, ab, db, pf, af, df, db > 0 ? 100 * df / db : 0, pm, am, dm, db > 0 ? 100 * dm / db : 0}')"
+        pb, ab, db, pf, af, df, (db > 0 ? 100 * df / db : 0), pm, am, dm, (db > 0 ? 100 * dm / db : 0)}')"
   done
 fi
 echo
