@@ -32,6 +32,7 @@
  * TFLOP/s include them, and not in plan_model_flops, so MFU is the usual
  * 6 N T-style model figure whether or not the run checkpoints (the
  * "hardware FLOPs" of a checkpointed step are about 4/3 of the model's). */
+#include <string.h>
 #include "plan.h"
 
 /* Bytes of one element of n as stored: the plan's tensor table when it has
@@ -142,6 +143,19 @@ static double embedding_bytes(const Plan *p, const IrNode *n)
     return tensor_bytes(p, n->src[0]) + 2 * tensor_bytes(p, n);
 }
 
+/* a workspace of another node named ...ws.h_padded kept alive until n (codegen/cuda_moe_fast.c fwd_ws) */
+static int forward_kept_h(const Plan *p, const IrNode *n)
+{
+    for (int b = 0; p && b < p->nbufs; b++) {
+        const PlanBuf *x = &p->bufs[b];
+        size_t len = x->name ? strlen(x->name) : 0;
+        if (x->kind == PLAN_BUF_WORKSPACE && x->until == n->id && x->node != n->id && len >= 12 &&
+            strcmp(x->name + len - 12, ".ws.h_padded") == 0)
+            return 1;
+    }
+    return 0;
+}
+
 PlanCost plan_node_cost(const Plan *p, const IrNode *n)
 {
     PlanCost c = {0, 0, 0};
@@ -162,10 +176,16 @@ PlanCost plan_node_cost(const Plan *p, const IrNode *n)
         c.gemm = 1;
         break;
     case IR_OP_GROUPED_MLP:
-    case IR_OP_GROUPED_MLP_BWD:
-        c.flops = grouped_mlp_flops(n, NULL);
+    case IR_OP_GROUPED_MLP_BWD: {
+        double again = 0;
+        c.flops = grouped_mlp_flops(n, &again);
+        /* the fast kernels' backward reads the h its forward kept (a workspace NODE.ws.h_padded kept until
+         * this node) instead of recomputing xs w_gate_up^T: that GEMM is not run, so not counted */
+        if (again > 0 && forward_kept_h(p, n))
+            c.flops -= again;
         c.gemm = 1;
         break;
+    }
     case IR_OP_SDPA:
     case IR_OP_SDPA_BWD:
         c.flops = sdpa_flops(n, NULL);

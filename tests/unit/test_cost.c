@@ -225,6 +225,23 @@ static void test_model_flops(void)
         CHECK(per_token(ck) == per_token(a), "checkpointed: %.1f model FLOPs per token, want %.1f", per_token(ck),
               per_token(a));
         CHECK(r > 1.15 && r < 1.45, "checkpointed: --profile's FLOPs per token x %.3f, want about 4/3", r);
+        /* the fast kernels' expert-MLP backward reads the h its forward kept: no gate/up GEMM again, so its
+         * FLOPs are twice the forward's (the reference kernels': 3 gate/up + 2 down, above) */
+        int checked = 0;
+        for (int i = 0; i < a->graph->nnodes; i++) {
+            const IrNode *n = a->graph->nodes[i];
+            if (n->op != IR_OP_GROUPED_MLP_BWD)
+                continue;
+            double f = 0;
+            for (int j = 0; j < a->graph->nnodes; j++)
+                if (a->graph->nodes[j]->op == IR_OP_GROUPED_MLP && a->graph->nodes[j]->src[0] == n->src[1])
+                    f = plan_node_cost(a, a->graph->nodes[j]).flops;
+            CHECK(f > 0 && close_to(plan_node_cost(a, n).flops, 2 * f),
+                  "mixtral4 (fast): %s counts %.4g FLOPs, want twice its forward's %.4g", n->name,
+                  plan_node_cost(a, n).flops, f);
+            checked++;
+        }
+        CHECK(checked == 4, "mixtral4 (fast): %d expert-MLP backward nodes, want 4", checked);
     }
     if (a)
         plan_free(a);
