@@ -11,6 +11,8 @@
 #                  blocks` (decision 43): the dry run fits (128.93 GiB), 3 steps measured within 10% of it
 #   mixtral4_speed moec's tokens/s (median of steps 4-10) beside transformers' on the same 4-layer config (bf16,
 #                  grouped_mm experts, bench/anchors.py; needs torch + transformers; MEM_CHECK_HF=0 skips it)
+#   mixtral4_fp8_speed  the same 4 layers compiled with --precision fp8-block (the expert MLP on the FP8 tensor
+#                  cores, docs/fp8-block.md), its tokens/s beside the same transformers bf16 figure
 #   mixtral4_profile  `--profile 3` on the same binary: where a step's time goes per IR node (the table is
 #                  written to OUTDIR/logs/mem/mixtral4_profile.log; the row shows its top lines)
 # MEM_CHECK_SPEED_ONLY=1 runs only the last two rows (the speed and the profile: no memory rows).
@@ -38,6 +40,8 @@ if [ "$MODE" != run ]; then
   cp bench/anchors.py tests/gpu/mixtral4.moe "$OUT/"
   "$BUILD/moec" compile tests/gpu/mixtral4.moe --kernels fast -o "$OUT/bin/mixtral4" --arch "$ARCH" >/dev/null
   "$BUILD/moec" compile tests/gpu/mixtral4_ckpt.moe --kernels fast -o "$OUT/bin/mixtral4_ckpt" --arch "$ARCH" >/dev/null
+  "$BUILD/moec" compile tests/gpu/mixtral4.moe --kernels fast --precision fp8-block -o "$OUT/bin/mixtral4_fp8" \
+      --arch "$ARCH" >/dev/null
   set +e
 fi
 [ "$MODE" = build ] && exit 0
@@ -102,6 +106,14 @@ if [ "${MEM_CHECK_HF:-1}" = 1 ]; then
   read -r hft hfmem <<<"${ht:--}"
   ratio=$(awk -v a="${mt:-0}" -v b="${hft:-0}" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}')
   row mixtral4_speed "$([ $src -eq 0 ] && [ -n "$mt" ] && [ "$ratio" != - ] && echo ok || echo FAIL)" "moec ${mt:-?} tok/s (median of steps 4-10), transformers grouped_mm bf16 ${hft:-?} tok/s (peak ${hfmem:-?} GiB): ${ratio} (target >= 1.3x)"
+  "$B/mixtral4_fp8" --data "$OUT/data/proteins.fasta.gz" --device cuda --steps 10 --eval-every 0 --log-every 1 \
+    --log "$L/mixtral4_fp8_speed.jsonl" >"$L/mixtral4_fp8_speed.log" 2>&1
+frc=$?
+ft=$(grep -o '"tokens_per_s":[0-9.e+]*' "$L/mixtral4_fp8_speed.jsonl" 2>/dev/null | cut -d: -f2 | tail -n +4 | sort -g |
+     awk '{a[NR] = $1} END {if (NR) printf "%.0f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+fratio=$(awk -v a="${ft:-0}" -v b="${hft:-0}" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}')
+fl=$(grep '^step' "$L/mixtral4_fp8_speed.log" | tail -1 | tr -s ' ')
+row mixtral4_fp8_speed "$([ $frc -eq 0 ] && [ -n "$ft" ] && echo ok || echo FAIL)" "moec fp8-block ${ft:-?} tok/s, transformers grouped_mm bf16 ${hft:-?} tok/s: ${fratio}; last: ${fl:-rc=$frc}"
 fi
 
 # where the step's time goes: --profile 3 after 2 warm-up steps, the per-node table kept whole in the log
