@@ -454,7 +454,7 @@ int cg_param_copy(Cg *cg, const IrNode *param, int64_t glu_f)
 int cg_param_fp8b_copy(Cg *cg, const IrNode *param)
 {
     PlanFp8Copy c;
-    if (param->op != IR_OP_PARAM || !plan_fp8b_copy_layout(param, &c))
+    if (param->op != IR_OP_PARAM || !plan_fp8b_copy_layout(cg->g, param, &c))
         die("codegen: an e4m3 copy of %s, which is no param [E, N, K] with N, K multiples of 128", param->name);
     for (int b = cg->g->nnodes; b < cg->nbufs; b++)
         if (cg->bufs[b].kind == PLAN_BUF_COPY && cg->bufs[b].node == param->id) {
@@ -463,7 +463,7 @@ int cg_param_fp8b_copy(Cg *cg, const IrNode *param)
             return b;
         }
     char name[512];
-    snprintf(name, sizeof name, "%s.e4m3_tiles", param->name);
+    snprintf(name, sizeof name, "%s.%s", param->name, c.mx ? "mxfp8" : "e4m3_tiles");
     return add_buf(cg, name, param->id, PLAN_BUF_COPY, PLAN_E4M3, c.bytes);
 }
 

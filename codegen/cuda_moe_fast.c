@@ -734,7 +734,14 @@ static GemmFp8Shape mx_shape(int64_t E, int64_t N, int64_t K)
 static int mx_mlp_ok(const IrNode *n, char *why, size_t len)
 {
     const IrNode *xs = n->src[n->op == IR_OP_GROUPED_MLP ? 0 : 1], *w1 = n->src[n->op == IR_OP_GROUPED_MLP ? 1 : 2];
+    const IrNode *w2 = n->src[n->op == IR_OP_GROUPED_MLP ? 2 : 3];
     int64_t R = xs->shape[0], H = xs->shape[1], E = w1->shape[0], F = w1->shape[1] / 2;
+    if (w1->op != IR_OP_PARAM || w2->op != IR_OP_PARAM) {
+        snprintf(why, len, "mxfp8: the expert weights must be params (the GEMMs read their MXFP8 copies, which the "
+                 "optimizer writes: decision 55); %s is a %s", w1->op != IR_OP_PARAM ? w1->name : w2->name,
+                 ir_node_op_name(w1->op != IR_OP_PARAM ? w1 : w2));
+        return 0;
+    }
     if (H % 256 || F % 256) {
         snprintf(why, len, "mxfp8: H %lld and F %lld must be multiples of 256 (the FP8 GEMM takes its 128-deep K "
                  "blocks in pairs, and K is H or F forward, H or 2F in the data gradients)", (long long)H, (long long)F);
@@ -760,8 +767,8 @@ static int mx_mlp_ok(const IrNode *n, char *why, size_t len)
         }
     snprintf(why, len, "mxfp8: FP8 grouped GEMMs (1x32 scales on both operands, promotion every 32) forward and dgrad; "
              "wgrad on the bf16 K-grouped GEMM over the 32x1-quantised operands dequantised to bf16 (exact); the "
-             "weights quantised in each step (1x32 along K in the forward, W^T 1x32 along N in the backward); H %lld "
-             "and F %lld multiples of 256", (long long)H, (long long)F);
+             "weights' MXFP8 copies (1x32 along K, and W^T 1x32 along N) written by the optimizer; H %lld and F %lld "
+             "multiples of 256", (long long)H, (long long)F);
     return 1;
 }
 
@@ -903,8 +910,8 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     /* the weights' 128x128 tiles: their e4m3 copies, written by the optimizer (decision 44) */
     int w1c = cg_param_fp8b_copy(cg, w1), w2c = cg_param_fp8b_copy(cg, w2);
     PlanFp8Copy c1, c2;
-    plan_fp8b_copy_layout(w1, &c1);
-    plan_fp8b_copy_layout(w2, &c2);
+    plan_fp8b_copy_layout(cg->g, w1, &c1);
+    plan_fp8b_copy_layout(cg->g, w2, &c2);
     int xt = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, H * rc, "xs_t_e4m3") : -1;
     int xts = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, fp8b_tscales(&f, H), "xs_t_scales") : -1;
     const IrNode *comb = fast_combine_of(cg, n);
@@ -986,8 +993,8 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     /* the weights' transposed tiles: their e4m3 copies (the forward's copies, written by the optimizer) */
     int w1c = cg_param_fp8b_copy(cg, w1), w2c = cg_param_fp8b_copy(cg, w2);
     PlanFp8Copy c1, c2;
-    plan_fp8b_copy_layout(w1, &c1);
-    plan_fp8b_copy_layout(w2, &c2);
+    plan_fp8b_copy_layout(cg->g, w1, &c1);
+    plan_fp8b_copy_layout(cg->g, w2, &c2);
     if (f.ofs < 0 || pp < 0 || hp < 0 || xt < 0 || xts < 0)
         die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
     int dyq = cg_ws(cg, n, PLAN_E4M3, rc * H, "dy_e4m3"), dysa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "dy_scales");
@@ -1095,24 +1102,11 @@ static void mx_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, con
     cg->fp8b_used = 1;
 }
 
-/* one launch quantising both expert weights: rows (1x32 along K: q, s) or cols (W^T 1x32 along N: qt, st) */
-static void mx_weights(Cg *cg, Fast *f, const char *suffix, const char *what, const IrNode *w1, const IrNode *w2,
-                       int q1, int s1, int q2, int s2, int cols)
-{
-    fast_begin(cg, f, suffix, what);
-    cg_param(cg, q1, 1, "q1");
-    cg_param(cg, s1, 1, "s1");
-    cg_param(cg, q2, 1, "q2");
-    cg_param(cg, s2, 1, "s2");
-    cg_in(cg, w1, "w1");
-    cg_in(cg, w2, "w2");
-    fast_consts(cg, f);
-    const char *fn = cols ? "weight_cols" : "weight_rows";
-    cg_line(cg, "moec::mx8::%s<E, 2 * F, H>(q1, s1, w1);", fn);
-    cg_line(cg, "moec::mx8::%s<E, H, F>(q2, s2, w2);", fn);
-    cg_end(cg, CG_BLOCK, min64(cg_grid(f->E * 2 * f->F * f->H / 32, CG_BLOCK), 132 * 16));
-    cg->fp8b_used = 1;
-}
+/* An mxfp8 expert weight's e4m3 copy (plan.h PlanFp8Copy with mx: the 1x32-along-K codes and scales the forward
+ * GEMMs read, the 32x1-along-N codes stored as W^T and their scales the data gradients read), written by the
+ * optimizer's step (moec_adamw_mx8_ExNxK) and at load (moec_mx8_copy_ExNxK): no node quantises a weight
+ * (decision 55). mx_mlp_ok took the weights as params [E, N, K] with N, K multiples of 256. */
+static int mx_copy(Cg *cg, const IrNode *w) { return cg_param_fp8b_copy(cg, w); }
 
 static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
 {
@@ -1126,19 +1120,18 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
     int xq = cg_ws(cg, n, PLAN_E4M3, rc * H, "xs_e4m3"), xsa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, H), "xs_scales");
     int aq = cg_ws(cg, n, PLAN_E4M3, rc * F, "a_e4m3"), asa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, F), "a_scales");
-    int w1q = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H, "w_gate_up_e4m3");
-    int w1s = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H / 32, "w_gate_up_scales");
-    int w2q = cg_ws(cg, n, PLAN_E4M3, E * H * F, "w_down_e4m3"), w2s = cg_ws(cg, n, PLAN_E4M3, E * H * F / 32, "w_down_scales");
+    int w1c = mx_copy(cg, w1), w2c = mx_copy(cg, w2);
+    PlanFp8Copy c1, c2;
+    plan_fp8b_copy_layout(cg->g, w1, &c1);
+    plan_fp8b_copy_layout(cg->g, w2, &c2);
     int xw = bwd ? cg_ws_kept(cg, n, bwd, PLAN_BF16, rc * H, "xs_colwise_bf16") : -1;
     const IrNode *comb = fast_combine_of(cg, n);
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 6 + (comb == NULL);
+    f.steps = 5 + (comb == NULL);
 
     emit_offsets(cg, &f, sp);
-    mx_weights(cg, &f, "mx_weights", "w_gate_up and w_down quantised 1x32 along K (E4M3 and E8M0 scales, from the "
-                                     "fp32 weights, bit-exact with the CPU reference)", w1, w2, w1q, w1s, w2q, w2s, 0);
 
     fast_begin(cg, &f, bwd ? "mx_gather_xg" : "mx_gather",
                bwd ? "xs into zero-padded groups quantised 1x32 along H (E4M3 and E8M0 scales, from the fp32 rows, "
@@ -1161,7 +1154,7 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
                         "bf16 out; h kept for the backward)"
                       : "h = xs w_gate_up^T per group (FP8 grouped GEMM, MXFP8: 1x32 scales, promotion every 32; "
                         "bf16 out)",
-                  xq, xsa, w1q, 0, w1s, 0, hp, 2 * F, H);
+                  xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
 
     fast_begin(cg, &f, "mx_swiglu", "a = silu(gate) up probs, quantised 1x32 along F (E4M3 and scales)");
     cg_param(cg, aq, 1, "q");
@@ -1171,8 +1164,8 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     cg_param(cg, f.ofs, 0, "ofs");
     mx_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
 
-    emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, MXFP8; bf16 out)", aq, asa, w2q, 0,
-                  w2s, 0, yp, H, F);
+    emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, MXFP8; bf16 out)", aq, asa, w2c, c2.q,
+                  w2c, c2.s, yp, H, F);
 
     if (comb) {
         cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
@@ -1206,10 +1199,10 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     int xw = cg_find_ws(cg, fwd, "xs_colwise_bf16");
     if (f.ofs < 0 || pp < 0 || hp < 0 || xw < 0)
         die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
-    int w1t = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H, "w_gate_up_t_e4m3");
-    int w1ts = cg_ws(cg, n, PLAN_E4M3, E * 2 * F * H / 32, "w_gate_up_t_scales");
-    int w2t = cg_ws(cg, n, PLAN_E4M3, E * H * F, "w_down_t_e4m3");
-    int w2ts = cg_ws(cg, n, PLAN_E4M3, E * H * F / 32, "w_down_t_scales");
+    int w1c = mx_copy(cg, w1), w2c = mx_copy(cg, w2);
+    PlanFp8Copy c1, c2;
+    plan_fp8b_copy_layout(cg->g, w1, &c1);
+    plan_fp8b_copy_layout(cg->g, w2, &c2);
     int dyq = cg_ws(cg, n, PLAN_E4M3, rc * H, "dy_e4m3"), dysa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, H), "dy_scales");
     int dyw = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_colwise_bf16");
     int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
@@ -1219,11 +1212,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
     int aw = cg_ws(cg, n, PLAN_BF16, rc * F, "a_colwise_bf16");
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
-    f.steps = 10;
-
-    mx_weights(cg, &f, "mx_weights_t", "w_gate_up and w_down quantised 32x1 (along N, the data gradients' reduction), "
-                                       "stored transposed [E, K, N] 1x32 along its rows (bit-exact with the CPU "
-                                       "reference's colwise copies)", w1, w2, w1t, w1ts, w2t, w2ts, 1);
+    f.steps = 9;
 
     fast_begin(cg, &f, "mx_gather_dy", "dy into zero-padded groups quantised 1x32 along H (from the fp32 rows, "
                                        "bit-exact with the CPU reference), and 32x1 within each group dequantised to "
@@ -1236,7 +1225,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     mx_tiles_end(cg, &f, H, "H", "q", "sa", "dyw", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM, MXFP8, on w_down^T quantised 1x32 "
-                                     "along H; bf16 out)", dyq, dysa, w2t, 0, w2ts, 0, dap, F, H);
+                                     "along H; bf16 out)", dyq, dysa, w2c, c2.qt, w2c, c2.st, dap, F, H);
 
     fast_begin(cg, &f, "mx_dswiglu", "dh = dSwiGLU(da probs) quantised 1x32 along 2F (E4M3 and scales), and 32x1 "
                                      "within each group dequantised to bf16 for dw_gate_up");
@@ -1267,7 +1256,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     mx_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "aw", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM, MXFP8, on w_gate_up^T "
-                                      "quantised 1x32 along 2F; bf16 out)", dhq, dhsa, w1t, 0, w1ts, 0, dxp, H, 2 * F);
+                                      "quantised 1x32 along 2F; bf16 out)", dhq, dhsa, w1c, c1.qt, w1c, c1.st, dxp, H, 2 * F);
     emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (bf16 K-grouped GEMM on the 32x1-quantised "
                                        "operands, dequantised: exact in bf16; fp32 out)", dyw, aw,
                R * H + R + E * 2 * F * H, H, F, 0);

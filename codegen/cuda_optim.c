@@ -60,8 +60,8 @@ static void emit_fp8b_copies(Cg *cg, Sb *src, const char *b1, const char *b2, co
         return;
     if (!cg->fp8b_used)
         die("codegen: e4m3 weight copies without the fp8-block device code");
-    sb_puts(src, "// the fp8-block expert weights' e4m3 copies (plan.h PlanFp8Copy): AdamW and the 128x128-tile quantiser\n"
-                 "// in one pass (docs/decisions.md 44)\n"
+    sb_puts(src, "// the 8-bit expert weights' e4m3 copies (plan.h PlanFp8Copy): AdamW and the weight quantiser (fp8-block's\n"
+                 "// 128x128 tiles, or MXFP8's 1x32 blocks) in one pass (docs/decisions.md 44, 55)\n"
                  "namespace moec {\n"
                  "namespace fp8b {\n"
                  "// quant_weight_from's source: moec_adamw's update of the 4 elements from i, written back to w, m and v,\n"
@@ -106,45 +106,49 @@ static void emit_fp8b_copies(Cg *cg, Sb *src, const char *b1, const char *b2, co
         if (c->kind != PLAN_BUF_COPY || c->storage != PLAN_E4M3)
             continue;
         PlanFp8Copy fc;
-        if (!plan_fp8b_copy_layout(cg->g->nodes[c->node], &fc))
+        if (!plan_fp8b_copy_layout(cg->g, cg->g->nodes[c->node], &fc))
             die("codegen: %s is no e4m3 copy of an [E, N, K] weight", c->name);
         int seen = 0; /* one pair of kernels per shape */
         for (int o = cg->g->nnodes; o < b && !seen; o++) {
             PlanFp8Copy oc;
             seen = cg->bufs[o].kind == PLAN_BUF_COPY && cg->bufs[o].storage == PLAN_E4M3 &&
-                   plan_fp8b_copy_layout(cg->g->nodes[cg->bufs[o].node], &oc) && oc.e == fc.e && oc.n == fc.n &&
+                   plan_fp8b_copy_layout(cg->g, cg->g->nodes[cg->bufs[o].node], &oc) && oc.e == fc.e && oc.n == fc.n &&
                    oc.k == fc.k;
         }
         if (seen)
             continue;
         char upd[96], load[96], tmpl[96], ptrs[160];
+        const char *ns = fc.mx ? "mx8" : "fp8b"; /* the quantiser: MXFP8's 1x32 blocks or fp8-block's tiles */
         plan_fp8b_kernel_name(&fc, 1, upd, sizeof upd);
         plan_fp8b_kernel_name(&fc, 0, load, sizeof load);
         snprintf(tmpl, sizeof tmpl, "%lld, %lldll, %lldll", (long long)fc.e, (long long)fc.n, (long long)fc.k);
         snprintf(ptrs, sizeof ptrs, "c + %lldll, c + %lldll, c + %lldll, c + %lldll", (long long)fc.q, (long long)fc.s,
                  (long long)fc.qt, (long long)fc.st);
         sb_printf(src,
-                  "// w [%lld, %lld, %lld]: AdamW, then the new w's tiles into its copy c (one 512-thread block per tile)\n"
+                  "// w [%lld, %lld, %lld]: AdamW, then the new w's %s into its copy c (one 512-thread block per "
+                  "128x128 tile)\n"
                   "extern \"C\" __global__ void __launch_bounds__(512) %s(float *__restrict__ w, float *__restrict__ m, "
                   "float *__restrict__ v, const float *__restrict__ g, long long n, const double *__restrict__ s, "
                   "double wd, unsigned char *__restrict__ c)\n"
                   "{\n"
                   "    (void)n; /* = %lld */\n",
-                  (long long)fc.e, (long long)fc.n, (long long)fc.k, upd, (long long)(fc.e * fc.n * fc.k));
+                  (long long)fc.e, (long long)fc.n, (long long)fc.k,
+                  fc.mx ? "MXFP8 codes (1x32 along K, and 32x1 along N stored as W^T)" : "tiles", upd,
+                  (long long)(fc.e * fc.n * fc.k));
         sb_puts(src, ADAMW_FAST_SCALARS);
         sb_printf(src,
                   "    const bool vec = (((unsigned long long)w | (unsigned long long)m | (unsigned long long)v | "
                   "(unsigned long long)g) & 15) == 0;\n"
-                  "    moec::fp8b::quant_weight_from<%s>(%s, moec::fp8b::AdamwValues{w, m, v, g, lr, rbc1, rbc2, clip, "
+                  "    moec::%s::quant_weight_from<%s>(%s, moec::fp8b::AdamwValues{w, m, v, g, lr, rbc1, rbc2, clip, "
                   "decay, vec});\n"
                   "}\n\n"
                   "// the copy c of w [%lld, %lld, %lld] from its values (after parameters are loaded)\n"
                   "extern \"C\" __global__ void __launch_bounds__(512) %s(unsigned char *__restrict__ c, "
                   "const float *__restrict__ w)\n"
                   "{\n"
-                  "    moec::fp8b::quant_weight<%s>(%s, w);\n"
+                  "    moec::%s::quant_weight<%s>(%s, w);\n"
                   "}\n\n",
-                  tmpl, ptrs, (long long)fc.e, (long long)fc.n, (long long)fc.k, load, tmpl, ptrs);
+                  ns, tmpl, ptrs, (long long)fc.e, (long long)fc.n, (long long)fc.k, load, ns, tmpl, ptrs);
     }
 }
 

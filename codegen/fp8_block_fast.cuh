@@ -505,5 +505,85 @@ __device__ void weight_cols(unsigned char *qt, unsigned char *st, const float *w
     }
 }
 
+/* Both MXFP8 copies of a weight w [E, N, K] fp32 in one read (the optimizer's kernels, decision 55: the param's
+ * e4m3 copy, plan.h PlanFp8Copy with mx): q, s as weight_rows (1 x 32 along K) and qt, st as weight_cols (32 x 1
+ * along N stored as W^T 1 x 32 along its rows), the same bytes. One block of fp8b::WEIGHT_THREADS (512) per
+ * 128 x 128 tile: warp w holds the 32 x 32 block (rows 32 (w / 4) .., columns 32 (w % 4) ..), lane l its rows
+ * l / 8 + 4 j (j < 8) at columns 4 (l % 8) .. + 3, read once into registers: a row's 1 x 32 amax over lanes
+ * xor 1, 2, 4, a column's 32 x 1 amax over lanes xor 8, 16 (each thread's 8 rows first). The 32 x 1 codes go
+ * through shared memory (fp8b::quant_weight_from's transposed write: rows of 33 words, 4 bytes of a W^T row a
+ * thread). The values come from src.load4(i) as in fp8b::quant_weight_from (fp8b::WeightValues, or the
+ * optimizer's AdamwValues). N % 128 == K % 128 == 0. */
+template <int E, long long N, long long K, class Src>
+__device__ void quant_weight_from(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
+                                  const Src src)
+{
+    static_assert(N % 128 == 0 && K % 128 == 0, "128 x 128 tiles");
+    constexpr long long NB = N / 128, KB = K / 128, TILES = (long long)E * NB * KB;
+    __shared__ unsigned tile[128][33]; /* the 32 x 1 codes, 4 to a word, row r of the tile in tile[r] */
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, rb = warp / 4, cb = warp % 4;
+    const int r0 = 32 * rb + lane / 8, c0 = 32 * cb + 4 * (lane % 8); /* rows r0 + 4 j, columns c0 .. + 3 */
+    for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {
+        const long long g = t / (NB * KB), nb = t / KB % NB, kb = t % KB;
+        const long long base = (g * N + nb * 128) * K + kb * 128;
+        float v[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float4 f = src.load4(base + (long long)(r0 + 4 * j) * K + c0);
+            v[j][0] = f.x, v[j][1] = f.y, v[j][2] = f.z, v[j][3] = f.w;
+        }
+        float cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float m = fp8b::amax4(v[j]);
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1)
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            const int e = moec_mx_scale_exp(m);
+            const int r = r0 + 4 * j;
+            *(unsigned *)(q + (g * N + nb * 128 + r) * K + kb * 128 + c0) = fp8b::pack_q4(v[j], e);
+            if (lane % 8 == 0)
+                s[moec_mxfp8_sb_index((int)g, (int)(nb * 128 + r), (int)(kb * 4 + cb), (int)N, (int)K)] =
+                    (unsigned char)(e + 127);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                cm[i] = fmaxf(cm[i], fabsf(v[j][i]));
+        }
+        int ec[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+            for (int o = 8; o < 32; o <<= 1)
+                cm[i] = fmaxf(cm[i], __shfl_xor_sync(0xffffffffu, cm[i], o));
+            ec[i] = moec_mx_scale_exp(cm[i]);
+            if (lane < 8)
+                st[moec_mxfp8_sb_index((int)g, (int)(kb * 128 + c0 + i), (int)(nb * 4 + rb), (int)K, (int)N)] =
+                    (unsigned char)(ec[i] + 127);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            tile[r0 + 4 * j][c0 / 4] = fp8b::q8x2(v[j][0], ec[0], v[j][1], ec[1]) |
+                                       (fp8b::q8x2(v[j][2], ec[2], v[j][3], ec[3]) << 16);
+        __syncthreads(); /* the tile's 32 x 1 codes complete */
+        constexpr int NW = fp8b::WEIGHT_THREADS / 32;
+#pragma unroll
+        for (int it = 0; it < 128 / NW; it++) {
+            const int c = warp + NW * it, kg = c % 16, ng = c / 16; /* 8 columns k, 16 rows n of the tile */
+            const int k = 8 * kg + lane % 8, n = 16 * ng + 4 * (lane / 8), sh = 8 * (k % 4);
+            const unsigned p = ((tile[n][k / 4] >> sh) & 0xffu) | (((tile[n + 1][k / 4] >> sh) & 0xffu) << 8) |
+                               (((tile[n + 2][k / 4] >> sh) & 0xffu) << 16) |
+                               (((tile[n + 3][k / 4] >> sh) & 0xffu) << 24);
+            *(unsigned *)(qt + (g * K + kb * 128 + k) * N + nb * 128 + n) = p;
+        }
+        __syncthreads(); /* tile is written again by the next tile */
+    }
+}
+template <int E, long long N, long long K>
+__device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st,
+                             const float *w)
+{
+    mx8::quant_weight_from<E, N, K>(q, s, qt, st, fp8b::WeightValues{w}); /* qualified: no ADL into fp8b */
+}
+
 } /* namespace mx8 */
 } /* namespace moec */

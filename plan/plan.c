@@ -95,7 +95,7 @@ Plan *plan_create(IrGraph *g, Arena *arena, char *err, size_t errlen)
     return p;
 }
 
-int plan_fp8b_copy_layout(const IrNode *w, PlanFp8Copy *out)
+int plan_fp8b_copy_layout(const IrGraph *g, const IrNode *w, PlanFp8Copy *out)
 {
     memset(out, 0, sizeof *out);
     if (w->rank != 3 || w->shape[0] < 1 || w->shape[1] < 128 || w->shape[2] < 128 || w->shape[1] % 128 ||
@@ -104,7 +104,8 @@ int plan_fp8b_copy_layout(const IrNode *w, PlanFp8Copy *out)
     out->e = w->shape[0];
     out->n = w->shape[1];
     out->k = w->shape[2];
-    int64_t codes = out->e * out->n * out->k, scales = out->e * (out->n / 128) * (out->k / 128);
+    out->mx = g->train.precision == IR_PREC_MXFP8;
+    int64_t codes = out->e * out->n * out->k, scales = out->mx ? codes / 32 : out->e * (out->n / 128) * (out->k / 128);
     out->q = 0;
     out->qt = codes;
     out->s = 2 * codes;
@@ -115,7 +116,9 @@ int plan_fp8b_copy_layout(const IrNode *w, PlanFp8Copy *out)
 
 void plan_fp8b_kernel_name(const PlanFp8Copy *c, int update, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s_%lldx%lldx%lld", update ? "moec_adamw_fp8b" : "moec_fp8b_copy", (long long)c->e,
+    snprintf(buf, len, "%s_%lldx%lldx%lld",
+             c->mx ? (update ? "moec_adamw_mx8" : "moec_mx8_copy") : (update ? "moec_adamw_fp8b" : "moec_fp8b_copy"),
+             (long long)c->e,
              (long long)c->n, (long long)c->k);
 }
 

@@ -49,10 +49,12 @@ extern const char *const plan_region_name[PLAN_REGION_COUNT];
  * parameters are loaded, read by the fast kernels instead of converting the weights each step; never saved.
  * Two formats, told apart by the storage:
  *  - bf16 (the param's shape, PlanBuf.glu_f its row order): moec_adamw_bf16 / moec_to_bf16;
- *  - e4m3: an fp8-block expert weight [E, N, K] in 128x128 tiles (PlanFp8Copy below: the codes, the
- *    transposed codes and both scale arrays), for --precision fp8-block --kernels fast (docs/decisions.md
- *    44): the per-shape kernels moec_adamw_fp8b_ExNxK (AdamW and the quantiser in one pass) and
- *    moec_fp8b_copy_ExNxK (from the loaded values), named by plan_fp8b_kernel_name. */
+ *  - e4m3: an 8-bit expert weight [E, N, K] (PlanFp8Copy below: the codes, the transposed codes and both
+ *    scale arrays): in 128x128 tiles for --precision fp8-block --kernels fast (docs/decisions.md 44: the
+ *    per-shape kernels moec_adamw_fp8b_ExNxK, AdamW and the quantiser in one pass, and moec_fp8b_copy_ExNxK,
+ *    from the loaded values), or in MXFP8's 1x32 blocks for --precision mxfp8 --kernels fast (decision 55:
+ *    moec_adamw_mx8_ExNxK, moec_mx8_copy_ExNxK); the graph's precision says which, plan_fp8b_kernel_name
+ *    names the kernels. */
 typedef enum PlanBufKind {
     PLAN_BUF_TENSOR,
     PLAN_BUF_VIEW,
@@ -92,19 +94,25 @@ typedef struct PlanBuf {
 } PlanBuf;
 
 /* The layout of an e4m3 working copy of a weight w [E, N, K] (N and K multiples of 128), in bytes from the
- * copy's start: q the 128x128-tile E4M3 codes [E, N, K] (GemmFp8MGrouped's B operand of the forward), qt the
- * same codes transposed [E, K, N] (tile(W)^T = tile(W^T): the data gradient's operand), s the tiles' scale
- * codes [E][N/128][K/128] (gemm_sm90_sched.h moec_fp8_block_sb_index), st the transposed ones
- * [E][K/128][N/128]; bytes the whole copy (2 bytes and 2/16384 per weight). The two code arrays come first:
+ * copy's start. fp8-block (mx 0): q the 128x128-tile E4M3 codes [E, N, K] (GemmFp8MGrouped's B operand of the
+ * forward), qt the same codes transposed [E, K, N] (tile(W)^T = tile(W^T): the data gradient's operand), s the
+ * tiles' scale codes [E][N/128][K/128] (gemm_sm90_sched.h moec_fp8_block_sb_index), st the transposed ones
+ * [E][K/128][N/128]; bytes the whole copy (2 bytes and 2/16384 per weight). MXFP8 (mx 1, the graph's precision
+ * mxfp8): q the codes of W quantised 1x32 along K [E, N, K], qt the codes of W quantised 32x1 along N stored as
+ * W^T [E, K, N] 1x32 along its rows, s and st their E8M0 scale codes at moec_mxfp8_sb_index (g, n, k/32, N, K)
+ * and (g, k, n/32, K, N): E*N*K/32 bytes each (2 + 2/32 bytes per weight). The two code arrays come first:
  * their tensor maps start 16-byte aligned. */
 typedef struct PlanFp8Copy {
     int64_t e, n, k;
+    int mx;
     int64_t q, qt, s, st, bytes;
 } PlanFp8Copy;
-/* 1 and the layout when w is a rank-3 param-shaped [E, N, K] with N % 128 == K % 128 == 0, else 0 */
-int plan_fp8b_copy_layout(const IrNode *w, PlanFp8Copy *out);
+/* 1 and the layout when w is a rank-3 param-shaped [E, N, K] with N % 128 == K % 128 == 0, else 0; MXFP8's
+ * layout when g's precision is mxfp8, else fp8-block's */
+int plan_fp8b_copy_layout(const IrGraph *g, const IrNode *w, PlanFp8Copy *out);
 /* the name of the copy's optimizer kernel (update 0: "moec_fp8b_copy_ExNxK", which writes the copy from the
- * weight's values) or AdamW kernel (update 1: "moec_adamw_fp8b_ExNxK") */
+ * weight's values) or AdamW kernel (update 1: "moec_adamw_fp8b_ExNxK"); MXFP8: moec_mx8_copy_ExNxK,
+ * moec_adamw_mx8_ExNxK */
 void plan_fp8b_kernel_name(const PlanFp8Copy *c, int update, char *buf, size_t len);
 
 /* The one memory planner (liveness over the node order). bufs[0 .. nnodes)

@@ -294,10 +294,19 @@ char *plan_to_json(const Plan *p, int with_source)
     cJSON_AddStringToObject(ok, "adamw_bf16", "moec_adamw_bf16");
     cJSON_AddStringToObject(ok, "adamw_bf16_args", "as adamw, then w16: the param's copy (bf16 of the new w), glu_f, "
                                                    "cols (the copy's layout: glu_f 0 plain, else interleaved)");
-    int fp8_copies = 0;
+    int fp8_copies = 0, mx = p->graph->train.precision == IR_PREC_MXFP8;
     for (int b = 0; b < p->nbufs; b++)
         fp8_copies += p->bufs[b].kind == PLAN_BUF_COPY && p->bufs[b].storage == PLAN_E4M3;
-    if (fp8_copies) {
+    if (fp8_copies && mx) {
+        cJSON_AddStringToObject(ok, "adamw_mx8", "moec_adamw_mx8_ExNxK");
+        cJSON_AddStringToObject(ok, "adamw_mx8_args",
+                                "as adamw, then the param's MXFP8 copy (plan.h PlanFp8Copy with mx: the new w's 1x32 "
+                                "codes along K, its 32x1 codes along N stored as W^T, both E8M0 scales); one per "
+                                "shape; 512 threads per 128x128 tile");
+        cJSON_AddStringToObject(ok, "mx8_copy", "moec_mx8_copy_ExNxK");
+        cJSON_AddStringToObject(ok, "mx8_copy_args", "the MXFP8 copy, the param: after loading parameters; 512 threads "
+                                                     "per 128x128 tile");
+    } else if (fp8_copies) {
         cJSON_AddStringToObject(ok, "adamw_fp8b", "moec_adamw_fp8b_ExNxK");
         cJSON_AddStringToObject(ok, "adamw_fp8b_args",
                                 "as adamw, then the param's e4m3 copy (plan.h PlanFp8Copy: the tiles of the new w, "
@@ -586,7 +595,7 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         b->block = -1;
         PlanFp8Copy fc;
         if (b->kind == PLAN_BUF_COPY && !r->failed && b->storage == PLAN_E4M3 &&
-            (g->nodes[b->node]->op != IR_OP_PARAM || !plan_fp8b_copy_layout(g->nodes[b->node], &fc) ||
+            (g->nodes[b->node]->op != IR_OP_PARAM || !plan_fp8b_copy_layout(g, g->nodes[b->node], &fc) ||
              b->bytes != fc.bytes || b->glu_f))
             return bad(r, "buffer %d (%s) is no e4m3 copy of a param [E, N, K] (N, K multiples of 128)", i, b->name);
         if (b->kind == PLAN_BUF_COPY && !r->failed && b->storage != PLAN_E4M3 &&

@@ -657,7 +657,7 @@ static int load_module(Gpu *G, const GpuOptions *o)
 static int fp8_copy_kernels(Gpu *G, int p, const IrNode *pn, const PlanBuf *c)
 {
     PlanFp8Copy fc;
-    if (!plan_fp8b_copy_layout(pn, &fc) || fc.bytes != c->bytes || fc.e * fc.n * fc.k != G->numel[p])
+    if (!plan_fp8b_copy_layout(G->g, pn, &fc) || fc.bytes != c->bytes || fc.e * fc.n * fc.k != G->numel[p])
         return fail(G, "internal: %s is no e4m3 copy of %s", c->name, pn->name);
     if (!G->fp8_step) {
         G->fp8_step = calloc((size_t)G->g->nparams + 1, sizeof *G->fp8_step);
@@ -1116,7 +1116,7 @@ int gpu_put_params(Gpu *G, const float *params, const int64_t *param_off)
                 G->g->params[p]->name))
             return 0;
         if (G->copy[p] && G->fp8_load && G->fp8_load[p]) {
-            /* its e4m3 copy (the 128x128 tiles and the transposed ones), from the values just loaded */
+            /* its e4m3 copy (fp8-block tiles or MXFP8 blocks, and the transposed ones), from the values just loaded */
             CUdeviceptr dst = G->copy[p], src = G->buf[G->g->params[p]->id];
             void *args[] = {&dst, &src};
             if (!CU(G, cuLaunchKernel(G->fp8_load[p], G->fp8_grid[p], 1, 1, 512, 1, 1, 0, G->stream, args, NULL),
@@ -1694,7 +1694,7 @@ static int enqueue_optimizer(Gpu *G)
         double wd = G->wd[p];
         CUdeviceptr w16 = G->copy[p];
         if (w16 && G->fp8_step && G->fp8_step[p]) {
-            /* an fp8-block expert weight: AdamW and its e4m3 copy in one pass, a block per 128x128 tile */
+            /* an 8-bit expert weight (fp8-block or MXFP8): AdamW and its e4m3 copy in one pass, a block per 128x128 tile */
             void *a8[] = {&w, &m, &v, &gr, &n, &G->scalars, &wd, &w16};
             if (!CU(G, cuLaunchKernel(G->fp8_step[p], G->fp8_grid[p], 1, 1, 512, 1, 1, 0, G->stream, a8, NULL),
                     "moec_adamw_fp8b"))

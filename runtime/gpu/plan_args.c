@@ -91,10 +91,10 @@ int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstrea
         const IrNode *pn = p->graph->nodes[c->node];
         PlanFp8Copy fc;
         if (c->storage == PLAN_E4M3) {
-            /* an fp8-block weight's e4m3 copy: its quantiser, a 512-thread block per 128x128 tile */
+            /* an 8-bit weight's e4m3 copy (fp8-block or MXFP8): its quantiser, a 512-thread block per 128x128 tile */
             char name[96];
             CUfunction q = NULL;
-            if (!plan_fp8b_copy_layout(pn, &fc) || fc.bytes != c->bytes) {
+            if (!plan_fp8b_copy_layout(p->graph, pn, &fc) || fc.bytes != c->bytes) {
                 snprintf(err, errlen, "the working copy %s: no e4m3 copy of %s", c->name, pn->name);
                 return -1;
             }

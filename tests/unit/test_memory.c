@@ -59,11 +59,15 @@ static Plan *make_plan(const char *path, int mxfp8, int64_t ep, int fast)
 /* --precision fp8-block --kernels fast (decision 44): each expert weight [E, N, K] has one e4m3 working copy in
  * the params region (its 128x128 tiles, the transposed tiles and both scale arrays: 2 N K E + 2 E N K / 16384
  * bytes) and no workspace holds a weight's codes (the per-step quantised weights of decision 38 are gone);
- * prints what moved: the params region grows by the copies, the activations lose the quantised weights */
-static void check_fp8b(const char *path)
+ * prints what moved: the params region grows by the copies, the activations lose the quantised weights.
+ * --precision mxfp8 --kernels fast (decision 55) likewise, its copy the 1x32 and the transposed 32x1 codes with
+ * their E8M0 scales: 2 N K E + 2 E N K / 32 bytes. */
+static void check_fp8b(const char *path, IrPrecision prec)
 {
-    Plan *p = make_plan_prec(path, 1, IR_PREC_FP8_BLOCK, 0, 1);
-    CHECK(p != NULL, "%s compiles with --precision fp8-block --kernels fast", path);
+    const int mx = prec == IR_PREC_MXFP8;
+    const char *pn = mx ? "mxfp8" : "fp8-block";
+    Plan *p = make_plan_prec(path, 1, prec, 0, 1);
+    CHECK(p != NULL, "%s compiles with --precision %s --kernels fast", path, pn);
     if (!p)
         return;
     check_plan(path, p);
@@ -76,8 +80,8 @@ static void check_fp8b(const char *path)
             PlanFp8Copy fc;
             copies++;
             copy_bytes += pb->bytes;
-            bad += !plan_fp8b_copy_layout(g->nodes[pb->node], &fc) || pb->bytes != fc.bytes ||
-                   pb->region != PLAN_REGION_PARAMS;
+            bad += !plan_fp8b_copy_layout(g, g->nodes[pb->node], &fc) || pb->bytes != fc.bytes ||
+                   pb->region != PLAN_REGION_PARAMS || fc.mx != mx;
             weights += fc.e * fc.n * fc.k;
         }
         if (pb->kind == PLAN_BUF_WORKSPACE && pb->storage == PLAN_E4M3)
@@ -87,15 +91,17 @@ static void check_fp8b(const char *path)
     int mlps = 0;
     for (int i = 0; i < g->nnodes; i++)
         mlps += g->nodes[i]->op == IR_OP_GROUPED_MLP;
-    CHECK(copies == 2 * mlps && !bad && copy_bytes == 2 * weights + 2 * (weights / 16384),
-          "%s: %d e4m3 weight copies (%d grouped_mlp), %lld bytes for %lld expert weights, %d misplaced", path, copies,
-          mlps, (long long)copy_bytes, (long long)weights, bad);
-    CHECK(weight_ws == 0, "%s: %d E4M3 workspaces the size of an expert weight (the per-step quantised weights)",
-          path, weight_ws);
+    CHECK(copies == 2 * mlps && !bad && copy_bytes == 2 * weights + 2 * (weights / (mx ? 32 : 16384)),
+          "%s (%s): %d e4m3 weight copies (%d grouped_mlp), %lld bytes for %lld expert weights, %d misplaced", path,
+          pn, copies, mlps, (long long)copy_bytes, (long long)weights, bad);
+    CHECK(weight_ws == 0, "%s (%s): %d E4M3 workspaces the size of an expert weight (the per-step quantised weights)",
+          path, pn, weight_ws);
     PlanMemoryBreakdown m;
     plan_memory_breakdown(p, &m);
-    printf("  %-36s fp8-block: params region %.3f GiB (masters %.3f, e4m3 copies %.3f), activations %.3f GiB\n",
-           path, (double)(m.masters + m.copies) / GIB, m.masters / GIB, m.copies / GIB, m.acts_region / GIB);
+    printf("  %-36s %s: params region %.3f GiB (masters %.3f, e4m3 copies %.3f), activations %.3f GiB (without "
+           "the parameter gradients at the peak: %.3f)\n",
+           path, pn, (double)(m.masters + m.copies) / GIB, m.masters / GIB, m.copies / GIB, m.acts_region / GIB,
+           (double)(m.peak_acts + m.peak_ws) / GIB);
     plan_free(p);
 }
 
@@ -320,8 +326,10 @@ int main(void)
         plan_free(p);
     }
 
-    check_fp8b("tests/gpu/fast_mlp_fp8.moe");
-    check_fp8b("bench/models/layer/layer_mixtral.moe");
+    check_fp8b("tests/gpu/fast_mlp_fp8.moe", IR_PREC_FP8_BLOCK);
+    check_fp8b("bench/models/layer/layer_mixtral.moe", IR_PREC_FP8_BLOCK);
+    check_fp8b("tests/gpu/fast_mlp_fp8.moe", IR_PREC_MXFP8);
+    check_fp8b("bench/models/layer/layer_mixtral.moe", IR_PREC_MXFP8);
 
     /* activation checkpointing per decoder layer (decision 43): the same four layers at 12 x 4096 (bf16, fast
      * kernels) have a lower live peak with `checkpoint blocks` (tests/gpu/mixtral4_ckpt.moe) and fit an H200,

@@ -12,7 +12,12 @@
 //     bytes as apart;
 //  4. a weight [2, 256, 384] quantised 1x32 along K (codes, moec_mxfp8_sb_index scales) against
 //     mxfp8_quantize(ROWWISE) of each expert's W, and 32x1 along N stored as W^T [2, 384, 256] (codes, scales at
-//     moec_mxfp8_sb_index(g, k, n / 32, K, N)) against mxfp8_quantize(COLWISE) of W.
+//     moec_mxfp8_sb_index(g, k, n / 32, K, N)) against mxfp8_quantize(COLWISE) of W;
+//  5. both in one read (mx8::quant_weight, the optimizer's quantiser, decision 55): the same bytes as 4;
+//  6. the optimizer writing the MXFP8 copy (moec_adamw_mx8_4x256x256 as generated for tests/gpu/fast_mlp_fp8.moe at
+//     mxfp8): w, m, v bit for bit against moec_adamw's on the same inputs, with the arrays 16-byte aligned and 4
+//     bytes off; the copy (plan.h PlanFp8Copy with mx: q, qt, s, st) equal to moec_mx8_copy's of the new w and
+//     to mxfp8_quantize(ROWWISE) and (COLWISE) of each expert's new W.
 // Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and per-row
 // magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
 #include <math.h>
@@ -241,8 +246,91 @@ int main(void)
                           "transposed weight scale", k * N + n);
             }
     }
+    /* 5: both copies in one read */
+    {
+        std::vector<unsigned char> bq((size_t)(WE * N * K), 0xCD), bs((size_t)(WE * N * K / 32), 0xCD);
+        std::vector<unsigned char> bqt((size_t)(WE * N * K), 0xCD), bst((size_t)(WE * N * K / 32), 0xCD);
+        void *a6[] = {bq.data(), bs.data(), bqt.data(), bst.data(), w.data()};
+        emu_launch("k_weight_both", 5, 512, a6);
+        check(bq == wq, "quant_weight's codes against weight_rows'", 0);
+        check(bs == ws, "quant_weight's scales against weight_rows'", 0);
+        check(bqt == wqt, "quant_weight's transposed codes against weight_cols'", 0);
+        check(bst == wst, "quant_weight's transposed scales against weight_cols'", 0);
+    }
+    /* 6: the optimizer writing the MXFP8 copy */
+    {
+        const long long OE = 4, ON = 256, OK = 256, NW = OE * ON * OK, OS = NW / 32;
+        const long long CB = 2 * NW + 2 * OS; /* plan.h PlanFp8Copy (mx): q, qt, s, st */
+        std::vector<float> w0((size_t)NW), m0((size_t)NW), v0((size_t)NW), g0((size_t)NW);
+        fill_rows(w0.data(), OE * ON, OK, 1);
+        for (long long i = 0; i < NW; i++) {
+            double u = (double)(next() >> 11) / 9007199254740992.0;
+            g0[(size_t)i] = (float)((2 * u - 1) * 0.1);
+            m0[(size_t)i] = (float)((u - 0.5) * 0.02);
+            v0[(size_t)i] = (float)(u * u * 1e-4);
+            if (i % 997 == 5)
+                g0[(size_t)i] = 0.0f, m0[(size_t)i] = 0.0f, v0[(size_t)i] = 0.0f; /* 0 / (sqrt(0) + eps) */
+        }
+        double sc[7] = {3e-4, 1 - pow(0.9, 7), 1 - pow(0.95, 7), 0.8, 0, 0, 0}, wd = 0.1;
+        long long nn = NW;
+        for (int shift = 0; shift < 2; shift++) { /* shift 1: every array 4 bytes past 16-byte alignment */
+            std::vector<float> buf((size_t)(8 * (NW + 8)));
+            float *a[8];
+            for (int k = 0; k < 8; k++) {
+                float *b = buf.data() + k * (NW + 8);
+                while (((uintptr_t)b & 15) != 0)
+                    b++;
+                a[k] = b + shift;
+                memcpy(a[k], k % 4 == 0 ? w0.data() : k % 4 == 1 ? m0.data() : k % 4 == 2 ? v0.data() : g0.data(),
+                       (size_t)NW * 4);
+            }
+            std::vector<unsigned char> c((size_t)CB, 0xAB), c2((size_t)CB, 0xCD);
+            void *r1[] = {a[0], a[1], a[2], a[3], &nn, sc, &wd};
+            emu_launch("k_adamw", 5, 256, r1);
+            void *r2[] = {a[4], a[5], a[6], a[7], &nn, sc, &wd, c.data()};
+            emu_launch("k_adamw_mx8", 5, 512, r2);
+            char what[96];
+            for (int k = 0; k < 3; k++) {
+                snprintf(what, sizeof what, "adamw_mx8 %s (shift %d) against moec_adamw", k == 0 ? "w" : k == 1 ? "m" : "v",
+                         shift);
+                long long first = -1;
+                for (long long i = 0; i < NW && first < 0; i++)
+                    if (memcmp(&a[k][i], &a[4 + k][i], 4) != 0)
+                        first = i;
+                check(first < 0, what, first);
+            }
+            check(memcmp(a[0], w0.data(), (size_t)NW * 4) != 0, "adamw moved w", 0);
+            void *r3[] = {c2.data(), a[4]};
+            emu_launch("k_mx8_copy", 3, 512, r3);
+            check(c == c2, "adamw_mx8's copy against moec_mx8_copy's of the new w", shift);
+            for (int g = 0; g < OE; g++) {
+                std::vector<unsigned char> vq((size_t)(ON * OK)), vs((size_t)(ON * OK / 32)), cq((size_t)(ON * OK)),
+                    cs((size_t)(ON * OK / 32));
+                const float *wg = a[4] + g * ON * OK;
+                mxfp8_quantize(wg, ON, OK, MXFP8_ROWWISE, MXFP8_SCALE_TE, vq.data(), vs.data());
+                mxfp8_quantize(wg, ON, OK, MXFP8_COLWISE, MXFP8_SCALE_TE, cq.data(), cs.data());
+                for (long long n = 0; n < ON; n++)
+                    for (long long k = 0; k < OK; k++) {
+                        check(c[(size_t)(g * ON * OK + n * OK + k)] == vq[(size_t)(n * OK + k)], "copy: code (1x32)",
+                              n * OK + k);
+                        check(c[(size_t)(NW + g * ON * OK + k * ON + n)] == cq[(size_t)(n * OK + k)],
+                              "copy: transposed code (32x1)", k * ON + n);
+                        if (k % 32 == 0)
+                            check(c[(size_t)(2 * NW + moec_mxfp8_sb_index(g, (int)n, (int)(k / 32), (int)ON, (int)OK))] ==
+                                      vs[(size_t)(n * (OK / 32) + k / 32)],
+                                  "copy: scale", n * OK + k);
+                        if (n % 32 == 0)
+                            check(c[(size_t)(2 * NW + OS +
+                                             moec_mxfp8_sb_index(g, (int)k, (int)(n / 32), (int)OK, (int)ON))] ==
+                                      cs[(size_t)(n / 32 * OK + k)],
+                                  "copy: transposed scale", k * ON + n);
+                    }
+            }
+        }
+    }
     printf("mxfp8 quantisers: %lld checks (xs rowwise and colwise, a and dh rowwise and colwise, the weights 1x32 "
-           "along K and 32x1 along N transposed), %d failed\n", checks, fails);
+           "along K and 32x1 along N transposed, both in one read, the optimizer's AdamW + MXFP8 copy against "
+           "moec_adamw and the quantiser), %d failed\n", checks, fails);
     if (!fails)
         printf("all bit-identical to runtime/cpu/mxfp8.c\n");
     return fails ? 1 : 0;

@@ -1,6 +1,7 @@
 // mx_kernels.cu - test kernels for mx_check.cc (tests/codegen/mx_quant.test): the MXFP8 quantisers of
 // codegen/fp8_block_fast.cuh (namespace moec::mx8, the MXFP8 fast expert MLP, decision 53) at fixed shapes, built
-// for the CPU with emu.h by mx_run.sh. The CUDA vector types and intrinsics the device code uses, which emu.h does
+// for the CPU with emu.h by mx_run.sh, and the optimizer's kernels of tests/gpu/fast_mlp_fp8.moe at mxfp8
+// (MX_OPTIMIZER_CU: its generated kernels.cu's optimizer section, which mx_run.sh cuts out). The CUDA vector types and intrinsics the device code uses, which emu.h does
 // not provide, are defined here first (as fp8b_kernels.cu).
 #include <math.h>
 
@@ -32,6 +33,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
 #include "fp8_block_fast.cuh"
 
 #define K256 extern "C" __global__ void __launch_bounds__(256)
+#define K512 extern "C" __global__ void __launch_bounds__(512) /* the optimizer's weight quantiser */
 
 // the shapes (mx_check.cc has the same): 3 experts, R 300 graph rows, H 256, F 256; weights 2 x 256 x 384
 constexpr int E = 3;
@@ -66,3 +68,23 @@ K256 k_weight_cols(unsigned char *qt, unsigned char *st, const float *w)
 {
     moec::mx8::weight_cols<2, 256, 384>(qt, st, w);
 }
+// both copies in one read (the optimizer's quantiser, decision 55)
+K512 k_weight_both(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st, const float *w)
+{
+    moec::mx8::quant_weight<2, 256, 384>(q, s, qt, st, w);
+}
+
+// the optimizer's kernels as moec generated them for tests/gpu/fast_mlp_fp8.moe at --precision mxfp8 (w_down
+// [4, 256, 256]): the fast AdamW, and the MXFP8 copy's AdamW + quantiser and quantiser (decision 55); the emulator
+// passes pointers
+#include MX_OPTIMIZER_CU
+K256 k_adamw(float *w, float *m, float *v, const float *g, const long long *n, const double *s, const double *wd)
+{
+    moec_adamw(w, m, v, g, *n, s, *wd);
+}
+K512 k_adamw_mx8(float *w, float *m, float *v, const float *g, const long long *n, const double *s, const double *wd,
+                 unsigned char *c)
+{
+    moec_adamw_mx8_4x256x256(w, m, v, g, *n, s, *wd, c);
+}
+K512 k_mx8_copy(unsigned char *c, const float *w) { moec_mx8_copy_4x256x256(c, w); }
