@@ -27,8 +27,11 @@
 #  5. mxfp8 (MX=0 skips it; decision 53): run_plan on tests/gpu/fast_mlp_fp8.moe at --precision mxfp8 (the expert
 #     MLPs within 5e-2 normwise of the CPU's MXFP8 reference, and their quantised operands made from fp32 values
 #     -- xs, dy and the weights, codes, scales and the bf16 colwise copies -- bit for bit against
-#     runtime/cpu/mxfp8.c: mx_quant_diff=0) and --chain; 30 training steps on the GPU against the CPU backend
-#     running the same binary (every step's loss within 2%) and beside bf16 on the GPU (final loss within 5%);
+#     runtime/cpu/mxfp8.c: mx_quant_diff=0; the weights read from their params' MXFP8 copies, and the optimizer's
+#     moec_adamw_mx8_* against moec_adamw and mxfp8_quantize: fp8b_copy_diff=0, decision 55) and --chain; 30
+#     training steps on the GPU against the CPU backend running the same binary (every step's loss within 2%),
+#     the same run resumed from its step-15 checkpoint (steps 16..30 the same losses: the copies rebuilt from the
+#     loaded weights), and beside bf16 on the GPU (final loss within 5%);
 #     the layer at bio shapes against the CPU's MXFP8 reference (bench/layer.c --cpu-check, 5e-2); the layer
 #     benchmark at mxfp8 for FP8_LAYERS beside bf16 fast and fp8-block, and each layer's planned and measured
 #     memory (bench/layer.c MEMORY lines) in one row per layer.
@@ -292,7 +295,9 @@ if [ "$MX" = 1 ]; then
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_mx" >"$L/run_plan_mx.log" 2>&1
   rc=$?
   grep -E "grouped_mlp|combine|SUMMARY|FAIL" "$L/run_plan_mx.log" | head -24
-  row run_plan_mx "$([ $rc -eq 0 ] && grep -q 'mx_quant_diff=0 ' "$L/run_plan_mx.log" && echo ok || echo FAIL)" \
+  # ok also needs fp8b_copy_diff=0: the optimizer's moec_adamw_mx8_* against moec_adamw and mxfp8_quantize (decision 55)
+  row run_plan_mx "$([ $rc -eq 0 ] && grep -q 'mx_quant_diff=0 ' "$L/run_plan_mx.log" &&
+                     grep -q 'fp8b_copy_diff=0' "$L/run_plan_mx.log" && echo ok || echo FAIL)" \
       "$(grep '^SUMMARY' "$L/run_plan_mx.log" | tail -1 | cut -c1-170)"
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_mx" --chain >"$L/run_plan_mx_chain.log" 2>&1
   rc=$?
@@ -301,13 +306,27 @@ if [ "$MX" = 1 ]; then
   # 30 steps on the GPU against the CPU backend (the MXFP8 reference) with the same binary, seed and data
   cpu_common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cpu)
   "$B/train_mx" "${cpu_common[@]}" --log "$L/mx.cpu.jsonl" >"$L/mx.cpu.log" 2>&1; r1=$?
-  "$B/train_mx" "${common[@]}" --log "$L/mx.gpu.jsonl" >"$L/mx.gpu.log" 2>&1; r2=$?
+  rm -rf "$L/mx_ck" "$L/mx_rs" && mkdir -p "$L/mx_rs"
+  "$B/train_mx" "${common[@]}" --log "$L/mx.gpu.jsonl" --ckpt-dir "$L/mx_ck" --ckpt-every 15 --keep-last 2 \
+      >"$L/mx.gpu.log" 2>&1; r2=$?
   [ -s "$L/fp8.bf16.jsonl" ] || "$B/train_fp8_bf16" "${common[@]}" --log "$L/fp8.bf16.jsonl" >"$L/fp8.bf16.log" 2>&1
   read -r nsteps wrel wstep <<<"$(paste <(losses "$L/mx.cpu.jsonl") <(losses "$L/mx.gpu.jsonl") | awk '
     {n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) {w = d; s = n}} END {printf "%d %.3e %d", n, w, s}')"
   ok=$([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ "${nsteps:-0}" -ge 30 ] && awk -v w="$wrel" 'BEGIN {exit !(w < 0.02)}' && echo ok || echo FAIL)
   row train_mx_gpu_vs_cpu "$ok" "steps $nsteps, worst loss rel diff $wrel (step $wstep); first/last cpu $(losses "$L/mx.cpu.jsonl" | head -1)/$(losses "$L/mx.cpu.jsonl" | tail -1) gpu $(losses "$L/mx.gpu.jsonl" | head -1)/$(losses "$L/mx.gpu.jsonl" | tail -1)"
   [ $r2 -ne 0 ] && tail -5 "$L/mx.gpu.log"
+  # resumed from step 15's checkpoint: the MXFP8 weight copies are rebuilt from the loaded fp32 weights
+  # (moec_mx8_copy_*, decision 55), the same bytes the optimizer wrote, so steps 16..30 repeat bit for bit
+  cp "$L/mx_ck/checkpoint-15.safetensors" "$L/mx_rs/checkpoint.safetensors" 2>/dev/null
+  "$B/train_mx" "${common[@]}" --log "$L/mx.resumed.jsonl" --ckpt-dir "$L/mx_rs" --resume >"$L/mx.resumed.log" 2>&1
+  r4=$?
+  steplosses() { grep -o '"step":[0-9]*,"loss":[-0-9.e+]*' "$1" | awk -F'[:,]' '$2 > 15 {print $2, $4}'; }
+  read -r nres same wrel <<<"$(join <(steplosses "$L/mx.gpu.jsonl") <(steplosses "$L/mx.resumed.jsonl") | awk '
+    {n++; if ($2 == $3) s++; d = ($3 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d} END {printf "%d %d %.3e", n, s, w}')"
+  ok=$([ $r2 -eq 0 ] && [ $r4 -eq 0 ] && [ "${nres:-0}" -eq 15 ] && awk -v w="$wrel" 'BEGIN {exit !(w <= 1e-6)}' &&
+       echo ok || echo FAIL)
+  row train_mx_resume "$ok" "steps 16..30 resumed from step 15 against the run not stopped: $nres compared, ${same:-0} identical, worst rel diff ${wrel:-nan}"
+  [ $r4 -ne 0 ] && tail -5 "$L/mx.resumed.log"
   lf=$(losses "$L/mx.gpu.jsonl" | tail -1) lb=$(losses "$L/fp8.bf16.jsonl" | tail -1)
   ok=$([ $r2 -eq 0 ] && [ -n "$lf" ] && [ -n "$lb" ] && awk -v f="$lf" -v b="$lb" 'BEGIN {d = (f - b) / b; if (d < 0) d = -d; exit !(d < 0.05)}' && echo ok || echo FAIL)
   row train_mx_vs_bf16_gpu "$ok" "last loss mxfp8 $lf, bf16 $lb (the same model on the GPU, 30 steps)"

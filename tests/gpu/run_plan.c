@@ -164,7 +164,8 @@ static void *ws_get(const Plan *plan, const IrNode *n, const char *what, const C
 /* The MXFP8 fast expert MLP's quantised operands made from the graph's fp32 values, read back from the node's
  * workspaces after its launches, against runtime/cpu/mxfp8.c on the CPU's (the same) inputs, bit for bit: the
  * codes and E8M0 scales (GemmFp8MGrouped's layouts, gemm_sm90_sched.h moec_mxfp8_*) of xs (forward) or dy
- * (backward) 1x32 along H, and of the weights (forward: 1x32 along K; backward: 32x1 along N, stored as W^T),
+ * (backward) 1x32 along H, and of the weights (their params' MXFP8 copies, decision 55; forward: 1x32 along K;
+ * backward: 32x1 along N, stored as W^T),
  * and the 32x1 copies within each expert group dequantised to bf16 (xs, dy: exact, NaN by NaN). The device's E4M3
  * conversion (cvt.rn.satfinite) against the integer encoder the CPU runs. Returns the differences (printed). */
 static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, const CUdeviceptr *dptr)
@@ -217,12 +218,20 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
     }
     /* the weights */
     const IrNode *ws[2] = {w1, w2};
-    const char *wn[2][2] = {{"w_gate_up_e4m3", "w_gate_up_scales"}, {"w_down_e4m3", "w_down_scales"}};
-    const char *wtn[2][2] = {{"w_gate_up_t_e4m3", "w_gate_up_t_scales"}, {"w_down_t_e4m3", "w_down_t_scales"}};
     for (int k = 0; k < 2; k++) {
+        /* the param's MXFP8 copy (plan.h PlanFp8Copy with mx, written by gpu_fill_copies from the values the CPU
+         * has too: decision 55): the forward reads its 1x32 codes q and scales s, the backward qt and st */
         int64_t N = ws[k]->shape[1], K = ws[k]->shape[2];
-        unsigned char *wq = ws_get(plan, n, fwd ? wn[k][0] : wtn[k][0], dptr, &bytes);
-        unsigned char *wsc = ws_get(plan, n, fwd ? wn[k][1] : wtn[k][1], dptr, &bytes);
+        int cb = -1;
+        for (int b = 0; b < plan->nbufs; b++)
+            if (plan->bufs[b].kind == PLAN_BUF_COPY && plan->bufs[b].node == ws[k]->id)
+                cb = b;
+        PlanFp8Copy fc;
+        if (cb < 0 || plan->bufs[cb].storage != PLAN_E4M3 || !plan_fp8b_copy_layout(plan->graph, ws[k], &fc) || !fc.mx)
+            die("%s: %s has no MXFP8 copy in the plan", n->name, ws[k]->name);
+        unsigned char *copy = malloc((size_t)fc.bytes);
+        d2h(copy, dptr[cb], (size_t)fc.bytes);
+        const unsigned char *wq = copy + (fwd ? fc.q : fc.qt), *wsc = copy + (fwd ? fc.s : fc.st);
         const float *wv = cpu_plan_data(cpu, ws[k]);
         uint8_t *vq = malloc((size_t)(N * K)), *vs = malloc((size_t)(N * K / 32));
         for (int64_t g = 0; g < E; g++) {
@@ -245,8 +254,7 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
         }
         free(vq);
         free(vs);
-        free(wq);
-        free(wsc);
+        free(copy);
     }
     printf("  %-5s %s: mxfp8 quantised operands (%s 1x32 codes and scales, its 32x1 bf16 copy, the weights %s): "
            "%lld of %lld differ from runtime/cpu/mxfp8.c\n", "", n->name, fwd ? "xs" : "dy",
@@ -702,19 +710,20 @@ int main(int argc, char **argv)
         cu.cuMemFree(ds);
         free(w);
     }
-    /* fp8-block: each e4m3 copy's shape once: the AdamW that writes the copy against moec_adamw (w, m, v bit for
-     * bit: the same lines, NVRTC's contractions included) and the copy against the CPU's quantiser */
+    /* fp8-block and MXFP8: each e4m3 copy's shape once: the AdamW that writes the copy against moec_adamw (w, m, v
+     * bit for bit: the same lines, NVRTC's contractions included) and the copy against the CPU's quantiser
+     * (fp8b_quantize's tiles, or mxfp8_quantize's 1x32 rows and 32x1 columns: decision 55) */
     int fp8_diff = 0, fp8_shapes = 0;
     for (int b = 0; b < plan->nbufs; b++) {
         const PlanBuf *pb = &plan->bufs[b];
         PlanFp8Copy fc;
-        if (pb->kind != PLAN_BUF_COPY || pb->storage != PLAN_E4M3 || !plan_fp8b_copy_layout(g->nodes[pb->node], &fc))
+        if (pb->kind != PLAN_BUF_COPY || pb->storage != PLAN_E4M3 || !plan_fp8b_copy_layout(g, g->nodes[pb->node], &fc))
             continue;
         int seen = 0;
         for (int o = 0; o < b && !seen; o++) {
             PlanFp8Copy oc;
             seen = plan->bufs[o].kind == PLAN_BUF_COPY && plan->bufs[o].storage == PLAN_E4M3 &&
-                   plan_fp8b_copy_layout(g->nodes[plan->bufs[o].node], &oc) && oc.e == fc.e && oc.n == fc.n &&
+                   plan_fp8b_copy_layout(g, g->nodes[plan->bufs[o].node], &oc) && oc.e == fc.e && oc.n == fc.n &&
                    oc.k == fc.k;
         }
         if (seen)
@@ -770,11 +779,29 @@ int main(int argc, char **argv)
             wmv += memcmp(h + (size_t)k * (size_t)n, h + (size_t)(4 + k) * (size_t)n, nb) != 0;
         int same_load = memcmp(c1, c2, (size_t)fc.bytes) == 0;
         int64_t T = fc.n * fc.k;
-        unsigned char *vq = malloc((size_t)T * 2 + 2 * (size_t)(T / 16384) + 2), *vqt = vq + T;
-        unsigned char *vs = vqt + T, *vst = vs + T / 16384 + 1;
+        unsigned char *vq = malloc((size_t)T * 2 + 2 * (size_t)(T / 32) + 2), *vqt = vq + T;
+        unsigned char *vs = vqt + T, *vst = vs + T / 32 + 1;
         float *wt = malloc((size_t)T * 4);
         for (int64_t gi = 0; gi < fc.e; gi++) {
             const float *wg = h + 4 * (size_t)n + (size_t)(gi * T);
+            if (fc.mx) {
+                /* MXFP8 (decision 55): W 1x32 along K, and W 32x1 along N stored as W^T */
+                if (mxfp8_quantize(wg, fc.n, fc.k, MXFP8_ROWWISE, MXFP8_SCALE_TE, vq, vs) != 0 ||
+                    mxfp8_quantize(wg, fc.n, fc.k, MXFP8_COLWISE, MXFP8_SCALE_TE, vqt, vst) != 0)
+                    codes++;
+                for (int64_t r = 0; r < fc.n; r++)
+                    for (int64_t k = 0; k < fc.k; k++) {
+                        codes += c1[fc.q + gi * T + r * fc.k + k] != vq[r * fc.k + k];
+                        codes += c1[fc.qt + gi * T + k * fc.n + r] != vqt[r * fc.k + k];
+                        if (k % 32 == 0)
+                            codes += c1[fc.s + moec_mxfp8_sb_index((int)gi, (int)r, (int)(k / 32), (int)fc.n,
+                                                                   (int)fc.k)] != vs[r * (fc.k / 32) + k / 32];
+                        if (r % 32 == 0)
+                            codes += c1[fc.st + moec_mxfp8_sb_index((int)gi, (int)k, (int)(r / 32), (int)fc.k,
+                                                                    (int)fc.n)] != vst[r / 32 * fc.k + k];
+                    }
+                continue;
+            }
             for (int64_t r = 0; r < fc.n; r++)
                 for (int64_t k = 0; k < fc.k; k++)
                     wt[k * fc.n + r] = wg[r * fc.k + k];
@@ -790,8 +817,9 @@ int main(int argc, char **argv)
                 }
         }
         printf("  %s: w, m, v %s moec_adamw's; the e4m3 copy: %d of %lld experts' codes or scales differ from "
-               "fp8b_quantize of the new W and W^T; %s %s's\n", name, wmv ? "DIFFER from" : "bit for bit as", codes ? 1 : 0,
-               (long long)fc.e, same_load ? "the same bytes as" : "DIFFERENT bytes from", lname);
+               "%s of the new W and W^T; %s %s's\n", name, wmv ? "DIFFER from" : "bit for bit as", codes ? 1 : 0,
+               (long long)fc.e, fc.mx ? "mxfp8_quantize (1x32 rowwise, 32x1 colwise)" : "fp8b_quantize",
+               same_load ? "the same bytes as" : "DIFFERENT bytes from", lname);
         fp8_diff += wmv + (codes != 0) + !same_load;
         free(vq);
         free(wt);
@@ -805,7 +833,7 @@ int main(int argc, char **argv)
     }
     bad += fp8_diff != 0;
     if (fp8_shapes)
-        printf("  fp8-block weight copies: %d shapes, %d differences\n", fp8_shapes, fp8_diff);
+        printf("  8-bit weight copies (fp8-block or MXFP8): %d shapes, %d differences\n", fp8_shapes, fp8_diff);
     char mxs[64] = "";
     if (g->train.precision == IR_PREC_MXFP8 && plan->source.kernels == PLAN_KERNELS_FAST && !chain)
         snprintf(mxs, sizeof mxs, " mx_quant_diff=%lld", mx_quant_diff);
