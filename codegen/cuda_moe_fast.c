@@ -418,6 +418,24 @@ static void emit_convert(Cg *cg, Fast *f, const IrNode *w, int wb, const char *n
     cg_end(cg, CG_BLOCK, min64(cg_grid(ir_numel(w) / 4, CG_BLOCK), 132 * 16));
 }
 
+/* The end of a fast expert-MLP forward (bf16, fp8-block, MXFP8): with a fast combine after it, y is not
+ * written (the combine reads y_padded); else y back to the graph's row order. Returns 1. */
+static int emit_forward_end(Cg *cg, Fast *f, const IrNode *n, const IrNode *comb, int yp)
+{
+    if (comb) {
+        cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
+        return 1;
+    }
+    fast_begin(cg, f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "y");
+    cg_param(cg, yp, 0, "yp");
+    cg_param(cg, f->ofs, 0, "ofs");
+    fast_consts(cg, f);
+    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
+    cg_end(cg, CG_BLOCK, row_grid(f->R));
+    return 1;
+}
+
 static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n);
 static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n);
 static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n);
@@ -507,18 +525,7 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
 
     emit_mgemm(cg, &f, "fast_down", "y = a w_down^T per group (sm_90a bf16 M-grouped GEMM)", ap, w2b, yp, H, F, 0);
 
-    if (comb) {
-        cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
-        return 1;
-    }
-    fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
-    cg_out(cg, n, "y");
-    cg_param(cg, yp, 0, "yp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(f.R));
-    return 1;
+    return emit_forward_end(cg, &f, n, comb, yp);
 }
 
 int cg_emit_combine_fast(Cg *cg, const IrNode *n)
@@ -960,18 +967,7 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM on w_down's E4M3 tile copy, which "
                                         "the optimizer writes; bf16 out)", aq, asa, w2c, c2.q, w2c, c2.s, yp, H, F);
 
-    if (comb) {
-        cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
-        return 1;
-    }
-    fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
-    cg_out(cg, n, "y");
-    cg_param(cg, yp, 0, "yp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(f.R));
-    return 1;
+    return emit_forward_end(cg, &f, n, comb, yp);
 }
 
 static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
@@ -1167,18 +1163,7 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, MXFP8; bf16 out)", aq, asa, w2c, c2.q,
                   w2c, c2.s, yp, H, F);
 
-    if (comb) {
-        cg->bufs[n->id].elided = 1; /* the combine reads y_padded */
-        return 1;
-    }
-    fast_begin(cg, &f, "fast_scatter", "y back to the graph's row order in fp32 (padding rows zero)");
-    cg_out(cg, n, "y");
-    cg_param(cg, yp, 0, "yp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(f.R));
-    return 1;
+    return emit_forward_end(cg, &f, n, comb, yp);
 }
 
 static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
