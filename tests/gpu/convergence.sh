@@ -23,7 +23,8 @@
 # MOEC_CONV_STEPS, MOEC_CONV_EVAL_EVERY, MOEC_CONV_LOG_EVERY, MOEC_CONV_VAL_BATCHES, and MOEC_CONV_ARGS for more
 # flags, e.g. "--set seq=128 --batch 2"); MOEC_CONV_SEED; MOEC_CONV_TIMEOUT (seconds a run may take, 70:
 # eight runs stay inside a 10-minute command even if each hangs);
-# MOEC_CONV_MODELS ("protein dna", or one of them); MOEC_CONV_NOISE=0 leaves out the bf16 run from seed + 1 (by default one per model: an info row and a curve,
+# MOEC_CONV_MODELS ("protein dna", or one of them); MOEC_CONV_SEEDS ("1 2 3 4": every precision from each seed,
+# each compared with bf16 from its own seed, the check on the mean of those paired differences); MOEC_CONV_NOISE=0 leaves out the bf16 run from seed + 1 (by default one per model: an info row and a curve,
 # the spread that the seed alone makes); MOEC_GPU_ARCH (sm_90a; empty: no kernels embedded, NVRTC at start).
 set -uo pipefail
 MODE=all
@@ -106,15 +107,26 @@ finite() { awk -v x="$1" 'BEGIN { exit !(x ~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/) }'
 
 # also bf16 from the next seed (unless MOEC_CONV_NOISE=0), an info row: the spread that the seed alone makes,
 # the yardstick for the precisions' differences (its curve is drawn too)
+# MOEC_CONV_SEEDS="1 2 3 4": every precision from each seed (no seed+1 run: the seeds are the spread); each
+# seed's rows compare with bf16 from the same seed (paired: same initial weights, data order and masks) and are
+# info; the check is on the mean of the paired differences, in a summary table per model (mean, sample SD)
+SEEDS=${MOEC_CONV_SEEDS:-$SEED}
+MULTI=0
+[ "$(wc -w <<<"$SEEDS")" -gt 1 ] && MULTI=1
+declare -A FINAL=()
 RUNS=$PRECISIONS
-NOISE_SEED=$((SEED + 1))
-[ "${MOEC_CONV_NOISE:-1}" = 1 ] && RUNS="$RUNS bf16/seed$NOISE_SEED"
 for m in $MODELS; do
+ for SEED in $SEEDS; do
+  NOISE_SEED=$((SEED + 1))
+  RUNS=$PRECISIONS
+  [ "${MOEC_CONV_NOISE:-1}" = 1 ] && [ $MULTI = 0 ] && RUNS="$RUNS bf16/seed$NOISE_SEED"
+  sfx=
+  [ $MULTI = 1 ] && sfx=_s$SEED
   ref=
   plotted=()
   labels=()
   for p in $RUNS; do
-    name=${m}_$p
+    name=${m}_$p$sfx
     seed=$SEED
     if [ "$p" = "bf16/seed$NOISE_SEED" ]; then
       name=${m}_bf16_seed$NOISE_SEED
@@ -146,9 +158,10 @@ for m in $MODELS; do
     plotted+=("$L/$name.jsonl")
     labels+=(--label "$p")
     v4=$(printf '%.4f' "$val")
+    FINAL[$m,$p,$seed]=$val
     if [ "$p" = bf16 ]; then
       ref=$val
-      row "$m" "$p" ok "$v4" reference "$tok" "$info"
+      row "$m" "$p${sfx:+/s$seed}" ok "$v4" reference "$tok" "$info"
     elif [ -z "$ref" ] || [ "$ref" = failed ]; then
       row "$m" "$p" "$([ "$seed" = "$SEED" ] && echo FAIL || echo info)" "$v4" - "$tok" "no bf16 run to compare with; $info"
     elif [ "$seed" != "$SEED" ]; then
@@ -157,22 +170,63 @@ for m in $MODELS; do
     else
       d=$(awk -v a="$val" -v b="$ref" 'BEGIN { printf "%+.2f%%", (a - b) / b * 100 }')
       okd=$(awk -v a="$val" -v b="$ref" -v t="$TOL" 'BEGIN { d = (a - b) / b * 100; print (d <= t && d >= -t) ? "ok" : "FAIL" }')
-      row "$m" "$p" "$okd" "$v4" "$d" "$tok" "bound +-$TOL%; $info"
+      if [ $MULTI = 1 ]; then
+        row "$m" "$p/s$seed" info "$v4" "$d" "$tok" "paired with bf16 seed $seed; the check is on the mean below; $info"
+      else
+        row "$m" "$p" "$okd" "$v4" "$d" "$tok" "bound +-$TOL%; $info"
+      fi
     fi
   done
   # the curves: every run of this model that finished, bf16 first (the reference of the plot's table)
   [ ${#plotted[@]} -ge 2 ] || labels=()
   if [ ${#plotted[@]} -ge 1 ]; then
-    "$B/moec" plot "${plotted[@]}" "${labels[@]}" -o "$P/${m}_convergence.svg" \
-      --title "$m: validation loss by precision ($STEPS steps, seed $SEED)" >"$L/plot_$m.log" 2>&1
-    row "$m" plot "$([ $? -eq 0 ] && echo ok || echo FAIL)" - - - "plots/${m}_convergence.svg: $(tail -1 "$L/plot_$m.log")"
+    "$B/moec" plot "${plotted[@]}" "${labels[@]}" -o "$P/${m}_convergence$sfx.svg" \
+      --title "$m: validation loss by precision ($STEPS steps, seed $SEED)" >"$L/plot_$m$sfx.log" 2>&1
+    row "$m" plot "$([ $? -eq 0 ] && echo ok || echo FAIL)" - - - "plots/${m}_convergence$sfx.svg: $(tail -1 "$L/plot_$m$sfx.log")"
   fi
+ done
 done
+
+# several seeds: per model and precision the mean and sample SD of the final validation loss over the seeds that
+# finished, and the mean (SD) of the paired differences against bf16 from the same seed; ok when that mean is
+# within the bound
+summary=()
+if [ $MULTI = 1 ]; then
+  for m in $MODELS; do
+    for p in $PRECISIONS; do
+      vals= diffs=
+      for s in $SEEDS; do
+        v=${FINAL[$m,$p,$s]:-}
+        [ -n "$v" ] || continue
+        vals="$vals $v"
+        r=${FINAL[$m,bf16,$s]:-}
+        [ -n "$r" ] && diffs="$diffs $(awk -v a="$v" -v b="$r" 'BEGIN { printf "%.6f", (a - b) / b * 100 }')"
+      done
+      line=$(awk -v m="$m" -v p="$p" -v vals="$vals" -v diffs="$diffs" -v t="$TOL" -v want="$(wc -w <<<"$SEEDS")" 'BEGIN {
+        n = split(vals, v, " "); nd = split(diffs, d, " ")
+        s = 0; for (i = 1; i <= n; i++) s += v[i]; mean = n ? s / n : 0
+        q = 0; for (i = 1; i <= n; i++) q += (v[i] - mean) ^ 2; sd = n > 1 ? sqrt(q / (n - 1)) : 0
+        s = 0; for (i = 1; i <= nd; i++) s += d[i]; dm = nd ? s / nd : 0
+        q = 0; for (i = 1; i <= nd; i++) q += (d[i] - dm) ^ 2; dsd = nd > 1 ? sqrt(q / (nd - 1)) : 0
+        if (p == "bf16") { ok = (n == want) ? "ok" : "FAIL"; dd = "reference" }
+        else { ok = (nd == want && dm <= t && dm >= -t) ? "ok" : "FAIL"; dd = sprintf("%+.2f%% (SD %.2f)", dm, dsd) }
+        printf "%-8s %-10s %-5s %d/%d seeds  mean %.4f  SD %.4f (%.2f%% of the mean)  paired vs bf16 %s",
+               m, p, ok, n, want, mean, sd, mean ? 100 * sd / mean : 0, dd }')
+      summary+=("$line")
+      case $line in *" FAIL "*) status=1;; esac
+    done
+  done
+fi
 
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs plots
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
-echo "device $DEV, $STEPS steps, eval every $EVAL, seed $SEED${EXTRA[*]:+, ${EXTRA[*]}}"
+echo "device $DEV, $STEPS steps, eval every $EVAL, seed${MULTI:+s} $SEEDS${EXTRA[*]:+, ${EXTRA[*]}}"
 printf '%-8s %-10s %-5s %-10s %-9s %-9s %s\n' model precision ok "final val" "vs bf16" "tokens/s" details
 printf '%s\n' "${rows[@]}"
+if [ ${#summary[@]} -gt 0 ]; then
+  echo
+  echo "over the seeds $SEEDS (the check: the mean paired difference within +-$TOL%)"
+  printf '%s\n' "${summary[@]}"
+fi
 exit $status
