@@ -690,7 +690,8 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  * fp32 promotion every 128 of K), the quantisers in codegen/fp8_block_fast.cuh, quantising where the CPU
  * reference does (runtime/cpu/kernels.inc grouped_mlp / grouped_mlp_bwd):
  *   forward   xs 1x128 along H (from the graph's fp32 rows, in the gather), w_gate_up and w_down in
- *             128x128 tiles, the SwiGLU output a 1x128 along F (from bf16 h, in the SwiGLU kernel);
+ *             128x128 tiles, the SwiGLU output a 1x128 along F (from bf16 h, in the gate_up GEMM's
+ *             epilogue: moec::fp8b::SwigluQuantEpi, decision 57);
  *   dgrad     dy 1x128 along H (from fp32, in the gather), dh 1x128 along 2F (in the dSwiGLU kernel), the
  *             same weight tiles read transposed: W^T copies [E, K, N] written beside W's (FP8 wgmma takes
  *             K-major operands only);

@@ -68,7 +68,8 @@ template <int E, long long C> struct GraphRows {
 __device__ __forceinline__ float swiglu_a(float g, float u, float p) { return g / (1.0f + __expf(-g)) * u * p; }
 
 /* a = silu(gate) up p from h [., 2F] bf16 (gate columns 0 .. F - 1, up F .. 2F - 1) and p [.] fp32:
- * the bf16 path's arithmetic (moe_fast.cuh swiglu) */
+ * the bf16 path's arithmetic (moe_fast.cuh swiglu). The backward's a colwise copy; the forward's 1 x 128
+ * copy is SwigluQuantEpi's since decision 57 (this source gives the same bytes: fp8b_quant.test) */
 template <long long F> struct Swiglu {
     const unsigned short *h;
     const float *p;
