@@ -26,22 +26,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
 }
 
 
-// sm90.cuh's pack_bf16x2 (cvt.rn.bf16x2.f32: round to nearest even, a NaN to the canonical 0x7FFF), which the
-// fused SwiGLU epilogue (fp8_block_fast.cuh SwigluQuantEpi) rounds the up accumulators with
-namespace moec {
-namespace sm90 {
-inline unsigned emu_bf16_rn(float x)
-{
-    unsigned u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return 0x7fffu;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return u >> 16;
-}
-inline unsigned pack_bf16x2(float lo, float hi) { return emu_bf16_rn(lo) | emu_bf16_rn(hi) << 16; }
-} // namespace sm90
-} // namespace moec
-
+#include "emu_sm90.h" // pack_bf16x2, for the fused SwiGLU epilogue
 #include "mxfp8.cuh"
 #include "prelude.cuh"
 #include "gemm_sm90_sched.h"
