@@ -945,7 +945,7 @@ static void test_fast_mlp_fp8(void)
         return;
     }
     int nodes = 0, fast = 0, fwd = 0, bwd = 0, fp8_gemms = 0, u8maps = 0, kgemms = 0, caps = 1, impl_ok = 1;
-    int tiles = 0, tiles_nodyn = 1, weights = 0, weights_ok = 1;
+    int tiles = 0, tiles_nodyn = 1, weights = 0, weights_ok = 1, swiglu = 0, glu = 0;
     for (int i = 0; i < p->graph->nnodes; i++) {
         const IrNode *n = p->graph->nodes[i];
         if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
@@ -969,10 +969,11 @@ static void test_fast_mlp_fp8(void)
         int is_k = is_fp8 && strstr(kn, "_dw_") != NULL;
         fp8_gemms += is_fp8;
         kgemms += is_k;
-        /* the activation quantisers (gathers, SwiGLU, dSwiGLU, a colwise): the tile in registers, no dynamic
-         * shared memory, 256 threads */
-        if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_swiglu") || strstr(kn, "_fp8b_dswiglu") ||
-            strstr(kn, "_fp8b_a_colwise")) {
+        /* the activation quantisers (gathers, dSwiGLU, a colwise): the tile in registers, no dynamic shared
+         * memory, 256 threads; the SwiGLU's is the gate_up GEMM's epilogue (decision 57) */
+        swiglu += strstr(kn, "_fp8b_swiglu") != NULL;
+        glu += strstr(kn, "_fast_gate_up_fp8b_s6_glu") != NULL;
+        if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_dswiglu") || strstr(kn, "_fp8b_a_colwise")) {
             tiles++;
             tiles_nodyn &= l->shared_bytes == 0 && l->block == 256;
         }
@@ -1013,12 +1014,20 @@ static void test_fast_mlp_fp8(void)
     CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8: %d of %d grouped_mlp nodes take the fp8-block kernels", fast,
           nodes);
     CHECK(impl_ok, "fast_mlp_fp8: every expert-MLP launch says fast: fp8-block");
-    /* forward: offsets, gather + xs rowwise and colwise, gate_up, SwiGLU + quantise, down (the combine reads
-     * y_padded; the weights' tiles are the optimizer's e4m3 copies); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs,
-     * a colwise, dxs, two weight gradients, scatter */
-    CHECK(fwd == 5 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
-    CHECK(tiles == 5 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
-          "shared memory", tiles, 5 * layers);
+    /* forward: offsets, gather + xs rowwise and colwise, gate_up with SwiGLU + a's quantisation in its epilogue
+     * (decision 57), down (the combine reads y_padded; the weights' tiles are the optimizer's e4m3 copies);
+     * backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs, two weight
+     * gradients, scatter */
+    CHECK(fwd == 4 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    CHECK(tiles == 4 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
+          "shared memory", tiles, 4 * layers);
+    CHECK(swiglu == 0 && glu == layers &&
+              strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, "
+                                     "moec::fp8b::SwigluQuantEpi<256ll>>::run(tma_a, tma_b, tma_d, d, sa, sb + "
+                                     "1048576ll, offsets, rows_cap, aq, asa, pp);") &&
+              !strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, F>(q, sa, "),
+          "fast_mlp_fp8: a = silu(gate) up probs and its 1x128 quantisation in the gate_up GEMM's epilogue (%d fused "
+          "GEMMs, %d separate SwiGLU launches)", glu, swiglu);
     CHECK(weights == 0 && weights_ok, "fast_mlp_fp8: %d weight quantiser launches (want 0), every FP8 GEMM's weight "
           "operand and scales from the param's e4m3 copy at its tiles (forward) or transposed tiles (backward)",
           weights);
@@ -1042,7 +1051,7 @@ static void test_fast_mlp_fp8(void)
               !strstr(p->cuda_source, "GemmKGrouped<4,"),
           "fast_mlp_fp8: dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
           "K-grouped expert GEMM");
-    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0>::run(") &&
+    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, ") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_fp8b_copy_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x256x256(") &&
@@ -1051,7 +1060,7 @@ static void test_fast_mlp_fp8(void)
                                      "524288ll, c + 1048608ll, moec::fp8b::AdamwValues{") &&
               strstr(p->cuda_source, "moec::fp8b::quant_weight<4, 512ll, 256ll>(c + 0ll, c + 1048576ll, c + "
                                      "524288ll, c + 1048608ll, w)") &&
-              strstr(p->cuda_source, ", sa, sb + 1048576ll, offsets, rows_cap)") &&
+              strstr(p->cuda_source, ", sa, sb + 1048576ll, offsets, rows_cap, aq, asa, pp)") &&
               strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, H>(q, sa, ") &&
               !strstr(p->cuda_source, "GemmMGrouped<4, 512"),
           "fast_mlp_fp8: the FP8 GEMM and the quantisers, no bf16 expert GEMM");
