@@ -461,7 +461,11 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
  * q0 + 127 and do what fwd does per key tile (s_j = q k_j^T with q in registers, the product with v_{j-1}
  * issued behind it and run during the softmax of s_j), freeing slot j - 1 once that product is done.
  * Causal: the first consumer stops a tile early (it only frees the last slot). Tensor maps, rows past S
- * and KROW0 / VROW0 as in bwd_dkv_ws. */
+ * and KROW0 / VROW0 as in bwd_dkv_ws. SCHED (docs/decisions.md 59): 0 decision 50's step; 1 every exponential
+ * before the wait for the product with v_{j-1} (wg_fence); 2 that and the two consumers' products in strict
+ * alternation (named barriers 1 and 2: a consumer waits at 1 + cw before issuing, arrives at 2 - cw after; the
+ * first consumer skips its block's first wait, the second arrives after every step but its block's last, and a
+ * skipped causal tile is still a turn, so the barriers balance). The results do not depend on SCHED. */
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
           int SCHED, typename OT>
 __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
@@ -1224,7 +1228,8 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
  * one arrival per consumer warp). Warpgroups 1 and 2 own queries q0 .. q0 + 63 and q0 + 64 .. q0 + 127:
  * s = q k^T and dP = dO v^T with both operands in shared memory, P from the kept log-sum-exp while dP
  * finishes, dS = P (dP - D), dq += dS k (dS in registers, k read MN-major). Causal: the first consumer
- * skips the key tile past its last query. Tensor maps, rows past S and KROW0 / VROW0 as in bwd_dkv_ws. */
+ * skips the key tile past its last query. Tensor maps, rows past S and KROW0 / VROW0 as in bwd_dkv_ws. SCHED as in
+ * fwd_ws: 1 every element of P before the wait for dP, 2 that and the consumers' s and dP issued in turns. */
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
           int SCHED, typename OT>
 __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
