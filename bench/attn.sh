@@ -97,12 +97,12 @@ done
 grep -E '^(TORCH|#)' "$OUT/anchor.log"
 printf '\n%-26s %-5s %s\n' check result summary
 printf '%s\n' "${checks[@]}"
-printf '\n%-12s %-18s %10s %8s %12s %8s %8s %s\n' shape kernels "moec ms" TFLOP/s "torch ms" TFLOP/s moec/torch "torch backend"
+printf '\n%-12s %-25s %10s %8s %12s %8s %8s %s\n' shape kernels "moec ms" TFLOP/s "torch ms" TFLOP/s moec/torch "torch backend"
 for r in "${RUNS[@]}"; do
   IFS='|' read -r name kern _ _ sched <<<"$r"
   read -r tname tms ttf < <(grep "^TORCH_BEST ${name%_proj} " "$OUT/anchor.log" | awk '{print $3, $4, $5}')
   m=${MS[${name}_$kern${sched:+-$sched}]:-}
-  printf '%-12s %-18s %10s %8s %12s %8s %8s %s\n' "$name" "$kern${sched:+ (MOEC_ATTN=$sched)}" "${m:--}" \
+  printf '%-12s %-25s %10s %8s %12s %8s %8s %s\n' "$name" "$kern${sched:+ (MOEC_ATTN=$sched)}" "${m:--}" \
     "$( [ -n "$m" ] && [ -n "${ttf:-}" ] && awk -v t="$ttf" -v a="$tms" -v m="$m" 'BEGIN {printf "%.1f", t*a/m}' || echo -)" \
     "${tms:--}" "${ttf:--}" "$( [ -n "$m" ] && [ -n "${tms:-}" ] && awk -v a="$tms" -v m="$m" 'BEGIN {printf "%.2fx", m/a}' || echo -)" "${tname:--}"
 done
