@@ -610,6 +610,73 @@ static void test_log_context(void)
 
 /* With NVRTC at hand (the CUDA toolkit): a compile error comes back with
  * its log and counts; a clean source compiles warning-free. */
+/* decision 59: the head-dim-128 forward's and dq's schedule (MOEC_ATTN through CudaOptions.attn_schedule): the
+ * default is the ping-pong (SCHED 2), each forced value reaches both kernels' template and no other kernel, and
+ * (with NVRTC) every schedule compiles warning-free with no wgmma serialised by ptxas (its C7518 / C7520 info
+ * lines say "serialized"); CudaOptions.attn_max_grid caps the attention launches' blocks */
+static void test_attn_schedules(void)
+{
+    const struct {
+        CudaAttnSchedule sched;
+        const char *fwd, *dq;
+    } cases[] = {
+        {CUDA_ATTN_DEFAULT, "VROW0, 4, 2>(ITEMS, o, lse2", "VROW0, 3, 2>(ITEMS, out"},
+        {CUDA_ATTN_WS, "VROW0, 4, 0>(ITEMS, o, lse2", "VROW0, 3, 0>(ITEMS, out"},
+        {CUDA_ATTN_OVERLAP, "VROW0, 4, 1>(ITEMS, o, lse2", "VROW0, 3, 1>(ITEMS, out"},
+        {CUDA_ATTN_PINGPONG, "VROW0, 4, 2>(ITEMS, o, lse2", "VROW0, 3, 2>(ITEMS, out"},
+    };
+    char err[1024];
+    int nvrtc = nvrtc_load(err, sizeof err);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        Compilation c;
+        IrGraph *g = compile_model(&c, "tests/gpu/fast_attn128.moe", NULL, 0, NULL);
+        Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+        if (p)
+            p->source.kernels = PLAN_KERNELS_FAST;
+        CudaOptions opts = {0};
+        opts.attn_schedule = cases[k].sched;
+        opts.attn_max_grid = k == 0 ? 0 : 5;
+        CHECK(p && cuda_codegen(p, &opts, NULL), "fast_attn128.moe: a fast plan with attention schedule %d",
+              (int)cases[k].sched);
+        if (!p) {
+            compilation_free(&c);
+            continue;
+        }
+        const char *src = p->cuda_source;
+        const char *fwd = strstr(src, "moec::attn::fwd_ws<"), *dq = strstr(src, "moec::attn::bwd_dq_ws<");
+        const char *dkv = strstr(src, "moec::attn::bwd_dkv_ws<");
+        CHECK(fwd && strstr(fwd, cases[k].fwd) && strchr(fwd, ';') > strstr(fwd, cases[k].fwd),
+              "schedule %d: the forward's template ends in %s", (int)cases[k].sched, cases[k].fwd);
+        CHECK(dq && strstr(dq, cases[k].dq) && strchr(dq, ';') > strstr(dq, cases[k].dq),
+              "schedule %d: dq's template ends in %s", (int)cases[k].sched, cases[k].dq);
+        CHECK(dkv && strstr(dkv, "VROW0, 3>(ITEMS, out") == strstr(dkv, "VROW0, 3"), "schedule %d: dk/dv unchanged",
+              (int)cases[k].sched);
+        /* the block cap: 2 x 8 x 3 = 48 items (dk/dv: 2 x 2 x 3 = 12), 5 blocks when capped */
+        int flash = 0;
+        for (int i = 0; i < p->nlaunches; i++) {
+            const PlanLaunch *l = &p->launches[i];
+            if (l->kernel >= 0 && strstr(p->kernel_names[l->kernel], "flash")) {
+                flash++;
+                int64_t want = k > 0 ? 5 : strstr(p->kernel_names[l->kernel], "dkv") ? 12 : 48;
+                CHECK(l->grid == want, "schedule %d: %s over %lld blocks", (int)cases[k].sched,
+                      p->kernel_names[l->kernel], (long long)l->grid);
+            }
+        }
+        CHECK(flash == 3, "fast_attn128.moe: 3 flash launches (%d)", flash);
+        if (nvrtc) {
+            NvrtcOutput out;
+            int ok = nvrtc_compile(src, "kernels.cu", "sm_90a", &out, err, sizeof err);
+            CHECK(ok && out.nwarnings == 0, "schedule %d compiles warning-free: %s (%d warnings)", (int)cases[k].sched,
+                  ok ? "" : err, out.nwarnings);
+            CHECK(!(out.log && strstr(out.log, "serialized")), "schedule %d: ptxas serialised the wgmma:\n%s",
+                  (int)cases[k].sched, out.log ? out.log : "");
+            nvrtc_output_free(&out);
+        }
+        plan_free(p);
+        compilation_free(&c);
+    }
+}
+
 static void test_nvrtc(void)
 {
     char err[1024];
@@ -1550,6 +1617,7 @@ int main(void)
     test_fast_mlp_mx();
     test_bf16_storage();
     test_needs_arch();
+    test_attn_schedules();
     test_log_context();
     test_nvrtc();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);
