@@ -77,6 +77,18 @@ __device__ void skinny_linear(float *y, const float *x, const float *w)
     }
 }
 
+/* a 16-byte store (p 16-byte aligned). On the GPU an explicit st.global.v4.f32: written as a float4 assignment,
+ * NVRTC 13.0 split skinny_linear_dx's into four 4-byte stores (STG.E; each warp store a quarter of every 32-byte
+ * sector it touches; decision 58) */
+__device__ __forceinline__ void st4(float *p, const float4 &v)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+#else
+    *(float4 *)p = v;
+#endif
+}
+
 /* dx [ROWS, K] = dy [ROWS, N] . w [N, K]: each thread 4 consecutive k (w's 4N values in registers), a
  * block's rows 64 at a time (dy through shared memory). TB threads per block (K % (4 TB) == 0);
  * grid = row chunks x K / (4 TB). */
@@ -105,7 +117,7 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
                 o.z += d * wv[n].z;
                 o.w += d * wv[n].w;
             }
-            *(float4 *)(dx + (r0 + i) * K + k) = o;
+            st4(dx + (r0 + i) * K + k, o);
         }
     }
 }
@@ -249,13 +261,53 @@ template <> struct Raw8<float> {
     }
 };
 
-/* RoPE, step 2 of 2: y = x rotated, pairs (j, j + HD/2) of every head by the angle whose (cos, sign * sin)
- * step 1 wrote into cs [S, HD/2] as double pairs, with the very expressions of the reference kernel (so
- * the same doubles: the results are the reference's bit for bit). One thread per (row, 8 consecutive j,
- * HG heads): 16-byte loads and stores (bf16) or two of each (fp32), the 8 angles' cos and sin read once
- * for the HG heads. HD % 16 == 0, H % HG == 0. */
-template <long long ROWS, long long S, int H, int HD, int HG, class TY, class TX>
-__device__ void rope_apply(TY *y, const TX *x, const double *cs)
+/* two floats rounded to bf16 (to nearest even, as bf16_bits for every finite value), packed lo | hi << 16: on the
+ * GPU one cvt.rn.bf16x2.f32 */
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
+{
+#ifdef __CUDA_ARCH__
+    unsigned u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#else
+    return (unsigned)bf16_bits(lo) | ((unsigned)bf16_bits(hi) << 16);
+#endif
+}
+
+/* RoPE's bf16 results without double arithmetic where that provably gives the reference's bits (decision 58).
+ * The reference (exact) computes y1 = bf16(float(a c - b s)), y2 = bf16(float(b c + a s)) in double from the
+ * table's doubles c, s (|c|, |s| <= 1) and the widened inputs a, b. Here r1 = fma(a, cf, -(b sf)) and
+ * r2 = fma(b, cf, a sf) in fp32 with cf, sf the table's values rounded to float: |r - v| < 3.5 2^-24 (|a| + |b|)
+ * + 2^-148 for the exact v, and the reference's double result vd is as close to v (2^-51 (|a| + |b|)), so
+ * vd lies in [r - E, r + E] with E = 2^-20 (|a| + |b|) + 2^-120 (the bounds' own rounding included, 4x margin).
+ * float() and bf16() are monotone, so when both ends of the interval give the same bf16, that is the
+ * reference's result; the ends differ where the interval holds a bf16 rounding boundary (about 1 element in
+ * 10^4), straddles zero (|r| < E: zeros, signs of zero), or E is not below 2^100 (inf, NaN, overflow): then
+ * ok turns false and the caller computes the group in double, as the reference. */
+__device__ __forceinline__ void rope_pair_bf16(float a0, float b0, float a1, float b1, float c0, float s0, float c1,
+                                               float s1, unsigned &y1, unsigned &y2, bool &ok)
+{
+    const float e0 = fmaf(__fadd_rn(fabsf(a0), fabsf(b0)), 0x1p-20f, 0x1p-120f);
+    const float e1 = fmaf(__fadd_rn(fabsf(a1), fabsf(b1)), 0x1p-20f, 0x1p-120f);
+    const float p0 = fmaf(a0, c0, -__fmul_rn(b0, s0)), q0 = fmaf(b0, c0, __fmul_rn(a0, s0));
+    const float p1 = fmaf(a1, c1, -__fmul_rn(b1, s1)), q1 = fmaf(b1, c1, __fmul_rn(a1, s1));
+    y1 = pack_bf16(__fsub_rn(p0, e0), __fsub_rn(p1, e1));
+    y2 = pack_bf16(__fsub_rn(q0, e0), __fsub_rn(q1, e1));
+    const unsigned h1 = pack_bf16(__fadd_rn(p0, e0), __fadd_rn(p1, e1));
+    const unsigned h2 = pack_bf16(__fadd_rn(q0, e0), __fadd_rn(q1, e1));
+    ok = ok & (y1 == h1) & (y2 == h2) & (e0 < 0x1p100f) & (e1 < 0x1p100f);
+}
+
+/* RoPE, step 2 of 2: y = x rotated, pairs (j, j + HD/2) of every head by the angle whose cos and sin step 1
+ * wrote into the tables (decision 58): cs [S, HD/2] of double pairs (cos, sin) with the very expressions of
+ * the reference kernel, and csf the same rounded to float. rope_dx (NEG) rotates by minus the angle: the
+ * reference's -1.0 * sin, an exact negation. One thread per (row, 8 consecutive j, HG heads): 16-byte loads
+ * and stores (bf16) or two of each (fp32), every head's loads before the first store (decision 52). Results
+ * the reference's bit for bit: fp32 outputs in double as the reference; bf16 outputs through
+ * rope_pair_bf16 in fp32, each 8-pair group whose interval test fails again in double. HD % 16 == 0,
+ * H % HG == 0. */
+template <long long ROWS, long long S, int H, int HD, int HG, bool NEG, class TY, class TX>
+__device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *csf)
 {
     constexpr int HALF = HD / 2, Q = HALF / 8;
     static_assert(HD % 16 == 0 && H % HG == 0, "rope_apply: HD % 16, H % HG");
@@ -263,11 +315,7 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs)
          idx += (long long)gridDim.x * blockDim.x) {
         const int q = (int)(idx % Q), hg = (int)(idx / Q % (H / HG));
         const long long row = idx / ((long long)Q * (H / HG)), s = row % S;
-        const double *t = cs + 2 * (s * HALF + 8 * q);
-        double c[8], sn[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            c[i] = t[2 * i], sn[i] = t[2 * i + 1];
+        const long long t0 = s * HALF + 8 * q; /* the group's first (position, pair) */
         /* every head's loads first, then the heads' rotations and stores (decision 52) */
         const long long at0 = row * ((long long)H * HD) + (long long)hg * HG * HD + 8 * q;
         Raw8<TX> r1[HG], r2[HG];
@@ -276,19 +324,64 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs)
             r1[hh].load(x + at0 + (long long)hh * HD);
             r2[hh].load(x + at0 + (long long)hh * HD + HALF);
         }
+        if constexpr (sizeof(TY) == 2) {
+            float c[8], sn[8];
 #pragma unroll
-        for (int hh = 0; hh < HG; hh++) {
-            float x1[8], x2[8], y1[8], y2[8];
-            r1[hh].get(x1);
-            r2[hh].get(x2);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const double a = x1[i], b = x2[i];
-                y1[i] = (float)(a * c[i] - b * sn[i]);
-                y2[i] = (float)(b * c[i] + a * sn[i]);
+            for (int u = 0; u < 4; u++) {
+                const float4 t = *(const float4 *)(csf + 2 * t0 + 4 * u);
+                c[2 * u] = t.x, sn[2 * u] = NEG ? -t.y : t.y, c[2 * u + 1] = t.z, sn[2 * u + 1] = NEG ? -t.w : t.w;
             }
-            st8(y + at0 + (long long)hh * HD, y1);
-            st8(y + at0 + (long long)hh * HD + HALF, y2);
+#pragma unroll
+            for (int hh = 0; hh < HG; hh++) {
+                float x1[8], x2[8];
+                r1[hh].get(x1);
+                r2[hh].get(x2);
+                unsigned o1[4], o2[4];
+                bool ok = true;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    rope_pair_bf16(x1[2 * i], x2[2 * i], x1[2 * i + 1], x2[2 * i + 1], c[2 * i], sn[2 * i],
+                                   c[2 * i + 1], sn[2 * i + 1], o1[i], o2[i], ok);
+                if (!ok) { /* rare: the group in double, as the reference */
+                    float y1[8], y2[8];
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        const double cd = cs[2 * (t0 + i)], sd = NEG ? -1.0 * cs[2 * (t0 + i) + 1] : cs[2 * (t0 + i) + 1];
+                        const double a = x1[i], b = x2[i];
+                        y1[i] = (float)(a * cd - b * sd);
+                        y2[i] = (float)(b * cd + a * sd);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        o1[i] = (unsigned)bf16_bits(y1[2 * i]) | ((unsigned)bf16_bits(y1[2 * i + 1]) << 16);
+                        o2[i] = (unsigned)bf16_bits(y2[2 * i]) | ((unsigned)bf16_bits(y2[2 * i + 1]) << 16);
+                    }
+                }
+                uint4 u1, u2;
+                u1.x = o1[0], u1.y = o1[1], u1.z = o1[2], u1.w = o1[3];
+                u2.x = o2[0], u2.y = o2[1], u2.z = o2[2], u2.w = o2[3];
+                *(uint4 *)(y + at0 + (long long)hh * HD) = u1;
+                *(uint4 *)(y + at0 + (long long)hh * HD + HALF) = u2;
+            }
+        } else {
+            double c[8], sn[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                c[i] = cs[2 * (t0 + i)], sn[i] = NEG ? -1.0 * cs[2 * (t0 + i) + 1] : cs[2 * (t0 + i) + 1];
+#pragma unroll
+            for (int hh = 0; hh < HG; hh++) {
+                float x1[8], x2[8], y1[8], y2[8];
+                r1[hh].get(x1);
+                r2[hh].get(x2);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const double a = x1[i], b = x2[i];
+                    y1[i] = (float)(a * c[i] - b * sn[i]);
+                    y2[i] = (float)(b * c[i] + a * sn[i]);
+                }
+                st8(y + at0 + (long long)hh * HD, y1);
+                st8(y + at0 + (long long)hh * HD + HALF, y2);
+            }
         }
     }
 }
@@ -397,12 +490,44 @@ template <int D, int TB> struct RowPart {
     static __device__ __forceinline__ int col(int c) { return 8 * ((int)threadIdx.x + c * TB); }
 };
 
+/* rmsnorm's bf16 results without double arithmetic where that provably gives the reference's bits (decision
+ * 58; the argument of rope_pair_bf16). The reference computes bf16(float((double)v * inv * w)) with inv the
+ * row's 1 / rms in double; here r = (v invf) w in fp32 with invf = (float)inv: three roundings of a product,
+ * |r - v inv w| <= 3.01 2^-24 |v inv w| + 2^-150 (|w| + 1) (subnormal intermediates), and the reference's
+ * double result within 2^-52 of it; E = 2^-20 |r| + 2^-100 covers both while inv is in [2^-100, 2^100] and
+ * |w| < 2^40 (the caller checks these once a row and once a thread). Where both ends of [r - E, r + E] give
+ * the same bf16, that is the reference's result; otherwise (a rounding boundary inside, zero, inf, NaN) ok
+ * turns false and the caller computes the group in double. */
+__device__ __forceinline__ unsigned rms_pair_bf16(float v0, float v1, float w0, float w1, float invf, bool &ok)
+{
+    const float r0 = __fmul_rn(__fmul_rn(v0, invf), w0), r1 = __fmul_rn(__fmul_rn(v1, invf), w1);
+    const float e0 = fmaf(fabsf(r0), 0x1p-20f, 0x1p-100f), e1 = fmaf(fabsf(r1), 0x1p-20f, 0x1p-100f);
+    const unsigned lo = pack_bf16(__fsub_rn(r0, e0), __fsub_rn(r1, e1));
+    const unsigned hi = pack_bf16(__fadd_rn(r0, e0), __fadd_rn(r1, e1));
+    ok = ok & (lo == hi) & (e0 < 0x1p100f) & (e1 < 0x1p100f);
+    return lo;
+}
+
 /* y = x / rms(x) * w; rinv (not null) gets each row's 1 / rms, the very double rms_inv_rows computes (the
- * same sums in the same order), for rmsnorm_dw (decision 52) */
+ * same sums in the same order), for rmsnorm_dw (decision 52). bf16 y (decision 58): w's columns loaded once a
+ * thread, the products in fp32 through rms_pair_bf16, each 8-column group whose interval test fails again in
+ * double: 1 fp32 -> fp64 conversion an element (the sum of squares) where there were 3. */
 template <long long ROWS, int D, int TB, class TY, class TX>
 __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, double *rinv = nullptr)
 {
     typedef RowPart<D, TB> P;
+    float wv[P::NC][8];
+    bool wok = true; /* this thread's columns of w allow the fp32 path */
+    if constexpr (sizeof(TY) == 2) {
+#pragma unroll
+        for (int c = 0; c < P::NC; c++)
+            if (P::col(c) < D) {
+                ld8(w + P::col(c), wv[c]);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    wok = wok & (fabsf(wv[c][i]) < 0x1p40f);
+            }
+    }
     for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
         float v[P::NC][8];
         double ss = 0.0;
@@ -418,16 +543,40 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, dou
         const double inv = 1.0 / sqrt(ss / (double)D + eps);
         if (rinv && threadIdx.x == 0)
             rinv[r] = inv;
+        if constexpr (sizeof(TY) == 2) {
+            const float invf = (float)inv;
+            const bool rok = wok & (inv >= 0x1p-100) & (inv <= 0x1p100);
 #pragma unroll
-        for (int c = 0; c < P::NC; c++)
-            if (P::col(c) < D) {
-                float w8[8], o[8];
-                ld8(w + P::col(c), w8);
+            for (int c = 0; c < P::NC; c++)
+                if (P::col(c) < D) {
+                    uint4 u;
+                    bool ok = rok;
+                    u.x = rms_pair_bf16(v[c][0], v[c][1], wv[c][0], wv[c][1], invf, ok);
+                    u.y = rms_pair_bf16(v[c][2], v[c][3], wv[c][2], wv[c][3], invf, ok);
+                    u.z = rms_pair_bf16(v[c][4], v[c][5], wv[c][4], wv[c][5], invf, ok);
+                    u.w = rms_pair_bf16(v[c][6], v[c][7], wv[c][6], wv[c][7], invf, ok);
+                    if (ok) {
+                        *(uint4 *)(y + r * D + P::col(c)) = u;
+                    } else { /* rare: the group in double, as the reference */
+                        float o[8];
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    o[i] = (float)((double)v[c][i] * inv * w8[i]);
-                st8(y + r * D + P::col(c), o);
-            }
+                        for (int i = 0; i < 8; i++)
+                            o[i] = (float)((double)v[c][i] * inv * wv[c][i]);
+                        st8(y + r * D + P::col(c), o);
+                    }
+                }
+        } else {
+#pragma unroll
+            for (int c = 0; c < P::NC; c++)
+                if (P::col(c) < D) {
+                    float w8[8], o[8];
+                    ld8(w + P::col(c), w8);
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        o[i] = (float)((double)v[c][i] * inv * w8[i]);
+                    st8(y + r * D + P::col(c), o);
+                }
+        }
     }
 }
 
