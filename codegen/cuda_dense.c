@@ -107,6 +107,9 @@ int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n)
 /* 48: dx and dw hold 4 N fp32 per thread in registers (192 at 48; the lm_head of the protein alphabet's 33
  * tokens takes 132 and no local memory, tools/sass.sh) */
 enum { SKINNY_MAX_N = 48 };
+/* the forward keeps all of w in shared memory up to this size (decision 58; an H200 block may have 227 KB),
+ * else passes it through in column tiles */
+enum { SKINNY_RESIDENT_BYTES = 160 * 1024 };
 
 /* 1 if linear node n takes the skinny kernels */
 static int skinny_ok(const Cg *cg, const IrNode *n)
@@ -144,6 +147,21 @@ static int skinny_linear(Cg *cg, const IrNode *n)
     int64_t slabs = K / (4 * tb);
     switch (n->op) {
     case IR_OP_LINEAR: {
+        if (N * K * 4 <= SKINNY_RESIDENT_BYTES) {
+            /* all of w resident in shared memory, one block of 16 warps an SM, no barrier in the row loop
+             * (decision 58); the same multiply-adds in the same order as the tiled kernel below */
+            int rw = N <= 8 ? 4 : N <= 16 ? 2 : 1;
+            cg_begin(cg, n, "skinny", "linear: y = x w^T, few outputs: w resident in shared memory, a warp per "
+                                      "row group, butterfly sums (fast)");
+            cg_out(cg, n, "y");
+            cg_in(cg, s0, "x");
+            cg_in(cg, s1, "w");
+            cg_line(cg, "moec::fast::skinny_linear_resident<%lldll, %lld, %lldll, %d>(y, x, w);", (long long)rows,
+                    (long long)N, (long long)K, rw);
+            cg_launch_extra(cg, (int)(N * K * 4), 0);
+            cg_end(cg, 512, min64((rows + 16 * rw - 1) / (16 * rw), 132));
+            break;
+        }
         int rw = N <= 8 ? 8 : N <= 16 ? 4 : 2;
         /* w through shared memory KT columns at a time: the widest multiple of 128 dividing K whose N KT
          * floats fit 32 KB (decision 52) */

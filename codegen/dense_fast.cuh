@@ -77,6 +77,88 @@ __device__ void skinny_linear(float *y, const float *x, const float *w)
     }
 }
 
+/* The same product with all of w resident in shared memory (N K floats, dynamic shared memory; decision 58):
+ * loaded once a block, so the row loop has no barrier and no reload of w (the tiled kernel above stopped every
+ * warp of a block at two barriers per tile and reloaded w's 128 KB from L2 for each group of rows: 65% of HBM
+ * at the Mixtral router). One block an SM of 16 warps; RW rows a warp, each lane 4 consecutive k of every 128;
+ * x's loads three steps of 128 columns deep (two in flight while the third is multiplied: 8 KB a warp). The
+ * same multiply-adds in the same order as skinny_linear (k ascending per lane, then the same butterfly): the
+ * same results. K % 128 == 0. */
+template <long long ROWS, int N, long long K, int RW>
+__device__ void skinny_linear_resident(float *y, const float *x, const float *w)
+{
+    static_assert(K % 128 == 0, "skinny_linear_resident: K % 128");
+    constexpr int STEPS = (int)(K / 128), KQ = (int)(K / 4);
+#ifdef __CUDA_ARCH__
+    extern __shared__ float4 sw[]; /* [N][K / 4] */
+#else
+    __shared__ float4 sw[N * KQ]; /* the emulator's shared memory is static */
+#endif
+    /* w, 16 loads in flight a thread */
+    for (int i0 = threadIdx.x; i0 < N * KQ; i0 += 16 * (int)blockDim.x) {
+        float4 t[16];
+#pragma unroll
+        for (int u = 0; u < 16; u++)
+            if (i0 + u * (int)blockDim.x < N * KQ)
+                t[u] = ((const float4 *)w)[i0 + u * (int)blockDim.x];
+#pragma unroll
+        for (int u = 0; u < 16; u++)
+            if (i0 + u * (int)blockDim.x < N * KQ)
+                sw[i0 + u * (int)blockDim.x] = t[u];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+    /* the loop's bounds are the block's (uniform: the butterfly's shuffles need no divergence handling) */
+    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < ROWS; b0 += (long long)gridDim.x * warps * RW) {
+        const long long r0 = b0 + (long long)(threadIdx.x / 32) * RW;
+        float acc[RW][N];
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+#pragma unroll
+            for (int n = 0; n < N; n++)
+                acc[i][n] = 0.0f;
+        float4 xa[RW], xb[RW], xc[RW];
+        /* past the last step a load repeats it (no branch around the loads, so the compiler keeps them early) */
+        auto load = [&](float4 (&b)[RW], int st) {
+            const int sc = st < STEPS ? st : STEPS - 1;
+#pragma unroll
+            for (int i = 0; i < RW; i++)
+                b[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + 4 * (32 * sc + lane))
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        };
+        auto mac = [&](const float4 (&b)[RW], int st) {
+            if (st < STEPS)
+#pragma unroll
+                for (int n = 0; n < N; n++) {
+                    const float4 wv = sw[n * KQ + 32 * st + lane];
+#pragma unroll
+                    for (int i = 0; i < RW; i++)
+                        acc[i][n] += b[i].x * wv.x + b[i].y * wv.y + b[i].z * wv.z + b[i].w * wv.w;
+                }
+        };
+        load(xa, 0);
+        load(xb, 1);
+        for (int st = 0; st < STEPS; st += 3) {
+            load(xc, st + 2);
+            mac(xa, st);
+            load(xa, st + 3);
+            mac(xb, st + 1);
+            load(xb, st + 4);
+            mac(xc, st + 2);
+        }
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+#pragma unroll
+            for (int n = 0; n < N; n++) {
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    acc[i][n] += __shfl_xor_sync(0xffffffffu, acc[i][n], o);
+                if (lane == (n & 31) && r0 + i < ROWS) /* every lane holds the sum after the butterfly */
+                    y[(r0 + i) * N + n] = acc[i][n];
+            }
+    }
+}
+
 /* a 16-byte store (p 16-byte aligned). On the GPU an explicit st.global.v4.f32: written as a float4 assignment,
  * NVRTC 13.0 split skinny_linear_dx's into four 4-byte stores (STG.E; each warp store a quarter of every 32-byte
  * sector it touches; decision 58) */
@@ -97,27 +179,33 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
 {
     __shared__ float sdy[64 * N];
     constexpr long long SLABS = K / (4 * TB);
-    const long long k = 4 * ((long long)(blockIdx.x % SLABS) * TB + threadIdx.x);
-    float4 wv[N];
+    /* the emitted grid is SLABS x (blocks a slab); a grid of fewer than SLABS blocks (the emulator's --grid-cap)
+     * takes the slabs in turn, each over all rows */
+    const bool full = gridDim.x >= SLABS;
+    const long long per = full ? gridDim.x / SLABS : 1;
+    for (long long sl = full ? blockIdx.x % SLABS : blockIdx.x; sl < SLABS; sl += full ? SLABS : gridDim.x) {
+        const long long k = 4 * (sl * TB + threadIdx.x);
+        float4 wv[N];
 #pragma unroll
-    for (int n = 0; n < N; n++)
-        wv[n] = *(const float4 *)(w + n * K + k);
-    for (long long r0 = (long long)(blockIdx.x / SLABS) * 64; r0 < ROWS; r0 += (long long)(gridDim.x / SLABS) * 64) {
-        __syncthreads();
-        for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
-            sdy[i] = r0 + i / N < ROWS ? dy[r0 * N + i] : 0.0f;
-        __syncthreads();
-        for (int i = 0; i < 64 && r0 + i < ROWS; i++) {
-            float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int n = 0; n < N; n++)
+            wv[n] = *(const float4 *)(w + n * K + k);
+        for (long long r0 = (full ? blockIdx.x / SLABS : 0) * 64; r0 < ROWS; r0 += per * 64) {
+            __syncthreads();
+            for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
+                sdy[i] = r0 + i / N < ROWS ? dy[r0 * N + i] : 0.0f;
+            __syncthreads();
+            for (int i = 0; i < 64 && r0 + i < ROWS; i++) {
+                float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-            for (int n = 0; n < N; n++) {
-                const float d = sdy[i * N + n];
-                o.x += d * wv[n].x;
-                o.y += d * wv[n].y;
-                o.z += d * wv[n].z;
-                o.w += d * wv[n].w;
+                for (int n = 0; n < N; n++) {
+                    const float d = sdy[i * N + n];
+                    o.x += d * wv[n].x;
+                    o.y += d * wv[n].y;
+                    o.z += d * wv[n].z;
+                    o.w += d * wv[n].w;
+                }
+                st4(dx + (r0 + i) * K + k, o);
             }
-            st4(dx + (r0 + i) * K + k, o);
         }
     }
 }
