@@ -232,25 +232,37 @@ __device__ void skinny_linear_dw_part(float *part, const float *dy, const float 
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
                 sdy[i] = r0 + i / N < end ? dy[r0 * N + i] : 0.0f;
             __syncthreads();
-            /* U rows' loads in flight (decision 52), their multiply-adds in row order as one row at a time */
-            for (int i = 0; i < 64 && r0 + i < end; i += U) {
-                float4 xv[U];
+            /* U rows' loads in flight (decision 52), the next U rows' issued before these U rows' multiply-adds
+             * (decision 58: two buffers, so a warp's loads stay in flight while it computes); the multiply-adds
+             * in row order as one row at a time. A row past the sub-chunk loads row r0 again (no branch around
+             * the loads) and adds nothing. */
+            const int nr = end - r0 < 64 ? (int)(end - r0) : 64;
+            float4 xa[U], xb[U];
+            auto load = [&](float4 (&b)[U], int i) {
 #pragma unroll
                 for (int u = 0; u < U; u++)
-                    if (r0 + i + u < end)
-                        xv[u] = *(const float4 *)(x + (r0 + i + u) * K + k);
+                    b[u] = *(const float4 *)(x + (r0 + (i + u < nr ? i + u : 0)) * K + k);
+            };
+            auto mac = [&](const float4 (&b)[U], int i) {
 #pragma unroll
                 for (int u = 0; u < U; u++)
-                    if (r0 + i + u < end) {
+                    if (i + u < nr) {
 #pragma unroll
                         for (int n = 0; n < N; n++) {
                             const float d = sdy[(i + u) * N + n];
-                            acc[n].x += d * xv[u].x;
-                            acc[n].y += d * xv[u].y;
-                            acc[n].z += d * xv[u].z;
-                            acc[n].w += d * xv[u].w;
+                            acc[n].x += d * b[u].x;
+                            acc[n].y += d * b[u].y;
+                            acc[n].z += d * b[u].z;
+                            acc[n].w += d * b[u].w;
                         }
                     }
+            };
+            load(xa, 0);
+            for (int i = 0; i < nr; i += 2 * U) {
+                load(xb, i + U);
+                mac(xa, i);
+                load(xa, i + 2 * U);
+                mac(xb, i + U);
             }
         }
 #pragma unroll
