@@ -563,16 +563,21 @@ static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
         cg_const(cg, "HD", hd);
         cg_const(cg, "HALF", half);
         cg_line(cg, "constexpr double THETA = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_THETA)));
-        cg_line(cg, "MOEC_FOR(idx, S * HALF) {");
-        cg_line(cg, "    long long j = idx %% HALF, s = idx / HALF;");
-        cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
-        cg_line(cg, "    double c = cos(ang), sn = sin(ang);");
-        cg_line(cg, "    cs[2 * idx] = c;");
-        cg_line(cg, "    cs[2 * idx + 1] = sn;");
-        cg_line(cg, "    csf[2 * idx] = (float)c;");
-        cg_line(cg, "    csf[2 * idx + 1] = (float)sn;");
+        /* a thread per (pair, 4 positions): the pair's frequency (the same double: the same expression) once */
+        cg_line(cg, "MOEC_FOR(item, (S + 3) / 4 * HALF) {");
+        cg_line(cg, "    long long j = item %% HALF, s0 = item / HALF * 4;");
+        cg_line(cg, "    double f = pow(THETA, -2.0 * (double)j / (double)HD);");
+        cg_line(cg, "    for (long long s = s0; s < s0 + 4 && s < S; s++) {");
+        cg_line(cg, "        long long idx = s * HALF + j;");
+        cg_line(cg, "        double ang = (double)s * f;");
+        cg_line(cg, "        double c = cos(ang), sn = sin(ang);");
+        cg_line(cg, "        cs[2 * idx] = c;");
+        cg_line(cg, "        cs[2 * idx + 1] = sn;");
+        cg_line(cg, "        csf[2 * idx] = (float)c;");
+        cg_line(cg, "        csf[2 * idx + 1] = (float)sn;");
+        cg_line(cg, "    }");
         cg_line(cg, "}");
-        cg_end(cg, CG_BLOCK, cg_grid(S * half, CG_BLOCK));
+        cg_end(cg, CG_BLOCK, cg_grid((S + 3) / 4 * half, CG_BLOCK));
     } else {
         cs = cg_find_ws(cg, owner, "cos_sin");
         csf = cg_find_ws(cg, owner, "cos_sin_f32");
