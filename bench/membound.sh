@@ -16,7 +16,7 @@
 # the CPU reference (each node on the CPU's inputs, exact nodes bit for bit; then chained), and on
 # tests/gpu/fast_attn.moe, whose RoPE and RMSNorm write bf16 (decision 58's fp32 paths): rows
 # run_plan_membound (isolated, chain, bf16), ok or FAIL, repeated in the summary printed last with the rows
-# decisions 52 and 58 rewrote. Build here (no GPU), carry OUTDIR (default $BUILD/bench-membound, ~12 MB), run there with --run-only.
+# decisions 52 and 58 rewrote. Build here (no GPU), carry OUTDIR (default $BUILD/bench-membound, ~7 MB), run there with --run-only.
 # --table LOG prints the table of one log of bench/layer.c --membound (tests/bench/membound.test).
 set -uo pipefail
 MODE=all
