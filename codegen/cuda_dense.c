@@ -158,8 +158,8 @@ static int skinny_linear(Cg *cg, const IrNode *n)
             cg_in(cg, s1, "w");
             cg_line(cg, "moec::fast::skinny_linear_resident<%lldll, %lld, %lldll, %d>(y, x, w);", (long long)rows,
                     (long long)N, (long long)K, rw);
-            cg_launch_extra(cg, (int)(N * K * 4), 0);
-            cg_end(cg, 512, min64((rows + 16 * rw - 1) / (16 * rw), 132));
+            cg_launch_extra(cg, (int)(N * K * 4), 1); /* one block an SM, whatever the GPU's count */
+            cg_end(cg, 512, 1);
             break;
         }
         int rw = N <= 8 ? 8 : N <= 16 ? 4 : 2;
