@@ -13,9 +13,10 @@
 # "part" rows, their bytes from bench/layer.c's part_bytes). The optimizer (AdamW, the gradient norm) is not
 # run by layer.c: the training binary's --profile row "(optimizer: ...)" measures it.
 # Before the timings, tests/gpu/run_plan.c checks every fast kernel of tests/codegen/membound_fast.moe against
-# the CPU reference (each node on the CPU's inputs, exact nodes bit for bit; then chained): rows
-# run_plan_membound (isolated, chain), ok or FAIL, repeated in the summary printed last with the rows decision
-# 52 rewrote. Build here (no GPU), carry OUTDIR (default $BUILD/bench-membound, ~12 MB), run there with --run-only.
+# the CPU reference (each node on the CPU's inputs, exact nodes bit for bit; then chained), and on
+# tests/gpu/fast_attn.moe, whose RoPE and RMSNorm write bf16 (decision 58's fp32 paths): rows
+# run_plan_membound (isolated, chain, bf16), ok or FAIL, repeated in the summary printed last with the rows
+# decisions 52 and 58 rewrote. Build here (no GPU), carry OUTDIR (default $BUILD/bench-membound, ~7 MB), run there with --run-only.
 # --table LOG prints the table of one log of bench/layer.c --membound (tests/bench/membound.test).
 set -uo pipefail
 MODE=all
@@ -46,6 +47,11 @@ if [ "$MODE" != run ] && [ "$MODE" != table ]; then
   "$BUILD/moec" compile tests/codegen/membound_fast.moe --kernels fast --emit-cuda "$OUT/cuda/membound_fast" \
       --arch "$ARCH" >/dev/null
   cp tests/codegen/membound_fast.moe "$OUT/membound_fast.moe"
+  # decision 58: RoPE's and RMSNorm's bf16-output paths, which only a plan with tensor-core neighbours has
+  # (bf16 storage, decision 40): tests/gpu/fast_attn.moe (RoPE and rope_dx bit for bit, RMSNorm into bf16)
+  rm -rf "$OUT/cuda/fast_attn"
+  "$BUILD/moec" compile tests/gpu/fast_attn.moe --kernels fast --emit-cuda "$OUT/cuda/fast_attn" --arch "$ARCH" >/dev/null
+  cp tests/gpu/fast_attn.moe "$OUT/fast_attn.moe"
   cp -L "$(ldconfig -p | awk '/libcjson.so.1 /{print $NF; exit}')" "$OUT/lib/libcjson.so.1"
   for r in "${RUNS[@]}"; do
     IFS='|' read -r name _ _ <<<"$r"
@@ -94,10 +100,11 @@ export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
 checks=()
 if [ -x "$OUT/run_plan" ]; then
-  for c in "isolated|" "chain|--chain"; do
-    IFS='|' read -r what opt <<<"$c"
+  for c in "isolated|membound_fast|" "chain|membound_fast|--chain" "bf16|fast_attn|"; do
+    IFS='|' read -r what model opt <<<"$c"
+    [ -d "$OUT/cuda/$model" ] || continue
     clog=$OUT/run_plan_membound_$what.log
-    timeout 300 "$OUT/run_plan" "$OUT/membound_fast.moe" "$OUT/cuda/membound_fast" $opt >"$clog" 2>&1
+    timeout 300 "$OUT/run_plan" "$OUT/$model.moe" "$OUT/cuda/$model" $opt >"$clog" 2>&1
     rc=$?
     grep -E "rmsnorm|rope|cross_entropy|masked|linear|SUMMARY|FAIL" "$clog" | head -24
     v=$([ $rc -eq 0 ] && echo ok || echo FAIL)

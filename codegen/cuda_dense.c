@@ -107,6 +107,9 @@ int cg_gemm_tile(int64_t batch, int64_t m, int64_t extra, int64_t n)
 /* 48: dx and dw hold 4 N fp32 per thread in registers (192 at 48; the lm_head of the protein alphabet's 33
  * tokens takes 132 and no local memory, tools/sass.sh) */
 enum { SKINNY_MAX_N = 48 };
+/* the forward keeps all of w in shared memory up to this size (decision 58; an H200 block may have 227 KB),
+ * else passes it through in column tiles */
+enum { SKINNY_RESIDENT_BYTES = 160 * 1024 };
 
 /* 1 if linear node n takes the skinny kernels */
 static int skinny_ok(const Cg *cg, const IrNode *n)
@@ -144,6 +147,21 @@ static int skinny_linear(Cg *cg, const IrNode *n)
     int64_t slabs = K / (4 * tb);
     switch (n->op) {
     case IR_OP_LINEAR: {
+        if (N * K * 4 <= SKINNY_RESIDENT_BYTES) {
+            /* all of w resident in shared memory, one block of 16 warps an SM, no barrier in the row loop
+             * (decision 58); the same multiply-adds in the same order as the tiled kernel below */
+            int rw = N <= 8 ? 4 : N <= 16 ? 2 : 1;
+            cg_begin(cg, n, "skinny", "linear: y = x w^T, few outputs: w resident in shared memory, a warp per "
+                                      "row group, butterfly sums (fast)");
+            cg_out(cg, n, "y");
+            cg_in(cg, s0, "x");
+            cg_in(cg, s1, "w");
+            cg_line(cg, "moec::fast::skinny_linear_resident<%lldll, %lld, %lldll, %d>(y, x, w);", (long long)rows,
+                    (long long)N, (long long)K, rw);
+            cg_launch_extra(cg, (int)(N * K * 4), 1); /* one block an SM, whatever the GPU's count */
+            cg_end(cg, 512, 1);
+            break;
+        }
         int rw = N <= 8 ? 8 : N <= 16 ? 4 : 2;
         /* w through shared memory KT columns at a time: the widest multiple of 128 dividing K whose N KT
          * floats fit 32 KB (decision 52) */
@@ -486,41 +504,95 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     return 1;
 }
 
-/* --kernels fast (decision 47): the reference's (cos, sign * sin) per (position, pair) computed once into a
- * workspace [S, hd/2] of double pairs (4 MB at 4096 positions of head dim 128), with the reference's
- * expressions, so the same doubles; then the rotation with 16-byte accesses, each thread 8 pairs of HG
- * heads (dense_fast.cuh rope_apply). The reference computes pow, cos and sin in double for every element:
- * fp64-bound, not memory-bound. Results bit for bit the reference's. */
+/* --kernels fast (decisions 47 and 58): the reference's cos and sin per (position, pair) computed into a table
+ * [S, hd/2] of double pairs with the reference's expressions (so the same doubles), and the same rounded to
+ * float; then the rotation with 16-byte accesses, each thread 8 pairs of HG heads (dense_fast.cuh rope_apply),
+ * bf16 results in fp32 where an interval test proves them the reference's. The reference computes pow, cos
+ * and sin in double for every element: fp64-bound, not memory-bound. Results bit for bit the reference's.
+ * One table serves every rope and rope_dx node of the step with the same positions, head dim and theta
+ * (rope_dx rotates by minus the angle: the reference's -1.0 * sin, an exact negation): the first computes
+ * it, kept until the last (decision 58; it was computed by each node, 4 MB of fp64 transcendentals each). */
+static int rope_fast_ok(const Cg *cg, const IrNode *n)
+{
+    if (n->op != IR_OP_ROPE && n->op != IR_OP_ROPE_DX)
+        return 0;
+    const IrNode *x = n->src[0];
+    int64_t h = ir_attr_i(n, IR_ATTR_HEADS), hd = x->shape[2] / h;
+    return cg->kernel_choice == PLAN_KERNELS_FAST && hd % 16 == 0 && cg_aligned(x, 32);
+}
+
+/* rope nodes a and b can share a table: the same positions, head dim and theta */
+static int rope_same_table(const IrNode *a, const IrNode *b)
+{
+    return a->src[0]->shape[1] == b->src[0]->shape[1] &&
+           a->src[0]->shape[2] / ir_attr_i(a, IR_ATTR_HEADS) == b->src[0]->shape[2] / ir_attr_i(b, IR_ATTR_HEADS) &&
+           ir_attr_f(a, IR_ATTR_THETA) == ir_attr_f(b, IR_ATTR_THETA);
+}
+
 static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
 {
     const IrNode *x = n->src[0];
     char b[64];
     int64_t S = x->shape[1], half = hd / 2, rows = x->shape[0] * S;
     int hg = h % 4 == 0 ? 4 : h % 2 == 0 ? 2 : 1;
-    int cs = cg_ws(cg, n, PLAN_F64, 2 * S * half, "cos_sin");
-    cg_impl(cg, "fast: the angles' cos and sin once per (position, pair), then 16-byte rotations");
-    cg_begin(cg, n, "angles", n->op == IR_OP_ROPE ? "rope 1/2: cos and sin of pos * theta^(-2j/hd) per (position, pair), double (fast)"
-                                                 : "rope_dx 1/2: cos and -sin of pos * theta^(-2j/hd) per (position, pair), double (fast)");
-    cg_param(cg, cs, 1, "cs");
-    cg_const(cg, "S", S);
-    cg_const(cg, "HD", hd);
-    cg_const(cg, "HALF", half);
-    cg_line(cg, "constexpr double THETA = %s, SIGN = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_THETA)),
-            n->op == IR_OP_ROPE ? "1.0" : "-1.0");
-    cg_line(cg, "MOEC_FOR(idx, S * HALF) {");
-    cg_line(cg, "    long long j = idx %% HALF, s = idx / HALF;");
-    cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
-    cg_line(cg, "    cs[2 * idx] = cos(ang);");
-    cg_line(cg, "    cs[2 * idx + 1] = SIGN * sin(ang);");
-    cg_line(cg, "}");
-    cg_end(cg, CG_BLOCK, cg_grid(S * half, CG_BLOCK));
+    /* the table's owner: the first fast rope node of the graph with the same table; its last user */
+    const IrNode *owner = n, *last = n;
+    for (int i = 0; i < cg->g->nnodes; i++) {
+        const IrNode *o = cg->g->nodes[i];
+        if (o == n || !rope_fast_ok(cg, o) || !rope_same_table(o, n))
+            continue;
+        if (o->id < owner->id)
+            owner = o;
+        if (o->id > last->id)
+            last = o;
+    }
+    int cs, csf;
+    if (owner == n) {
+        cs = last == n ? cg_ws(cg, n, PLAN_F64, 2 * S * half, "cos_sin")
+                       : cg_ws_kept(cg, n, last, PLAN_F64, 2 * S * half, "cos_sin");
+        csf = last == n ? cg_ws(cg, n, PLAN_F32, 2 * S * half, "cos_sin_f32")
+                        : cg_ws_kept(cg, n, last, PLAN_F32, 2 * S * half, "cos_sin_f32");
+        cg_impl(cg, last == n ? "fast: the angles' cos and sin once per (position, pair), then 16-byte rotations"
+                              : "fast: the angles' cos and sin once per (position, pair), kept for the step's "
+                                "other rope nodes, then 16-byte rotations");
+        cg_begin(cg, n, "angles", "rope 1/2: cos and sin of pos * theta^(-2j/hd) per (position, pair), double "
+                                  "and rounded to float (fast)");
+        cg_param(cg, cs, 1, "cs");
+        cg_param(cg, csf, 1, "csf");
+        cg_const(cg, "S", S);
+        cg_const(cg, "HD", hd);
+        cg_const(cg, "HALF", half);
+        cg_line(cg, "constexpr double THETA = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_THETA)));
+        /* a thread per (pair, 4 positions): the pair's frequency (the same double: the same expression) once */
+        cg_line(cg, "MOEC_FOR(item, (S + 3) / 4 * HALF) {");
+        cg_line(cg, "    long long j = item %% HALF, s0 = item / HALF * 4;");
+        cg_line(cg, "    double f = pow(THETA, -2.0 * (double)j / (double)HD);");
+        cg_line(cg, "    for (long long s = s0; s < s0 + 4 && s < S; s++) {");
+        cg_line(cg, "        long long idx = s * HALF + j;");
+        cg_line(cg, "        double ang = (double)s * f;");
+        cg_line(cg, "        double c = cos(ang), sn = sin(ang);");
+        cg_line(cg, "        cs[2 * idx] = c;");
+        cg_line(cg, "        cs[2 * idx + 1] = sn;");
+        cg_line(cg, "        csf[2 * idx] = (float)c;");
+        cg_line(cg, "        csf[2 * idx + 1] = (float)sn;");
+        cg_line(cg, "    }");
+        cg_line(cg, "}");
+        cg_end(cg, CG_BLOCK, cg_grid((S + 3) / 4 * half, CG_BLOCK));
+    } else {
+        cs = cg_find_ws(cg, owner, "cos_sin");
+        csf = cg_find_ws(cg, owner, "cos_sin_f32");
+        if (cs < 0 || csf < 0)
+            die("codegen: rope node %s: the table of %s is missing", n->name, owner->name);
+        cg_impl(cg, "fast: 16-byte rotations by the angles' cos and sin that an earlier rope node computed");
+    }
     cg_begin(cg, n, "rotate", n->op == IR_OP_ROPE ? "rope 2/2: rotate pairs (j, j + hd/2), 8 pairs of several heads per thread, 16-byte accesses (fast)"
                                                  : "rope_dx 2/2: rotate back, 8 pairs of several heads per thread, 16-byte accesses (fast)");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
     cg_param(cg, cs, 0, "cs");
-    cg_line(cg, "moec::fast::rope_apply<%lldll, %lldll, %lld, %lld, %d>(y, x, cs);", (long long)rows, (long long)S,
-            (long long)h, (long long)hd, hg);
+    cg_param(cg, csf, 0, "csf");
+    cg_line(cg, "moec::fast::rope_apply<%lldll, %lldll, %lld, %lld, %d, %s>(y, x, cs, csf);", (long long)rows,
+            (long long)S, (long long)h, (long long)hd, hg, n->op == IR_OP_ROPE ? "false" : "true");
     cg_end(cg, CG_BLOCK, cg_grid(rows * (h / hg) * (half / 8), CG_BLOCK));
     cg->dense_fast_used = 1;
     return 1;
@@ -533,7 +605,7 @@ int cg_emit_rope(Cg *cg, const IrNode *n)
     char b[64];
     int64_t h = ir_attr_i(n, IR_ATTR_HEADS), hd = x->shape[2] / h;
     int64_t total = x->shape[0] * x->shape[1] * h * (hd / 2);
-    if (cg->kernel_choice == PLAN_KERNELS_FAST && hd % 16 == 0 && cg_aligned(x, 32))
+    if (rope_fast_ok(cg, n))
         return rope_fast(cg, n, h, hd);
     cg_begin(cg, n, "", n->op == IR_OP_ROPE ? "rope: rotate pairs (j, j + hd/2) by pos * theta^(-2j/hd)"
                                             : "rope_dx: rotate back by minus the angle");

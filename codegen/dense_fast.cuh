@@ -77,6 +77,100 @@ __device__ void skinny_linear(float *y, const float *x, const float *w)
     }
 }
 
+/* The same product with all of w resident in shared memory (N K floats, dynamic shared memory; decision 58):
+ * loaded once a block, so the row loop has no barrier and no reload of w (the tiled kernel above stopped every
+ * warp of a block at two barriers per tile and reloaded w's 128 KB from L2 for each group of rows: 65% of HBM
+ * at the Mixtral router). One block an SM of 16 warps; RW rows a warp, each lane 4 consecutive k of every 128;
+ * x's loads three steps of 128 columns deep (two in flight while the third is multiplied: 8 KB a warp). The
+ * same multiply-adds in the same order as skinny_linear (k ascending per lane, then the same butterfly): the
+ * same results. K % 128 == 0. */
+template <long long ROWS, int N, long long K, int RW>
+__device__ void skinny_linear_resident(float *y, const float *x, const float *w)
+{
+    static_assert(K % 128 == 0, "skinny_linear_resident: K % 128");
+    constexpr int STEPS = (int)(K / 128), KQ = (int)(K / 4);
+#ifdef __CUDA_ARCH__
+    extern __shared__ float4 sw[]; /* [N][K / 4] */
+#else
+    __shared__ float4 sw[N * KQ]; /* the emulator's shared memory is static */
+#endif
+    /* w, 16 loads in flight a thread */
+    for (int i0 = threadIdx.x; i0 < N * KQ; i0 += 16 * (int)blockDim.x) {
+        float4 t[16];
+#pragma unroll
+        for (int u = 0; u < 16; u++)
+            if (i0 + u * (int)blockDim.x < N * KQ)
+                t[u] = ((const float4 *)w)[i0 + u * (int)blockDim.x];
+#pragma unroll
+        for (int u = 0; u < 16; u++)
+            if (i0 + u * (int)blockDim.x < N * KQ)
+                sw[i0 + u * (int)blockDim.x] = t[u];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+    /* the loop's bounds are the block's (uniform: the butterfly's shuffles need no divergence handling) */
+    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < ROWS; b0 += (long long)gridDim.x * warps * RW) {
+        const long long r0 = b0 + (long long)(threadIdx.x / 32) * RW;
+        float acc[RW][N];
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+#pragma unroll
+            for (int n = 0; n < N; n++)
+                acc[i][n] = 0.0f;
+        float4 xa[RW], xb[RW], xc[RW];
+        /* past the last step a load repeats it (no branch around the loads, so the compiler keeps them early) */
+        auto load = [&](float4 (&b)[RW], int st) {
+            const int sc = st < STEPS ? st : STEPS - 1;
+#pragma unroll
+            for (int i = 0; i < RW; i++)
+                b[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + 4 * (32 * sc + lane))
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        };
+        auto mac = [&](const float4 (&b)[RW], int st) {
+            if (st < STEPS)
+#pragma unroll
+                for (int n = 0; n < N; n++) {
+                    const float4 wv = sw[n * KQ + 32 * st + lane];
+#pragma unroll
+                    for (int i = 0; i < RW; i++)
+                        acc[i][n] += b[i].x * wv.x + b[i].y * wv.y + b[i].z * wv.z + b[i].w * wv.w;
+                }
+        };
+        load(xa, 0);
+        load(xb, 1);
+        for (int st = 0; st < STEPS; st += 3) {
+            load(xc, st + 2);
+            mac(xa, st);
+            load(xa, st + 3);
+            mac(xb, st + 1);
+            load(xb, st + 4);
+            mac(xc, st + 2);
+        }
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+#pragma unroll
+            for (int n = 0; n < N; n++) {
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    acc[i][n] += __shfl_xor_sync(0xffffffffu, acc[i][n], o);
+                if (lane == (n & 31) && r0 + i < ROWS) /* every lane holds the sum after the butterfly */
+                    y[(r0 + i) * N + n] = acc[i][n];
+            }
+    }
+}
+
+/* a 16-byte store (p 16-byte aligned). On the GPU an explicit st.global.v4.f32: written as a float4 assignment,
+ * NVRTC 13.0 split skinny_linear_dx's into four 4-byte stores (STG.E; each warp store a quarter of every 32-byte
+ * sector it touches; decision 58) */
+__device__ __forceinline__ void st4(float *p, const float4 &v)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+#else
+    *(float4 *)p = v;
+#endif
+}
+
 /* dx [ROWS, K] = dy [ROWS, N] . w [N, K]: each thread 4 consecutive k (w's 4N values in registers), a
  * block's rows 64 at a time (dy through shared memory). TB threads per block (K % (4 TB) == 0);
  * grid = row chunks x K / (4 TB). */
@@ -85,27 +179,33 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
 {
     __shared__ float sdy[64 * N];
     constexpr long long SLABS = K / (4 * TB);
-    const long long k = 4 * ((long long)(blockIdx.x % SLABS) * TB + threadIdx.x);
-    float4 wv[N];
+    /* the emitted grid is SLABS x (blocks a slab); a grid of fewer than SLABS blocks (the emulator's --grid-cap)
+     * takes the slabs in turn, each over all rows */
+    const bool full = gridDim.x >= SLABS;
+    const long long per = full ? gridDim.x / SLABS : 1;
+    for (long long sl = full ? blockIdx.x % SLABS : blockIdx.x; sl < SLABS; sl += full ? SLABS : gridDim.x) {
+        const long long k = 4 * (sl * TB + threadIdx.x);
+        float4 wv[N];
 #pragma unroll
-    for (int n = 0; n < N; n++)
-        wv[n] = *(const float4 *)(w + n * K + k);
-    for (long long r0 = (long long)(blockIdx.x / SLABS) * 64; r0 < ROWS; r0 += (long long)(gridDim.x / SLABS) * 64) {
-        __syncthreads();
-        for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
-            sdy[i] = r0 + i / N < ROWS ? dy[r0 * N + i] : 0.0f;
-        __syncthreads();
-        for (int i = 0; i < 64 && r0 + i < ROWS; i++) {
-            float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int n = 0; n < N; n++)
+            wv[n] = *(const float4 *)(w + n * K + k);
+        for (long long r0 = (full ? blockIdx.x / SLABS : 0) * 64; r0 < ROWS; r0 += per * 64) {
+            __syncthreads();
+            for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
+                sdy[i] = r0 + i / N < ROWS ? dy[r0 * N + i] : 0.0f;
+            __syncthreads();
+            for (int i = 0; i < 64 && r0 + i < ROWS; i++) {
+                float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-            for (int n = 0; n < N; n++) {
-                const float d = sdy[i * N + n];
-                o.x += d * wv[n].x;
-                o.y += d * wv[n].y;
-                o.z += d * wv[n].z;
-                o.w += d * wv[n].w;
+                for (int n = 0; n < N; n++) {
+                    const float d = sdy[i * N + n];
+                    o.x += d * wv[n].x;
+                    o.y += d * wv[n].y;
+                    o.z += d * wv[n].z;
+                    o.w += d * wv[n].w;
+                }
+                st4(dx + (r0 + i) * K + k, o);
             }
-            *(float4 *)(dx + (r0 + i) * K + k) = o;
         }
     }
 }
@@ -132,25 +232,37 @@ __device__ void skinny_linear_dw_part(float *part, const float *dy, const float 
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
                 sdy[i] = r0 + i / N < end ? dy[r0 * N + i] : 0.0f;
             __syncthreads();
-            /* U rows' loads in flight (decision 52), their multiply-adds in row order as one row at a time */
-            for (int i = 0; i < 64 && r0 + i < end; i += U) {
-                float4 xv[U];
+            /* U rows' loads in flight (decision 52), the next U rows' issued before these U rows' multiply-adds
+             * (decision 58: two buffers, so a warp's loads stay in flight while it computes); the multiply-adds
+             * in row order as one row at a time. A row past the sub-chunk loads row r0 again (no branch around
+             * the loads) and adds nothing. */
+            const int nr = end - r0 < 64 ? (int)(end - r0) : 64;
+            float4 xa[U], xb[U];
+            auto load = [&](float4 (&b)[U], int i) {
 #pragma unroll
                 for (int u = 0; u < U; u++)
-                    if (r0 + i + u < end)
-                        xv[u] = *(const float4 *)(x + (r0 + i + u) * K + k);
+                    b[u] = *(const float4 *)(x + (r0 + (i + u < nr ? i + u : 0)) * K + k);
+            };
+            auto mac = [&](const float4 (&b)[U], int i) {
 #pragma unroll
                 for (int u = 0; u < U; u++)
-                    if (r0 + i + u < end) {
+                    if (i + u < nr) {
 #pragma unroll
                         for (int n = 0; n < N; n++) {
                             const float d = sdy[(i + u) * N + n];
-                            acc[n].x += d * xv[u].x;
-                            acc[n].y += d * xv[u].y;
-                            acc[n].z += d * xv[u].z;
-                            acc[n].w += d * xv[u].w;
+                            acc[n].x += d * b[u].x;
+                            acc[n].y += d * b[u].y;
+                            acc[n].z += d * b[u].z;
+                            acc[n].w += d * b[u].w;
                         }
                     }
+            };
+            load(xa, 0);
+            for (int i = 0; i < nr; i += 2 * U) {
+                load(xb, i + U);
+                mac(xa, i);
+                load(xa, i + 2 * U);
+                mac(xb, i + U);
             }
         }
 #pragma unroll
@@ -249,13 +361,53 @@ template <> struct Raw8<float> {
     }
 };
 
-/* RoPE, step 2 of 2: y = x rotated, pairs (j, j + HD/2) of every head by the angle whose (cos, sign * sin)
- * step 1 wrote into cs [S, HD/2] as double pairs, with the very expressions of the reference kernel (so
- * the same doubles: the results are the reference's bit for bit). One thread per (row, 8 consecutive j,
- * HG heads): 16-byte loads and stores (bf16) or two of each (fp32), the 8 angles' cos and sin read once
- * for the HG heads. HD % 16 == 0, H % HG == 0. */
-template <long long ROWS, long long S, int H, int HD, int HG, class TY, class TX>
-__device__ void rope_apply(TY *y, const TX *x, const double *cs)
+/* two floats rounded to bf16 (to nearest even, as bf16_bits for every finite value), packed lo | hi << 16: on the
+ * GPU one cvt.rn.bf16x2.f32 */
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi)
+{
+#ifdef __CUDA_ARCH__
+    unsigned u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#else
+    return (unsigned)bf16_bits(lo) | ((unsigned)bf16_bits(hi) << 16);
+#endif
+}
+
+/* RoPE's bf16 results without double arithmetic where that provably gives the reference's bits (decision 58).
+ * The reference (exact) computes y1 = bf16(float(a c - b s)), y2 = bf16(float(b c + a s)) in double from the
+ * table's doubles c, s (|c|, |s| <= 1) and the widened inputs a, b. Here r1 = fma(a, cf, -(b sf)) and
+ * r2 = fma(b, cf, a sf) in fp32 with cf, sf the table's values rounded to float: |r - v| < 3.5 2^-24 (|a| + |b|)
+ * + 2^-148 for the exact v, and the reference's double result vd is as close to v (2^-51 (|a| + |b|)), so
+ * vd lies in [r - E, r + E] with E = 2^-20 (|a| + |b|) + 2^-120 (the bounds' own rounding included, 4x margin).
+ * float() and bf16() are monotone, so when both ends of the interval give the same bf16, that is the
+ * reference's result; the ends differ where the interval holds a bf16 rounding boundary (about 1 element in
+ * 10^4), straddles zero (|r| < E: zeros, signs of zero), or E is not below 2^100 (inf, NaN, overflow): then
+ * ok turns false and the caller computes the group in double, as the reference. */
+__device__ __forceinline__ void rope_pair_bf16(float a0, float b0, float a1, float b1, float c0, float s0, float c1,
+                                               float s1, unsigned &y1, unsigned &y2, bool &ok)
+{
+    const float e0 = fmaf(__fadd_rn(fabsf(a0), fabsf(b0)), 0x1p-20f, 0x1p-120f);
+    const float e1 = fmaf(__fadd_rn(fabsf(a1), fabsf(b1)), 0x1p-20f, 0x1p-120f);
+    const float p0 = fmaf(a0, c0, -__fmul_rn(b0, s0)), q0 = fmaf(b0, c0, __fmul_rn(a0, s0));
+    const float p1 = fmaf(a1, c1, -__fmul_rn(b1, s1)), q1 = fmaf(b1, c1, __fmul_rn(a1, s1));
+    y1 = pack_bf16(__fsub_rn(p0, e0), __fsub_rn(p1, e1));
+    y2 = pack_bf16(__fsub_rn(q0, e0), __fsub_rn(q1, e1));
+    const unsigned h1 = pack_bf16(__fadd_rn(p0, e0), __fadd_rn(p1, e1));
+    const unsigned h2 = pack_bf16(__fadd_rn(q0, e0), __fadd_rn(q1, e1));
+    ok = ok & (y1 == h1) & (y2 == h2) & (e0 < 0x1p100f) & (e1 < 0x1p100f);
+}
+
+/* RoPE, step 2 of 2: y = x rotated, pairs (j, j + HD/2) of every head by the angle whose cos and sin step 1
+ * wrote into the tables (decision 58): cs [S, HD/2] of double pairs (cos, sin) with the very expressions of
+ * the reference kernel, and csf the same rounded to float. rope_dx (NEG) rotates by minus the angle: the
+ * reference's -1.0 * sin, an exact negation. One thread per (row, 8 consecutive j, HG heads): 16-byte loads
+ * and stores (bf16) or two of each (fp32), every head's loads before the first store (decision 52). Results
+ * the reference's bit for bit: fp32 outputs in double as the reference; bf16 outputs through
+ * rope_pair_bf16 in fp32, each 8-pair group whose interval test fails again in double. HD % 16 == 0,
+ * H % HG == 0. */
+template <long long ROWS, long long S, int H, int HD, int HG, bool NEG, class TY, class TX>
+__device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *csf)
 {
     constexpr int HALF = HD / 2, Q = HALF / 8;
     static_assert(HD % 16 == 0 && H % HG == 0, "rope_apply: HD % 16, H % HG");
@@ -263,11 +415,7 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs)
          idx += (long long)gridDim.x * blockDim.x) {
         const int q = (int)(idx % Q), hg = (int)(idx / Q % (H / HG));
         const long long row = idx / ((long long)Q * (H / HG)), s = row % S;
-        const double *t = cs + 2 * (s * HALF + 8 * q);
-        double c[8], sn[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            c[i] = t[2 * i], sn[i] = t[2 * i + 1];
+        const long long t0 = s * HALF + 8 * q; /* the group's first (position, pair) */
         /* every head's loads first, then the heads' rotations and stores (decision 52) */
         const long long at0 = row * ((long long)H * HD) + (long long)hg * HG * HD + 8 * q;
         Raw8<TX> r1[HG], r2[HG];
@@ -276,19 +424,64 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs)
             r1[hh].load(x + at0 + (long long)hh * HD);
             r2[hh].load(x + at0 + (long long)hh * HD + HALF);
         }
+        if constexpr (sizeof(TY) == 2) {
+            float c[8], sn[8];
 #pragma unroll
-        for (int hh = 0; hh < HG; hh++) {
-            float x1[8], x2[8], y1[8], y2[8];
-            r1[hh].get(x1);
-            r2[hh].get(x2);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const double a = x1[i], b = x2[i];
-                y1[i] = (float)(a * c[i] - b * sn[i]);
-                y2[i] = (float)(b * c[i] + a * sn[i]);
+            for (int u = 0; u < 4; u++) {
+                const float4 t = *(const float4 *)(csf + 2 * t0 + 4 * u);
+                c[2 * u] = t.x, sn[2 * u] = NEG ? -t.y : t.y, c[2 * u + 1] = t.z, sn[2 * u + 1] = NEG ? -t.w : t.w;
             }
-            st8(y + at0 + (long long)hh * HD, y1);
-            st8(y + at0 + (long long)hh * HD + HALF, y2);
+#pragma unroll
+            for (int hh = 0; hh < HG; hh++) {
+                float x1[8], x2[8];
+                r1[hh].get(x1);
+                r2[hh].get(x2);
+                unsigned o1[4], o2[4];
+                bool ok = true;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    rope_pair_bf16(x1[2 * i], x2[2 * i], x1[2 * i + 1], x2[2 * i + 1], c[2 * i], sn[2 * i],
+                                   c[2 * i + 1], sn[2 * i + 1], o1[i], o2[i], ok);
+                if (!ok) { /* rare: the group in double, as the reference */
+                    float y1[8], y2[8];
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        const double cd = cs[2 * (t0 + i)], sd = NEG ? -1.0 * cs[2 * (t0 + i) + 1] : cs[2 * (t0 + i) + 1];
+                        const double a = x1[i], b = x2[i];
+                        y1[i] = (float)(a * cd - b * sd);
+                        y2[i] = (float)(b * cd + a * sd);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        o1[i] = (unsigned)bf16_bits(y1[2 * i]) | ((unsigned)bf16_bits(y1[2 * i + 1]) << 16);
+                        o2[i] = (unsigned)bf16_bits(y2[2 * i]) | ((unsigned)bf16_bits(y2[2 * i + 1]) << 16);
+                    }
+                }
+                uint4 u1, u2;
+                u1.x = o1[0], u1.y = o1[1], u1.z = o1[2], u1.w = o1[3];
+                u2.x = o2[0], u2.y = o2[1], u2.z = o2[2], u2.w = o2[3];
+                *(uint4 *)(y + at0 + (long long)hh * HD) = u1;
+                *(uint4 *)(y + at0 + (long long)hh * HD + HALF) = u2;
+            }
+        } else {
+            double c[8], sn[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                c[i] = cs[2 * (t0 + i)], sn[i] = NEG ? -1.0 * cs[2 * (t0 + i) + 1] : cs[2 * (t0 + i) + 1];
+#pragma unroll
+            for (int hh = 0; hh < HG; hh++) {
+                float x1[8], x2[8], y1[8], y2[8];
+                r1[hh].get(x1);
+                r2[hh].get(x2);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const double a = x1[i], b = x2[i];
+                    y1[i] = (float)(a * c[i] - b * sn[i]);
+                    y2[i] = (float)(b * c[i] + a * sn[i]);
+                }
+                st8(y + at0 + (long long)hh * HD, y1);
+                st8(y + at0 + (long long)hh * HD + HALF, y2);
+            }
         }
     }
 }
@@ -397,12 +590,44 @@ template <int D, int TB> struct RowPart {
     static __device__ __forceinline__ int col(int c) { return 8 * ((int)threadIdx.x + c * TB); }
 };
 
+/* rmsnorm's bf16 results without double arithmetic where that provably gives the reference's bits (decision
+ * 58; the argument of rope_pair_bf16). The reference computes bf16(float((double)v * inv * w)) with inv the
+ * row's 1 / rms in double; here r = (v invf) w in fp32 with invf = (float)inv: three roundings of a product,
+ * |r - v inv w| <= 3.01 2^-24 |v inv w| + 2^-150 (|w| + 1) (subnormal intermediates), and the reference's
+ * double result within 2^-52 of it; E = 2^-20 |r| + 2^-100 covers both while inv is in [2^-100, 2^100] and
+ * |w| < 2^40 (the caller checks these once a row and once a thread). Where both ends of [r - E, r + E] give
+ * the same bf16, that is the reference's result; otherwise (a rounding boundary inside, zero, inf, NaN) ok
+ * turns false and the caller computes the group in double. */
+__device__ __forceinline__ unsigned rms_pair_bf16(float v0, float v1, float w0, float w1, float invf, bool &ok)
+{
+    const float r0 = __fmul_rn(__fmul_rn(v0, invf), w0), r1 = __fmul_rn(__fmul_rn(v1, invf), w1);
+    const float e0 = fmaf(fabsf(r0), 0x1p-20f, 0x1p-100f), e1 = fmaf(fabsf(r1), 0x1p-20f, 0x1p-100f);
+    const unsigned lo = pack_bf16(__fsub_rn(r0, e0), __fsub_rn(r1, e1));
+    const unsigned hi = pack_bf16(__fadd_rn(r0, e0), __fadd_rn(r1, e1));
+    ok = ok & (lo == hi) & (e0 < 0x1p100f) & (e1 < 0x1p100f);
+    return lo;
+}
+
 /* y = x / rms(x) * w; rinv (not null) gets each row's 1 / rms, the very double rms_inv_rows computes (the
- * same sums in the same order), for rmsnorm_dw (decision 52) */
+ * same sums in the same order), for rmsnorm_dw (decision 52). bf16 y (decision 58): w's columns loaded once a
+ * thread, the products in fp32 through rms_pair_bf16, each 8-column group whose interval test fails again in
+ * double: 1 fp32 -> fp64 conversion an element (the sum of squares) where there were 3. */
 template <long long ROWS, int D, int TB, class TY, class TX>
 __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, double *rinv = nullptr)
 {
     typedef RowPart<D, TB> P;
+    float wv[P::NC][8];
+    bool wok = true; /* this thread's columns of w allow the fp32 path */
+    if constexpr (sizeof(TY) == 2) {
+#pragma unroll
+        for (int c = 0; c < P::NC; c++)
+            if (P::col(c) < D) {
+                ld8(w + P::col(c), wv[c]);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    wok = wok & (fabsf(wv[c][i]) < 0x1p40f);
+            }
+    }
     for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
         float v[P::NC][8];
         double ss = 0.0;
@@ -418,16 +643,40 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, dou
         const double inv = 1.0 / sqrt(ss / (double)D + eps);
         if (rinv && threadIdx.x == 0)
             rinv[r] = inv;
+        if constexpr (sizeof(TY) == 2) {
+            const float invf = (float)inv;
+            const bool rok = wok & (inv >= 0x1p-100) & (inv <= 0x1p100);
 #pragma unroll
-        for (int c = 0; c < P::NC; c++)
-            if (P::col(c) < D) {
-                float w8[8], o[8];
-                ld8(w + P::col(c), w8);
+            for (int c = 0; c < P::NC; c++)
+                if (P::col(c) < D) {
+                    uint4 u;
+                    bool ok = rok;
+                    u.x = rms_pair_bf16(v[c][0], v[c][1], wv[c][0], wv[c][1], invf, ok);
+                    u.y = rms_pair_bf16(v[c][2], v[c][3], wv[c][2], wv[c][3], invf, ok);
+                    u.z = rms_pair_bf16(v[c][4], v[c][5], wv[c][4], wv[c][5], invf, ok);
+                    u.w = rms_pair_bf16(v[c][6], v[c][7], wv[c][6], wv[c][7], invf, ok);
+                    if (ok) {
+                        *(uint4 *)(y + r * D + P::col(c)) = u;
+                    } else { /* rare: the group in double, as the reference */
+                        float o[8];
 #pragma unroll
-                for (int i = 0; i < 8; i++)
-                    o[i] = (float)((double)v[c][i] * inv * w8[i]);
-                st8(y + r * D + P::col(c), o);
-            }
+                        for (int i = 0; i < 8; i++)
+                            o[i] = (float)((double)v[c][i] * inv * wv[c][i]);
+                        st8(y + r * D + P::col(c), o);
+                    }
+                }
+        } else {
+#pragma unroll
+            for (int c = 0; c < P::NC; c++)
+                if (P::col(c) < D) {
+                    float w8[8], o[8];
+                    ld8(w + P::col(c), w8);
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        o[i] = (float)((double)v[c][i] * inv * w8[i]);
+                    st8(y + r * D + P::col(c), o);
+                }
+        }
     }
 }
 

@@ -288,11 +288,22 @@ int plan_forward_memory(const Plan *p, int64_t *off, PlanMemory *out)
             map[b] = k++;
         }
     }
-    for (int b = 0; b < k && ok; b++) {
+    for (int b = 0; b < k && ok; b++)
         if (fb[b].alias_of >= 0 && (fb[b].alias_of >= nb || (fb[b].alias_of = map[fb[b].alias_of]) < 0))
             ok = 0;  /* a view into a buffer of the backward */
-        if (fb[b].until >= upto)
-            fb[b].until = -1;  /* kept for a node of the backward, which does not run */
+    /* a workspace kept for a node of the backward, which does not run, lives to the last forward launch that
+     * names it (RoPE's table of angles is read by the forward's later rope nodes, decision 58), else its node */
+    for (int b = 0; b < nb && ok; b++) {
+        if (map[b] < 0 || fb[map[b]].until < upto)
+            continue;
+        int until = -1;
+        if (b >= n)
+            for (int l = 0; l < p->eval_launches; l++)
+                for (int a = 0; a < p->launches[l].nargs; a++)
+                    if (p->launches[l].args[a] == b && p->launches[l].node > p->bufs[b].node &&
+                        p->launches[l].node > until)
+                        until = p->launches[l].node;
+        fb[map[b]].until = until;
     }
     /* the forward launches name only buffers planned here */
     for (int l = 0; l < p->eval_launches && ok; l++)

@@ -150,7 +150,8 @@ int main(int argc, char **argv)
             int na = l->nargs;
             for (int j = 0; j < na && j < 32; j++)
                 a[j] = ptr[l->args[j]];
-            long long grid = (long long)l->grid;
+            /* one block an SM (PLAN_GRID_ALL_SMS): the H200's 132 */
+            long long grid = l->grid == PLAN_GRID_ALL_SMS ? 132 : (long long)l->grid;
             int block = l->block;
             if (!emu_launch(plan->kernel_names[l->kernel], grid < grid_cap ? grid : grid_cap, block, a))
                 return 1;

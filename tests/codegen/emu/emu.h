@@ -75,6 +75,7 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 /* the explicitly rounded operations (never contracted on the GPU; the emulator builds with -ffp-contract=off) */
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
 
