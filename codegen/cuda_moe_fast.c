@@ -710,7 +710,7 @@ static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(
  * staging buffers: decision 36), bf16 out through TMA stores */
 static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0};
     return s;
 }
 
@@ -735,7 +735,7 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
  * scales take 4 KB a stage more than fp8-block's: 6 do not fit beside the bf16 staging buffers) */
 static GemmFp8Shape mx_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0};
     return s;
 }
 

@@ -289,13 +289,13 @@ static void test_nvrtc_compile(void)
 static void test_fp8_shapes(void)
 {
     char err[256];
-    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
-                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
-                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
-                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
-                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32},
-                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0},
-                 badm = {8, 4096, 4096, 4, 2, 0}, bado = {8, 4096, 4096, 4, 0, 2};
+    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
+                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
+                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
+                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
+                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},
+                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0, 0},
+                 badm = {8, 4096, 4096, 4, 2, 0, 0}, bado = {8, 4096, 4096, 4, 0, 2, 0};
     CHECK(gemm_fp8_check_shape(&blk, err, sizeof err) &&
               gemm_fp8_smem_bytes(&blk) == 1024 + 6 * (32768 + 128) + 32768 + 6 * 24,
           "fp8-block Mixtral gate_up, 6 stages, bf16 out: %d bytes %s", gemm_fp8_smem_bytes(&blk), err);
@@ -306,7 +306,7 @@ static void test_fp8_shapes(void)
     CHECK(!gemm_fp8_check_shape(&mx6, err, sizeof err) && strstr(err, "shared memory"), "MXFP8, 6 stages: %s", err);
     CHECK(gemm_fp8_check_shape(&f32, err, sizeof err), "6 stages, fp32 out: %s", err);
     CHECK(!gemm_fp8_check_shape(&badk, err, sizeof err) && strstr(err, "K 1088"), "K %% 128: %s", err);
-    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0};
+    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0, 0};
     CHECK(!gemm_fp8_check_shape(&oddk, err, sizeof err) && strstr(err, "256"), "an odd number of K blocks: %s", err);
     CHECK(!gemm_fp8_check_shape(&badn, err, sizeof err) && strstr(err, "N 4160"), "N %% 128: %s", err);
     CHECK(!gemm_fp8_check_shape(&badm, err, sizeof err) && strstr(err, "mode"), "mode 2: %s", err);
@@ -380,10 +380,10 @@ static void test_fp8_compile(void)
     if (!nvrtc_load(err, sizeof err))
         return; /* test_nvrtc_compile said why (and failed where NVRTC is required) */
     const GemmFp8Shape shapes[] = {
-        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16}, /* Mixtral gate_up, fp8-block */
-        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},    /* Mixtral down, MXFP8 */
-        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32},     /* the GPU check's ragged shape */
-        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32},
+        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0}, /* Mixtral gate_up, fp8-block */
+        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},    /* Mixtral down, MXFP8 */
+        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},     /* the GPU check's ragged shape */
+        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32, 0},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
@@ -415,9 +415,9 @@ static void test_fp8_compile(void)
 static void test_fp8_kgrouped(void)
 {
     char err[1024];
-    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
-                                                                                 GEMM_FP8_OUT_F32};
-    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32};
+    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
+                                                                                 GEMM_FP8_OUT_F32, 0};
+    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0};
     GemmFp8Shape tma5 = gu, tma6 = gu;
     tma5.out = tma6.out = GEMM_FP8_OUT_F32_TMA;
     tma5.stages = 5;
@@ -439,6 +439,24 @@ static void test_fp8_kgrouped(void)
     CHECK(!gemm_fp8_kgrouped_check_shape(&bf, err, sizeof err) && strstr(err, "fp32"), "bf16 out: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&mx, err, sizeof err) && strstr(err, "fp8-block"), "MXFP8: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&badn, err, sizeof err) && strstr(err, "128"), "N %% 128: %s", err);
+    /* ping-pong (decision 56): a stage holds 64 rows of dY^T (8 KB) and their 64 scale codes; 7 stages beside the
+     * TMA stores' 32 KB; the register stores refused; pingpong 2 refused; the M-grouped kernel takes none */
+    GemmFp8Shape pp7 = tma5, pp8 = tma5, pp2 = tma5, ppr = gu, mpp = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 1};
+    pp7.pingpong = pp8.pingpong = ppr.pingpong = 1;
+    pp7.stages = 7;
+    pp8.stages = 8;
+    ppr.stages = 4;
+    pp2.pingpong = 2;
+    CHECK(gemm_fp8_kgrouped_check_shape(&pp7, err, sizeof err) &&
+              gemm_fp8_kgrouped_smem_bytes(&pp7) == 1024 + 7 * (8192 + 16384 + 64 + 128 + 1024) + 7 * 24 + 32768 &&
+              gemm_fp8_kgrouped_a_rows(&pp7) == 64 && gemm_fp8_kgrouped_a_rows(&gu) == 128,
+          "ping-pong, TMA stores, 7 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&pp7), err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&pp8, err, sizeof err) && strstr(err, "shared memory"),
+          "ping-pong, TMA stores, 8 stages: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&ppr, err, sizeof err) && strstr(err, "TMA stores"),
+          "ping-pong, register stores: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&pp2, err, sizeof err) && strstr(err, "pingpong"), "pingpong 2: %s", err);
+    CHECK(!gemm_fp8_check_shape(&mpp, err, sizeof err) && strstr(err, "ping-pong"), "M-grouped pingpong: %s", err);
 
     /* the transposed operands' scales [rows_cap / 128][cols]: a 128-token block's codes for 128 columns from a
      * multiple of 128 are 128 contiguous bytes, 16-byte aligned for cols % 16 == 0, every index hit once */
@@ -461,19 +479,23 @@ static void test_fp8_kgrouped(void)
 
     if (!nvrtc_load(err, sizeof err))
         return;
-    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu};
+    GemmFp8Shape oddpp = pp7;
+    oddpp.E = oddk.E;
+    oddpp.N = oddk.N;
+    oddpp.K = oddk.K;
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
-        /* the last: decisions 45's pairs (the others the pipelined promotion, decision 51) */
-        char *src = i == 3 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
-                           : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
+        /* 3 and 6: decisions 45's pairs (the others the pipelined promotion, decision 51); 4-6 ping-pong */
+        char *src = i == 3 || i == 6 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
+                                     : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
         if (!ok && out.log)
             nvrtc_print_log(stderr, out.log, src, "gemm_fp8k.cu");
         CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
-              "FP8 K-grouped E %d N %d K %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N,
-              s->K, s->out, ok ? "" : err, out.nwarnings);
+              "FP8 K-grouped E %d N %d K %d out %d pingpong %d compiles for sm_90a warning-free: %s (%d warnings)", s->E,
+              s->N, s->K, s->out, s->pingpong, ok ? "" : err, out.nwarnings);
         CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 K-grouped: ptxas serialised the wgmma:\n%s",
               out.log ? out.log : "");
         nvrtc_output_free(&out);
