@@ -821,6 +821,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     cg.kgemm_epilogue = opts ? opts->kgemm_epilogue : CUDA_KGEMM_DEFAULT;
     cg.mgemm_schedule = opts ? opts->mgemm_schedule : CUDA_MGEMM_DEFAULT;
     cg.kgemm_schedule = opts ? opts->kgemm_schedule : CUDA_KSCHED_DEFAULT;
+    cg.fp8_kgemm_schedule = opts ? opts->fp8_kgemm_schedule : CUDA_KSCHED_DEFAULT;
     cg.kernel_choice = p->source.kernels;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];

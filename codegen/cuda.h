@@ -54,6 +54,11 @@ typedef struct CudaOptions {
     CudaKgemmEpilogue kgemm_epilogue;
     CudaMgemmSchedule mgemm_schedule;
     CudaKgemmSchedule kgemm_schedule;
+    /* fp8-block's FP8 K-grouped weight-gradient GEMMs (GemmFp8KGrouped, decision 56): the default
+     * (codegen/cuda_moe_fast.c FP8B_KGEMM_SCHEDULE), cooperative 128 x 128 tiles, or ping-pong with 64 x 128 tiles per
+     * consumer warpgroup (taken where the TMA-store epilogue is: dW 16-byte aligned); MOEC_FP8_KGEMM=cooperative|pingpong
+     * in the driver's environment, independent of MOEC_KGEMM (the bf16 K-grouped GEMMs) */
+    CudaKgemmSchedule fp8_kgemm_schedule;
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be

@@ -99,6 +99,7 @@ typedef struct Cg {
     CudaKgemmEpilogue kgemm_epilogue; /* CudaOptions.kgemm_epilogue */
     CudaMgemmSchedule mgemm_schedule; /* CudaOptions.mgemm_schedule */
     CudaKgemmSchedule kgemm_schedule; /* CudaOptions.kgemm_schedule */
+    CudaKgemmSchedule fp8_kgemm_schedule; /* CudaOptions.fp8_kgemm_schedule */
 } Cg;
 
 /* ---- the builder */
