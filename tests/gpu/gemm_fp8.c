@@ -836,6 +836,24 @@ static const KCfg kcfgs[] = {
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
+/* GEMM_FP8_ONLY for the K-grouped configs: the names listed; the word "pingpong" lists the ping-pong rows and their
+ * cooperative twins (decision 56's A/B in one short run) */
+static int klisted(const char *only, const KCfg *c)
+{
+    if (!only || !*only)
+        return 1;
+    if (name_listed(only, c->name))
+        return 1;
+    if (!name_listed(only, "pingpong"))
+        return 0;
+    if (c->s.pingpong)
+        return 1;
+    for (int j = 0; j < NKCFG; j++)
+        if (kcfgs[j].s.pingpong && kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0)
+            return 1;
+    return 0;
+}
+
 static int kemit(const char *dir)
 {
     char err[1024], path[1024];
@@ -843,9 +861,9 @@ static int kemit(const char *dir)
     const char *only = getenv("GEMM_FP8_ONLY");
     for (int i = 0; i < NKCFG; i++) {
         const KCfg *c = &kcfgs[i];
-        int needed = !only || !*only || name_listed(only, c->name);
+        int needed = klisted(only, c);
         for (int j = 0; j < NKCFG && !needed; j++) /* the reference of a listed config */
-            needed = kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0 && name_listed(only, kcfgs[j].name);
+            needed = kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0 && klisted(only, &kcfgs[j]);
         if (!needed)
             continue;
         if (!gemm_fp8_kgrouped_check_shape(&c->s, err, sizeof err))
@@ -1234,7 +1252,7 @@ static int krun_all(const char *dir, int sms, unsigned seed, const char *only)
     Result res[NKCFG];
     int n = 0, fails = 0;
     for (int i = 0; i < NKCFG; i++) {
-        if (only && *only && !name_listed(only, kcfgs[i].name))
+        if (!klisted(only, &kcfgs[i]))
             continue;
         krun_one(&kcfgs[i], dir, sms, seed + 1000u + (unsigned)i, &res[n]);
         fails += !res[n].pass;
