@@ -823,6 +823,8 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     cg.kgemm_schedule = opts ? opts->kgemm_schedule : CUDA_KSCHED_DEFAULT;
     cg.attn_schedule = opts ? opts->attn_schedule : CUDA_ATTN_DEFAULT;
     cg.attn_max_grid = opts ? opts->attn_max_grid : 0;
+
+    cg.fp8_kgemm_schedule = opts ? opts->fp8_kgemm_schedule : CUDA_KSCHED_DEFAULT;
     cg.kernel_choice = p->source.kernels;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];

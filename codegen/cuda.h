@@ -64,6 +64,12 @@ typedef struct CudaOptions {
     CudaAttnSchedule attn_schedule;
     int attn_max_grid; /* > 0: the attention launches' blocks capped here (a test: each block then loops over
                         * several items, MOEC_ATTN_GRID in the driver's environment); 0: 65535 */
+
+    /* fp8-block's FP8 K-grouped weight-gradient GEMMs (GemmFp8KGrouped, decision 56): the default
+     * (codegen/cuda_moe_fast.c FP8B_KGEMM_SCHEDULE), cooperative 128 x 128 tiles, or ping-pong with 64 x 128 tiles per
+     * consumer warpgroup (taken where the TMA-store epilogue is: dW 16-byte aligned); MOEC_FP8_KGEMM=cooperative|pingpong
+     * in the driver's environment, independent of MOEC_KGEMM (the bf16 K-grouped GEMMs) */
+    CudaKgemmSchedule fp8_kgemm_schedule;
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be

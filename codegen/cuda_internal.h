@@ -101,6 +101,8 @@ typedef struct Cg {
     CudaKgemmSchedule kgemm_schedule; /* CudaOptions.kgemm_schedule */
     CudaAttnSchedule attn_schedule;   /* CudaOptions.attn_schedule */
     int attn_max_grid;                /* CudaOptions.attn_max_grid */
+
+    CudaKgemmSchedule fp8_kgemm_schedule; /* CudaOptions.fp8_kgemm_schedule */
 } Cg;
 
 /* ---- the builder */

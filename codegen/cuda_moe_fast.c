@@ -710,7 +710,7 @@ static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(
  * staging buffers: decision 36), bf16 out through TMA stores */
 static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0};
     return s;
 }
 
@@ -722,12 +722,26 @@ static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
  * disagree. The TMA stores need dW 16-byte aligned in the output (else the register stores are taken). */
 static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32_TMA;
 
-/* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 x 128 tiles, 128 tokens a stage; tma: the TMA-store
- * epilogue where dW starts 16-byte aligned (dw_byte_offset % 16 == 0) */
-static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset)
+/* The FP8 K-grouped kernel's schedule unless CudaOptions says otherwise (decision 56): ping-pong, each consumer
+ * warpgroup its own 64 x 128 tiles of dW, one's TMA stores under the other's main loop (the cooperative kernel, 128 x
+ * 128 tiles, stores a tile's 64 KB of fp32 with the tensor cores idle: 676 / 691 TFLOP/s on the H200, decision 51).
+ * Predicted, not yet measured on the H200: MOEC_FP8_KGEMM=cooperative is the A/B, tests/gpu/gemm_fp8.sh times both
+ * side by side. */
+static const CudaKgemmSchedule FP8B_KGEMM_SCHEDULE = CUDA_KSCHED_PINGPONG;
+static int fp8b_kgemm_pingpong(const Cg *cg)
 {
-    int t = tma && dw_byte_offset % 16 == 0;
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, t ? 5 : 6, GEMM_FP8_BLOCK, t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32};
+    return cg->fp8_kgemm_schedule == CUDA_KSCHED_PINGPONG ||
+           (cg->fp8_kgemm_schedule == CUDA_KSCHED_DEFAULT && FP8B_KGEMM_SCHEDULE == CUDA_KSCHED_PINGPONG);
+}
+
+/* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 tokens a stage; tma: the TMA-store epilogue where dW
+ * starts 16-byte aligned (dw_byte_offset % 16 == 0), 5 stages of 128 x 128 tiles, or with pingpong 7 of 64 x 128
+ * (ping-pong takes the TMA stores only); else the register stores, 6 stages of 128 x 128 */
+static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset, int pingpong)
+{
+    int t = tma && dw_byte_offset % 16 == 0, pp = t && pingpong;
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, pp ? 7 : t ? 5 : 6, GEMM_FP8_BLOCK,
+                      t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp};
     return s;
 }
 
@@ -735,7 +749,7 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
  * scales take 4 KB a stage more than fp8-block's: 6 do not fit beside the bf16 staging buffers) */
 static GemmFp8Shape mx_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0};
     return s;
 }
 
@@ -803,16 +817,18 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
         return 0;
     }
     GemmFp8Shape m[4] = {fp8b_shape(E, 2 * F, H), fp8b_shape(E, H, F), fp8b_shape(E, F, H), fp8b_shape(E, H, 2 * F)};
-    /* both epilogues must fit (which one a launch gets depends on its offset in the output) */
-    GemmFp8Shape k[4] = {fp8b_kshape(E, H, F, 0, 0), fp8b_kshape(E, 2 * F, H, 0, 0), fp8b_kshape(E, H, F, 1, 0),
-                         fp8b_kshape(E, 2 * F, H, 1, 0)};
+    /* both epilogues and both schedules must fit (which one a launch gets depends on its offset in the output and
+     * on CudaOptions) */
+    GemmFp8Shape k[6] = {fp8b_kshape(E, H, F, 0, 0, 0),    fp8b_kshape(E, 2 * F, H, 0, 0, 0),
+                         fp8b_kshape(E, H, F, 1, 0, 0),    fp8b_kshape(E, 2 * F, H, 1, 0, 0),
+                         fp8b_kshape(E, H, F, 1, 0, 1),    fp8b_kshape(E, 2 * F, H, 1, 0, 1)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 6; i++)
         if (!gemm_fp8_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E,
                      err);
@@ -886,12 +902,12 @@ static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *w
 static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int at, int ats, int bt, int bts,
                            int64_t off, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4);
+    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4, fp8b_kgemm_pingpong(cg));
     const int tma = s.out == GEMM_FP8_OUT_F32_TMA;
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s", suffix, s.stages, tma ? "_tma" : "");
+    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s", suffix, s.stages, tma ? "_tma" : "", s.pingpong ? "_pp" : "");
     fast_begin(cg, f, sfx, what);
-    cg_tmap_u8(cg, at, 0, N, f->rcap, 128, "tma_a");
+    cg_tmap_u8(cg, at, 0, N, f->rcap, gemm_fp8_kgrouped_a_rows(&s), "tma_a");
     cg_tmap_u8(cg, bt, 0, K, f->rcap, 128, "tma_b");
     if (tma)
         cg_tmap_f32(cg, f->n->id, off, f->E * N, K, 64, "tma_dw");
@@ -900,7 +916,10 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     cg_param(cg, bts, 0, "sb");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
-    if (tma)
+    if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + %lld, sa, sb, "
+                    "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, (long long)off);
+    else if (tma)
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, "
                     "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, (long long)off);
     else

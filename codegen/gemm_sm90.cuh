@@ -1261,20 +1261,29 @@ struct GemmFp8MGrouped {
  * while q is promoted; one promotion in 4 alone), its last steps % 4 in a body of 3, 2 or 1. SCHED 1: stages in
  * pairs into t0, t1 (t0's promotion overlaps t1's wgmma), a group's odd last block alone. fb is stored in
  * fp8_fb_slot's order (16-byte loads). Registers per consumer thread: acc 64 + t0 64 + t1 64. */
-template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0>
+template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0, int PINGPONG = 0>
 struct GemmFp8KGrouped {
     static constexpr int BLOCK = 128, THREADS = 384;
-    static constexpr int A_BYTES = 128 * 128, B_BYTES = 128 * 128;
-    static constexpr int SA_BYTES = 128, SB_BYTES = 128, FS_BYTES = 1024; /* fa [128] + fb [128] fp32 */
+    /* the rows of dW (n) a tile covers: 128 (both consumer warpgroups, 64 each) or, ping-pong, 64 (one warpgroup) */
+    static constexpr int TILE_N = PINGPONG ? 64 : 128;
+    static constexpr int A_BYTES = TILE_N * 128, B_BYTES = 128 * 128;
+    static constexpr int SA_BYTES = TILE_N, SB_BYTES = 128, FS_BYTES = 1024; /* fa [128] + fb [128] fp32 */
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
     static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
     static constexpr int OUT_COLS = 32, OUT_CHUNK_BYTES = 64 * OUT_COLS * 4; /* EPI 0: 64 rows x 32 fp32 */
     static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : 0;
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
-    static constexpr int NUM_N = N / 128, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
+    static constexpr int NUM_N = N / TILE_N, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
+    /* ping-pong: a band of 2 BAND 64-row blocks covers the rows of BAND 128-row ones */
+    static constexpr int SCHED_BAND = PINGPONG ? 2 * BAND : BAND;
     static constexpr int ACC = 64;
-    static constexpr int CONSUMER_WARPS = 8;
+    /* the warps that free a slot: both consumer warpgroups (cooperative), the one owning the tile (ping-pong) */
+    static constexpr int CONSUMER_WARPS = PINGPONG ? 4 : 8;
     static_assert(N % 128 == 0 && K % 128 == 0, "N and K must be multiples of 128");
+    static_assert(PINGPONG == 0 || PINGPONG == 1, "PINGPONG is 0 (cooperative 128 x 128 tiles) or 1 (64 x 128 a warpgroup)");
+    /* (with the register stores ptxas spills two scalars into the main loop; the TMA stores are what overlaps) */
+    static_assert(PINGPONG == 0 || EPI == 0, "the ping-pong schedule takes the TMA-store epilogue (EPI 0)");
+    static_assert((STAGES * (A_BYTES + B_BYTES)) % 1024 == 0, "swizzled buffers 1024-aligned");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
     static_assert(N < 2147483647 / 2 && K < 2147483647 / 2, "the rows of the operands must fit an int coordinate");
@@ -1316,7 +1325,8 @@ struct GemmFp8KGrouped {
         return b > a ? (b - a) / BLOCK : 0;
     }
 
-    /* the stage in slot st into t: four k32 steps (32 tokens each) */
+    /* the stage in slot st into t: four k32 steps (32 tokens each); half: the 64 rows of the stage's A tile (0 for
+     * ping-pong, whose A tile is 64 rows) */
     __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int half)
     {
         const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
@@ -1381,17 +1391,18 @@ struct GemmFp8KGrouped {
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
                     int g, nb, kb, r0;
-                    moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                    moec_sched_ktile(t, NUM_N, NUM_K, SCHED_BAND, &g, &nb, &kb);
                     const int steps = group_blocks(offsets, g, rows_cap, &r0);
                     for (int i = 0; i < steps; i++) {
                         const int row = r0 + i * BLOCK;
                         const unsigned fb = full_bar + 8 * stage;
                         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
                         mbar_arrive_expect_tx(fb, TX_BYTES);
-                        tma_load_2d(a_at(base, stage), &tma_a, fb, row, nb * 128);
+                        tma_load_2d(a_at(base, stage), &tma_a, fb, row, nb * TILE_N);
                         tma_load_2d(b_at(base, stage), &tma_b, fb, row, kb * 128);
                         bulk_load(sa_at(base, stage),
-                                  (const unsigned char *)sa + moec_fp8_kgrouped_s_index(row, nb * 128, N), SA_BYTES, fb);
+                                  (const unsigned char *)sa + moec_fp8_kgrouped_s_index(row, nb * TILE_N, N), SA_BYTES,
+                                  fb);
                         bulk_load(sb_at(base, stage),
                                   (const unsigned char *)sb + moec_fp8_kgrouped_s_index(row, kb * 128, K), SB_BYTES, fb);
                         if (++stage == STAGES) {
@@ -1408,16 +1419,19 @@ struct GemmFp8KGrouped {
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
                     int g, nb, kb, r0;
-                    moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                    moec_sched_ktile(t, NUM_N, NUM_K, SCHED_BAND, &g, &nb, &kb);
                     const int steps = group_blocks(offsets, g, rows_cap, &r0);
                     for (int i = 0; i < steps; i++) {
                         mbar_wait(full_bar + 8 * stage, phase);
-                        const unsigned wa = ld_shared_u32(sa_at(base, stage) + 4 * lane);
+                        /* (ping-pong: 64 row codes, lanes 0-15) */
+                        const bool has_a = 4 * lane < SA_BYTES;
+                        const unsigned wa = has_a ? ld_shared_u32(sa_at(base, stage) + 4 * lane) : 0u;
                         const unsigned wb = ld_shared_u32(sb_at(base, stage) + 4 * lane);
                         const unsigned fs = fs_at(base, stage);
 #pragma unroll
                         for (int k = 0; k < 4; k++) {
-                            st_shared_f32(fs + 4 * (4 * lane + k), e8m0((wa >> (8 * k)) & 255u));
+                            if (has_a)
+                                st_shared_f32(fs + 4 * (4 * lane + k), e8m0((wa >> (8 * k)) & 255u));
                             st_shared_f32(fs + 512 + 4 * fp8_fb_slot(4 * lane + k), e8m0((wb >> (8 * k)) & 255u));
                         }
                         __syncwarp();
@@ -1432,18 +1446,41 @@ struct GemmFp8KGrouped {
             }
         } else {
             setmaxnreg_inc<232>();
-            const int half = wg - 1, wq = warp % 4;
+            /* warpgroup c = wg - 1. Cooperative: rows 64 c .. 64 c + 63 of every tile of the block (the stage's A tile
+             * is 128 rows). Ping-pong: the block's tiles j = c, c + 2, ... whole (64 rows, the stage's A tile); tile j's
+             * stages are the ring numbers n0 .. n0 + steps - 1, n0 the steps of the block's tiles 0 .. j - 1 (the other
+             * warpgroup's included: ist, iph advance over the other's tiles), and an ordering barrier (named barrier
+             * 3 + c: the other warpgroup arrives once it
+             * has issued tile j - 1's last stage) starts its first issue. Besides the overlap, the barrier keeps every
+             * ring number before n0 waited for (landed) before this warpgroup waits on n0, so a slot's `full` or
+             * `ready` barrier is never two phases behind the parity waited for (decision 49's argument). */
+            const int c = wg - 1, wq = warp % 4;
+            const int half = PINGPONG ? 0 : c;            /* the 64 rows of the stage's A tile this warpgroup takes */
             const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
             float acc[ACC], t0[ACC], t1[ACC];
             int ist = 0, rst = 0; /* the slot of the next stage to issue, of the next to promote */
             unsigned iph = 0;
-            for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+            for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
                 int g, nb, kb, r0;
-                moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
+                moec_sched_ktile(t, NUM_N, NUM_K, SCHED_BAND, &g, &nb, &kb);
                 const int steps = group_blocks(offsets, g, rows_cap, &r0);
+                int left = steps; /* ping-pong: stages still to issue */
+                if constexpr (PINGPONG) {
+                    if ((j & 1) != c) { /* the other warpgroup's tile: its stages' ring numbers */
+                        const int q = ist + steps;
+                        ist = q % STAGES;
+                        iph ^= (unsigned)(q / STAGES) & 1u;
+                        continue;
+                    }
+                    rst = ist; /* every stage issued so far has been promoted (each body ends with wait_group 0) */
+                    if (j > 0)
+                        named_barrier(3 + c, 256); /* the other warpgroup has issued tile j - 1 */
+                }
 #pragma unroll
                 for (int i = 0; i < ACC; i++)
                     acc[i] = 0.0f;
+                /* ping-pong: after the tile's last issue, tile j + 1 (the other warpgroup's) may start its issues while
+                 * this one promotes and stores */
 #define MOEC_FP8K_ISSUE(T)                                                                                  \
     do {                                                                                                    \
         mbar_wait(full_bar + 8 * ist, iph);                                                                 \
@@ -1453,6 +1490,8 @@ struct GemmFp8KGrouped {
             ist = 0;                                                                                        \
             iph ^= 1;                                                                                       \
         }                                                                                                   \
+        if (PINGPONG && --left == 0 && t + (int)gridDim.x < TILES)                                          \
+            named_barrier_arrive(3 + (c ^ 1), 256);                                                         \
     } while (0)
 #define MOEC_FP8K_PROMOTE(T)                                                                                \
     do {                                                                                                    \
@@ -1502,20 +1541,23 @@ struct GemmFp8KGrouped {
                 }
 #undef MOEC_FP8K_ISSUE
 #undef MOEC_FP8K_PROMOTE
+                if (PINGPONG && steps == 0 && t + (int)gridDim.x < TILES)
+                    named_barrier_arrive(3 + (c ^ 1), 256); /* an empty group's tile: nothing issued, zeros stored */
                 if constexpr (EPI == 0) {
                     /* GemmKGrouped's EPILOGUE 0: chunk cc (columns 32 cc .. + 31 of the warpgroup's 64 rows, 128
                      * bytes a row) into buffer cc % 2 in the TMA's 128-byte swizzled layout (row rr at 128 rr, its
                      * 16-byte unit u at (u ^ rr % 8) * 16; conflict-free), one thread stores it; a buffer is
                      * rewritten once the store that read it is done; the last drain during the next tile */
                     const int tid = threadIdx.x % 128, q = lane % 4, rr = wq * 16 + lane / 4;
-                    const int row0 = g * N + nb * 128 + half * 64;
+                    const int row0 = g * N + nb * TILE_N + half * 64;
                     const unsigned out_buf = out_at(base);
 #pragma unroll
                     for (int cc = 0; cc < 128 / OUT_COLS; cc++) {
-                        const unsigned buf = out_buf + (half * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+                        /* warpgroup c's two buffers and named barrier 1 + c */
+                        const unsigned buf = out_buf + (c * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
                         if (tid == 0)
                             bulk_wait_read<1>();
-                        named_barrier(1 + half, 128);
+                        named_barrier(1 + c, 128);
 #pragma unroll
                         for (int jj = 0; jj < OUT_COLS / 8; jj++) {
                             const int j = cc * (OUT_COLS / 8) + jj;
@@ -1524,7 +1566,7 @@ struct GemmFp8KGrouped {
                             st_shared_f32x2(buf + (rr + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
                         }
                         fence_proxy_async();
-                        named_barrier(1 + half, 128);
+                        named_barrier(1 + c, 128);
                         if (tid == 0) {
                             tma_store_2d(tma_dw, buf, kb * 128 + cc * OUT_COLS, row0);
                             bulk_commit();
@@ -1532,7 +1574,7 @@ struct GemmFp8KGrouped {
                     }
                 } else {
                     float *p0 =
-                        dw + ((long long)g * N + (long long)nb * 128 + r) * K + (long long)kb * 128 + 2 * (lane % 4);
+                        dw + ((long long)g * N + (long long)nb * TILE_N + r) * K + (long long)kb * 128 + 2 * (lane % 4);
 #pragma unroll
                     for (int j = 0; j < ACC / 4; j++) {
                         st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
@@ -1622,29 +1664,34 @@ struct GemmFp8KGrouped {
 
 /* The FP8 K-grouped kernel NAME (GemmFp8KGrouped, fp8-block weight gradient, fp32 out). Launch contract:
  * grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory gemm_fp8_kgrouped_smem_bytes(); tensor maps
- * from gemm_fp8_kgrouped_tensor_maps (uint8 dY^T [N, rows_cap], X^T [K, rows_cap], box {128, 128}); sa, sb
- * 16-byte aligned in moec_fp8_kgrouped_s_index's layout; rows_cap % 16 == 0; offsets multiples of 128.
- * The _S forms choose the promotion schedule: SCHED 0 (the plain forms': pipelined, decision 51) or 1 (the
- * pairs of decision 45, kept for side-by-side timing). */
-#define MOEC_SM90_GEMM_FP8_KGROUPED_S(NAME, E, N, K, STAGES, SCHED)                                          \
+ * from gemm_fp8_kgrouped_tensor_maps (uint8 dY^T [N, rows_cap] box {128, 128} (ping-pong {128, 64}), X^T [K,
+ * rows_cap] box {128, 128}); sa, sb 16-byte aligned in moec_fp8_kgrouped_s_index's layout; rows_cap % 16 == 0;
+ * offsets multiples of 128. The _S forms choose the promotion schedule: SCHED 0 (the plain forms': pipelined,
+ * decision 51) or 1 (the pairs of decision 45, kept for side-by-side timing); the _SP forms also the tile
+ * schedule: PINGPONG 0 (cooperative 128 x 128 tiles) or 1 (64 x 128 a consumer warpgroup, decision 56). */
+#define MOEC_SM90_GEMM_FP8_KGROUPED_SP(NAME, E, N, K, STAGES, SCHED, PINGPONG)                              \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              float *dw, const void *sa, const void *sb, const int *offsets, int rows_cap)                     \
     {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1, 16, SCHED>::run(tma_a, tma_b, dw, sa, sb, offsets,       \
-                                                                       rows_cap);                             \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
+                                                                                 rows_cap);                   \
     }
+#define MOEC_SM90_GEMM_FP8_KGROUPED_S(NAME, E, N, K, STAGES, SCHED)                                          \
+    MOEC_SM90_GEMM_FP8_KGROUPED_SP(NAME, E, N, K, STAGES, SCHED, 0)
 #define MOEC_SM90_GEMM_FP8_KGROUPED(NAME, E, N, K, STAGES) MOEC_SM90_GEMM_FP8_KGROUPED_S(NAME, E, N, K, STAGES, 0)
 /* The same with the TMA-store epilogue (EPI 0) and a third tensor map: tma_dw over dW viewed [E * N, K], fp32,
  * 128-byte swizzle, box {32, 64} (gemm_fp8_kgrouped_dw_map); dw is not read. */
-#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, SCHED)                                      \
+#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_SP(NAME, E, N, K, STAGES, SCHED, PINGPONG)                          \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
              const int *offsets, int rows_cap)                                                               \
     {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, SCHED>::run(tma_a, tma_b, dw, sa, sb, offsets,       \
-                                                                       rows_cap, &tma_dw);                    \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
+                                                                                 rows_cap, &tma_dw);          \
     }
+#define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, SCHED)                                      \
+    MOEC_SM90_GEMM_FP8_KGROUPED_TMA_SP(NAME, E, N, K, STAGES, SCHED, 0)
 #define MOEC_SM90_GEMM_FP8_KGROUPED_TMA(NAME, E, N, K, STAGES)                                               \
     MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, 0)

@@ -31,10 +31,11 @@ static int mgemm_schedule_from_env(CudaMgemmSchedule *out, char *err, size_t err
     return 1;
 }
 
-/* MOEC_KGEMM (environment): the same for the weight-gradient (K-grouped) GEMMs, "cooperative" or "pingpong". */
-static int kgemm_schedule_from_env(CudaKgemmSchedule *out, char *err, size_t errlen)
+/* MOEC_KGEMM (environment): the same for the bf16 weight-gradient (K-grouped) GEMMs, "cooperative" or "pingpong";
+ * MOEC_FP8_KGEMM (var) for fp8-block's FP8 K-grouped ones (decision 56). */
+static int kgemm_schedule_from_env(const char *var, CudaKgemmSchedule *out, char *err, size_t errlen)
 {
-    const char *v = getenv("MOEC_KGEMM");
+    const char *v = getenv(var);
     *out = CUDA_KSCHED_DEFAULT;
     if (!v || !*v)
         return 1;
@@ -43,7 +44,7 @@ static int kgemm_schedule_from_env(CudaKgemmSchedule *out, char *err, size_t err
     else if (strcmp(v, "pingpong") == 0)
         *out = CUDA_KSCHED_PINGPONG;
     else {
-        snprintf(err, errlen, "MOEC_KGEMM is 'cooperative' or 'pingpong', not '%s'", v);
+        snprintf(err, errlen, "%s is 'cooperative' or 'pingpong', not '%s'", var, v);
         return 0;
     }
     return 1;
@@ -93,7 +94,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
 {
     CudaOptions opts = {0};
     if (!mgemm_schedule_from_env(&opts.mgemm_schedule, err, errlen) ||
-        !kgemm_schedule_from_env(&opts.kgemm_schedule, err, errlen) ||
+        !kgemm_schedule_from_env("MOEC_KGEMM", &opts.kgemm_schedule, err, errlen) ||
+        !kgemm_schedule_from_env("MOEC_FP8_KGEMM", &opts.fp8_kgemm_schedule, err, errlen) ||
         !attn_schedule_from_env(&opts.attn_schedule, err, errlen) ||
         !attn_grid_from_env(&opts.attn_max_grid, err, errlen))
         return NULL;

@@ -99,6 +99,8 @@ int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
         snprintf(err, errlen, "mode is 0 (fp8-block) or 1 (MXFP8), not %d", s->mode);
     else if (s->out != GEMM_FP8_OUT_BF16 && s->out != GEMM_FP8_OUT_F32)
         snprintf(err, errlen, "out is 0 (bf16) or 1 (fp32), not %d", s->out);
+    else if (s->pingpong)
+        snprintf(err, errlen, "the FP8 M-grouped kernel has no ping-pong schedule (pingpong %d)", s->pingpong);
     else if (s->K % 256)
         snprintf(err, errlen, "K %d is not a multiple of 256 (the FP8 kernel takes its 128-deep K blocks in pairs)",
                  s->K);
@@ -113,9 +115,12 @@ int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
     return 0;
 }
 
+int gemm_fp8_kgrouped_a_rows(const GemmFp8Shape *s) { return s->pingpong ? 64 : 128; }
+
 int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s)
 {
-    return 1024 + s->stages * (128 * 128 * 2 + 128 + 128 + 1024) + 24 * s->stages +
+    const int a = gemm_fp8_kgrouped_a_rows(s);
+    return 1024 + s->stages * (a * 128 + 128 * 128 + a + 128 + 1024) + 24 * s->stages +
            (s->out == GEMM_FP8_OUT_F32_TMA ? 4 * 64 * 32 * 4 : 0);
 }
 
@@ -127,6 +132,11 @@ int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errle
         snprintf(err, errlen, "the FP8 K-grouped kernel is fp8-block only (mode 0), not mode %d", s->mode);
     else if (s->out != GEMM_FP8_OUT_F32 && s->out != GEMM_FP8_OUT_F32_TMA)
         snprintf(err, errlen, "the FP8 K-grouped kernel writes fp32 (out 1, or 2 through TMA stores), not out %d",
+                 s->out);
+    else if (s->pingpong != 0 && s->pingpong != 1)
+        snprintf(err, errlen, "pingpong is 0 (cooperative) or 1 (ping-pong, 64 x 128 tiles), not %d", s->pingpong);
+    else if (s->pingpong && s->out != GEMM_FP8_OUT_F32_TMA)
+        snprintf(err, errlen, "the ping-pong FP8 K-grouped kernel writes dW through TMA stores only (out 2), not out %d",
                  s->out);
     else if (s->out == GEMM_FP8_OUT_F32_TMA && (long long)s->E * s->N >= 2147483647ll)
         snprintf(err, errlen, "E * N = %lld rows of dW do not fit the TMA store's int coordinate",

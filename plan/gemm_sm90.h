@@ -66,6 +66,8 @@ typedef struct GemmFp8Shape {
     int stages;
     int mode; /* GEMM_FP8_BLOCK or GEMM_FP8_MX */
     int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
+    int pingpong; /* K-grouped only (0 for the M-grouped kernel): 0 cooperative 128 x 128 tiles, 1 ping-pong (64 x 128
+                   * tiles, one per consumer warpgroup, the two alternating main loop and epilogue: decision 56) */
 } GemmFp8Shape;
 /* the promotion schedule of both FP8 kernels (decision 51; codegen/gemm_sm90.h gemm_fp8_source_sched):
  * GEMM_FP8_SCHED_PIPE (the default: one group always in flight while the one before it is promoted) or
@@ -85,10 +87,14 @@ int gemm_fp8_smem_bytes(const GemmFp8Shape *s);
  * contiguous; scales [rows_cap / 128][N or K], gemm_sm90_sched.h moec_fp8_kgrouped_s_index), promotion
  * every 128 tokens. The same GemmFp8Shape: mode GEMM_FP8_BLOCK; out GEMM_FP8_OUT_F32 (stores from registers)
  * or GEMM_FP8_OUT_F32_TMA (TMA stores through shared memory: 32 KB more, dW 16-byte aligned, E N < 2^31);
- * tiles 128 x 128, one stage per 128 tokens. */
-/* 1, or 0 with why: E, N, K positive, N % 128, K % 128, mode, out, E N K < 2^40, the ring fits. */
+ * tiles 128 x 128 (pingpong 0) or 64 x 128 (pingpong 1), one stage per 128 tokens. */
+/* 1, or 0 with why: E, N, K positive, N % 128, K % 128, mode, out, pingpong 0 or 1 (1 with GEMM_FP8_OUT_F32_TMA
+ * only), E N K < 2^40, the ring fits. */
 int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
-/* 1024 + stages * (32768 + 128 + 128 + 1024) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA) */
+/* 1024 + stages * (A + 16384 + A / 128 + 128 + 1024) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA), A = 16384
+ * (cooperative) or 8192 (ping-pong: a stage holds one warpgroup's 64 rows of dY^T) */
 int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s);
+/* the rows of dY^T a stage (and the tensor map tma_a's box) holds: 128, or 64 for ping-pong */
+int gemm_fp8_kgrouped_a_rows(const GemmFp8Shape *s);
 
 #endif

@@ -98,7 +98,8 @@ int gemm_fp8_kgrouped_tensor_maps(const GemmFp8Shape *s, CUdeviceptr dyt, CUdevi
         snprintf(err, errlen, "dY^T and X^T must be 16-byte aligned, rows_cap a multiple of 16");
         return 0;
     }
-    return tma_encode_u8_2d(ta, dyt, (unsigned long long)s->N, (unsigned long long)rows_cap, 128, err, errlen) &&
+    return tma_encode_u8_2d(ta, dyt, (unsigned long long)s->N, (unsigned long long)rows_cap,
+                            s->pingpong ? 64 : 128, err, errlen) && /* gemm_fp8_kgrouped_a_rows */
            tma_encode_u8_2d(tb, xt, (unsigned long long)s->K, (unsigned long long)rows_cap, 128, err, errlen);
 }
 

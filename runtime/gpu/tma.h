@@ -44,8 +44,8 @@ int tma_encode_u8_2d(CUtensorMap *m, CUdeviceptr p, unsigned long long rows, uns
 int gemm_fp8_tensor_maps(const GemmFp8Shape *s, CUdeviceptr a, long long rows_cap, CUdeviceptr w, CUdeviceptr d,
                          CUtensorMap *ta, CUtensorMap *tb, CUtensorMap *td, char *err, size_t errlen);
 
-/* The FP8 K-grouped kernel's maps (GemmFp8KGrouped): ta over dY^T [N, rows_cap] E4M3 at dyt, tb over
- * X^T [K, rows_cap] E4M3 at xt, both box {128, 128}. 1, or 0 + err. */
+/* The FP8 K-grouped kernel's maps (GemmFp8KGrouped): ta over dY^T [N, rows_cap] E4M3 at dyt, box {128, 128}
+ * ({128, 64} for s->pingpong: 64-row tiles), tb over X^T [K, rows_cap] E4M3 at xt, box {128, 128}. 1, or 0 + err. */
 int gemm_fp8_kgrouped_tensor_maps(const GemmFp8Shape *s, CUdeviceptr dyt, CUdeviceptr xt, long long rows_cap,
                                   CUtensorMap *ta, CUtensorMap *tb, char *err, size_t errlen);
 /* tdw over dW [E * N, K] fp32 at dw (16-byte aligned), box {32, 64}: GEMM_FP8_OUT_F32_TMA's stores */

@@ -67,30 +67,30 @@ typedef struct Cfg {
 enum { BLK = GEMM_FP8_BLOCK, MX = GEMM_FP8_MX, BF = GEMM_FP8_OUT_BF16, F32 = GEMM_FP8_OUT_F32 };
 enum { PIPE = GEMM_FP8_SCHED_PIPE, PAIRS = GEMM_FP8_SCHED_PAIRS };
 static const Cfg cfgs[] = {
-    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32}, 0, 1, RAG6, PIPE},
-    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32}, 0, 1, RAG6, PIPE},
-    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF}, 0, 1, RAG6, PIPE},
-    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF}, 0, 1, RAG6, PIPE},
-    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32}, 0, 0, RAG16, PIPE},
-    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32}, 0, 0, RAG16, PIPE},
-    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
-    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF}, 1, 0, U8(2048), PIPE},
-    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF}, 1, 0, U8(2048), PIPE},
-    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF}, 1, 0, U16(1024), PIPE},
-    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF}, 1, 0, U16(1024), PIPE},
-    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32}, 1, 0, U8(2048), PIPE},
-    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF}, 1, 0, U8(2048), PIPE},
-    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF}, 1, 0, U8(2048), PIPE},
-    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF}, 1, 0, U16(1024), PIPE},
-    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF}, 1, 0, U16(1024), PIPE},
+    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32, 0}, 0, 1, RAG6, PIPE},
+    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32, 0}, 0, 1, RAG6, PIPE},
+    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF, 0}, 0, 1, RAG6, PIPE},
+    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF, 0}, 0, 1, RAG6, PIPE},
+    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32, 0}, 0, 0, RAG16, PIPE},
+    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32, 0}, 0, 0, RAG16, PIPE},
+    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
+    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
+    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
+    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32, 0}, 1, 0, U8(2048), PIPE},
+    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF, 0}, 1, 0, U16(1024), PIPE},
+    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF, 0}, 1, 0, U16(1024), PIPE},
     /* decision 51: the MXFP8 rows above run the pipelined promotion (one k32 group always in flight while the
      * one before it is promoted); these run decision 38's pairs, checked and timed in the same run */
-    {"mx_ragged_f32_pairs", {6, 512, 768, 5, MX, F32}, 0, 1, RAG6, PAIRS},
-    {"mx_ragged_bio_up_f32_pairs", {16, 5632, 1024, 5, MX, F32}, 0, 0, RAG16, PAIRS},
-    {"mx_mixtral_gate_up_pairs", {8, 28672, 4096, 5, MX, BF}, 1, 0, U8(2048), PAIRS},
-    {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF}, 1, 0, U8(2048), PAIRS},
-    {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF}, 1, 0, U16(1024), PAIRS},
-    {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF}, 1, 0, U16(1024), PAIRS},
+    {"mx_ragged_f32_pairs", {6, 512, 768, 5, MX, F32, 0}, 0, 1, RAG6, PAIRS},
+    {"mx_ragged_bio_up_f32_pairs", {16, 5632, 1024, 5, MX, F32, 0}, 0, 0, RAG16, PAIRS},
+    {"mx_mixtral_gate_up_pairs", {8, 28672, 4096, 5, MX, BF, 0}, 1, 0, U8(2048), PAIRS},
+    {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF, 0}, 1, 0, U8(2048), PAIRS},
+    {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
+    {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
 
@@ -390,6 +390,7 @@ static unsigned long long rng_next(void)
 typedef struct Result {
     const char *name;
     int pass, deterministic, timed, regs, local;
+    int same; /* K-grouped configs with a same_as: 1 bit-identical to it, -1 not, 0 no such check */
     long long bad, checked;
     double normwise, max_ratio, ms, tflops;
 } Result;
@@ -773,39 +774,85 @@ typedef struct KCfg {
     int timed, full;
     int rows[32];
     int sched; /* GEMM_FP8_SCHED_PIPE (0: what codegen emits) or GEMM_FP8_SCHED_PAIRS (the *_pairs rows) */
+    /* a config whose kernel must give this one's dW bit for bit on the same inputs (the ping-pong rows against
+     * the cooperative kernel: the same instructions and the same fp32 promotion order per element), or NULL */
+    const char *same_as;
+    int grid; /* blocks: 0 = one per SM (what codegen launches); fewer give each block many tiles */
 } KCfg;
-#define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}
-#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA} /* TMA stores: 32 KB, one stage fewer */
+#define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0}
+#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0} /* TMA stores: 32 KB, one stage fewer */
+/* ping-pong (decision 56): 64 x 128 tiles a consumer warpgroup, 24 KB stages, 7 beside the TMA stores' 32 KB (the
+ * only epilogue it takes) */
+#define FP8KTP(E, N, K) {E, N, K, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 1}
 static const KCfg kcfgs[] = {
-    {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE},
-    {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE},
-    {"kblock_ragged_bio_dw_up", FP8K(16, 5632, 1024), 0, 0, RAG16, PIPE},
-    {"kblock_ragged_mixtral_dw_down", FP8K(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
-    {"kblock_mixtral_dw_gate_up", FP8K(8, 28672, 4096), 1, 0, U8(2048), PIPE},
-    {"kblock_mixtral_dw_down", FP8K(8, 4096, 14336), 1, 0, U8(2048), PIPE},
-    {"kblock_bio_dw_up", FP8K(16, 5632, 1024), 1, 0, U16(1024), PIPE},
-    {"kblock_bio_dw_down", FP8K(16, 1024, 2816), 1, 0, U16(1024), PIPE},
+    {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 0},
+    {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, NULL, 0},
+    {"kblock_ragged_bio_dw_up", FP8K(16, 5632, 1024), 0, 0, RAG16, PIPE, NULL, 0},
+    {"kblock_ragged_mixtral_dw_down", FP8K(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE, NULL, 0},
+    {"kblock_mixtral_dw_gate_up", FP8K(8, 28672, 4096), 1, 0, U8(2048), PIPE, NULL, 0},
+    {"kblock_mixtral_dw_down", FP8K(8, 4096, 14336), 1, 0, U8(2048), PIPE, NULL, 0},
+    {"kblock_bio_dw_up", FP8K(16, 5632, 1024), 1, 0, U16(1024), PIPE, NULL, 0},
+    {"kblock_bio_dw_down", FP8K(16, 1024, 2816), 1, 0, U16(1024), PIPE, NULL, 0},
     /* the TMA-store epilogue (what codegen emits, decision 51) */
-    {"kblock_ragged_tma", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE},
-    {"kblock_ragged_b_tma", FP8KT(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE},
-    {"kblock_mixtral_dw_gate_up_tma", FP8KT(8, 28672, 4096), 1, 0, U8(2048), PIPE},
-    {"kblock_mixtral_dw_down_tma", FP8KT(8, 4096, 14336), 1, 0, U8(2048), PIPE},
-    {"kblock_bio_dw_up_tma", FP8KT(16, 5632, 1024), 1, 0, U16(1024), PIPE},
-    {"kblock_bio_dw_down_tma", FP8KT(16, 1024, 2816), 1, 0, U16(1024), PIPE},
+    {"kblock_ragged_tma", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 0},
+    {"kblock_ragged_b_tma", FP8KT(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, NULL, 0},
+    {"kblock_mixtral_dw_gate_up_tma", FP8KT(8, 28672, 4096), 1, 0, U8(2048), PIPE, NULL, 0},
+    {"kblock_mixtral_dw_down_tma", FP8KT(8, 4096, 14336), 1, 0, U8(2048), PIPE, NULL, 0},
+    {"kblock_bio_dw_up_tma", FP8KT(16, 5632, 1024), 1, 0, U16(1024), PIPE, NULL, 0},
+    {"kblock_bio_dw_down_tma", FP8KT(16, 1024, 2816), 1, 0, U16(1024), PIPE, NULL, 0},
     /* decision 51: the rows above run the pipelined promotion (a group's stages in bodies of 4, one always in
      * flight while the one before it is promoted; its last steps % 4 by a tail); these run decision 45's pairs */
-    {"kblock_ragged_b_pairs", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PAIRS},
-    {"kblock_mixtral_dw_gate_up_pairs", FP8K(8, 28672, 4096), 1, 0, U8(2048), PAIRS},
-    {"kblock_mixtral_dw_down_pairs", FP8K(8, 4096, 14336), 1, 0, U8(2048), PAIRS},
-    {"kblock_bio_dw_up_pairs", FP8K(16, 5632, 1024), 1, 0, U16(1024), PAIRS},
-    {"kblock_bio_dw_down_pairs", FP8K(16, 1024, 2816), 1, 0, U16(1024), PAIRS},
-    {"kblock_ragged_tma_pairs", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PAIRS},
-    {"kblock_mixtral_dw_gate_up_tma_pairs", FP8KT(8, 28672, 4096), 1, 0, U8(2048), PAIRS},
-    {"kblock_mixtral_dw_down_tma_pairs", FP8KT(8, 4096, 14336), 1, 0, U8(2048), PAIRS},
-    {"kblock_bio_dw_up_tma_pairs", FP8KT(16, 5632, 1024), 1, 0, U16(1024), PAIRS},
-    {"kblock_bio_dw_down_tma_pairs", FP8KT(16, 1024, 2816), 1, 0, U16(1024), PAIRS},
+    {"kblock_ragged_b_pairs", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PAIRS, NULL, 0},
+    {"kblock_mixtral_dw_gate_up_pairs", FP8K(8, 28672, 4096), 1, 0, U8(2048), PAIRS, NULL, 0},
+    {"kblock_mixtral_dw_down_pairs", FP8K(8, 4096, 14336), 1, 0, U8(2048), PAIRS, NULL, 0},
+    {"kblock_bio_dw_up_pairs", FP8K(16, 5632, 1024), 1, 0, U16(1024), PAIRS, NULL, 0},
+    {"kblock_bio_dw_down_pairs", FP8K(16, 1024, 2816), 1, 0, U16(1024), PAIRS, NULL, 0},
+    {"kblock_ragged_tma_pairs", FP8KT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PAIRS, NULL, 0},
+    {"kblock_mixtral_dw_gate_up_tma_pairs", FP8KT(8, 28672, 4096), 1, 0, U8(2048), PAIRS, NULL, 0},
+    {"kblock_mixtral_dw_down_tma_pairs", FP8KT(8, 4096, 14336), 1, 0, U8(2048), PAIRS, NULL, 0},
+    {"kblock_bio_dw_up_tma_pairs", FP8KT(16, 5632, 1024), 1, 0, U16(1024), PAIRS, NULL, 0},
+    {"kblock_bio_dw_down_tma_pairs", FP8KT(16, 1024, 2816), 1, 0, U16(1024), PAIRS, NULL, 0},
+    /* decision 56: the ping-pong schedule (each consumer warpgroup its own 64 x 128 tiles, one's stores under the
+     * other's main loop), every element against the definition and bit for bit against the cooperative kernel
+     * on the same inputs; groups of 0, 1, 127, 129 ... rows (empty groups' tiles take their turn), 1-6 stages
+     * (every tail); grids of 7, 5 and 1 blocks for the small shapes (72 or 96 tiles: 10-96 a block, odd and even
+     * counts, both warpgroups' turns and the ring's phases over many tiles), one per SM for the rest (_1tile: each
+     * block one tile, the second warpgroup idle) */
+    {"kblock_ragged_tma_pp", FP8KTP(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_tma", 7},
+    {"kblock_ragged_tma_pp_1tile", FP8KTP(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_tma",
+     0},
+    {"kblock_ragged_b_tma_pp", FP8KTP(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, "kblock_ragged_b_tma",
+     5},
+    {"kblock_ragged_b_tma_pp_pairs", FP8KTP(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PAIRS,
+     "kblock_ragged_b_tma", 1},
+    {"kblock_ragged_bio_dw_up_tma_pp", FP8KTP(16, 5632, 1024), 0, 0, RAG16, PIPE, "kblock_ragged_bio_dw_up", 0},
+    {"kblock_ragged_mixtral_dw_down_tma_pp", FP8KTP(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000},
+     PIPE, "kblock_ragged_mixtral_dw_down", 0},
+    {"kblock_mixtral_dw_gate_up_tma_pp", FP8KTP(8, 28672, 4096), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_gate_up_tma",
+     0},
+    {"kblock_mixtral_dw_down_tma_pp", FP8KTP(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
+    {"kblock_bio_dw_up_tma_pp", FP8KTP(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
+    {"kblock_bio_dw_down_tma_pp", FP8KTP(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
+
+/* GEMM_FP8_ONLY for the K-grouped configs: the names listed; the word "pingpong" lists the ping-pong rows and their
+ * cooperative twins (decision 56's A/B in one short run) */
+static int klisted(const char *only, const KCfg *c)
+{
+    if (!only || !*only)
+        return 1;
+    if (name_listed(only, c->name))
+        return 1;
+    if (!name_listed(only, "pingpong"))
+        return 0;
+    if (c->s.pingpong)
+        return 1;
+    for (int j = 0; j < NKCFG; j++)
+        if (kcfgs[j].s.pingpong && kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0)
+            return 1;
+    return 0;
+}
 
 static int kemit(const char *dir)
 {
@@ -814,7 +861,10 @@ static int kemit(const char *dir)
     const char *only = getenv("GEMM_FP8_ONLY");
     for (int i = 0; i < NKCFG; i++) {
         const KCfg *c = &kcfgs[i];
-        if (only && *only && !name_listed(only, c->name))
+        int needed = klisted(only, c);
+        for (int j = 0; j < NKCFG && !needed; j++) /* the reference of a listed config */
+            needed = kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0 && klisted(only, &kcfgs[j]);
+        if (!needed)
             continue;
         if (!gemm_fp8_kgrouped_check_shape(&c->s, err, sizeof err))
             die(c->name, err);
@@ -1023,11 +1073,58 @@ static void kgroups(const KCfg *c, int *off, long long *real, long long *rows_ca
     *rows_cap = off[c->s.E] + 80; /* a multiple of 16, not of 128: rows past the groups, a partial 128 block */
 }
 
+static const KCfg *kcfg_named(const char *name)
+{
+    for (int i = 0; i < NKCFG; i++)
+        if (strcmp(kcfgs[i].name, name) == 0)
+            return &kcfgs[i];
+    die(name, "no such K-grouped config");
+    return NULL;
+}
+
+/* config c's kernel (DIR/NAME.cubin) once on the operands already on the device, dW poisoned with NaN first; dW
+ * copied to out */
+static void klaunch_into(const KCfg *c, const char *dir, int sms, CUdeviceptr A, CUdeviceptr B, CUdeviceptr D,
+                         CUdeviceptr SA, CUdeviceptr SB, CUdeviceptr OFF, long long rows_cap, size_t dbytes, float *out)
+{
+    char err[512], path[1024];
+    const GemmFp8Shape *s = &c->s;
+    snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
+    size_t len;
+    char *img = slurp(path, &len);
+    if (!img)
+        die(path, "cannot read (run --emit first)");
+    CUmodule mod;
+    CUfunction fn;
+    ck(cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
+    free(img);
+    ck(cu.cuModuleGetFunction(&fn, mod, "moec_gemm_fp8k"), "cuModuleGetFunction");
+    int smem = gemm_fp8_kgrouped_smem_bytes(s);
+    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
+    CUtensorMap ta, tb, tdw;
+    if (!gemm_fp8_kgrouped_tensor_maps(s, A, B, rows_cap, &ta, &tb, err, sizeof err))
+        die(c->name, err);
+    const int tma_epi = s->out == GEMM_FP8_OUT_F32_TMA;
+    if (tma_epi && !gemm_fp8_kgrouped_dw_map(s, D, &tdw, err, sizeof err))
+        die(c->name, err);
+    int rc_int = (int)rows_cap;
+    void *args_regs[] = {&ta, &tb, &D, &SA, &SB, &OFF, &rc_int};
+    void *args_tma[] = {&ta, &tb, &tdw, &D, &SA, &SB, &OFF, &rc_int};
+    ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison dW");
+    ck(cu.cuLaunchKernel(fn, (unsigned)(c->grid ? c->grid : sms), 1, 1, 384, 1, 1, (unsigned)smem, NULL,
+                         tma_epi ? args_tma : args_regs,
+                         NULL),
+       "launch");
+    ck(cu.cuCtxSynchronize(), "reference run");
+    ck(cu.cuMemcpyDtoH(out, D, dbytes), "dW DtoH");
+    cu.cuModuleUnload(mod);
+}
+
 static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Result *res)
 {
     char err[512], path[1024];
     const GemmFp8Shape *s = &c->s;
-    const int E = s->E, N = s->N, K = s->K;
+    const int E = s->E, N = s->N, K = s->K, grid = c->grid ? c->grid : sms;
     memset(res, 0, sizeof *res);
     res->name = c->name;
     snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
@@ -1075,7 +1172,7 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
     void *args_regs[] = {&ta, &tb, &D, &SA, &SB, &OFF, &rc_int};
     void *args_tma[] = {&ta, &tb, &tdw, &D, &SA, &SB, &OFF, &rc_int};
     void **args = tma_epi ? args_tma : args_regs;
-    ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+    ck(cu.cuLaunchKernel(fn, (unsigned)grid, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
     ck(cu.cuCtxSynchronize(), "run 1");
     float *d1 = malloc(dbytes), *d2 = malloc(dbytes);
     if (!d1 || !d2)
@@ -1089,7 +1186,7 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
         float t[REPS];
         for (int r = 0; r < WARM + REPS; r++) {
             ck(cu.cuEventRecord(e0, NULL), "record");
-            ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+            ck(cu.cuLaunchKernel(fn, (unsigned)grid, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
             ck(cu.cuEventRecord(e1, NULL), "record");
             ck(cu.cuEventSynchronize(e1), "timed run");
             if (r >= WARM)
@@ -1103,22 +1200,37 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
         cu.cuEventDestroy(e1);
     } else {
         ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison dW");
-        ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+        ck(cu.cuLaunchKernel(fn, (unsigned)grid, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
     }
     ck(cu.cuCtxSynchronize(), "last run");
     ck(cu.cuMemcpyDtoH(d2, D, dbytes), "dW DtoH");
     res->deterministic = memcmp(d1, d2, dbytes) == 0;
     kverify(c, &q, off, rows_cap, d1, seed, res);
     res->pass = res->pass && res->deterministic;
-    printf("%-36s fp8-block wgrad E %2d N %5d K %5d, %d stages, %s, promotion %s: rows %lld (padded %d, rows_cap "
-           "%lld), regs %d, local %d B, smem %d B, quantised in %.1f s\n",
-           c->name, E, N, K, s->stages, tma_epi ? "TMA stores" : "stores from registers",
+    if (c->same_as) {
+        const KCfg *ref = kcfg_named(c->same_as);
+        if (ref->s.E != E || ref->s.N != N || ref->s.K != K || memcmp(ref->rows, c->rows, sizeof c->rows) != 0)
+            die(c->name, "its same_as config has another shape or other groups");
+        klaunch_into(ref, dir, sms, A, B, D, SA, SB, OFF, rows_cap, dbytes, d2);
+        long long ndiff = 0;
+        for (size_t i = 0; i < dbytes / 4; i++)
+            ndiff += memcmp(&d1[i], &d2[i], 4) != 0;
+        res->same = ndiff == 0 ? 1 : -1;
+        res->pass = res->pass && ndiff == 0;
+        printf("%-36s against %s on the same inputs: %lld of %zu elements differ in some bit\n", c->name, ref->name,
+               ndiff, dbytes / 4);
+    }
+    printf("%-36s fp8-block wgrad E %2d N %5d K %5d, %s, %d stages, %d blocks, %s, promotion %s: rows %lld (padded %d, "
+           "rows_cap %lld), regs %d, local %d B, smem %d B, quantised in %.1f s\n",
+           c->name, E, N, K, s->pingpong ? "ping-pong 64 x 128" : "cooperative 128 x 128", s->stages, grid,
+           tma_epi ? "TMA stores" : "stores from registers",
            c->sched == GEMM_FP8_SCHED_PAIRS ? "pairs" : "pipelined", real, off[E], rows_cap, res->regs, res->local, smem,
            qsec);
     printf("  check %lld elements: %lld over tolerance (NaN included); max err/tol %.3f, normwise %.3g (bound %.3g); two "
-           "runs bit-identical: %s -> %s\n",
+           "runs bit-identical: %s%s%s%s -> %s\n",
            res->checked, res->bad, res->max_ratio, res->normwise, ldexp(1.0, -11), res->deterministic ? "yes" : "NO",
-           res->pass ? "PASS" : "FAIL");
+           c->same_as ? "; bit-identical to " : "", c->same_as ? c->same_as : "",
+           !c->same_as ? "" : res->same == 1 ? ": yes" : ": NO", res->pass ? "PASS" : "FAIL");
     if (res->timed)
         printf("  time: median %.4f ms of 20, %.1f TFLOP/s (2 T N K, T = %lld real rows)\n", res->ms, res->tflops, real);
     fflush(stdout);
@@ -1140,7 +1252,7 @@ static int krun_all(const char *dir, int sms, unsigned seed, const char *only)
     Result res[NKCFG];
     int n = 0, fails = 0;
     for (int i = 0; i < NKCFG; i++) {
-        if (only && *only && !name_listed(only, kcfgs[i].name))
+        if (!klisted(only, &kcfgs[i]))
             continue;
         krun_one(&kcfgs[i], dir, sms, seed + 1000u + (unsigned)i, &res[n]);
         fails += !res[n].pass;

@@ -15,6 +15,10 @@
 # GEMM_FP8_ONLY="name name" builds and runs only those configurations; GEMM_FP8_TIMEOUT (default 900 s).
 # Decision 51: the MXFP8 and K-grouped rows run the pipelined promotion (the kernels' default); the *_pairs rows the
 # schedule of decisions 38 / 45, checked and timed in the same run; the two tables put them side by side.
+# Decision 56: the kblock_*_pp rows run the K-grouped kernel's ping-pong schedule (64 x 128 tiles a consumer
+# warpgroup, TMA stores), each checked against the definition and bit for bit against its cooperative twin on the
+# same inputs; the weight-gradient table (printed last) puts the two side by side. Only those and their twins (a
+# short run, no bf16 anchors): GEMM_FP8_ONLY=pingpong.
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
@@ -62,25 +66,30 @@ if [ -x "$OUT/bf16/gemm_sm90" ] && [ -z "${GEMM_FP8_ONLY:-}" ]; then
     rm=$(awk -v x="${m:-0}" -v y="${b:-0}" -v z="${b128:-0}" 'BEGIN{t=y>z?y:z; if (t>0 && x>0) printf "%.2f", x/t; else print "-"}')
     printf '%-16s %11s %11s %11s %11s %11s %11s %11s\n' "$a" "${b:--}" "${b128:--}" "${f:--}" "${m:--}" "${mp:--}" "$r" "$rm"
   done
-  # the weight gradients: the bf16 K-grouped kernel (TMA-store epilogue, what fast plans use) against the FP8
-  # K-grouped one (decision 45), the same shapes (dW [E, N, K], T = 2048 or 1024 rows a group)
+fi
+# the weight gradients: the bf16 K-grouped kernel (TMA-store epilogue, what fast plans use; with GEMM_FP8_ONLY set it
+# does not run: "-") against the FP8 K-grouped one (decision 45), the same shapes (dW [E, N, K], T = 2048 or 1024
+# rows a group). The FP8 columns: registers / TMA stores x pipelined (decision 51) / pairs (decision 45), and the
+# ping-pong schedule (decision 56, TMA stores, pipelined: what the plans emit by default) against the cooperative
+# TMA-store kernel ("pp/coop": > 1 is faster); "ms" columns the two TMA-store kernels' medians
+if grep -q '^kblock_' "$OUT/gemm_fp8.log"; then
   echo
-  # the FP8 columns: registers / TMA stores x pipelined (decision 51) / pairs (decision 45); "ms fp8" and the
-  # ratio are the TMA-store pipelined kernel's, what the plans emit
-  printf '%-18s %10s %10s %10s %10s %10s %10s %10s %10s\n' "wgrad TFLOP/s" "bf16 K-grp" "fp8 K" "fp8 K prs" \
-    "fp8 K TMA" "TMA pairs" "ms bf16" "ms fp8" "fp8/bf16"
+  printf '%-18s %10s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n' "wgrad TFLOP/s" "bf16 K-grp" "fp8 K" "fp8 K prs" \
+    "fp8 K TMA" "TMA pairs" "TMA pp" "ms coop" "ms pp" "ms bf16" "pp/coop"
   for a in mixtral_dw_gate_up:mixtral_gate_up mixtral_dw_down:mixtral_down bio_dw_up:bio_up bio_dw_down:bio_down; do
     f8=${a%%:*} b16=${a##*:}
-    b=$(awk -v n="wgrad_${b16}_tma" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log")
-    bms=$(awk -v n="wgrad_${b16}_tma" '$1==n && NF>=8 && $7 ~ /PASS|FAIL/ {print $8}' "$OUT/bf16.log")
+    b=$(awk -v n="wgrad_${b16}_tma" '$1=="MOEC_ANCHOR" && $2==n {print $3}' "$OUT/bf16.log" 2>/dev/null)
+    bms=$(awk -v n="wgrad_${b16}_tma" '$1==n && NF>=8 && $7 ~ /PASS|FAIL/ {print $8}' "$OUT/bf16.log" 2>/dev/null)
     f=$(awk -v n="kblock_$f8" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     fp=$(awk -v n="kblock_${f8}_pairs" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     ft=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     ftp=$(awk -v n="kblock_${f8}_tma_pairs" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
+    fpp=$(awk -v n="kblock_${f8}_tma_pp" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
     fms=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
-    r=$(awk -v x="${ft:-0}" -v y="${b:-0}" 'BEGIN{if (y>0 && x>0) printf "%.2f", x/y; else print "-"}')
-    printf '%-18s %10s %10s %10s %10s %10s %10s %10s %10s\n' "$f8" "${b:--}" "${f:--}" "${fp:--}" "${ft:--}" "${ftp:--}" \
-      "${bms:--}" "${fms:--}" "$r"
+    pms=$(awk -v n="kblock_${f8}_tma_pp" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
+    r=$(awk -v x="${fpp:-0}" -v y="${ft:-0}" 'BEGIN{if (y>0 && x>0) printf "%.3f", x/y; else print "-"}')
+    printf '%-18s %10s %9s %9s %9s %9s %9s %9s %9s %9s %8s\n' "$f8" "${b:--}" "${f:--}" "${fp:--}" "${ft:--}" "${ftp:--}" \
+      "${fpp:--}" "${fms:--}" "${pms:--}" "${bms:--}" "$r"
   done
 fi
 echo "checks: $(grep -c -- '-> PASS' "$OUT/gemm_fp8.log") passed, $(grep -c -- '-> FAIL' "$OUT/gemm_fp8.log") failed (rc $rc); seed $SEED"

@@ -996,8 +996,9 @@ static void test_fast_mlp(void)
 }
 
 /* --precision fp8-block --kernels fast (cuda_moe_fast.c, decision 38): tests/gpu/fast_mlp_fp8.moe's expert MLPs
- * on the FP8 grouped GEMM and the quantisers of fp8_block_fast.cuh (their numerics: tests/codegen/fp8b_quant.test) */
-static void test_fast_mlp_fp8(void)
+ * on the FP8 grouped GEMM and the quantisers of fp8_block_fast.cuh (their numerics: tests/codegen/fp8b_quant.test);
+ * the weight gradients' FP8 K-grouped GEMM in the default schedule (ping-pong, decision 56) or forced cooperative */
+static void test_fast_mlp_fp8(int coop)
 {
     Compilation c;
     IrGraph *g = compile_model(&c, "tests/gpu/fast_mlp_fp8.moe", NULL, 0, NULL);
@@ -1005,7 +1006,8 @@ static void test_fast_mlp_fp8(void)
     Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
     if (p)
         p->source.kernels = PLAN_KERNELS_FAST;
-    CHECK(g && g->train.precision == IR_PREC_FP8_BLOCK && p && cuda_codegen(p, NULL, NULL),
+    CudaOptions opts = {.fp8_kgemm_schedule = coop ? CUDA_KSCHED_COOPERATIVE : CUDA_KSCHED_DEFAULT};
+    CHECK(g && g->train.precision == IR_PREC_FP8_BLOCK && p && cuda_codegen(p, &opts, NULL),
           "fast_mlp_fp8: an fp8-block fast plan");
     if (!p) {
         compilation_free(&c);
@@ -1030,8 +1032,12 @@ static void test_fast_mlp_fp8(void)
         bwd += n->op == IR_OP_GROUPED_MLP_BWD;
         impl_ok &= l->impl && strncmp(l->impl, "fast: fp8-block", 15) == 0;
         const char *kn = p->kernel_names[l->kernel];
-        /* the M-grouped FP8 GEMMs at 6 stages, the K-grouped ones with the TMA-store epilogue at 5 (decision 51) */
-        int is_fp8 = strstr(kn, "_fp8b_s6") != NULL || strstr(kn, "_fp8b_s5_tma") != NULL, maps = 0;
+        /* the M-grouped FP8 GEMMs at 6 stages, the K-grouped ones with the TMA-store epilogue at 5 (decision 51), or
+         * ping-pong at 7 (decision 56) */
+        int is_fp8 = strstr(kn, "_fp8b_s6") != NULL ||
+                     (coop ? strstr(kn, "_fp8b_s5_tma") != NULL && !strstr(kn, "_pp")
+                           : strstr(kn, "_fp8b_s7_tma_pp") != NULL),
+            maps = 0;
         /* the weight gradients on the FP8 K-grouped GEMM (decision 45): operands [C, rows_cap], tokens contiguous */
         int is_k = is_fp8 && strstr(kn, "_dw_") != NULL;
         fp8_gemms += is_fp8;
@@ -1066,10 +1072,12 @@ static void test_fast_mlp_fp8(void)
                         sb = k;
                 weights_ok &= ok && sb >= 0;
             }
-            /* an E4M3 operand: a byte buffer, box {128, 128}, rows_cap (the i32 argument) a multiple of 16; the
-             * M-grouped kernel's A is [rows_cap, K], the K-grouped kernel's both operands [C, rows_cap] */
+            /* an E4M3 operand: a byte buffer, box {128, 128} (the ping-pong K-grouped kernel's dY^T {128, 64}),
+             * rows_cap (the i32 argument) a multiple of 16; the M-grouped kernel's A is [rows_cap, K], the K-grouped
+             * kernel's both operands [C, rows_cap] */
             const PlanArg *rc = &l->targs[l->nargs - 1];
-            caps &= p->bufs[t->buf].storage == PLAN_E4M3 && t->box_cols == 128 && t->box_rows == 128 &&
+            caps &= p->bufs[t->buf].storage == PLAN_E4M3 && t->box_cols == 128 &&
+                    t->box_rows == (is_k && !coop && a == 0 ? 64 : 128) &&
                     rc->kind == PLAN_ARG_I32 && rc->value % 16 == 0 &&
                     (is_k ? t->cols == rc->value : a > 0 || t->rows == rc->value) &&
                     t->rows * t->cols <= p->bufs[t->buf].bytes;
@@ -1110,14 +1118,17 @@ static void test_fast_mlp_fp8(void)
     CHECK(fp8_gemms == 6 * layers && u8maps == 12 * layers && kgemms == 2 * layers && caps,
           "fast_mlp_fp8: %d FP8 GEMMs (%d E4M3 tensor maps), %d of them FP8 weight-gradient GEMMs per plan", fp8_gemms,
           u8maps, kgemms);
-    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8KGrouped<4, 256, 256, 5, 0>::run(tma_a, tma_b, out + ") &&
-              strstr(p->cuda_source, "moec::sm90::GemmFp8KGrouped<4, 512, 256, 5, 0>::run(tma_a, tma_b, out + ") &&
+    const char *kdown = coop ? "moec::sm90::GemmFp8KGrouped<4, 256, 256, 5, 0>::run(tma_a, tma_b, out + "
+                             : "moec::sm90::GemmFp8KGrouped<4, 256, 256, 7, 0, 16, 0, 1>::run(tma_a, tma_b, out + ";
+    const char *kgu = coop ? "moec::sm90::GemmFp8KGrouped<4, 512, 256, 5, 0>::run(tma_a, tma_b, out + "
+                           : "moec::sm90::GemmFp8KGrouped<4, 512, 256, 7, 0, 16, 0, 1>::run(tma_a, tma_b, out + ";
+    CHECK(strstr(p->cuda_source, kdown) && strstr(p->cuda_source, kgu) &&
               strstr(p->cuda_source, "rows_cap, &tma_dw);") &&
               strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, 2 * F>(q, sa, ") &&
               strstr(p->cuda_source, ", dht, dhts, moec::fp8b::Dswiglu<F>{hp, dap, pp}") &&
               !strstr(p->cuda_source, "GemmKGrouped<4,"),
-          "fast_mlp_fp8: dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
-          "K-grouped expert GEMM");
+          "fast_mlp_fp8 (%s): dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
+          "K-grouped expert GEMM", coop ? "cooperative" : "ping-pong");
     CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, ") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_fp8b_copy_4x512x256(") &&
@@ -1613,7 +1624,8 @@ int main(void)
     test_models();
     test_plan_refusals();
     test_fast_mlp();
-    test_fast_mlp_fp8();
+    test_fast_mlp_fp8(0);
+    test_fast_mlp_fp8(1);
     test_fast_mlp_mx();
     test_bf16_storage();
     test_needs_arch();

@@ -6,7 +6,9 @@
  *   - NVRTC compiles the kernel for sm_90a, warning-free, for a few shapes and both BLOCK_N
  *     (skipped without libnvrtc, except in CI or with MOEC_REQUIRE_NVRTC set);
  *   - the K-grouped (weight-gradient) order: every (group, n, k) tile exactly once, empty groups too;
- *   - the shape checks refuse what the kernel cannot do.
+ *   - the shape checks refuse what the kernel cannot do;
+ *   - the ping-pong FP8 K-grouped kernel's barriers simulated over random interleavings (no stale-phase wait, no
+ *     deadlock).
  * Run from the repository root. No GPU needed. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,13 +291,13 @@ static void test_nvrtc_compile(void)
 static void test_fp8_shapes(void)
 {
     char err[256];
-    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
-                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
-                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16},
-                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},
-                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32},
-                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0},
-                 badm = {8, 4096, 4096, 4, 2, 0}, bado = {8, 4096, 4096, 4, 0, 2};
+    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
+                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
+                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
+                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
+                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},
+                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0, 0},
+                 badm = {8, 4096, 4096, 4, 2, 0, 0}, bado = {8, 4096, 4096, 4, 0, 2, 0};
     CHECK(gemm_fp8_check_shape(&blk, err, sizeof err) &&
               gemm_fp8_smem_bytes(&blk) == 1024 + 6 * (32768 + 128) + 32768 + 6 * 24,
           "fp8-block Mixtral gate_up, 6 stages, bf16 out: %d bytes %s", gemm_fp8_smem_bytes(&blk), err);
@@ -306,7 +308,7 @@ static void test_fp8_shapes(void)
     CHECK(!gemm_fp8_check_shape(&mx6, err, sizeof err) && strstr(err, "shared memory"), "MXFP8, 6 stages: %s", err);
     CHECK(gemm_fp8_check_shape(&f32, err, sizeof err), "6 stages, fp32 out: %s", err);
     CHECK(!gemm_fp8_check_shape(&badk, err, sizeof err) && strstr(err, "K 1088"), "K %% 128: %s", err);
-    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0};
+    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0, 0};
     CHECK(!gemm_fp8_check_shape(&oddk, err, sizeof err) && strstr(err, "256"), "an odd number of K blocks: %s", err);
     CHECK(!gemm_fp8_check_shape(&badn, err, sizeof err) && strstr(err, "N 4160"), "N %% 128: %s", err);
     CHECK(!gemm_fp8_check_shape(&badm, err, sizeof err) && strstr(err, "mode"), "mode 2: %s", err);
@@ -380,10 +382,10 @@ static void test_fp8_compile(void)
     if (!nvrtc_load(err, sizeof err))
         return; /* test_nvrtc_compile said why (and failed where NVRTC is required) */
     const GemmFp8Shape shapes[] = {
-        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16}, /* Mixtral gate_up, fp8-block */
-        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16},    /* Mixtral down, MXFP8 */
-        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32},     /* the GPU check's ragged shape */
-        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32},
+        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0}, /* Mixtral gate_up, fp8-block */
+        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},    /* Mixtral down, MXFP8 */
+        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},     /* the GPU check's ragged shape */
+        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32, 0},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
@@ -411,13 +413,171 @@ static void test_fp8_compile(void)
     }
 }
 
+/* ---- the ping-pong FP8 K-grouped kernel's synchronisation (GemmFp8KGrouped PINGPONG 1, decision 56), simulated:
+ * one block's agents as the kernel runs them, one step at a time in a random order: the producer (waits `empty`,
+ * issues a stage's copies), the copies landing (any pending one, out of order: `full` completes), the decoder warp
+ * (waits `full`, arrives on `ready`), and the two consumer warpgroups (the kernel's loop: ist / iph advanced over
+ * the other's tiles; named barrier 3 + c before a tile's first issue; an issue waits `full` and `ready`, at most
+ * two stages issued and not yet promoted; a promotion arrives on `empty`; after a tile's last issue, or at once
+ * for an empty tile, the arrive for the other warpgroup's next tile). mbarrier parity waits as the hardware
+ * answers them (a wait for parity P passes once the completed phases' count has parity != P), so a wait that
+ * passes on a phase two behind the one meant is seen: each passing wait must find its stage landed (or decoded)
+ * with the ring number the waiter expects in the slot. Also: no deadlock, every stage issued once by the right
+ * warpgroup in ring order, a named barrier never holds two arrivals. */
+enum { SIM_MAX_TILES = 16, SIM_MAX_STAGES = SIM_MAX_TILES * 8 };
+static int sim_wait(int completed, int parity) { return (completed & 1) != parity; }
+
+static int sim_pingpong_once(int S, int T, const int *steps, unsigned *why)
+{
+    int base[SIM_MAX_TILES + 1], total = 0;
+    for (int j = 0; j < T; j++) {
+        base[j] = total;
+        total += steps[j];
+    }
+    base[T] = total;
+    int full_done[8] = {0}, empty_done[8] = {0}, ready_done[8] = {0}, slot_ring[8], slot_decoded[8];
+    for (int s = 0; s < 8; s++)
+        slot_ring[s] = slot_decoded[s] = -1;
+    int pending[SIM_MAX_STAGES], npending = 0; /* stages issued by the producer, not landed */
+    int prod = 0, dec = 0;                      /* the next ring number of the producer, of the decoder */
+    int nbar[2] = {0, 0};                       /* arrivals waiting at named barrier 3 + c */
+    int issued_by[SIM_MAX_STAGES];
+    for (int n = 0; n < total; n++)
+        issued_by[n] = -1;
+    struct Wg {
+        int j, ist, iph, rst, left, inflight, state, done; /* state 0: tile start, 1: issuing, 2: draining */
+    } wg[2] = {{0}, {0}};
+    wg[1].j = 0;
+    for (long long step = 0; step < 1000000; step++) {
+        int can[5], ncan = 0;
+        /* 0 producer, 1 a landing, 2 decoder, 3 + c warpgroup c */
+        if (prod < total && sim_wait(empty_done[prod % S], ((prod / S) & 1) ^ 1))
+            can[ncan++] = 0;
+        if (npending)
+            can[ncan++] = 1;
+        if (dec < total && sim_wait(full_done[dec % S], (dec / S) & 1))
+            can[ncan++] = 2;
+        for (int c = 0; c < 2; c++) {
+            struct Wg *w = &wg[c];
+            if (w->done)
+                continue;
+            int ok = 0;
+            if (w->state == 0)
+                ok = w->j >= T || (w->j & 1) != c || w->j == 0 || nbar[c] > 0;
+            else if (w->state == 1)
+                ok = w->inflight > 0 || (w->left > 0 && sim_wait(full_done[w->ist], w->iph) &&
+                                         sim_wait(ready_done[w->ist], w->iph));
+            else
+                ok = 1;
+            if (ok)
+                can[ncan++] = 3 + c;
+        }
+        if (wg[0].done && wg[1].done)
+            return prod == total && dec == total && npending == 0 ? 0 : (*why = 1, 1);
+        if (!ncan)
+            return *why = 2, 1; /* deadlock */
+        const int a = can[rnd((unsigned)ncan)];
+        if (a == 0) {
+            pending[npending++] = prod++;
+        } else if (a == 1) {
+            const int i = (int)rnd((unsigned)npending), n = pending[i];
+            pending[i] = pending[--npending];
+            if (slot_ring[n % S] != n - S && n >= S)
+                return *why = 3, 1; /* a slot refilled before its previous stage was consumed */
+            slot_ring[n % S] = n;
+            full_done[n % S]++;
+        } else if (a == 2) {
+            if (slot_ring[dec % S] != dec)
+                return *why = 4, 1; /* the decoder's wait passed on a stale phase */
+            slot_decoded[dec % S] = dec;
+            ready_done[dec % S]++;
+            dec++;
+        } else {
+            const int c = a - 3;
+            struct Wg *w = &wg[c];
+            const int j = w->j;
+            if (j >= T) {
+                w->done = 1;
+                continue;
+            }
+            const int next = j + 1 < T;
+            if (w->state == 0) {
+                if ((j & 1) != c) { /* the other's tile: advance the ring position */
+                    const int q = w->ist + steps[j];
+                    w->ist = q % S;
+                    w->iph ^= (q / S) & 1;
+                    w->j++;
+                    continue;
+                }
+                if (j > 0)
+                    nbar[c]--;
+                w->rst = w->ist;
+                w->left = steps[j];
+                w->state = 1;
+                if (steps[j] == 0) {
+                    if (next && ++nbar[c ^ 1] > 1)
+                        return *why = 5, 1;
+                    w->state = 2;
+                }
+            } else if (w->state == 1) {
+                /* promote the oldest in flight, or issue the next (at most two in flight, as the pipelined bodies) */
+                const int can_issue = w->left > 0 && w->inflight < 2 && sim_wait(full_done[w->ist], w->iph) &&
+                                      sim_wait(ready_done[w->ist], w->iph);
+                if (w->inflight > 0 && (!can_issue || rnd(2))) {
+                    empty_done[w->rst]++;
+                    w->rst = (w->rst + 1) % S;
+                    w->inflight--;
+                    if (w->left == 0 && w->inflight == 0)
+                        w->state = 2;
+                } else {
+                    const int n = base[j] + steps[j] - w->left;
+                    if (w->ist != n % S || slot_ring[w->ist] != n || slot_decoded[w->ist] != n || issued_by[n] != -1)
+                        return *why = 6, 1; /* a wait passed on the wrong stage */
+                    issued_by[n] = c;
+                    if (++w->ist == S) {
+                        w->ist = 0;
+                        w->iph ^= 1;
+                    }
+                    w->inflight++;
+                    if (--w->left == 0 && next && ++nbar[c ^ 1] > 1)
+                        return *why = 5, 1;
+                }
+            } else { /* the epilogue, then the next tile */
+                w->state = 0;
+                w->j++;
+            }
+        }
+    }
+    return *why = 7, 1;
+}
+
+static void test_fp8k_pingpong_protocol(void)
+{
+    int bad = 0, runs = 0;
+    unsigned why = 0, first_why = 0;
+    for (int it = 0; it < 3000; it++) {
+        const int S = 2 + (int)rnd(7), T = 1 + (int)rnd(SIM_MAX_TILES);
+        int steps[SIM_MAX_TILES];
+        for (int j = 0; j < T; j++)
+            steps[j] = rnd(4) == 0 ? 0 : (int)rnd(9);
+        for (int rep = 0; rep < 4; rep++, runs++)
+            if (sim_pingpong_once(S, T, steps, &why)) {
+                if (!bad)
+                    first_why = why;
+                bad++;
+            }
+    }
+    CHECK(bad == 0, "ping-pong FP8 K-grouped protocol: %d of %d random runs wrong (first: reason %u)", bad, runs,
+          first_why);
+}
+
 /* ---- the FP8 K-grouped kernel (GemmFp8KGrouped, decision 45): shapes, its scale layout, its compile */
 static void test_fp8_kgrouped(void)
 {
     char err[1024];
-    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
-                                                                                 GEMM_FP8_OUT_F32};
-    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32};
+    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
+                                                                                 GEMM_FP8_OUT_F32, 0};
+    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0};
     GemmFp8Shape tma5 = gu, tma6 = gu;
     tma5.out = tma6.out = GEMM_FP8_OUT_F32_TMA;
     tma5.stages = 5;
@@ -439,6 +599,24 @@ static void test_fp8_kgrouped(void)
     CHECK(!gemm_fp8_kgrouped_check_shape(&bf, err, sizeof err) && strstr(err, "fp32"), "bf16 out: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&mx, err, sizeof err) && strstr(err, "fp8-block"), "MXFP8: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&badn, err, sizeof err) && strstr(err, "128"), "N %% 128: %s", err);
+    /* ping-pong (decision 56): a stage holds 64 rows of dY^T (8 KB) and their 64 scale codes; 7 stages beside the
+     * TMA stores' 32 KB; the register stores refused; pingpong 2 refused; the M-grouped kernel takes none */
+    GemmFp8Shape pp7 = tma5, pp8 = tma5, pp2 = tma5, ppr = gu, mpp = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 1};
+    pp7.pingpong = pp8.pingpong = ppr.pingpong = 1;
+    pp7.stages = 7;
+    pp8.stages = 8;
+    ppr.stages = 4;
+    pp2.pingpong = 2;
+    CHECK(gemm_fp8_kgrouped_check_shape(&pp7, err, sizeof err) &&
+              gemm_fp8_kgrouped_smem_bytes(&pp7) == 1024 + 7 * (8192 + 16384 + 64 + 128 + 1024) + 7 * 24 + 32768 &&
+              gemm_fp8_kgrouped_a_rows(&pp7) == 64 && gemm_fp8_kgrouped_a_rows(&gu) == 128,
+          "ping-pong, TMA stores, 7 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&pp7), err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&pp8, err, sizeof err) && strstr(err, "shared memory"),
+          "ping-pong, TMA stores, 8 stages: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&ppr, err, sizeof err) && strstr(err, "TMA stores"),
+          "ping-pong, register stores: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&pp2, err, sizeof err) && strstr(err, "pingpong"), "pingpong 2: %s", err);
+    CHECK(!gemm_fp8_check_shape(&mpp, err, sizeof err) && strstr(err, "ping-pong"), "M-grouped pingpong: %s", err);
 
     /* the transposed operands' scales [rows_cap / 128][cols]: a 128-token block's codes for 128 columns from a
      * multiple of 128 are 128 contiguous bytes, 16-byte aligned for cols % 16 == 0, every index hit once */
@@ -461,19 +639,23 @@ static void test_fp8_kgrouped(void)
 
     if (!nvrtc_load(err, sizeof err))
         return;
-    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu};
+    GemmFp8Shape oddpp = pp7;
+    oddpp.E = oddk.E;
+    oddpp.N = oddk.N;
+    oddpp.K = oddk.K;
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
-        /* the last: decisions 45's pairs (the others the pipelined promotion, decision 51) */
-        char *src = i == 3 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
-                           : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
+        /* 3 and 6: decisions 45's pairs (the others the pipelined promotion, decision 51); 4-6 ping-pong */
+        char *src = i == 3 || i == 6 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
+                                     : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
         if (!ok && out.log)
             nvrtc_print_log(stderr, out.log, src, "gemm_fp8k.cu");
         CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
-              "FP8 K-grouped E %d N %d K %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N,
-              s->K, s->out, ok ? "" : err, out.nwarnings);
+              "FP8 K-grouped E %d N %d K %d out %d pingpong %d compiles for sm_90a warning-free: %s (%d warnings)", s->E,
+              s->N, s->K, s->out, s->pingpong, ok ? "" : err, out.nwarnings);
         CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 K-grouped: ptxas serialised the wgmma:\n%s",
               out.log ? out.log : "");
         nvrtc_output_free(&out);
@@ -491,6 +673,7 @@ int main(void)
     test_fp8_scale_layout();
     test_fp8_compile();
     test_fp8_kgrouped();
+    test_fp8k_pingpong_protocol();
     printf("test_gemm_sm90: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }
