@@ -183,19 +183,21 @@ static int attn_fwd_ws_smem(int64_t hd)
            ATTN_SMEM_ALIGN;
 }
 /* fwd_ws's and bwd_dq_ws's SCHED: 0 decision 50's step, 1 the warpgroup's own overlap fixed, 2 that and the two
- * consumers' products in strict alternation (named barriers 1 and 2); the default 2 (decision 59) */
+ * consumers' products in strict alternation (named barriers 1 and 2). The default 0: on the H200 (bench/attn.sh,
+ * 2026-12-02, decision 59) 1 and 2 were within run-to-run noise of it (Mixtral 2.576 / 2.572 ms, between projections
+ * 2.774 / 2.768 / overlap 2.736), so the kernels measured longest stay the default; MOEC_ATTN selects the others. */
 static int attn_sched(const Cg *cg)
 {
     switch (cg->attn_schedule) {
-    case CUDA_ATTN_WS:
-        return 0;
     case CUDA_ATTN_OVERLAP:
         return 1;
     case CUDA_ATTN_PINGPONG:
+        return 2;
+    case CUDA_ATTN_WS:
     case CUDA_ATTN_DEFAULT:
         break;
     }
-    return 2;
+    return 0;
 }
 static int attn_ws_ok(int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd)
 {

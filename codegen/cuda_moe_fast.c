@@ -725,9 +725,10 @@ static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32_TMA;
 /* The FP8 K-grouped kernel's schedule unless CudaOptions says otherwise (decision 56): ping-pong, each consumer
  * warpgroup its own 64 x 128 tiles of dW, one's TMA stores under the other's main loop (the cooperative kernel, 128 x
  * 128 tiles, stores a tile's 64 KB of fp32 with the tensor cores idle: 676 / 691 TFLOP/s on the H200, decision 51).
- * Predicted, not yet measured on the H200: MOEC_FP8_KGEMM=cooperative is the A/B, tests/gpu/gemm_fp8.sh times both
- * side by side. */
-static const CudaKgemmSchedule FP8B_KGEMM_SCHEDULE = CUDA_KSCHED_PINGPONG;
+ * Measured on the H200 (tests/gpu/gemm_fp8.sh, 2026-12-02, decision 56): correct, bit-identical to the cooperative
+ * kernel, but slower at every shape (Mixtral dW_gate_up 443 against 649 TFLOP/s, pp/coop 0.68-0.71), so the default
+ * stays cooperative; MOEC_FP8_KGEMM=pingpong selects it. */
+static const CudaKgemmSchedule FP8B_KGEMM_SCHEDULE = CUDA_KSCHED_COOPERATIVE;
 static int fp8b_kgemm_pingpong(const Cg *cg)
 {
     return cg->fp8_kgemm_schedule == CUDA_KSCHED_PINGPONG ||

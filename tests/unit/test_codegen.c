@@ -620,7 +620,7 @@ static void test_attn_schedules(void)
         CudaAttnSchedule sched;
         const char *fwd, *dq;
     } cases[] = {
-        {CUDA_ATTN_DEFAULT, "VROW0, 4, 2>(ITEMS, o, lse2", "VROW0, 3, 2>(ITEMS, out"},
+        {CUDA_ATTN_DEFAULT, "VROW0, 4, 0>(ITEMS, o, lse2", "VROW0, 3, 0>(ITEMS, out"},
         {CUDA_ATTN_WS, "VROW0, 4, 0>(ITEMS, o, lse2", "VROW0, 3, 0>(ITEMS, out"},
         {CUDA_ATTN_OVERLAP, "VROW0, 4, 1>(ITEMS, o, lse2", "VROW0, 3, 1>(ITEMS, out"},
         {CUDA_ATTN_PINGPONG, "VROW0, 4, 2>(ITEMS, o, lse2", "VROW0, 3, 2>(ITEMS, out"},
@@ -997,7 +997,8 @@ static void test_fast_mlp(void)
 
 /* --precision fp8-block --kernels fast (cuda_moe_fast.c, decision 38): tests/gpu/fast_mlp_fp8.moe's expert MLPs
  * on the FP8 grouped GEMM and the quantisers of fp8_block_fast.cuh (their numerics: tests/codegen/fp8b_quant.test);
- * the weight gradients' FP8 K-grouped GEMM in the default schedule (ping-pong, decision 56) or forced cooperative */
+ * the weight gradients' FP8 K-grouped GEMM in the default schedule (cooperative: the ping-pong kernel of decision 56
+ * measured slower) or forced ping-pong */
 static void test_fast_mlp_fp8(int coop)
 {
     Compilation c;
@@ -1006,7 +1007,7 @@ static void test_fast_mlp_fp8(int coop)
     Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
     if (p)
         p->source.kernels = PLAN_KERNELS_FAST;
-    CudaOptions opts = {.fp8_kgemm_schedule = coop ? CUDA_KSCHED_COOPERATIVE : CUDA_KSCHED_DEFAULT};
+    CudaOptions opts = {.fp8_kgemm_schedule = coop ? CUDA_KSCHED_DEFAULT : CUDA_KSCHED_PINGPONG};
     CHECK(g && g->train.precision == IR_PREC_FP8_BLOCK && p && cuda_codegen(p, &opts, NULL),
           "fast_mlp_fp8: an fp8-block fast plan");
     if (!p) {
