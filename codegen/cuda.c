@@ -820,6 +820,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     cg.dedup = !(opts && opts->no_dedup);
     cg.kgemm_epilogue = opts ? opts->kgemm_epilogue : CUDA_KGEMM_DEFAULT;
     cg.mgemm_schedule = opts ? opts->mgemm_schedule : CUDA_MGEMM_DEFAULT;
+    cg.dswiglu = opts ? opts->dswiglu : CUDA_DSWIGLU_DEFAULT;
     cg.kgemm_schedule = opts ? opts->kgemm_schedule : CUDA_KSCHED_DEFAULT;
     cg.kernel_choice = p->source.kernels;
     for (int i = 0; i < g->nnodes; i++) {

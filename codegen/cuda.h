@@ -49,11 +49,17 @@ typedef enum CudaMgemmSchedule {
  * warpgroup (FAST_KGEMM_SCHEDULE); MOEC_KGEMM=cooperative|pingpong in the driver's environment. */
 typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, CUDA_KSCHED_PINGPONG } CudaKgemmSchedule;
 
+/* The bf16 fast expert MLP backward's dSwiGLU (decision 60): in the epilogue of the da GEMM (default; da never
+ * stored) or the separate kernel after a GEMM that stores da (for A/B timing); MOEC_DSWIGLU=fused|separate in
+ * the driver's environment. */
+typedef enum CudaDswiglu { CUDA_DSWIGLU_DEFAULT, CUDA_DSWIGLU_FUSED, CUDA_DSWIGLU_SEPARATE } CudaDswiglu;
+
 typedef struct CudaOptions {
     int no_dedup;          /* one kernel per launch even when identical (default: share) */
     CudaKgemmEpilogue kgemm_epilogue;
     CudaMgemmSchedule mgemm_schedule;
     CudaKgemmSchedule kgemm_schedule;
+    CudaDswiglu dswiglu;
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be
