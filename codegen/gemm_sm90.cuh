@@ -131,7 +131,7 @@ __device__ __forceinline__ void dswiglu1(float g, float u, float da, float pp, f
  * operands' L2 and shared-memory traffic per flop of the cooperative BLOCK_N 128 kernel, where the
  * 64 x 256 tiles of PINGPONG 1 read 25% more per flop from L2); each thread holds two m64n128
  * fragments (rows 0-63 and 64-127 of the tile, 128 fp32 in all) and issues two wgmma per 16-deep
- * slice. Epilogues 0 and 3 only. The SwiGLU epilogue (3) takes 64 gate and the matching 64 up rows
+ * slice. Epilogues 0, 3, 5 and 6 only. The SwiGLU epilogue (3) takes 64 gate and the matching 64 up rows
  * of W into one tile: tile column block nb is gate columns 256 (nb / 2) + 64 (nb % 2) .. + 63 of D's
  * interleaved layout and the up columns 128 further (tma_b's box {64, 64}: two boxes per stage), so
  * each thread again holds both factors of its outputs of a (columns 128 (nb / 2) + 64 (nb % 2) ..).
