@@ -70,25 +70,18 @@ __device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N /
     }
 }
 
-/* fp32 -> bf16 bits, round to nearest even, NaN a quiet NaN: prelude.cuh's bf16_bits (the rounding of
- * moe_fast.cuh's pack2), here so that this file stands alone (tests/gpu/gemm_sm90.c) */
-__device__ __forceinline__ unsigned bf16x2_rne(float lo, float hi)
-{
-    unsigned a = __float_as_uint(lo), b = __float_as_uint(hi);
-    a = (a & 0x7fffffffu) > 0x7f800000u ? (a >> 16) | 0x40u : (a + 0x7fffu + ((a >> 16) & 1u)) >> 16;
-    b = (b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u : (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-    return (a & 0xffffu) | (b << 16);
-}
-
 /* The expert MLP backward's dSwiGLU of one element (decision 60): gate g, up u (bf16 values of h), da (the
  * bf16 value of the data gradient of a), the row's probability pp: dg = da pp u silu'(g), du = da pp silu(g),
  * o = silu(g) u pp (a, for dW_down) and t = da silu(g) u (a term of dprobs). Every operation explicitly
  * rounded (no contraction), so that moe_fast.cuh's dswiglu kernel and GemmMGrouped's dSwiGLU epilogue
- * (EPILOGUE 5, 6) give the same bits whatever the compiler fuses around them. */
+ * (EPILOGUE 5, 6) give the same bits whatever the compiler fuses around them; both round the results to bf16
+ * with pack_bf16x2 (cvt.rn.bf16x2.f32). */
 __device__ __forceinline__ void dswiglu1(float g, float u, float da, float pp, float &dg, float &du, float &o,
                                          float &t)
 {
-    const float sg = __fdiv_rn(1.0f, __fadd_rn(1.0f, __expf(-g))), sl = __fmul_rn(g, sg), d = __fmul_rn(da, pp);
+    /* the sigmoid's reciprocal approximate (rcp.approx, within 1 ulp; 0 for 1 + exp(-g) = inf): IEEE division
+     * puts a branch and a slow-path call on every element, which serialised the epilogue (decision 60) */
+    const float sg = __fdividef(1.0f, __fadd_rn(1.0f, __expf(-g))), sl = __fmul_rn(g, sg), d = __fmul_rn(da, pp);
     dg = __fmul_rn(__fmul_rn(d, u), __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(g, __fadd_rn(1.0f, -sg)))));
     du = __fmul_rn(d, sl);
     o = __fmul_rn(__fmul_rn(sl, u), pp);
@@ -358,9 +351,9 @@ struct GemmMGrouped {
                         dswiglu1(g, u, da, pr[i], dg[c], du[c], o[c], t);
                         s[i] = __fadd_rn(s[i], t);
                     }
-                    st_shared_u32(bX + (r + 8 * i) * 128 + off, bf16x2_rne(dg[0], dg[1]));
-                    pdu[i][jj] = bf16x2_rne(du[0], du[1]);
-                    po[i][jj] = bf16x2_rne(o[0], o[1]);
+                    st_shared_u32(bX + (r + 8 * i) * 128 + off, pack_bf16x2(dg[0], dg[1]));
+                    pdu[i][jj] = pack_bf16x2(du[0], du[1]);
+                    po[i][jj] = pack_bf16x2(o[0], o[1]);
                 }
             }
             fence_proxy_async();

@@ -242,6 +242,14 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8])
     return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
 
+/* pack8 with the tensor-core epilogues' rounding, cvt.rn.bf16x2.f32 (gemm_sm90.cuh pack_bf16x2): the same bits as
+ * pack8 except that a NaN comes out as the canonical 0x7fff */
+__device__ __forceinline__ uint4 pack8_cvt(const float (&f)[8])
+{
+    return make_uint4(sm90::pack_bf16x2(f[0], f[1]), sm90::pack_bf16x2(f[2], f[3]), sm90::pack_bf16x2(f[4], f[5]),
+                      sm90::pack_bf16x2(f[6], f[7]));
+}
+
 /* a [., F] = silu(gate) * up * p over the padded rows of h [., 2F] (bf16), p [.] f32; the arithmetic in
  * float. One block per padded row, 8 columns (16-byte loads and stores) per thread. F % 8 == 0. */
 template <int E, long long F> __device__ void swiglu(unsigned short *a, const unsigned short *h, const float *p,
@@ -293,9 +301,10 @@ __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const 
                 sm90::dswiglu1(g[i], u[i], d_a[i], pp, dg[i], du[i], o[i], t);
                 part = __fadd_rn(part, t);
             }
-            *(uint4 *)(dh + (long long)pr * 2 * F + gc) = pack8(dg);
-            *(uint4 *)(dh + (long long)pr * 2 * F + uc) = pack8(du);
-            *(uint4 *)(a + (long long)pr * F + f) = pack8(o);
+            /* rounded as the dSwiGLU epilogue rounds (cvt.rn.bf16x2: pack8's rounding but for NaN payloads) */
+            *(uint4 *)(dh + (long long)pr * 2 * F + gc) = pack8_cvt(dg);
+            *(uint4 *)(dh + (long long)pr * 2 * F + uc) = pack8_cvt(du);
+            *(uint4 *)(a + (long long)pr * F + f) = pack8_cvt(o);
             s += (double)part;
         }
         s = block_sum<256>(s);
