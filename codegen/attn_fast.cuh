@@ -269,6 +269,23 @@ __device__ __forceinline__ float ex2(float x)
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
+/* 0, computed from x so that ptxas cannot move the computation of x below its use (prmt with every byte taken
+ * from the constant 0; ptxas does not fold it) */
+__device__ __forceinline__ int opaque_zero(unsigned x)
+{
+    unsigned z;
+    asm volatile("prmt.b32 %0, %1, 0, 0x4444;\n" : "=r"(z) : "r"(x));
+    return (int)z;
+}
+/* the fence of SCHED >= 1 (fwd_ws, bwd_dq_ws) before a wgmma wait: a barrier of the warpgroup's 128 threads
+ * (named barrier id, 3 or 4: one a consumer warpgroup) whose id depends on dep. ptxas moves a wgmma wait up past
+ * any arithmetic (decision 50's forward waited for its product with v_{j-1} before the first exponential), but
+ * not past a bar.sync, and the bar.sync cannot go above the arithmetic dep comes from; the four warps of a
+ * warpgroup are in step anyway (every wgmma is warpgroup-wide) */
+__device__ __forceinline__ void wg_fence(int id, unsigned dep)
+{
+    sm90::named_barrier(id + opaque_zero(dep), 128);
+}
 /* the shared-memory window, 1024-byte aligned (the emitters ask for 1 KB more than the kernels use) */
 __device__ __forceinline__ unsigned smem_base()
 {
@@ -444,9 +461,13 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
  * q0 + 127 and do what fwd does per key tile (s_j = q k_j^T with q in registers, the product with v_{j-1}
  * issued behind it and run during the softmax of s_j), freeing slot j - 1 once that product is done.
  * Causal: the first consumer stops a tile early (it only frees the last slot). Tensor maps, rows past S
- * and KROW0 / VROW0 as in bwd_dkv_ws. */
+ * and KROW0 / VROW0 as in bwd_dkv_ws. SCHED (docs/decisions.md 59): 0 decision 50's step; 1 every exponential
+ * before the wait for the product with v_{j-1} (wg_fence); 2 that and the two consumers' products in strict
+ * alternation (named barriers 1 and 2: a consumer waits at 1 + cw before issuing, arrives at 2 - cw after; the
+ * first consumer skips its block's first wait, the second arrives after every step but its block's last, and a
+ * skipped causal tile is still a turn, so the barriers balance). The results do not depend on SCHED. */
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
-          typename OT>
+          int SCHED, typename OT>
 __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
                        const sm90::TmaDesc *tv, const int *seg)
 {
@@ -517,6 +538,7 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
     const unsigned qw = qb + (unsigned)(cw * TILE);
     int stage = 0;
     unsigned phase = 0, qph = 0;
+    bool first_turn = true; /* SCHED 2: the block's first key tile (warpgroup 1 goes first) */
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
         const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
         const int h = (int)(item % H);
@@ -536,6 +558,7 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
         for (int x = 0; x < HD / 2; x++)
             acc[x] = 0.f;
         float m[2] = {neg_inff(), neg_inff()}, l[2] = {0.f, 0.f}; /* m: the running max of s sl2 */
+        const bool last_item = item + gridDim.x >= items;
         unsigned p[NB / 2][4];                                    /* P_{j-1}, the A of the product in flight */
         unsigned qa[HD / 16][4];                                  /* q, the A of s = q k^T */
         sm90::mbar_wait(q_full, qph);
@@ -561,6 +584,11 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
                     for (int x = 0; x < 4; x++)
                         p[kk][x] = 0u;
             }
+            if constexpr (SCHED == 2) { /* ping-pong: issue only once the other warpgroup has issued its step */
+                if (cw == 1 || !first_turn)
+                    sm90::named_barrier(1 + cw, 256);
+                first_turn = false;
+            }
             sm90::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++)
@@ -571,6 +599,9 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
             for (int kk = 0; kk < NB / 2; kk++)
                 wg_rs_hd<HD>(acc, p[kk], desc_mn<ROWS>(vprev, kk));
             sm90::wgmma_commit();
+            if constexpr (SCHED == 2) /* the other warpgroup may issue its step (none after the block's last) */
+                if (cw == 0 || !(last_item && jt == ntiles - 1))
+                    sm90::named_barrier_arrive(2 - cw, 256);
             sm90::wgmma_wait<1>(); /* s_j; the product with v_{j-1} may still run */
             sm90::reg_fence(s);
             /* mask (32-bit offsets as in bwd_dq_ws), running max (of s; scaled by sl2 > 0 afterwards) */
@@ -604,38 +635,74 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
                 m[r] = mn;
                 nb[r] = -base;
             }
-            unsigned pn[NB / 2][4];
+            if constexpr (SCHED >= 1) {
+                /* the exponentials in place (fp32), all of them before the wait for P_{j-1} v_{j-1} (wg_fence on
+                 * the row sums; SCHED 0's wait came before the first exponential), packed into P_j after it */
 #pragma unroll
-            for (int n = 0; n < NB; n++) {
-                float e0 = ex2(fmaf(s[4 * n], sl2, nb[0])), e1 = ex2(fmaf(s[4 * n + 1], sl2, nb[0]));
-                float e2 = ex2(fmaf(s[4 * n + 2], sl2, nb[1])), e3 = ex2(fmaf(s[4 * n + 3], sl2, nb[1]));
-                rs[0] += e0 + e1;
-                rs[1] += e2 + e3;
-                pn[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e0, e1);
-                pn[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e2, e3);
+                for (int n = 0; n < NB; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[4 * n + e] = ex2(fmaf(s[4 * n + e], sl2, nb[e >> 1]));
+                    rs[0] += s[4 * n] + s[4 * n + 1];
+                    rs[1] += s[4 * n + 2] + s[4 * n + 3];
+                }
+                l[0] = l[0] * alpha[0] + rs[0];
+                l[1] = l[1] * alpha[1] + rs[1];
+                wg_fence(3 + cw, __float_as_uint(l[0]) ^ __float_as_uint(l[1]));
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(acc);
+                reg_fence_u(p);
+                if (jt > 0) { /* v_{j-1} read: its slot is free */
+                    __syncwarp();
+                    if (lane == 0)
+                        sm90::mbar_arrive(empty + 8 * prev);
+                }
+#pragma unroll
+                for (int n = 0; n < HD / 8; n++) {
+                    acc[4 * n] *= alpha[0];
+                    acc[4 * n + 1] *= alpha[0];
+                    acc[4 * n + 2] *= alpha[1];
+                    acc[4 * n + 3] *= alpha[1];
+                }
+#pragma unroll
+                for (int n = 0; n < NB; n++) {
+                    p[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(s[4 * n], s[4 * n + 1]);
+                    p[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
+                }
+            } else {
+                unsigned pn[NB / 2][4];
+#pragma unroll
+                for (int n = 0; n < NB; n++) {
+                    float e0 = ex2(fmaf(s[4 * n], sl2, nb[0])), e1 = ex2(fmaf(s[4 * n + 1], sl2, nb[0]));
+                    float e2 = ex2(fmaf(s[4 * n + 2], sl2, nb[1])), e3 = ex2(fmaf(s[4 * n + 3], sl2, nb[1]));
+                    rs[0] += e0 + e1;
+                    rs[1] += e2 + e3;
+                    pn[n / 2][(n & 1) * 2 + 0] = pack_bf16x2(e0, e1);
+                    pn[n / 2][(n & 1) * 2 + 1] = pack_bf16x2(e2, e3);
+                }
+                l[0] = l[0] * alpha[0] + rs[0];
+                l[1] = l[1] * alpha[1] + rs[1];
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(acc);
+                reg_fence_u(p);
+                if (jt > 0) { /* v_{j-1} read: its slot is free */
+                    __syncwarp();
+                    if (lane == 0)
+                        sm90::mbar_arrive(empty + 8 * prev);
+                }
+#pragma unroll
+                for (int n = 0; n < HD / 8; n++) {
+                    acc[4 * n] *= alpha[0];
+                    acc[4 * n + 1] *= alpha[0];
+                    acc[4 * n + 2] *= alpha[1];
+                    acc[4 * n + 3] *= alpha[1];
+                }
+#pragma unroll
+                for (int kk = 0; kk < NB / 2; kk++)
+#pragma unroll
+                    for (int x = 0; x < 4; x++)
+                        p[kk][x] = pn[kk][x];
             }
-            l[0] = l[0] * alpha[0] + rs[0];
-            l[1] = l[1] * alpha[1] + rs[1];
-            sm90::wgmma_wait<0>();
-            sm90::reg_fence(acc);
-            reg_fence_u(p);
-            if (jt > 0) { /* v_{j-1} read: its slot is free */
-                __syncwarp();
-                if (lane == 0)
-                    sm90::mbar_arrive(empty + 8 * prev);
-            }
-#pragma unroll
-            for (int n = 0; n < HD / 8; n++) {
-                acc[4 * n] *= alpha[0];
-                acc[4 * n + 1] *= alpha[0];
-                acc[4 * n + 2] *= alpha[1];
-                acc[4 * n + 3] *= alpha[1];
-            }
-#pragma unroll
-            for (int kk = 0; kk < NB / 2; kk++)
-#pragma unroll
-                for (int x = 0; x < 4; x++)
-                    p[kk][x] = pn[kk][x];
             prev = stage;
             if (++stage == NS) {
                 stage = 0;
@@ -656,6 +723,13 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
             sm90::mbar_arrive(q_empty); /* q is in registers since the item began */
         }
         for (int jt = mine; jt < ntiles; jt++) { /* the tiles past this warpgroup's queries: freed unread */
+            if constexpr (SCHED == 2) { /* still a turn of the ping-pong (causal: warpgroup 1's last tile) */
+                if (cw == 1 || !first_turn)
+                    sm90::named_barrier(1 + cw, 256);
+                first_turn = false;
+                if (cw == 0 || !(last_item && jt == ntiles - 1))
+                    sm90::named_barrier_arrive(2 - cw, 256);
+            }
             sm90::mbar_wait(full + 8 * stage, phase);
             __syncwarp();
             if (lane == 0)
@@ -1154,9 +1228,10 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
  * one arrival per consumer warp). Warpgroups 1 and 2 own queries q0 .. q0 + 63 and q0 + 64 .. q0 + 127:
  * s = q k^T and dP = dO v^T with both operands in shared memory, P from the kept log-sum-exp while dP
  * finishes, dS = P (dP - D), dq += dS k (dS in registers, k read MN-major). Causal: the first consumer
- * skips the key tile past its last query. Tensor maps, rows past S and KROW0 / VROW0 as in bwd_dkv_ws. */
+ * skips the key tile past its last query. Tensor maps, rows past S and KROW0 / VROW0 as in bwd_dkv_ws. SCHED as in
+ * fwd_ws: 1 every element of P before the wait for dP, 2 that and the consumers' s and dP issued in turns. */
 template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
-          typename OT>
+          int SCHED, typename OT>
 __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
                           const sm90::TmaDesc *tv, const sm90::TmaDesc *tdo, const float *lse2, const float *dsum,
                           const int *seg)
@@ -1232,9 +1307,11 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
     const unsigned qw = qb + (unsigned)(cw * TILE), dw = dob_s + (unsigned)(cw * TILE);
     int stage = 0;
     unsigned phase = 0, qph = 0;
+    bool first_turn = true; /* SCHED 2: the block's first key tile (warpgroup 1 goes first) */
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
         const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
         const int h = (int)(item % H);
+        const bool last_item = item + gridDim.x >= items;
         const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
         const int ntiles = (int)((kend + ROWS - 1) / ROWS);
         const long long qc = q0 + cw * ROWS, iw = qc + warp * 16 + g; /* this thread's queries: iw, iw + 8 */
@@ -1260,6 +1337,14 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
         for (int jt = 0; jt < ntiles; jt++) {
             const long long j0 = (long long)jt * ROWS;
             sm90::mbar_wait(full + 8 * stage, phase);
+            /* SCHED 2: the two warpgroups issue s and dP in turns (named barriers 1 and 2), one warpgroup's
+             * probabilities under the other's products; a skipped tile is still a turn */
+            const bool pp_arrive = cw == 0 || !(last_item && jt == ntiles - 1); /* none after the block's last */
+            if constexpr (SCHED == 2) {
+                if (cw == 1 || !first_turn)
+                    sm90::named_barrier(1 + cw, 256);
+                first_turn = false;
+            }
             if (!(CAUSAL && j0 > qc + ROWS - 1)) { /* else every key of the tile is past this warpgroup's queries */
                 const unsigned kt = kb + (unsigned)(stage * TILE), vt = vb + (unsigned)(stage * TILE);
                 float s[NB * 4], dp[NB * 4];
@@ -1275,6 +1360,9 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
                 for (int kk = 0; kk < HD / 16; kk++)
                     wg_ss_n64(dp, desc_k<ROWS>(dw, kk), desc_k<ROWS>(vt, kk), kk);
                 sm90::wgmma_commit();
+                if constexpr (SCHED == 2)
+                    if (pp_arrive)
+                        sm90::named_barrier_arrive(2 - cw, 256);
                 sm90::wgmma_wait<1>(); /* s; dP may still run */
                 sm90::reg_fence(s);
                 /* the masks in 32 bits: element (n, e) is query iw + 8 (e >> 1) and key j0 + c,
@@ -1298,6 +1386,13 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
                         }
                         s[4 * n + e] = pij;
                     }
+                if constexpr (SCHED >= 1) { /* every element of P before the wait for dP (wg_fence) */
+                    unsigned dep = 0;
+#pragma unroll
+                    for (int x = 0; x < NB * 4; x++)
+                        dep ^= __float_as_uint(s[x]);
+                    wg_fence(3 + cw, dep);
+                }
                 sm90::reg_fence(s);    /* P is computed before the wait, while dP runs */
                 sm90::wgmma_wait<0>(); /* dP */
                 sm90::reg_fence(dp);
@@ -1320,6 +1415,9 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
                 sm90::wgmma_wait<0>();
                 sm90::reg_fence(dq);
                 reg_fence_u(ds);
+            } else if constexpr (SCHED == 2) {
+                if (pp_arrive)
+                    sm90::named_barrier_arrive(2 - cw, 256);
             }
             __syncwarp();
             if (lane == 0)

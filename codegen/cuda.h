@@ -54,12 +54,22 @@ typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, C
  * the driver's environment. */
 typedef enum CudaDswiglu { CUDA_DSWIGLU_DEFAULT, CUDA_DSWIGLU_FUSED, CUDA_DSWIGLU_SEPARATE } CudaDswiglu;
 
+/* The head-dim-128 attention forward's and dq's consumer schedule (codegen/attn_fast.cuh fwd_ws, bwd_dq_ws;
+ * decision 59): the default (ping-pong), or forced (A/B timing): "ws" decision 50's kernels as measured;
+ * "overlap" each warpgroup's own overlap fixed (the forward's exponentials before its wait for P V, in fp32 in
+ * place, o rescaled under s_j); "pingpong" that plus a strict alternation of the two consumer warpgroups' products
+ * by named barriers. MOEC_ATTN=ws|overlap|pingpong in the driver's environment. */
+typedef enum CudaAttnSchedule { CUDA_ATTN_DEFAULT, CUDA_ATTN_WS, CUDA_ATTN_OVERLAP, CUDA_ATTN_PINGPONG } CudaAttnSchedule;
+
 typedef struct CudaOptions {
     int no_dedup;          /* one kernel per launch even when identical (default: share) */
     CudaKgemmEpilogue kgemm_epilogue;
     CudaMgemmSchedule mgemm_schedule;
     CudaKgemmSchedule kgemm_schedule;
     CudaDswiglu dswiglu;
+    CudaAttnSchedule attn_schedule;
+    int attn_max_grid; /* > 0: the attention launches' blocks capped here (a test: each block then loops over
+                        * several items, MOEC_ATTN_GRID in the driver's environment); 0: 65535 */
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be

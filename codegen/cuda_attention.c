@@ -130,8 +130,13 @@ static void attn_fast_consts(Cg *cg, const IrNode *n, const IrNode *q)
     cg_line(cg, "constexpr bool CAUSAL = %s;", ir_attr_i(n, IR_ATTR_CAUSAL) ? "true" : "false");
 }
 
-/* blocks of a launch over `items` tiles: at most 65535, the kernels loop over the rest */
-static int64_t attn_grid(int64_t items) { return items < 65535 ? items : 65535; }
+/* blocks of a launch over `items` tiles: at most 65535 (or CudaOptions.attn_max_grid, a test's smaller cap), the
+ * kernels loop over the rest */
+static int64_t attn_grid(const Cg *cg, int64_t items)
+{
+    int64_t cap = cg->attn_max_grid > 0 && cg->attn_max_grid < 65535 ? cg->attn_max_grid : 65535;
+    return items < cap ? items : cap;
+}
 
 /* the query rows per dk/dv step: the wgmma N of k q^T and v dO^T (32 measured 1.28x slower at Mixtral shapes,
  * bench/RESULTS.md) */
@@ -176,6 +181,21 @@ static int attn_fwd_ws_smem(int64_t hd)
 {
     return 2 * attn_tile(ATTN_ROWS, hd) + ATTN_FWD_STAGES * 2 * attn_tile(64, hd) + (2 * ATTN_FWD_STAGES + 2) * 8 +
            ATTN_SMEM_ALIGN;
+}
+/* fwd_ws's and bwd_dq_ws's SCHED: 0 decision 50's step, 1 the warpgroup's own overlap fixed, 2 that and the two
+ * consumers' products in strict alternation (named barriers 1 and 2); the default 2 (decision 59) */
+static int attn_sched(const Cg *cg)
+{
+    switch (cg->attn_schedule) {
+    case CUDA_ATTN_WS:
+        return 0;
+    case CUDA_ATTN_OVERLAP:
+        return 1;
+    case CUDA_ATTN_PINGPONG:
+    case CUDA_ATTN_DEFAULT:
+        break;
+    }
+    return 2;
 }
 static int attn_ws_ok(int64_t B, int64_t S, int64_t H, int64_t KV, int64_t hd)
 {
@@ -242,10 +262,10 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
         cg_const(cg, "KROW0", direct ? 0 : B * S * rep);
         cg_const(cg, "VROW0", direct ? 0 : B * S * (rep + 1));
         cg_const(cg, "ITEMS", items);
-        cg_line(cg, "moec::attn::fwd_ws<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d>(ITEMS, o, lse2, &tq, &tk, &tv, %s);",
-                ATTN_FWD_STAGES, seg ? "seg" : "nullptr");
+        cg_line(cg, "moec::attn::fwd_ws<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d, %d>(ITEMS, o, lse2, &tq, &tk, &tv, %s);",
+                ATTN_FWD_STAGES, attn_sched(cg), seg ? "seg" : "nullptr");
         cg_launch_extra(cg, attn_fwd_ws_smem(hd), 0);
-        cg_end(cg, ATTN_WS_THREADS, attn_grid(items));
+        cg_end(cg, ATTN_WS_THREADS, attn_grid(cg, items));
         cg->attn_fast_used = 1;
         return;
     }
@@ -277,7 +297,7 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
     cg_line(cg, "    __syncthreads();");
     cg_line(cg, "}");
     cg_launch_extra(cg, attn_fwd_smem(hd), 0);
-    cg_end(cg, 128, attn_grid(items));
+    cg_end(cg, 128, attn_grid(cg, items));
     cg->attn_fast_used = 1;
 }
 
@@ -321,15 +341,15 @@ static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char
     cg_line(cg, "    __syncthreads();");
     cg_line(cg, "}");
     cg_launch_extra(cg, smem, 0);
-    cg_end(cg, 128, attn_grid(items));
+    cg_end(cg, 128, attn_grid(cg, items));
 }
 
 /* a warp-specialised backward launch (moec::attn::FN: bwd_dq_ws or bwd_dkv_ws, three warpgroups) over ITEMS
- * blocks: tensor maps over q, k, v (the nodes' bf16 buffers, or the forward's q/k/v workspace read as
+ * blocks (sched >= 0: FN's SCHED template argument, bwd_dq_ws's): tensor maps over q, k, v (the nodes' bf16 buffers, or the forward's q/k/v workspace read as
  * [B S][H HD] for q and as [B S (H / KV + 2)][KV HD] for k and v, which start at rows KROW0 and VROW0 of it)
  * and dO, boxes of 64 rows x 64 columns */
 static void emit_bwd_ws(Cg *cg, const IrNode *n, const AttnBufs *b, const char *suffix, const char *what,
-                        const char *fn, int64_t items, int smem)
+                        const char *fn, int sched, int64_t items, int smem)
 {
     const IrNode *q = n->src[1];
     int64_t B = q->shape[0], S = q->shape[1], H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS);
@@ -355,10 +375,13 @@ static void emit_bwd_ws(Cg *cg, const IrNode *n, const AttnBufs *b, const char *
     cg_const(cg, "KROW0", b->qkv >= 0 ? B * S * rep : 0);
     cg_const(cg, "VROW0", b->qkv >= 0 ? B * S * (rep + 1) : 0);
     cg_const(cg, "ITEMS", items);
-    cg_line(cg, "moec::attn::%s<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d>(ITEMS, out, &tq, &tk, &tv, &tdo, lse2, "
-                "dsum, %s);", fn, ATTN_WS_STAGES, seg ? "seg" : "nullptr");
+    char sch[16] = "";
+    if (sched >= 0)
+        snprintf(sch, sizeof sch, ", %d", sched);
+    cg_line(cg, "moec::attn::%s<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d%s>(ITEMS, out, &tq, &tk, &tv, &tdo, lse2, "
+                "dsum, %s);", fn, ATTN_WS_STAGES, sch, seg ? "seg" : "nullptr");
     cg_launch_extra(cg, smem, 0);
-    cg_end(cg, ATTN_WS_THREADS, attn_grid(items));
+    cg_end(cg, ATTN_WS_THREADS, attn_grid(cg, items));
 }
 
 static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
@@ -402,11 +425,11 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
         emit_bwd_ws(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 128 queries) over the key "
                                               "tiles, probabilities recomputed from the kept log-sum-exp: a TMA "
                                               "producer and two consumer warpgroups of 64 queries (bf16 wgmma)",
-                    "bwd_dq_ws", wsq, attn_dq_ws_smem(hd));
+                    "bwd_dq_ws", attn_sched(cg), wsq, attn_dq_ws_smem(hd));
         emit_bwd_ws(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 128 keys) over "
                                                "the group's heads and the query tiles: a TMA producer warp and two "
                                                "consumer warpgroups of 64 keys (bf16 wgmma, no atomics)",
-                    "bwd_dkv_ws", wsk, attn_dkv_ws_smem(hd));
+                    "bwd_dkv_ws", -1, wsk, attn_dkv_ws_smem(hd));
     } else {
         emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the "
                                                 "key tiles, probabilities recomputed from the kept log-sum-exp (bf16 "

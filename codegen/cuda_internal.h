@@ -100,6 +100,8 @@ typedef struct Cg {
     CudaMgemmSchedule mgemm_schedule; /* CudaOptions.mgemm_schedule */
     CudaDswiglu dswiglu;              /* CudaOptions.dswiglu */
     CudaKgemmSchedule kgemm_schedule; /* CudaOptions.kgemm_schedule */
+    CudaAttnSchedule attn_schedule;   /* CudaOptions.attn_schedule */
+    int attn_max_grid;                /* CudaOptions.attn_max_grid */
 } Cg;
 
 /* ---- the builder */

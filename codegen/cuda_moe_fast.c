@@ -737,7 +737,8 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  * fp32 promotion every 128 of K), the quantisers in codegen/fp8_block_fast.cuh, quantising where the CPU
  * reference does (runtime/cpu/kernels.inc grouped_mlp / grouped_mlp_bwd):
  *   forward   xs 1x128 along H (from the graph's fp32 rows, in the gather), w_gate_up and w_down in
- *             128x128 tiles, the SwiGLU output a 1x128 along F (from bf16 h, in the SwiGLU kernel);
+ *             128x128 tiles, the SwiGLU output a 1x128 along F (from bf16 h, in the gate_up GEMM's
+ *             epilogue: moec::fp8b::SwigluQuantEpi, decision 57);
  *   dgrad     dy 1x128 along H (from fp32, in the gather), dh 1x128 along 2F (in the dSwiGLU kernel), the
  *             same weight tiles read transposed: W^T copies [E, K, N] written beside W's (FP8 wgmma takes
  *             K-major operands only);
@@ -872,13 +873,34 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
 }
 
 /* D [rcap, N] bf16 = dequant(A [rcap, K], sa) . dequant(W [E, N, K], sw)^T per padded group; W's codes from
- * byte w_off of buffer w, its scales from byte sw_off of buffer sw (a weight's e4m3 copy: plan.h PlanFp8Copy) */
+ * byte w_off of buffer w, its scales from byte sw_off of buffer sw (a weight's e4m3 copy: plan.h PlanFp8Copy).
+ * aq >= 0 (fp8-block's gate_up, decision 57): the fused SwiGLU epilogue (GemmFp8MGrouped's GLU,
+ * moec::fp8b::SwigluQuantEpi) also writes a = silu(gate) up probs quantised 1x128 along F = N / 2: codes aq
+ * [rcap, F], scale codes asa [F / 128][rcap], from D's bf16 gate and up columns and probs pp [rcap] */
+static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w,
+                              int64_t w_off, int sw, int64_t sw_off, int d, int64_t N, int64_t K, int aq, int asa,
+                              int pp);
 static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w, int64_t w_off,
                           int sw, int64_t sw_off, int d, int64_t N, int64_t K)
 {
+    emit_fp8_gemm_glu(cg, f, suffix, what, a, sa, w, w_off, sw, sw_off, d, N, K, -1, -1, -1);
+}
+static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w,
+                              int64_t w_off, int sw, int64_t sw_off, int d, int64_t N, int64_t K, int aq, int asa,
+                              int pp)
+{
     GemmFp8Shape s = f->mx ? mx_shape(f->E, N, K) : fp8b_shape(f->E, N, K);
-    char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_%s_s%d", suffix, f->mx ? "mx" : "fp8b", s.stages);
+    const int glu = aq >= 0;
+    char sfx[96], tmpl[160], glu_args[64];
+    snprintf(sfx, sizeof sfx, "%s_%s_s%d%s", suffix, f->mx ? "mx" : "fp8b", s.stages, glu ? "_glu" : "");
+    if (glu) {
+        snprintf(tmpl, sizeof tmpl, "%d, %d, %d, %d, %d, %d, 16, 0, moec::fp8b::SwigluQuantEpi<%lldll>", s.E, s.N,
+                 s.K, s.stages, s.mode, s.out, (long long)(N / 2));
+        snprintf(glu_args, sizeof glu_args, ", aq, asa, pp");
+    } else {
+        snprintf(tmpl, sizeof tmpl, "%d, %d, %d, %d, %d, %d", s.E, s.N, s.K, s.stages, s.mode, s.out);
+        glu_args[0] = 0;
+    }
     fast_begin(cg, f, sfx, what);
     cg_tmap_u8(cg, a, 0, f->rcap, K, 128, "tma_a");
     cg_tmap_u8(cg, w, w_off, f->E * N, K, 128, "tma_b");
@@ -886,14 +908,19 @@ static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what,
     cg_param(cg, d, 1, "d");
     cg_param(cg, sa, 0, "sa");
     cg_param(cg, sw, 0, "sb");
+    if (glu) {
+        cg_param(cg, aq, 1, "aq");
+        cg_param(cg, asa, 1, "asa");
+        cg_param(cg, pp, 0, "pp");
+    }
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
     if (sw_off)
-        cg_line(cg, "moec::sm90::GemmFp8MGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, sa, sb + %lldll, "
-                    "offsets, rows_cap);", s.E, s.N, s.K, s.stages, s.mode, s.out, (long long)sw_off);
+        cg_line(cg, "moec::sm90::GemmFp8MGrouped<%s>::run(tma_a, tma_b, tma_d, d, sa, sb + %lldll, offsets, rows_cap%s);",
+                tmpl, (long long)sw_off, glu_args);
     else
-        cg_line(cg, "moec::sm90::GemmFp8MGrouped<%d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets, "
-                    "rows_cap);", s.E, s.N, s.K, s.stages, s.mode, s.out);
+        cg_line(cg, "moec::sm90::GemmFp8MGrouped<%s>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets, rows_cap%s);", tmpl,
+                glu_args);
     cg_launch_extra(cg, gemm_fp8_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -972,7 +999,7 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 5 + (comb == NULL);
+    f.steps = 4 + (comb == NULL);
 
     emit_offsets(cg, &f, sp);
 
@@ -995,21 +1022,15 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xt, xts" : "nullptr, nullptr", "moec::fp8b::GraphRows<E, H>{xs}",
                   "pp, p");
 
-    emit_fp8_gemm(cg, &f, "fast_gate_up",
-                  bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                        "optimizer writes; bf16 out; h kept for the backward)"
-                      : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                        "optimizer writes; bf16 out)",
-                  xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
-
-    fast_begin(cg, &f, "fp8b_swiglu", "a = silu(gate) up probs, quantised 1x128 along F (E4M3 and scales)");
-    cg_param(cg, aq, 1, "q");
-    cg_param(cg, asa, 1, "sa");
-    cg_param(cg, hp, 0, "hp");
-    cg_param(cg, pp, 0, "pp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr, nullptr", "moec::fp8b::Swiglu<F>{hp, pp}",
-                  "nullptr, nullptr");
+    /* SwiGLU and a's 1x128 quantisation in the GEMM's epilogue (decision 57): no separate pass over h */
+    emit_fp8_gemm_glu(cg, &f, "fast_gate_up",
+                      bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                            "optimizer writes; bf16 out; h kept for the backward), and in its epilogue a = silu(gate) "
+                            "up probs quantised 1x128 along F (E4M3 and scales, from the bf16 h)"
+                          : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                            "optimizer writes; bf16 out), and in its epilogue a = silu(gate) up probs quantised 1x128 "
+                            "along F (E4M3 and scales, from the bf16 h)",
+                      xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H, aq, asa, pp);
 
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM on w_down's E4M3 tile copy, which "
                                         "the optimizer writes; bf16 out)", aq, asa, w2c, c2.q, w2c, c2.s, yp, H, F);

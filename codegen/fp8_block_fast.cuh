@@ -62,8 +62,14 @@ template <int E, long long C> struct GraphRows {
     }
 };
 
+/* one value of a = silu(gate) up p from the bf16 gate and up (widened exactly): the bf16 path's arithmetic
+ * (moe_fast.cuh swiglu). The one definition the separate quantiser (Swiglu) and the gate_up GEMM's fused
+ * epilogue (SwigluQuantEpi) share: products and a quotient only, so no contraction can differ between them. */
+__device__ __forceinline__ float swiglu_a(float g, float u, float p) { return g / (1.0f + __expf(-g)) * u * p; }
+
 /* a = silu(gate) up p from h [., 2F] bf16 (gate columns 0 .. F - 1, up F .. 2F - 1) and p [.] fp32:
- * the bf16 path's arithmetic (moe_fast.cuh swiglu) */
+ * the bf16 path's arithmetic (moe_fast.cuh swiglu). The backward's a colwise copy; the forward's 1 x 128
+ * copy is SwigluQuantEpi's since decision 57 (this source gives the same bytes: fp8b_quant.test) */
 template <long long F> struct Swiglu {
     const unsigned short *h;
     const float *p;
@@ -79,7 +85,61 @@ template <long long F> struct Swiglu {
         moec::fast::unpack8(*(const uint4 *)(r.h + F + c), u);
 #pragma unroll
         for (int i = 0; i < 8; i++)
-            v[i] = g[i] / (1.0f + __expf(-g[i])) * u[i] * r.p;
+            v[i] = swiglu_a(g[i], u[i], r.p);
+    }
+};
+
+/* The gate_up GEMM's fused SwiGLU epilogue (GemmFp8MGrouped's GLU, decision 57): one consumer thread's part of
+ * a 64 x 128 block of a, after the up pass. The thread holds rows pr and pr + 8 of the padded rows (pr = the
+ * GEMM tile's row r) at a columns 128 j + 8 c + 2 (lane % 4) + e (c < 16, e < 2: the m64n128 accumulator
+ * fragment): gw[2 c + i] the bf16 pair of the gate at row pr + 8 i, as h holds it (read back from the staging
+ * buffers the TMA store wrote h from), up[4 c + 2 i + e] the fp32 accumulator of the up column, rounded here
+ * by the same conversion (sm90.cuh pack_bf16x2) the TMA-store epilogue rounds h with. Each value of a is
+ * swiglu_a of the same bf16 bits the separate quantiser (quant_tiles over Swiglu<F>) reads from h, with the
+ * same p [pr]; a row's 128 values lie in the 4 lanes of a quad, so its amax is the thread's 32 then shuffles
+ * over lanes xor 1, 2 (fmaxf from 0, NaN dropped: order-free, the same amax), the scale moec_mx_scale_exp, the
+ * codes q8x2: bit for bit quant_tiles' (tests/codegen/fp8b_quant.test). Codes q [rcap, F] (2-byte stores, a
+ * quad one row's 8 bytes), scale codes sa at moec_fp8_block_sa_index (pr, j, rcap) (lane % 4 == 0). */
+template <long long F> struct SwigluQuantEpi {
+    static constexpr bool ON = true;
+    __device__ static __forceinline__ void run(const unsigned (&gw)[32], const float (&up)[64], const float *probs,
+                                               unsigned char *q, unsigned char *sa, long long rcap, int pr, int j,
+                                               int lane)
+    {
+        const float p0 = probs[pr], p1 = probs[pr + 8];
+        float a[64];
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const unsigned g = gw[2 * c + i], u = moec::sm90::pack_bf16x2(up[4 * c + 2 * i], up[4 * c + 2 * i + 1]);
+                const float p = i ? p1 : p0;
+                a[4 * c + 2 * i] = swiglu_a(__uint_as_float(g << 16), __uint_as_float(u << 16), p);
+                a[4 * c + 2 * i + 1] = swiglu_a(__uint_as_float(g & 0xffff0000u), __uint_as_float(u & 0xffff0000u), p);
+            }
+        }
+        float m0 = 0.0f, m1 = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            m0 = fmaxf(m0, fmaxf(fabsf(a[4 * c]), fabsf(a[4 * c + 1])));
+            m1 = fmaxf(m1, fmaxf(fabsf(a[4 * c + 2]), fabsf(a[4 * c + 3])));
+        }
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1) {
+            m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
+            m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, o));
+        }
+        const int e0 = moec_mx_scale_exp(m0), e1 = moec_mx_scale_exp(m1);
+        unsigned char *q0 = q + (long long)pr * F + 128ll * j + 2 * (lane % 4), *q1 = q0 + 8 * F;
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            *(unsigned short *)(q0 + 8 * c) = (unsigned short)q8x2(a[4 * c], e0, a[4 * c + 1], e0);
+            *(unsigned short *)(q1 + 8 * c) = (unsigned short)q8x2(a[4 * c + 2], e1, a[4 * c + 3], e1);
+        }
+        if (lane % 4 == 0) {
+            sa[moec_fp8_block_sa_index(pr, j, rcap)] = (unsigned char)(e0 + 127);
+            sa[moec_fp8_block_sa_index(pr + 8, j, rcap)] = (unsigned char)(e1 + 127);
+        }
     }
 };
 

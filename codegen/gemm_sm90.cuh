@@ -1044,8 +1044,23 @@ __device__ __forceinline__ int fp8_fb_slot(int c)
  *
  * Shared memory: the A and B rings (STAGES x 16 KB each), the bf16 staging buffers (32 KB, OUT 0),
  * STAGES x (A scales 128 B [MXFP8: 512 B + W scales 512 B + decoded fp32 scales 4 KB]), the barriers (full,
- * empty, ready). */
-template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16, int SCHED = 0>
+ * empty, ready).
+ *
+ * GLU (fp8-block's fused SwiGLU, decision 57; NoGlu: off): the gate_up GEMM (N = 2F, W's rows gate 0 .. F - 1
+ * then up F .. 2F - 1, as stored: no interleave) also writes a = silu(gate) up probs quantised 1 x 128 along F.
+ * A tile is (mb, j < F / 128), two passes over K on the same A rows: pass 0 the gate columns 128 j .. (D columns
+ * 128 j ..), stored to h through the usual TMA-store epilogue, whose staging buffers keep them; pass 1 the up
+ * columns (D columns F + 128 j ..): each consumer thread reads its gate fragment back from the staging buffers
+ * (the bf16 words it stored there, the very bits of h), stores up to h the same way, then GLU::run computes its
+ * 64 values of a from the bf16 gate and up (the separate SwiGLU quantiser's arithmetic on the same bits), a row's
+ * amax over its quad (shuffles over lanes xor 1, 2: the row's 128 values of a, one 1 x 128 block), and writes the
+ * E4M3 codes aq [rows_cap, F] and the scale codes asc [F / 128][rows_cap] (moec_fp8_block_sa_index). The same
+ * A and W traffic per flop as two N tiles; OUT 0 and fp8-block only. GLU is a class from fp8_block_fast.cuh
+ * (moec::fp8b::SwigluQuantEpi<F>), named only where instantiated: a plain GEMM source compiles without it. */
+struct NoGlu {
+    static constexpr bool ON = false;
+};
+template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16, int SCHED = 0, class GLU = NoGlu>
 struct GemmFp8MGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_N = 128, BLOCK_K = 128, THREADS = 384;
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K, B_BYTES = BLOCK_N * BLOCK_K;
@@ -1057,6 +1072,9 @@ struct GemmFp8MGrouped {
     static constexpr int OUT_BYTES = OUT == 0 ? 4 * 64 * 64 * 2 : 0;
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
     static constexpr int KBLOCKS = K / BLOCK_K, NUM_N = N / BLOCK_N;
+    static constexpr bool FUSED = GLU::ON;
+    static constexpr int PASSES = FUSED ? 2 : 1;  /* N tiles (gate, up) per scheduled tile */
+    static constexpr int NUM_T = NUM_N / PASSES; /* the scheduler's tile columns */
     static constexpr int GROUP = MODE == 0 ? 4 : 1; /* k32 steps per promotion */
     static constexpr int GPS = 4 / GROUP;           /* promotion groups per stage */
     static constexpr int P = KBLOCKS * GPS;         /* promotion groups per tile */
@@ -1067,6 +1085,7 @@ struct GemmFp8MGrouped {
     static_assert(MODE == 0 || MODE == 1, "MODE is 0 (fp8-block) or 1 (MXFP8)");
     static_assert(OUT == 0 || OUT == 1, "OUT is 0 (bf16, TMA stores) or 1 (fp32 from registers)");
     static_assert(SCHED == 0 || SCHED == 1, "SCHED is 0 (pipelined promotion) or 1 (the pairs of decision 38)");
+    static_assert(!FUSED || (MODE == 0 && OUT == 0 && N % 256 == 0), "GLU: fp8-block, bf16 h, F a multiple of 128");
     /* MXFP8, SCHED 0: K blocks per MOEC_FP8_PIPE body (4 k32 groups each) */
     static constexpr int MX_BODY = 2;
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
@@ -1147,7 +1166,8 @@ struct GemmFp8MGrouped {
 
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
                                                void *d, const void *sa, const void *sb, const int *offsets,
-                                               int rows_cap)
+                                               int rows_cap, unsigned char *aq = nullptr, unsigned char *asc = nullptr,
+                                               const float *probs = nullptr)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -1170,7 +1190,7 @@ struct GemmFp8MGrouped {
         if (wg == 0) {
             setmaxnreg_dec<40>();
             const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
-            const int tiles = num_m * NUM_N;
+            const int tiles = num_m * NUM_T;
             if (warp == 0 && elect_one()) {
                 /* the producer: A, B tiles by TMA, the scale vectors by bulk copies, one stage per K block */
                 tma_prefetch_desc(&tma_a);
@@ -1178,10 +1198,11 @@ struct GemmFp8MGrouped {
                 int stage = 0;
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                    int mb, nb;
-                    moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                    int mb, nt;
+                    moec_sched_tile(t, num_m, NUM_T, BAND, &mb, &nt);
                     const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
-                    for (int kb = 0; kb < KBLOCKS; kb++) {
+                    for (int kp = 0; kp < PASSES * KBLOCKS; kp++) {
+                        const int kb = kp % KBLOCKS, nb = nt + (kp / KBLOCKS) * NUM_T; /* GLU: gate, then up */
                         const unsigned fb = full_bar + 8 * stage;
                         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
                         mbar_arrive_expect_tx(fb, TX_BYTES);
@@ -1213,7 +1234,7 @@ struct GemmFp8MGrouped {
                 int stage = 0;
                 unsigned phase = 0;
                 for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                    for (int kb = 0; kb < KBLOCKS; kb++) {
+                    for (int kb = 0; kb < PASSES * KBLOCKS; kb++) {
                         mbar_wait(full_bar + 8 * stage, phase);
                         const unsigned fs = fs_at(base, stage);
 #pragma unroll 1
@@ -1240,23 +1261,26 @@ struct GemmFp8MGrouped {
         } else {
             setmaxnreg_inc<232>();
             const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
-            const int tiles = num_m * NUM_N;
+            const int tiles = num_m * NUM_T;
             const int half = wg - 1, wq = warp % 4;
             const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
             float acc[ACC], t0[ACC], t1[ACC];
             int ist = 0, rst = 0; /* the stage of the next group to issue, of the next to promote */
             unsigned iph = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                int mb, nb;
-                moec_sched_tile(t, num_m, NUM_N, BAND, &mb, &nb);
+                int mb, nt;
+                moec_sched_tile(t, num_m, NUM_T, BAND, &mb, &nt);
                 const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
-                const unsigned char *sbp =
-                    (const unsigned char *)sb + moec_fp8_block_sb_index(g, nb * BLOCK_N, 0, N, K);
+#pragma unroll 1
+                for (int pass = 0; pass < PASSES; pass++) {
+                    const int nb = nt + pass * NUM_T; /* GLU: pass 0 the gate columns, 1 the up columns */
+                    const unsigned char *sbp =
+                        (const unsigned char *)sb + moec_fp8_block_sb_index(g, nb * BLOCK_N, 0, N, K);
 #pragma unroll
-                for (int i = 0; i < ACC; i++)
-                    acc[i] = 0.0f;
-                float sb0 = 0.0f, sb1 = 0.0f; /* fp8-block: the weight scale of the group in t0, t1 */
-                /* group p goes to t[p % 2]; p + 1 is issued before p is promoted */
+                    for (int i = 0; i < ACC; i++)
+                        acc[i] = 0.0f;
+                    float sb0 = 0.0f, sb1 = 0.0f; /* fp8-block: the weight scale of the group in t0, t1 */
+                    /* group p goes to t[p % 2]; p + 1 is issued before p is promoted */
 /* group (KB, I): the I-th promotion group (0 <= I < GPS, a constant after unrolling) of K block KB */
 #define MOEC_FP8_ISSUE(T, SBV, KB, I)                                                                    \
     do {                                                                                                \
@@ -1272,7 +1296,7 @@ struct GemmFp8MGrouped {
             ist = 0;                                                                                    \
             iph ^= 1;                                                                                   \
         }                                                                                               \
-    } while (0)
+        } while (0)
 #define MOEC_FP8_PROMOTE(T, SBV, I)                                                                      \
     do {                                                                                                \
         reg_fence(T);                                                                                   \
@@ -1284,61 +1308,82 @@ struct GemmFp8MGrouped {
             if (++rst == STAGES)                                                                        \
                 rst = 0;                                                                                \
         }                                                                                               \
-    } while (0)
-                /* fp8-block: K blocks in pairs, kb into t0 and kb + 1 into t1, both issued before
-                 * t0 is promoted: t0's promotion overlaps t1's wgmma, t1's overlaps the other
-                 * consumer warpgroup's. Nothing stays in flight across the loop's back edge: ptxas
-                 * keeps two sets apart only then (with t0 of the next pair issued before promoting
-                 * t1 it serialised every wgmma, C7514). */
-                if constexpr (MODE == 0) {
-                    for (int kb = 0; kb < KBLOCKS; kb += 2) {
-                        MOEC_FP8_ISSUE(t0, sb0, kb, 0);
-                        MOEC_FP8_ISSUE(t1, sb1, kb + 1, 0);
-                        wgmma_wait<1>();
-                        MOEC_FP8_PROMOTE(t0, sb0, 0);
-                        wgmma_wait<0>();
-                        MOEC_FP8_PROMOTE(t1, sb1, 0);
-                    }
-                } else if constexpr (SCHED == 0) {
-                    /* MXFP8, pipelined (decision 51): MX_BODY K blocks (4 MX_BODY k32 groups) per body,
-                     * group q + 1 in flight while q is promoted; one promotion in 4 MX_BODY alone */
+        } while (0)
+                    /* fp8-block: K blocks in pairs, kb into t0 and kb + 1 into t1, both issued before
+                     * t0 is promoted: t0's promotion overlaps t1's wgmma, t1's overlaps the other
+                     * consumer warpgroup's. Nothing stays in flight across the loop's back edge: ptxas
+                     * keeps two sets apart only then (with t0 of the next pair issued before promoting
+                     * t1 it serialised every wgmma, C7514). */
+                    if constexpr (MODE == 0) {
+                        for (int kb = 0; kb < KBLOCKS; kb += 2) {
+                            MOEC_FP8_ISSUE(t0, sb0, kb, 0);
+                            MOEC_FP8_ISSUE(t1, sb1, kb + 1, 0);
+                            wgmma_wait<1>();
+                            MOEC_FP8_PROMOTE(t0, sb0, 0);
+                            wgmma_wait<0>();
+                            MOEC_FP8_PROMOTE(t1, sb1, 0);
+                        }
+                    } else if constexpr (SCHED == 0) {
+                        /* MXFP8, pipelined (decision 51): MX_BODY K blocks (4 MX_BODY k32 groups) per body,
+                         * group q + 1 in flight while q is promoted; one promotion in 4 MX_BODY alone */
 #pragma unroll 1
-                    for (int kb = 0; kb < KBLOCKS; kb += MX_BODY) {
+                        for (int kb = 0; kb < KBLOCKS; kb += MX_BODY) {
 #define MOEC_FP8_MX_IS(T, Q) MOEC_FP8_ISSUE(T, sb0, kb + (Q) / 4, (Q) % 4)
 #define MOEC_FP8_MX_PR(T, Q) MOEC_FP8_PROMOTE(T, sb0, (Q) % 4)
-                        MOEC_FP8_PIPE(4 * MX_BODY, MOEC_FP8_MX_IS, MOEC_FP8_MX_PR);
+                            MOEC_FP8_PIPE(4 * MX_BODY, MOEC_FP8_MX_IS, MOEC_FP8_MX_PR);
 #undef MOEC_FP8_MX_IS
 #undef MOEC_FP8_MX_PR
-                    }
-                } else {
-                    /* MXFP8, SCHED 1 (decision 38): the same pairs, of k32 steps: (0, 1) and (2, 3) of
-                     * each stage (with the next group issued before promoting, as in the loop over K
-                     * blocks first tried, ptxas spilled the accumulators past 232 registers and
-                     * serialised the wgmma). */
-                    for (int kb = 0; kb < KBLOCKS; kb++) {
+                        }
+                    } else {
+                        /* MXFP8, SCHED 1 (decision 38): the same pairs, of k32 steps: (0, 1) and (2, 3) of
+                         * each stage (with the next group issued before promoting, as in the loop over K
+                         * blocks first tried, ptxas spilled the accumulators past 232 registers and
+                         * serialised the wgmma). */
+                        for (int kb = 0; kb < KBLOCKS; kb++) {
 #pragma unroll
-                        for (int i = 0; i < 4; i += 2) {
-                            MOEC_FP8_ISSUE(t0, sb0, kb, i);
-                            MOEC_FP8_ISSUE(t1, sb1, kb, i + 1);
-                            wgmma_wait<1>();
-                            MOEC_FP8_PROMOTE(t0, sb0, i);
-                            wgmma_wait<0>();
-                            MOEC_FP8_PROMOTE(t1, sb1, i + 1);
+                            for (int i = 0; i < 4; i += 2) {
+                                MOEC_FP8_ISSUE(t0, sb0, kb, i);
+                                MOEC_FP8_ISSUE(t1, sb1, kb, i + 1);
+                                wgmma_wait<1>();
+                                MOEC_FP8_PROMOTE(t0, sb0, i);
+                                wgmma_wait<0>();
+                                MOEC_FP8_PROMOTE(t1, sb1, i + 1);
+                            }
                         }
                     }
-                }
 #undef MOEC_FP8_ISSUE
 #undef MOEC_FP8_PROMOTE
-                if constexpr (OUT == 0) {
-                    store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
-                } else {
-                    float *p0 = (float *)d + ((long long)mb * BLOCK_M + r) * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+                    if constexpr (FUSED) {
+                        if (pass == 1) {
+                            /* the gate half of h, as pass 0 stored it to the staging buffers (store_tile_bf16_tma's
+                             * layout: chunk cc in buffer 2 half + cc, row rr at 128 rr, unit jj at (jj ^ rr % 8) 16):
+                             * gw[2 j + i] = the bf16 pair of row rr + 8 i, columns 8 j + 2 (lane % 4), + 1 */
+                            const int rr = wq * 16 + lane / 4;
+                            unsigned gw[ACC / 2];
 #pragma unroll
-                    for (int j = 0; j < BLOCK_N / 8; j++) {
-                        st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
-                        st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                            for (int j = 0; j < BLOCK_N / 8; j++) {
+                                const unsigned buf = out_buf + (half * 2 + j / 8) * (64 * 64 * 2);
+                                const unsigned off = (unsigned)((((j % 8) ^ (rr & 7)) * 16) + 4 * (lane % 4));
+                                gw[2 * j] = ld_shared_u32(buf + rr * 128 + off);
+                                gw[2 * j + 1] = ld_shared_u32(buf + (rr + 8) * 128 + off);
+                            }
+                            /* the up half (its first barrier orders every thread's reads above before any store) */
+                            store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
+                            GLU::run(gw, acc, probs, aq, asc, (long long)rows_cap, mb * BLOCK_M + r, nt, lane);
+                        } else {
+                            store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
+                        }
+                    } else if constexpr (OUT == 0) {
+                        store_tile_bf16_tma<BLOCK_N>(acc, out_buf, half, wq, lane, &tma_d, nb * BLOCK_N, mb * BLOCK_M);
+                    } else {
+                        float *p0 = (float *)d + ((long long)mb * BLOCK_M + r) * N + (long long)nb * BLOCK_N + 2 * (lane % 4);
+#pragma unroll
+                        for (int j = 0; j < BLOCK_N / 8; j++) {
+                            st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
+                            st_global_f32x2(p0 + 8ll * N + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+                        }
                     }
-                }
+                } /* pass */
             }
             if constexpr (OUT == 0) {
                 if (threadIdx.x % 128 == 0)

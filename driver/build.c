@@ -49,6 +49,45 @@ static int kgemm_schedule_from_env(CudaKgemmSchedule *out, char *err, size_t err
     return 1;
 }
 
+/* MOEC_ATTN (environment): the head-dim-128 attention forward's and dq's schedule in --kernels fast plans, "ws"
+ * (decision 50's), "overlap" or "pingpong" (decision 59); unset or empty: codegen's default. For A/B timing. */
+static int attn_schedule_from_env(CudaAttnSchedule *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_ATTN");
+    *out = CUDA_ATTN_DEFAULT;
+    if (!v || !*v)
+        return 1;
+    if (strcmp(v, "ws") == 0)
+        *out = CUDA_ATTN_WS;
+    else if (strcmp(v, "overlap") == 0)
+        *out = CUDA_ATTN_OVERLAP;
+    else if (strcmp(v, "pingpong") == 0)
+        *out = CUDA_ATTN_PINGPONG;
+    else {
+        snprintf(err, errlen, "MOEC_ATTN is 'ws', 'overlap' or 'pingpong', not '%s'", v);
+        return 0;
+    }
+    return 1;
+}
+
+/* MOEC_ATTN_GRID (environment): caps the attention launches' blocks (1..65535) so that each block loops over
+ * several items at a test's small shapes (the barrier phases carried across items); unset or empty: 65535. */
+static int attn_grid_from_env(int *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_ATTN_GRID");
+    *out = 0;
+    if (!v || !*v)
+        return 1;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > 65535) {
+        snprintf(err, errlen, "MOEC_ATTN_GRID is a number of blocks from 1 to 65535, not '%s'", v);
+        return 0;
+    }
+    *out = (int)n;
+    return 1;
+}
+
 /* MOEC_DSWIGLU (environment): the bf16 fast expert MLP backward's dSwiGLU, "fused" (in the da GEMM's
  * epilogue) or "separate" (its own kernel after a GEMM that stores da); unset or empty: codegen's default
  * (fused). For A/B timing (decision 60). */
@@ -75,6 +114,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
     CudaOptions opts = {0};
     if (!mgemm_schedule_from_env(&opts.mgemm_schedule, err, errlen) ||
         !kgemm_schedule_from_env(&opts.kgemm_schedule, err, errlen) ||
+        !attn_schedule_from_env(&opts.attn_schedule, err, errlen) ||
+        !attn_grid_from_env(&opts.attn_max_grid, err, errlen) ||
         !dswiglu_from_env(&opts.dswiglu, err, errlen))
         return NULL;
     IrGraph *g = c->graph;

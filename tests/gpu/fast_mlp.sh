@@ -15,7 +15,9 @@
 #     decision 49);
 #  4. fp8-block (FP8=0 skips it; decision 38): the device's E4M3 conversion against the integer encoder on
 #     every float (tests/gpu/e4m3_check.c), run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
-#     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL), 30 training steps on
+#     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL; the forward's a codes and
+#     scales, written by the gate_up GEMM's fused SwiGLU epilogue, against fp8b_quantize of a from the GPU's h:
+#     fp8b_glu_diff, decision 57), 30 training steps on
 #     the GPU against the CPU backend running the same binary (--device cpu: the fp8-block reference), every
 #     step's loss within 2%, the same run resumed from its step-15 checkpoint (steps 16..30 the same losses:
 #     the E4M3 weight copies rebuilt from the loaded weights, decision 44; run_plan also checks the optimizer
@@ -260,7 +262,9 @@ if [ "$FP8" = 1 ]; then
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" >"$L/run_plan_fp8.log" 2>&1
   rc=$?
   grep -E "grouped_mlp|SUMMARY|FAIL|fp8b" "$L/run_plan_fp8.log" | head -24
-  row run_plan_fp8 "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep '^SUMMARY' "$L/run_plan_fp8.log" | tail -1 | cut -c1-150)"
+  # ok also needs the check of a (the gate_up GEMM's fused SwiGLU epilogue, decision 57) to have run: fp8b_glu_diff=
+  row run_plan_fp8 "$([ $rc -eq 0 ] && grep -q 'fp8b_glu_diff=' "$L/run_plan_fp8.log" && echo ok || echo FAIL)" \
+      "$(grep '^SUMMARY' "$L/run_plan_fp8.log" | tail -1 | cut -c1-230)"
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" --chain >"$L/run_plan_fp8_chain.log" 2>&1
   rc=$?
   grep -E "SUMMARY|FAIL|routing" "$L/run_plan_fp8_chain.log" | head -30

@@ -21,7 +21,9 @@
  * in an fp8-block plan each e4m3 weight copy's kernels (decision 44): moec_adamw_fp8b_ExNxK's w, m and v
  * bit for bit against moec_adamw's on the GPU, its copy against fp8b_quantize of the new W and W^T (codes
  * and scales) and against moec_fp8b_copy_ExNxK; the node checks of the fp8-block grouped_mlp read the
- * copies gpu_fill_copies wrote from the params.
+ * copies gpu_fill_copies wrote from the params; the fp8-block fast forward's a codes and scales, which the
+ * gate_up GEMM's fused SwiGLU epilogue writes (decision 57), against fp8b_quantize of a computed from the
+ * GPU's h (fp8b_glu_check, fp8b_glu_diff in the summary).
  * The CUDA driver API comes through runtime/gpu/cudrv.h (loaded at run time,
  * as in the training binary). One line per compared node; the summary last. Exit 0 when all agree. */
 #include <math.h>
@@ -267,6 +269,66 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
     return diff;
 }
 
+/* The fp8-block fast forward's a = silu(gate) up probs quantised 1x128 along F, which the gate_up GEMM's fused
+ * epilogue writes (decision 57: GemmFp8MGrouped's GLU), read back with the h and probs the GPU used and checked
+ * against fp8b_quantize of a computed here from that bf16 h (g / (1 + expf(-g)) u p) over every padded row of
+ * the groups. The device computes exp with __expf (ex2.approx), so a code may differ by one E4M3 step where the
+ * two exps straddle a rounding boundary (about 2^-22 of the codes: none expected at these sizes) and a block's
+ * scale where its amax straddles 448 2^k; an indexing error (a gate row, a tile, a pass, the scale layout)
+ * differs in most codes. Returns 1 (printed) if more than 1e-4 of the codes or blocks differ, or any code by
+ * more than one step. */
+static int fp8b_glu_check(const Plan *plan, const IrNode *n, const CUdeviceptr *dptr, long long *diffs)
+{
+    const IrNode *w1 = n->src[1];
+    int64_t E = w1->shape[0], F = w1->shape[1] / 2, bytes;
+    /* the offsets: fast_offsets_c where the forward has no backward of its own and a combine reads y_padded */
+    int *ofs = ws_get(plan, n, ws_buf(plan, n, "fast_offsets") >= 0 ? "fast_offsets" : "fast_offsets_c", dptr, &bytes);
+    unsigned short *h = ws_get(plan, n, "h_padded", dptr, &bytes);
+    float *pp = ws_get(plan, n, "probs_padded", dptr, &bytes);
+    unsigned char *q = ws_get(plan, n, "a_e4m3", dptr, &bytes);
+    int64_t rcap = bytes / F;
+    unsigned char *sa = ws_get(plan, n, "a_scales", dptr, &bytes);
+    int64_t rows = ofs[E], codes = 0, code_diff = 0, far = 0, blocks = 0, block_diff = 0;
+    float *a = malloc((size_t)(F * 4));
+    uint8_t *vq = malloc((size_t)F), *vs = malloc((size_t)(F / 128));
+    for (int64_t pr = 0; pr < rows; pr++) {
+        for (int64_t c = 0; c < F; c++) {
+            float g = bf16_to_f32(h[pr * 2 * F + c]), u = bf16_to_f32(h[pr * 2 * F + F + c]);
+            a[c] = g / (1.0f + expf(-g)) * u * pp[pr];
+        }
+        fp8b_quantize(a, 1, F, FP8B_ROWWISE, vq, vs);
+        for (int64_t kb = 0; kb < F / 128; kb++) {
+            blocks++;
+            if (sa[moec_fp8_block_sa_index(pr, (int)kb, rcap)] != vs[kb]) {
+                block_diff++;
+                continue;
+            }
+            for (int64_t c = kb * 128; c < kb * 128 + 128; c++) {
+                int x = q[pr * F + c], y = vq[c];
+                codes++;
+                if (x != y) {
+                    code_diff++;
+                    far += (x ^ y) & 0x80 || abs((x & 0x7f) - (y & 0x7f)) > 1;
+                }
+            }
+        }
+    }
+    int bad = far > 0 || code_diff * 10000 > codes || block_diff * 10000 > blocks;
+    printf("  %-5s %s: a (the gate_up GEMM's fused SwiGLU epilogue) 1x128 along F from the GPU's h: %lld of %lld codes "
+           "differ (%lld by more than one step), %lld of %lld block scales: %s\n", "", n->name, (long long)code_diff,
+           (long long)codes, (long long)far, (long long)block_diff, (long long)blocks, bad ? "FAILED" : "ok");
+    *diffs += code_diff + block_diff;
+    free(a);
+    free(vq);
+    free(vs);
+    free(ofs);
+    free(h);
+    free(pp);
+    free(q);
+    free(sa);
+    return bad;
+}
+
 /* p is a router weight: the weight of a linear whose logits a topk_experts node routes by */
 static int is_router(const IrGraph *g, const IrNode *p)
 {
@@ -436,7 +498,8 @@ int main(int argc, char **argv)
     char *host = NULL;
     size_t host_cap = 0;
     int fast_node = -1;
-    long long mx_quant_diff = 0;
+    long long mx_quant_diff = 0, glu_diff = 0;
+    int glu_nodes = 0;
     long long route_flips = 0, route_total = 0;
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
@@ -488,6 +551,10 @@ int main(int argc, char **argv)
             int64_t d = mx_quant_check(plan, n, &cpu, dptr);
             mx_quant_diff += d;
             bad += d != 0;
+        }
+        if (!chain && fast_node == i && g->train.precision == IR_PREC_FP8_BLOCK && n->op == IR_OP_GROUPED_MLP) {
+            bad += fp8b_glu_check(plan, n, dptr, &glu_diff);
+            glu_nodes++;
         }
         if (plan->bufs[i].elided) {
             /* the fast kernels read through this node: its buffer is never written */
@@ -837,6 +904,8 @@ int main(int argc, char **argv)
     char mxs[64] = "";
     if (g->train.precision == IR_PREC_MXFP8 && plan->source.kernels == PLAN_KERNELS_FAST && !chain)
         snprintf(mxs, sizeof mxs, " mx_quant_diff=%lld", mx_quant_diff);
+    if (glu_nodes)
+        snprintf(mxs, sizeof mxs, " fp8b_glu_diff=%lld", glu_diff);
     printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d%s%s %s\n", ncompared,
            nlaunched, bad, worst_fp, worst_fp_name, adam_diff, fp8_shapes ? (fp8_diff ? " fp8b_copy_diff=1" : " fp8b_copy_diff=0") : "",
            mxs, bad ? "FAILED" : "all agree");

@@ -610,6 +610,73 @@ static void test_log_context(void)
 
 /* With NVRTC at hand (the CUDA toolkit): a compile error comes back with
  * its log and counts; a clean source compiles warning-free. */
+/* decision 59: the head-dim-128 forward's and dq's schedule (MOEC_ATTN through CudaOptions.attn_schedule): the
+ * default is the ping-pong (SCHED 2), each forced value reaches both kernels' template and no other kernel, and
+ * (with NVRTC) every schedule compiles warning-free with no wgmma serialised by ptxas (its C7518 / C7520 info
+ * lines say "serialized"); CudaOptions.attn_max_grid caps the attention launches' blocks */
+static void test_attn_schedules(void)
+{
+    const struct {
+        CudaAttnSchedule sched;
+        const char *fwd, *dq;
+    } cases[] = {
+        {CUDA_ATTN_DEFAULT, "VROW0, 4, 2>(ITEMS, o, lse2", "VROW0, 3, 2>(ITEMS, out"},
+        {CUDA_ATTN_WS, "VROW0, 4, 0>(ITEMS, o, lse2", "VROW0, 3, 0>(ITEMS, out"},
+        {CUDA_ATTN_OVERLAP, "VROW0, 4, 1>(ITEMS, o, lse2", "VROW0, 3, 1>(ITEMS, out"},
+        {CUDA_ATTN_PINGPONG, "VROW0, 4, 2>(ITEMS, o, lse2", "VROW0, 3, 2>(ITEMS, out"},
+    };
+    char err[1024];
+    int nvrtc = nvrtc_load(err, sizeof err);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        Compilation c;
+        IrGraph *g = compile_model(&c, "tests/gpu/fast_attn128.moe", NULL, 0, NULL);
+        Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+        if (p)
+            p->source.kernels = PLAN_KERNELS_FAST;
+        CudaOptions opts = {0};
+        opts.attn_schedule = cases[k].sched;
+        opts.attn_max_grid = k == 0 ? 0 : 5;
+        CHECK(p && cuda_codegen(p, &opts, NULL), "fast_attn128.moe: a fast plan with attention schedule %d",
+              (int)cases[k].sched);
+        if (!p) {
+            compilation_free(&c);
+            continue;
+        }
+        const char *src = p->cuda_source;
+        const char *fwd = strstr(src, "moec::attn::fwd_ws<"), *dq = strstr(src, "moec::attn::bwd_dq_ws<");
+        const char *dkv = strstr(src, "moec::attn::bwd_dkv_ws<");
+        CHECK(fwd && strstr(fwd, cases[k].fwd) && strchr(fwd, ';') > strstr(fwd, cases[k].fwd),
+              "schedule %d: the forward's template ends in %s", (int)cases[k].sched, cases[k].fwd);
+        CHECK(dq && strstr(dq, cases[k].dq) && strchr(dq, ';') > strstr(dq, cases[k].dq),
+              "schedule %d: dq's template ends in %s", (int)cases[k].sched, cases[k].dq);
+        CHECK(dkv && strstr(dkv, "VROW0, 3>(ITEMS, out") == strstr(dkv, "VROW0, 3"), "schedule %d: dk/dv unchanged",
+              (int)cases[k].sched);
+        /* the block cap: 2 x 8 x 3 = 48 items (dk/dv: 2 x 2 x 3 = 12), 5 blocks when capped */
+        int flash = 0;
+        for (int i = 0; i < p->nlaunches; i++) {
+            const PlanLaunch *l = &p->launches[i];
+            if (l->kernel >= 0 && strstr(p->kernel_names[l->kernel], "flash")) {
+                flash++;
+                int64_t want = k > 0 ? 5 : strstr(p->kernel_names[l->kernel], "dkv") ? 12 : 48;
+                CHECK(l->grid == want, "schedule %d: %s over %lld blocks", (int)cases[k].sched,
+                      p->kernel_names[l->kernel], (long long)l->grid);
+            }
+        }
+        CHECK(flash == 3, "fast_attn128.moe: 3 flash launches (%d)", flash);
+        if (nvrtc) {
+            NvrtcOutput out;
+            int ok = nvrtc_compile(src, "kernels.cu", "sm_90a", &out, err, sizeof err);
+            CHECK(ok && out.nwarnings == 0, "schedule %d compiles warning-free: %s (%d warnings)", (int)cases[k].sched,
+                  ok ? "" : err, out.nwarnings);
+            CHECK(!(out.log && strstr(out.log, "serialized")), "schedule %d: ptxas serialised the wgmma:\n%s",
+                  (int)cases[k].sched, out.log ? out.log : "");
+            nvrtc_output_free(&out);
+        }
+        plan_free(p);
+        compilation_free(&c);
+    }
+}
+
 static void test_nvrtc(void)
 {
     char err[1024];
@@ -945,7 +1012,7 @@ static void test_fast_mlp_fp8(void)
         return;
     }
     int nodes = 0, fast = 0, fwd = 0, bwd = 0, fp8_gemms = 0, u8maps = 0, kgemms = 0, caps = 1, impl_ok = 1;
-    int tiles = 0, tiles_nodyn = 1, weights = 0, weights_ok = 1;
+    int tiles = 0, tiles_nodyn = 1, weights = 0, weights_ok = 1, swiglu = 0, glu = 0;
     for (int i = 0; i < p->graph->nnodes; i++) {
         const IrNode *n = p->graph->nodes[i];
         if (n->op != IR_OP_GROUPED_MLP && n->op != IR_OP_GROUPED_MLP_BWD)
@@ -969,10 +1036,11 @@ static void test_fast_mlp_fp8(void)
         int is_k = is_fp8 && strstr(kn, "_dw_") != NULL;
         fp8_gemms += is_fp8;
         kgemms += is_k;
-        /* the activation quantisers (gathers, SwiGLU, dSwiGLU, a colwise): the tile in registers, no dynamic
-         * shared memory, 256 threads */
-        if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_swiglu") || strstr(kn, "_fp8b_dswiglu") ||
-            strstr(kn, "_fp8b_a_colwise")) {
+        /* the activation quantisers (gathers, dSwiGLU, a colwise): the tile in registers, no dynamic shared
+         * memory, 256 threads; the SwiGLU's is the gate_up GEMM's epilogue (decision 57) */
+        swiglu += strstr(kn, "_fp8b_swiglu") != NULL;
+        glu += strstr(kn, "_fast_gate_up_fp8b_s6_glu") != NULL;
+        if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_dswiglu") || strstr(kn, "_fp8b_a_colwise")) {
             tiles++;
             tiles_nodyn &= l->shared_bytes == 0 && l->block == 256;
         }
@@ -1013,12 +1081,20 @@ static void test_fast_mlp_fp8(void)
     CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8: %d of %d grouped_mlp nodes take the fp8-block kernels", fast,
           nodes);
     CHECK(impl_ok, "fast_mlp_fp8: every expert-MLP launch says fast: fp8-block");
-    /* forward: offsets, gather + xs rowwise and colwise, gate_up, SwiGLU + quantise, down (the combine reads
-     * y_padded; the weights' tiles are the optimizer's e4m3 copies); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs,
-     * a colwise, dxs, two weight gradients, scatter */
-    CHECK(fwd == 5 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
-    CHECK(tiles == 5 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
-          "shared memory", tiles, 5 * layers);
+    /* forward: offsets, gather + xs rowwise and colwise, gate_up with SwiGLU + a's quantisation in its epilogue
+     * (decision 57), down (the combine reads y_padded; the weights' tiles are the optimizer's e4m3 copies);
+     * backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs, two weight
+     * gradients, scatter */
+    CHECK(fwd == 4 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    CHECK(tiles == 4 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
+          "shared memory", tiles, 4 * layers);
+    CHECK(swiglu == 0 && glu == layers &&
+              strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, "
+                                     "moec::fp8b::SwigluQuantEpi<256ll>>::run(tma_a, tma_b, tma_d, d, sa, sb + "
+                                     "1048576ll, offsets, rows_cap, aq, asa, pp);") &&
+              !strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, F>(q, sa, "),
+          "fast_mlp_fp8: a = silu(gate) up probs and its 1x128 quantisation in the gate_up GEMM's epilogue (%d fused "
+          "GEMMs, %d separate SwiGLU launches)", glu, swiglu);
     CHECK(weights == 0 && weights_ok, "fast_mlp_fp8: %d weight quantiser launches (want 0), every FP8 GEMM's weight "
           "operand and scales from the param's e4m3 copy at its tiles (forward) or transposed tiles (backward)",
           weights);
@@ -1042,7 +1118,7 @@ static void test_fast_mlp_fp8(void)
               !strstr(p->cuda_source, "GemmKGrouped<4,"),
           "fast_mlp_fp8: dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
           "K-grouped expert GEMM");
-    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0>::run(") &&
+    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, ") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_fp8b_copy_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x256x256(") &&
@@ -1051,7 +1127,7 @@ static void test_fast_mlp_fp8(void)
                                      "524288ll, c + 1048608ll, moec::fp8b::AdamwValues{") &&
               strstr(p->cuda_source, "moec::fp8b::quant_weight<4, 512ll, 256ll>(c + 0ll, c + 1048576ll, c + "
                                      "524288ll, c + 1048608ll, w)") &&
-              strstr(p->cuda_source, ", sa, sb + 1048576ll, offsets, rows_cap)") &&
+              strstr(p->cuda_source, ", sa, sb + 1048576ll, offsets, rows_cap, aq, asa, pp)") &&
               strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, H>(q, sa, ") &&
               !strstr(p->cuda_source, "GemmMGrouped<4, 512"),
           "fast_mlp_fp8: the FP8 GEMM and the quantisers, no bf16 expert GEMM");
@@ -1541,6 +1617,7 @@ int main(void)
     test_fast_mlp_mx();
     test_bf16_storage();
     test_needs_arch();
+    test_attn_schedules();
     test_log_context();
     test_nvrtc();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);

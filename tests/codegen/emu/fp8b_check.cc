@@ -16,7 +16,11 @@
 //     [4, 256, 256]: moec_adamw_fp8b_4x256x256's w, m and v bit for bit against moec_adamw's on the same
 //     inputs, its e4m3 copy (tiles, transposed tiles, both scales) against moec_fp8b_copy_4x256x256 (the
 //     quantiser on the updated w) and against fp8b_quantize(FP8B_TILE) of each expert's new W and W^T; again
-//     with the four arrays 4 bytes off 16-byte alignment (the kernel's element-at-a-time path).
+//     with the four arrays 4 bytes off 16-byte alignment (the kernel's element-at-a-time path);
+//  7. the gate_up GEMM's fused SwiGLU epilogue (GemmFp8MGrouped's GLU, moec::fp8b::SwigluQuantEpi, decision 57)
+//     on the fp32 accumulators, through k_glu_epi (the GEMM's fragment layout, 256 threads a tile), with groups
+//     of 0, 1, 127 and 129 rows: h rounded to nearest even, a's codes and scale codes bit for bit against the
+//     separate quantiser the plans launched before (quant_tiles over Swiglu<F> on that h) and fp8b_quantize.
 // Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and
 // per-row magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
 #include <math.h>
@@ -337,9 +341,70 @@ int main(void)
             }
         }
     }
+    /* 7: the gate_up GEMM's fused SwiGLU epilogue (decision 57) against the separate quantiser and the reference */
+    {
+        const int E2 = 4;
+        const long long R2 = 257, F2 = 256, RCAP2 = (R2 + 128 * E2 + 15) / 16 * 16;
+        const int splits2[E2] = {0, 1, 127, 129}; /* an empty expert, one row, one short of a tile, one past it */
+        std::vector<int> sp2(splits2, splits2 + E2), ofs2(2 * E2 + 2, -1);
+        void *b0[] = {ofs2.data(), sp2.data()};
+        emu_launch("k_offsets2", 1, 32, b0);
+        const int total2 = ofs2[E2];
+        if (total2 != 512 || ofs2[E2 + 1 + E2] != R2) {
+            printf("FAIL: offsets of the ragged groups\n");
+            return 1;
+        }
+        /* the GEMM's fp32 accumulators [RCAP2, 2 F2] (gate | up) over every padded row, and the padded probs */
+        std::vector<float> dacc((size_t)(RCAP2 * 2 * F2), 0.0f), pp2((size_t)RCAP2, 0.0f);
+        fill_rows(dacc.data(), total2, 2 * F2, 1);
+        for (int g = 0; g < E2; g++)
+            for (int k = 0; k < splits2[g]; k++)
+                pp2[(size_t)(ofs2[g] + k)] = k % 29 == 7 ? 0.0f : (float)(next() % 1000) / 997.0f;
+        std::vector<unsigned short> h2((size_t)(RCAP2 * 2 * F2), 0xABCD);
+        std::vector<unsigned char> fq((size_t)(RCAP2 * F2), 0xAB), fs((size_t)(F2 / 128 * RCAP2), 0xAB);
+        void *b1[] = {h2.data(), fq.data(), fs.data(), dacc.data(), pp2.data(), ofs2.data()};
+        emu_launch("k_glu_epi", 3, 256, b1);
+        std::vector<unsigned char> sq((size_t)(RCAP2 * F2), 0xAB), ss((size_t)(F2 / 128 * RCAP2), 0xAB);
+        void *b2[] = {sq.data(), ss.data(), h2.data(), pp2.data(), ofs2.data()};
+        emu_launch("k_rows_a2", 3, 256, b2);
+        /* the reference: a from the same bf16 h, quantised by runtime/cpu/fp8_block.c */
+        std::vector<float> a2((size_t)(total2 * F2));
+        for (long long pr = 0; pr < total2; pr++)
+            for (long long c = 0; c < F2; c++) {
+                float gt = bf2f(h2[(size_t)(pr * 2 * F2 + c)]), u = bf2f(h2[(size_t)(pr * 2 * F2 + F2 + c)]);
+                a2[(size_t)(pr * F2 + c)] = gt / (1.0f + expf(-gt)) * u * pp2[(size_t)pr];
+            }
+        std::vector<unsigned char> rq((size_t)(total2 * F2)), rs((size_t)(total2 * F2 / 128));
+        fp8b_quantize(a2.data(), total2, F2, FP8B_ROWWISE, rq.data(), rs.data());
+        for (long long pr = 0; pr < total2; pr++) {
+            for (long long c = 0; c < 2 * F2; c++) { /* h: the accumulators rounded to nearest even */
+                float v = dacc[(size_t)(pr * 2 * F2 + c)];
+                unsigned short hb = h2[(size_t)(pr * 2 * F2 + c)];
+                uint32_t u = fbits(v);
+                check(isnan(v) ? isnan(bf2f(hb)) : hb == (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16),
+                      "glu epilogue: h", pr * 2 * F2 + c);
+            }
+            for (long long c = 0; c < F2; c++) {
+                check(fq[(size_t)(pr * F2 + c)] == sq[(size_t)(pr * F2 + c)], "glu epilogue: a code vs quant_tiles",
+                      pr * F2 + c);
+                check(fq[(size_t)(pr * F2 + c)] == rq[(size_t)(pr * F2 + c)], "glu epilogue: a code vs fp8b_quantize",
+                      pr * F2 + c);
+            }
+            for (int kb = 0; kb < F2 / 128; kb++) {
+                const long long i = moec_fp8_block_sa_index(pr, kb, RCAP2);
+                check(fs[(size_t)i] == ss[(size_t)i], "glu epilogue: a scale vs quant_tiles", pr);
+                check(fs[(size_t)i] == rs[(size_t)(pr * (F2 / 128) + kb)], "glu epilogue: a scale vs fp8b_quantize", pr);
+            }
+        }
+        /* nothing written past the groups' padded rows */
+        for (long long i = (long long)total2 * F2; i < RCAP2 * F2; i++)
+            check(fq[(size_t)i] == 0xAB, "glu epilogue: a code past the rows", i);
+    }
+
     printf("fp8b quantisers: %lld checks (xs rowwise and colwise, a and dh rowwise and colwise, dprobs, weight "
            "tiles and their transposed copy, the optimizer's AdamW + e4m3 copy against moec_adamw and the "
-           "quantiser), %d failed\n", checks, fails);
+           "quantiser, the gate_up GEMM's fused SwiGLU epilogue: h, a's codes and scales against quant_tiles and "
+           "fp8b_quantize with groups of 0, 1, 127 and 129 rows), %d failed\n", checks, fails);
     if (!fails)
         printf("all bit-identical to runtime/cpu/fp8_block.c\n");
     return fails ? 1 : 0;

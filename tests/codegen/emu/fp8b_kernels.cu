@@ -26,6 +26,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
 }
 
 
+#include "emu_sm90.h" // pack_bf16x2, for the fused SwiGLU epilogue
 #include "mxfp8.cuh"
 #include "prelude.cuh"
 #include "gemm_sm90_sched.h"
@@ -86,6 +87,48 @@ K512 k_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned ch
 K512 k_weight_nt(unsigned char *q, unsigned char *s, const float *w)
 {
     moec::fp8b::quant_weight<2, 256, 384>(q, s, nullptr, nullptr, w);
+}
+
+// The gate_up GEMM's fused SwiGLU epilogue (GemmFp8MGrouped's GLU, decision 57) against the separate quantiser
+// k_rows_a2 (quant_tiles over Swiglu<F>, the kernel the plans launched before), with ragged groups of 0, 1, 127
+// and 129 rows. k_glu_epi stands in for the GEMM's two consumer warpgroups: 256 threads per 128 x 128 tile of a
+// (padded rows mb, a columns j), thread (warpgroup half, warp wq, lane) holding the m64n128 accumulator fragment
+// of rows r = 64 half + 16 wq + lane / 4 and r + 8 at columns 8 c + 2 (lane % 4) + e of the gate block
+// (d's columns 128 j ..) and the up block (F2 + 128 j ..), d [RCAP2, 2 F2] fp32 being the GEMM's accumulators. It
+// writes h as the TMA-store epilogue rounds it (pack_bf16x2), takes the gate words as the GEMM reads them back
+// from its staging buffers (those bf16 words) and calls SwigluQuantEpi::run as GemmFp8MGrouped does.
+constexpr int E2 = 4;
+constexpr long long R2 = 257, F2 = 256, RCAP2 = (R2 + 128 * E2 + 15) / 16 * 16;
+K256 k_offsets2(int *ofs, const int *splits) { moec::fast::offsets<E2, R2>(ofs, splits); }
+K256 k_glu_epi(unsigned short *h, unsigned char *q, unsigned char *sa, const float *d, const float *pp, const int *ofs)
+{
+    const long long tiles = (long long)(ofs[E2] / 128) * (F2 / 128);
+    const int half = threadIdx.x / 128, wq = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int r = half * 64 + wq * 16 + lane / 4;
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int mb = (int)(t / (F2 / 128)), j = (int)(t % (F2 / 128)), pr = mb * 128 + r;
+        unsigned gw[32];
+        float up[64];
+        for (int c = 0; c < 16; c++)
+            for (int i = 0; i < 2; i++) {
+                const long long row = pr + 8 * i, col = 128ll * j + 8 * c + 2 * (lane % 4);
+                const float *dr = d + row * 2 * F2;
+                gw[2 * c + i] = moec::sm90::pack_bf16x2(dr[col], dr[col + 1]);
+                up[4 * c + 2 * i] = dr[F2 + col];
+                up[4 * c + 2 * i + 1] = dr[F2 + col + 1];
+                const unsigned uw = moec::sm90::pack_bf16x2(dr[F2 + col], dr[F2 + col + 1]);
+                h[row * 2 * F2 + col] = (unsigned short)(gw[2 * c + i] & 0xffffu);
+                h[row * 2 * F2 + col + 1] = (unsigned short)(gw[2 * c + i] >> 16);
+                h[row * 2 * F2 + F2 + col] = (unsigned short)(uw & 0xffffu);
+                h[row * 2 * F2 + F2 + col + 1] = (unsigned short)(uw >> 16);
+            }
+        moec::fp8b::SwigluQuantEpi<F2>::run(gw, up, pp, q, sa, RCAP2, pr, j, lane);
+    }
+}
+K256 k_rows_a2(unsigned char *q, unsigned char *sa, const unsigned short *h, const float *pp, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E2, F2>(q, sa, RCAP2, nullptr, nullptr, moec::fp8b::Swiglu<F2>{h, pp}, nullptr, nullptr,
+                                    ofs);
 }
 
 // the optimizer's kernels as moec generated them for tests/gpu/fast_mlp_fp8.moe (w_down [4, 256, 256]): the

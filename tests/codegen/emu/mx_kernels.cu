@@ -25,6 +25,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
     return r;
 }
 
+#include "emu_sm90.h" // pack_bf16x2, which fp8_block_fast.cuh's fused SwiGLU epilogue names
 #include "mxfp8.cuh"
 #include "prelude.cuh"
 #include "gemm_sm90_sched.h"
