@@ -87,7 +87,7 @@ __device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N /
  * gate and up values of the forward's h [rows, 2N] (bf16, `h`; 5: gate/up interleaved in blocks of 128
  * as plan.h PlanBuf.glu_f, 6: [gate | up]) straight from global memory (each consumer thread prefetches
  * its share of the tile's h lines into L2 before the tile's main loop), and writes dh [rows, 2N] (h's
- * layout, through tma_d) and a [rows, N] (through tma_act) with dswiglu1, three 64 x 64 chunks per 64
+ * layout, through tma_d) and a [rows, N] (through tma_act) with dswiglu1 (dswiglu.cuh), three 64 x 64 chunks per 64
  * columns of da through the staging buffers, and dpart [rows, N / 128] f32: per row and 128 columns the
  * sum of the t terms (each thread its 32 in column order, then the quad's fixed xor tree). The backward's
  * scatter (moe_fast.cuh) sums a row's N / 128 partials in index order. Any schedule, BLOCK_N 128 or 256.

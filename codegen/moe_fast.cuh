@@ -274,7 +274,7 @@ template <int E, long long F> __device__ void swiglu(unsigned short *a, const un
 /* The backward's row step over the padded rows: from h [., 2F], da [., F] (bf16) and p [.]:
  * dh = [d up silu'(gate) | d silu(gate)] with d = da p (bf16), a = silu(gate) up p (bf16, for dW_down)
  * and dp [pr] = sum_f da silu(gate) up (f32; double partials, the block's fixed-order tree, no atomics).
- * The arithmetic of one element is gemm_sm90.cuh's dswiglu1, as the dSwiGLU epilogue of the da GEMM
+ * The arithmetic of one element is dswiglu.cuh's dswiglu1, as the dSwiGLU epilogue of the da GEMM
  * (decision 60), which replaces this kernel by default: the same dh and a, bit for bit; MOEC_DSWIGLU=separate
  * keeps it (A/B). One block of 256 threads per padded row, 8 columns (16-byte loads and stores) per thread. */
 template <int E, long long F, int GLU = 0>
