@@ -38,7 +38,8 @@ TRAIN_SRC = train/train.c train/flags.c train/loop.c train/checkpoint.c train/me
 # (util/e4m3.h, shared with the CPU, then codegen/*.cuh) becomes C strings in $(GEN)/cuda_prelude.c
 CODEGEN_SRC = codegen/cuda.c codegen/cuda_dense.c codegen/cuda_attention.c codegen/cuda_moe.c \
            codegen/cuda_loss.c codegen/cuda_optim.c codegen/cuda_comm.c codegen/cuda_moe_fast.c runtime/gpu/nvrtc.c
-CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/gemm_sm90.cuh \
+CODEGEN_CUH = util/e4m3.h codegen/mxfp8.cuh codegen/prelude.cuh codegen/gemm_sm90_sched.h codegen/sm90.cuh codegen/dswiglu.cuh \
+           codegen/gemm_sm90.cuh \
            codegen/moe_fast_offsets.h codegen/moe_fast.cuh codegen/dense_fast.cuh codegen/attn_fast.cuh \
            codegen/fp8_block_fast.cuh
 LIB_SRC  = $(UTIL_SRC) $(IR_SRC) $(PASS_SRC) $(FE_SRC) $(PLAN_SRC) $(CODEGEN_SRC) $(DRIVER_SRC) $(RT_SRC) $(DATA_SRC) \
@@ -76,7 +77,7 @@ $(GEN)/cuda_prelude.c: $(CODEGEN_CUH) Makefile
 	  echo 'const char cuda_prelude_sm90_sched[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/gemm_sm90_sched.h; echo ';'; \
 	  echo 'const char cuda_prelude_sm90[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/sm90.cuh; echo ';'; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/sm90.cuh codegen/dswiglu.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_gemm_sm90[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' codegen/gemm_sm90.cuh; echo ';'; \
 	  echo 'const char cuda_prelude_moe_fast[] ='; \

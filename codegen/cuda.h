@@ -49,6 +49,11 @@ typedef enum CudaMgemmSchedule {
  * warpgroup (FAST_KGEMM_SCHEDULE); MOEC_KGEMM=cooperative|pingpong in the driver's environment. */
 typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, CUDA_KSCHED_PINGPONG } CudaKgemmSchedule;
 
+/* The bf16 fast expert MLP backward's dSwiGLU (decision 60): in the epilogue of the da GEMM (default; da never
+ * stored) or the separate kernel after a GEMM that stores da (for A/B timing); MOEC_DSWIGLU=fused|separate in
+ * the driver's environment. */
+typedef enum CudaDswiglu { CUDA_DSWIGLU_DEFAULT, CUDA_DSWIGLU_FUSED, CUDA_DSWIGLU_SEPARATE } CudaDswiglu;
+
 /* The head-dim-128 attention forward's and dq's consumer schedule (codegen/attn_fast.cuh fwd_ws, bwd_dq_ws;
  * decision 59): the default (ping-pong), or forced (A/B timing): "ws" decision 50's kernels as measured;
  * "overlap" each warpgroup's own overlap fixed (the forward's exponentials before its wait for P V, in fp32 in
@@ -61,6 +66,7 @@ typedef struct CudaOptions {
     CudaKgemmEpilogue kgemm_epilogue;
     CudaMgemmSchedule mgemm_schedule;
     CudaKgemmSchedule kgemm_schedule;
+    CudaDswiglu dswiglu;
     CudaAttnSchedule attn_schedule;
     int attn_max_grid; /* > 0: the attention launches' blocks capped here (a test: each block then loops over
                         * several items, MOEC_ATTN_GRID in the driver's environment); 0: 65535 */

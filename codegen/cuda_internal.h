@@ -98,6 +98,7 @@ typedef struct Cg {
     int fp8b_used;       /* a kernel needs fp8_block_fast.cuh (the fp8-block expert MLP; sets fast_used too) */
     CudaKgemmEpilogue kgemm_epilogue; /* CudaOptions.kgemm_epilogue */
     CudaMgemmSchedule mgemm_schedule; /* CudaOptions.mgemm_schedule */
+    CudaDswiglu dswiglu;              /* CudaOptions.dswiglu */
     CudaKgemmSchedule kgemm_schedule; /* CudaOptions.kgemm_schedule */
     CudaAttnSchedule attn_schedule;   /* CudaOptions.attn_schedule */
     int attn_max_grid;                /* CudaOptions.attn_max_grid */

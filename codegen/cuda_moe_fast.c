@@ -244,6 +244,38 @@ static void emit_mgemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what
     cg->fast_used = 1;
 }
 
+/* The backward's da = dy w_down launch with the dSwiGLU epilogue (decision 60; gemm_sm90.cuh EPILOGUE 5, 6): da
+ * [rcap, F] is never stored; the epilogue reads h [rcap, 2F] (glu: gate/up interleaved in blocks of 128) and p,
+ * writes dh [rcap, 2F] (h's layout), a [rcap, F] and dpart [rcap, F / 128] (partials of dprobs). The schedule:
+ * the SwiGLU forward's rule (a heavy epilogue: ping-pong from K 4096 on), unless CudaOptions forces one. */
+static void emit_mgemm_dswiglu(Cg *cg, Fast *f, int dyp, int w2b, int hp, int pp, int dhp, int ap, int dpart, int glu)
+{
+    const int64_t N = f->F, K = f->H;
+    GemmSm90Shape s = mgrouped_shape_pp(f->E, N, K, 1, mgemm_pingpong(cg, K, 1));
+    s.epilogue = glu ? GEMM_SM90_EPI_DSWIGLU : GEMM_SM90_EPI_DSWIGLU_SPLIT;
+    char sfx[96];
+    snprintf(sfx, sizeof sfx, "fast_da_dswiglu_bn%d_s%d_tb%s", s.block_n, s.stages,
+             s.pingpong == 2 ? "_pp" : s.pingpong == 1 ? "_pp64" : "");
+    fast_begin(cg, f, sfx,
+               "da = dy w_down per group (M-grouped GEMM, trans_b) and in its epilogue dh = dSwiGLU(da probs), a = "
+               "silu(gate) up probs and per 128 columns the partials of dprobs = sum da silu(gate) up (da never stored)");
+    cg_tmap(cg, dyp, f->rcap, K, gemm_sm90_block_m(&s), "tma_a");
+    cg_tmap(cg, w2b, f->E * K, N, 64, "tma_b");
+    cg_tmap(cg, dhp, f->rcap, 2 * N, 64, "tma_dh");
+    cg_tmap(cg, ap, f->rcap, N, 64, "tma_act");
+    cg_param(cg, dpart, 1, "dpart");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, pp, 0, "probs");
+    cg_param(cg, f->ofs, 0, "offsets");
+    cg_i32(cg, f->rcap, "rows_cap");
+    cg_line(cg, "moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_dh, nullptr, offsets, "
+                "rows_cap, &tma_act, probs, 0, hp, dpart);",
+            s.E, s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b, s.pingpong);
+    cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
+    cg_end(cg, GEMM_SM90_THREADS, 1);
+    cg->fast_used = 1;
+}
+
 /* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group; the TMA-store epilogue (an fp32
  * tensor map over dW viewed [E N, K]) where out + off is 16-byte aligned */
 static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
@@ -587,14 +619,18 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
         pp = cg_ws(cg, n, PLAN_F32, rc, "probs_padded");
         hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded");
     }
+    /* the dSwiGLU in the da GEMM's epilogue (decision 60): no da, dprobs as F / 128 partials per row */
+    const int fused = cg->dswiglu != CUDA_DSWIGLU_SEPARATE;
+    const int64_t np = fused ? F / 128 : 1;
     int dyp = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_padded");
-    int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
+    int dap = fused ? -1 : cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
     int dhp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_padded"), ap = cg_ws(cg, n, PLAN_BF16, rc * F, "a_padded");
-    int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded"), dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
+    int dpp = cg_ws(cg, n, PLAN_F32, rc * np, fused ? "dprobs_partials" : "dprobs_padded");
+    int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
     const int glu = w1->op == IR_OP_PARAM; /* as the forward: h, dh and the copy gate/up-interleaved */
     int w1b = weight_bf16(cg, &f, w1, "w_gate_up_bf16", &cv1, glu ? F : 0);
     int w2b = weight_bf16(cg, &f, w2, "w_down_bf16", &cv2, 0);
-    f.steps = 7 + (fwd ? 0 : 2) + (!fwd && cg_fast_reads_through(cg, dy)) + cv1 + cv2;
+    f.steps = 7 - fused + (fwd ? 0 : 2) + (!fwd && cg_fast_reads_through(cg, dy)) + cv1 + cv2;
 
     if (!fwd)
         emit_offsets(cg, &f, sp);
@@ -647,21 +683,26 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     if (!fwd)
         emit_mgemm(cg, &f, "fast_gate_up", "recompute h = xs w_gate_up^T per group (no forward kept it)", xp, w1b, hp,
                    2 * F, H, 0);
-    emit_mgemm(cg, &f, "fast_da", "da = dy w_down per group (M-grouped GEMM, trans_b: w_down as it is)", dyp, w2b, dap,
-               F, H, 1);
+    if (fused)
+        emit_mgemm_dswiglu(cg, &f, dyp, w2b, hp, pp, dhp, ap, dpp, glu);
+    else
+        emit_mgemm(cg, &f, "fast_da", "da = dy w_down per group (M-grouped GEMM, trans_b: w_down as it is)", dyp, w2b,
+                   dap, F, H, 1);
 
-    fast_begin(cg, &f, "fast_dswiglu", "dh = dSwiGLU(da probs), a = silu(gate) up probs, dprobs = sum da silu(gate) "
-                                       "up per row (fixed order)");
-    cg_param(cg, dhp, 1, "dhp");
-    cg_param(cg, ap, 1, "ap");
-    cg_param(cg, dpp, 1, "dpp");
-    cg_param(cg, hp, 0, "hp");
-    cg_param(cg, dap, 0, "dap");
-    cg_param(cg, pp, 0, "pp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::dswiglu<E, F, %d>(dhp, ap, dpp, hp, dap, pp, ofs);", glu);
-    cg_end(cg, CG_BLOCK, row_grid(rc));
+    if (!fused) {
+        fast_begin(cg, &f, "fast_dswiglu", "dh = dSwiGLU(da probs), a = silu(gate) up probs, dprobs = sum da silu(gate) "
+                                           "up per row (fixed order)");
+        cg_param(cg, dhp, 1, "dhp");
+        cg_param(cg, ap, 1, "ap");
+        cg_param(cg, dpp, 1, "dpp");
+        cg_param(cg, hp, 0, "hp");
+        cg_param(cg, dap, 0, "dap");
+        cg_param(cg, pp, 0, "pp");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fast::dswiglu<E, F, %d>(dhp, ap, dpp, hp, dap, pp, ofs);", glu);
+        cg_end(cg, CG_BLOCK, row_grid(rc));
+    }
 
     emit_mgemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (M-grouped GEMM, trans_b: w_gate_up as it is)", dhp,
                w1b, dxp, H, 2 * F, 1);
@@ -673,13 +714,19 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
                    : "dw_gate_up = dh^T xs per group (K-grouped GEMM, fp32 out)",
                dhp, xp, R * H + R, 2 * F, H, glu ? F : 0);
 
-    fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
+    fast_begin(cg, &f, "fast_scatter",
+               fused ? "dxs back to the graph's row order in fp32 (padding rows zero), and dprobs: each row's F / 128 "
+                       "partials summed in order"
+                     : "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
     cg_out(cg, n, "out");
     cg_param(cg, dxp, 0, "dxp");
     cg_param(cg, dpp, 0, "dpp");
     cg_param(cg, f.ofs, 0, "ofs");
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
+    if (fused)
+        cg_line(cg, "moec::fast::scatter<E, R, H, %lld>(out, out + R * H, dxp, dpp, ofs);", (long long)np);
+    else
+        cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(R));
     return 1;
 }

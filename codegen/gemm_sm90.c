@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* $(GEN)/cuda_prelude.c: codegen/gemm_sm90_sched.h, codegen/sm90.cuh, codegen/gemm_sm90.cuh */
+/* $(GEN)/cuda_prelude.c: codegen/gemm_sm90_sched.h, codegen/sm90.cuh + codegen/dswiglu.cuh, codegen/gemm_sm90.cuh */
 extern const char cuda_prelude_sm90_sched[], cuda_prelude_sm90[], cuda_prelude_gemm_sm90[];
 
 static char *source_with(const char *inst, const char *extra)

@@ -81,7 +81,16 @@ __device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N /
  * a [rows, N / 2], its columns 128 nb ..);
  * 4 = fp32 out (the dense linears of --kernels fast, which the graph keeps in fp32): d is then a float
  * [., N] cast to unsigned short *, 8-byte stores from registers, rows >= d_rows skipped (the padding
- * rows of A past the graph's row count).
+ * rows of A past the graph's row count);
+ * 5, 6 = dSwiGLU (decision 60; the expert MLP backward's da = dy w_down launch, N = F): da is never stored.
+ * The epilogue rounds each accumulator to bf16 (the value a store of da would keep), reads the matching
+ * gate and up values of the forward's h [rows, 2N] (bf16, `h`; 5: gate/up interleaved in blocks of 128
+ * as plan.h PlanBuf.glu_f, 6: [gate | up]) straight from global memory (each consumer thread prefetches
+ * its share of the tile's h lines into L2 before the tile's main loop), and writes dh [rows, 2N] (h's
+ * layout, through tma_d) and a [rows, N] (through tma_act) with dswiglu1 (dswiglu.cuh), three 64 x 64 chunks per 64
+ * columns of da through the staging buffers, and dpart [rows, N / 128] f32: per row and 128 columns the
+ * sum of the t terms (each thread its 32 in column order, then the quad's fixed xor tree). The backward's
+ * scatter (moe_fast.cuh) sums a row's N / 128 partials in index order. Any schedule, BLOCK_N 128 or 256.
  *
  * PINGPONG 0 (cooperative, the original): the two consumer warpgroups share each 128 x BLOCK_N tile
  * (64 rows each), so both run their epilogues at the same time and the tensor cores wait for them.
@@ -97,7 +106,7 @@ __device__ __forceinline__ void store_tile_bf16_tma(const float (&acc)[BLOCK_N /
  * operands' L2 and shared-memory traffic per flop of the cooperative BLOCK_N 128 kernel, where the
  * 64 x 256 tiles of PINGPONG 1 read 25% more per flop from L2); each thread holds two m64n128
  * fragments (rows 0-63 and 64-127 of the tile, 128 fp32 in all) and issues two wgmma per 16-deep
- * slice. Epilogues 0 and 3 only. The SwiGLU epilogue (3) takes 64 gate and the matching 64 up rows
+ * slice. Epilogues 0, 3, 5 and 6 only. The SwiGLU epilogue (3) takes 64 gate and the matching 64 up rows
  * of W into one tile: tile column block nb is gate columns 256 (nb / 2) + 64 (nb % 2) .. + 63 of D's
  * interleaved layout and the up columns 128 further (tma_b's box {64, 64}: two boxes per stage), so
  * each thread again holds both factors of its outputs of a (columns 128 (nb / 2) + 64 (nb % 2) ..).
@@ -112,7 +121,9 @@ struct GemmMGrouped {
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
     /* TMA-store epilogue: 2 consumer warpgroups x 2 buffers of 64 x 64 bf16 */
     static constexpr int OUT_CHUNK_BYTES = 64 * 64 * 2;
-    static constexpr int OUT_BYTES = EPILOGUE == 0 || EPILOGUE == 3 ? 4 * OUT_CHUNK_BYTES : 0;
+    static constexpr bool DSWIGLU = EPILOGUE == 5 || EPILOGUE == 6; /* the dSwiGLU epilogue (decision 60) */
+    static constexpr bool TMA_OUT = EPILOGUE == 0 || EPILOGUE == 3 || DSWIGLU; /* stores through the staging buffers */
+    static constexpr int OUT_BYTES = TMA_OUT ? 4 * OUT_CHUNK_BYTES : 0;
     /* 1024 bytes of slack to align the ring to 1024 (128-byte swizzle atoms), the ring, the output
      * buffers, the barriers */
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 2 * STAGES * 8;
@@ -127,10 +138,11 @@ struct GemmMGrouped {
     static_assert(N % BLOCK_N == 0, "N must be a multiple of BLOCK_N");
     static_assert(BLOCK_N == 128 || BLOCK_N == 256, "BLOCK_N is 128 or 256");
     static_assert(EPILOGUE != 3 || BLOCK_N == 256 || PINGPONG == 2, "the SwiGLU epilogue takes 256-wide tiles");
-    static_assert(EPILOGUE >= 0 && EPILOGUE <= 4, "EPILOGUE is 0 to 4");
+    static_assert(EPILOGUE >= 0 && EPILOGUE <= 6, "EPILOGUE is 0 to 6");
+    static_assert(!DSWIGLU || N % 128 == 0, "the dSwiGLU epilogue's partials of dprobs are per 128 columns");
     static_assert(PINGPONG >= 0 && PINGPONG <= 2, "PINGPONG is 0 (cooperative), 1 or 2");
-    static_assert(PINGPONG != 2 || (BLOCK_N == 128 && (EPILOGUE == 0 || EPILOGUE == 3)),
-                  "PINGPONG 2 takes BLOCK_N 128 and epilogue 0 or 3");
+    static_assert(PINGPONG != 2 || (BLOCK_N == 128 && (EPILOGUE == 0 || EPILOGUE == 3 || DSWIGLU)),
+                  "PINGPONG 2 takes BLOCK_N 128 and epilogue 0, 3, 5 or 6");
     static_assert(!GLU_SPLIT || N % 256 == 0, "the SwiGLU epilogue pairs 128-column gate and up blocks");
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * (N > K ? N : K) < 2147483647ll, "the rows of W must fit an int coordinate");
@@ -251,6 +263,123 @@ struct GemmMGrouped {
         }
     }
 
+    /* EPILOGUE 5, 6: the column of h (and dh) holding the gate (up 0) or up (up 1) factor of da's column f */
+    __device__ static __forceinline__ int dsw_hcol(int f, int up)
+    {
+        return EPILOGUE == 5 ? 256 * (f / 128) + f % 128 + 128 * up : f + N * up;
+    }
+    /* EPILOGUE 5, 6: before a tile's main loop, each of the warpgroup's 128 threads prefetches into L2 its
+     * share of the h lines the tile's epilogue will read: rows row0 .. row0 + rows - 1, the gate and up
+     * columns of da's columns col0 .. col0 + ncols - 1 (128-byte lines of 64 bf16) */
+    __device__ static __forceinline__ void dsw_prefetch(const unsigned short *h, int row0, int rows, int col0,
+                                                        int ncols)
+    {
+        const int per_row = 2 * (ncols / 64), lines = rows * per_row;
+        for (int l = threadIdx.x % 128; l < lines; l += 128) {
+            const int rr = l / per_row, k = l % per_row;
+            const unsigned short *p = h + (long long)(row0 + rr) * (2ll * N) + dsw_hcol(col0 + 64 * (k / 2), k % 2);
+            asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+        }
+    }
+    /* EPILOGUE 5, 6 (the dSwiGLU epilogue): one consumer warpgroup's 64 x 2 ACC fragment (rows row0 .. row0 + 63,
+     * da columns col_base .. col_base + 2 ACC - 1, col_base a multiple of 128) -> dh, a and the partials of
+     * dprobs (above). Per 64 columns of da (chunk cc): the thread's 32 h pairs loaded, the dh gate chunk into
+     * one staging buffer (du and a kept packed), then the dh up chunk and the a chunk: stores alternate
+     * strictly between the warpgroup's two buffers (3 a chunk, ACC / 32 chunks: an even count, so every
+     * fragment starts at buffer 0). Named barrier 1 + bh. */
+    __device__ static __forceinline__ void epilogue_dswiglu(const float (&acc)[ACC], unsigned out_buf, int bh, int wq,
+                                                            int lane, const TmaDesc &tma_dh, const TmaDesc *tma_act,
+                                                            const float *probs, const unsigned short *h,
+                                                            float *dpart, int col_base, int row0)
+    {
+        constexpr int NP = N / 128;
+        const int tid = threadIdx.x % 128;
+        const int r = wq * 16 + lane / 4; /* and r + 8 */
+        const long long prow = (long long)row0 + r;
+        const float pr[2] = {probs[prow], probs[prow + 8]};
+        const unsigned short *hr = h + prow * (2ll * N) + 2 * (lane % 4);
+        float s[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int cc = 0; cc < ACC / 32; cc++) {
+            const int f0 = col_base + 64 * cc, gc = dsw_hcol(f0, 0), uc = dsw_hcol(f0, 1);
+            const unsigned bX = out_buf + (bh * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
+            const unsigned bY = out_buf + (bh * 2 + ((cc + 1) & 1)) * OUT_CHUNK_BYTES;
+            unsigned hg[2][8], hu[2][8], pdu[2][8], po[2][8];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int jj = 0; jj < 8; jj++) {
+                    hg[i][jj] = __ldg((const unsigned *)(hr + i * 16ll * N + gc + 8 * jj));
+                    hu[i][jj] = __ldg((const unsigned *)(hr + i * 16ll * N + uc + 8 * jj));
+                }
+            if (tid == 0)
+                bulk_wait_read<1>(); /* the store that last read bX is done */
+            named_barrier(1 + bh, 128);
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) {
+                const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int j = cc * 8 + jj;
+                    /* da as a bf16 store would keep it */
+                    const unsigned dab = pack_bf16x2(acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1]);
+                    float dg[2], du[2], o[2];
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const float g = __uint_as_float(c ? hg[i][jj] & 0xffff0000u : hg[i][jj] << 16);
+                        const float u = __uint_as_float(c ? hu[i][jj] & 0xffff0000u : hu[i][jj] << 16);
+                        const float da = __uint_as_float(c ? dab & 0xffff0000u : dab << 16);
+                        float t;
+                        dswiglu1(g, u, da, pr[i], dg[c], du[c], o[c], t);
+                        s[i] = __fadd_rn(s[i], t);
+                    }
+                    st_shared_u32(bX + (r + 8 * i) * 128 + off, pack_bf16x2(dg[0], dg[1]));
+                    pdu[i][jj] = pack_bf16x2(du[0], du[1]);
+                    po[i][jj] = pack_bf16x2(o[0], o[1]);
+                }
+            }
+            fence_proxy_async();
+            named_barrier(1 + bh, 128);
+            if (tid == 0) {
+                tma_store_2d(&tma_dh, bX, gc, row0);
+                bulk_commit();
+            }
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                const unsigned buf = q ? bX : bY;
+                if (tid == 0)
+                    bulk_wait_read<1>();
+                named_barrier(1 + bh, 128);
+#pragma unroll
+                for (int jj = 0; jj < 8; jj++) {
+                    const unsigned off = (unsigned)(((jj ^ (r & 7)) * 16) + 4 * (lane % 4));
+                    st_shared_u32(buf + r * 128 + off, q ? po[0][jj] : pdu[0][jj]);
+                    st_shared_u32(buf + (r + 8) * 128 + off, q ? po[1][jj] : pdu[1][jj]);
+                }
+                fence_proxy_async();
+                named_barrier(1 + bh, 128);
+                if (tid == 0) {
+                    if (q)
+                        tma_store_2d(tma_act, buf, f0, row0);
+                    else
+                        tma_store_2d(&tma_dh, buf, uc, row0);
+                    bulk_commit();
+                }
+            }
+            if (cc & 1) {
+                /* the 128 columns f0 - 64 .. f0 + 63: the quad's partials in a fixed tree */
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    s[i] = __fadd_rn(s[i], __shfl_xor_sync(0xffffffffu, s[i], 1));
+                    s[i] = __fadd_rn(s[i], __shfl_xor_sync(0xffffffffu, s[i], 2));
+                    if (lane % 4 == 0)
+                        dpart[(prow + 8 * i) * NP + f0 / 128] = s[i];
+                    s[i] = 0.0f;
+                }
+            }
+        }
+    }
+
     /* The epilogue of one consumer warpgroup: its 64 x BLOCK_N accumulators (rows row_base .. + 63 of D,
      * columns nb BLOCK_N ..) to D (and a, EPILOGUE 3); bh (0 or 1) picks the warpgroup's two staging
      * buffers and named barrier 1 + bh. */
@@ -341,7 +470,8 @@ struct GemmMGrouped {
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, const TmaDesc &tma_d,
                                                unsigned short *d, const int *offsets, int rows_cap,
                                                const TmaDesc *tma_act = nullptr, const float *probs = nullptr,
-                                               long long d_rows = 0)
+                                               long long d_rows = 0, const unsigned short *h = nullptr,
+                                               float *dpart = nullptr)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -419,6 +549,8 @@ struct GemmMGrouped {
                 const long long n0 = (long long)i * KBLOCKS;
                 int stage = (int)(n0 % STAGES);
                 unsigned phase = (unsigned)((n0 / STAGES) & 1);
+                if constexpr (DSWIGLU)
+                    dsw_prefetch(h, mb * BLOCK_M, BLOCK_M, nb * BLOCK_N, BLOCK_N);
                 if (i > 0)
                     named_barrier(3 + c, 256); /* the other warpgroup has issued tile i - 1 */
                 int prev = 0;
@@ -443,14 +575,20 @@ struct GemmMGrouped {
                     reg_fence(acc1);
                 if (lane == 0)
                     mbar_arrive(empty_bar + 8 * prev);
-                if constexpr (PINGPONG == 2) {
+                if constexpr (DSWIGLU) {
+                    epilogue_dswiglu(acc, out_buf, c, wq, lane, tma_d, tma_act, probs, h, dpart, nb * BLOCK_N,
+                                     mb * BLOCK_M);
+                    if constexpr (PINGPONG == 2)
+                        epilogue_dswiglu(acc1, out_buf, c, wq, lane, tma_d, tma_act, probs, h, dpart, nb * BLOCK_N,
+                                         mb * BLOCK_M + 64);
+                } else if constexpr (PINGPONG == 2) {
                     epilogue2(acc, out_buf, c, wq, lane, tma_d, tma_act, probs, nb, mb * BLOCK_M, 0);
                     epilogue2(acc1, out_buf, c, wq, lane, tma_d, tma_act, probs, nb, mb * BLOCK_M + 64, 1);
                 } else {
                     epilogue(acc, out_buf, c, wq, lane, tma_d, d, tma_act, probs, d_rows, nb, (long long)mb * BLOCK_M);
                 }
             }
-            if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
+            if constexpr (TMA_OUT) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
@@ -464,6 +602,8 @@ struct GemmMGrouped {
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 int mb, nb;
                 moec_sched_tile(t, num_m, NUM_N, SCHED_BAND, &mb, &nb);
+                if constexpr (DSWIGLU)
+                    dsw_prefetch(h, mb * BLOCK_M + half * 64, 64, nb * BLOCK_N, BLOCK_N);
                 int prev = 0;
                 for (int kb = 0; kb < KBLOCKS; kb++) {
                     mbar_wait(full_bar + 8 * stage, phase);
@@ -478,10 +618,14 @@ struct GemmMGrouped {
                 reg_fence(acc);
                 if (lane == 0)
                     mbar_arrive(empty_bar + 8 * prev);
-                epilogue(acc, out_buf, half, wq, lane, tma_d, d, tma_act, probs, d_rows, nb,
-                         (long long)mb * BLOCK_M + half * 64);
+                if constexpr (DSWIGLU)
+                    epilogue_dswiglu(acc, out_buf, half, wq, lane, tma_d, tma_act, probs, h, dpart, nb * BLOCK_N,
+                                     mb * BLOCK_M + half * 64);
+                else
+                    epilogue(acc, out_buf, half, wq, lane, tma_d, d, tma_act, probs, d_rows, nb,
+                             (long long)mb * BLOCK_M + half * 64);
             }
-            if constexpr (EPILOGUE == 0 || EPILOGUE == 3) {
+            if constexpr (TMA_OUT) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */
             }

@@ -180,8 +180,10 @@ __device__ void combine_padded(float *out, const unsigned short *yp, const int *
 }
 
 /* dst [R, C] f32 graph rows <- src [., C] bf16 padded rows; rows past start[E] are zeros. pdst [R] <-
- * psrc [.] f32 (if psrc). One block per graph row. */
-template <int E, long long R, long long C>
+ * psrc (if psrc): padded row pr's NP partials psrc [pr NP .. pr NP + NP - 1] f32 summed in index order in
+ * double, rounded once (NP 1: the value itself; the dSwiGLU epilogue's per-128-column partials of dprobs,
+ * decision 60). One block per graph row. */
+template <int E, long long R, long long C, int NP = 1>
 __device__ void scatter(float *dst, float *pdst, const unsigned short *src, const float *psrc, const int *ofs)
 {
     const int *start = ofs + E + 1;
@@ -206,8 +208,12 @@ __device__ void scatter(float *dst, float *pdst, const unsigned short *src, cons
                 *(float4 *)(dst + r * C + c) = v;
             }
         }
-        if (psrc && threadIdx.x == 0)
-            pdst[r] = live ? psrc[pr] : 0.0f;
+        if (psrc && threadIdx.x == 0) {
+            double sum = 0.0;
+            for (int k = 0; live && k < NP; k++)
+                sum += (double)psrc[pr * NP + k];
+            pdst[r] = (float)sum;
+        }
     }
 }
 
@@ -236,6 +242,14 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8])
     return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
 
+/* pack8 with the tensor-core epilogues' rounding, cvt.rn.bf16x2.f32 (gemm_sm90.cuh pack_bf16x2): the same bits as
+ * pack8 except that a NaN comes out as the canonical 0x7fff */
+__device__ __forceinline__ uint4 pack8_cvt(const float (&f)[8])
+{
+    return make_uint4(sm90::pack_bf16x2(f[0], f[1]), sm90::pack_bf16x2(f[2], f[3]), sm90::pack_bf16x2(f[4], f[5]),
+                      sm90::pack_bf16x2(f[6], f[7]));
+}
+
 /* a [., F] = silu(gate) * up * p over the padded rows of h [., 2F] (bf16), p [.] f32; the arithmetic in
  * float. One block per padded row, 8 columns (16-byte loads and stores) per thread. F % 8 == 0. */
 template <int E, long long F> __device__ void swiglu(unsigned short *a, const unsigned short *h, const float *p,
@@ -260,7 +274,9 @@ template <int E, long long F> __device__ void swiglu(unsigned short *a, const un
 /* The backward's row step over the padded rows: from h [., 2F], da [., F] (bf16) and p [.]:
  * dh = [d up silu'(gate) | d silu(gate)] with d = da p (bf16), a = silu(gate) up p (bf16, for dW_down)
  * and dp [pr] = sum_f da silu(gate) up (f32; double partials, the block's fixed-order tree, no atomics).
- * One block of 256 threads per padded row, 8 columns (16-byte loads and stores) per thread. */
+ * The arithmetic of one element is dswiglu.cuh's dswiglu1, as the dSwiGLU epilogue of the da GEMM
+ * (decision 60), which replaces this kernel by default: the same dh and a, bit for bit; MOEC_DSWIGLU=separate
+ * keeps it (A/B). One block of 256 threads per padded row, 8 columns (16-byte loads and stores) per thread. */
 template <int E, long long F, int GLU = 0>
 __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const unsigned short *h,
                         const unsigned short *da, const float *p, const int *ofs)
@@ -281,15 +297,14 @@ __device__ void dswiglu(unsigned short *dh, unsigned short *a, float *dp, const 
             float part = 0.0f;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                const float sg = 1.0f / (1.0f + __expf(-g[i])), sl = g[i] * sg, d = d_a[i] * pp;
-                dg[i] = d * u[i] * (sg * (1.0f + g[i] * (1.0f - sg)));
-                du[i] = d * sl;
-                o[i] = sl * u[i] * pp;
-                part += d_a[i] * sl * u[i];
+                float t;
+                sm90::dswiglu1(g[i], u[i], d_a[i], pp, dg[i], du[i], o[i], t);
+                part = __fadd_rn(part, t);
             }
-            *(uint4 *)(dh + (long long)pr * 2 * F + gc) = pack8(dg);
-            *(uint4 *)(dh + (long long)pr * 2 * F + uc) = pack8(du);
-            *(uint4 *)(a + (long long)pr * F + f) = pack8(o);
+            /* rounded as the dSwiGLU epilogue rounds (cvt.rn.bf16x2: pack8's rounding but for NaN payloads) */
+            *(uint4 *)(dh + (long long)pr * 2 * F + gc) = pack8_cvt(dg);
+            *(uint4 *)(dh + (long long)pr * 2 * F + uc) = pack8_cvt(du);
+            *(uint4 *)(a + (long long)pr * F + f) = pack8_cvt(o);
             s += (double)part;
         }
         s = block_sum<256>(s);

@@ -89,6 +89,26 @@ static int attn_grid_from_env(int *out, char *err, size_t errlen)
     return 1;
 }
 
+/* MOEC_DSWIGLU (environment): the bf16 fast expert MLP backward's dSwiGLU, "fused" (in the da GEMM's
+ * epilogue) or "separate" (its own kernel after a GEMM that stores da); unset or empty: codegen's default
+ * (fused). For A/B timing (decision 60). */
+static int dswiglu_from_env(CudaDswiglu *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_DSWIGLU");
+    *out = CUDA_DSWIGLU_DEFAULT;
+    if (!v || !*v)
+        return 1;
+    if (strcmp(v, "fused") == 0)
+        *out = CUDA_DSWIGLU_FUSED;
+    else if (strcmp(v, "separate") == 0)
+        *out = CUDA_DSWIGLU_SEPARATE;
+    else {
+        snprintf(err, errlen, "MOEC_DSWIGLU is 'fused' or 'separate', not '%s'", v);
+        return 0;
+    }
+    return 1;
+}
+
 Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plugins, int nplugins,
                        int has_precision, IrPrecision precision, int64_t ep, char *err, size_t errlen)
 {
@@ -97,7 +117,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
         !kgemm_schedule_from_env("MOEC_KGEMM", &opts.kgemm_schedule, err, errlen) ||
         !kgemm_schedule_from_env("MOEC_FP8_KGEMM", &opts.fp8_kgemm_schedule, err, errlen) ||
         !attn_schedule_from_env(&opts.attn_schedule, err, errlen) ||
-        !attn_grid_from_env(&opts.attn_max_grid, err, errlen))
+        !attn_grid_from_env(&opts.attn_max_grid, err, errlen) ||
+        !dswiglu_from_env(&opts.dswiglu, err, errlen))
         return NULL;
     IrGraph *g = c->graph;
     Plan *p = plan_create(g, &c->arena, err, errlen);

@@ -13,20 +13,32 @@ int gemm_sm90_b_box_rows(const GemmSm90Shape *s)
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s)
 {
     return 1024 + s->stages * (gemm_sm90_block_m(s) + s->block_n) * GEMM_SM90_BLOCK_K * 2 +
-           (s->epilogue == GEMM_SM90_EPI_TMA || s->epilogue == GEMM_SM90_EPI_GLU ? 4 * 64 * 64 * 2 : 0) + 16 * s->stages;
+           (s->epilogue == GEMM_SM90_EPI_TMA || s->epilogue == GEMM_SM90_EPI_GLU || gemm_sm90_epi_dswiglu(s->epilogue)
+                ? 4 * 64 * 64 * 2
+                : 0) +
+           16 * s->stages;
+}
+
+int gemm_sm90_epi_dswiglu(int epilogue)
+{
+    return epilogue == GEMM_SM90_EPI_DSWIGLU || epilogue == GEMM_SM90_EPI_DSWIGLU_SPLIT;
 }
 
 int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen)
 {
     if (s->E < 1 || s->N < 1 || s->K < 1)
         snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
-    else if (s->epilogue < 0 || s->epilogue > 4)
-        snprintf(err, errlen, "epilogue is 0, 1, 2, 3 or 4, not %d", s->epilogue);
+    else if (s->epilogue < 0 || s->epilogue > 6)
+        snprintf(err, errlen, "epilogue is 0 to 6, not %d", s->epilogue);
     else if (s->pingpong < 0 || s->pingpong > 2)
         snprintf(err, errlen, "pingpong is 0, 1 or 2, not %d", s->pingpong);
-    else if (s->pingpong == 2 && (s->block_n != 128 || (s->epilogue != GEMM_SM90_EPI_TMA && s->epilogue != GEMM_SM90_EPI_GLU)))
-        snprintf(err, errlen, "pingpong 2 takes BLOCK_N 128 and the TMA or SwiGLU epilogue, not BLOCK_N %d, epilogue %d",
+    else if (s->pingpong == 2 && (s->block_n != 128 || (s->epilogue != GEMM_SM90_EPI_TMA && s->epilogue != GEMM_SM90_EPI_GLU &&
+                                                        !gemm_sm90_epi_dswiglu(s->epilogue))))
+        snprintf(err, errlen,
+                 "pingpong 2 takes BLOCK_N 128 and the TMA, SwiGLU or dSwiGLU epilogue, not BLOCK_N %d, epilogue %d",
                  s->block_n, s->epilogue);
+    else if (gemm_sm90_epi_dswiglu(s->epilogue) && s->N % 128)
+        snprintf(err, errlen, "the dSwiGLU epilogue takes N a multiple of 128 (partials of dprobs per 128), not %d", s->N);
     else if (s->epilogue == GEMM_SM90_EPI_GLU && s->pingpong != 2 && s->block_n != 256)
         snprintf(err, errlen, "the SwiGLU epilogue takes BLOCK_N 256, not %d", s->block_n);
     else if (s->epilogue == GEMM_SM90_EPI_GLU && s->N % 256)

@@ -18,7 +18,10 @@ typedef struct GemmSm90Shape {
     int epilogue; /* GEMM_SM90_EPI_*: 0 (default) TMA stores through shared memory; 1 16-byte stores
                      from registers; 2 4-byte stores from registers (for timing comparisons); 3 as 0 plus
                      a = silu(gate) up p into a second output (codegen/gemm_sm90.cuh: W's rows interleaved);
-                     4 fp32 out from registers, rows past a bound skipped (the dense linears) */
+                     4 fp32 out from registers, rows past a bound skipped (the dense linears); 5, 6 the dSwiGLU
+                     epilogue of the expert MLP backward's da launch (decision 60): da never stored, dh and a
+                     through TMA stores, partials of dprobs per 128 columns; 5 with h and dh gate/up-interleaved
+                     in blocks of 128, 6 [gate | up] */
     int trans_b;  /* 0: W [E, N, K] (K contiguous); 1: W [E, K, N] (N contiguous) */
     int pingpong; /* M-grouped only (decision 49): 0 cooperative (the two consumer warpgroups share each 128 x block_n
                      tile); ping-pong (each warpgroup owns whole tiles, one's main loop runs while the other stores):
@@ -27,10 +30,12 @@ typedef struct GemmSm90Shape {
 
 enum { GEMM_SM90_BLOCK_M = 128, GEMM_SM90_BLOCK_K = 64, GEMM_SM90_THREADS = 384 };
 enum { GEMM_SM90_EPI_TMA = 0, GEMM_SM90_EPI_STORE16 = 1, GEMM_SM90_EPI_STORE4 = 2, GEMM_SM90_EPI_GLU = 3,
-       GEMM_SM90_EPI_F32 = 4 };
+       GEMM_SM90_EPI_F32 = 4, GEMM_SM90_EPI_DSWIGLU = 5, GEMM_SM90_EPI_DSWIGLU_SPLIT = 6 };
+/* 1 for the dSwiGLU epilogues (5, 6) */
+int gemm_sm90_epi_dswiglu(int epilogue);
 
 /* 1, or 0 with why: K % 64, N % block_n, E >= 1, E * N (E * K with trans_b) < 2^31, pingpong 0, 1 or 2 (2:
- * block_n 128, epilogue TMA or GLU, N % 256 with GLU), the ring fits in 227 KB. */
+ * block_n 128, epilogue TMA, GLU or dSwiGLU), N % 256 with GLU, N % 128 with dSwiGLU, the ring fits in 227 KB. */
 int gemm_sm90_check_shape(const GemmSm90Shape *s, char *err, size_t errlen);
 
 /* The rows of an M tile (and of tma_a's box): 128, or 64 for pingpong 1. */
@@ -40,7 +45,7 @@ int gemm_sm90_block_m(const GemmSm90Shape *s);
 int gemm_sm90_b_box_rows(const GemmSm90Shape *s);
 
 /* Dynamic shared memory the kernel needs (bytes): 1024 + stages * (block_m + block_n) * 128
- * (+ 32768 for the TMA-store epilogue) + 16 * stages. */
+ * (+ 32768 for the TMA-store, SwiGLU and dSwiGLU epilogues) + 16 * stages. */
 int gemm_sm90_smem_bytes(const GemmSm90Shape *s);
 
 /* ---- K-grouped (weight gradient): dW[g] [N, K] fp32 = dY[rows of g]^T . X[rows of g], the same

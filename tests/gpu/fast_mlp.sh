@@ -37,6 +37,12 @@
 #     the layer at bio shapes against the CPU's MXFP8 reference (bench/layer.c --cpu-check, 5e-2); the layer
 #     benchmark at mxfp8 for FP8_LAYERS beside bf16 fast and fp8-block, and each layer's planned and measured
 #     memory (bench/layer.c MEMORY lines) in one row per layer.
+#  6. the dSwiGLU epilogue of the backward's da GEMM (decision 60): tests/gpu/gemm_sm90.c's *dsw* configurations
+#     (every schedule, h interleaved and split, ragged groups of 0, 1, 127, 129 rows: dh and a bit for bit against
+#     the plain da GEMM + the dSwiGLU reference, dprobs within 2^-16 sum |t|, two runs identical; the Mixtral and
+#     bio da launches timed fused and plain), and the layers of DSW_LAYERS (default bio mixtral) with
+#     MOEC_DSWIGLU=separate (_fast_sep: the da GEMM storing da, then the separate dSwiGLU kernel) beside the fused
+#     default, per launch.
 # Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
 set -uo pipefail
 MODE=all
@@ -51,6 +57,8 @@ LAYERS=${MOEC_FAST_LAYERS:-bio}
 FP8=${FP8:-1}
 MX=${MX:-1}
 FP8_LAYERS=${FP8_LAYERS:-bio mixtral}
+DSW_LAYERS=${DSW_LAYERS:-bio mixtral}
+DSW_GEMMS="ragged_dsw_pp ragged_dsw_coop ragged_dsw_coop_bn128 ragged_dsw_pp64 ragged_dsw_split_pp ragged_dsw_split_pp64 ragged_bio_da_dsw_pp mixtral_da_dsw_pp64 mixtral_da_dsw bio_da_dsw_pp"
 cd "$ROOT"
 if [ "$MODE" != run ]; then
   set -e
@@ -139,6 +147,27 @@ if [ "$MODE" != run ]; then
     # the same plan with the cooperative grouped GEMMs (the fast plans' default is ping-pong, decision 49)
     MOEC_MGEMM=cooperative MOEC_KGEMM=cooperative "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
         --emit-cuda "$OUT/cuda/layer_${l}_fast_coop" --arch "$ARCH" >/dev/null
+  done
+  # the dSwiGLU epilogue (decision 60): the standalone GEMM harness with only its dSwiGLU configurations, and the
+  # layers with MOEC_DSWIGLU=separate for A/B
+  gobjs=("$BUILD/obj/plan/gemm_sm90.o" "$BUILD/obj/codegen/gemm_sm90.o" "$BUILD/obj/runtime/gpu/tma.o"
+         "$BUILD/obj/runtime/gpu/nvrtc.o" "$BUILD/obj/runtime/gpu/cudrv.o" "$BUILD/gen/cuda_prelude.o")
+  make -j2 BUILD="$BUILD" "${gobjs[@]}" >/dev/null
+  cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Iruntime/gpu -c tests/gpu/gemm_sm90.c -o "$OUT/gemm_sm90.o"
+  cc -s -o "$OUT/bin/gemm_sm90" "$OUT/gemm_sm90.o" "${gobjs[@]}" -lm -lpthread -ldl
+  rm "$OUT/gemm_sm90.o"
+  rm -rf "$OUT/cuda/gemm_dsw" && mkdir -p "$OUT/cuda/gemm_dsw"
+  GEMM_SM90_ONLY="$DSW_GEMMS" "$OUT/bin/gemm_sm90" --emit "$OUT/cuda/gemm_dsw" >/dev/null
+  rm -f "$OUT/cuda/gemm_dsw/"*.cu
+  for l in $DSW_LAYERS; do
+    rm -rf "$OUT/cuda/layer_${l}_fast_sep"
+    MOEC_DSWIGLU=separate "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
+        --emit-cuda "$OUT/cuda/layer_${l}_fast_sep" --arch "$ARCH" >/dev/null
+    if [ ! -s "$OUT/cuda/layer_${l}_fast/kernels.cubin" ]; then
+      rm -rf "$OUT/cuda/layer_${l}_fast"
+      "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast --emit-cuda "$OUT/cuda/layer_${l}_fast" \
+          --arch "$ARCH" >/dev/null
+    fi
   done
   rm -f "$MC"
   set +e
@@ -365,6 +394,31 @@ if [ "$MX" = 1 ]; then
         pb, ab, db, pf, af, df, (db > 0 ? 100 * df / db : 0), pm, am, dm, (db > 0 ? 100 * dm / db : 0)}')"
   done
 fi
+# the dSwiGLU epilogue (decision 60): the standalone check (dh and a bit for bit, dprobs within tolerance), then the
+# layers fused (the default, _fast) against MOEC_DSWIGLU=separate (_fast_sep), per launch
+GEMM_SM90_ONLY="$DSW_GEMMS" timeout 300 "$B/gemm_sm90" --run "$OUT/cuda/gemm_dsw" "${SEED:-1}" >"$L/gemm_dsw.log" 2>&1
+rc=$?
+grep -E "^  (check|time)|^[a-z_0-9]+ +E " "$L/gemm_dsw.log" | cut -c1-170
+row dswiglu_epilogue "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(grep -c 'PASS$' "$L/gemm_dsw.log") of $(echo $DSW_GEMMS | wc -w) PASS; $(grep -A2 '^mixtral_da_dsw_pp64 ' "$L/gemm_dsw.log" | grep -o 'median [0-9.]* ms of 20 (plain da GEMM [0-9.]* ms)' | head -1)"
+# the fused backward at bio shapes (22 partials of dprobs a row) against the CPU reference: loss and every gradient
+# (the router's through dprobs) within the fast tolerance
+timeout 600 "$B/layer" "$OUT/cuda/layer_bio_fast" --name bio_fast_check --warmup 0 --reps 1 --cpu-check \
+    >"$L/layer_bio_fast_check.log" 2>&1
+rc=$?
+grep -E "^# cpu check|gradient" "$L/layer_bio_fast_check.log" | head -12
+row layer_bio_fast_cpu_check "$([ $rc -eq 0 ] && grep -q 'cpu=ok' "$L/layer_bio_fast_check.log" && echo ok || echo FAIL)" \
+    "$(grep '^# cpu check' "$L/layer_bio_fast_check.log" | cut -c1-120)"
+for l in $DSW_LAYERS; do
+  for v in _fast _fast_sep; do
+    timeout 300 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 --launches \
+        >"$L/layer_${l}${v}_launches.log" 2>&1
+    rc=$?
+    r=$(grep '^RESULT' "$L/layer_${l}${v}_launches.log" | tail -1)
+    [ -z "$r" ] && tail -3 "$L/layer_${l}${v}_launches.log"
+    grep -E "^LAUNCH .*(fast_da|dswiglu|fast_scatter)" "$L/layer_${l}${v}_launches.log" | cut -c1-150
+    row "layer_${l}${v}_launches" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
+  done
+done
 echo
 printf '%s\n' "${rows[@]}"
 exit $status

@@ -14,6 +14,14 @@
  *   the output (half an ulp is at most 2^-8 relative; the rest is slack for rounding a perturbed
  *   value) plus the worst case of fp32 accumulation in any order (gamma_K = K 2^-24, doubled). And
  *   normwise ||d - ref|| / ||ref|| <= 2^-8.
+ * The dSwiGLU epilogue (EPILOGUE 5 and 6, decision 60; configurations named *dsw*): h [rows, 2N] and dy
+ * random bf16, probs random in (0, 1); the fused kernel's dh and a must equal, bit for bit, the same
+ * configuration with the plain epilogue (0: da stored in bf16) followed by a reference kernel that applies
+ * dswiglu1 (the element function the separate dSwiGLU kernel of moe_fast.cuh uses) to every element, and the
+ * per-row sum (in order, double) of its partials of dprobs must be within 2^-16 sum_f |t_f| of the reference's
+ * double sum of the t terms; two runs bit-identical (dh, a and the partials). Timed ones print both kernels'
+ * times (the fused one's TFLOP/s; "plain da" the epilogue-0 kernel's ms).
+ * GEMM_SM90_ONLY="NAME ..." (environment) restricts --emit and --run to those configurations.
  * Prints a table last; tests/gpu/gemm_sm90.sh drives it (with bench/gemm_anchor.py for torch). */
 #include <math.h>
 #include <stdio.h>
@@ -137,6 +145,18 @@ static const Cfg cfgs[] = {
     {"mixtral_dxs_tb_pp64", {8, 4096, 28672, 256, 4, 0, 1, 1}, 1, 0, U8(2048)},
     {"bio_da_tb_pp64", {16, 2816, 1024, 256, 4, 0, 1, 1}, 1, 0, U16(1024)},
     {"bio_dxs_tb_pp64", {16, 1024, 5632, 256, 4, 0, 1, 1}, 1, 0, U16(1024)},
+    /* the dSwiGLU epilogue on the da launch (decision 60): every schedule, ragged groups (0, 1, 127, 129 rows),
+     * h interleaved (5) and split (6), then the two layers' shapes with their plans' schedules */
+    {"ragged_dsw_pp", {6, 512, 768, 128, 6, 5, 1, 2}, 0, 1, {0, 1, 127, 129, 1000, 333}},
+    {"ragged_dsw_coop", {6, 512, 768, 256, 4, 5, 1, 0}, 0, 1, {0, 1, 127, 129, 1000, 333}},
+    {"ragged_dsw_coop_bn128", {6, 384, 768, 128, 6, 5, 1, 0}, 0, 1, {0, 1, 127, 129, 1000, 333}},
+    {"ragged_dsw_pp64", {6, 512, 768, 256, 4, 5, 1, 1}, 0, 1, {0, 1, 127, 129, 1000, 333}},
+    {"ragged_dsw_split_pp", {6, 384, 768, 128, 6, 6, 1, 2}, 0, 1, {0, 1, 127, 129, 1000, 333}},
+    {"ragged_dsw_split_pp64", {6, 512, 768, 256, 4, 6, 1, 1}, 0, 1, {0, 1, 127, 129, 1000, 333}},
+    {"ragged_bio_da_dsw_pp", {16, 2816, 1024, 128, 6, 5, 1, 2}, 0, 1, {0, 1, 1000, 2048, 777, 129, 0, 1500, 3000, 64, 127, 2000, 1111, 999, 1, 2500}},
+    {"mixtral_da_dsw_pp64", {8, 14336, 4096, 256, 4, 5, 1, 1}, 1, 0, U8(2048)},
+    {"mixtral_da_dsw", {8, 14336, 4096, 256, 4, 5, 1, 0}, 1, 0, U8(2048)},
+    {"bio_da_dsw_pp", {16, 2816, 1024, 128, 6, 5, 1, 2}, 1, 0, U16(1024)},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
 
@@ -196,17 +216,73 @@ static char *slurp(const char *path, size_t *len)
     return b;
 }
 
+static int name_listed(const char *list, const char *name);
+
+/* The dSwiGLU configurations' module: the fused kernel moec_gemm_mgrouped, the same shape with the plain
+ * epilogue as moec_gemm_da, the reference moec_dsw_ref (one thread per row, dswiglu1 on every element in
+ * column order, dprobs and sum |t| in double) and the fill */
+static char *dsw_source(const GemmSm90Shape *s)
+{
+    char *extra = malloc(strlen(fill_src) + 4096);
+    if (!extra)
+        return NULL;
+    sprintf(extra,
+            "%s\n"
+            "extern \"C\" __global__ void __launch_bounds__(384, 1) moec_gemm_mgrouped("
+            "const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, "
+            "const __grid_constant__ moec::sm90::TmaDesc tma_dh, const __grid_constant__ moec::sm90::TmaDesc tma_act, "
+            "float *dpart, const unsigned short *h, const float *probs, const int *offsets, int rows_cap)\n"
+            "{\n"
+            "    moec::sm90::GemmMGrouped<%d, %d, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_dh, nullptr, offsets, "
+            "rows_cap, &tma_act, probs, 0, h, dpart);\n"
+            "}\n"
+            "extern \"C\" __global__ void moec_dsw_ref(unsigned short *dh, unsigned short *a, double *dp, double *dpabs,\n"
+            "    const unsigned short *h, const unsigned short *da, const float *probs, long long rows)\n"
+            "{\n"
+            "    const long long N = %d;\n"
+            "    for (long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x; r < rows; r += (long long)gridDim.x * blockDim.x) {\n"
+            "        double s = 0.0, sa = 0.0;\n"
+            "        for (long long f = 0; f < N; f++) {\n"
+            "            const long long gc = %d ? 256 * (f / 128) + f %% 128 : f, uc = %d ? gc + 128 : N + f;\n"
+            "            const float g = __uint_as_float((unsigned)h[r * 2 * N + gc] << 16);\n"
+            "            const float u = __uint_as_float((unsigned)h[r * 2 * N + uc] << 16);\n"
+            "            const float d = __uint_as_float((unsigned)da[r * N + f] << 16);\n"
+            "            float dg, du, o, t;\n"
+            "            moec::sm90::dswiglu1(g, u, d, probs[r], dg, du, o, t);\n"
+            "            dh[r * 2 * N + gc] = (unsigned short)(moec::sm90::pack_bf16x2(dg, 0.0f) & 0xffffu);\n"
+            "            dh[r * 2 * N + uc] = (unsigned short)(moec::sm90::pack_bf16x2(du, 0.0f) & 0xffffu);\n"
+            "            a[r * N + f] = (unsigned short)(moec::sm90::pack_bf16x2(o, 0.0f) & 0xffffu);\n"
+            "            s += (double)t;\n"
+            "            sa += fabs((double)t);\n"
+            "        }\n"
+            "        dp[r] = s;\n"
+            "        dpabs[r] = sa;\n"
+            "    }\n"
+            "}\n",
+            fill_src, s->E, s->N, s->K, s->block_n, s->stages, s->epilogue, s->trans_b, s->pingpong, s->N,
+            s->epilogue == GEMM_SM90_EPI_DSWIGLU, s->epilogue == GEMM_SM90_EPI_DSWIGLU);
+    GemmSm90Shape s0 = *s;
+    s0.epilogue = GEMM_SM90_EPI_TMA;
+    char *src = gemm_sm90_source(&s0, "moec_gemm_da", extra);
+    free(extra);
+    return src;
+}
+
 static int emit(const char *dir)
 {
     char err[1024], path[1024];
     int bad = 0;
+    const char *only = getenv("GEMM_SM90_ONLY");
     for (int i = 0; i < NCFG + NKCFG; i++) {
         const Cfg *c = i < NCFG ? &cfgs[i] : &kcfgs[i - NCFG];
         int kg = i >= NCFG;
+        if (only && *only && !name_listed(only, c->name))
+            continue;
         if (!(kg ? gemm_sm90_kgrouped_check_shape(&c->s, err, sizeof err) : gemm_sm90_check_shape(&c->s, err, sizeof err)))
             die(c->name, err);
-        char *src = kg ? gemm_sm90_kgrouped_source(&c->s, "moec_gemm_kgrouped", fill_src)
-                       : gemm_sm90_source(&c->s, "moec_gemm_mgrouped", fill_src);
+        char *src = kg                                      ? gemm_sm90_kgrouped_source(&c->s, "moec_gemm_kgrouped", fill_src)
+                    : gemm_sm90_epi_dswiglu(c->s.epilogue) ? dsw_source(&c->s)
+                                                            : gemm_sm90_source(&c->s, "moec_gemm_mgrouped", fill_src);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_sm90.cu", "sm_90a", &out, err, sizeof err);
         if (out.log && *out.log)
@@ -499,6 +575,181 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
     cu.cuModuleUnload(mod);
 }
 
+/* The dSwiGLU epilogue (see the top): fused against plain + reference, bit for bit on dh and a */
+static void run_one_dsw(const Cfg *c, const char *dir, int sms, unsigned seed, Result *res)
+{
+    char err[512], path[1024];
+    const GemmSm90Shape *s = &c->s;
+    const int E = s->E, N = s->N, K = s->K, BM = GEMM_SM90_BLOCK_M, NP = N / 128;
+    memset(res, 0, sizeof *res);
+    res->name = c->name;
+    snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
+    size_t len;
+    char *img = slurp(path, &len);
+    if (!img)
+        die(path, "cannot read (run --emit first)");
+    CUmodule mod;
+    CUfunction fn, fn0, fref;
+    ck(cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
+    free(img);
+    ck(cu.cuModuleGetFunction(&fn, mod, "moec_gemm_mgrouped"), "cuModuleGetFunction fused");
+    ck(cu.cuModuleGetFunction(&fn0, mod, "moec_gemm_da"), "cuModuleGetFunction da");
+    ck(cu.cuModuleGetFunction(&fref, mod, "moec_dsw_ref"), "cuModuleGetFunction ref");
+    ck(cu.cuModuleGetFunction(&fill_fn, mod, "moec_fill"), "cuModuleGetFunction fill");
+    GemmSm90Shape s0 = *s;
+    s0.epilogue = GEMM_SM90_EPI_TMA;
+    int smem = gemm_sm90_smem_bytes(s), smem0 = gemm_sm90_smem_bytes(&s0);
+    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
+    ck(cu.cuFuncSetAttribute(fn0, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem0), "cuFuncSetAttribute");
+    cu.cuFuncGetAttribute(&res->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    cu.cuFuncGetAttribute(&res->local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+
+    int off[33];
+    long long real = 0;
+    off[0] = 0;
+    for (int g = 0; g < E; g++) {
+        off[g + 1] = off[g] + (c->rows[g] + BM - 1) / BM * BM;
+        real += c->rows[g];
+    }
+    long long rows_cap = off[E] + 64;
+    size_t nd = (size_t)rows_cap * N, nh = 2 * nd, np = (size_t)rows_cap * NP;
+    CUdeviceptr A, W, D, H, P, DH, ACT, DP, DHR, ACTR, DPR, DPA, OFF;
+    ck(cu.cuMemAlloc(&A, (size_t)rows_cap * K * 2), "alloc A");
+    ck(cu.cuMemAlloc(&W, (size_t)E * N * K * 2), "alloc W");
+    ck(cu.cuMemAlloc(&D, nd * 2), "alloc D");
+    ck(cu.cuMemAlloc(&H, nh * 2), "alloc h");
+    ck(cu.cuMemAlloc(&P, (size_t)rows_cap * 4), "alloc probs");
+    ck(cu.cuMemAlloc(&DH, nh * 2), "alloc dh");
+    ck(cu.cuMemAlloc(&ACT, nd * 2), "alloc a");
+    ck(cu.cuMemAlloc(&DP, np * 4), "alloc dpart");
+    ck(cu.cuMemAlloc(&DHR, nh * 2), "alloc dh ref");
+    ck(cu.cuMemAlloc(&ACTR, nd * 2), "alloc a ref");
+    ck(cu.cuMemAlloc(&DPR, (size_t)rows_cap * 8), "alloc dprobs ref");
+    ck(cu.cuMemAlloc(&DPA, (size_t)rows_cap * 8), "alloc sum |t|");
+    ck(cu.cuMemAlloc(&OFF, sizeof(int) * (size_t)(E + 1)), "alloc offsets");
+    ck(cu.cuMemcpyHtoD(OFF, off, sizeof(int) * (size_t)(E + 1)), "offsets HtoD");
+    unsigned seed_a = seed * 2 + 1, seed_w = seed * 2 + 2, seed_h = seed * 2 + 3;
+    fill(A, (unsigned long long)rows_cap * K, seed_a, SHIFT_A);
+    fill(W, (unsigned long long)E * N * K, seed_w, SHIFT_W);
+    fill(H, (unsigned long long)nh, seed_h, 0);
+    float *probs = malloc(sizeof(float) * (size_t)rows_cap);
+    rng_state = 0x9E3779B97F4A7C15ull ^ seed;
+    for (long long r = 0; r < rows_cap; r++)
+        probs[r] = (float)((double)(rng_next() >> 11) / 9007199254740992.0);
+    ck(cu.cuMemcpyHtoD(P, probs, sizeof(float) * (size_t)rows_cap), "probs HtoD");
+    free(probs);
+
+    CUtensorMap ta, tb, td, tdh, tact;
+    if (!gemm_sm90_tensor_maps(&s0, A, rows_cap, W, D, &ta, &tb, &td, err, sizeof err) ||
+        !tma_encode_bf16_2d(&tdh, DH, (unsigned long long)rows_cap, 2ull * N, 64, err, sizeof err) ||
+        !tma_encode_bf16_2d(&tact, ACT, (unsigned long long)rows_cap, (unsigned long long)N, 64, err, sizeof err))
+        die(c->name, err);
+    int rc_int = (int)rows_cap;
+    void *args[] = {&ta, &tb, &tdh, &tact, &DP, &H, &P, &OFF, &rc_int};
+    void *args0[] = {&ta, &tb, &td, &D, &OFF, &rc_int};
+    long long rows_ll = rows_cap;
+    void *argsr[] = {&DHR, &ACTR, &DPR, &DPA, &H, &D, &P, &rows_ll};
+    unsigned short *dh1 = malloc(nh * 2), *dh2 = malloc(nh * 2), *dhr = malloc(nh * 2);
+    unsigned short *a1 = malloc(nd * 2), *a2 = malloc(nd * 2), *ar = malloc(nd * 2);
+    float *p1 = malloc(np * 4), *p2 = malloc(np * 4);
+    double *dpr = malloc((size_t)rows_cap * 8), *dpa = malloc((size_t)rows_cap * 8);
+    if (!dh1 || !dh2 || !dhr || !a1 || !a2 || !ar || !p1 || !p2 || !dpr || !dpa)
+        die(c->name, "out of host memory");
+    for (int run = 0; run < 2; run++) {
+        ck(cu.cuMemsetD32Async(DH, 0xFFFFFFFFu, nh / 2, NULL), "poison dh");
+        ck(cu.cuMemsetD32Async(ACT, 0xFFFFFFFFu, nd / 2, NULL), "poison a");
+        ck(cu.cuMemsetD32Async(DP, 0xFFFFFFFFu, np, NULL), "poison dpart");
+        ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, GEMM_SM90_THREADS, 1, 1, (unsigned)smem, NULL, args, NULL),
+           "fused launch");
+        ck(cu.cuCtxSynchronize(), "fused run");
+        ck(cu.cuMemcpyDtoH(run ? dh2 : dh1, DH, nh * 2), "dh DtoH");
+        ck(cu.cuMemcpyDtoH(run ? a2 : a1, ACT, nd * 2), "a DtoH");
+        ck(cu.cuMemcpyDtoH(run ? p2 : p1, DP, np * 4), "dpart DtoH");
+    }
+    /* the plain da GEMM, then the reference dSwiGLU */
+    ck(cu.cuLaunchKernel(fn0, (unsigned)sms, 1, 1, GEMM_SM90_THREADS, 1, 1, (unsigned)smem0, NULL, args0, NULL),
+       "da launch");
+    ck(cu.cuLaunchKernel(fref, (unsigned)((rows_cap + 127) / 128), 1, 1, 128, 1, 1, 0, NULL, argsr, NULL), "ref launch");
+    ck(cu.cuCtxSynchronize(), "da + ref run");
+    ck(cu.cuMemcpyDtoH(dhr, DHR, nh * 2), "dh ref DtoH");
+    ck(cu.cuMemcpyDtoH(ar, ACTR, nd * 2), "a ref DtoH");
+    ck(cu.cuMemcpyDtoH(dpr, DPR, (size_t)rows_cap * 8), "dprobs ref DtoH");
+    ck(cu.cuMemcpyDtoH(dpa, DPA, (size_t)rows_cap * 8), "sum |t| DtoH");
+
+    /* over the real rows: dh and a bit for bit, dprobs (the partials summed in order) within 2^-16 sum |t| */
+    long long dh_diff = 0, a_diff = 0;
+    int same = 1;
+    Stats st = {0};
+    for (int g = 0; g < E; g++)
+        for (long long r = off[g]; r < off[g] + c->rows[g]; r++) {
+            for (long long j = 0; j < 2ll * N; j++)
+                dh_diff += dh1[r * 2 * N + j] != dhr[r * 2 * N + j];
+            for (long long j = 0; j < N; j++)
+                a_diff += a1[r * N + j] != ar[r * N + j];
+            double sum = 0;
+            for (int k = 0; k < NP; k++)
+                sum += (double)p1[r * NP + k];
+            stat_add_tol(&st, (double)(float)sum, dpr[r], ldexp(dpa[r], -16));
+            same = same && memcmp(dh1 + r * 2 * N, dh2 + r * 2 * N, 4ull * N) == 0 &&
+                   memcmp(a1 + r * N, a2 + r * N, 2ull * N) == 0 && memcmp(p1 + r * NP, p2 + r * NP, 4ull * NP) == 0;
+        }
+    res->deterministic = same;
+    double t_plain = 0;
+    if (c->timed) {
+        CUevent e0, e1;
+        ck(cu.cuEventCreate(&e0, CU_EVENT_DEFAULT), "event");
+        ck(cu.cuEventCreate(&e1, CU_EVENT_DEFAULT), "event");
+        enum { WARM = 3, REPS = 20 };
+        float t[REPS];
+        for (int which = 0; which < 2; which++) {
+            for (int r = 0; r < WARM + REPS; r++) {
+                ck(cu.cuEventRecord(e0, NULL), "record");
+                if (which == 0)
+                    ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, GEMM_SM90_THREADS, 1, 1, (unsigned)smem, NULL, args,
+                                         NULL),
+                       "fused launch");
+                else
+                    ck(cu.cuLaunchKernel(fn0, (unsigned)sms, 1, 1, GEMM_SM90_THREADS, 1, 1, (unsigned)smem0, NULL,
+                                         args0, NULL),
+                       "da launch");
+                ck(cu.cuEventRecord(e1, NULL), "record");
+                ck(cu.cuEventSynchronize(e1), "timed run");
+                if (r >= WARM)
+                    ck(cu.cuEventElapsedTime(&t[r - WARM], e0, e1), "elapsed");
+            }
+            qsort(t, REPS, sizeof *t, cmp_float);
+            if (which == 0)
+                res->ms = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+            else
+                t_plain = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+        }
+        res->tflops = 2.0 * (double)real * N * K / (res->ms * 1e-3) / 1e12;
+        res->timed = 1;
+        cu.cuEventDestroy(e0);
+        cu.cuEventDestroy(e1);
+    }
+    res->st = st;
+    res->checked = 1;
+    res->pass = dh_diff == 0 && a_diff == 0 && st.bad == 0 && st.n == real && same;
+    printf("%-22s E %2d N %5d K %5d BN %d epilogue %d (dSwiGLU) trans_b %d %s: rows %lld (padded %d), regs %d, local "
+           "%d B, smem %d B\n",
+           c->name, E, N, K, s->block_n, s->epilogue, s->trans_b,
+           s->pingpong == 2 ? "ping-pong" : s->pingpong ? "ping-pong 64" : "cooperative", real, off[E], res->regs,
+           res->local, smem);
+    printf("  check %lld rows: dh %lld and a %lld elements differ from the plain GEMM + reference dSwiGLU (want 0); "
+           "dprobs %lld over 2^-16 sum|t|, max err/tol %.3f; two runs bit-identical: %s -> %s\n",
+           real, dh_diff, a_diff, st.bad, st.max_ratio, same ? "yes" : "NO", res->pass ? "PASS" : "FAIL");
+    if (res->timed)
+        printf("  time: median %.4f ms of 20 (plain da GEMM %.4f ms), %.1f TFLOP/s (2 M N K, M = %lld real rows)\n",
+               res->ms, t_plain, res->tflops, real);
+    fflush(stdout);
+    free(dh1), free(dh2), free(dhr), free(a1), free(a2), free(ar), free(p1), free(p2), free(dpr), free(dpa);
+    CUdeviceptr bufs[] = {A, W, D, H, P, DH, ACT, DP, DHR, ACTR, DPR, DPA, OFF};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        cu.cuMemFree(bufs[i]);
+    cu.cuModuleUnload(mod);
+}
+
 /* K-grouped: dW[g] = dY[rows of g]^T X[rows of g], fp32 out. Padding rows of X are zeroed (the
  * contract), those of dY hold random finite values. Tolerance: fp32 output, so
  * |d - ref| <= 2^-22 |ref| + R 2^-23 sum_r |dy x| with R the group's (padded) row count; normwise
@@ -694,7 +945,9 @@ static int run(const char *dir, unsigned seed)
         const Cfg *c = i < NCFG ? &cfgs[i] : &kcfgs[i - NCFG];
         if (only && *only && !name_listed(only, c->name))
             continue;
-        if (i < NCFG)
+        if (i < NCFG && gemm_sm90_epi_dswiglu(c->s.epilogue))
+            run_one_dsw(c, dir, sms, seed + (unsigned)i, &res[n]);
+        else if (i < NCFG)
             run_one(c, dir, sms, seed + (unsigned)i, &res[n]);
         else
             run_one_k(c, dir, sms, seed + (unsigned)i, &res[n]);

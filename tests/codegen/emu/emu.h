@@ -78,6 +78,9 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
+/* the GPU's is rcp.approx (within 1 ulp) times a: a stand-in, for code the emulator compiles but whose bits no
+ * emulator check compares with the GPU's (codegen/dswiglu.cuh) */
+inline float __fdividef(float a, float b) { return a / b; }
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }

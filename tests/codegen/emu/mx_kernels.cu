@@ -30,6 +30,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
 #include "prelude.cuh"
 #include "gemm_sm90_sched.h"
 #include "moe_fast_offsets.h"
+#include "dswiglu.cuh" // moe_fast.cuh's dswiglu kernel names dswiglu1
 #include "moe_fast.cuh"
 #include "fp8_block_fast.cuh"
 
