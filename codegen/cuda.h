@@ -49,9 +49,12 @@ typedef enum CudaMgemmSchedule {
  * warpgroup (FAST_KGEMM_SCHEDULE); MOEC_KGEMM=cooperative|pingpong in the driver's environment. */
 typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, CUDA_KSCHED_PINGPONG } CudaKgemmSchedule;
 
-/* The bf16 fast expert MLP backward's dSwiGLU (decision 60): in the epilogue of the da GEMM (default; da never
- * stored) or the separate kernel after a GEMM that stores da (for A/B timing); MOEC_DSWIGLU=fused|separate in
- * the driver's environment. */
+/* The bf16 fast expert MLP backward's dSwiGLU (decision 60): in the epilogue of the da GEMM (da never stored) or
+ * the separate kernel after a GEMM that stores da; the default per launch (cuda_moe_fast.c dswiglu_fused: the
+ * epilogue where da's K = H >= 4096, measured faster there on the H200, the separate kernel below);
+ * MOEC_DSWIGLU=fused|separate in the driver's environment. The same choice for fp8-block's forward SwiGLU and a's
+ * 1x128 quantisation (decision 57): in the FP8 gate_up GEMM's epilogue or the separate tile quantiser (the
+ * default: the epilogue measured slower); MOEC_FP8_SWIGLU=fused|separate. */
 typedef enum CudaDswiglu { CUDA_DSWIGLU_DEFAULT, CUDA_DSWIGLU_FUSED, CUDA_DSWIGLU_SEPARATE } CudaDswiglu;
 
 /* The head-dim-128 attention forward's and dq's consumer schedule (codegen/attn_fast.cuh fwd_ws, bwd_dq_ws;
@@ -67,6 +70,7 @@ typedef struct CudaOptions {
     CudaMgemmSchedule mgemm_schedule;
     CudaKgemmSchedule kgemm_schedule;
     CudaDswiglu dswiglu;
+    CudaDswiglu fp8_swiglu; /* fp8-block's forward SwiGLU: the gate_up GEMM's epilogue or separate */
     CudaAttnSchedule attn_schedule;
     int attn_max_grid; /* > 0: the attention launches' blocks capped here (a test: each block then loops over
                         * several items, MOEC_ATTN_GRID in the driver's environment); 0: 65535 */

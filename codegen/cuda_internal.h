@@ -99,6 +99,7 @@ typedef struct Cg {
     CudaKgemmEpilogue kgemm_epilogue; /* CudaOptions.kgemm_epilogue */
     CudaMgemmSchedule mgemm_schedule; /* CudaOptions.mgemm_schedule */
     CudaDswiglu dswiglu;              /* CudaOptions.dswiglu */
+    CudaDswiglu fp8_swiglu;           /* CudaOptions.fp8_swiglu */
     CudaKgemmSchedule kgemm_schedule; /* CudaOptions.kgemm_schedule */
     CudaAttnSchedule attn_schedule;   /* CudaOptions.attn_schedule */
     int attn_max_grid;                /* CudaOptions.attn_max_grid */

@@ -52,6 +52,12 @@ static GemmSm90Shape mgrouped_shape(int64_t E, int64_t N, int64_t K, int trans_b
  *    one 0.993): the epilogue is heavy and the 256-wide tile keeps the cooperative kernel's operand reuse;
  *  - K >= 4096 otherwise (Mixtral down, da, dxs; bio dxs, K 2F = 5632): cooperative (both ping-pongs 1.01-1.02).
  * The dense linears (tc_*) stay cooperative. */
+/* The bf16 backward's dSwiGLU in the da GEMM's epilogue by default where da's K (= H) is at least this (decision 60,
+ * H200, fast_mlp.sh 2026-12-02, one run, the same plans otherwise): Mixtral (H 4096) da + dSwiGLU 3.52 ms fused
+ * against 3.00 + 0.75 separate; bio (H 1024) 0.323 fused against 0.140 + 0.151: at short K the epilogue's reads of h
+ * and its stores are a larger share of the tile than the separate pass costs. */
+static const int64_t DSWIGLU_FUSED_MIN_K = 4096;
+
 static int mgemm_pingpong(const Cg *cg, int64_t K, int glu)
 {
     switch (cg->mgemm_schedule) {
@@ -619,8 +625,9 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
         pp = cg_ws(cg, n, PLAN_F32, rc, "probs_padded");
         hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded");
     }
-    /* the dSwiGLU in the da GEMM's epilogue (decision 60): no da, dprobs as F / 128 partials per row */
-    const int fused = cg->dswiglu != CUDA_DSWIGLU_SEPARATE;
+    /* the dSwiGLU in the da GEMM's epilogue (decision 60): no da, dprobs as F / 128 partials per row; by default
+     * where da's K = H >= DSWIGLU_FUSED_MIN_K */
+    const int fused = cg->dswiglu == CUDA_DSWIGLU_FUSED || (cg->dswiglu == CUDA_DSWIGLU_DEFAULT && H >= DSWIGLU_FUSED_MIN_K);
     const int64_t np = fused ? F / 128 : 1;
     int dyp = cg_ws(cg, n, PLAN_BF16, rc * H, "dy_padded");
     int dap = fused ? -1 : cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
@@ -1019,7 +1026,7 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 4 + (comb == NULL);
+    f.steps = 4 + (comb == NULL) + (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED);
 
     emit_offsets(cg, &f, sp);
 
@@ -1042,7 +1049,25 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xt, xts" : "nullptr, nullptr", "moec::fp8b::GraphRows<E, H>{xs}",
                   "pp, p");
 
-    /* SwiGLU and a's 1x128 quantisation in the GEMM's epilogue (decision 57): no separate pass over h */
+    /* SwiGLU and a's 1x128 quantisation in the GEMM's epilogue (decision 57: no separate pass over h) when asked
+     * for (MOEC_FP8_SWIGLU=fused); by default the separate tile quantiser: on the H200 the epilogue made gate_up
+     * 3.45 -> 4.76 ms at Mixtral shapes against 0.72 ms for the pass it removes (fast_mlp.sh, 2026-12-02) */
+    if (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED) {
+        emit_fp8_gemm(cg, &f, "fast_gate_up",
+                      bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                            "optimizer writes; bf16 out; h kept for the backward)"
+                          : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                            "optimizer writes; bf16 out)",
+                      xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
+        fast_begin(cg, &f, "fp8b_swiglu", "a = silu(gate) up probs, quantised 1x128 along F (E4M3 and scales)");
+        cg_param(cg, aq, 1, "q");
+        cg_param(cg, asa, 1, "sa");
+        cg_param(cg, hp, 0, "hp");
+        cg_param(cg, pp, 0, "pp");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr, nullptr", "moec::fp8b::Swiglu<F>{hp, pp}",
+                      "nullptr, nullptr");
+    } else
     emit_fp8_gemm_glu(cg, &f, "fast_gate_up",
                       bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
                             "optimizer writes; bf16 out; h kept for the backward), and in its epilogue a = silu(gate) "

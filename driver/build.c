@@ -90,11 +90,12 @@ static int attn_grid_from_env(int *out, char *err, size_t errlen)
 }
 
 /* MOEC_DSWIGLU (environment): the bf16 fast expert MLP backward's dSwiGLU, "fused" (in the da GEMM's
- * epilogue) or "separate" (its own kernel after a GEMM that stores da); unset or empty: codegen's default
- * (fused). For A/B timing (decision 60). */
-static int dswiglu_from_env(CudaDswiglu *out, char *err, size_t errlen)
+ * epilogue) or "separate" (its own kernel after a GEMM that stores da); MOEC_FP8_SWIGLU: fp8-block's forward
+ * SwiGLU and a's quantisation, "fused" (the gate_up GEMM's epilogue) or "separate"; unset or empty: codegen's
+ * default. For A/B timing (decisions 57 and 60). */
+static int dswiglu_from_env(const char *var, CudaDswiglu *out, char *err, size_t errlen)
 {
-    const char *v = getenv("MOEC_DSWIGLU");
+    const char *v = getenv(var);
     *out = CUDA_DSWIGLU_DEFAULT;
     if (!v || !*v)
         return 1;
@@ -103,7 +104,7 @@ static int dswiglu_from_env(CudaDswiglu *out, char *err, size_t errlen)
     else if (strcmp(v, "separate") == 0)
         *out = CUDA_DSWIGLU_SEPARATE;
     else {
-        snprintf(err, errlen, "MOEC_DSWIGLU is 'fused' or 'separate', not '%s'", v);
+        snprintf(err, errlen, "%s is 'fused' or 'separate', not '%s'", var, v);
         return 0;
     }
     return 1;
@@ -118,7 +119,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
         !kgemm_schedule_from_env("MOEC_FP8_KGEMM", &opts.fp8_kgemm_schedule, err, errlen) ||
         !attn_schedule_from_env(&opts.attn_schedule, err, errlen) ||
         !attn_grid_from_env(&opts.attn_max_grid, err, errlen) ||
-        !dswiglu_from_env(&opts.dswiglu, err, errlen))
+        !dswiglu_from_env("MOEC_DSWIGLU", &opts.dswiglu, err, errlen) ||
+        !dswiglu_from_env("MOEC_FP8_SWIGLU", &opts.fp8_swiglu, err, errlen))
         return NULL;
     IrGraph *g = c->graph;
     Plan *p = plan_create(g, &c->arena, err, errlen);

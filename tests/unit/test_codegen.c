@@ -998,7 +998,9 @@ static void test_fast_mlp(void)
 /* --precision fp8-block --kernels fast (cuda_moe_fast.c, decision 38): tests/gpu/fast_mlp_fp8.moe's expert MLPs
  * on the FP8 grouped GEMM and the quantisers of fp8_block_fast.cuh (their numerics: tests/codegen/fp8b_quant.test);
  * the weight gradients' FP8 K-grouped GEMM in the default schedule (cooperative: the ping-pong kernel of decision 56
- * measured slower) or forced ping-pong */
+ * measured slower) or forced ping-pong; the forward's SwiGLU in its default place (the separate tile quantiser,
+ * decision 57 measured the epilogue slower) with the first, in the gate_up GEMM's epilogue (MOEC_FP8_SWIGLU=fused)
+ * with the second */
 static void test_fast_mlp_fp8(int coop)
 {
     Compilation c;
@@ -1007,7 +1009,9 @@ static void test_fast_mlp_fp8(int coop)
     Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
     if (p)
         p->source.kernels = PLAN_KERNELS_FAST;
-    CudaOptions opts = {.fp8_kgemm_schedule = coop ? CUDA_KSCHED_DEFAULT : CUDA_KSCHED_PINGPONG};
+    CudaOptions opts = {.fp8_kgemm_schedule = coop ? CUDA_KSCHED_DEFAULT : CUDA_KSCHED_PINGPONG,
+                        .fp8_swiglu = coop ? CUDA_DSWIGLU_DEFAULT : CUDA_DSWIGLU_FUSED};
+    const int epi = !coop;
     CHECK(g && g->train.precision == IR_PREC_FP8_BLOCK && p && cuda_codegen(p, &opts, NULL),
           "fast_mlp_fp8: an fp8-block fast plan");
     if (!p) {
@@ -1094,14 +1098,17 @@ static void test_fast_mlp_fp8(int coop)
      * (decision 57), down (the combine reads y_padded; the weights' tiles are the optimizer's e4m3 copies);
      * backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs, two weight
      * gradients, scatter */
-    CHECK(fwd == 4 * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    CHECK(fwd == (epi ? 4 : 5) * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches",
+          fwd, bwd);
     CHECK(tiles == 4 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
           "shared memory", tiles, 4 * layers);
-    CHECK(swiglu == 0 && glu == layers &&
-              strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, "
-                                     "moec::fp8b::SwigluQuantEpi<256ll>>::run(tma_a, tma_b, tma_d, d, sa, sb + "
-                                     "1048576ll, offsets, rows_cap, aq, asa, pp);") &&
-              !strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, F>(q, sa, "),
+    CHECK(epi ? swiglu == 0 && glu == layers &&
+                    strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, "
+                                           "moec::fp8b::SwigluQuantEpi<256ll>>::run(tma_a, tma_b, tma_d, d, sa, sb + "
+                                           "1048576ll, offsets, rows_cap, aq, asa, pp);") &&
+                    !strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, F>(q, sa, ")
+              : swiglu == layers && glu == 0 && !strstr(p->cuda_source, "SwigluQuantEpi<256ll>>::run") &&
+                    strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, F>(q, sa, "),
           "fast_mlp_fp8: a = silu(gate) up probs and its 1x128 quantisation in the gate_up GEMM's epilogue (%d fused "
           "GEMMs, %d separate SwiGLU launches)", glu, swiglu);
     CHECK(weights == 0 && weights_ok, "fast_mlp_fp8: %d weight quantiser launches (want 0), every FP8 GEMM's weight "
@@ -1130,7 +1137,8 @@ static void test_fast_mlp_fp8(int coop)
               !strstr(p->cuda_source, "GemmKGrouped<4,"),
           "fast_mlp_fp8 (%s): dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
           "K-grouped expert GEMM", coop ? "cooperative" : "ping-pong");
-    CHECK(strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, ") &&
+    CHECK(strstr(p->cuda_source, epi ? "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, "
+                                     : "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0>::run(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_fp8b_copy_4x512x256(") &&
               strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_4x256x256(") &&
@@ -1139,7 +1147,8 @@ static void test_fast_mlp_fp8(int coop)
                                      "524288ll, c + 1048608ll, moec::fp8b::AdamwValues{") &&
               strstr(p->cuda_source, "moec::fp8b::quant_weight<4, 512ll, 256ll>(c + 0ll, c + 1048576ll, c + "
                                      "524288ll, c + 1048608ll, w)") &&
-              strstr(p->cuda_source, ", sa, sb + 1048576ll, offsets, rows_cap, aq, asa, pp)") &&
+              strstr(p->cuda_source, epi ? ", sa, sb + 1048576ll, offsets, rows_cap, aq, asa, pp)"
+                                         : ", sa, sb + 1048576ll, offsets, rows_cap)") &&
               strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, H>(q, sa, ") &&
               !strstr(p->cuda_source, "GemmMGrouped<4, 512"),
           "fast_mlp_fp8: the FP8 GEMM and the quantisers, no bf16 expert GEMM");
