@@ -904,6 +904,7 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
 static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w,
                               int64_t w_off, int sw, int64_t sw_off, int d, int64_t N, int64_t K, int aq, int asa,
                               int pp);
+static void emit_swiglu_quant(Cg *cg, Fast *f, int aq, int asa, int hp, int pp);
 static void emit_fp8_gemm(Cg *cg, Fast *f, const char *suffix, const char *what, int a, int sa, int w, int64_t w_off,
                           int sw, int64_t sw_off, int d, int64_t N, int64_t K)
 {
@@ -1059,23 +1060,17 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
                           : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
                             "optimizer writes; bf16 out)",
                       xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
-        fast_begin(cg, &f, "fp8b_swiglu", "a = silu(gate) up probs, quantised 1x128 along F (E4M3 and scales)");
-        cg_param(cg, aq, 1, "q");
-        cg_param(cg, asa, 1, "sa");
-        cg_param(cg, hp, 0, "hp");
-        cg_param(cg, pp, 0, "pp");
-        cg_param(cg, f.ofs, 0, "ofs");
-        fp8_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr, nullptr", "moec::fp8b::Swiglu<F>{hp, pp}",
-                      "nullptr, nullptr");
-    } else
-    emit_fp8_gemm_glu(cg, &f, "fast_gate_up",
-                      bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                            "optimizer writes; bf16 out; h kept for the backward), and in its epilogue a = silu(gate) "
-                            "up probs quantised 1x128 along F (E4M3 and scales, from the bf16 h)"
-                          : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                            "optimizer writes; bf16 out), and in its epilogue a = silu(gate) up probs quantised 1x128 "
-                            "along F (E4M3 and scales, from the bf16 h)",
-                      xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H, aq, asa, pp);
+        emit_swiglu_quant(cg, &f, aq, asa, hp, pp);
+    } else {
+        emit_fp8_gemm_glu(cg, &f, "fast_gate_up",
+                          bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                                "optimizer writes; bf16 out; h kept for the backward), and in its epilogue a = silu(gate) "
+                                "up probs quantised 1x128 along F (E4M3 and scales, from the bf16 h)"
+                              : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                                "optimizer writes; bf16 out), and in its epilogue a = silu(gate) up probs quantised 1x128 "
+                                "along F (E4M3 and scales, from the bf16 h)",
+                          xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H, aq, asa, pp);
+    }
 
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM on w_down's E4M3 tile copy, which "
                                         "the optimizer writes; bf16 out)", aq, asa, w2c, c2.q, w2c, c2.s, yp, H, F);
@@ -1211,6 +1206,25 @@ static void mx_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, con
     cg->fp8b_used = 1;
 }
 
+/* The forward's a = silu(gate) up probs from the kept h, quantised along F for the down GEMM in one tile
+ * quantiser launch: codes aq, scale codes asa; 1x128 blocks (fp8-block) or 1x32 (MXFP8, f->mx) */
+static void emit_swiglu_quant(Cg *cg, Fast *f, int aq, int asa, int hp, int pp)
+{
+    fast_begin(cg, f, f->mx ? "mx_swiglu" : "fp8b_swiglu",
+               f->mx ? "a = silu(gate) up probs, quantised 1x32 along F (E4M3 and scales)"
+                     : "a = silu(gate) up probs, quantised 1x128 along F (E4M3 and scales)");
+    cg_param(cg, aq, 1, "q");
+    cg_param(cg, asa, 1, "sa");
+    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f->ofs, 0, "ofs");
+    if (f->mx)
+        mx_tiles_end(cg, f, f->F, "F", "q", "sa", "nullptr", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+    else
+        fp8_tiles_end(cg, f, f->F, "F", "q", "sa", "nullptr, nullptr", "moec::fp8b::Swiglu<F>{hp, pp}",
+                      "nullptr, nullptr");
+}
+
 /* An mxfp8 expert weight's e4m3 copy (plan.h PlanFp8Copy with mx: the 1x32-along-K codes and scales the forward
  * GEMMs read, the 32x1-along-N codes stored as W^T and their scales the data gradients read), written by the
  * optimizer's step (moec_adamw_mx8_ExNxK) and at load (moec_mx8_copy_ExNxK): no node quantises a weight
@@ -1265,13 +1279,7 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
                         "bf16 out)",
                   xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
 
-    fast_begin(cg, &f, "mx_swiglu", "a = silu(gate) up probs, quantised 1x32 along F (E4M3 and scales)");
-    cg_param(cg, aq, 1, "q");
-    cg_param(cg, asa, 1, "sa");
-    cg_param(cg, hp, 0, "hp");
-    cg_param(cg, pp, 0, "pp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    mx_tiles_end(cg, &f, F, "F", "q", "sa", "nullptr", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+    emit_swiglu_quant(cg, &f, aq, asa, hp, pp);
 
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, MXFP8; bf16 out)", aq, asa, w2c, c2.q,
                   w2c, c2.s, yp, H, F);
