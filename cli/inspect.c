@@ -12,6 +12,63 @@
 #include "../util/util.h"
 #include "cli.h"
 
+/* `moec explain --kernels K`: the activations region at its fullest moment (plan_memory_breakdown, docs/decisions.md
+ * 54): the node where it peaks, the peak with and without the parameter gradients, and the tensors live there,
+ * largest first, so a reader sees what a memory change would have to remove. */
+static int cmp_bytes_desc(const void *a, const void *b)
+{
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void explain_memory(const char *file, const Plan *p)
+{
+    PlanMemoryBreakdown m;
+    plan_memory_breakdown(p, &m);
+    if (m.peak_at < 0)
+        return;
+    const IrGraph *g = p->graph;
+    const double MIB = 1048576.0;
+    const IrNode *at = g->nodes[m.peak_at];
+    printf("%s:%d: memory: the activations peak at %s (%s): %.1f MiB live, of which %.1f MiB parameter gradients; "
+           "without them %.1f MiB (tensors %.1f, workspaces %.1f); region laid out %.1f MiB\n",
+           file, at->loc.line, at->name, ir_node_op_name(at), m.peak_live / MIB, m.peak_grads / MIB,
+           (m.peak_acts + m.peak_ws) / MIB, m.peak_acts / MIB, m.peak_ws / MIB, m.acts_region / MIB);
+    /* the live buffers at the peak (the lifetimes as plan_memory_breakdown computed them: plan_memory on a copy) */
+    PlanBuf *bufs = malloc(sizeof *bufs * ((size_t)p->nbufs + 1));
+    int64_t(*rows)[2] = malloc(sizeof *rows * ((size_t)p->nbufs + 1));
+    if (!bufs || !rows)
+        die("out of memory");
+    memcpy(bufs, p->bufs, sizeof *bufs * (size_t)p->nbufs);
+    PlanMemory mem;
+    plan_memory(g, bufs, p->nbufs, 256, &mem);
+    int n = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        if (bufs[b].alias_of < 0 && bufs[b].region == PLAN_REGION_ACTIVATIONS && bufs[b].first <= m.peak_at &&
+            bufs[b].last >= m.peak_at && bufs[b].bytes > 0) {
+            rows[n][0] = bufs[b].bytes;
+            rows[n++][1] = b;
+        }
+    qsort(rows, (size_t)n, sizeof *rows, cmp_bytes_desc);
+    int shown = n < 12 ? n : 12;
+    for (int i = 0; i < shown; i++) {
+        const PlanBuf *b = &bufs[rows[i][1]];
+        const IrNode *made = b->first >= 0 && b->first < g->nnodes ? g->nodes[b->first] : NULL;
+        printf("%s:%d: memory:   %9.1f MiB  %-40s %-9s %s, live %s .. %s\n", file,
+               b->node >= 0 && b->node < g->nnodes ? g->nodes[b->node]->loc.line : 0, b->bytes / MIB, b->name,
+               plan_storage_name[b->storage], b->kind == PLAN_BUF_WORKSPACE ? "workspace" : "tensor",
+               made ? made->name : "?", b->last >= 0 && b->last < g->nnodes ? g->nodes[b->last]->name : "the end");
+    }
+    if (n > shown) {
+        int64_t rest = 0;
+        for (int i = shown; i < n; i++)
+            rest += rows[i][0];
+        printf("%s: memory:   %9.1f MiB  %d more buffers\n", file, rest / MIB, n - shown);
+    }
+    free(rows);
+    free(bufs);
+}
+
 /* `moec explain --kernels K`: after the fusion decisions, the code generator's for K: every node with a
  * choice of implementation (its launches' "impl" in plan.json), every node whose buffer no kernel
  * writes (the fast kernels read through it), and every node tensor stored in bf16, one line each. Takes over c's graph (the plan does). */
@@ -69,6 +126,7 @@ static int explain_kernels(const Options *o, Compilation *c)
            "(indices i32)\n",
            plan_kernels_name[p->source.kernels], nbf16, nbf16 == 1 ? "" : "s", bf16_bytes / 1048576.0,
            all_bytes / 1048576.0);
+    explain_memory(file, p);
     /* where the binary runs (decision 48): sm_90a code runs on an sm_90 GPU only */
     printf("target (--kernels %s%s): %s\n", plan_kernels_name[p->source.kernels],
            p->source.kernels == PLAN_KERNELS_FAST ? ", moec compile's default" : "",
