@@ -549,6 +549,16 @@ void cg_i32(Cg *cg, int64_t value, const char *name)
     cg->typed = 1;
 }
 
+void cg_i64(Cg *cg, int64_t value, const char *name)
+{
+    if (cg->nargs == CG_MAX_ARGS)
+        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
+    sb_printf(&cg->params, "%slong long %s", cg->nargs ? ", " : "", name);
+    cg->targs[cg->nargs] = (PlanArg){.kind = PLAN_ARG_I64, .buf = -1, .value = value};
+    cg->args[cg->nargs++] = -1;
+    cg->typed = 1;
+}
+
 void cg_launch_extra(Cg *cg, int shared, int all_sms)
 {
     cg->shared_bytes = shared;
@@ -892,6 +902,11 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
             if (!graph_user && cg.launches[i].node > b && cg.bufs[b].until < cg.launches[i].node)
                 cg.bufs[b].until = cg.launches[i].node;
         }
+    /* an elided node's buffer (no kernel writes it, the fast kernels read through the node) takes no memory:
+     * it was the size of its tensor, 2 x 256 MiB of fp32 for the Mixtral layer's two dispatches */
+    for (int b = 0; b < g->nnodes; b++)
+        if (cg.bufs[b].elided)
+            cg.bufs[b].bytes = 0;
     plan_memory(g, cg.bufs, cg.nbufs, 256, &p->memory);
 
     int nkernel_launches = 0, ncollectives = 0;

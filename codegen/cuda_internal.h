@@ -140,6 +140,11 @@ void cg_tmap(Cg *cg, int buf, int64_t rows, int64_t cols, int box_rows, const ch
 void cg_tmap_u8(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name);
 void cg_tmap_f32(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, int box_rows, const char *name);
 void cg_i32(Cg *cg, int64_t value, const char *name);
+/* A `long long name` parameter given `value` at run time (plan.h PLAN_ARG_I64). Every number that depends on
+ * the batch (a row or token count, an element count or offset that scales with it) goes in this way, never as
+ * cg_const or a literal in the body: the kernels' code is then the same for every --batch, so a training
+ * binary run with another batch uses its embedded image (docs/decisions.md 62; tests/codegen/batch.test). */
+void cg_i64(Cg *cg, int64_t value, const char *name);
 /* The launch being built: `shared` bytes of dynamic shared memory, and (all_sms) one block per SM. */
 void cg_launch_extra(Cg *cg, int shared, int all_sms);
 /* Names the implementation the node's following launches are (plan.json "impl"); NULL: none. */

@@ -13,7 +13,7 @@ const char *const plan_storage_name[PLAN_STORAGE_COUNT] = {"f32", "f64", "i32", 
 const int plan_storage_bytes[PLAN_STORAGE_COUNT] = {4, 8, 4, 2, 1};
 const char *const plan_region_name[PLAN_REGION_COUNT] = {"params", "inputs", "activations"};
 const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT] = {"tensor", "view", "workspace", "copy"};
-const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT] = {"buf", "tmap", "i32", "tmap_f32", "tmap_u8"};
+const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT] = {"buf", "tmap", "i32", "tmap_f32", "tmap_u8", "i64"};
 const char *const plan_kernels_name[PLAN_KERNELS_COUNT] = {"reference", "fast"};
 
 int plan_arch_takes_fast(const char *arch)
@@ -142,6 +142,24 @@ void plan_set_source(Plan *p, const char *path, const char *text, size_t len, co
     s->ep = ep;
 }
 
+uint64_t plan_code_hash(const char *src, size_t n)
+{
+    uint64_t h = HASH64_INIT;
+    size_t i = 0;
+    while (i < n) {
+        size_t e = i;
+        while (e < n && src[e] != '\n')
+            e++;
+        size_t j = i;
+        while (j < e && (src[j] == ' ' || src[j] == '\t'))
+            j++;
+        if (!(e - j >= 2 && src[j] == '/' && src[j + 1] == '/'))
+            h = hash64_update(h, src + i, e < n ? e + 1 - i : e - i);
+        i = e + 1;
+    }
+    return h;
+}
+
 void plan_set_image(Plan *p, const char *arch, const void *image, size_t size)
 {
     free(p->image);
@@ -151,7 +169,7 @@ void plan_set_image(Plan *p, const char *arch, const void *image, size_t size)
     memcpy(p->image, image, size);
     p->image_size = size;
     snprintf(p->image_arch, sizeof p->image_arch, "%s", arch);
-    p->image_hash = hash64(p->cuda_source, p->cuda_source_len);
+    p->image_hash = plan_code_hash(p->cuda_source, p->cuda_source_len);
 }
 
 void plan_clear_gpu(Plan *p)

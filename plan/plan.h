@@ -185,6 +185,8 @@ typedef enum PlanArgKind {
     PLAN_ARG_I32,
     PLAN_ARG_TMAP_F32,
     PLAN_ARG_TMAP_U8,
+    PLAN_ARG_I64,        /* a 64-bit integer by value: a count that depends on the batch (the token count, the
+                            rows), passed at run time so that the kernels' code does not (docs/decisions.md 62) */
     PLAN_ARG_KIND_COUNT
 } PlanArgKind;
 extern const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT];
@@ -282,7 +284,7 @@ typedef struct Plan {
     void *image;
     size_t image_size;
     char image_arch[16];
-    uint64_t image_hash; /* hash64 of cuda_source: the source the image was compiled from */
+    uint64_t image_hash; /* plan_code_hash of cuda_source: the code the image was compiled from */
 } Plan;
 
 /* Makes a Plan around a graph that went through the whole pipeline (it
@@ -300,6 +302,11 @@ void plan_set_source(Plan *p, const char *path, const char *text, size_t len, co
                      int nplugins, int has_precision, IrPrecision precision, int64_t ep);
 /* Attaches a kernel image compiled for `arch` from p->cuda_source (copied). */
 void plan_set_image(Plan *p, const char *arch, const void *image, size_t size);
+/* The hash of CUDA source text without its comment lines (a line whose first non-blank characters are //):
+ * the key of an image (embedded or cached). The comments name the model file, the nodes' shapes and the
+ * launches' purpose, none of which changes the code: the same code for another --batch or another path of
+ * the model keeps its image (docs/decisions.md 62). */
+uint64_t plan_code_hash(const char *src, size_t n);
 
 /* ---- plan_io.c: the plan as a document ---- */
 

@@ -212,7 +212,7 @@ char *plan_to_json(const Plan *p, int with_source)
                     continue;
                 }
                 /* typed arguments (only fast plans have them): {"tmap": buf, rows, cols, box},
-                 * {"tmap_f32": buf, "offset", rows, cols, box} or {"i32": v} */
+                 * {"tmap_f32": buf, "offset", rows, cols, box}, {"i32": v} or {"i64": v} */
                 cJSON *ta = cJSON_CreateObject();
                 if (t->kind == PLAN_ARG_TMAP || t->kind == PLAN_ARG_TMAP_F32 || t->kind == PLAN_ARG_TMAP_U8) {
                     cJSON_AddNumberToObject(ta, t->kind == PLAN_ARG_TMAP      ? "tmap"
@@ -226,7 +226,7 @@ char *plan_to_json(const Plan *p, int with_source)
                     cJSON_AddNumberToObject(ta, "box_rows", t->box_rows);
                     cJSON_AddNumberToObject(ta, "box_cols", t->box_cols);
                 } else {
-                    cJSON_AddNumberToObject(ta, "i32", (double)t->value);
+                    cJSON_AddNumberToObject(ta, t->kind == PLAN_ARG_I64 ? "i64" : "i32", (double)t->value);
                 }
                 cJSON_AddItemToArray(args, ta);
             }
@@ -470,7 +470,7 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
 
 /* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"},
  * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"}, {"tmap_u8": buf, ("offset": bytes,
- * absent when 0), "rows", "cols", "box_rows", "box_cols"} or {"i32": v}. A tensor map must lie inside a buffer of its type (bf16, fp32,
+ * absent when 0), "rows", "cols", "box_rows", "box_cols"}, {"i32": v} or {"i64": v} (|v| < 2^53). A tensor map must lie inside a buffer of its type (bf16, fp32,
  * e4m3), 16-byte aligned, with a box the runtime can encode (a
  * 128-byte inner box for the 128-byte swizzle, at most 256 rows). */
 static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const cJSON *x)
@@ -489,6 +489,13 @@ static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const
         t->kind = PLAN_ARG_I32;
         t->buf = -1;
         t->value = get_int(r, x, "i32", INT32_MIN, INT32_MAX);
+        l->args[a] = -1;
+        return !r->failed;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(x, "i64")) {
+        t->kind = PLAN_ARG_I64;
+        t->buf = -1;
+        t->value = get_int(r, x, "i64", -(INT64_C(1) << 53), INT64_C(1) << 53);
         l->args[a] = -1;
         return !r->failed;
     }
@@ -605,7 +612,7 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
                            g->nodes[b->node]->shape[1] != 2 * b->glu_f))))
             return bad(r, "buffer %d (%s) is no bf16 copy of a param", i, b->name);
         if (i < nn && b->kind != PLAN_BUF_WORKSPACE &&
-            b->bytes != ir_numel(g->nodes[i]) * plan_storage_bytes[b->storage])
+            b->bytes != (b->elided ? 0 : ir_numel(g->nodes[i]) * plan_storage_bytes[b->storage]))
             return bad(r, "buffer %d (%s) is %lld bytes, its node holds %lld elements of %s", i, b->name,
                        (long long)b->bytes, (long long)ir_numel(g->nodes[i]), plan_storage_name[b->storage]);
         /* a node's tensor: its dtype's storage, or bf16 for a float activation (docs/decisions.md 40) */

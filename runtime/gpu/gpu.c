@@ -311,7 +311,7 @@ int gpu_check_arch(const Plan *p, const char *name, int major, int minor, char *
 static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
 {
     const Plan *p = G->plan;
-    uint64_t h = hash64(p->cuda_source, p->cuda_source_len);
+    uint64_t h = plan_code_hash(p->cuda_source, p->cuda_source_len);
     const char *arch = G->info.arch;
     if (p->image && p->image_size && arch_runs_here(p->image_arch, G->info.cc_major, G->info.cc_minor) &&
         p->image_hash == h) {

@@ -30,6 +30,9 @@ int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char
         } else if (k == PLAN_ARG_I32) {
             int v = (int)l->targs[i].value;
             memcpy(slot, &v, sizeof v);
+        } else if (k == PLAN_ARG_I64) {
+            long long v = (long long)l->targs[i].value;
+            memcpy(slot, &v, sizeof v);
         } else {
             const PlanArg *t = &l->targs[i];
             CUdeviceptr p = buf[t->buf];

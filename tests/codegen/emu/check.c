@@ -17,6 +17,7 @@
  * (fake_collective): the local kernels around them are what is checked.
  * Options must repeat the compile's: --precision, --ep, --disable-pass. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +150,9 @@ int main(int argc, char **argv)
             void *a[32];
             int na = l->nargs;
             for (int j = 0; j < na && j < 32; j++)
-                a[j] = ptr[l->args[j]];
+                a[j] = l->targs && (l->targs[j].kind == PLAN_ARG_I32 || l->targs[j].kind == PLAN_ARG_I64)
+                           ? (void *)(intptr_t)l->targs[j].value  /* a count passed by value */
+                           : ptr[l->args[j]];
             /* one block an SM (PLAN_GRID_ALL_SMS): the H200's 132 */
             long long grid = l->grid == PLAN_GRID_ALL_SMS ? 132 : (long long)l->grid;
             int block = l->block;

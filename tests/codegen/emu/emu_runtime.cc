@@ -9,7 +9,9 @@
 #include <ucontext.h>
 
 #include <cstdio>
+#include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -142,11 +144,20 @@ static void launch(const std::function<void(void **)> &f, long long grid, int bl
     }
 }
 
-// every node kernel takes pointers only: cast each argument to its parameter's type
+// a node kernel takes pointers and integers (a count passed at run time, plan.h PLAN_ARG_I32 / I64, which
+// check.c passes in the pointer's bits): each argument cast to its parameter's type
+template <typename A> static A arg_as(void *p)
+{
+    if constexpr (std::is_integral<A>::value)
+        return (A)(intptr_t)p;
+    else
+        return static_cast<A>(p);
+}
+
 template <typename... A, size_t... I>
 static void call_impl(void (*f)(A...), void **a, std::index_sequence<I...>)
 {
-    f(static_cast<A>(a[I])...);
+    f(arg_as<A>(a[I])...);
 }
 
 template <typename... A> static std::function<void(void **)> caller(void (*f)(A...))
