@@ -6,8 +6,8 @@
 #   mixtral4_run   3 training steps on the GPU: the run plans the dry run's total, the losses are finite, and
 #                  the memory it measured (cuMemGetInfo before the allocations minus after the steps) is within
 #                  10% of that plan
-#   mixtral4_b12   the same layers at batch 12 x 4096 do not fit without checkpointing (--dry-run refuses)
-#   mixtral4_ckpt_dry, mixtral4_ckpt_run   tests/gpu/mixtral4_ckpt.moe: batch 12 x 4096 with `checkpoint
+#   mixtral4_b16   the same layers at batch 16 x 4096 do not fit without checkpointing (--dry-run refuses)
+#   mixtral4_ckpt_dry, mixtral4_ckpt_run   tests/gpu/mixtral4_ckpt.moe: batch 16 x 4096 with `checkpoint
 #                  blocks` (decision 43): the dry run fits (128.93 GiB), 3 steps measured within 10% of it
 #   mixtral4_speed moec's tokens/s (median of steps 4-10) beside transformers' on the same 4-layer config (bf16,
 #                  grouped_mm experts, bench/anchors.py; needs torch + transformers; MEM_CHECK_HF=0 skips it)
@@ -83,10 +83,10 @@ check() {
 
 if [ "${MEM_CHECK_SPEED_ONLY:-0}" != 1 ]; then
 check mixtral4
-# batch 12 x 4096 fits only with activation checkpointing (decision 43): mixtral4 itself at --batch 12 does not
-"$B/mixtral4" --dry-run --device cuda --batch 12 >"$L/mixtral4_b12_dry.log" 2>&1
+# batch 16 x 4096 fits only with activation checkpointing (decision 43): mixtral4 itself at --batch 16 does not
+"$B/mixtral4" --dry-run --device cuda --batch 16 >"$L/mixtral4_b16_dry.log" 2>&1
 nrc=$?
-row mixtral4_b12 "$([ $nrc -ne 0 ] && grep -q '^peak: .*: does not fit' "$L/mixtral4_b12_dry.log" && echo ok || echo FAIL)" "without checkpointing, refused: rc=$nrc; $(grep -m1 '^peak:' "$L/mixtral4_b12_dry.log")"
+row mixtral4_b16 "$([ $nrc -ne 0 ] && grep -q '^peak: .*: does not fit' "$L/mixtral4_b16_dry.log" && echo ok || echo FAIL)" "without checkpointing, refused: rc=$nrc; $(grep -m1 '^peak:' "$L/mixtral4_b16_dry.log")"
 check mixtral4_ckpt
 fi
 

@@ -18,7 +18,7 @@
 #   nofit_dry its --dry-run (no GPU used): exit 1, the same total the backend refused
 #   mixtral4  four Mixtral-8x7B layers at 4 x 4096 (bf16, fast kernels): the dry run fits, 3 steps train,
 #             the measured memory within 10% of the plan (tests/gpu/mem_check.sh, run from here); and at
-#             12 x 4096 with `checkpoint blocks` (tests/gpu/mixtral4_ckpt.moe, decision 43), refused without
+#             16 x 4096 with `checkpoint blocks` (tests/gpu/mixtral4_ckpt.moe, decision 43), refused without
 #   dryrun_mfu mixtral_tiny's --dry-run total = what the GPU run planned; that run's mfu in (0, 1)
 #   mini500   protein_moe_mini, 500 steps on the GPU (loss curve for docs/results/)
 # Build (here: make, flex/bison, cJSON, NVRTC; no GPU needed) writes OUTDIR (default build/gpu-train):
