@@ -120,6 +120,15 @@ int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world,
                shared ? ", all on one GPU (--simulate-ranks)" : ", one GPU each");
     printf(", precision %s, %s kernels; no GPU used\n", ir_precision_name[g->train.precision],
            plan_kernels_name[pl->source.kernels]);
+    /* the kernels' code does not depend on the batch (decision 62): at another --batch the embedded image is
+     * the one the GPU loads, unless the code differs (another seq, another world size) */
+    if (pl->image && pl->image_size && pl->cuda_source)
+        printf("kernels: %s\n", plan_code_hash(pl->cuda_source, pl->cuda_source_len) == pl->image_hash
+                                    ? "the embedded image serves this plan (the same code: no NVRTC at start)"
+                                    : "the embedded image is for other code (another seq or number of ranks): NVRTC "
+                                      "compiles the kernels at start, then caches them");
+    else if (pl->cuda_source)
+        printf("kernels: none embedded: NVRTC compiles them at start, then caches them\n");
     printf("GPU memory plan%s, as the CUDA backend allocates it:\n", world > 1 ? " of one rank" : "");
     fmt_bytes(a, sizeof a, (double)b.masters);
     fmt_bytes(c, sizeof c, (double)b.copies);

@@ -25,6 +25,9 @@
 # moec, the training binaries (kernels embedded for sm_90a), libcjson.so.1, the FASTA data.
 # Run (the GPU machine: a driver, nothing else) writes OUTDIR/logs and prints a table last.
 # MOEC_CHECK_ONLY=ep (both steps): only the rank simulator's rows (ep*, sync_*, host_*, nograph_*) and their binaries.
+# MOEC_CHECK_ONLY=batch (both steps): only the batch rows (decision 62): a binary compiled at batch B run with
+#   --batch B/2 loads its embedded kernels (no NVRTC) and logs the same losses, bit for bit, as the binary
+#   compiled at B/2: protein_moe_mini (mxfp8, fast kernels), mixtral_tiny (bf16 and fp8-block, fast kernels).
 set -uo pipefail
 MODE=all
 ONLY=${MOEC_CHECK_ONLY:-}
@@ -45,6 +48,22 @@ if [ "$MODE" != run ]; then
   cp "$DATA_SRC" "$OUT/data/proteins.fasta.gz"
   cp tests/train/compare_losses.sh "$OUT/bin/"
   c() { "$BUILD/moec" compile --kernels reference "$@" >/dev/null; }  # the oracle unless a call says fast
+  if [ "$ONLY" = batch ]; then
+    # each model at its batch B and at B/2 (the copy differs in its train section's batch only)
+    batch_pair() {  # NAME MODEL B OPTIONS...
+      local n=$1 m=$2 b=$3
+      shift 3
+      mkdir -p "$OUT/models"
+      sed "s/\bbatch $b\b/batch $((b / 2))/" "$m" > "$OUT/models/${n}_half.moe"
+      "$BUILD/moec" compile "$m" "$@" -o "$B_/$n" --arch "$ARCH" >/dev/null
+      "$BUILD/moec" compile "$OUT/models/${n}_half.moe" "$@" -o "$B_/${n}_half" --arch "$ARCH" >/dev/null
+    }
+    B_=$OUT/bin
+    batch_pair pmm models/protein_moe_mini.moe 16
+    batch_pair mt_bf16 models/mixtral_tiny.moe 8 --precision bf16
+    batch_pair mt_fp8b models/mixtral_tiny.moe 8 --precision fp8-block
+    exit 0
+  fi
   c models/mixtral_tiny.moe -o "$OUT/bin/mixtral_tiny" --arch "$ARCH"
   if [ "$ONLY" != ep ]; then
     c models/mixtral_tiny.moe --precision mxfp8 -o "$OUT/bin/mixtral_tiny_mxfp8" --arch "$ARCH"
@@ -75,6 +94,23 @@ status=0
 row() { rows+=("$(printf '%-14s %-5s %s' "$1" "$2" "$3")"); [ "$2" = ok ] || status=1; }
 tps() { grep -o '"tokens_per_s":[0-9.e+]*' "$1" | tail -n +3 | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.0f", a[int((NR+1)/2)]; else print "?"}'; }
 common=(--data "$DATA" --eval-every 0 --log-every 1)
+
+if [ "$ONLY" = batch ]; then
+  for n in pmm mt_bf16 mt_fp8b; do
+    b=$(grep -o '^dry run: [^,]*, batch [0-9]*' <("$B/$n" --dry-run --device cuda 2>&1) | grep -o '[0-9]*$')
+    "$B/$n" "${common[@]}" --steps 10 --device cuda --batch $((b / 2)) --log "$L/${n}_at_half.jsonl" >"$L/${n}_at_half.log" 2>&1
+    rc1=$?
+    "$B/${n}_half" "${common[@]}" --steps 10 --device cuda --log "$L/${n}_half.jsonl" >"$L/${n}_half.log" 2>&1
+    rc2=$?
+    "$B/compare_losses.sh" "$L/${n}_half.jsonl" "$L/${n}_at_half.jsonl" 0 >"$L/${n}_cmp.log" 2>&1
+    cmp=$?
+    from=$(grep -o 'kernels from [^;]*' "$L/${n}_at_half.log" | head -1)
+    row "batch_$n" "$([ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $cmp -eq 0 ] && echo "$from" | grep -q 'embedded in the binary' && echo ok || echo FAIL)" "compiled at batch $b, run at $((b / 2)): $from; against the binary compiled at $((b / 2)): $(tail -1 "$L/${n}_cmp.log")"
+  done
+  printf '%-14s %-5s %s\n' check ok details
+  printf '%s\n' "${rows[@]}"
+  exit $status
+fi
 
 if [ "$ONLY" != ep ]; then
 # one step, CPU vs GPU: loss, gradients, parameters
