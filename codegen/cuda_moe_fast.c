@@ -186,12 +186,16 @@ static void fast_begin(Cg *cg, Fast *f, const char *suffix, const char *what)
     cg_begin(cg, f->n, suffix, w);
 }
 
+/* the compile-time sizes E, H, F (none scales with the batch: the kernels' code is the same at every batch,
+ * docs/decisions.md 62) */
 static void fast_consts(Cg *cg, const Fast *f)
 {
     cg_line(cg, "[[maybe_unused]] constexpr int E = %lld;", (long long)f->E);
-    cg_line(cg, "[[maybe_unused]] constexpr long long R = %lld, H = %lld, F = %lld;", (long long)f->R, (long long)f->H,
-            (long long)f->F);
+    cg_line(cg, "[[maybe_unused]] constexpr long long H = %lld, F = %lld;", (long long)f->H, (long long)f->F);
 }
+
+/* the node's row count R (it scales with the batch): a kernel parameter, given at run time */
+static void fast_rows(Cg *cg, const Fast *f) { cg_i64(cg, f->R, "R"); }
 
 /* grid for the one-block-per-row kernels */
 static int64_t row_grid(int64_t rows) { return min64(rows, 2048); }
@@ -202,8 +206,9 @@ static void emit_offsets(Cg *cg, Fast *f, const IrNode *splits)
                                   "starts, on the device");
     cg_param(cg, f->ofs, 1, "ofs");
     cg_in(cg, splits, "splits");
+    fast_rows(cg, f);
     fast_consts(cg, f);
-    cg_line(cg, "moec::fast::offsets<E, R>(ofs, splits);");
+    cg_line(cg, "moec::fast::offsets<E>(ofs, splits, R);");
     cg_end(cg, 32, 1);
 }
 
@@ -300,14 +305,15 @@ static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     cg_out(cg, f->n, "out");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
+    cg_i64(cg, off, "dw_off"); /* dW's place in the output: past dxs and dprobs, so it scales with the batch */
     if (s.epilogue == GEMM_SM90_KEPI_TMA)
-        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld, %d>::run(tma_dy, tma_x, tma_dw, out + %lld, "
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld, %d>::run(tma_dy, tma_x, tma_dw, out + dw_off, "
                     "offsets, rows_cap);",
-                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong, (long long)off);
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong);
     else
-        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld, %d>::run(tma_dy, tma_x, out + %lld, "
+        cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld, %d>::run(tma_dy, tma_x, out + dw_off, "
                     "offsets, rows_cap);",
-                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong, (long long)off);
+                s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong);
     cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -468,8 +474,9 @@ static int emit_forward_end(Cg *cg, Fast *f, const IrNode *n, const IrNode *comb
     cg_out(cg, n, "y");
     cg_param(cg, yp, 0, "yp");
     cg_param(cg, f->ofs, 0, "ofs");
+    fast_rows(cg, f);
     fast_consts(cg, f);
-    cg_line(cg, "moec::fast::scatter<E, R, H>(y, nullptr, yp, nullptr, ofs);");
+    cg_line(cg, "moec::fast::scatter<E, H>(y, nullptr, yp, nullptr, ofs, R);");
     cg_end(cg, CG_BLOCK, row_grid(f->R));
     return 1;
 }
@@ -518,9 +525,9 @@ int cg_emit_grouped_mlp_fast(Cg *cg, const IrNode *n)
         cg_in(cg, rp, "plan");
         cg_in(cg, p, "p");
         cg_param(cg, f.ofs, 0, "ofs");
+        cg_i64(cg, cg_lead(rp), "T");
         fast_consts(cg, &f);
-        cg_line(cg, "moec::fast::gather_tokens<E, H, %lldll, %lld>(xp, pp, x, plan, p, ofs);", (long long)cg_lead(rp),
-                (long long)cg_last(rp));
+        cg_line(cg, "moec::fast::gather_tokens<E, H, %lld>(xp, pp, x, plan, p, ofs, T);", (long long)cg_last(rp));
         cg_end(cg, CG_BLOCK, min64(cg_lead(rp) + 128 * f.E, 132 * 16));
     } else {
         fast_begin(cg, &f, "fast_gather", "xs and probs into zero-padded groups (xs as bf16)");
@@ -591,8 +598,9 @@ int cg_emit_combine_fast(Cg *cg, const IrNode *n)
     cg_param(cg, yp, 0, "yp");
     cg_in(cg, plan, "plan");
     cg_param(cg, ofs, 0, "ofs");
-    cg_line(cg, "moec::fast::combine_padded<%lld, %lldll, %lld, %lldll>(out, yp, plan, ofs);", (long long)E,
-            (long long)T, (long long)K, (long long)D);
+    cg_i64(cg, T, "T");
+    cg_line(cg, "moec::fast::combine_padded<%lld, %lld, %lldll>(out, yp, plan, ofs, T);", (long long)E, (long long)K,
+            (long long)D);
     cg_end(cg, CG_BLOCK, min64(T, 132 * 16));
     cg->fast_used = 1;
     return 1;
@@ -676,9 +684,10 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
         cg_in(cg, dout, "dout");
         cg_in(cg, rp, "plan");
         cg_param(cg, f.ofs, 0, "ofs");
+        cg_i64(cg, cg_lead(rp), "T");
         fast_consts(cg, &f);
-        cg_line(cg, "moec::fast::gather_tokens<E, H, %lldll, %lld>(dyp, nullptr, dout, plan, nullptr, ofs);",
-                (long long)cg_lead(rp), (long long)cg_last(rp));
+        cg_line(cg, "moec::fast::gather_tokens<E, H, %lld>(dyp, nullptr, dout, plan, nullptr, ofs, T);",
+                (long long)cg_last(rp));
         cg_end(cg, CG_BLOCK, min64(cg_lead(rp) + 128 * f.E, 132 * 16));
     }
 
@@ -729,11 +738,12 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
     cg_param(cg, dxp, 0, "dxp");
     cg_param(cg, dpp, 0, "dpp");
     cg_param(cg, f.ofs, 0, "ofs");
+    fast_rows(cg, &f);
     fast_consts(cg, &f);
     if (fused)
-        cg_line(cg, "moec::fast::scatter<E, R, H, %lld>(out, out + R * H, dxp, dpp, ofs);", (long long)np);
+        cg_line(cg, "moec::fast::scatter<E, H, %lld>(out, out + R * H, dxp, dpp, ofs, R);", (long long)np);
     else
-        cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
+        cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
     cg_end(cg, CG_BLOCK, row_grid(R));
     return 1;
 }
@@ -972,15 +982,16 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     cg_param(cg, bts, 0, "sb");
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
+    cg_i64(cg, off, "dw_off"); /* dW's place in the output: past dxs and dprobs, so it scales with the batch */
     if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
-        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + %lld, sa, sb, "
-                    "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, (long long)off);
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, sb, "
+                    "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
     else if (tma)
-        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, "
-                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, (long long)off);
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
+                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
     else
-        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + %lld, sa, sb, offsets, "
-                    "rows_cap);", s.E, s.N, s.K, s.stages, (long long)off);
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
+                    "rows_cap);", s.E, s.N, s.K, s.stages);
     cg_launch_extra(cg, gemm_fp8_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
@@ -997,9 +1008,9 @@ static int64_t fp8b_tscales(const Fast *f, int64_t C) { return (f->rcap + 127) /
 static void fp8_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
                           const char *colt, const char *src, const char *probs)
 {
+    cg_i64(cg, f->rcap, "rcap");
     fast_consts(cg, f);
-    cg_line(cg, "moec::fp8b::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
-            colt, src, probs);
+    cg_line(cg, "moec::fp8b::quant_tiles<E, %s>(%s, %s, rcap, %s, %s, %s, ofs);", tmpl, q, sa, colt, src, probs);
     cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
     cg->fp8b_used = 1;
 }
@@ -1174,8 +1185,9 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, dxp, 0, "dxp");
     cg_param(cg, dpp, 0, "dpp");
     cg_param(cg, f.ofs, 0, "ofs");
+    fast_rows(cg, &f);
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
+    cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
     cg_end(cg, CG_BLOCK, row_grid(R));
     cg->fp8b_used = 1;
     return 1;
@@ -1199,9 +1211,9 @@ static int64_t mx_scales(const Fast *f, int64_t C) { return C / 32 * f->rcap; }
 static void mx_tiles_end(Cg *cg, const Fast *f, int64_t C, const char *tmpl, const char *q, const char *sa,
                          const char *colw, const char *src, const char *probs)
 {
+    cg_i64(cg, f->rcap, "rcap");
     fast_consts(cg, f);
-    cg_line(cg, "moec::mx8::quant_tiles<E, %s>(%s, %s, %lldll, %s, %s, %s, ofs);", tmpl, q, sa, (long long)f->rcap,
-            colw, src, probs);
+    cg_line(cg, "moec::mx8::quant_tiles<E, %s>(%s, %s, rcap, %s, %s, %s, ofs);", tmpl, q, sa, colw, src, probs);
     cg_end(cg, CG_BLOCK, min64(f->rcap / 128 * (C / 128), 132 * 16));
     cg->fp8b_used = 1;
 }
@@ -1375,8 +1387,9 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     cg_param(cg, dxp, 0, "dxp");
     cg_param(cg, dpp, 0, "dpp");
     cg_param(cg, f.ofs, 0, "ofs");
+    fast_rows(cg, &f);
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, R, H>(out, out + R * H, dxp, dpp, ofs);");
+    cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
     cg_end(cg, CG_BLOCK, row_grid(R));
     cg->fp8b_used = 1;
     return 1;
@@ -1466,19 +1479,20 @@ static void tc_convert(Cg *cg, const IrNode *n, int step, int steps, const IrNod
         snprintf(name, sizeof name, "a%d", i);
         cg_in(cg, src[i], name);
     }
+    /* the rows and their padded count scale with the batch: kernel parameters (docs/decisions.md 62) */
     if (count)
-        cg_const(cg, "ROWS", rows);
-    cg_const(cg, "RCAP", tc_rows_cap(rows));
+        cg_i64(cg, rows, "rows");
+    cg_i64(cg, tc_rows_cap(rows), "rcap");
     cg_line(cg, "if (blockIdx.x == 0 && threadIdx.x == 0) {");
     cg_line(cg, "    ofs[0] = 0;");
-    cg_line(cg, "    ofs[1] = (int)RCAP;");
+    cg_line(cg, "    ofs[1] = (int)rcap;");
     cg_line(cg, "}");
     for (int i = 0; i < count; i++) {
         cg_const(cg, i ? "C1" : "C0", cg_last(src[i]));
-        cg_line(cg, "MOEC_FOR(i, RCAP * C%d / 8) {", i);
+        cg_line(cg, "MOEC_FOR(i, rcap * C%d / 8) {", i);
         cg_line(cg, "    long long e = i * 8;");
         cg_line(cg, "    uint4 o = make_uint4(0u, 0u, 0u, 0u);");
-        cg_line(cg, "    if (e < ROWS * C%d) {", i);
+        cg_line(cg, "    if (e < rows * C%d) {", i);
         cg_line(cg, "        float4 x0 = *(const float4 *)(a%d + e), x1 = *(const float4 *)(a%d + e + 4);", i, i);
         cg_line(cg, "        o.x = moec::sm90::pack_bf16x2(x0.x, x0.y);");
         cg_line(cg, "        o.y = moec::sm90::pack_bf16x2(x0.z, x0.w);");
@@ -1578,13 +1592,13 @@ int cg_emit_linear_fast(Cg *cg, const IrNode *n)
         cg_param(cg, ofs, 0, "offsets");
         cg_i32(cg, rcap, "rows_cap");
         if (!bout)
-            cg_const(cg, "ROWS", rows);
+            cg_i64(cg, rows, "rows"); /* the fp32 epilogue's row bound (it scales with the batch) */
         if (bout)
             cg_line(cg, "moec::sm90::GemmMGrouped<1, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_d, y, offsets, "
                         "rows_cap);", s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
         else
             cg_line(cg, "moec::sm90::GemmMGrouped<1, %d, %d, %d, %d, %d, %d>::run(tma_a, tma_b, tma_unused, "
-                        "(unsigned short *)y, offsets, rows_cap, nullptr, nullptr, ROWS);",
+                        "(unsigned short *)y, offsets, rows_cap, nullptr, nullptr, rows);",
                     s.N, s.K, s.block_n, s.stages, s.epilogue, s.trans_b);
         cg_launch_extra(cg, gemm_sm90_smem_bytes(&s), 1);
         cg_end(cg, GEMM_SM90_THREADS, 1);

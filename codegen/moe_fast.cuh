@@ -31,7 +31,7 @@ __device__ __forceinline__ void unpack8f(float *p, uint4 u)
                                      bf2f((unsigned short)(u.w & 0xffffu)), bf2f((unsigned short)(u.w >> 16)));
 }
 
-template <int E, long long R> __device__ void offsets(int *ofs, const int *splits)
+template <int E> __device__ void offsets(int *ofs, const int *splits, long long R)
 {
     if (blockIdx.x == 0 && threadIdx.x == 0 && moec_fast_offsets(splits, E, R, ofs, ofs + E + 1) != 0)
         __trap(); /* split sizes past the rows: the CPU backend stops here too */
@@ -83,9 +83,9 @@ template <int E, int KS> __device__ __forceinline__ void padded_rows(long long (
  * gets token t's row; pdst [.] <- p [row] (p expert-major, if p); the padding rows of every group zero.
  * Items: the T tokens (one block reads its token row once and writes its KS rows), then E x 128
  * padding slots. 8 columns per thread where C % 8 == 0, else 4. C % 4 == 0. */
-template <int E, long long C, long long T, int KS>
+template <int E, long long C, int KS>
 __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, const int *plan, const float *p,
-                              const int *ofs)
+                              const int *ofs, long long T)
 {
     static_assert(KS >= 1 && KS <= 16, "top-k up to 16");
     const int *start = ofs + E + 1;
@@ -138,8 +138,8 @@ __device__ void gather_tokens(unsigned short *dst, float *pdst, const float *x, 
  * padded row as in gather_tokens), in slot order from 0.0f as the reference combine: the same values
  * (the reference reads the fp32 copy of the same bf16), the same sums. One block per token, 4 columns
  * per thread (8 where D % 8 == 0: 16-byte loads). D % 4 == 0. */
-template <int E, long long T, int KS, long long D>
-__device__ void combine_padded(float *out, const unsigned short *yp, const int *plan, const int *ofs)
+template <int E, int KS, long long D>
+__device__ void combine_padded(float *out, const unsigned short *yp, const int *plan, const int *ofs, long long T)
 {
     for (long long t = blockIdx.x; t < T; t += gridDim.x) {
         long long pr[KS];
@@ -183,8 +183,9 @@ __device__ void combine_padded(float *out, const unsigned short *yp, const int *
  * psrc (if psrc): padded row pr's NP partials psrc [pr NP .. pr NP + NP - 1] f32 summed in index order in
  * double, rounded once (NP 1: the value itself; the dSwiGLU epilogue's per-128-column partials of dprobs,
  * decision 60). One block per graph row. */
-template <int E, long long R, long long C, int NP = 1>
-__device__ void scatter(float *dst, float *pdst, const unsigned short *src, const float *psrc, const int *ofs)
+template <int E, long long C, int NP = 1>
+__device__ void scatter(float *dst, float *pdst, const unsigned short *src, const float *psrc, const int *ofs,
+                        long long R)
 {
     const int *start = ofs + E + 1;
     for (long long r = blockIdx.x; r < R; r += gridDim.x) {

@@ -42,7 +42,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
 constexpr int E = 3;
 constexpr long long R = 300, H = 256, F = 256, RCAP = (R + 128 * E + 15) / 16 * 16;
 
-K256 k_offsets(int *ofs, const int *splits) { moec::fast::offsets<E, R>(ofs, splits); }
+K256 k_offsets(int *ofs, const int *splits) { moec::fast::offsets<E>(ofs, splits, R); }
 K256 k_rows_x(unsigned char *q, unsigned char *sa, float *pdst, const float *x, const float *p, const int *ofs)
 {
     moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, nullptr, nullptr, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
@@ -100,7 +100,7 @@ K512 k_weight_nt(unsigned char *q, unsigned char *s, const float *w)
 // from its staging buffers (those bf16 words) and calls SwigluQuantEpi::run as GemmFp8MGrouped does.
 constexpr int E2 = 4;
 constexpr long long R2 = 257, F2 = 256, RCAP2 = (R2 + 128 * E2 + 15) / 16 * 16;
-K256 k_offsets2(int *ofs, const int *splits) { moec::fast::offsets<E2, R2>(ofs, splits); }
+K256 k_offsets2(int *ofs, const int *splits) { moec::fast::offsets<E2>(ofs, splits, R2); }
 K256 k_glu_epi(unsigned short *h, unsigned char *q, unsigned char *sa, const float *d, const float *pp, const int *ofs)
 {
     const long long tiles = (long long)(ofs[E2] / 128) * (F2 / 128);

@@ -41,7 +41,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int m)
 constexpr int E = 3;
 constexpr long long R = 300, H = 256, F = 256, RCAP = (R + 128 * E + 15) / 16 * 16;
 
-K256 k_offsets(int *ofs, const int *splits) { moec::fast::offsets<E, R>(ofs, splits); }
+K256 k_offsets(int *ofs, const int *splits) { moec::fast::offsets<E>(ofs, splits, R); }
 K256 k_rows_x(unsigned char *q, unsigned char *sa, float *pdst, const float *x, const float *p, const int *ofs)
 {
     moec::mx8::quant_tiles<E, H>(q, sa, RCAP, nullptr, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
