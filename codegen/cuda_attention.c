@@ -5,7 +5,11 @@
  * templates are moec::sdpa_fwd / sdpa_bwd_dq / sdpa_bwd_dkv in prelude.cuh.
  * With segment ids (sdpa's optional fourth source, the segment-attention
  * pass) the kernels take them as `seg` and skip the keys outside the query's
- * sequence. segment_ids itself: one thread per row, a running count. */
+ * sequence. segment_ids itself: one thread per row, a running count. The
+ * batch B, the item and row counts and the offsets into the q/k/v workspace
+ * (nq, nk, krow0, vrow0), which scale with it, are run-time kernel arguments
+ * (cg_i64): the kernels' code is the same at every batch (docs/decisions.md
+ * 62); S, the heads, the head dimension and the tiles stay compile-time. */
 #include <stdio.h>
 
 #include "cuda_internal.h"
