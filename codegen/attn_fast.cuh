@@ -49,11 +49,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile(
 
 /* The tile of a launch's item numbered (tile, b, head) with the N heads fastest, and its batch row b (B, the batch,
  * is a run-time argument: the kernels' code is the same at every batch, docs/decisions.md 62): tile = item / (B N)
- * and b = item / N % B, with one division by B */
+ * and b = item / N % B, with one division by B, in 32 bits: a launch has fewer than 2^31 items
+ * (cuda_fast_attention_ok), and a 64-bit division by a run-time value costs the head-dim-64 kernels registers (the
+ * forward's 128 went to 131, one block less an SM) */
 template <int N> __device__ __forceinline__ long long item_tile(long long item, long long B, long long &b)
 {
-    const long long bt = item / N, t = bt / B;
-    b = bt - t * B;
+    const unsigned bt = (unsigned)(item / N), t = bt / (unsigned)B;
+    b = bt - t * (unsigned)B;
     return t;
 }
 

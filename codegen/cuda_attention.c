@@ -67,6 +67,13 @@ int cuda_fast_attention_ok(const IrNode *n, char *why, size_t len)
         snprintf(why, len, "q has %lld elements", (long long)ir_numel(q));
         return 0;
     }
+    /* the kernels split their items in 32 bits (attn_fast.cuh item_tile) */
+    int64_t items = q->shape[0] * H * ((q->shape[1] + ATTN_ROWS - 1) / ATTN_ROWS);
+    if (items >= ((int64_t)1 << 31)) {
+        snprintf(why, len, "%lld tiles of 64 queries (batch x heads x tiles: the fast attention kernels take fewer "
+                 "than 2^31)", (long long)items);
+        return 0;
+    }
     snprintf(why, len, "flash attention, bf16 wgmma (sm_90a), fp32 softmax statistics, head dim %lld%s",
              (long long)hd, n->nsrc == (n->op == IR_OP_SDPA ? 4 : 5) ? ", segment-masked" : "");
     return 1;
