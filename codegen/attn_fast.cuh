@@ -47,6 +47,18 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void *src, int sr
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+/* The tile of a launch's item numbered (tile, b, head) with the N heads fastest, and its batch row b (B, the batch,
+ * is a run-time argument: the kernels' code is the same at every batch, docs/decisions.md 62): tile = item / (B N)
+ * and b = item / N % B, with one division by B, in 32 bits: a launch has fewer than 2^31 items
+ * (cuda_fast_attention_ok), and a 64-bit division by a run-time value costs the head-dim-64 kernels registers (the
+ * forward's 128 went to 131, one block less an SM) */
+template <int N> __device__ __forceinline__ long long item_tile(long long item, long long B, long long &b)
+{
+    const unsigned bt = (unsigned)(item / N), t = bt / (unsigned)B;
+    b = bt - t * (unsigned)B;
+    return t;
+}
+
 /* segment-aware visibility (the reference's seg_sees; seg nullptr: always) */
 __device__ __forceinline__ bool seg_ok(const int *seg, long long row, long long i, long long j)
 {
@@ -56,10 +68,10 @@ __device__ __forceinline__ bool seg_ok(const int *seg, long long row, long long 
     return si >= 0 ? seg[row + j] == si : i == j;
 }
 
-/* ---- fp32 -> bf16, N elements (N % 8 == 0): 16-byte stores, 32-byte loads */
-template <long long N> __device__ void to_bf16(unsigned short *dst, const float *src)
+/* ---- fp32 -> bf16, n elements (n % 8 == 0): 16-byte stores, 32-byte loads */
+__device__ inline void to_bf16(long long n, unsigned short *dst, const float *src)
 {
-    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < N;
+    for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n;
          i += (long long)gridDim.x * blockDim.x * 8) {
         float4 a = *(const float4 *)(src + i), b = *(const float4 *)(src + i + 4);
         uint4 o;
@@ -74,11 +86,11 @@ template <long long N> __device__ void to_bf16(unsigned short *dst, const float 
 /* ---- backward preparation: dO -> bf16 and D = rowsum(dO o) per (b, s, h); one group of HD / 8 threads
  * per row, 8 elements each. dO and o are fp32 or bf16 (the plan's storage, docs/decisions.md 40); dob
  * nullptr: dO is bf16 already and the dq / dk-dv kernels read it where it is, only D is made here */
-template <long long B, long long S, int H, int HD, typename DT, typename OT>
-__device__ void bwd_prep(unsigned short *dob, float *dsum, const DT *dout, const OT *o)
+template <long long S, int H, int HD, typename DT, typename OT>
+__device__ void bwd_prep(long long B, unsigned short *dob, float *dsum, const DT *dout, const OT *o)
 {
     constexpr int G = HD / 8;
-    constexpr long long ROWS_ALL = B * S * H;
+    const long long ROWS_ALL = B * S * H;
     for (long long base = (long long)blockIdx.x * blockDim.x; base < ROWS_ALL * G;
          base += (long long)gridDim.x * blockDim.x) { /* whole warps iterate together (the shuffles) */
         long long idx = base + threadIdx.x;
@@ -310,8 +322,8 @@ template <int N> __device__ __forceinline__ void tiles_ready()
  * tensor cores work on it while the warpgroup computes the softmax of s_j; o is rescaled to the new
  * running max once it is done. Shared memory: q, k_j and k_{j+1}, v_{j-1} and v_j. */
 /* o: fp32 or bf16 (OT unsigned short: the plan stores the output in bf16, rounded to nearest even) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, typename OT>
-__device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q, const unsigned short *k,
+template <long long S, int H, int KV, int HD, bool CAUSAL, typename OT>
+__device__ void fwd(long long B, long long item, OT *o, float *lse2, const unsigned short *q, const unsigned short *k,
                     const unsigned short *v, const int *seg)
 {
     constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2;
@@ -320,9 +332,9 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const float sl2 = LOG2E / sqrtf((float)HD);
 
-    long long qt = QTILES - 1 - item / (B * H); /* the heaviest causal tiles first */
+    long long b;
+    long long qt = QTILES - 1 - item_tile<H>(item, B, b); /* the heaviest causal tiles first */
     int h = (int)(item % H);
-    long long b = item / H % B;
     int kvh = h / (H / KV);
     long long q0 = qt * ROWS, row = b * S;
     long long kend = CAUSAL ? (q0 + ROWS < S ? q0 + ROWS : S) : S;
@@ -461,15 +473,14 @@ __device__ void fwd(long long item, OT *o, float *lse2, const unsigned short *q,
  * q0 + 127 and do what fwd does per key tile (s_j = q k_j^T with q in registers, the product with v_{j-1}
  * issued behind it and run during the softmax of s_j), freeing slot j - 1 once that product is done.
  * Causal: the first consumer stops a tile early (it only frees the last slot). Tensor maps, rows past S
- * and KROW0 / VROW0 as in bwd_dkv_ws. SCHED (docs/decisions.md 59): 0 decision 50's step; 1 every exponential
+ * and krow0 / vrow0 as in bwd_dkv_ws. SCHED (docs/decisions.md 59): 0 decision 50's step; 1 every exponential
  * before the wait for the product with v_{j-1} (wg_fence); 2 that and the two consumers' products in strict
  * alternation (named barriers 1 and 2: a consumer waits at 1 + cw before issuing, arrives at 2 - cw after; the
  * first consumer skips its block's first wait, the second arrives after every step but its block's last, and a
  * skipped causal tile is still a turn, so the barriers balance). The results do not depend on SCHED. */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
-          int SCHED, typename OT>
-__device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
-                       const sm90::TmaDesc *tv, const int *seg)
+template <long long S, int H, int KV, int HD, bool CAUSAL, int NS, int SCHED, typename OT>
+__device__ void fwd_ws(long long items, long long B, long long krow0, long long vrow0, OT *o, float *lse2,
+                       const sm90::TmaDesc *tq, const sm90::TmaDesc *tk, const sm90::TmaDesc *tv, const int *seg)
 {
     constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2, QB = 2 * ROWS, BOX = ROWS * 128;
     constexpr long long WQ = (long long)H * HD, QTILES = (S + QB - 1) / QB;
@@ -498,7 +509,8 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
         int stage = 0;
         unsigned phase = 0, qph = 0;
         for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-            const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+            long long b;
+            const long long qt = QTILES - 1 - item_tile<H>(item, B, b), q0 = qt * QB, row = b * S;
             const int h = (int)(item % H), kvh = h / (H / KV);
             const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
             const int ntiles = (int)((kend + ROWS - 1) / ROWS);
@@ -518,9 +530,9 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
                 for (int c = 0; c < HD / 64; c++) {
                     const unsigned off = (unsigned)(stage * TILE + c * BOX);
                     sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c,
-                                      (int)(KROW0 + row + jt * ROWS));
+                                      (int)(krow0 + row + jt * ROWS));
                     sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c,
-                                      (int)(VROW0 + row + jt * ROWS));
+                                      (int)(vrow0 + row + jt * ROWS));
                 }
                 if (++stage == NS) {
                     stage = 0;
@@ -540,7 +552,8 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
     unsigned phase = 0, qph = 0;
     bool first_turn = true; /* SCHED 2: the block's first key tile (warpgroup 1 goes first) */
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+        long long b;
+        const long long qt = QTILES - 1 - item_tile<H>(item, B, b), q0 = qt * QB, row = b * S;
         const int h = (int)(item % H);
         const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
         const int ntiles = (int)((kend + ROWS - 1) / ROWS);
@@ -762,8 +775,8 @@ __device__ void fwd_ws(long long items, OT *o, float *lse2, const sm90::TmaDesc 
 
 /* ---- backward, dq: one block per (b, h, 64 queries) over the key tiles; s = q k^T and
  * dP = dO v^T (shared memory operands), dq += dS k (dS in registers, k read MN-major) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, typename OT>
-__device__ void bwd_dq(long long item, OT *out, const unsigned short *q, const unsigned short *k,
+template <long long S, int H, int KV, int HD, bool CAUSAL, typename OT>
+__device__ void bwd_dq(long long B, long long item, OT *out, const unsigned short *q, const unsigned short *k,
                           const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
                           const int *seg)
 {
@@ -774,9 +787,9 @@ __device__ void bwd_dq(long long item, OT *out, const unsigned short *q, const u
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
 
-    long long qt = QTILES - 1 - item / (B * H);
+    long long b;
+    long long qt = QTILES - 1 - item_tile<H>(item, B, b);
     int h = (int)(item % H);
-    long long b = item / H % B;
     int kvh = h / (H / KV);
     long long q0 = qt * ROWS, row = b * S;
     long long kend = CAUSAL ? (q0 + ROWS < S ? q0 + ROWS : S) : S;
@@ -872,8 +885,8 @@ __device__ void bwd_dq(long long item, OT *out, const unsigned short *q, const u
 /* ---- backward, dk and dv: one block per (b, kv head, 64 keys) over the group's heads and the query
  * tiles (QR at a time); s^T = k q^T, dP^T = v dO^T (shared memory operands), dv += P^T dO and
  * dk += dS^T q (P^T, dS^T in registers, dO and q read MN-major) */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QR, typename OT>
-__device__ void bwd_dkv(long long item, OT *out, const unsigned short *q, const unsigned short *k,
+template <long long S, int H, int KV, int HD, bool CAUSAL, int QR, typename OT>
+__device__ void bwd_dkv(long long B, long long item, OT *out, const unsigned short *q, const unsigned short *k,
                            const unsigned short *v, const unsigned short *dob, const float *lse2, const float *dsum,
                            const int *seg)
 {
@@ -886,9 +899,9 @@ __device__ void bwd_dkv(long long item, OT *out, const unsigned short *q, const 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const float sl2 = LOG2E / sqrtf((float)HD), scale = 1.f / sqrtf((float)HD);
 
-    long long ktile = item / (B * KV); /* causal: early key tiles see the most queries, so go first */
+    long long b;
+    long long ktile = item_tile<KV>(item, B, b); /* causal: early key tiles see the most queries, so go first */
     int kvh = (int)(item % KV);
-    long long b = item / KV % B;
     long long j0 = ktile * ROWS, row = b * S;
     long long istart = CAUSAL ? j0 : 0;
     int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
@@ -1008,14 +1021,13 @@ __device__ void bwd_dkv(long long item, OT *out, const unsigned short *q, const 
  * on; k and v of an item are loaded once (kv_full) and refilled only when both consumers have freed
  * them (kv_empty). The tensor maps are 64-row x 64-column boxes with 128-byte swizzle, so the tiles land
  * as load_sw lays them out; rows past S of a batch read the next rows of the map (or zeros past its
- * end): finite values whose probabilities the mask sets to 0. k and v are rows KROW0 + b S + j and
- * VROW0 + b S + j of their maps (the q/k/v workspace read as [rows][KV HD]: offsets B S H / KV and
- * B S (H / KV + 1)). */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
-          typename OT>
-__device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
-                           const sm90::TmaDesc *tv, const sm90::TmaDesc *tdo, const float *lse2, const float *dsum,
-                           const int *seg)
+ * end): finite values whose probabilities the mask sets to 0. k and v are rows krow0 + b S + j and
+ * vrow0 + b S + j of their maps (the q/k/v workspace read as [rows][KV HD]: offsets B S H / KV and
+ * B S (H / KV + 1)); items, B, krow0 and vrow0 are run-time arguments. */
+template <long long S, int H, int KV, int HD, bool CAUSAL, int NS, typename OT>
+__device__ void bwd_dkv_ws(long long items, long long B, long long krow0, long long vrow0, OT *out,
+                           const sm90::TmaDesc *tq, const sm90::TmaDesc *tk, const sm90::TmaDesc *tv,
+                           const sm90::TmaDesc *tdo, const float *lse2, const float *dsum, const int *seg)
 {
     constexpr int QR = 64, NQ = QR / 8, REP = H / KV, TILE = ROWS * HD * 2, QT = QR * HD * 2;
     constexpr int KB = 2 * ROWS, BOX = ROWS * 128; /* keys per block; bytes of a 64 x 64 box */
@@ -1050,7 +1062,8 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
         int stage = 0;
         unsigned phase = 0, kvph = 0;
         for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-            const long long ktile = item / (B * KV), b = item / KV % B, j0 = ktile * KB, row = b * S;
+            long long b;
+            const long long ktile = item_tile<KV>(item, B, b), j0 = ktile * KB, row = b * S;
             const int kvh = (int)(item % KV);
             const long long istart = CAUSAL ? j0 : 0;
             const int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
@@ -1062,8 +1075,8 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
 #pragma unroll
                     for (int c = 0; c < HD / 64; c++) {
                         const unsigned off = (unsigned)(w * TILE + c * BOX);
-                        sm90::tma_load_2d(kb + off, tk, kv_full, kvh * HD + 64 * c, (int)(KROW0 + row + j0 + 64 * w));
-                        sm90::tma_load_2d(vb + off, tv, kv_full, kvh * HD + 64 * c, (int)(VROW0 + row + j0 + 64 * w));
+                        sm90::tma_load_2d(kb + off, tk, kv_full, kvh * HD + 64 * c, (int)(krow0 + row + j0 + 64 * w));
+                        sm90::tma_load_2d(vb + off, tv, kv_full, kvh * HD + 64 * c, (int)(vrow0 + row + j0 + 64 * w));
                     }
             }
             kvph ^= 1;
@@ -1107,7 +1120,8 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
     int stage = 0;
     unsigned phase = 0, kvph = 0;
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const long long ktile = item / (B * KV), b = item / KV % B, j0 = ktile * KB, row = b * S;
+        long long b;
+        const long long ktile = item_tile<KV>(item, B, b), j0 = ktile * KB, row = b * S;
         const int kvh = (int)(item % KV);
         const long long istart = CAUSAL ? j0 : 0, jc = j0 + cw * ROWS; /* this warpgroup's first key */
         const int nqt = (int)((S - istart + QR - 1) / QR), total = REP * nqt;
@@ -1228,13 +1242,12 @@ __device__ void bwd_dkv_ws(long long items, OT *out, const sm90::TmaDesc *tq, co
  * one arrival per consumer warp). Warpgroups 1 and 2 own queries q0 .. q0 + 63 and q0 + 64 .. q0 + 127:
  * s = q k^T and dP = dO v^T with both operands in shared memory, P from the kept log-sum-exp while dP
  * finishes, dS = P (dP - D), dq += dS k (dS in registers, k read MN-major). Causal: the first consumer
- * skips the key tile past its last query. Tensor maps, rows past S and KROW0 / VROW0 as in bwd_dkv_ws. SCHED as in
+ * skips the key tile past its last query. Tensor maps, rows past S and krow0 / vrow0 as in bwd_dkv_ws. SCHED as in
  * fwd_ws: 1 every element of P before the wait for dP, 2 that and the consumers' s and dP issued in turns. */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, long long KROW0, long long VROW0, int NS,
-          int SCHED, typename OT>
-__device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, const sm90::TmaDesc *tk,
-                          const sm90::TmaDesc *tv, const sm90::TmaDesc *tdo, const float *lse2, const float *dsum,
-                          const int *seg)
+template <long long S, int H, int KV, int HD, bool CAUSAL, int NS, int SCHED, typename OT>
+__device__ void bwd_dq_ws(long long items, long long B, long long krow0, long long vrow0, OT *out,
+                          const sm90::TmaDesc *tq, const sm90::TmaDesc *tk, const sm90::TmaDesc *tv,
+                          const sm90::TmaDesc *tdo, const float *lse2, const float *dsum, const int *seg)
 {
     constexpr int NB = ROWS / 8, TILE = ROWS * HD * 2, QB = 2 * ROWS, BOX = ROWS * 128;
     constexpr long long WQ = (long long)H * HD, WK = (long long)KV * HD, WP = WQ + 2 * WK;
@@ -1265,7 +1278,8 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
         int stage = 0;
         unsigned phase = 0, qph = 0;
         for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-            const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+            long long b;
+            const long long qt = QTILES - 1 - item_tile<H>(item, B, b), q0 = qt * QB, row = b * S;
             const int h = (int)(item % H), kvh = h / (H / KV);
             const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;
             const int ntiles = (int)((kend + ROWS - 1) / ROWS);
@@ -1287,9 +1301,9 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
                 for (int c = 0; c < HD / 64; c++) {
                     const unsigned off = (unsigned)(stage * TILE + c * BOX);
                     sm90::tma_load_2d(kb + off, tk, full + 8 * stage, kvh * HD + 64 * c,
-                                      (int)(KROW0 + row + jt * ROWS));
+                                      (int)(krow0 + row + jt * ROWS));
                     sm90::tma_load_2d(vb + off, tv, full + 8 * stage, kvh * HD + 64 * c,
-                                      (int)(VROW0 + row + jt * ROWS));
+                                      (int)(vrow0 + row + jt * ROWS));
                 }
                 if (++stage == NS) {
                     stage = 0;
@@ -1309,7 +1323,8 @@ __device__ void bwd_dq_ws(long long items, OT *out, const sm90::TmaDesc *tq, con
     unsigned phase = 0, qph = 0;
     bool first_turn = true; /* SCHED 2: the block's first key tile (warpgroup 1 goes first) */
     for (long long item = blockIdx.x; item < items; item += gridDim.x) {
-        const long long qt = QTILES - 1 - item / (B * H), b = item / H % B, q0 = qt * QB, row = b * S;
+        long long b;
+        const long long qt = QTILES - 1 - item_tile<H>(item, B, b), q0 = qt * QB, row = b * S;
         const int h = (int)(item % H);
         const bool last_item = item + gridDim.x >= items;
         const long long kend = CAUSAL ? (q0 + QB < S ? q0 + QB : S) : S;

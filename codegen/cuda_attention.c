@@ -5,7 +5,11 @@
  * templates are moec::sdpa_fwd / sdpa_bwd_dq / sdpa_bwd_dkv in prelude.cuh.
  * With segment ids (sdpa's optional fourth source, the segment-attention
  * pass) the kernels take them as `seg` and skip the keys outside the query's
- * sequence. segment_ids itself: one thread per row, a running count. */
+ * sequence. segment_ids itself: one thread per row, a running count. The
+ * batch B, the item and row counts and the offsets into the q/k/v workspace
+ * (nq, nk, krow0, vrow0), which scale with it, are run-time kernel arguments
+ * (cg_i64): the kernels' code is the same at every batch (docs/decisions.md
+ * 62); S, the heads, the head dimension and the tiles stay compile-time. */
 #include <stdio.h>
 
 #include "cuda_internal.h"
@@ -30,7 +34,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static void attn_consts(Cg *cg, const IrNode *n, const IrNode *q)
 {
     int64_t H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS), hd = q->shape[2] / H;
-    cg_const(cg, "B", q->shape[0]);
+    cg_i64(cg, q->shape[0], "B");
     cg_const(cg, "S", q->shape[1]);
     cg_line(cg, "constexpr int H = %lld, KV = %lld, HD = %lld;", (long long)H, (long long)KV, (long long)hd);
     cg_line(cg, "constexpr bool CAUSAL = %s;", ir_attr_i(n, IR_ATTR_CAUSAL) ? "true" : "false");
@@ -61,6 +65,13 @@ int cuda_fast_attention_ok(const IrNode *n, char *why, size_t len)
     }
     if (q->shape[0] * q->shape[1] * q->shape[2] >= ((int64_t)1 << 40)) {
         snprintf(why, len, "q has %lld elements", (long long)ir_numel(q));
+        return 0;
+    }
+    /* the kernels split their items in 32 bits (attn_fast.cuh item_tile) */
+    int64_t items = q->shape[0] * H * ((q->shape[1] + ATTN_ROWS - 1) / ATTN_ROWS);
+    if (items >= ((int64_t)1 << 31)) {
+        snprintf(why, len, "%lld tiles of 64 queries (batch x heads x tiles: the fast attention kernels take fewer "
+                 "than 2^31)", (long long)items);
         return 0;
     }
     snprintf(why, len, "flash attention, bf16 wgmma (sm_90a), fp32 softmax statistics, head dim %lld%s",
@@ -124,7 +135,7 @@ static const IrNode *attn_forward_of(Cg *cg, const IrNode *b)
 static void attn_fast_consts(Cg *cg, const IrNode *n, const IrNode *q)
 {
     int64_t H = ir_attr_i(n, IR_ATTR_HEADS), KV = ir_attr_i(n, IR_ATTR_KV_HEADS), hd = q->shape[2] / H;
-    cg_const(cg, "B", q->shape[0]);
+    cg_i64(cg, q->shape[0], "B");
     cg_const(cg, "S", q->shape[1]);
     cg_line(cg, "constexpr int H = %lld, KV = %lld, HD = %lld;", (long long)H, (long long)KV, (long long)hd);
     cg_line(cg, "constexpr bool CAUSAL = %s;", ir_attr_i(n, IR_ATTR_CAUSAL) ? "true" : "false");
@@ -229,11 +240,11 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
         cg_in(cg, q, "q");
         cg_in(cg, k, "k");
         cg_in(cg, v, "v");
-        cg_const(cg, "NQ", nq);
-        cg_const(cg, "NK", nk);
-        cg_line(cg, "moec::attn::to_bf16<NQ>(qkv, q);");
-        cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ, k);");
-        cg_line(cg, "moec::attn::to_bf16<NK>(qkv + NQ + NK, v);");
+        cg_i64(cg, nq, "nq");
+        cg_i64(cg, nk, "nk");
+        cg_line(cg, "moec::attn::to_bf16(nq, qkv, q);");
+        cg_line(cg, "moec::attn::to_bf16(nk, qkv + nq, k);");
+        cg_line(cg, "moec::attn::to_bf16(nk, qkv + nq + nk, v);");
         cg_end(cg, CG_BLOCK, cg_grid(nq / 8, CG_BLOCK));
     }
 
@@ -261,10 +272,10 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
         if (seg)
             cg_in(cg, n->src[3], "seg");
         attn_fast_consts(cg, n, q);
-        cg_const(cg, "KROW0", direct ? 0 : B * S * rep);
-        cg_const(cg, "VROW0", direct ? 0 : B * S * (rep + 1));
-        cg_const(cg, "ITEMS", items);
-        cg_line(cg, "moec::attn::fwd_ws<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d, %d>(ITEMS, o, lse2, &tq, &tk, &tv, %s);",
+        cg_i64(cg, direct ? 0 : B * S * rep, "krow0");
+        cg_i64(cg, direct ? 0 : B * S * (rep + 1), "vrow0");
+        cg_i64(cg, items, "items");
+        cg_line(cg, "moec::attn::fwd_ws<S, H, KV, HD, CAUSAL, %d, %d>(items, B, krow0, vrow0, o, lse2, &tq, &tk, &tv, %s);",
                 ATTN_FWD_STAGES, attn_sched(cg), seg ? "seg" : "nullptr");
         cg_launch_extra(cg, attn_fwd_ws_smem(hd), 0);
         cg_end(cg, ATTN_WS_THREADS, attn_grid(cg, items));
@@ -289,13 +300,13 @@ static void emit_sdpa_fast(Cg *cg, const IrNode *n)
         cg_in(cg, n->src[3], "seg");
     attn_fast_consts(cg, n, q);
     if (!direct) {
-        cg_const(cg, "NQ", nq);
-        cg_const(cg, "NK", nk);
+        cg_i64(cg, nq, "nq");
+        cg_i64(cg, nk, "nk");
     }
-    cg_const(cg, "ITEMS", items);
-    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
-    cg_line(cg, "    moec::attn::fwd<B, S, H, KV, HD, CAUSAL>(item, o, lse2, %s, %s);",
-            direct ? "q, k, v" : "qkv, qkv + NQ, qkv + NQ + NK", seg ? "seg" : "nullptr");
+    cg_i64(cg, items, "items");
+    cg_line(cg, "for (long long item = blockIdx.x; item < items; item += gridDim.x) {");
+    cg_line(cg, "    moec::attn::fwd<S, H, KV, HD, CAUSAL>(B, item, o, lse2, %s, %s);",
+            direct ? "q, k, v" : "qkv, qkv + nq, qkv + nq + nk", seg ? "seg" : "nullptr");
     cg_line(cg, "    __syncthreads();");
     cg_line(cg, "}");
     cg_launch_extra(cg, attn_fwd_smem(hd), 0);
@@ -333,13 +344,13 @@ static void emit_bwd_tile(Cg *cg, const IrNode *n, const AttnBufs *b, const char
         cg_in(cg, n->src[4], "seg");
     attn_fast_consts(cg, n, n->src[1]);
     if (b->qkv >= 0) {
-        cg_const(cg, "NQ", b->nq);
-        cg_const(cg, "NK", b->nk);
+        cg_i64(cg, b->nq, "nq");
+        cg_i64(cg, b->nk, "nk");
     }
-    cg_const(cg, "ITEMS", items);
-    cg_line(cg, "for (long long item = blockIdx.x; item < ITEMS; item += gridDim.x) {");
-    cg_line(cg, "    moec::attn::%s(item, out, %s, dob, lse2, dsum, %s);", call,
-            b->qkv >= 0 ? "qkv, qkv + NQ, qkv + NQ + NK" : "q, k, v", seg ? "seg" : "nullptr");
+    cg_i64(cg, items, "items");
+    cg_line(cg, "for (long long item = blockIdx.x; item < items; item += gridDim.x) {");
+    cg_line(cg, "    moec::attn::%s(B, item, out, %s, dob, lse2, dsum, %s);", call,
+            b->qkv >= 0 ? "qkv, qkv + nq, qkv + nq + nk" : "q, k, v", seg ? "seg" : "nullptr");
     cg_line(cg, "    __syncthreads();");
     cg_line(cg, "}");
     cg_launch_extra(cg, smem, 0);
@@ -374,13 +385,13 @@ static void emit_bwd_ws(Cg *cg, const IrNode *n, const AttnBufs *b, const char *
     if (seg)
         cg_in(cg, n->src[4], "seg");
     attn_fast_consts(cg, n, q);
-    cg_const(cg, "KROW0", b->qkv >= 0 ? B * S * rep : 0);
-    cg_const(cg, "VROW0", b->qkv >= 0 ? B * S * (rep + 1) : 0);
-    cg_const(cg, "ITEMS", items);
+    cg_i64(cg, b->qkv >= 0 ? B * S * rep : 0, "krow0");
+    cg_i64(cg, b->qkv >= 0 ? B * S * (rep + 1) : 0, "vrow0");
+    cg_i64(cg, items, "items");
     char sch[16] = "";
     if (sched >= 0)
         snprintf(sch, sizeof sch, ", %d", sched);
-    cg_line(cg, "moec::attn::%s<B, S, H, KV, HD, CAUSAL, KROW0, VROW0, %d%s>(ITEMS, out, &tq, &tk, &tv, &tdo, lse2, "
+    cg_line(cg, "moec::attn::%s<S, H, KV, HD, CAUSAL, %d%s>(items, B, krow0, vrow0, out, &tq, &tk, &tv, &tdo, lse2, "
                 "dsum, %s);", fn, ATTN_WS_STAGES, sch, seg ? "seg" : "nullptr");
     cg_launch_extra(cg, smem, 0);
     cg_end(cg, ATTN_WS_THREADS, attn_grid(cg, items));
@@ -413,10 +424,10 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
     cg_param(cg, dsum, 1, "dsum");
     cg_in(cg, dy, "dy");
     cg_param(cg, f->id, 0, "o");
-    cg_const(cg, "B", B);
+    cg_i64(cg, B, "B");
     cg_const(cg, "S", S);
     cg_line(cg, "constexpr int H = %lld, HD = %lld;", (long long)H, (long long)hd);
-    cg_line(cg, "moec::attn::bwd_prep<B, S, H, HD>(%s, dsum, dy, o);", dy_bf16 ? "nullptr" : "dob");
+    cg_line(cg, "moec::attn::bwd_prep<S, H, HD>(B, %s, dsum, dy, o);", dy_bf16 ? "nullptr" : "dob");
     cg_end(cg, CG_BLOCK, cg_grid(B * S * H * (hd / 8), CG_BLOCK));
 
     int64_t qitems = B * H * ((S + ATTN_ROWS - 1) / ATTN_ROWS), kitems = B * KV * ((S + ATTN_ROWS - 1) / ATTN_ROWS);
@@ -436,8 +447,8 @@ static void emit_sdpa_bwd_fast(Cg *cg, const IrNode *n, const IrNode *f)
         emit_bwd_tile(cg, n, &bufs, "flash_dq", "attention backward 2/3: dq per (batch, head, 64 queries) over the "
                                                 "key tiles, probabilities recomputed from the kept log-sum-exp (bf16 "
                                                 "wgmma)",
-                      "bwd_dq<B, S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
-        snprintf(call, sizeof call, "bwd_dkv<B, S, H, KV, HD, CAUSAL, %d>", ATTN_DKV_QUERIES);
+                      "bwd_dq<S, H, KV, HD, CAUSAL>", qitems, attn_dq_smem(hd));
+        snprintf(call, sizeof call, "bwd_dkv<S, H, KV, HD, CAUSAL, %d>", ATTN_DKV_QUERIES);
         emit_bwd_tile(cg, n, &bufs, "flash_dkv", "attention backward 3/3: dk, dv per (batch, kv head, 64 keys) over "
                                                  "the group's heads and the query tiles (bf16 wgmma, no atomics)",
                       call, kitems, attn_dkv_smem(hd));
@@ -479,7 +490,7 @@ int cg_emit_sdpa(Cg *cg, const IrNode *n)
     if (seg)
         cg_in(cg, n->src[3], "seg");
     attn_consts(cg, n, q);
-    cg_line(cg, "moec::sdpa_fwd<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(o, q, k, v%s);", seg ? ", seg" : "");
+    cg_line(cg, "moec::sdpa_fwd<S, H, KV, HD, CAUSAL, ROWS, STAGE>(B, o, q, k, v%s);", seg ? ", seg" : "");
     cg_end(cg, ATTN_ROWS, min64(items, 65535));
     return 1;
 }
@@ -514,7 +525,7 @@ int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n)
     if (seg)
         cg_in(cg, n->src[4], "seg");
     attn_consts(cg, n, q);
-    cg_line(cg, "moec::sdpa_bwd_dq<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v%s);",
+    cg_line(cg, "moec::sdpa_bwd_dq<S, H, KV, HD, CAUSAL, ROWS, STAGE>(B, out, stats, dy, q, k, v%s);",
             seg ? ", seg" : "");
     cg_end(cg, ATTN_ROWS, min64(B * H * tiles, 65535));
 
@@ -529,7 +540,7 @@ int cg_emit_sdpa_bwd(Cg *cg, const IrNode *n)
     if (seg)
         cg_in(cg, n->src[4], "seg");
     attn_consts(cg, n, q);
-    cg_line(cg, "moec::sdpa_bwd_dkv<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v%s);",
+    cg_line(cg, "moec::sdpa_bwd_dkv<S, H, KV, HD, CAUSAL, ROWS, STAGE>(B, out, stats, dy, q, k, v%s);",
             seg ? ", seg" : "");
     cg_end(cg, ATTN_ROWS, min64(B * KV * tiles, 65535));
     return 1;
@@ -542,11 +553,11 @@ int cg_emit_segment_ids(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "", "segment_ids: one thread per row, a running count of BOS tokens, -1 at padding");
     cg_out(cg, n, "seg");
     cg_in(cg, t, "tokens");
-    cg_const(cg, "ROWS", t->shape[0]);
+    cg_i64(cg, t->shape[0], "rows");
     cg_const(cg, "S", t->shape[1]);
     cg_line(cg, "constexpr int BOS = %lld, PAD = %lld;", (long long)ir_attr_i(n, IR_ATTR_BOS),
             (long long)ir_attr_i(n, IR_ATTR_PAD));
-    cg_line(cg, "MOEC_FOR(r, ROWS) {");
+    cg_line(cg, "MOEC_FOR(r, rows) {");
     cg_line(cg, "    int c = 0;");
     cg_line(cg, "    for (long long s = 0; s < S; s++) {");
     cg_line(cg, "        int x = tokens[r * S + s];");

@@ -768,7 +768,8 @@ int cg_emit_row_reduce(Cg *cg, const IrNode *n)
     return 1;
 }
 
-/* x [.., W] -> x[.., OFF : OFF + SIZE] */
+/* x [.., W] -> x[.., OFF : OFF + SIZE]; the rows (the lead dimensions, which scale with the batch) a run-time
+ * argument */
 int cg_emit_slice(Cg *cg, const IrNode *n)
 {
     const IrNode *x = n->src[0];
@@ -778,8 +779,9 @@ int cg_emit_slice(Cg *cg, const IrNode *n)
         cg_begin(cg, n, "", "slice of the last dimension, 8 elements (16 bytes) per thread (fast)");
         cg_out(cg, n, "y");
         cg_in(cg, x, "x");
-        cg_line(cg, "moec::fast::slice8<%lldll, %lldll, %lldll, %lldll>(y, x);", (long long)rows, (long long)w,
-                (long long)off, (long long)size);
+        cg_i64(cg, rows, "rows");
+        cg_line(cg, "moec::fast::slice8<%lldll, %lldll, %lldll>(rows, y, x);", (long long)w, (long long)off,
+                (long long)size);
         cg_end(cg, CG_BLOCK, cg_grid(rows * size / 8, CG_BLOCK));
         cg->dense_fast_used = 1;
         return 1;
@@ -787,11 +789,11 @@ int cg_emit_slice(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "", "slice of the last dimension");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
-    cg_const(cg, "ROWS", rows);
+    cg_i64(cg, rows, "rows");
     cg_const(cg, "W", cg_last(x));
     cg_const(cg, "OFF", ir_attr_i(n, IR_ATTR_OFFSET));
     cg_const(cg, "SIZE", size);
-    cg_line(cg, "MOEC_FOR(i, ROWS * SIZE)");
+    cg_line(cg, "MOEC_FOR(i, rows * SIZE)");
     if (cg_is_bf16(cg, x->id) || cg_is_bf16(cg, n->id)) /* bf16 storage: widened exactly, stored rounded */
         cg_line(cg, "    moec::sm90::st(y + i, moec::sm90::ld(x + i / SIZE * W + OFF + i %% SIZE));");
     else

@@ -813,11 +813,11 @@ template <int D, long long CHUNKS, int W> __device__ void rms_dw_sum(float *dw, 
 }
 
 /* slice of the last dimension, 8 elements per thread (W, OFF, SIZE % 8 == 0): a copy, bf16 widened exactly
- * and stored rounded as the reference */
-template <long long ROWS, long long W, long long OFF, long long SIZE, class TY, class TX>
-__device__ void slice8(TY *y, const TX *x)
+ * and stored rounded as the reference; rows at run time */
+template <long long W, long long OFF, long long SIZE, class TY, class TX>
+__device__ void slice8(long long rows, TY *y, const TX *x)
 {
-    for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < ROWS * SIZE / 8;
+    for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < rows * SIZE / 8;
          q += (long long)gridDim.x * blockDim.x) {
         const long long i = 8 * q;
         float v[8];

@@ -608,7 +608,8 @@ __device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wc
  * online softmax in double; never an S x S matrix. kernels.inc: sdpa_items
  * (which normalises the probabilities first; same math). seg (or nullptr):
  * [B, S] segment ids (segment_ids): query i sees key j only in its own
- * segment; a padding query (-1) sees only itself. */
+ * segment; a padding query (-1) sees only itself. B, the batch, is a
+ * run-time argument (docs/decisions.md 62): it bounds the items only. */
 __device__ inline bool seg_sees(const int *seg, long long row, long long i, long long j)
 {
     if (!seg)
@@ -617,8 +618,8 @@ __device__ inline bool seg_sees(const int *seg, long long row, long long i, long
     return si >= 0 ? seg[row + j] == si : i == j;
 }
 
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
-__device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *v, const int *seg = nullptr)
+template <long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
+__device__ void sdpa_fwd(long long B, float *o, const float *q, const float *k, const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, QTILES = (S + QT - 1) / QT;
     __shared__ float ks[KT][HD], vs[KT][HD];
@@ -677,9 +678,9 @@ __device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *
  * D = rowsum(dO * O), then dq = sum_j dS_ij k_j / sqrt(hd) with
  * dS = P (dP - D), dP = dO v^T. stats [B, H, S, 3] = (m, l, D) for the
  * second launch. Writes dq into the packed [dq | dk | dv] output. */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
-__device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const float *q, const float *k, const float *v,
-                            const int *seg = nullptr)
+template <long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
+__device__ void sdpa_bwd_dq(long long B, float *out, double *stats, const float *dy, const float *q, const float *k,
+                            const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, QTILES = (S + QT - 1) / QT;
     __shared__ float ks[KT][HD], vs[KT][HD];
@@ -761,8 +762,8 @@ __device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const fl
 /* Backward, second launch: per (batch, kv head, key tile), one thread per
  * key j, dk_j = sum over the group's heads and queries i of dS_ij q_i /
  * sqrt(hd), dv_j = sum P_ij dO_i, probabilities recomputed from stats. */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int KT, int QT>
-__device__ void sdpa_bwd_dkv(float *out, const double *stats, const float *dy, const float *q, const float *k,
+template <long long S, int H, int KV, int HD, bool CAUSAL, int KT, int QT>
+__device__ void sdpa_bwd_dkv(long long B, float *out, const double *stats, const float *dy, const float *q, const float *k,
                              const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, KTILES = (S + KT - 1) / KT;

@@ -622,10 +622,10 @@ static void test_attn_schedules(void)
         CudaAttnSchedule sched;
         const char *fwd, *dq;
     } cases[] = {
-        {CUDA_ATTN_DEFAULT, "VROW0, 4, 0>(ITEMS, o, lse2", "VROW0, 3, 0>(ITEMS, out"},
-        {CUDA_ATTN_WS, "VROW0, 4, 0>(ITEMS, o, lse2", "VROW0, 3, 0>(ITEMS, out"},
-        {CUDA_ATTN_OVERLAP, "VROW0, 4, 1>(ITEMS, o, lse2", "VROW0, 3, 1>(ITEMS, out"},
-        {CUDA_ATTN_PINGPONG, "VROW0, 4, 2>(ITEMS, o, lse2", "VROW0, 3, 2>(ITEMS, out"},
+        {CUDA_ATTN_DEFAULT, "CAUSAL, 4, 0>(items, B, krow0, vrow0, o, lse2", "CAUSAL, 3, 0>(items, B, krow0, vrow0, out"},
+        {CUDA_ATTN_WS, "CAUSAL, 4, 0>(items, B, krow0, vrow0, o, lse2", "CAUSAL, 3, 0>(items, B, krow0, vrow0, out"},
+        {CUDA_ATTN_OVERLAP, "CAUSAL, 4, 1>(items, B, krow0, vrow0, o, lse2", "CAUSAL, 3, 1>(items, B, krow0, vrow0, out"},
+        {CUDA_ATTN_PINGPONG, "CAUSAL, 4, 2>(items, B, krow0, vrow0, o, lse2", "CAUSAL, 3, 2>(items, B, krow0, vrow0, out"},
     };
     char err[1024];
     int nvrtc = nvrtc_load(err, sizeof err);
@@ -651,8 +651,8 @@ static void test_attn_schedules(void)
               "schedule %d: the forward's template ends in %s", (int)cases[k].sched, cases[k].fwd);
         CHECK(dq && strstr(dq, cases[k].dq) && strchr(dq, ';') > strstr(dq, cases[k].dq),
               "schedule %d: dq's template ends in %s", (int)cases[k].sched, cases[k].dq);
-        CHECK(dkv && strstr(dkv, "VROW0, 3>(ITEMS, out") == strstr(dkv, "VROW0, 3"), "schedule %d: dk/dv unchanged",
-              (int)cases[k].sched);
+        CHECK(dkv && strstr(dkv, "CAUSAL, 3>(items, B, krow0, vrow0, out") == strstr(dkv, "CAUSAL, 3"),
+              "schedule %d: dk/dv unchanged", (int)cases[k].sched);
         /* the block cap: 2 x 8 x 3 = 48 items (dk/dv: 2 x 2 x 3 = 12), 5 blocks when capped */
         int flash = 0;
         for (int i = 0; i < p->nlaunches; i++) {
