@@ -287,9 +287,11 @@ static int64_t group_tiles(int64_t R, int64_t E, int64_t T) { return (R + T - 1)
 /* moec::GEMM_T and moec::MLP_TN in codegen/prelude.cuh: grouped_gemm and
  * grouped_gemm_wgrad take T x T output tiles (T-row tiles of each expert
  * group), T picked per launch by cg_gemm_tile from the static bound on the
- * tiles; the fused MLP keeps 16-row tiles (its workspace rows) and steps
- * through the columns MLP_TN at a time inside the block, and its weight
- * gradients stay on GEMM_T x GEMM_T. */
+ * tiles (grouped_linear and its dx: given at run time to
+ * moec::grouped_gemm_tiled, as that bound scales with the batch, docs/
+ * decisions.md 62; the weight gradient's does not); the fused MLP keeps
+ * 16-row tiles (its workspace rows) and steps through the columns MLP_TN at
+ * a time inside the block, and its weight gradients stay on GEMM_T x GEMM_T. */
 enum { GEMM_T = CG_GEMM_T };
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -319,10 +321,11 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_in(cg, s1, "w");
         cg_in(cg, sp, "splits");
         cg_i64(cg, R, "R");
+        cg_i32(cg, t, "tile");
         cg_line(cg, "constexpr int E = %lld;", (long long)E);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm<E, IN, OUT, OUT * IN, 1, IN, %d>(y, x, w, splits, R);", t);
+        cg_line(cg, "moec::grouped_gemm_tiled<E, IN, OUT, OUT * IN, 1, IN>(y, x, w, splits, R, tile);");
         break;
     case IR_OP_GROUPED_LINEAR_DX:
         snprintf(what, sizeof what, "grouped_linear_dx: dx = dy w per expert group (%d x %d tiles)", t, t);
@@ -332,10 +335,11 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_in(cg, s1, "w");
         cg_in(cg, sp, "splits");
         cg_i64(cg, R, "R");
+        cg_i32(cg, t, "tile");
         cg_line(cg, "constexpr int E = %lld;", (long long)E);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm<E, OUT, IN, OUT * IN, IN, 1, %d>(dx, dy, w, splits, R);", t);
+        cg_line(cg, "moec::grouped_gemm_tiled<E, OUT, IN, OUT * IN, IN, 1>(dx, dy, w, splits, R, tile);");
         break;
     default: /* IR_OP_GROUPED_LINEAR_DW */
         snprintf(what, sizeof what, "grouped_linear_dw: dw[e] = dy^T x over the rows of group e (%d x %d tiles)", t,

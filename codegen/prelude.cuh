@@ -364,6 +364,20 @@ __device__ void grouped_gemm(float *C, const float *A, const float *B, const int
     }
 }
 
+/* grouped_gemm with the tile side a run-time argument (64, 32, else 16): the emitters pick it from the
+ * row count (cg_gemm_tile), which scales with the batch, and the kernel's code must not (docs/decisions.md
+ * 62). Every tile gives the same bits; the three share no shared memory (static: their sum). */
+template <int E, long long K, long long N, long long SBE, long long SBK, long long SBN>
+__device__ void grouped_gemm_tiled(float *C, const float *A, const float *B, const int *splits, long long R, int T)
+{
+    if (T == 64)
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 64>(C, A, B, splits, R);
+    else if (T == 32)
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 32>(C, A, B, splits, R);
+    else
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 16>(C, A, B, splits, R);
+}
+
 /* grouped_linear's weight gradient: dw [E, M, N], dw[e, m, n] = sum over
  * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); T x T
  * tiles of each expert's dw (T as for gemm). kernels.inc: grouped_dw_items. */
