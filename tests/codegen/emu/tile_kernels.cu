@@ -120,14 +120,15 @@ GEMM_CASES(g7, 600, 480, 17)
 GEMM_CASES(g8, 1030, 1000, 17)
 
 // ---- grouped GEMMs (x [R, K] times w [E, N, K]; dx form: w [E, K, N]; wgrad) with run-time splits, each tile
+// (the forward and dx forms through grouped_gemm_tiled, the tile at run time as the emitters give it)
 #define GROUPED_T(p, s, E, R, K, N, T)                                                                                 \
     K256 p##_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
     {                                                                                                                  \
-        moec::grouped_gemm<E, K, N, N * K, 1, K, T>(C, A, B, sp, R);                                                   \
+        moec::grouped_gemm_tiled<E, K, N, N * K, 1, K>(C, A, B, sp, R, T);                                             \
     }                                                                                                                  \
     K256 p##_##s##_dx(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
-        moec::grouped_gemm<E, K, N, N * K, N, 1, T>(C, A, B, sp, R);                                                   \
+        moec::grouped_gemm_tiled<E, K, N, N * K, N, 1>(C, A, B, sp, R, T);                                             \
     }                                                                                                                  \
     K256 p##_##s##_dw(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
@@ -136,7 +137,7 @@ GEMM_CASES(g8, 1030, 1000, 17)
 #define GROUPED_CASES(s, E, R, K, N)                                                                                   \
     K256 new_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
     {                                                                                                                  \
-        moec::grouped_gemm<E, K, N, N * K, 1, K>(C, A, B, sp, R);                                                      \
+        moec::grouped_gemm_tiled<E, K, N, N * K, 1, K>(C, A, B, sp, R, 64);                                            \
     }                                                                                                                  \
     K256 ref_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
     {                                                                                                                  \
@@ -144,7 +145,7 @@ GEMM_CASES(g8, 1030, 1000, 17)
     }                                                                                                                  \
     K256 new_##s##_dx(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
-        moec::grouped_gemm<E, K, N, N * K, N, 1>(C, A, B, sp, R);                                                      \
+        moec::grouped_gemm_tiled<E, K, N, N * K, N, 1>(C, A, B, sp, R, 64);                                            \
     }                                                                                                                  \
     K256 ref_##s##_dx(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
