@@ -86,8 +86,9 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
             cg_param(cg, stats, 1, "stats");
         cg_in(cg, x, "logits");
         cg_in(cg, tg, "targets");
-        cg_line(cg, "moec::fast::ce_rows_warp<%lldll, %lld, %lldll, %s>(row_loss, row_counted, %s, logits, targets);",
-                (long long)N, (long long)V, (long long)ignore_of(n), keep ? "true" : "false", keep ? "stats" : "nullptr");
+        cg_i64(cg, N, "N");
+        cg_line(cg, "moec::fast::ce_rows_warp<%lld, %lldll, %s>(row_loss, row_counted, %s, logits, targets, N);",
+                (long long)V, (long long)ignore_of(n), keep ? "true" : "false", keep ? "stats" : "nullptr");
         cg_end(cg, 32 * CE_WARPS, min64((N + CE_WARPS - 1) / CE_WARPS, 65535));
         cg->dense_fast_used = 1;
     } else {
@@ -96,7 +97,7 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
         cg_param(cg, valid, 1, "row_counted");
         cg_in(cg, x, "logits");
         cg_in(cg, tg, "targets");
-        cg_const(cg, "N", N);
+        cg_i64(cg, N, "N");
         cg_const(cg, "V", V);
         cg_const(cg, "IGNORE", ignore_of(n));
         cg_line(cg, "for (long long r = blockIdx.x; r < N; r += gridDim.x) {");
@@ -120,7 +121,7 @@ int cg_emit_cross_entropy(Cg *cg, const IrNode *n)
     cg_out(cg, n, "loss");
     cg_param(cg, rowloss, 0, "row_loss");
     cg_param(cg, valid, 0, "row_counted");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "double total = 0.0, count = 0.0;");
     cg_line(cg, "for (long long r = threadIdx.x; r < N; r += blockDim.x) {");
     cg_line(cg, "    total += row_loss[r];");
@@ -143,7 +144,7 @@ int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "count", "cross_entropy_dx 1/2: the number of counted rows, one block");
     cg_param(cg, cnt, 1, "count");
     cg_in(cg, tg, "targets");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_const(cg, "V", V);
     cg_const(cg, "IGNORE", ignore_of(n));
     cg_line(cg, "double c = 0.0;");
@@ -166,8 +167,9 @@ int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
         cg_in(cg, tg, "targets");
         cg_param(cg, cnt, 0, "count");
         cg_param(cg, stats, 0, "stats");
-        cg_line(cg, "moec::fast::ce_dx_rows_kept<%lldll, %lld, %lldll>(dx, dloss, logits, targets, count, stats);",
-                (long long)N, (long long)V, (long long)ignore_of(n));
+        cg_i64(cg, N, "N");
+        cg_line(cg, "moec::fast::ce_dx_rows_kept<%lld, %lldll>(dx, dloss, logits, targets, count, stats, N);",
+                (long long)V, (long long)ignore_of(n));
         cg_end(cg, 32 * CE_WARPS, min64((N + CE_WARPS - 1) / CE_WARPS, 65535));
         cg->dense_fast_used = 1;
         return 1;
@@ -178,7 +180,7 @@ int cg_emit_cross_entropy_dx(Cg *cg, const IrNode *n)
     cg_in(cg, x, "logits");
     cg_in(cg, tg, "targets");
     cg_param(cg, cnt, 0, "count");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_const(cg, "V", V);
     cg_const(cg, "IGNORE", ignore_of(n));
     cg_line(cg, "double dl = dloss[0];");
@@ -255,7 +257,7 @@ int cg_emit_aux_loss(Cg *cg, const IrNode *n)
     cg_out(cg, n, "loss");
     cg_in(cg, x, "logits");
     cg_in(cg, ex, "experts");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "constexpr int E = %lld, K = %lld;", (long long)E, (long long)cg_last(ex));
     cg_line(cg, "__shared__ double f[E];");
     aux_counts_lines(cg);
@@ -287,7 +289,7 @@ int cg_emit_aux_loss_dx(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "f", "aux_loss_dx 1/2: the fraction of pairs routed to each expert, one block");
     cg_param(cg, fw, 1, "f");
     cg_in(cg, ex, "experts");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "constexpr int E = %lld, K = %lld;", (long long)E, (long long)cg_last(ex));
     aux_counts_lines(cg);
     cg_end(cg, CG_BLOCK, 1);
@@ -297,7 +299,7 @@ int cg_emit_aux_loss_dx(Cg *cg, const IrNode *n)
     cg_in(cg, dl, "dloss");
     cg_in(cg, x, "logits");
     cg_param(cg, fw, 0, "f");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "constexpr int E = %lld;", (long long)E);
     cg_line(cg, "double dl = dloss[0];");
     cg_line(cg, "MOEC_FOR(t, N) {");
@@ -327,8 +329,8 @@ int cg_emit_mean_square(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "partial", "mean_square 1/2: P slices' sums of x^2 in double, one block per slice");
     cg_param(cg, part, 1, "partial");
     cg_in(cg, x, "x");
-    cg_const(cg, "N", N);
-    cg_const(cg, "P", P);
+    cg_i64(cg, N, "N");
+    cg_i64(cg, P, "P");
     cg_line(cg, "for (long long b = blockIdx.x; b < P; b += gridDim.x) {");
     cg_line(cg, "    double s = 0.0;");
     cg_line(cg, "    for (long long i = b * %d + threadIdx.x; i < N; i += P * %d)", CG_BLOCK, CG_BLOCK);
@@ -342,8 +344,8 @@ int cg_emit_mean_square(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "mean", "mean_square 2/2: the P partials added in a fixed tree, one block");
     cg_out(cg, n, "loss");
     cg_param(cg, part, 0, "partial");
-    cg_const(cg, "N", N);
-    cg_const(cg, "P", P);
+    cg_i64(cg, N, "N");
+    cg_i64(cg, P, "P");
     cg_line(cg, "double s = 0.0;");
     cg_line(cg, "for (long long b = threadIdx.x; b < P; b += blockDim.x)");
     cg_line(cg, "    s += partial[b];");
@@ -363,7 +365,7 @@ int cg_emit_mean_square_dx(Cg *cg, const IrNode *n)
     cg_out(cg, n, "dx");
     cg_in(cg, dl, "dloss");
     cg_in(cg, x, "x");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "double dl = dloss[0];");
     cg_line(cg, "MOEC_FOR(i, N)");
     cg_line(cg, "    dx[i] = (float)(2.0 * dl * (double)x[i] / (double)N);");

@@ -23,7 +23,7 @@ int cg_emit_topk_experts(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "", "topk_experts: one thread per token, ties to the lower expert");
     cg_out(cg, n, "experts");
     cg_in(cg, x, "logits");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "constexpr int E = %lld, K = %lld;", (long long)cg_last(x), (long long)ir_attr_i(n, IR_ATTR_K));
     cg_line(cg, "MOEC_FOR(t, N) {");
     cg_line(cg, "    const float *l = logits + t * E;");
@@ -52,7 +52,7 @@ int cg_emit_topk_probs(Cg *cg, const IrNode *n)
     cg_out(cg, n, "w");
     cg_in(cg, x, "logits");
     cg_in(cg, ex, "experts");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "constexpr int E = %lld, K = %lld;", (long long)cg_last(x), (long long)cg_last(ex));
     cg_line(cg, "MOEC_FOR(t, N) {");
     cg_line(cg, "    const float *l = logits + t * E;");
@@ -80,7 +80,7 @@ int cg_emit_topk_probs_dx(Cg *cg, const IrNode *n)
     cg_in(cg, dw, "dw");
     cg_in(cg, x, "logits");
     cg_in(cg, ex, "experts");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "N");
     cg_line(cg, "constexpr int E = %lld, K = %lld;", (long long)cg_last(x), (long long)cg_last(dw));
     cg_line(cg, "MOEC_FOR(t, N) {");
     cg_line(cg, "    const float *l = logits + t * E;");
@@ -129,8 +129,9 @@ static int route_fast(Cg *cg, const IrNode *n)
                                    : "expert_counts 1/2: each chunk's pairs per expert, a block per chunk (fast)");
     cg_param(cg, cnt, 1, "cnt");
     cg_in(cg, ex, "experts");
-    cg_line(cg, "moec::fast::sort_count<%lld, %lldll, %lldll>(cnt, experts);", (long long)E, (long long)pairs,
-            (long long)ch);
+    cg_i64(cg, pairs, "pairs");
+    cg_i64(cg, ch, "chunk");
+    cg_line(cg, "moec::fast::sort_count<%lld>(cnt, experts, pairs, chunk);", (long long)E);
     cg_end(cg, CG_BLOCK, nch);
     if (route) {
         cg_begin(cg, n, "place", "route_plan 2/2: each chunk's positions in the stable expert-major order, a block per "
@@ -138,14 +139,16 @@ static int route_fast(Cg *cg, const IrNode *n)
         cg_out(cg, n, "plan");
         cg_in(cg, ex, "experts");
         cg_param(cg, cnt, 0, "cnt");
-        cg_line(cg, "moec::fast::sort_place<%lld, %lldll, %lldll>(plan, experts, cnt);", (long long)E,
-                (long long)pairs, (long long)ch);
+        cg_i64(cg, pairs, "pairs");
+        cg_i64(cg, ch, "chunk");
+        cg_line(cg, "moec::fast::sort_place<%lld>(plan, experts, cnt, pairs, chunk);", (long long)E);
         cg_end(cg, CG_BLOCK, nch);
     } else {
         cg_begin(cg, n, "sum", "expert_counts 2/2: the chunks' counts added, a thread per expert (fast)");
         cg_out(cg, n, "counts");
         cg_param(cg, cnt, 0, "cnt");
-        cg_line(cg, "moec::fast::sort_totals<%lld, %lldll>(counts, cnt);", (long long)E, (long long)nch);
+        cg_i64(cg, nch, "chunks");
+        cg_line(cg, "moec::fast::sort_totals<%lld>(counts, cnt, chunks);", (long long)E);
         cg_end(cg, CG_BLOCK, cg_grid(E, CG_BLOCK));
     }
     cg->dense_fast_used = 1;
@@ -165,9 +168,9 @@ int cg_emit_route_plan(Cg *cg, const IrNode *n)
     cg_param(cg, count, 1, "count");
     cg_param(cg, wcnt, 1, "wcnt");
     cg_in(cg, ex, "experts");
+    cg_i64(cg, ir_numel(ex), "PAIRS");
     cg_const(cg, "E", E);
-    cg_const(cg, "PAIRS", ir_numel(ex));
-    cg_line(cg, "moec::stable_bucket_sort<E, PAIRS, false>(plan, experts, count, wcnt);");
+    cg_line(cg, "moec::stable_bucket_sort<E, false>(plan, experts, count, wcnt, PAIRS);");
     cg_end(cg, CG_BLOCK, 1);
     return 1;
 }
@@ -181,8 +184,8 @@ int cg_emit_expert_counts(Cg *cg, const IrNode *n)
     cg_begin(cg, n, "", "expert_counts: tokens per expert (integer atomics: deterministic), one block");
     cg_out(cg, n, "counts");
     cg_in(cg, ex, "experts");
+    cg_i64(cg, ir_numel(ex), "PAIRS");
     cg_const(cg, "E", ir_attr_i(n, IR_ATTR_EXPERTS));
-    cg_const(cg, "PAIRS", ir_numel(ex));
     cg_line(cg, "for (long long e = threadIdx.x; e < E; e += blockDim.x)");
     cg_line(cg, "    counts[e] = 0;");
     cg_line(cg, "__syncthreads();");
@@ -210,7 +213,7 @@ int cg_emit_dispatch(Cg *cg, const IrNode *n)
         cg_out(cg, n, "y");
         cg_in(cg, x, "x");
         cg_in(cg, plan, "plan");
-        cg_const(cg, "T", T);
+        cg_i64(cg, T, "T");
         cg_const(cg, "K", K);
         cg_const(cg, "D", D);
         cg_line(cg, "MOEC_FOR(i, T * K * D)");
@@ -223,7 +226,7 @@ int cg_emit_dispatch(Cg *cg, const IrNode *n)
         cg_out(cg, n, "y");
         cg_in(cg, x, "p");
         cg_in(cg, plan, "plan");
-        cg_const(cg, "N", ir_numel(x));
+        cg_i64(cg, ir_numel(x), "N");
         cg_line(cg, "MOEC_FOR(i, N)");
         cg_line(cg, "    y[plan[i]] = p[i];");
         cg_end(cg, CG_BLOCK, cg_grid(ir_numel(x), CG_BLOCK));
@@ -233,7 +236,7 @@ int cg_emit_dispatch(Cg *cg, const IrNode *n)
         cg_out(cg, n, "y");
         cg_in(cg, x, "dp");
         cg_in(cg, plan, "plan");
-        cg_const(cg, "N", ir_numel(n));
+        cg_i64(cg, ir_numel(n), "N");
         cg_line(cg, "MOEC_FOR(i, N)");
         cg_line(cg, "    y[i] = dp[plan[i]];");
         cg_end(cg, CG_BLOCK, cg_grid(ir_numel(n), CG_BLOCK));
@@ -255,8 +258,8 @@ int cg_emit_combine(Cg *cg, const IrNode *n)
         cg_out(cg, n, "out");
         cg_in(cg, y, "y");
         cg_in(cg, plan, "plan");
-        cg_line(cg, "moec::fast::combine_rows<%lldll, %lld, %lldll>(out, y, plan);", (long long)T, (long long)K,
-                (long long)D);
+        cg_i64(cg, T, "T");
+        cg_line(cg, "moec::fast::combine_rows<%lld, %lldll>(out, y, plan, T);", (long long)K, (long long)D);
         cg_end(cg, CG_BLOCK, min64(T, 65535));
         cg->dense_fast_used = 1;
         return 1;
@@ -265,7 +268,7 @@ int cg_emit_combine(Cg *cg, const IrNode *n)
     cg_out(cg, n, "out");
     cg_in(cg, y, "y");
     cg_in(cg, plan, "plan");
-    cg_const(cg, "T", T);
+    cg_i64(cg, T, "T");
     cg_const(cg, "K", K);
     cg_const(cg, "D", D);
     cg_line(cg, "MOEC_FOR(i, T * D) {");
@@ -284,9 +287,11 @@ static int64_t group_tiles(int64_t R, int64_t E, int64_t T) { return (R + T - 1)
 /* moec::GEMM_T and moec::MLP_TN in codegen/prelude.cuh: grouped_gemm and
  * grouped_gemm_wgrad take T x T output tiles (T-row tiles of each expert
  * group), T picked per launch by cg_gemm_tile from the static bound on the
- * tiles; the fused MLP keeps 16-row tiles (its workspace rows) and steps
- * through the columns MLP_TN at a time inside the block, and its weight
- * gradients stay on GEMM_T x GEMM_T. */
+ * tiles (grouped_linear and its dx: given at run time to
+ * moec::grouped_gemm_tiled, as that bound scales with the batch, docs/
+ * decisions.md 62; the weight gradient's does not); the fused MLP keeps
+ * 16-row tiles (its workspace rows) and steps through the columns MLP_TN at
+ * a time inside the block, and its weight gradients stay on GEMM_T x GEMM_T. */
 enum { GEMM_T = CG_GEMM_T };
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -315,11 +320,12 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
         cg_in(cg, sp, "splits");
+        cg_i64(cg, R, "R");
+        cg_i32(cg, t, "tile");
         cg_line(cg, "constexpr int E = %lld;", (long long)E);
-        cg_const(cg, "R", R);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm<E, R, IN, OUT, OUT * IN, 1, IN, %d>(y, x, w, splits);", t);
+        cg_line(cg, "moec::grouped_gemm_tiled<E, IN, OUT, OUT * IN, 1, IN>(y, x, w, splits, R, tile);");
         break;
     case IR_OP_GROUPED_LINEAR_DX:
         snprintf(what, sizeof what, "grouped_linear_dx: dx = dy w per expert group (%d x %d tiles)", t, t);
@@ -328,11 +334,12 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "w");
         cg_in(cg, sp, "splits");
+        cg_i64(cg, R, "R");
+        cg_i32(cg, t, "tile");
         cg_line(cg, "constexpr int E = %lld;", (long long)E);
-        cg_const(cg, "R", R);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm<E, R, OUT, IN, OUT * IN, IN, 1, %d>(dx, dy, w, splits);", t);
+        cg_line(cg, "moec::grouped_gemm_tiled<E, OUT, IN, OUT * IN, IN, 1>(dx, dy, w, splits, R, tile);");
         break;
     default: /* IR_OP_GROUPED_LINEAR_DW */
         snprintf(what, sizeof what, "grouped_linear_dw: dw[e] = dy^T x over the rows of group e (%d x %d tiles)", t,
@@ -342,11 +349,11 @@ int cg_emit_grouped_linear(Cg *cg, const IrNode *n)
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "x");
         cg_in(cg, sp, "splits");
+        cg_i64(cg, R, "R");
         cg_line(cg, "constexpr int E = %lld;", (long long)E);
-        cg_const(cg, "R", R);
         cg_const(cg, "IN", IN);
         cg_const(cg, "OUT", OUT);
-        cg_line(cg, "moec::grouped_gemm_wgrad<E, R, OUT, IN, %d>(dw, dy, x, splits);", t);
+        cg_line(cg, "moec::grouped_gemm_wgrad<E, OUT, IN, %d>(dw, dy, x, splits, R);", t);
         break;
     }
     cg_end(cg, CG_BLOCK, min64(blocks, 65535));
@@ -487,11 +494,11 @@ int cg_emit_grouped_mlp(Cg *cg, const IrNode *n)
     cg_param(cg, mx ? q2 : w2->id, 0, "w2");
     cg_in(cg, sp, "splits");
     cg_in(cg, p, "p");
+    cg_i64(cg, R, "R");
     cg_line(cg, "constexpr int E = %lld;", (long long)E);
-    cg_const(cg, "R", R);
     cg_const(cg, "H", H);
     cg_const(cg, "F", F);
-    cg_line(cg, "moec::grouped_mlp_fwd<E, R, H, F, %s>(y, h, a, %s, xs, w1, w2, splits, p);", mx ? "true" : "false",
+    cg_line(cg, "moec::grouped_mlp_fwd<E, H, F, %s>(y, h, a, %s, xs, w1, w2, splits, p, R);", mx ? "true" : "false",
             mx ? "qx" : "nullptr");
     cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, 16), 65535));
     return 1;
@@ -557,17 +564,17 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
     }
     cg_in(cg, sp, "splits");
     cg_in(cg, p, "p");
+    cg_i64(cg, R, "R");
     cg_line(cg, "constexpr int E = %lld;", (long long)E);
-    cg_const(cg, "R", R);
     cg_const(cg, "H", H);
     cg_const(cg, "F", F);
     cg_line(cg, "float *dxs = out, *dp = out + R * H;");
     if (mx)
-        cg_line(cg, "moec::grouped_mlp_bwd_rows<E, R, H, F, true>(dxs, dp, h, a, da, dh, qx, qdy, qdh, dy, xs, w1, w1c, "
-                    "w2c, splits, p);");
+        cg_line(cg, "moec::grouped_mlp_bwd_rows<E, H, F, true>(dxs, dp, h, a, da, dh, qx, qdy, qdh, dy, xs, w1, w1c, "
+                    "w2c, splits, p, R);");
     else
-        cg_line(cg, "moec::grouped_mlp_bwd_rows<E, R, H, F, false>(dxs, dp, h, a, da, dh, nullptr, nullptr, nullptr, dy, "
-                    "xs, w1, w1, w2, splits, p);");
+        cg_line(cg, "moec::grouped_mlp_bwd_rows<E, H, F, false>(dxs, dp, h, a, da, dh, nullptr, nullptr, nullptr, dy, "
+                    "xs, w1, w1, w2, splits, p, R);");
     cg_end(cg, CG_BLOCK, min64(group_tiles(R, E, 16), 65535));
 
     if (mx) {
@@ -583,14 +590,14 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
         cg_param(cg, dh, 0, "dh");
         cg_in(cg, xs, "xs");
         cg_in(cg, sp, "splits");
+        cg_i64(cg, R, "R");
         cg_line(cg, "constexpr int E = %lld;", (long long)E);
-        cg_const(cg, "R", R);
         cg_const(cg, "H", H);
         cg_const(cg, "F", F);
-        cg_line(cg, "moec::quantize_grouped<E, R, H>(qdyg, dy, splits);");
-        cg_line(cg, "moec::quantize_grouped<E, R, F>(qag, a, splits);");
-        cg_line(cg, "moec::quantize_grouped<E, R, 2 * F>(qdhg, dh, splits);");
-        cg_line(cg, "moec::quantize_grouped<E, R, H>(qxg, xs, splits);");
+        cg_line(cg, "moec::quantize_grouped<E, H>(qdyg, dy, splits, R);");
+        cg_line(cg, "moec::quantize_grouped<E, F>(qag, a, splits, R);");
+        cg_line(cg, "moec::quantize_grouped<E, 2 * F>(qdhg, dh, splits, R);");
+        cg_line(cg, "moec::quantize_grouped<E, H>(qxg, xs, splits, R);");
         cg_end(cg, CG_BLOCK, cg_grid(group_tiles(R, E, 32) * 2 * F, CG_BLOCK));
     }
 
@@ -610,13 +617,13 @@ int cg_emit_grouped_mlp_bwd(Cg *cg, const IrNode *n)
         cg_in(cg, xs, "xs");
     }
     cg_in(cg, sp, "splits");
+    cg_i64(cg, R, "R");
     cg_line(cg, "constexpr int E = %lld;", (long long)E);
-    cg_const(cg, "R", R);
     cg_const(cg, "H", H);
     cg_const(cg, "F", F);
     cg_line(cg, "float *dw1 = out + R * H + R, *dw2 = dw1 + E * 2 * F * H;");
-    cg_line(cg, "moec::grouped_gemm_wgrad<E, R, H, F>(dw2, dy, a, splits);");
-    cg_line(cg, "moec::grouped_gemm_wgrad<E, R, 2 * F, H>(dw1, dh, xs, splits);");
+    cg_line(cg, "moec::grouped_gemm_wgrad<E, H, F>(dw2, dy, a, splits, R);");
+    cg_line(cg, "moec::grouped_gemm_wgrad<E, 2 * F, H>(dw1, dh, xs, splits, R);");
     cg_end(cg, CG_BLOCK,
            min64(E * (ceil_div(H, GEMM_T) * ceil_div(F, GEMM_T) + ceil_div(2 * F, GEMM_T) * ceil_div(H, GEMM_T)), 65535));
     return 1;
@@ -633,7 +640,7 @@ int cg_emit_quantize(Cg *cg, const IrNode *n)
                             : "quantize_mxfp8 colwise: one thread per block of 32 rows in a column");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
-    cg_const(cg, "NB", ir_numel(x) / 32);
+    cg_i64(cg, ir_numel(x) / 32, "NB");
     if (row) {
         cg_line(cg, "MOEC_FOR(b, NB)");
         cg_line(cg, "    moec_mx_fq_block(x + b * 32, y + b * 32, 1, 32);");
@@ -659,10 +666,10 @@ int cg_emit_quantize_grouped(Cg *cg, const IrNode *n)
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
     cg_in(cg, sp, "splits");
+    cg_i64(cg, R, "R");
     cg_line(cg, "constexpr int E = %lld;", (long long)E);
-    cg_const(cg, "R", R);
     cg_const(cg, "C", C);
-    cg_line(cg, "moec::quantize_grouped<E, R, C>(y, x, splits);");
+    cg_line(cg, "moec::quantize_grouped<E, C>(y, x, splits, R);");
     cg_end(cg, CG_BLOCK, cg_grid(group_tiles(R, E, 32) * C, CG_BLOCK));
     return 1;
 }
@@ -702,10 +709,10 @@ int cg_emit_ep_permute(Cg *cg, const IrNode *n)
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
     cg_in(cg, rc, "rc");
+    cg_i64(cg, x->shape[0], "ROWS");
     cg_line(cg, "constexpr int EP = %lld, EL = %lld;", (long long)EP, (long long)EL);
-    cg_const(cg, "ROWS", x->shape[0]);
     cg_const(cg, "D", D);
-    cg_line(cg, "moec::ep_permute<EP, EL, ROWS, D, %s>(y, x, rc);", sort ? "true" : "false");
+    cg_line(cg, "moec::ep_permute<EP, EL, D, %s>(y, x, rc, ROWS);", sort ? "true" : "false");
     cg_end(cg, CG_BLOCK, cg_grid(x->shape[0] * D, CG_BLOCK));
     return 1;
 }

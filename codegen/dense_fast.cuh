@@ -490,9 +490,9 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *cs
  * many blocks (the reference sorts in one block). Step 1 (count): cnt [NCH, NB] <- each chunk's keys per
  * bucket (shared-memory integer atomics: exact); a key out of range stops the kernel (__trap), as the
  * CPU backend dies. */
-template <int NB, long long NI, long long CH> __device__ void sort_count(int *cnt, const int *key)
+template <int NB> __device__ void sort_count(int *cnt, const int *key, long long NI, long long CH)
 {
-    constexpr long long NCH = (NI + CH - 1) / CH;
+    const long long NCH = (NI + CH - 1) / CH;
     __shared__ int h[NB];
     for (long long c = blockIdx.x; c < NCH; c += gridDim.x) {
         for (int b = threadIdx.x; b < NB; b += blockDim.x)
@@ -516,9 +516,10 @@ template <int NB, long long NI, long long CH> __device__ void sort_count(int *cn
  * the CPU's. Chunk c's first position in bucket b is the keys of buckets < b plus those of bucket b in
  * chunks < c, summed from cnt by every block (integers: any order gives the same); inside the chunk, 256
  * keys at a time, the rank among equal keys of the warp (__match_any_sync) after the earlier warps'. */
-template <int NB, long long NI, long long CH> __device__ void sort_place(int *pos, const int *key, const int *cnt)
+template <int NB>
+__device__ void sort_place(int *pos, const int *key, const int *cnt, long long NI, long long CH)
 {
-    constexpr long long NCH = (NI + CH - 1) / CH;
+    const long long NCH = (NI + CH - 1) / CH;
     __shared__ int run[NB], tot[NB], wc[8 * NB];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (long long c = blockIdx.x; c < NCH; c += gridDim.x) {
@@ -571,7 +572,7 @@ template <int NB, long long NI, long long CH> __device__ void sort_place(int *po
 }
 
 /* expert_counts' step 2: counts [NB] <- the chunks' counts added (integers: exact), one thread per bucket */
-template <int NB, long long NCH> __device__ void sort_totals(int *counts, const int *cnt)
+template <int NB> __device__ void sort_totals(int *counts, const int *cnt, long long NCH)
 {
     for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < NB; b += (long long)gridDim.x * blockDim.x) {
         int s = 0;
@@ -829,7 +830,7 @@ __device__ void slice8(long long rows, TY *y, const TX *x)
 /* combine: out [T, D] f32, token t sums its KS expert rows y [R, D] f32 (rows through plan [T, KS]) in
  * slot order from 0.0f, as the reference combine (the same sums, bit for bit); one block per token, 4
  * columns (16 bytes) per thread. A plan row past R reads nothing, as in the reference only rows < R exist. */
-template <long long T, int KS, long long D> __device__ void combine_rows(float *out, const float *y, const int *plan)
+template <int KS, long long D> __device__ void combine_rows(float *out, const float *y, const int *plan, long long T)
 {
     for (long long t = blockIdx.x; t < T; t += gridDim.x) {
         long long row[KS];
@@ -903,8 +904,9 @@ template <int V> struct CeWarp {
 
 /* cross_entropy's step 1, streamed: each row's loss log(sum) + max - l[target] (double), whether it counts,
  * and, where the gradient reads them (KEEP), the row's (max, sum) into stats [N][2] */
-template <long long N, int V, long long IGNORE, bool KEEP>
-__device__ void ce_rows_warp(double *row_loss, int *row_counted, double *stats, const float *logits, const int *targets)
+template <int V, long long IGNORE, bool KEEP>
+__device__ void ce_rows_warp(double *row_loss, int *row_counted, double *stats, const float *logits, const int *targets,
+                             long long N)
 {
     const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
     for (long long r = (long long)blockIdx.x * warps + threadIdx.x / 32; r < N; r += (long long)gridDim.x * warps) {
@@ -930,9 +932,9 @@ __device__ void ce_rows_warp(double *row_loss, int *row_counted, double *stats, 
 /* cross_entropy_dx with the forward's kept (max, sum): dx = dl (softmax - onehot) / count, each row read once
  * and written once (16-byte loads and stores, U float4 per lane in flight), one warp per row; the expression
  * of ce_dx_rows (expf(l - max) * (float)(1 / sum)) */
-template <long long N, int V, long long IGNORE>
+template <int V, long long IGNORE>
 __device__ void ce_dx_rows_kept(float *dx, const float *dloss, const float *logits, const int *targets, const int *count,
-                                const double *stats)
+                                const double *stats, long long N)
 {
     constexpr int Q = V / 4, U = CeWarp<V>::U;
     const int lane = threadIdx.x & 31, warps = blockDim.x / 32;

@@ -344,8 +344,8 @@ template <int E, int T> __device__ int group_tile(const Groups<E> &gr, long long
  * group's weight: C[r, n] = sum_k A[r, k] B[e * SBE + k * SBK + n * SBN];
  * padding rows are zero. T-row tiles of each group times T columns (T as
  * for gemm). kernels.inc: grouped_rows / grouped_dx_rows. */
-template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN, int T = GEMM_T>
-__device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits)
+template <int E, long long K, long long N, long long SBE, long long SBK, long long SBN, int T = GEMM_T>
+__device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits, long long R)
 {
     constexpr long long TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
@@ -364,11 +364,25 @@ __device__ void grouped_gemm(float *C, const float *A, const float *B, const int
     }
 }
 
+/* grouped_gemm with the tile side a run-time argument (64, 32, else 16): the emitters pick it from the
+ * row count (cg_gemm_tile), which scales with the batch, and the kernel's code must not (docs/decisions.md
+ * 62). Every tile gives the same bits; the three share no shared memory (static: their sum). */
+template <int E, long long K, long long N, long long SBE, long long SBK, long long SBN>
+__device__ void grouped_gemm_tiled(float *C, const float *A, const float *B, const int *splits, long long R, int T)
+{
+    if (T == 64)
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 64>(C, A, B, splits, R);
+    else if (T == 32)
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 32>(C, A, B, splits, R);
+    else
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 16>(C, A, B, splits, R);
+}
+
 /* grouped_linear's weight gradient: dw [E, M, N], dw[e, m, n] = sum over
  * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); T x T
  * tiles of each expert's dw (T as for gemm). kernels.inc: grouped_dw_items. */
-template <int E, long long R, long long M, long long N, int T = GEMM_T>
-__device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits)
+template <int E, long long M, long long N, int T = GEMM_T>
+__device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits, long long R)
 {
     constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
@@ -384,7 +398,8 @@ __device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, c
 /* quantize_mxfp8_grouped: colwise blocks of 32 rows inside each expert
  * group of x [R, C] (a group's last block zero-padded); padding rows are
  * zero. kernels.inc: fq_grouped. One thread per (block of rows, column). */
-template <int E, long long R, long long C> __device__ void quantize_grouped(float *y, const float *x, const int *splits)
+template <int E, long long C>
+__device__ void quantize_grouped(float *y, const float *x, const int *splits, long long R)
 {
     __shared__ Groups<E> gr;
     load_groups<E, 32>(gr, splits, R);
@@ -415,9 +430,9 @@ typedef TileSmem<4, MLP_TN / 64, 4> MlpTileSmem;
  * weights arrive quantized by the node's first launch), exactly as the
  * precision pass quantizes the unfused chain. Bit-identical to the unfused
  * grouped_linear / scaled_swiglu / quantize kernels on the GPU. */
-template <int E, long long R, long long H, long long F, bool MX>
+template <int E, long long H, long long F, bool MX>
 __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const float *xs, const float *w1,
-                                const float *w2, const int *splits, const float *p)
+                                const float *w2, const int *splits, const float *p, long long R)
 {
     __shared__ Groups<E> gr;
     __shared__ MlpTileSmem sm;
@@ -463,10 +478,11 @@ __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const f
  * dxs = dh w1 (dgrad through gate_up). MX: xs, dy and dh rowwise, the
  * weights arrive quantized (w1 rowwise in q1, w1 and w2 colwise in q1c,
  * q2c). kernels.inc: grouped_mlp_bwd, whose order of operations this keeps. */
-template <int E, long long R, long long H, long long F, bool MX>
+template <int E, long long H, long long F, bool MX>
 __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, float *da, float *dh, float *qx,
                                      float *qdy, float *qdh, const float *dy, const float *xs, const float *w1,
-                                     const float *w1c, const float *w2c, const int *splits, const float *p)
+                                     const float *w1c, const float *w2c, const int *splits, const float *p,
+                                     long long R)
 {
     __shared__ Groups<E> gr;
     __shared__ MlpTileSmem sm;
@@ -537,8 +553,8 @@ __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, 
  * backend dies on an expert id out of range). count [NB + 1] and wcnt
  * [8 * NB] are global scratch this kernel zeroes itself; on return count[b]
  * is bucket b's first position and count[NB] the number of items sorted. */
-template <long long NB, long long NI, bool SKIP>
-__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
+template <long long NB, bool SKIP>
+__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt, long long NI)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (long long b = threadIdx.x; b <= NB; b += blockDim.x)
@@ -600,6 +616,12 @@ __device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wc
         count[NB] = end;
     }
     __syncthreads();
+}
+/* the same with the key count a template argument (route_plan's reference emitter) */
+template <long long NB, long long NI, bool SKIP>
+__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
+{
+    stable_bucket_sort<NB, SKIP>(pos, key, count, wcnt, NI);
 }
 
 /* ---------------------------------------------------------- attention
@@ -830,8 +852,8 @@ __device__ void sdpa_bwd_dkv(long long B, float *out, const double *stats, const
  * ep_sort / ep_unsort: rows ordered (source rank i, local expert e) <->
  * (expert e, source i); rc [EP, EL] counts each block's rows; rows past
  * the received total are zero. kernels.inc: ep_permute. */
-template <int EP, int EL, long long ROWS, long long D, bool TO_EXPERT_MAJOR>
-__device__ void ep_permute(float *out, const float *in, const int *rc)
+template <int EP, int EL, long long D, bool TO_EXPERT_MAJOR>
+__device__ void ep_permute(float *out, const float *in, const int *rc, long long ROWS)
 {
     __shared__ long long src_off[EP * EL], dst_off[EP * EL], cnt[EP * EL];
     if (threadIdx.x == 0) {

@@ -120,23 +120,24 @@ GEMM_CASES(g7, 600, 480, 17)
 GEMM_CASES(g8, 1030, 1000, 17)
 
 // ---- grouped GEMMs (x [R, K] times w [E, N, K]; dx form: w [E, K, N]; wgrad) with run-time splits, each tile
+// (the forward and dx forms through grouped_gemm_tiled, the tile at run time as the emitters give it)
 #define GROUPED_T(p, s, E, R, K, N, T)                                                                                 \
     K256 p##_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
     {                                                                                                                  \
-        moec::grouped_gemm<E, R, K, N, N * K, 1, K, T>(C, A, B, sp);                                                   \
+        moec::grouped_gemm_tiled<E, K, N, N * K, 1, K>(C, A, B, sp, R, T);                                             \
     }                                                                                                                  \
     K256 p##_##s##_dx(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
-        moec::grouped_gemm<E, R, K, N, N * K, N, 1, T>(C, A, B, sp);                                                   \
+        moec::grouped_gemm_tiled<E, K, N, N * K, N, 1>(C, A, B, sp, R, T);                                             \
     }                                                                                                                  \
     K256 p##_##s##_dw(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
-        moec::grouped_gemm_wgrad<E, R, K, N, T>(C, A, B, sp);                                                          \
+        moec::grouped_gemm_wgrad<E, K, N, T>(C, A, B, sp, R);                                                          \
     }
 #define GROUPED_CASES(s, E, R, K, N)                                                                                   \
     K256 new_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
     {                                                                                                                  \
-        moec::grouped_gemm<E, R, K, N, N * K, 1, K>(C, A, B, sp);                                                      \
+        moec::grouped_gemm_tiled<E, K, N, N * K, 1, K>(C, A, B, sp, R, 64);                                            \
     }                                                                                                                  \
     K256 ref_##s##_fwd(float *C, const float *A, const float *B, const int *sp)                                        \
     {                                                                                                                  \
@@ -144,7 +145,7 @@ GEMM_CASES(g8, 1030, 1000, 17)
     }                                                                                                                  \
     K256 new_##s##_dx(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
-        moec::grouped_gemm<E, R, K, N, N * K, N, 1>(C, A, B, sp);                                                      \
+        moec::grouped_gemm_tiled<E, K, N, N * K, N, 1>(C, A, B, sp, R, 64);                                            \
     }                                                                                                                  \
     K256 ref_##s##_dx(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
@@ -152,7 +153,7 @@ GEMM_CASES(g8, 1030, 1000, 17)
     }                                                                                                                  \
     K256 new_##s##_dw(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
-        moec::grouped_gemm_wgrad<E, R, K, N>(C, A, B, sp);                                                             \
+        moec::grouped_gemm_wgrad<E, K, N>(C, A, B, sp, R);                                                             \
     }                                                                                                                  \
     K256 ref_##s##_dw(float *C, const float *A, const float *B, const int *sp)                                         \
     {                                                                                                                  \
@@ -174,27 +175,27 @@ constexpr long long MR = 100, MH = 70, MF = 40;
 K256 mlp_fwd(float *y, float *h, float *a, const float *xs, const float *w1, const float *w2, const int *sp,
              const float *p)
 {
-    moec::grouped_mlp_fwd<ME, MR, MH, MF, false>(y, h, a, nullptr, xs, w1, w2, sp, p);
+    moec::grouped_mlp_fwd<ME, MH, MF, false>(y, h, a, nullptr, xs, w1, w2, sp, p, MR);
 }
 K256 mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, float *da, float *dh, const float *dy, const float *xs,
                   const float *w1, const float *w2, const int *sp, const float *p)
 {
-    moec::grouped_mlp_bwd_rows<ME, MR, MH, MF, false>(dxs, dp, h, a, da, dh, nullptr, nullptr, nullptr, dy, xs, w1, w1,
-                                                      w2, sp, p);
+    moec::grouped_mlp_bwd_rows<ME, MH, MF, false>(dxs, dp, h, a, da, dh, nullptr, nullptr, nullptr, dy, xs, w1, w1, w2,
+                                                  sp, p, MR);
 }
 K256 mlp_h(float *h, const float *xs, const float *w1, const int *sp)
 {
-    moec::grouped_gemm<ME, MR, MH, 2 * MF, 2 * MF * MH, 1, MH>(h, xs, w1, sp);
+    moec::grouped_gemm<ME, MH, 2 * MF, 2 * MF * MH, 1, MH>(h, xs, w1, sp, MR);
 }
 K256 mlp_y(float *y, const float *a, const float *w2, const int *sp)
 {
-    moec::grouped_gemm<ME, MR, MF, MH, MH * MF, 1, MF>(y, a, w2, sp);
+    moec::grouped_gemm<ME, MF, MH, MH * MF, 1, MF>(y, a, w2, sp, MR);
 }
 K256 mlp_da(float *da, const float *dy, const float *w2, const int *sp)
 {
-    moec::grouped_gemm<ME, MR, MH, MF, MH * MF, MF, 1>(da, dy, w2, sp);
+    moec::grouped_gemm<ME, MH, MF, MH * MF, MF, 1>(da, dy, w2, sp, MR);
 }
 K256 mlp_dxs(float *dxs, const float *dh, const float *w1, const int *sp)
 {
-    moec::grouped_gemm<ME, MR, 2 * MF, MH, 2 * MF * MH, MH, 1>(dxs, dh, w1, sp);
+    moec::grouped_gemm<ME, 2 * MF, MH, 2 * MF * MH, MH, 1>(dxs, dh, w1, sp, MR);
 }
