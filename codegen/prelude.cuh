@@ -286,18 +286,34 @@ template <> struct GemmTile<16> {
     }
 };
 
-/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). */
-template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN,
-          int T = GEMM_T>
-__device__ void gemm(float *C, const float *A, const float *B)
+/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). M and K are arguments: one of
+ * them is the row count, which the kernel takes at run time (docs/decisions.md 62); a caller passing a
+ * constant gets it folded in, as a template argument was (inlined). */
+template <long long N, long long SAM, long long SAK, long long SBK, long long SBN, int T = GEMM_T>
+__device__ __forceinline__ void gemm(float *C, const float *A, const float *B, long long M, long long K)
 {
-    constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
+    constexpr long long TN = (N + T - 1) / T;
+    const long long TM = (M + T - 1) / T;
     __shared__ typename GemmTile<T>::Smem sm;
     for (long long t = blockIdx.x; t < TM * TN; t += gridDim.x) {
         long long m0 = t / TN * T, n0 = t % TN * T;
         GemmTile<T>::run(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN, M - m0 < T ? M - m0 : T,
                          N - n0 < T ? N - n0 : T, K, sm);
     }
+}
+
+/* The same with the tile T (64, 32 or 16) an argument: the emitters pick it from the grid's block count,
+ * which depends on the row count, an argument too (docs/decisions.md 62). A uniform branch; each T's shared
+ * tile its own. */
+template <long long N, long long SAM, long long SAK, long long SBK, long long SBN>
+__device__ __forceinline__ void gemm_tiled(float *C, const float *A, const float *B, long long M, long long K, int tile)
+{
+    if (tile == 64)
+        gemm<N, SAM, SAK, SBK, SBN, 64>(C, A, B, M, K);
+    else if (tile == 32)
+        gemm<N, SAM, SAK, SBK, SBN, 32>(C, A, B, M, K);
+    else
+        gemm<N, SAM, SAK, SBK, SBN, 16>(C, A, B, M, K);
 }
 
 /* ---------------------------------------------------------- expert groups
@@ -537,8 +553,8 @@ __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, 
  * backend dies on an expert id out of range). count [NB + 1] and wcnt
  * [8 * NB] are global scratch this kernel zeroes itself; on return count[b]
  * is bucket b's first position and count[NB] the number of items sorted. */
-template <long long NB, long long NI, bool SKIP>
-__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
+template <long long NB, bool SKIP>
+__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt, long long NI)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (long long b = threadIdx.x; b <= NB; b += blockDim.x)
@@ -600,6 +616,12 @@ __device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wc
         count[NB] = end;
     }
     __syncthreads();
+}
+/* the same with the key count a template argument (route_plan's reference emitter) */
+template <long long NB, long long NI, bool SKIP>
+__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
+{
+    stable_bucket_sort<NB, SKIP>(pos, key, count, wcnt, NI);
 }
 
 /* ---------------------------------------------------------- attention
