@@ -194,7 +194,11 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w, lon
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
                 sdy[i] = r0 + i / N < rows ? dy[r0 * N + i] : 0.0f;
             __syncthreads();
-            for (int i = 0; i < 64 && r0 + i < rows; i++) {
+            /* few outputs: 2 rows an iteration, as NVRTC unrolled this loop for Mixtral's router (8 outputs) when
+             * the row count was a template argument; more outputs: 1 (their registers) */
+            const int nr = rows - r0 < 64 ? (int)(rows - r0) : 64;
+#pragma unroll(N <= 8 ? 2 : 1)
+            for (int i = 0; i < nr; i++) {
                 float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
                 for (int n = 0; n < N; n++) {
@@ -277,6 +281,8 @@ template <int N, long long K> __device__ void skinny_linear_dw_sum(float *dw, co
 {
     MOEC_FOR(i, N * K) {
         float s = 0.0f;
+        /* 16 loads in flight (a template chunk count unrolled the loop whole) */
+#pragma unroll 16
         for (long long c = 0; c < chunks; c++)
             s += part[c * N * K + i];
         dw[i] = s;
