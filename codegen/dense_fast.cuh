@@ -194,11 +194,7 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w, lon
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
                 sdy[i] = r0 + i / N < rows ? dy[r0 * N + i] : 0.0f;
             __syncthreads();
-            /* few outputs: 2 rows an iteration, as NVRTC unrolled this loop for Mixtral's router (8 outputs) when
-             * the row count was a template argument; more outputs: 1 (their registers) */
-            const int nr = rows - r0 < 64 ? (int)(rows - r0) : 64;
-#pragma unroll(N <= 8 ? 2 : 1)
-            for (int i = 0; i < nr; i++) {
+            auto row = [&](int i) {
                 float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
                 for (int n = 0; n < N; n++) {
@@ -209,6 +205,17 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w, lon
                     o.w += d * wv[n].w;
                 }
                 st4(dx + (r0 + i) * K + k, o);
+            };
+            /* the rows' loop as NVRTC compiled it when the row count was a template argument (registers, tools/
+             * sass.sh): at 8 outputs or fewer unrolled by 2 (Mixtral's router), else not */
+            if constexpr (N <= 8) {
+                const int nr = rows - r0 < 64 ? (int)(rows - r0) : 64;
+#pragma unroll 2
+                for (int i = 0; i < nr; i++)
+                    row(i);
+            } else {
+                for (int i = 0; i < 64 && r0 + i < rows; i++)
+                    row(i);
             }
         }
     }
