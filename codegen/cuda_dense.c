@@ -16,8 +16,8 @@ int cg_emit_fill(Cg *cg, const IrNode *n)
     char b[64];
     cg_begin(cg, n, "", "fill with a constant");
     cg_out(cg, n, "y");
-    cg_const(cg, "N", ir_numel(n));
-    cg_line(cg, "MOEC_FOR(i, N)");
+    cg_i64(cg, ir_numel(n), "n");
+    cg_line(cg, "MOEC_FOR(i, n)");
     cg_line(cg, "    y[i] = (%s)%s;", n->dtype == IR_I32 ? "int" : "float", cg_dbl(b, ir_attr_f(n, IR_ATTR_VALUE)));
     cg_end(cg, CG_BLOCK, cg_grid(ir_numel(n), CG_BLOCK));
     return 1;
@@ -31,10 +31,10 @@ int cg_emit_embedding(Cg *cg, const IrNode *n)
     cg_out(cg, n, "y");
     cg_in(cg, ids, "ids");
     cg_in(cg, table, "table");
-    cg_const(cg, "N", ir_numel(ids));
+    cg_i64(cg, ir_numel(ids), "n");
     cg_const(cg, "D", table->shape[1]);
     cg_const(cg, "V", table->shape[0]);
-    cg_line(cg, "MOEC_FOR(i, N * D) {");
+    cg_line(cg, "MOEC_FOR(i, n * D) {");
     cg_line(cg, "    int id = ids[i / D];");
     cg_line(cg, "    y[i] = id >= 0 && id < V ? table[id * D + i %% D] : 0.0f;");
     cg_line(cg, "}");
@@ -59,10 +59,10 @@ int cg_emit_embedding_dw(Cg *cg, const IrNode *n)
     cg_param(cg, count, 1, "count");
     cg_param(cg, wcnt, 1, "wcnt");
     cg_in(cg, ids, "ids");
-    cg_const(cg, "N", N);
+    cg_i64(cg, N, "n");
     cg_const(cg, "V", V);
-    cg_line(cg, "moec::stable_bucket_sort<V, N, true>(pos, ids, count, wcnt);");
-    cg_line(cg, "for (long long i = threadIdx.x; i < N; i += blockDim.x)");
+    cg_line(cg, "moec::stable_bucket_sort<V, true>(pos, ids, count, wcnt, n);");
+    cg_line(cg, "for (long long i = threadIdx.x; i < n; i += blockDim.x)");
     cg_line(cg, "    if (pos[i] >= 0)");
     cg_line(cg, "        perm[pos[i]] = (int)i;");
     cg_end(cg, CG_BLOCK, 1);
@@ -156,8 +156,9 @@ static int skinny_linear(Cg *cg, const IrNode *n)
             cg_out(cg, n, "y");
             cg_in(cg, s0, "x");
             cg_in(cg, s1, "w");
-            cg_line(cg, "moec::fast::skinny_linear_resident<%lldll, %lld, %lldll, %d>(y, x, w);", (long long)rows,
-                    (long long)N, (long long)K, rw);
+            cg_i64(cg, rows, "rows");
+            cg_line(cg, "moec::fast::skinny_linear_resident<%lld, %lldll, %d>(y, x, w, rows);", (long long)N,
+                    (long long)K, rw);
             cg_launch_extra(cg, (int)(N * K * 4), 1); /* one block an SM, whatever the GPU's count */
             cg_end(cg, 512, 1);
             break;
@@ -173,8 +174,9 @@ static int skinny_linear(Cg *cg, const IrNode *n)
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
-        cg_line(cg, "moec::fast::skinny_linear<%lldll, %lld, %lldll, %d, %lld>(y, x, w);", (long long)rows,
-                (long long)N, (long long)K, rw, (long long)kt);
+        cg_i64(cg, rows, "rows");
+        cg_line(cg, "moec::fast::skinny_linear<%lld, %lldll, %d, %lld>(y, x, w, rows);", (long long)N, (long long)K,
+                rw, (long long)kt);
         cg_end(cg, CG_BLOCK, min64((rows + 8 * rw - 1) / (8 * rw), 132 * 16));
         break;
     }
@@ -184,8 +186,9 @@ static int skinny_linear(Cg *cg, const IrNode *n)
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "w");
         /* here w [N, K] is the forward's weight [OUT, IN]: dx [rows, IN], N = OUT */
-        cg_line(cg, "moec::fast::skinny_linear_dx<%lldll, %lld, %lldll, %d>(dx, dy, w);", (long long)rows,
-                (long long)N, (long long)K, tb);
+        cg_i64(cg, rows, "rows");
+        cg_line(cg, "moec::fast::skinny_linear_dx<%lld, %lldll, %d>(dx, dy, w, rows);", (long long)N, (long long)K,
+                tb);
         /* 4 blocks an SM where the registers allow (decision 52; 2 before: too few stores in flight) */
         cg_end(cg, tb, slabs * min64((rows + 63) / 64, (528 + slabs - 1) / slabs));
         break;
@@ -199,14 +202,16 @@ static int skinny_linear(Cg *cg, const IrNode *n)
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "x");
         /* 8 (4) rows' loads of x in flight a thread where the 4 N accumulators leave room (decision 52) */
-        cg_line(cg, "moec::fast::skinny_linear_dw_part<%lldll, %lld, %lldll, %lldll, %d, %d>(part, dy, x);",
-                (long long)rows, (long long)N, (long long)K, (long long)ch, tb, N <= 8 ? 8 : N <= 16 ? 4 : 1);
+        cg_i64(cg, rows, "rows");
+        cg_i64(cg, ch, "ch");
+        cg_line(cg, "moec::fast::skinny_linear_dw_part<%lld, %lldll, %d, %d>(part, dy, x, rows, ch);", (long long)N,
+                (long long)K, tb, N <= 8 ? 8 : N <= 16 ? 4 : 1);
         cg_end(cg, tb, chunks * slabs);
         cg_begin(cg, n, "skinny_sum", "linear_dw 2/2: the chunks' partials added in chunk order (fast)");
         cg_out(cg, n, "dw");
         cg_param(cg, part, 0, "part");
-        cg_line(cg, "moec::fast::skinny_linear_dw_sum<%lld, %lldll, %lldll>(dw, part);", (long long)N, (long long)K,
-                (long long)chunks);
+        cg_i64(cg, chunks, "chunks");
+        cg_line(cg, "moec::fast::skinny_linear_dw_sum<%lld, %lldll>(dw, part, chunks);", (long long)N, (long long)K);
         cg_end(cg, CG_BLOCK, cg_grid(N * K, CG_BLOCK));
         break;
     }
@@ -232,10 +237,11 @@ int cg_emit_linear(Cg *cg, const IrNode *n)
         cg_out(cg, n, "y");
         cg_in(cg, s0, "x");
         cg_in(cg, s1, "w");
-        cg_const(cg, "ROWS", rows);
+        cg_i64(cg, rows, "rows");
         cg_const(cg, "IN", s1->shape[1]);
         cg_const(cg, "OUT", s1->shape[0]);
-        cg_line(cg, "moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, %d>(y, x, w);", t);
+        cg_i32(cg, t, "tile");
+        cg_line(cg, "moec::gemm_tiled<OUT, IN, 1, 1, IN>(y, x, w, rows, IN, tile);");
         break;
     case IR_OP_LINEAR_DX:
         snprintf(what, sizeof what, "linear_dx: dx = dy w (%d x %d tiles)", t, t);
@@ -243,10 +249,11 @@ int cg_emit_linear(Cg *cg, const IrNode *n)
         cg_out(cg, n, "dx");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "w");
-        cg_const(cg, "ROWS", rows);
+        cg_i64(cg, rows, "rows");
         cg_const(cg, "IN", s1->shape[1]);
         cg_const(cg, "OUT", s1->shape[0]);
-        cg_line(cg, "moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, %d>(dx, dy, w);", t);
+        cg_i32(cg, t, "tile");
+        cg_line(cg, "moec::gemm_tiled<IN, OUT, 1, IN, 1>(dx, dy, w, rows, OUT, tile);");
         break;
     default: /* IR_OP_LINEAR_DW */
         snprintf(what, sizeof what, "linear_dw: dw = dy^T x (%d x %d tiles)", t, t);
@@ -254,20 +261,21 @@ int cg_emit_linear(Cg *cg, const IrNode *n)
         cg_out(cg, n, "dw");
         cg_in(cg, s0, "dy");
         cg_in(cg, s1, "x");
-        cg_const(cg, "ROWS", rows);
+        cg_i64(cg, rows, "rows");
         cg_const(cg, "IN", cg_last(s1));
         cg_const(cg, "OUT", cg_last(s0));
-        cg_line(cg, "moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, %d>(dw, dy, x);", t);
+        cg_line(cg, "moec::gemm<IN, 1, OUT, IN, 1, %d>(dw, dy, x, OUT, rows);", t);
         break;
     }
     cg_end(cg, CG_BLOCK, min64(cg_gemm_blocks(1, m, 0, nn, t), 65535));
     return 1;
 }
 
+/* the row count (an argument: it scales with the batch), the width and eps */
 static void rows_consts(Cg *cg, const IrNode *x, const IrNode *n)
 {
     char b[64];
-    cg_const(cg, "ROWS", cg_lead(x));
+    cg_i64(cg, cg_lead(x), "rows");
     cg_const(cg, "D", cg_last(x));
     cg_line(cg, "constexpr double EPS = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_EPS)));
 }
@@ -356,7 +364,7 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
         if (dw)
             cg_param(cg, rinv, 1, "rinv");
         rows_consts(cg, x, n);
-        cg_line(cg, "moec::fast::rmsnorm_rows<ROWS, D, %d>(y, x, w, EPS%s);", tb, dw ? ", rinv" : "");
+        cg_line(cg, "moec::fast::rmsnorm_rows<D, %d>(y, x, w, EPS, %s, rows);", tb, dw ? "rinv" : "nullptr");
         cg_end(cg, tb, min64(cg_lead(x), 65535));
         cg->dense_fast_used = 1;
         return 1;
@@ -366,7 +374,7 @@ int cg_emit_rmsnorm(Cg *cg, const IrNode *n)
     cg_in(cg, x, "x");
     cg_in(cg, n->src[1], "w");
     rows_consts(cg, x, n);
-    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+    cg_line(cg, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {");
     rms_inv_lines(cg, "x");
     cg_line(cg, "    for (long long i = threadIdx.x; i < D; i += blockDim.x)");
     if (cg_is_bf16(cg, n->id)) /* bf16 storage: the fp32 value rounded (to nearest even); the statistics stay double */
@@ -391,7 +399,7 @@ int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
         cg_in(cg, x, "x");
         cg_in(cg, n->src[2], "w");
         rows_consts(cg, x, n);
-        cg_line(cg, "moec::fast::rmsnorm_dx_rows<ROWS, D, %d>(dx, dy, x, w, EPS);", tb);
+        cg_line(cg, "moec::fast::rmsnorm_dx_rows<D, %d>(dx, dy, x, w, EPS, rows);", tb);
         cg_end(cg, tb, min64(cg_lead(x), 65535));
         cg->dense_fast_used = 1;
         return 1;
@@ -402,7 +410,7 @@ int cg_emit_rmsnorm_dx(Cg *cg, const IrNode *n)
     cg_in(cg, x, "x");
     cg_in(cg, n->src[2], "w");
     rows_consts(cg, x, n);
-    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+    cg_line(cg, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {");
     rms_inv_lines(cg, "x");
     cg_line(cg, "    double s = 0.0;");
     cg_line(cg, "    for (long long i = threadIdx.x; i < D; i += blockDim.x)");
@@ -430,7 +438,7 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
             cg_param(cg, inv, 1, "rinv");
             cg_in(cg, x, "x");
             rows_consts(cg, x, n);
-            cg_line(cg, "moec::fast::rms_inv_rows<ROWS, D, %d>(rinv, x, EPS);", tb);
+            cg_line(cg, "moec::fast::rms_inv_rows<D, %d>(rinv, x, EPS, rows);", tb);
             cg_end(cg, tb, min64(rows, 65535));
         } else {
             cg_begin(cg, n, "rms", fast ? "rmsnorm_dw 1/3: each row's 1 / rms, one block per row"
@@ -438,7 +446,7 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
             cg_param(cg, inv, 1, "rinv");
             cg_in(cg, x, "x");
             rows_consts(cg, x, n);
-            cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+            cg_line(cg, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {");
             rms_inv_lines(cg, "x");
             cg_line(cg, "    if (threadIdx.x == 0)");
             cg_line(cg, "        rinv[r] = inv;");
@@ -473,8 +481,9 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
         cg_in(cg, n->src[0], "dy");
         cg_in(cg, x, "x");
         cg_param(cg, inv, 0, "rinv");
-        cg_line(cg, "moec::fast::rms_dw_chunks<%lldll, %lld, %lldll, %d>(part, dy, x, rinv);", (long long)rows,
-                (long long)d, (long long)ch, cols);
+        cg_i64(cg, rows, "rows");
+        cg_i64(cg, ch, "ch");
+        cg_line(cg, "moec::fast::rms_dw_chunks<%lld, %d>(part, dy, x, rinv, rows, ch);", (long long)d, cols);
         cg_end(cg, CG_BLOCK, cg_grid(chunks * (d / cols), CG_BLOCK));
         cg_begin(cg, n, "sum", kept ? "rmsnorm_dw 2/2: each column's chunks added in a fixed order, a block per 32 "
                                       "columns (fast)"
@@ -482,7 +491,8 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
                                       "columns (fast)");
         cg_out(cg, n, "dw");
         cg_param(cg, part, 0, "part");
-        cg_line(cg, "moec::fast::rms_dw_sum<%lld, %lldll, 8>(dw, part);", (long long)d, (long long)chunks);
+        cg_i64(cg, chunks, "chunks");
+        cg_line(cg, "moec::fast::rms_dw_sum<%lld, 8>(dw, part, chunks);", (long long)d);
         cg_end(cg, 256, (d + 31) / 32);
         cg->dense_fast_used = 1;
         return 1;
@@ -492,11 +502,11 @@ int cg_emit_rmsnorm_dw(Cg *cg, const IrNode *n)
     cg_in(cg, n->src[0], "dy");
     cg_in(cg, x, "x");
     cg_param(cg, inv, 0, "rinv");
-    cg_const(cg, "ROWS", rows);
+    cg_i64(cg, rows, "rows");
     cg_const(cg, "D", d);
     cg_line(cg, "MOEC_FOR(i, D) {");
     cg_line(cg, "    float acc = 0.0f;");
-    cg_line(cg, "    for (long long r = 0; r < ROWS; r++)");
+    cg_line(cg, "    for (long long r = 0; r < rows; r++)");
     cg_line(cg, "        acc += (float)((double)dy[r * D + i] * x[r * D + i] * rinv[r]);");
     cg_line(cg, "    dw[i] = acc;");
     cg_line(cg, "}");
@@ -591,8 +601,9 @@ static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
     cg_in(cg, x, "x");
     cg_param(cg, cs, 0, "cs");
     cg_param(cg, csf, 0, "csf");
-    cg_line(cg, "moec::fast::rope_apply<%lldll, %lldll, %lld, %lld, %d, %s>(y, x, cs, csf);", (long long)rows,
-            (long long)S, (long long)h, (long long)hd, hg, n->op == IR_OP_ROPE ? "false" : "true");
+    cg_i64(cg, rows, "rows");
+    cg_line(cg, "moec::fast::rope_apply<%lldll, %lld, %lld, %d, %s>(y, x, cs, csf, rows);", (long long)S, (long long)h,
+            (long long)hd, hg, n->op == IR_OP_ROPE ? "false" : "true");
     cg_end(cg, CG_BLOCK, cg_grid(rows * (h / hg) * (half / 8), CG_BLOCK));
     cg->dense_fast_used = 1;
     return 1;
@@ -611,14 +622,14 @@ int cg_emit_rope(Cg *cg, const IrNode *n)
                                             : "rope_dx: rotate back by minus the angle");
     cg_out(cg, n, "y");
     cg_in(cg, x, "x");
-    cg_const(cg, "B", x->shape[0]);
+    cg_i64(cg, x->shape[0], "batch");
     cg_const(cg, "S", x->shape[1]);
     cg_const(cg, "H", h);
     cg_const(cg, "HD", hd);
     cg_const(cg, "HALF", hd / 2);
     cg_line(cg, "constexpr double THETA = %s, SIGN = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_THETA)),
             n->op == IR_OP_ROPE ? "1.0" : "-1.0");
-    cg_line(cg, "MOEC_FOR(idx, B * S * H * HALF) {");
+    cg_line(cg, "MOEC_FOR(idx, batch * S * H * HALF) {");
     cg_line(cg, "    long long j = idx %% HALF, h = idx / HALF %% H, s = idx / (HALF * H) %% S, b = idx / (HALF * H * S);");
     cg_line(cg, "    long long at = (b * S + s) * (H * HD) + h * HD + j;");
     cg_line(cg, "    double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);");
@@ -667,8 +678,8 @@ int cg_emit_elementwise(Cg *cg, const IrNode *n)
         cg_out(cg, n, "y");
         cg_in(cg, n->src[0], "a");
         cg_in(cg, n->src[1], "b");
-        cg_const(cg, "N4", numel / 4);
-        cg_line(cg, "MOEC_FOR(q, N4) {");
+        cg_i64(cg, numel / 4, "n4");
+        cg_line(cg, "MOEC_FOR(q, n4) {");
         cg_line(cg, "    const float4 u = ((const float4 *)a)[q], v = ((const float4 *)b)[q];");
         cg_line(cg, "    float4 o;");
         cg_line(cg, "    o.x = u.x %s v.x, o.y = u.y %s v.y, o.z = u.z %s v.z, o.w = u.w %s v.w;", op, op, op, op);
@@ -682,12 +693,12 @@ int cg_emit_elementwise(Cg *cg, const IrNode *n)
     cg_in(cg, n->src[0], "a");
     if (n->nsrc > 1)
         cg_in(cg, n->src[1], "b");
-    cg_const(cg, "N", numel);
+    cg_i64(cg, numel, "n");
     if (n->op == IR_OP_ROW_SCALE)
         cg_const(cg, "D", n->src[0]->shape[1]);
     if (n->op == IR_OP_SCALE)
         cg_line(cg, "constexpr double FACTOR = %s;", cg_dbl(b, ir_attr_f(n, IR_ATTR_FACTOR)));
-    cg_line(cg, "MOEC_FOR(i, N)");
+    cg_line(cg, "MOEC_FOR(i, n)");
     cg_line(cg, "    y[i] = %s;", expr);
     cg_end(cg, CG_BLOCK, cg_grid(numel, CG_BLOCK));
     return 1;
@@ -703,9 +714,9 @@ int cg_emit_swiglu(Cg *cg, const IrNode *n)
     cg_in(cg, n->src[0], "h");
     if (scaled)
         cg_in(cg, n->src[1], "p");
-    cg_const(cg, "ROWS", rows);
+    cg_i64(cg, rows, "rows");
     cg_const(cg, "F", F);
-    cg_line(cg, "MOEC_FOR(i, ROWS * F) {");
+    cg_line(cg, "MOEC_FOR(i, rows * F) {");
     cg_line(cg, "    long long r = i / F, f = i %% F;");
     cg_line(cg, "    y[i] = (float)(moec::silu(h[r * 2 * F + f]) * h[r * 2 * F + F + f]%s);", scaled ? " * p[r]" : "");
     cg_line(cg, "}");
@@ -725,9 +736,9 @@ int cg_emit_swiglu_dh(Cg *cg, const IrNode *n)
     cg_in(cg, n->src[1], "h");
     if (scaled)
         cg_in(cg, n->src[2], "p");
-    cg_const(cg, "ROWS", rows);
+    cg_i64(cg, rows, "rows");
     cg_const(cg, "F", F);
-    cg_line(cg, "MOEC_FOR(i, ROWS * F) {");
+    cg_line(cg, "MOEC_FOR(i, rows * F) {");
     cg_line(cg, "    long long r = i / F, f = i %% F;");
     cg_line(cg, "    double g = h[r * 2 * F + f], u = h[r * 2 * F + F + f], d = %s;",
             scaled ? "dy[i] * (double)p[r]" : "(double)dy[i]");
@@ -751,9 +762,9 @@ int cg_emit_row_reduce(Cg *cg, const IrNode *n)
     cg_out(cg, n, "y");
     cg_in(cg, dy, "dy");
     cg_in(cg, n->src[1], dp ? "h" : "x");
-    cg_const(cg, "ROWS", rows);
+    cg_i64(cg, rows, "rows");
     cg_const(cg, "F", F);
-    cg_line(cg, "for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {");
+    cg_line(cg, "for (long long r = blockIdx.x; r < rows; r += gridDim.x) {");
     cg_line(cg, "    double s = 0.0;");
     cg_line(cg, "    for (long long f = threadIdx.x; f < F; f += blockDim.x)");
     if (dp)

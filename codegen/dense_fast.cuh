@@ -10,19 +10,19 @@ namespace fast {
  * reads x (or writes dx) once, 16 bytes per thread; fp32 sums in a fixed order (warp butterflies, fixed
  * chunk partials): deterministic, a reassociation of the reference's sums. K % 128 == 0. */
 
-/* y [ROWS, N] = x [ROWS, K] . w [N, K]^T: RW rows per warp (w's values serve RW rows), each lane 4
+/* y [rows, N] = x [rows, K] . w [N, K]^T: RW rows per warp (w's values serve RW rows), each lane 4
  * consecutive k of every 128, then a butterfly per output. w passes through shared memory KT columns at a
  * time (N KT floats, at most 32 KB; decision 52): read from global memory in the k loop, its loads' latency
  * (an L1 that x's stream evicts w from) stood between every load of x and its multiply-adds. The same
  * multiply-adds in the same order as reading w from global memory. KT % 128 == 0, K % KT == 0. */
-template <long long ROWS, int N, long long K, int RW, int KT>
-__device__ void skinny_linear(float *y, const float *x, const float *w)
+template <int N, long long K, int RW, int KT>
+__device__ void skinny_linear(float *y, const float *x, const float *w, long long rows)
 {
     static_assert(KT % 128 == 0 && K % KT == 0, "skinny_linear: KT");
     __shared__ float4 sw[N * (KT / 4)];
     const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
     /* the loop's bounds are the block's (every thread reaches the barriers) */
-    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < ROWS; b0 += (long long)gridDim.x * warps * RW) {
+    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < rows; b0 += (long long)gridDim.x * warps * RW) {
         const long long r0 = b0 + (long long)(threadIdx.x / 32) * RW;
         float acc[RW][N];
 #pragma unroll
@@ -54,7 +54,7 @@ __device__ void skinny_linear(float *y, const float *x, const float *w)
                 float4 xv[RW];
 #pragma unroll
                 for (int i = 0; i < RW; i++)
-                    xv[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    xv[i] = r0 + i < rows ? *(const float4 *)(x + (r0 + i) * K + k) : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
                 for (int n = 0; n < N; n++) {
                     const float4 wv = sw[n * (KT / 4) + kq];
@@ -71,7 +71,7 @@ __device__ void skinny_linear(float *y, const float *x, const float *w)
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1)
                     acc[i][n] += __shfl_xor_sync(0xffffffffu, acc[i][n], o);
-                if (lane == (n & 31) && r0 + i < ROWS) /* every lane holds the sum after the butterfly */
+                if (lane == (n & 31) && r0 + i < rows) /* every lane holds the sum after the butterfly */
                     y[(r0 + i) * N + n] = acc[i][n];
             }
     }
@@ -84,8 +84,8 @@ __device__ void skinny_linear(float *y, const float *x, const float *w)
  * x's loads three steps of 128 columns deep (two in flight while the third is multiplied: 8 KB a warp). The
  * same multiply-adds in the same order as skinny_linear (k ascending per lane, then the same butterfly): the
  * same results. K % 128 == 0. */
-template <long long ROWS, int N, long long K, int RW>
-__device__ void skinny_linear_resident(float *y, const float *x, const float *w)
+template <int N, long long K, int RW>
+__device__ void skinny_linear_resident(float *y, const float *x, const float *w, long long rows)
 {
     static_assert(K % 128 == 0, "skinny_linear_resident: K % 128");
     constexpr int STEPS = (int)(K / 128), KQ = (int)(K / 4);
@@ -109,7 +109,7 @@ __device__ void skinny_linear_resident(float *y, const float *x, const float *w)
     __syncthreads();
     const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
     /* the loop's bounds are the block's (uniform: the butterfly's shuffles need no divergence handling) */
-    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < ROWS; b0 += (long long)gridDim.x * warps * RW) {
+    for (long long b0 = (long long)blockIdx.x * warps * RW; b0 < rows; b0 += (long long)gridDim.x * warps * RW) {
         const long long r0 = b0 + (long long)(threadIdx.x / 32) * RW;
         float acc[RW][N];
 #pragma unroll
@@ -123,7 +123,7 @@ __device__ void skinny_linear_resident(float *y, const float *x, const float *w)
             const int sc = st < STEPS ? st : STEPS - 1;
 #pragma unroll
             for (int i = 0; i < RW; i++)
-                b[i] = r0 + i < ROWS ? *(const float4 *)(x + (r0 + i) * K + 4 * (32 * sc + lane))
+                b[i] = r0 + i < rows ? *(const float4 *)(x + (r0 + i) * K + 4 * (32 * sc + lane))
                                      : make_float4(0.f, 0.f, 0.f, 0.f);
         };
         auto mac = [&](const float4 (&b)[RW], int st) {
@@ -153,7 +153,7 @@ __device__ void skinny_linear_resident(float *y, const float *x, const float *w)
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1)
                     acc[i][n] += __shfl_xor_sync(0xffffffffu, acc[i][n], o);
-                if (lane == (n & 31) && r0 + i < ROWS) /* every lane holds the sum after the butterfly */
+                if (lane == (n & 31) && r0 + i < rows) /* every lane holds the sum after the butterfly */
                     y[(r0 + i) * N + n] = acc[i][n];
             }
     }
@@ -171,11 +171,11 @@ __device__ __forceinline__ void st4(float *p, const float4 &v)
 #endif
 }
 
-/* dx [ROWS, K] = dy [ROWS, N] . w [N, K]: each thread 4 consecutive k (w's 4N values in registers), a
+/* dx [rows, K] = dy [rows, N] . w [N, K]: each thread 4 consecutive k (w's 4N values in registers), a
  * block's rows 64 at a time (dy through shared memory). TB threads per block (K % (4 TB) == 0);
  * grid = row chunks x K / (4 TB). */
-template <long long ROWS, int N, long long K, int TB>
-__device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
+template <int N, long long K, int TB>
+__device__ void skinny_linear_dx(float *dx, const float *dy, const float *w, long long rows)
 {
     __shared__ float sdy[64 * N];
     constexpr long long SLABS = K / (4 * TB);
@@ -189,12 +189,12 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
 #pragma unroll
         for (int n = 0; n < N; n++)
             wv[n] = *(const float4 *)(w + n * K + k);
-        for (long long r0 = (full ? blockIdx.x / SLABS : 0) * 64; r0 < ROWS; r0 += per * 64) {
+        for (long long r0 = (full ? blockIdx.x / SLABS : 0) * 64; r0 < rows; r0 += per * 64) {
             __syncthreads();
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
-                sdy[i] = r0 + i / N < ROWS ? dy[r0 * N + i] : 0.0f;
+                sdy[i] = r0 + i / N < rows ? dy[r0 * N + i] : 0.0f;
             __syncthreads();
-            for (int i = 0; i < 64 && r0 + i < ROWS; i++) {
+            auto row = [&](int i) {
                 float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
                 for (int n = 0; n < N; n++) {
@@ -205,29 +205,41 @@ __device__ void skinny_linear_dx(float *dx, const float *dy, const float *w)
                     o.w += d * wv[n].w;
                 }
                 st4(dx + (r0 + i) * K + k, o);
+            };
+            /* the rows' loop as NVRTC compiled it when the row count was a template argument (registers, tools/
+             * sass.sh): at 8 outputs or fewer unrolled by 2 (Mixtral's router), else not */
+            if constexpr (N <= 8) {
+                const int nr = rows - r0 < 64 ? (int)(rows - r0) : 64;
+#pragma unroll 2
+                for (int i = 0; i < nr; i++)
+                    row(i);
+            } else {
+                for (int i = 0; i < 64 && r0 + i < rows; i++)
+                    row(i);
             }
         }
     }
 }
 
-/* dw [N, K] = dy [ROWS, N]^T . x [ROWS, K], step 1 of 2: block (chunk c, slab s) sums the rows
- * [c CH, (c + 1) CH) for 4 columns per thread into part [c][N][K]. TB threads per block;
- * grid = CHUNKS x K / (4 TB). */
-template <long long ROWS, int N, long long K, long long CH, int TB, int U>
-__device__ void skinny_linear_dw_part(float *part, const float *dy, const float *x)
+/* dw [N, K] = dy [rows, N]^T . x [rows, K], step 1 of 2: block (chunk c, slab s) sums the rows
+ * [c ch, (c + 1) ch) for 4 columns per thread into part [c][N][K]. TB threads per block;
+ * grid = chunks x K / (4 TB). */
+template <int N, long long K, int TB, int U>
+__device__ void skinny_linear_dw_part(float *part, const float *dy, const float *x, long long rows, long long ch)
 {
     static_assert(64 % U == 0, "skinny_linear_dw_part: U divides 64");
     __shared__ float sdy[64 * N];
-    constexpr long long SLABS = K / (4 * TB), CHUNKS = (ROWS + CH - 1) / CH;
+    constexpr long long SLABS = K / (4 * TB);
+    const long long chunks = (rows + ch - 1) / ch;
     /* grid-stride over the (chunk, slab) items, so that fewer blocks give the same result (the emulator) */
-    for (long long b = blockIdx.x; b < CHUNKS * SLABS; b += gridDim.x) {
+    for (long long b = blockIdx.x; b < chunks * SLABS; b += gridDim.x) {
         const long long c = b / SLABS, k = 4 * ((b % SLABS) * TB + threadIdx.x);
         float4 acc[N];
 #pragma unroll
         for (int n = 0; n < N; n++)
             acc[n] = make_float4(0.f, 0.f, 0.f, 0.f);
-        const long long end = (c + 1) * CH < ROWS ? (c + 1) * CH : ROWS;
-        for (long long r0 = c * CH; r0 < end; r0 += 64) {
+        const long long end = (c + 1) * ch < rows ? (c + 1) * ch : rows;
+        for (long long r0 = c * ch; r0 < end; r0 += 64) {
             __syncthreads();
             for (int i = threadIdx.x; i < 64 * N; i += blockDim.x)
                 sdy[i] = r0 + i / N < end ? dy[r0 * N + i] : 0.0f;
@@ -271,12 +283,14 @@ __device__ void skinny_linear_dw_part(float *part, const float *dy, const float 
     }
 }
 
-/* step 2 of 2: dw [N, K] = the sum over the CHUNKS partials, in chunk order */
-template <int N, long long K, long long CHUNKS> __device__ void skinny_linear_dw_sum(float *dw, const float *part)
+/* step 2 of 2: dw [N, K] = the sum over the chunks' partials, in chunk order */
+template <int N, long long K> __device__ void skinny_linear_dw_sum(float *dw, const float *part, long long chunks)
 {
     MOEC_FOR(i, N * K) {
         float s = 0.0f;
-        for (long long c = 0; c < CHUNKS; c++)
+        /* 16 loads in flight (a template chunk count unrolled the loop whole) */
+#pragma unroll 16
+        for (long long c = 0; c < chunks; c++)
             s += part[c * N * K + i];
         dw[i] = s;
     }
@@ -406,12 +420,12 @@ __device__ __forceinline__ void rope_pair_bf16(float a0, float b0, float a1, flo
  * the reference's bit for bit: fp32 outputs in double as the reference; bf16 outputs through
  * rope_pair_bf16 in fp32, each 8-pair group whose interval test fails again in double. HD % 16 == 0,
  * H % HG == 0. */
-template <long long ROWS, long long S, int H, int HD, int HG, bool NEG, class TY, class TX>
-__device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *csf)
+template <long long S, int H, int HD, int HG, bool NEG, class TY, class TX>
+__device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *csf, long long rows)
 {
     constexpr int HALF = HD / 2, Q = HALF / 8;
     static_assert(HD % 16 == 0 && H % HG == 0, "rope_apply: HD % 16, H % HG");
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < ROWS * (H / HG) * Q;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < rows * (H / HG) * Q;
          idx += (long long)gridDim.x * blockDim.x) {
         const int q = (int)(idx % Q), hg = (int)(idx / Q % (H / HG));
         const long long row = idx / ((long long)Q * (H / HG)), s = row % S;
@@ -613,8 +627,8 @@ __device__ __forceinline__ unsigned rms_pair_bf16(float v0, float v1, float w0, 
  * same sums in the same order), for rmsnorm_dw (decision 52). bf16 y (decision 58): w's columns loaded once a
  * thread, the products in fp32 through rms_pair_bf16, each 8-column group whose interval test fails again in
  * double: 1 fp32 -> fp64 conversion an element (the sum of squares) where there were 3. */
-template <long long ROWS, int D, int TB, class TY, class TX>
-__device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, double *rinv = nullptr)
+template <int D, int TB, class TY, class TX>
+__device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, double *rinv, long long rows)
 {
     typedef RowPart<D, TB> P;
     float wv[P::NC][8];
@@ -629,7 +643,7 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, dou
                     wok = wok & (fabsf(wv[c][i]) < 0x1p40f);
             }
     }
-    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         float v[P::NC][8];
         double ss = 0.0;
 #pragma unroll
@@ -682,11 +696,11 @@ __device__ void rmsnorm_rows(TY *y, const TX *x, const float *w, double eps, dou
 }
 
 /* dx_j = r w_j dy_j - x_j r^3 / D * sum_i w_i dy_i x_i, r = 1 / rms(x) */
-template <long long ROWS, int D, int TB, class TDX, class TDY, class TX>
-__device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float *w, double eps)
+template <int D, int TB, class TDX, class TDY, class TX>
+__device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float *w, double eps, long long rows)
 {
     typedef RowPart<D, TB> P;
-    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         float xv[P::NC][8], gv[P::NC][8], wv[P::NC][8];
         double ss = 0.0, s = 0.0;
 #pragma unroll
@@ -717,10 +731,11 @@ __device__ void rmsnorm_dx_rows(TDX *dx, const TDY *dy, const TX *x, const float
 }
 
 /* rmsnorm_dw's step 1: rinv [r] = 1 / rms(x_r) */
-template <long long ROWS, int D, int TB, class TX> __device__ void rms_inv_rows(double *rinv, const TX *x, double eps)
+template <int D, int TB, class TX>
+__device__ void rms_inv_rows(double *rinv, const TX *x, double eps, long long rows)
 {
     typedef RowPart<D, TB> P;
-    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         double ss = 0.0;
 #pragma unroll
         for (int c = 0; c < P::NC; c++)
@@ -737,7 +752,7 @@ template <long long ROWS, int D, int TB, class TX> __device__ void rms_inv_rows(
     }
 }
 
-/* rmsnorm_dw's step 2 (decision 52): part [c][D] <- for chunk c of CH rows and each column, the sum of
+/* rmsnorm_dw's step 2 (decision 52): part [c][D] <- for chunk c of ch rows and each column, the sum of
  * (float)(dy x rinv) over the chunk's rows in row order (fp32, the reference's per-row term), C columns a
  * thread: 4 with 16-byte loads (D % 4 == 0, dy and x 16-byte aligned) or 1; 4 rows' loads in flight */
 template <int C> struct Cols;
@@ -753,14 +768,16 @@ template <> struct Cols<1> {
     float v[1];
     __device__ __forceinline__ void load(const float *p) { v[0] = *p; }
 };
-template <long long ROWS, int D, long long CH, int C> __device__ void rms_dw_chunks(float *part, const float *dy,
-                                                                                  const float *x, const double *rinv)
+template <int D, int C>
+__device__ void rms_dw_chunks(float *part, const float *dy, const float *x, const double *rinv, long long rows,
+                              long long ch)
 {
     static_assert(D % C == 0, "rms_dw_chunks: D % C");
-    constexpr long long CHUNKS = (ROWS + CH - 1) / CH, Q = D / C;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < CHUNKS * Q;
+    constexpr long long Q = D / C;
+    const long long chunks = (rows + ch - 1) / ch;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < chunks * Q;
          idx += (long long)gridDim.x * blockDim.x) {
-        const long long c = idx / Q, col = C * (idx % Q), r0 = c * CH, r1 = r0 + CH < ROWS ? r0 + CH : ROWS;
+        const long long c = idx / Q, col = C * (idx % Q), r0 = c * ch, r1 = r0 + ch < rows ? r0 + ch : rows;
         float acc[C];
 #pragma unroll
         for (int j = 0; j < C; j++)
@@ -788,10 +805,10 @@ template <long long ROWS, int D, long long CH, int C> __device__ void rms_dw_chu
     }
 }
 
-/* rmsnorm_dw's step 3: dw [D] <- the CHUNKS partials of each column added in a fixed order by a block of
+/* rmsnorm_dw's step 3: dw [D] <- the chunks' partials of each column added in a fixed order by a block of
  * 32 columns (a lane per column): warp w adds chunks w, w + W, ... in order, then lane j of warp 0 adds the
  * W warps' sums in warp order. Blocks of 32 W threads. */
-template <int D, long long CHUNKS, int W> __device__ void rms_dw_sum(float *dw, const float *part)
+template <int D, int W> __device__ void rms_dw_sum(float *dw, const float *part, long long chunks)
 {
     __shared__ float red[W][33];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -799,7 +816,7 @@ template <int D, long long CHUNKS, int W> __device__ void rms_dw_sum(float *dw, 
         const long long col = c0 + lane;
         float s = 0.0f;
         if (col < D)
-            for (long long c = warp; c < CHUNKS; c += W)
+            for (long long c = warp; c < chunks; c += W)
                 s += part[c * D + col];
         red[warp][lane] = s;
         __syncthreads();

@@ -286,18 +286,34 @@ template <> struct GemmTile<16> {
     }
 };
 
-/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). */
-template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN,
-          int T = GEMM_T>
-__device__ void gemm(float *C, const float *A, const float *B)
+/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). M and K are arguments: one of
+ * them is the row count, which the kernel takes at run time (docs/decisions.md 62); a caller passing a
+ * constant gets it folded in, as a template argument was (inlined). */
+template <long long N, long long SAM, long long SAK, long long SBK, long long SBN, int T = GEMM_T>
+__device__ __forceinline__ void gemm(float *C, const float *A, const float *B, long long M, long long K)
 {
-    constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
+    constexpr long long TN = (N + T - 1) / T;
+    const long long TM = (M + T - 1) / T;
     __shared__ typename GemmTile<T>::Smem sm;
     for (long long t = blockIdx.x; t < TM * TN; t += gridDim.x) {
         long long m0 = t / TN * T, n0 = t % TN * T;
         GemmTile<T>::run(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN, M - m0 < T ? M - m0 : T,
                          N - n0 < T ? N - n0 : T, K, sm);
     }
+}
+
+/* The same with the tile T (64, 32 or 16) an argument: the emitters pick it from the grid's block count,
+ * which depends on the row count, an argument too (docs/decisions.md 62). A uniform branch; each T's shared
+ * tile its own. */
+template <long long N, long long SAM, long long SAK, long long SBK, long long SBN>
+__device__ __forceinline__ void gemm_tiled(float *C, const float *A, const float *B, long long M, long long K, int tile)
+{
+    if (tile == 64)
+        gemm<N, SAM, SAK, SBK, SBN, 64>(C, A, B, M, K);
+    else if (tile == 32)
+        gemm<N, SAM, SAK, SBK, SBN, 32>(C, A, B, M, K);
+    else
+        gemm<N, SAM, SAK, SBK, SBN, 16>(C, A, B, M, K);
 }
 
 /* ---------------------------------------------------------- expert groups

@@ -13,15 +13,15 @@ constexpr long long R_ROWS = 96, R_S = 48;
 constexpr int R_H = 4, R_HD = 32;
 K256 rope_bf16(unsigned short *y, const unsigned short *x, const double *cs, const float *csf)
 {
-    moec::fast::rope_apply<R_ROWS, R_S, R_H, R_HD, 4, false>(y, x, cs, csf);
+    moec::fast::rope_apply<R_S, R_H, R_HD, 4, false>(y, x, cs, csf, R_ROWS);
 }
 K256 rope_dx_bf16(unsigned short *y, const unsigned short *x, const double *cs, const float *csf)
 {
-    moec::fast::rope_apply<R_ROWS, R_S, R_H, R_HD, 2, true>(y, x, cs, csf);
+    moec::fast::rope_apply<R_S, R_H, R_HD, 2, true>(y, x, cs, csf, R_ROWS);
 }
 K256 rope_f32_in_bf16_out(unsigned short *y, const float *x, const double *cs, const float *csf)
 {
-    moec::fast::rope_apply<R_ROWS, R_S, R_H, R_HD, 1, false>(y, x, cs, csf);
+    moec::fast::rope_apply<R_S, R_H, R_HD, 1, false>(y, x, cs, csf, R_ROWS);
 }
 // each 8-pair group's interval test (1: the fp32 result stands), to count the groups the double path takes
 K256 rope_groups_ok(int *ok, const unsigned short *x, const float *csf)
@@ -48,9 +48,9 @@ constexpr long long N_ROWS = 200;
 constexpr int N_D = 256;
 K256 rms_bf16(unsigned short *y, const float *x, const float *w, double *rinv)
 {
-    moec::fast::rmsnorm_rows<N_ROWS, N_D, 32>(y, x, w, 1e-5, rinv);
+    moec::fast::rmsnorm_rows<N_D, 32>(y, x, w, 1e-5, rinv, N_ROWS);
 }
 K256 rms_bf16_in(unsigned short *y, const unsigned short *x, const float *w, double *rinv)
 {
-    moec::fast::rmsnorm_rows<N_ROWS, N_D, 32>(y, x, w, 1e-5, rinv);
+    moec::fast::rmsnorm_rows<N_D, 32>(y, x, w, 1e-5, rinv, N_ROWS);
 }

@@ -93,14 +93,14 @@ K256 t_248(float *C, const float *A, const float *B, const long long *p) { t_new
 // ---- moec::gemm in the three layouts the emitters use (linear, linear_dx, linear_dw), with each tile the
 // emitters pick from (new_: the default 64 x 64, n32_: 32 x 32, n16_: 16 x 16 through gemm_tile16)
 #define GEMM_PAIR(name, M, N, K, SAM, SAK, SBK, SBN)                                                                   \
-    K256 new_##name(float *C, const float *A, const float *B) { moec::gemm<M, N, K, SAM, SAK, SBK, SBN>(C, A, B); }    \
+    K256 new_##name(float *C, const float *A, const float *B) { moec::gemm<N, SAM, SAK, SBK, SBN>(C, A, B, M, K); }    \
     K256 n32_##name(float *C, const float *A, const float *B)                                                          \
     {                                                                                                                  \
-        moec::gemm<M, N, K, SAM, SAK, SBK, SBN, 32>(C, A, B);                                                          \
+        moec::gemm<N, SAM, SAK, SBK, SBN, 32>(C, A, B, M, K);                                                          \
     }                                                                                                                  \
     K256 n16_##name(float *C, const float *A, const float *B)                                                          \
     {                                                                                                                  \
-        moec::gemm<M, N, K, SAM, SAK, SBK, SBN, 16>(C, A, B);                                                          \
+        moec::gemm<N, SAM, SAK, SBK, SBN, 16>(C, A, B, M, K);                                                          \
     }                                                                                                                  \
     K256 ref_##name(float *C, const float *A, const float *B) { ref_gemm<M, N, K, SAM, SAK, SBK, SBN>(C, A, B); }
 #define GEMM_CASES(s, M, N, K)                                                                                         \
