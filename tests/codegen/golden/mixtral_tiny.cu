@@ -534,18 +534,34 @@ template <> struct GemmTile<16> {
     }
 };
 
-/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). */
-template <long long M, long long N, long long K, long long SAM, long long SAK, long long SBK, long long SBN,
-          int T = GEMM_T>
-__device__ void gemm(float *C, const float *A, const float *B)
+/* C [M, N] = A B over all T x T tiles of the grid (grid-stride over tiles). M and K are arguments: one of
+ * them is the row count, which the kernel takes at run time (docs/decisions.md 62); a caller passing a
+ * constant gets it folded in, as a template argument was (inlined). */
+template <long long N, long long SAM, long long SAK, long long SBK, long long SBN, int T = GEMM_T>
+__device__ __forceinline__ void gemm(float *C, const float *A, const float *B, long long M, long long K)
 {
-    constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
+    constexpr long long TN = (N + T - 1) / T;
+    const long long TM = (M + T - 1) / T;
     __shared__ typename GemmTile<T>::Smem sm;
     for (long long t = blockIdx.x; t < TM * TN; t += gridDim.x) {
         long long m0 = t / TN * T, n0 = t % TN * T;
         GemmTile<T>::run(C + m0 * N + n0, N, A + m0 * SAM, SAM, SAK, B + n0 * SBN, SBK, SBN, M - m0 < T ? M - m0 : T,
                          N - n0 < T ? N - n0 : T, K, sm);
     }
+}
+
+/* The same with the tile T (64, 32 or 16) an argument: the emitters pick it from the grid's block count,
+ * which depends on the row count, an argument too (docs/decisions.md 62). A uniform branch; each T's shared
+ * tile its own. */
+template <long long N, long long SAM, long long SAK, long long SBK, long long SBN>
+__device__ __forceinline__ void gemm_tiled(float *C, const float *A, const float *B, long long M, long long K, int tile)
+{
+    if (tile == 64)
+        gemm<N, SAM, SAK, SBK, SBN, 64>(C, A, B, M, K);
+    else if (tile == 32)
+        gemm<N, SAM, SAK, SBK, SBN, 32>(C, A, B, M, K);
+    else
+        gemm<N, SAM, SAK, SBK, SBN, 16>(C, A, B, M, K);
 }
 
 /* ---------------------------------------------------------- expert groups
@@ -592,8 +608,8 @@ template <int E, int T> __device__ int group_tile(const Groups<E> &gr, long long
  * group's weight: C[r, n] = sum_k A[r, k] B[e * SBE + k * SBK + n * SBN];
  * padding rows are zero. T-row tiles of each group times T columns (T as
  * for gemm). kernels.inc: grouped_rows / grouped_dx_rows. */
-template <int E, long long R, long long K, long long N, long long SBE, long long SBK, long long SBN, int T = GEMM_T>
-__device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits)
+template <int E, long long K, long long N, long long SBE, long long SBK, long long SBN, int T = GEMM_T>
+__device__ void grouped_gemm(float *C, const float *A, const float *B, const int *splits, long long R)
 {
     constexpr long long TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
@@ -612,11 +628,25 @@ __device__ void grouped_gemm(float *C, const float *A, const float *B, const int
     }
 }
 
+/* grouped_gemm with the tile side a run-time argument (64, 32, else 16): the emitters pick it from the
+ * row count (cg_gemm_tile), which scales with the batch, and the kernel's code must not (docs/decisions.md
+ * 62). Every tile gives the same bits; the three share no shared memory (static: their sum). */
+template <int E, long long K, long long N, long long SBE, long long SBK, long long SBN>
+__device__ void grouped_gemm_tiled(float *C, const float *A, const float *B, const int *splits, long long R, int T)
+{
+    if (T == 64)
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 64>(C, A, B, splits, R);
+    else if (T == 32)
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 32>(C, A, B, splits, R);
+    else
+        grouped_gemm<E, K, N, SBE, SBK, SBN, 16>(C, A, B, splits, R);
+}
+
 /* grouped_linear's weight gradient: dw [E, M, N], dw[e, m, n] = sum over
  * the rows r of group e of dy[r, m] x[r, n] (dy [R, M], x [R, N]); T x T
  * tiles of each expert's dw (T as for gemm). kernels.inc: grouped_dw_items. */
-template <int E, long long R, long long M, long long N, int T = GEMM_T>
-__device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits)
+template <int E, long long M, long long N, int T = GEMM_T>
+__device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, const int *splits, long long R)
 {
     constexpr long long TM = (M + T - 1) / T, TN = (N + T - 1) / T;
     __shared__ Groups<E> gr;
@@ -632,7 +662,8 @@ __device__ void grouped_gemm_wgrad(float *dw, const float *dy, const float *x, c
 /* quantize_mxfp8_grouped: colwise blocks of 32 rows inside each expert
  * group of x [R, C] (a group's last block zero-padded); padding rows are
  * zero. kernels.inc: fq_grouped. One thread per (block of rows, column). */
-template <int E, long long R, long long C> __device__ void quantize_grouped(float *y, const float *x, const int *splits)
+template <int E, long long C>
+__device__ void quantize_grouped(float *y, const float *x, const int *splits, long long R)
 {
     __shared__ Groups<E> gr;
     load_groups<E, 32>(gr, splits, R);
@@ -663,9 +694,9 @@ typedef TileSmem<4, MLP_TN / 64, 4> MlpTileSmem;
  * weights arrive quantized by the node's first launch), exactly as the
  * precision pass quantizes the unfused chain. Bit-identical to the unfused
  * grouped_linear / scaled_swiglu / quantize kernels on the GPU. */
-template <int E, long long R, long long H, long long F, bool MX>
+template <int E, long long H, long long F, bool MX>
 __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const float *xs, const float *w1,
-                                const float *w2, const int *splits, const float *p)
+                                const float *w2, const int *splits, const float *p, long long R)
 {
     __shared__ Groups<E> gr;
     __shared__ MlpTileSmem sm;
@@ -711,10 +742,11 @@ __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const f
  * dxs = dh w1 (dgrad through gate_up). MX: xs, dy and dh rowwise, the
  * weights arrive quantized (w1 rowwise in q1, w1 and w2 colwise in q1c,
  * q2c). kernels.inc: grouped_mlp_bwd, whose order of operations this keeps. */
-template <int E, long long R, long long H, long long F, bool MX>
+template <int E, long long H, long long F, bool MX>
 __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, float *da, float *dh, float *qx,
                                      float *qdy, float *qdh, const float *dy, const float *xs, const float *w1,
-                                     const float *w1c, const float *w2c, const int *splits, const float *p)
+                                     const float *w1c, const float *w2c, const int *splits, const float *p,
+                                     long long R)
 {
     __shared__ Groups<E> gr;
     __shared__ MlpTileSmem sm;
@@ -785,8 +817,8 @@ __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, 
  * backend dies on an expert id out of range). count [NB + 1] and wcnt
  * [8 * NB] are global scratch this kernel zeroes itself; on return count[b]
  * is bucket b's first position and count[NB] the number of items sorted. */
-template <long long NB, long long NI, bool SKIP>
-__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
+template <long long NB, bool SKIP>
+__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt, long long NI)
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (long long b = threadIdx.x; b <= NB; b += blockDim.x)
@@ -849,6 +881,12 @@ __device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wc
     }
     __syncthreads();
 }
+/* the same with the key count a template argument (route_plan's reference emitter) */
+template <long long NB, long long NI, bool SKIP>
+__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
+{
+    stable_bucket_sort<NB, SKIP>(pos, key, count, wcnt, NI);
+}
 
 /* ---------------------------------------------------------- attention
  * Flash-style: one block per (batch, head, tile of QT queries), one thread
@@ -856,7 +894,8 @@ __device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wc
  * online softmax in double; never an S x S matrix. kernels.inc: sdpa_items
  * (which normalises the probabilities first; same math). seg (or nullptr):
  * [B, S] segment ids (segment_ids): query i sees key j only in its own
- * segment; a padding query (-1) sees only itself. */
+ * segment; a padding query (-1) sees only itself. B, the batch, is a
+ * run-time argument (docs/decisions.md 62): it bounds the items only. */
 __device__ inline bool seg_sees(const int *seg, long long row, long long i, long long j)
 {
     if (!seg)
@@ -865,8 +904,8 @@ __device__ inline bool seg_sees(const int *seg, long long row, long long i, long
     return si >= 0 ? seg[row + j] == si : i == j;
 }
 
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
-__device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *v, const int *seg = nullptr)
+template <long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
+__device__ void sdpa_fwd(long long B, float *o, const float *q, const float *k, const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, QTILES = (S + QT - 1) / QT;
     __shared__ float ks[KT][HD], vs[KT][HD];
@@ -925,9 +964,9 @@ __device__ void sdpa_fwd(float *o, const float *q, const float *k, const float *
  * D = rowsum(dO * O), then dq = sum_j dS_ij k_j / sqrt(hd) with
  * dS = P (dP - D), dP = dO v^T. stats [B, H, S, 3] = (m, l, D) for the
  * second launch. Writes dq into the packed [dq | dk | dv] output. */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
-__device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const float *q, const float *k, const float *v,
-                            const int *seg = nullptr)
+template <long long S, int H, int KV, int HD, bool CAUSAL, int QT, int KT>
+__device__ void sdpa_bwd_dq(long long B, float *out, double *stats, const float *dy, const float *q, const float *k,
+                            const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, QTILES = (S + QT - 1) / QT;
     __shared__ float ks[KT][HD], vs[KT][HD];
@@ -1009,8 +1048,8 @@ __device__ void sdpa_bwd_dq(float *out, double *stats, const float *dy, const fl
 /* Backward, second launch: per (batch, kv head, key tile), one thread per
  * key j, dk_j = sum over the group's heads and queries i of dS_ij q_i /
  * sqrt(hd), dv_j = sum P_ij dO_i, probabilities recomputed from stats. */
-template <long long B, long long S, int H, int KV, int HD, bool CAUSAL, int KT, int QT>
-__device__ void sdpa_bwd_dkv(float *out, const double *stats, const float *dy, const float *q, const float *k,
+template <long long S, int H, int KV, int HD, bool CAUSAL, int KT, int QT>
+__device__ void sdpa_bwd_dkv(long long B, float *out, const double *stats, const float *dy, const float *q, const float *k,
                              const float *v, const int *seg = nullptr)
 {
     constexpr long long WQ = H * HD, WK = KV * HD, WP = WQ + 2 * WK, KTILES = (S + KT - 1) / KT;
@@ -1077,8 +1116,8 @@ __device__ void sdpa_bwd_dkv(float *out, const double *stats, const float *dy, c
  * ep_sort / ep_unsort: rows ordered (source rank i, local expert e) <->
  * (expert e, source i); rc [EP, EL] counts each block's rows; rows past
  * the received total are zero. kernels.inc: ep_permute. */
-template <int EP, int EL, long long ROWS, long long D, bool TO_EXPERT_MAJOR>
-__device__ void ep_permute(float *out, const float *in, const int *rc)
+template <int EP, int EL, long long D, bool TO_EXPERT_MAJOR>
+__device__ void ep_permute(float *out, const float *in, const int *rc, long long ROWS)
 {
     __shared__ long long src_off[EP * EL], dst_off[EP * EL], cnt[EP * EL];
     if (threadIdx.x == 0) {
@@ -1117,12 +1156,11 @@ __device__ void ep_permute(float *out, const float *in, const int *rc)
 
 // node 5: %x = embedding(%tokens, %embed) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:38:7: embedding: rows of the table
-extern "C" __global__ void __launch_bounds__(256) k5_x(float *__restrict__ y, const int *__restrict__ ids, const float *__restrict__ table)
+extern "C" __global__ void __launch_bounds__(256) k5_x(float *__restrict__ y, const int *__restrict__ ids, const float *__restrict__ table, long long n)
 {
-    constexpr long long N = 1024;
     constexpr long long D = 64;
     constexpr long long V = 33;
-    MOEC_FOR(i, N * D) {
+    MOEC_FOR(i, n * D) {
         int id = ids[i / D];
         y[i] = id >= 0 && id < V ? table[id * D + i % D] : 0.0f;
     }
@@ -1131,12 +1169,11 @@ extern "C" __global__ void __launch_bounds__(256) k5_x(float *__restrict__ y, co
 // node 11: %layers.0.attn.rmsnorm = rmsnorm(%x, %layers.0.attn.norm) {eps = 1e-05} : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:26: rmsnorm: one block per row, sum of squares in double
 // also launched for 4 more nodes: 24 %layers.0.moe.y, 40 %layers.1.attn.rmsnorm, 53 %layers.1.moe.y, 64 %rmsnorm
-extern "C" __global__ void __launch_bounds__(256) k11_layers_0_attn_rmsnorm(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k11_layers_0_attn_rmsnorm(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long D = 64;
     constexpr double EPS = 1e-05;
-    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         double ss = 0.0;
         for (long long i = threadIdx.x; i < D; i += blockDim.x)
             ss += (double)x[r * D + i] * x[r * D + i];
@@ -1150,37 +1187,34 @@ extern "C" __global__ void __launch_bounds__(256) k11_layers_0_attn_rmsnorm(floa
 // node 12: %layers.0.attn.q = linear(%layers.0.attn.rmsnorm, %layers.0.attn.wq) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:16: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
 // also launched for 3 more nodes: 18 %layers.0.attn.attn_out, 41 %layers.1.attn.q, 47 %layers.1.attn.attn_out
-extern "C" __global__ void __launch_bounds__(256) k12_layers_0_attn_q(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k12_layers_0_attn_q(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 64;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
+    moec::gemm_tiled<OUT, IN, 1, 1, IN>(y, x, w, rows, IN, tile);
 }
 
 // node 13: %layers.0.attn.k = linear(%layers.0.attn.rmsnorm, %layers.0.attn.wk) : f32[8, 128, 32]
 // models/mixtral_tiny.moe:21:16: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
 // also launched for 3 more nodes: 14 %layers.0.attn.v, 42 %layers.1.attn.k, 43 %layers.1.attn.v
-extern "C" __global__ void __launch_bounds__(256) k13_layers_0_attn_k(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k13_layers_0_attn_k(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 32;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
+    moec::gemm_tiled<OUT, IN, 1, 1, IN>(y, x, w, rows, IN, tile);
 }
 
 // node 15: %layers.0.attn.q_rope = rope(%layers.0.attn.q) {heads = 4, theta = 1000000} : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:16: rope: rotate pairs (j, j + hd/2) by pos * theta^(-2j/hd)
 // also launched for 1 more node: 44 %layers.1.attn.q_rope
-extern "C" __global__ void __launch_bounds__(256) k15_layers_0_attn_q_rope(float *__restrict__ y, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k15_layers_0_attn_q_rope(float *__restrict__ y, const float *__restrict__ x, long long batch)
 {
-    constexpr long long B = 8;
     constexpr long long S = 128;
     constexpr long long H = 4;
     constexpr long long HD = 16;
     constexpr long long HALF = 8;
     constexpr double THETA = 1000000.0, SIGN = 1.0;
-    MOEC_FOR(idx, B * S * H * HALF) {
+    MOEC_FOR(idx, batch * S * H * HALF) {
         long long j = idx % HALF, h = idx / HALF % H, s = idx / (HALF * H) % S, b = idx / (HALF * H * S);
         long long at = (b * S + s) * (H * HD) + h * HD + j;
         double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);
@@ -1194,15 +1228,14 @@ extern "C" __global__ void __launch_bounds__(256) k15_layers_0_attn_q_rope(float
 // node 16: %layers.0.attn.k_rope = rope(%layers.0.attn.k) {heads = 2, theta = 1000000} : f32[8, 128, 32]
 // models/mixtral_tiny.moe:21:16: rope: rotate pairs (j, j + hd/2) by pos * theta^(-2j/hd)
 // also launched for 1 more node: 45 %layers.1.attn.k_rope
-extern "C" __global__ void __launch_bounds__(256) k16_layers_0_attn_k_rope(float *__restrict__ y, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k16_layers_0_attn_k_rope(float *__restrict__ y, const float *__restrict__ x, long long batch)
 {
-    constexpr long long B = 8;
     constexpr long long S = 128;
     constexpr long long H = 2;
     constexpr long long HD = 16;
     constexpr long long HALF = 8;
     constexpr double THETA = 1000000.0, SIGN = 1.0;
-    MOEC_FOR(idx, B * S * H * HALF) {
+    MOEC_FOR(idx, batch * S * H * HALF) {
         long long j = idx % HALF, h = idx / HALF % H, s = idx / (HALF * H) % S, b = idx / (HALF * H * S);
         long long at = (b * S + s) * (H * HD) + h * HD + j;
         double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);
@@ -1216,43 +1249,39 @@ extern "C" __global__ void __launch_bounds__(256) k16_layers_0_attn_k_rope(float
 // node 17: %layers.0.attn.attn = sdpa(%layers.0.attn.q_rope, %layers.0.attn.k_rope, %layers.0.attn.v) {heads = 4, kv_heads = 2, causal = true} : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:16: attention forward, flash-style: one block per (batch, head, 64 queries), online softmax in double
 // also launched for 1 more node: 46 %layers.1.attn.attn
-extern "C" __global__ void __launch_bounds__(64) k17_layers_0_attn_attn(float *__restrict__ o, const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v)
+extern "C" __global__ void __launch_bounds__(64) k17_layers_0_attn_attn(float *__restrict__ o, const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v, long long B)
 {
-    constexpr long long B = 8;
     constexpr long long S = 128;
     constexpr int H = 4, KV = 2, HD = 16;
     constexpr bool CAUSAL = true;
     constexpr int ROWS = 64, STAGE = 16;
-    moec::sdpa_fwd<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(o, q, k, v);
+    moec::sdpa_fwd<S, H, KV, HD, CAUSAL, ROWS, STAGE>(B, o, q, k, v);
 }
 
 // node 19: %layers.0.attn.add = add(%x, %layers.0.attn.attn_out) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:14: add
 // also launched for 13 more nodes: 34 %layers.0.moe.add, 48 %layers.1.attn.add, 63 %layers.1.moe.add, 83 %layers.1.moe.y.grad_sum, ... (plan.json lists them)
-extern "C" __global__ void __launch_bounds__(256) k19_layers_0_attn_add(float *__restrict__ y, const float *__restrict__ a, const float *__restrict__ b)
+extern "C" __global__ void __launch_bounds__(256) k19_layers_0_attn_add(float *__restrict__ y, const float *__restrict__ a, const float *__restrict__ b, long long n)
 {
-    constexpr long long N = 65536;
-    MOEC_FOR(i, N)
+    MOEC_FOR(i, n)
         y[i] = a[i] + b[i];
 }
 
 // node 25: %layers.0.moe.linear = linear(%layers.0.moe.y, %layers.0.moe.router) : f32[8, 128, 4]
 // models/mixtral_tiny.moe:32:21: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
 // also launched for 1 more node: 54 %layers.1.moe.linear
-extern "C" __global__ void __launch_bounds__(256) k25_layers_0_moe_linear(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k25_layers_0_moe_linear(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 4;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
+    moec::gemm_tiled<OUT, IN, 1, 1, IN>(y, x, w, rows, IN, tile);
 }
 
 // node 26: %layers.0.moe.r.experts = topk_experts(%layers.0.moe.linear) {k = 2} : i32[8, 128, 2]
 // models/mixtral_tiny.moe:32:10: topk_experts: one thread per token, ties to the lower expert
 // also launched for 1 more node: 55 %layers.1.moe.r.experts
-extern "C" __global__ void __launch_bounds__(256) k26_layers_0_moe_r_experts(int *__restrict__ experts, const float *__restrict__ logits)
+extern "C" __global__ void __launch_bounds__(256) k26_layers_0_moe_r_experts(int *__restrict__ experts, const float *__restrict__ logits, long long N)
 {
-    constexpr long long N = 1024;
     constexpr int E = 4, K = 2;
     MOEC_FOR(t, N) {
         const float *l = logits + t * E;
@@ -1273,19 +1302,17 @@ extern "C" __global__ void __launch_bounds__(256) k26_layers_0_moe_r_experts(int
 // node 27: %layers.0.moe.r.plan = route_plan(%layers.0.moe.r.experts) {experts = 4} : i32[8, 128, 2]
 // models/mixtral_tiny.moe:32:10: route_plan: stable counting sort of the (token, slot) pairs by expert, one block
 // also launched for 1 more node: 56 %layers.1.moe.r.plan
-extern "C" __global__ void __launch_bounds__(256) k27_layers_0_moe_r_plan(int *__restrict__ plan, int *__restrict__ count, int *__restrict__ wcnt, const int *__restrict__ experts)
+extern "C" __global__ void __launch_bounds__(256) k27_layers_0_moe_r_plan(int *__restrict__ plan, int *__restrict__ count, int *__restrict__ wcnt, const int *__restrict__ experts, long long PAIRS)
 {
     constexpr long long E = 4;
-    constexpr long long PAIRS = 2048;
-    moec::stable_bucket_sort<E, PAIRS, false>(plan, experts, count, wcnt);
+    moec::stable_bucket_sort<E, false>(plan, experts, count, wcnt, PAIRS);
 }
 
 // node 28: %layers.0.moe.xs = dispatch(%layers.0.moe.y, %layers.0.moe.r.plan) : f32[2048, 64]
 // models/mixtral_tiny.moe:33:10: dispatch: copy each token to its k rows of the expert-major layout
 // also launched for 3 more nodes: 57 %layers.1.moe.xs, 73 %layers.1.moe.combine.dispatch, 107 %layers.0.moe.combine.dispatch
-extern "C" __global__ void __launch_bounds__(256) k28_layers_0_moe_xs(float *__restrict__ y, const float *__restrict__ x, const int *__restrict__ plan)
+extern "C" __global__ void __launch_bounds__(256) k28_layers_0_moe_xs(float *__restrict__ y, const float *__restrict__ x, const int *__restrict__ plan, long long T)
 {
-    constexpr long long T = 1024;
     constexpr long long K = 2;
     constexpr long long D = 64;
     MOEC_FOR(i, T * K * D)
@@ -1295,10 +1322,9 @@ extern "C" __global__ void __launch_bounds__(256) k28_layers_0_moe_xs(float *__r
 // node 29: %layers.0.moe.r.splits = expert_counts(%layers.0.moe.r.experts) {experts = 4} : i32[4]
 // models/mixtral_tiny.moe:32:10: expert_counts: tokens per expert (integer atomics: deterministic), one block
 // also launched for 1 more node: 58 %layers.1.moe.r.splits
-extern "C" __global__ void __launch_bounds__(256) k29_layers_0_moe_r_splits(int *__restrict__ counts, const int *__restrict__ experts)
+extern "C" __global__ void __launch_bounds__(256) k29_layers_0_moe_r_splits(int *__restrict__ counts, const int *__restrict__ experts, long long PAIRS)
 {
     constexpr long long E = 4;
-    constexpr long long PAIRS = 2048;
     for (long long e = threadIdx.x; e < E; e += blockDim.x)
         counts[e] = 0;
     __syncthreads();
@@ -1313,9 +1339,8 @@ extern "C" __global__ void __launch_bounds__(256) k29_layers_0_moe_r_splits(int 
 // node 30: %layers.0.moe.r.weights = topk_probs(%layers.0.moe.linear, %layers.0.moe.r.experts) : f32[8, 128, 2]
 // models/mixtral_tiny.moe:32:10: topk_probs: softmax over the chosen logits, one thread per token, double
 // also launched for 1 more node: 59 %layers.1.moe.r.weights
-extern "C" __global__ void __launch_bounds__(256) k30_layers_0_moe_r_weights(float *__restrict__ w, const float *__restrict__ logits, const int *__restrict__ experts)
+extern "C" __global__ void __launch_bounds__(256) k30_layers_0_moe_r_weights(float *__restrict__ w, const float *__restrict__ logits, const int *__restrict__ experts, long long N)
 {
-    constexpr long long N = 1024;
     constexpr int E = 4, K = 2;
     MOEC_FOR(t, N) {
         const float *l = logits + t * E;
@@ -1334,9 +1359,8 @@ extern "C" __global__ void __launch_bounds__(256) k30_layers_0_moe_r_weights(flo
 // node 31: %layers.0.moe.r.probs = dispatch_probs(%layers.0.moe.r.weights, %layers.0.moe.r.plan) : f32[2048]
 // models/mixtral_tiny.moe:32:10: dispatch_probs: the routing weights in expert-major order
 // also launched for 1 more node: 60 %layers.1.moe.r.probs
-extern "C" __global__ void __launch_bounds__(256) k31_layers_0_moe_r_probs(float *__restrict__ y, const float *__restrict__ p, const int *__restrict__ plan)
+extern "C" __global__ void __launch_bounds__(256) k31_layers_0_moe_r_probs(float *__restrict__ y, const float *__restrict__ p, const int *__restrict__ plan, long long N)
 {
-    constexpr long long N = 2048;
     MOEC_FOR(i, N)
         y[plan[i]] = p[i];
 }
@@ -1344,21 +1368,19 @@ extern "C" __global__ void __launch_bounds__(256) k31_layers_0_moe_r_probs(float
 // node 32: %layers.0.moe.grouped_mlp = grouped_mlp(%layers.0.moe.xs, %layers.0.moe.w_gate_up, %layers.0.moe.w_down, %layers.0.moe.r.splits, %layers.0.moe.r.probs) {precision = "bf16", layout = "gate_up"} : f32[2048, 64]
 // models/mixtral_tiny.moe:35:24: grouped_mlp: the whole expert MLP per 16-row tile of an expert group: gate_up GEMM, scaled SwiGLU, down GEMM
 // also launched for 1 more node: 61 %layers.1.moe.grouped_mlp
-extern "C" __global__ void __launch_bounds__(256) k32_layers_0_moe_grouped_mlp(float *__restrict__ y, float *__restrict__ h, float *__restrict__ a, const float *__restrict__ xs, const float *__restrict__ w1, const float *__restrict__ w2, const int *__restrict__ splits, const float *__restrict__ p)
+extern "C" __global__ void __launch_bounds__(256) k32_layers_0_moe_grouped_mlp(float *__restrict__ y, float *__restrict__ h, float *__restrict__ a, const float *__restrict__ xs, const float *__restrict__ w1, const float *__restrict__ w2, const int *__restrict__ splits, const float *__restrict__ p, long long R)
 {
     constexpr int E = 4;
-    constexpr long long R = 2048;
     constexpr long long H = 64;
     constexpr long long F = 128;
-    moec::grouped_mlp_fwd<E, R, H, F, false>(y, h, a, nullptr, xs, w1, w2, splits, p);
+    moec::grouped_mlp_fwd<E, H, F, false>(y, h, a, nullptr, xs, w1, w2, splits, p, R);
 }
 
 // node 33: %layers.0.moe.combine = combine(%layers.0.moe.grouped_mlp, %layers.0.moe.r.plan) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:35:16: combine: each token sums its k expert rows
 // also launched for 3 more nodes: 62 %layers.1.moe.combine, 81 %layers.1.moe.xs.combine, 115 %layers.0.moe.xs.combine
-extern "C" __global__ void __launch_bounds__(256) k33_layers_0_moe_combine(float *__restrict__ out, const float *__restrict__ y, const int *__restrict__ plan)
+extern "C" __global__ void __launch_bounds__(256) k33_layers_0_moe_combine(float *__restrict__ out, const float *__restrict__ y, const int *__restrict__ plan, long long T)
 {
-    constexpr long long T = 1024;
     constexpr long long K = 2;
     constexpr long long D = 64;
     MOEC_FOR(i, T * D) {
@@ -1372,19 +1394,17 @@ extern "C" __global__ void __launch_bounds__(256) k33_layers_0_moe_combine(float
 
 // node 65: %logits = linear(%rmsnorm, %lm_head) : f32[8, 128, 33]
 // models/mixtral_tiny.moe:43:12: linear: y = x w^T (16 x 16 tiles, fp32 accumulation)
-extern "C" __global__ void __launch_bounds__(256) k65_logits(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k65_logits(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 33;
-    moec::gemm<ROWS, OUT, IN, IN, 1, 1, IN, 16>(y, x, w);
+    moec::gemm_tiled<OUT, IN, 1, 1, IN>(y, x, w, rows, IN, tile);
 }
 
 // node 66: %loss = cross_entropy(%logits, %targets) {ignore = -100} : f32[]
 // models/mixtral_tiny.moe:44:10: cross-entropy 1/2: each row's loss, one block per row (log-sum-exp in double)
-extern "C" __global__ void __launch_bounds__(256) k66_loss_rows(double *__restrict__ row_loss, int *__restrict__ row_counted, const float *__restrict__ logits, const int *__restrict__ targets)
+extern "C" __global__ void __launch_bounds__(256) k66_loss_rows(double *__restrict__ row_loss, int *__restrict__ row_counted, const float *__restrict__ logits, const int *__restrict__ targets, long long N)
 {
-    constexpr long long N = 1024;
     constexpr long long V = 33;
     constexpr long long IGNORE = -100;
     for (long long r = blockIdx.x; r < N; r += gridDim.x) {
@@ -1412,9 +1432,8 @@ extern "C" __global__ void __launch_bounds__(256) k66_loss_rows(double *__restri
 
 // node 66: %loss = cross_entropy(%logits, %targets) {ignore = -100} : f32[]
 // models/mixtral_tiny.moe:44:10: cross-entropy 2/2: the mean over the counted rows, one block
-extern "C" __global__ void __launch_bounds__(256) k66_loss_mean(float *__restrict__ loss, const double *__restrict__ row_loss, const int *__restrict__ row_counted)
+extern "C" __global__ void __launch_bounds__(256) k66_loss_mean(float *__restrict__ loss, const double *__restrict__ row_loss, const int *__restrict__ row_counted, long long N)
 {
-    constexpr long long N = 1024;
     double total = 0.0, count = 0.0;
     for (long long r = threadIdx.x; r < N; r += blockDim.x) {
         total += row_loss[r];
@@ -1428,18 +1447,16 @@ extern "C" __global__ void __launch_bounds__(256) k66_loss_mean(float *__restric
 
 // node 67: %loss.seed = fill {value = 1} : f32[]
 // models/mixtral_tiny.moe:44:10: fill with a constant
-extern "C" __global__ void __launch_bounds__(256) k67_loss_seed(float *__restrict__ y)
+extern "C" __global__ void __launch_bounds__(256) k67_loss_seed(float *__restrict__ y, long long n)
 {
-    constexpr long long N = 1;
-    MOEC_FOR(i, N)
+    MOEC_FOR(i, n)
         y[i] = (float)1.0;
 }
 
 // node 68: %loss.cross_entropy_dx = cross_entropy_dx(%loss.seed, %logits, %targets) {ignore = -100} : f32[8, 128, 33]
 // models/mixtral_tiny.moe:44:10: cross_entropy_dx 1/2: the number of counted rows, one block
-extern "C" __global__ void __launch_bounds__(256) k68_loss_cross_entropy_dx_count(int *__restrict__ count, const int *__restrict__ targets)
+extern "C" __global__ void __launch_bounds__(256) k68_loss_cross_entropy_dx_count(int *__restrict__ count, const int *__restrict__ targets, long long N)
 {
-    constexpr long long N = 1024;
     constexpr long long V = 33;
     constexpr long long IGNORE = -100;
     double c = 0.0;
@@ -1452,9 +1469,8 @@ extern "C" __global__ void __launch_bounds__(256) k68_loss_cross_entropy_dx_coun
 
 // node 68: %loss.cross_entropy_dx = cross_entropy_dx(%loss.seed, %logits, %targets) {ignore = -100} : f32[8, 128, 33]
 // models/mixtral_tiny.moe:44:10: cross_entropy_dx 2/2: one block per row, softmax in double
-extern "C" __global__ void __launch_bounds__(256) k68_loss_cross_entropy_dx_rows(float *__restrict__ dx, const float *__restrict__ dloss, const float *__restrict__ logits, const int *__restrict__ targets, const int *__restrict__ count)
+extern "C" __global__ void __launch_bounds__(256) k68_loss_cross_entropy_dx_rows(float *__restrict__ dx, const float *__restrict__ dloss, const float *__restrict__ logits, const int *__restrict__ targets, const int *__restrict__ count, long long N)
 {
-    constexpr long long N = 1024;
     constexpr long long V = 33;
     constexpr long long IGNORE = -100;
     double dl = dloss[0];
@@ -1483,33 +1499,30 @@ extern "C" __global__ void __launch_bounds__(256) k68_loss_cross_entropy_dx_rows
 
 // node 69: %logits.linear_dx = linear_dx(%loss.cross_entropy_dx, %lm_head) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:43:12: linear_dx: dx = dy w (16 x 16 tiles)
-extern "C" __global__ void __launch_bounds__(256) k69_logits_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k69_logits_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 33;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
+    moec::gemm_tiled<IN, OUT, 1, IN, 1>(dx, dy, w, rows, OUT, tile);
 }
 
 // node 70: %logits.linear_dw = linear_dw(%loss.cross_entropy_dx, %rmsnorm) : f32[33, 64]
 // models/mixtral_tiny.moe:43:12: linear_dw: dw = dy^T x (16 x 16 tiles)
-extern "C" __global__ void __launch_bounds__(256) k70_logits_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k70_logits_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 33;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
+    moec::gemm<IN, 1, OUT, IN, 1, 16>(dw, dy, x, OUT, rows);
 }
 
 // node 71: %rmsnorm.rmsnorm_dx = rmsnorm_dx(%logits.linear_dx, %layers.1.moe.add, %norm_f) {eps = 1e-05} : f32[8, 128, 64]
 // models/mixtral_tiny.moe:43:19: rmsnorm_dx: one block per row
 // also launched for 4 more nodes: 85 %layers.1.moe.y.rmsnorm_dx, 104 %layers.1.attn.rmsnorm.rmsnorm_dx, 119 %layers.0.moe.y.rmsnorm_dx, 138 %layers.0.attn.rmsnorm.rmsnorm_dx
-extern "C" __global__ void __launch_bounds__(256) k71_rmsnorm_rmsnorm_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k71_rmsnorm_rmsnorm_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ x, const float *__restrict__ w, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long D = 64;
     constexpr double EPS = 1e-05;
-    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         double ss = 0.0;
         for (long long i = threadIdx.x; i < D; i += blockDim.x)
             ss += (double)x[r * D + i] * x[r * D + i];
@@ -1527,12 +1540,11 @@ extern "C" __global__ void __launch_bounds__(256) k71_rmsnorm_rmsnorm_dx(float *
 // node 72: %rmsnorm.rmsnorm_dw = rmsnorm_dw(%logits.linear_dx, %layers.1.moe.add) {eps = 1e-05} : f32[64]
 // models/mixtral_tiny.moe:43:19: rmsnorm_dw 1/2: each row's 1 / rms, one block per row
 // also launched for 4 more nodes: 87 %layers.1.moe.y.rmsnorm_dw, 106 %layers.1.attn.rmsnorm.rmsnorm_dw, 121 %layers.0.moe.y.rmsnorm_dw, 140 %layers.0.attn.rmsnorm.rmsnorm_dw
-extern "C" __global__ void __launch_bounds__(256) k72_rmsnorm_rmsnorm_dw_rms(double *__restrict__ rinv, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k72_rmsnorm_rmsnorm_dw_rms(double *__restrict__ rinv, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long D = 64;
     constexpr double EPS = 1e-05;
-    for (long long r = blockIdx.x; r < ROWS; r += gridDim.x) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         double ss = 0.0;
         for (long long i = threadIdx.x; i < D; i += blockDim.x)
             ss += (double)x[r * D + i] * x[r * D + i];
@@ -1546,13 +1558,12 @@ extern "C" __global__ void __launch_bounds__(256) k72_rmsnorm_rmsnorm_dw_rms(dou
 // node 72: %rmsnorm.rmsnorm_dw = rmsnorm_dw(%logits.linear_dx, %layers.1.moe.add) {eps = 1e-05} : f32[64]
 // models/mixtral_tiny.moe:43:19: rmsnorm_dw 2/2: one thread per column sums the rows in order
 // also launched for 4 more nodes: 87 %layers.1.moe.y.rmsnorm_dw, 106 %layers.1.attn.rmsnorm.rmsnorm_dw, 121 %layers.0.moe.y.rmsnorm_dw, 140 %layers.0.attn.rmsnorm.rmsnorm_dw
-extern "C" __global__ void __launch_bounds__(256) k72_rmsnorm_rmsnorm_dw_sum(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x, const double *__restrict__ rinv)
+extern "C" __global__ void __launch_bounds__(256) k72_rmsnorm_rmsnorm_dw_sum(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x, const double *__restrict__ rinv, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long D = 64;
     MOEC_FOR(i, D) {
         float acc = 0.0f;
-        for (long long r = 0; r < ROWS; r++)
+        for (long long r = 0; r < rows; r++)
             acc += (float)((double)dy[r * D + i] * x[r * D + i] * rinv[r]);
         dw[i] = acc;
     }
@@ -1561,36 +1572,33 @@ extern "C" __global__ void __launch_bounds__(256) k72_rmsnorm_rmsnorm_dw_sum(flo
 // node 74: %layers.1.moe.grouped_mlp.grouped_mlp_bwd = grouped_mlp_bwd(%layers.1.moe.combine.dispatch, %layers.1.moe.xs, %layers.1.moe.w_gate_up, %layers.1.moe.w_down, %layers.1.moe.r.splits, %layers.1.moe.r.probs) {precision = "bf16", layout = "gate_up"} : f32[231424]
 // models/mixtral_tiny.moe:35:24: grouped_mlp_bwd 1/2: per 16-row tile of an expert group: recompute h and a, da = dy w_down, dSwiGLU, dprobs, dxs = dh w_gate_up
 // also launched for 1 more node: 108 %layers.0.moe.grouped_mlp.grouped_mlp_bwd
-extern "C" __global__ void __launch_bounds__(256) k74_layers_1_moe_grouped_mlp_grouped_mlp_bwd_rows(float *__restrict__ out, float *__restrict__ h, float *__restrict__ a, float *__restrict__ da, float *__restrict__ dh, const float *__restrict__ dy, const float *__restrict__ xs, const float *__restrict__ w1, const float *__restrict__ w2, const int *__restrict__ splits, const float *__restrict__ p)
+extern "C" __global__ void __launch_bounds__(256) k74_layers_1_moe_grouped_mlp_grouped_mlp_bwd_rows(float *__restrict__ out, float *__restrict__ h, float *__restrict__ a, float *__restrict__ da, float *__restrict__ dh, const float *__restrict__ dy, const float *__restrict__ xs, const float *__restrict__ w1, const float *__restrict__ w2, const int *__restrict__ splits, const float *__restrict__ p, long long R)
 {
     constexpr int E = 4;
-    constexpr long long R = 2048;
     constexpr long long H = 64;
     constexpr long long F = 128;
     float *dxs = out, *dp = out + R * H;
-    moec::grouped_mlp_bwd_rows<E, R, H, F, false>(dxs, dp, h, a, da, dh, nullptr, nullptr, nullptr, dy, xs, w1, w1, w2, splits, p);
+    moec::grouped_mlp_bwd_rows<E, H, F, false>(dxs, dp, h, a, da, dh, nullptr, nullptr, nullptr, dy, xs, w1, w1, w2, splits, p, R);
 }
 
 // node 74: %layers.1.moe.grouped_mlp.grouped_mlp_bwd = grouped_mlp_bwd(%layers.1.moe.combine.dispatch, %layers.1.moe.xs, %layers.1.moe.w_gate_up, %layers.1.moe.w_down, %layers.1.moe.r.splits, %layers.1.moe.r.probs) {precision = "bf16", layout = "gate_up"} : f32[231424]
 // models/mixtral_tiny.moe:35:24: grouped_mlp_bwd 2/2: weight gradients dw_down = dy^T a, dw_gate_up = dh^T xs per expert group
 // also launched for 1 more node: 108 %layers.0.moe.grouped_mlp.grouped_mlp_bwd
-extern "C" __global__ void __launch_bounds__(256) k74_layers_1_moe_grouped_mlp_grouped_mlp_bwd_wgrad(float *__restrict__ out, const float *__restrict__ dy, const float *__restrict__ a, const float *__restrict__ dh, const float *__restrict__ xs, const int *__restrict__ splits)
+extern "C" __global__ void __launch_bounds__(256) k74_layers_1_moe_grouped_mlp_grouped_mlp_bwd_wgrad(float *__restrict__ out, const float *__restrict__ dy, const float *__restrict__ a, const float *__restrict__ dh, const float *__restrict__ xs, const int *__restrict__ splits, long long R)
 {
     constexpr int E = 4;
-    constexpr long long R = 2048;
     constexpr long long H = 64;
     constexpr long long F = 128;
     float *dw1 = out + R * H + R, *dw2 = dw1 + E * 2 * F * H;
-    moec::grouped_gemm_wgrad<E, R, H, F>(dw2, dy, a, splits);
-    moec::grouped_gemm_wgrad<E, R, 2 * F, H>(dw1, dh, xs, splits);
+    moec::grouped_gemm_wgrad<E, H, F>(dw2, dy, a, splits, R);
+    moec::grouped_gemm_wgrad<E, 2 * F, H>(dw1, dh, xs, splits, R);
 }
 
 // node 79: %layers.1.moe.r.probs.dispatch_probs_dx = dispatch_probs_dx(%layers.1.moe.grouped_mlp.view.1, %layers.1.moe.r.plan) : f32[8, 128, 2]
 // models/mixtral_tiny.moe:32:10: dispatch_probs_dx: back to (token, slot) order
 // also launched for 1 more node: 113 %layers.0.moe.r.probs.dispatch_probs_dx
-extern "C" __global__ void __launch_bounds__(256) k79_layers_1_moe_r_probs_dispatch_probs_dx(float *__restrict__ y, const float *__restrict__ dp, const int *__restrict__ plan)
+extern "C" __global__ void __launch_bounds__(256) k79_layers_1_moe_r_probs_dispatch_probs_dx(float *__restrict__ y, const float *__restrict__ dp, const int *__restrict__ plan, long long N)
 {
-    constexpr long long N = 2048;
     MOEC_FOR(i, N)
         y[i] = dp[plan[i]];
 }
@@ -1598,9 +1606,8 @@ extern "C" __global__ void __launch_bounds__(256) k79_layers_1_moe_r_probs_dispa
 // node 80: %layers.1.moe.r.weights.topk_probs_dx = topk_probs_dx(%layers.1.moe.r.probs.dispatch_probs_dx, %layers.1.moe.linear, %layers.1.moe.r.experts) : f32[8, 128, 4]
 // models/mixtral_tiny.moe:32:10: topk_probs_dx: one thread per token, double
 // also launched for 1 more node: 114 %layers.0.moe.r.weights.topk_probs_dx
-extern "C" __global__ void __launch_bounds__(256) k80_layers_1_moe_r_weights_topk_probs_dx(float *__restrict__ dl, const float *__restrict__ dw, const float *__restrict__ logits, const int *__restrict__ experts)
+extern "C" __global__ void __launch_bounds__(256) k80_layers_1_moe_r_weights_topk_probs_dx(float *__restrict__ dl, const float *__restrict__ dw, const float *__restrict__ logits, const int *__restrict__ experts, long long N)
 {
-    constexpr long long N = 1024;
     constexpr int E = 4, K = 2;
     MOEC_FOR(t, N) {
         const float *l = logits + t * E;
@@ -1625,124 +1632,114 @@ extern "C" __global__ void __launch_bounds__(256) k80_layers_1_moe_r_weights_top
 // node 82: %layers.1.moe.linear.linear_dx = linear_dx(%layers.1.moe.r.weights.topk_probs_dx, %layers.1.moe.router) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:32:21: linear_dx: dx = dy w (16 x 16 tiles)
 // also launched for 1 more node: 116 %layers.0.moe.linear.linear_dx
-extern "C" __global__ void __launch_bounds__(256) k82_layers_1_moe_linear_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k82_layers_1_moe_linear_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 4;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
+    moec::gemm_tiled<IN, OUT, 1, IN, 1>(dx, dy, w, rows, OUT, tile);
 }
 
 // node 84: %layers.1.moe.linear.linear_dw = linear_dw(%layers.1.moe.r.weights.topk_probs_dx, %layers.1.moe.y) : f32[4, 64]
 // models/mixtral_tiny.moe:32:21: linear_dw: dw = dy^T x (16 x 16 tiles)
 // also launched for 1 more node: 118 %layers.0.moe.linear.linear_dw
-extern "C" __global__ void __launch_bounds__(256) k84_layers_1_moe_linear_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k84_layers_1_moe_linear_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 4;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
+    moec::gemm<IN, 1, OUT, IN, 1, 16>(dw, dy, x, OUT, rows);
 }
 
 // node 88: %layers.1.attn.attn_out.linear_dx = linear_dx(%layers.1.attn.add.grad_sum, %layers.1.attn.wo) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:16: linear_dx: dx = dy w (16 x 16 tiles)
 // also launched for 3 more nodes: 101 %layers.1.attn.q.linear_dx, 122 %layers.0.attn.attn_out.linear_dx, 135 %layers.0.attn.q.linear_dx
-extern "C" __global__ void __launch_bounds__(256) k88_layers_1_attn_attn_out_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k88_layers_1_attn_attn_out_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 64;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
+    moec::gemm_tiled<IN, OUT, 1, IN, 1>(dx, dy, w, rows, OUT, tile);
 }
 
 // node 89: %layers.1.attn.attn_out.linear_dw = linear_dw(%layers.1.attn.add.grad_sum, %layers.1.attn.attn) : f32[64, 64]
 // models/mixtral_tiny.moe:21:16: linear_dw: dw = dy^T x (16 x 16 tiles)
 // also launched for 3 more nodes: 103 %layers.1.attn.q.linear_dw, 123 %layers.0.attn.attn_out.linear_dw, 137 %layers.0.attn.q.linear_dw
-extern "C" __global__ void __launch_bounds__(256) k89_layers_1_attn_attn_out_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k89_layers_1_attn_attn_out_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 64;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
+    moec::gemm<IN, 1, OUT, IN, 1, 16>(dw, dy, x, OUT, rows);
 }
 
 // node 90: %layers.1.attn.attn.sdpa_bwd = sdpa_bwd(%layers.1.attn.attn_out.linear_dx, %layers.1.attn.q_rope, %layers.1.attn.k_rope, %layers.1.attn.v) {heads = 4, kv_heads = 2, causal = true} : f32[8, 128, 128]
 // models/mixtral_tiny.moe:21:16: attention backward 1/2: per (batch, head, 64 queries) recompute the softmax statistics, D = rowsum(dO * O) and dq
 // also launched for 1 more node: 124 %layers.0.attn.attn.sdpa_bwd
-extern "C" __global__ void __launch_bounds__(64) k90_layers_1_attn_attn_sdpa_bwd_dq(float *__restrict__ out, double *__restrict__ stats, const float *__restrict__ dy, const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v)
+extern "C" __global__ void __launch_bounds__(64) k90_layers_1_attn_attn_sdpa_bwd_dq(float *__restrict__ out, double *__restrict__ stats, const float *__restrict__ dy, const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v, long long B)
 {
-    constexpr long long B = 8;
     constexpr long long S = 128;
     constexpr int H = 4, KV = 2, HD = 16;
     constexpr bool CAUSAL = true;
     constexpr int ROWS = 64, STAGE = 16;
-    moec::sdpa_bwd_dq<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v);
+    moec::sdpa_bwd_dq<S, H, KV, HD, CAUSAL, ROWS, STAGE>(B, out, stats, dy, q, k, v);
 }
 
 // node 90: %layers.1.attn.attn.sdpa_bwd = sdpa_bwd(%layers.1.attn.attn_out.linear_dx, %layers.1.attn.q_rope, %layers.1.attn.k_rope, %layers.1.attn.v) {heads = 4, kv_heads = 2, causal = true} : f32[8, 128, 128]
 // models/mixtral_tiny.moe:21:16: attention backward 2/2: per (batch, kv head, 64 keys) dk and dv over the group's heads, probabilities recomputed
 // also launched for 1 more node: 124 %layers.0.attn.attn.sdpa_bwd
-extern "C" __global__ void __launch_bounds__(64) k90_layers_1_attn_attn_sdpa_bwd_dkv(float *__restrict__ out, const double *__restrict__ stats, const float *__restrict__ dy, const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v)
+extern "C" __global__ void __launch_bounds__(64) k90_layers_1_attn_attn_sdpa_bwd_dkv(float *__restrict__ out, const double *__restrict__ stats, const float *__restrict__ dy, const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v, long long B)
 {
-    constexpr long long B = 8;
     constexpr long long S = 128;
     constexpr int H = 4, KV = 2, HD = 16;
     constexpr bool CAUSAL = true;
     constexpr int ROWS = 64, STAGE = 16;
-    moec::sdpa_bwd_dkv<B, S, H, KV, HD, CAUSAL, ROWS, STAGE>(out, stats, dy, q, k, v);
+    moec::sdpa_bwd_dkv<S, H, KV, HD, CAUSAL, ROWS, STAGE>(B, out, stats, dy, q, k, v);
 }
 
 // node 91: %layers.1.attn.attn.slice = slice(%layers.1.attn.attn.sdpa_bwd) {offset = 0, size = 64} : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:16: slice of the last dimension
 // also launched for 1 more node: 125 %layers.0.attn.attn.slice
-extern "C" __global__ void __launch_bounds__(256) k91_layers_1_attn_attn_slice(float *__restrict__ y, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k91_layers_1_attn_attn_slice(float *__restrict__ y, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long W = 128;
     constexpr long long OFF = 0;
     constexpr long long SIZE = 64;
-    MOEC_FOR(i, ROWS * SIZE)
+    MOEC_FOR(i, rows * SIZE)
         y[i] = x[i / SIZE * W + OFF + i % SIZE];
 }
 
 // node 92: %layers.1.attn.attn.slice.1 = slice(%layers.1.attn.attn.sdpa_bwd) {offset = 64, size = 32} : f32[8, 128, 32]
 // models/mixtral_tiny.moe:21:16: slice of the last dimension
 // also launched for 1 more node: 126 %layers.0.attn.attn.slice.1
-extern "C" __global__ void __launch_bounds__(256) k92_layers_1_attn_attn_slice_1(float *__restrict__ y, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k92_layers_1_attn_attn_slice_1(float *__restrict__ y, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long W = 128;
     constexpr long long OFF = 64;
     constexpr long long SIZE = 32;
-    MOEC_FOR(i, ROWS * SIZE)
+    MOEC_FOR(i, rows * SIZE)
         y[i] = x[i / SIZE * W + OFF + i % SIZE];
 }
 
 // node 93: %layers.1.attn.attn.slice.2 = slice(%layers.1.attn.attn.sdpa_bwd) {offset = 96, size = 32} : f32[8, 128, 32]
 // models/mixtral_tiny.moe:21:16: slice of the last dimension
 // also launched for 1 more node: 127 %layers.0.attn.attn.slice.2
-extern "C" __global__ void __launch_bounds__(256) k93_layers_1_attn_attn_slice_2(float *__restrict__ y, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k93_layers_1_attn_attn_slice_2(float *__restrict__ y, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long W = 128;
     constexpr long long OFF = 96;
     constexpr long long SIZE = 32;
-    MOEC_FOR(i, ROWS * SIZE)
+    MOEC_FOR(i, rows * SIZE)
         y[i] = x[i / SIZE * W + OFF + i % SIZE];
 }
 
 // node 94: %layers.1.attn.k_rope.rope_dx = rope_dx(%layers.1.attn.attn.slice.1) {heads = 2, theta = 1000000} : f32[8, 128, 32]
 // models/mixtral_tiny.moe:21:16: rope_dx: rotate back by minus the angle
 // also launched for 1 more node: 128 %layers.0.attn.k_rope.rope_dx
-extern "C" __global__ void __launch_bounds__(256) k94_layers_1_attn_k_rope_rope_dx(float *__restrict__ y, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k94_layers_1_attn_k_rope_rope_dx(float *__restrict__ y, const float *__restrict__ x, long long batch)
 {
-    constexpr long long B = 8;
     constexpr long long S = 128;
     constexpr long long H = 2;
     constexpr long long HD = 16;
     constexpr long long HALF = 8;
     constexpr double THETA = 1000000.0, SIGN = -1.0;
-    MOEC_FOR(idx, B * S * H * HALF) {
+    MOEC_FOR(idx, batch * S * H * HALF) {
         long long j = idx % HALF, h = idx / HALF % H, s = idx / (HALF * H) % S, b = idx / (HALF * H * S);
         long long at = (b * S + s) * (H * HD) + h * HD + j;
         double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);
@@ -1756,15 +1753,14 @@ extern "C" __global__ void __launch_bounds__(256) k94_layers_1_attn_k_rope_rope_
 // node 95: %layers.1.attn.q_rope.rope_dx = rope_dx(%layers.1.attn.attn.slice) {heads = 4, theta = 1000000} : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:16: rope_dx: rotate back by minus the angle
 // also launched for 1 more node: 129 %layers.0.attn.q_rope.rope_dx
-extern "C" __global__ void __launch_bounds__(256) k95_layers_1_attn_q_rope_rope_dx(float *__restrict__ y, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k95_layers_1_attn_q_rope_rope_dx(float *__restrict__ y, const float *__restrict__ x, long long batch)
 {
-    constexpr long long B = 8;
     constexpr long long S = 128;
     constexpr long long H = 4;
     constexpr long long HD = 16;
     constexpr long long HALF = 8;
     constexpr double THETA = 1000000.0, SIGN = -1.0;
-    MOEC_FOR(idx, B * S * H * HALF) {
+    MOEC_FOR(idx, batch * S * H * HALF) {
         long long j = idx % HALF, h = idx / HALF % H, s = idx / (HALF * H) % S, b = idx / (HALF * H * S);
         long long at = (b * S + s) * (H * HD) + h * HD + j;
         double ang = (double)s * pow(THETA, -2.0 * (double)j / (double)HD);
@@ -1778,33 +1774,30 @@ extern "C" __global__ void __launch_bounds__(256) k95_layers_1_attn_q_rope_rope_
 // node 96: %layers.1.attn.v.linear_dx = linear_dx(%layers.1.attn.attn.slice.2, %layers.1.attn.wv) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:21:16: linear_dx: dx = dy w (16 x 16 tiles)
 // also launched for 3 more nodes: 98 %layers.1.attn.k.linear_dx, 130 %layers.0.attn.v.linear_dx, 132 %layers.0.attn.k.linear_dx
-extern "C" __global__ void __launch_bounds__(256) k96_layers_1_attn_v_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w)
+extern "C" __global__ void __launch_bounds__(256) k96_layers_1_attn_v_linear_dx(float *__restrict__ dx, const float *__restrict__ dy, const float *__restrict__ w, long long rows, int tile)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 32;
-    moec::gemm<ROWS, IN, OUT, OUT, 1, IN, 1, 16>(dx, dy, w);
+    moec::gemm_tiled<IN, OUT, 1, IN, 1>(dx, dy, w, rows, OUT, tile);
 }
 
 // node 97: %layers.1.attn.v.linear_dw = linear_dw(%layers.1.attn.attn.slice.2, %layers.1.attn.rmsnorm) : f32[32, 64]
 // models/mixtral_tiny.moe:21:16: linear_dw: dw = dy^T x (16 x 16 tiles)
 // also launched for 3 more nodes: 100 %layers.1.attn.k.linear_dw, 131 %layers.0.attn.v.linear_dw, 134 %layers.0.attn.k.linear_dw
-extern "C" __global__ void __launch_bounds__(256) k97_layers_1_attn_v_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x)
+extern "C" __global__ void __launch_bounds__(256) k97_layers_1_attn_v_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x, long long rows)
 {
-    constexpr long long ROWS = 1024;
     constexpr long long IN = 64;
     constexpr long long OUT = 32;
-    moec::gemm<OUT, IN, ROWS, 1, OUT, IN, 1, 16>(dw, dy, x);
+    moec::gemm<IN, 1, OUT, IN, 1, 16>(dw, dy, x, OUT, rows);
 }
 
 // node 141: %x.embedding_dw = embedding_dw(%x.grad_sum, %tokens, %embed) : f32[33, 64]
 // models/mixtral_tiny.moe:38:7: embedding_dw 1/2: stable counting sort of the tokens by id (one block)
-extern "C" __global__ void __launch_bounds__(256) k141_x_embedding_dw_sort(int *__restrict__ perm, int *__restrict__ pos, int *__restrict__ count, int *__restrict__ wcnt, const int *__restrict__ ids)
+extern "C" __global__ void __launch_bounds__(256) k141_x_embedding_dw_sort(int *__restrict__ perm, int *__restrict__ pos, int *__restrict__ count, int *__restrict__ wcnt, const int *__restrict__ ids, long long n)
 {
-    constexpr long long N = 1024;
     constexpr long long V = 33;
-    moec::stable_bucket_sort<V, N, true>(pos, ids, count, wcnt);
-    for (long long i = threadIdx.x; i < N; i += blockDim.x)
+    moec::stable_bucket_sort<V, true>(pos, ids, count, wcnt, n);
+    for (long long i = threadIdx.x; i < n; i += blockDim.x)
         if (pos[i] >= 0)
             perm[pos[i]] = (int)i;
 }
