@@ -441,7 +441,8 @@ int main(int argc, char **argv)
         int r = (int)o->region;
         ptr[b] = base[r] + (size_t)o->offset;
         dptr[b] = dbase[r] + (CUdeviceptr)o->offset;
-        if (b < g->nnodes && o->bytes != ir_numel(g->nodes[b]) * plan_storage_bytes[o->storage])
+        /* an elided node's buffer takes no memory (no kernel writes or reads it) */
+        if (b < g->nnodes && o->bytes != (o->elided ? 0 : ir_numel(g->nodes[b]) * plan_storage_bytes[o->storage]))
             die("plan buffer %d is %lld bytes, node %s has %lld elements", b, (long long)o->bytes, g->nodes[b]->name,
                 (long long)ir_numel(g->nodes[b]));
     }
@@ -516,8 +517,9 @@ int main(int argc, char **argv)
         if (!chain)
             for (int s = 0; s < n->nsrc; s++) {
                 const IrNode *x = n->src[s];
-                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM)
-                    put_node(plan, x->id, dptr[x->id], cpu_plan_data(&cpu, x), ir_numel(x));
+                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM && !plan->bufs[x->id].elided)
+                    put_node(plan, x->id, dptr[x->id], cpu_plan_data(&cpu, x), ir_numel(x)); /* an elided
+                        node has no memory: the fast kernels read through it, from its own source */
             }
         for (; li < nl; li++) {
             const PlanLaunch *l = &plan->launches[li];
