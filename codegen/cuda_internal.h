@@ -170,8 +170,9 @@ void cg_error(Cg *cg, const IrNode *n, const char *fmt, ...) __attribute__((form
 
 /* ---- GEMM tiles (cuda_dense.c): moec::gemm, grouped_gemm and
  * grouped_gemm_wgrad take their tile side T (64, 32 or 16; moec::GEMM_T =
- * CG_GEMM_T is 64) as a template argument, chosen per launch from its
- * shape, which is constant. 64 x 64 tiles do the most work per load, but a
+ * CG_GEMM_T is 64), chosen per launch from its shape at code-generation
+ * time and, where the row count is the batch's, passed at run time
+ * (moec::gemm_tiled / grouped_gemm_tiled branch on it; decision 62). 64 x 64 tiles do the most work per load, but a
  * small output has few of them: [1024 x 64] is 16 blocks on a GPU of 132
  * SMs. So a launch keeps 64 only if its grid has at least
  * CG_GEMM_MIN_BLOCKS blocks, else takes 32 if that has, else 16 (the most
