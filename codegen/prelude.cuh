@@ -633,12 +633,6 @@ __device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wc
     }
     __syncthreads();
 }
-/* the same with the key count a template argument (route_plan's reference emitter) */
-template <long long NB, long long NI, bool SKIP>
-__device__ void stable_bucket_sort(int *pos, const int *key, int *count, int *wcnt)
-{
-    stable_bucket_sort<NB, SKIP>(pos, key, count, wcnt, NI);
-}
 
 /* ---------------------------------------------------------- attention
  * Flash-style: one block per (batch, head, tile of QT queries), one thread
