@@ -539,25 +539,19 @@ void cg_tmap_f32(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, in
     cg->typed = 1;
 }
 
-void cg_i32(Cg *cg, int64_t value, const char *name)
+/* a scalar parameter `ctype name` passed by value at run time (plan.h PLAN_ARG_I32 / PLAN_ARG_I64) */
+static void scalar_param(Cg *cg, PlanArgKind kind, const char *ctype, int64_t value, const char *name)
 {
     if (cg->nargs == CG_MAX_ARGS)
         die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
-    sb_printf(&cg->params, "%sint %s", cg->nargs ? ", " : "", name);
-    cg->targs[cg->nargs] = (PlanArg){.kind = PLAN_ARG_I32, .buf = -1, .value = value};
+    sb_printf(&cg->params, "%s%s %s", cg->nargs ? ", " : "", ctype, name);
+    cg->targs[cg->nargs] = (PlanArg){.kind = kind, .buf = -1, .value = value};
     cg->args[cg->nargs++] = -1;
     cg->typed = 1;
 }
 
-void cg_i64(Cg *cg, int64_t value, const char *name)
-{
-    if (cg->nargs == CG_MAX_ARGS)
-        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
-    sb_printf(&cg->params, "%slong long %s", cg->nargs ? ", " : "", name);
-    cg->targs[cg->nargs] = (PlanArg){.kind = PLAN_ARG_I64, .buf = -1, .value = value};
-    cg->args[cg->nargs++] = -1;
-    cg->typed = 1;
-}
+void cg_i32(Cg *cg, int64_t value, const char *name) { scalar_param(cg, PLAN_ARG_I32, "int", value, name); }
+void cg_i64(Cg *cg, int64_t value, const char *name) { scalar_param(cg, PLAN_ARG_I64, "long long", value, name); }
 
 void cg_launch_extra(Cg *cg, int shared, int all_sms)
 {
