@@ -361,8 +361,8 @@ static const IrNode *fast_forward_of(Cg *cg, const IrNode *n)
         const IrNode *f = cg->g->nodes[i];
         if (f->op == IR_OP_GROUPED_MLP && n->src[1] == f->src[0] && n->src[2] == f->src[1] &&
             n->src[3] == f->src[2] && n->src[4] == f->src[3] && n->src[5] == f->src[4]) {
-            int h = cg_find_ws(cg, f, "h_padded");
-            return h >= 0 && cg->bufs[h].until == n->id ? f : NULL;
+            int h = cg_find_ws(cg, f, "h_padded"), hq = cg_find_ws(cg, f, "h_e4m3"); /* hq: fp8-block's copy */
+            return (h >= 0 && cg->bufs[h].until == n->id) || (hq >= 0 && cg->bufs[hq].until == n->id) ? f : NULL;
         }
     }
     return NULL;
@@ -1024,7 +1024,11 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     int64_t H = f.H, F = f.F, E = f.E, rc = f.rcap;
     f.ofs = fwd_ws(cg, &f, bwd, PLAN_I32, 2 * E + 2, "fast_offsets");
     int pp = fwd_ws(cg, &f, bwd, PLAN_F32, rc, "probs_padded");
-    int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
+    /* h in bf16 for the forward only; the backward reads its E4M3 copy, 1x128 along 2F (decision 64: DeepSeek-V3
+     * keeps the SwiGLU input in FP8 and recomputes the output from it), half the bytes kept between the two */
+    int hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded");
+    int hq = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, rc * 2 * F, "h_e4m3") : -1;
+    int hsa = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, 2 * F / 128 * rc, "h_scales") : -1;
     int xq = cg_ws(cg, n, PLAN_E4M3, rc * H, "xs_e4m3"), xsa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "xs_scales");
     int aq = cg_ws(cg, n, PLAN_E4M3, rc * F, "a_e4m3"), asa = cg_ws(cg, n, PLAN_E4M3, F / 128 * rc, "a_scales");
     /* the weights' 128x128 tiles: their e4m3 copies, written by the optimizer (decision 44) */
@@ -1038,7 +1042,7 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 4 + (comb == NULL) + (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED);
+    f.steps = 4 + (comb == NULL) + (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED) + (bwd != NULL);
 
     emit_offsets(cg, &f, sp);
 
@@ -1066,21 +1070,26 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
      * 3.45 -> 4.76 ms at Mixtral shapes against 0.72 ms for the pass it removes (fast_mlp.sh, 2026-12-02) */
     if (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED) {
         emit_fp8_gemm(cg, &f, "fast_gate_up",
-                      bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                            "optimizer writes; bf16 out; h kept for the backward)"
-                          : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                            "optimizer writes; bf16 out)",
+                      "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                      "optimizer writes; bf16 out)",
                       xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
         emit_swiglu_quant(cg, &f, aq, asa, hp, pp);
     } else {
         emit_fp8_gemm_glu(cg, &f, "fast_gate_up",
-                          bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                                "optimizer writes; bf16 out; h kept for the backward), and in its epilogue a = silu(gate) "
-                                "up probs quantised 1x128 along F (E4M3 and scales, from the bf16 h)"
-                              : "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
-                                "optimizer writes; bf16 out), and in its epilogue a = silu(gate) up probs quantised 1x128 "
-                                "along F (E4M3 and scales, from the bf16 h)",
+                          "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
+                          "optimizer writes; bf16 out), and in its epilogue a = silu(gate) up probs quantised 1x128 "
+                          "along F (E4M3 and scales, from the bf16 h)",
                           xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H, aq, asa, pp);
+    }
+    if (bwd) {
+        fast_begin(cg, &f, "fp8b_h_copy", "h's copy for the backward: quantised 1x128 along 2F (E4M3 and scales, from "
+                                          "the bf16 h; decision 64)");
+        cg_param(cg, hq, 1, "q");
+        cg_param(cg, hsa, 1, "sa");
+        cg_param(cg, hp, 0, "hp");
+        cg_param(cg, f.ofs, 0, "ofs");
+        fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "nullptr, nullptr", "moec::fp8b::Bf16Rows<2 * F>{hp}",
+                      "nullptr, nullptr");
     }
 
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM on w_down's E4M3 tile copy, which "
@@ -1103,14 +1112,14 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     }
     int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
     f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
-    int pp = cg_find_ws(cg, fwd, "probs_padded"), hp = cg_find_ws(cg, fwd, "h_padded");
+    int pp = cg_find_ws(cg, fwd, "probs_padded"), hq = cg_find_ws(cg, fwd, "h_e4m3"), hsa = cg_find_ws(cg, fwd, "h_scales");
     int xt = cg_find_ws(cg, fwd, "xs_t_e4m3"), xts = cg_find_ws(cg, fwd, "xs_t_scales");
     /* the weights' transposed tiles: their e4m3 copies (the forward's copies, written by the optimizer) */
     int w1c = cg_param_fp8b_copy(cg, w1), w2c = cg_param_fp8b_copy(cg, w2);
     PlanFp8Copy c1, c2;
     plan_fp8b_copy_layout(cg->g, w1, &c1);
     plan_fp8b_copy_layout(cg->g, w2, &c2);
-    if (f.ofs < 0 || pp < 0 || hp < 0 || xt < 0 || xts < 0)
+    if (f.ofs < 0 || pp < 0 || hq < 0 || hsa < 0 || xt < 0 || xts < 0)
         die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
     int dyq = cg_ws(cg, n, PLAN_E4M3, rc * H, "dy_e4m3"), dysa = cg_ws(cg, n, PLAN_E4M3, H / 128 * rc, "dy_scales");
     int dyt = cg_ws(cg, n, PLAN_E4M3, H * rc, "dy_t_e4m3"), dyts = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, H), "dy_t_scales");
@@ -1139,36 +1148,43 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
                                      "E4M3 copy, which the optimizer writes; bf16 out)", dyq, dysa, w2c, c2.qt, w2c,
                   c2.st, dap, F, H);
 
-    fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) quantised 1x128 along 2F (E4M3 and scales), and "
-                                       "128x1 within each group, the codes transposed [2F, rows], for dw_gate_up");
+    /* h from its E4M3 copy (decision 64) */
+    fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) from h's E4M3 copy, quantised 1x128 along 2F (E4M3 "
+                                       "and scales), and 128x1 within each group, the codes transposed [2F, rows], "
+                                       "for dw_gate_up");
     cg_param(cg, dhq, 1, "q");
     cg_param(cg, dhsa, 1, "sa");
     cg_param(cg, dht, 1, "dht");
     cg_param(cg, dhts, 1, "dhts");
-    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dht, dhts", "moec::fp8b::Dswiglu<F>{hp, dap, pp}",
-                  "nullptr, nullptr");
+    fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dht, dhts",
+                  "moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp}", "nullptr, nullptr");
 
-    fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row (fixed order)");
+    fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row from h's E4M3 copy (fixed order)");
     cg_param(cg, dpp, 1, "dpp");
-    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, f.ofs, 0, "ofs");
+    cg_i64(cg, f.rcap, "rcap");
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, hp, dap, ofs);");
+    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HE4m3<F>{hq, hsa, rcap}, dap, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
-    fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs (recomputed from h) quantised 128x1 within each "
-                                         "expert group, the codes transposed [F, rows], for dw_down");
+    fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs (recomputed from h's E4M3 copy) quantised 128x1 "
+                                         "within each expert group, the codes transposed [F, rows], for dw_down");
     cg_param(cg, at, 1, "at");
     cg_param(cg, ats, 1, "ats");
-    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "at, ats", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+    fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "at, ats",
+                  "moec::fp8b::Swiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tiles of "
                                       "w_gate_up's E4M3 copy, which the optimizer writes; bf16 out)", dhq, dhsa, w1c,
@@ -1362,7 +1378,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, f.ofs, 0, "ofs");
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, hp, dap, ofs);");
+    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HBf16<F>{hp}, dap, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
     fast_begin(cg, &f, "mx_a_colwise", "a = silu(gate) up probs (recomputed from h) quantised 32x1 within each "

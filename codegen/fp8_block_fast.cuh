@@ -62,6 +62,46 @@ template <int E, long long C> struct GraphRows {
     }
 };
 
+/* bf16 rows x [., C] (the gate_up GEMM's h, for its E4M3 copy: decision 64): padded row pr is x's row pr */
+template <long long C> struct Bf16Rows {
+    const unsigned short *x;
+    __device__ __forceinline__ const unsigned short *row(int pr, int, const int *) const { return x + (long long)pr * C; }
+    __device__ __forceinline__ void load8(const unsigned short *r, long long c, float (&v)[8]) const
+    {
+        moec::fast::unpack8(*(const uint4 *)(r + c), v);
+    }
+};
+
+/* ---- h [., 2F] (gate columns 0 .. F - 1, up F .. 2F - 1) as the backward reads it: load8(pr, c, v) gives
+ * h [pr, c .. c + 7] (c % 8 == 0) in fp32, exactly as stored */
+/* the forward's bf16 h (MXFP8; fp8-block's forward SwiGLU) */
+template <long long F> struct HBf16 {
+    const unsigned short *h;
+    __device__ __forceinline__ void load8(int pr, long long c, float (&v)[8]) const
+    {
+        moec::fast::unpack8(*(const uint4 *)(h + (long long)pr * 2 * F + c), v);
+    }
+};
+/* fp8-block's copy kept for the backward (decision 64): codes q [rcap, 2F] and 1 x 128 scale codes s at
+ * moec_fp8_block_sa_index (pr, c / 128, rcap), as quant_tiles over Bf16Rows<2F> wrote them; a value is its
+ * code's E4M3 value times the block's power of two, exact in fp32 (fp8b_fake_quant's dequantisation) */
+template <long long F> struct HE4m3 {
+    const unsigned char *q, *s;
+    long long rcap;
+    __device__ __forceinline__ void load8(int pr, long long c, float (&v)[8]) const
+    {
+        const uint2 w = *(const uint2 *)(q + (long long)pr * 2 * F + c);
+        const float sc = moec_mx_pow2((int)s[moec_fp8_block_sa_index(pr, (int)(c / 128), rcap)] - 127);
+        moec_e4m3_decode2(w.x, &v[0], &v[1]);
+        moec_e4m3_decode2(w.x >> 16, &v[2], &v[3]);
+        moec_e4m3_decode2(w.y, &v[4], &v[5]);
+        moec_e4m3_decode2(w.y >> 16, &v[6], &v[7]);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] *= sc;
+    }
+};
+
 /* one value of a = silu(gate) up p from the bf16 gate and up (widened exactly): the bf16 path's arithmetic
  * (moe_fast.cuh swiglu). The one definition the separate quantiser (Swiglu) and the gate_up GEMM's fused
  * epilogue (SwigluQuantEpi) share: products and a quotient only, so no contraction can differ between them. */
@@ -70,19 +110,19 @@ __device__ __forceinline__ float swiglu_a(float g, float u, float p) { return g 
 /* a = silu(gate) up p from h [., 2F] bf16 (gate columns 0 .. F - 1, up F .. 2F - 1) and p [.] fp32:
  * the bf16 path's arithmetic (moe_fast.cuh swiglu). The backward's a colwise copy; the forward's 1 x 128
  * copy is SwigluQuantEpi's since decision 57 (this source gives the same bytes: fp8b_quant.test) */
-template <long long F> struct Swiglu {
-    const unsigned short *h;
+template <long long F, class HS = HBf16<F>> struct Swiglu {
+    HS h;
     const float *p;
     struct Row {
-        const unsigned short *h;
+        int pr;
         float p;
     };
-    __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{h + (long long)pr * 2 * F, p[pr]}; }
+    __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{pr, p[pr]}; }
     __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
     {
         float g[8], u[8];
-        moec::fast::unpack8(*(const uint4 *)(r.h + c), g);
-        moec::fast::unpack8(*(const uint4 *)(r.h + F + c), u);
+        h.load8(r.pr, c, g);
+        h.load8(r.pr, F + c, u);
 #pragma unroll
         for (int i = 0; i < 8; i++)
             v[i] = swiglu_a(g[i], u[i], r.p);
@@ -146,24 +186,23 @@ template <long long F> struct SwigluQuantEpi {
 /* dh [., 2F] = [d up silu'(gate) | d silu(gate)], d = da p, from h [., 2F], da [., F] (bf16) and p: the
  * bf16 path's arithmetic (moe_fast.cuh dswiglu, without the GLU interleave). 8 columns never straddle F
  * (F % 128 == 0). */
-template <long long F> struct Dswiglu {
-    const unsigned short *h, *da;
+template <long long F, class HS = HBf16<F>> struct Dswiglu {
+    HS h;
+    const unsigned short *da;
     const float *p;
     struct Row {
-        const unsigned short *h, *da;
+        int pr;
+        const unsigned short *da;
         float p;
     };
-    __device__ __forceinline__ Row row(int pr, int, const int *) const
-    {
-        return Row{h + (long long)pr * 2 * F, da + (long long)pr * F, p[pr]};
-    }
+    __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{pr, da + (long long)pr * F, p[pr]}; }
     __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
     {
         const bool first = c < F;
         const long long f = first ? c : c - F;
         float g[8], u[8], d_a[8];
-        moec::fast::unpack8(*(const uint4 *)(r.h + f), g);
-        moec::fast::unpack8(*(const uint4 *)(r.h + F + f), u);
+        h.load8(r.pr, f, g);
+        h.load8(r.pr, F + f, u);
         moec::fast::unpack8(*(const uint4 *)(r.da + f), d_a);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -373,17 +412,16 @@ __device__ void quant_weight(unsigned char *q, unsigned char *s, unsigned char *
 
 /* dp [pr] = sum_f da silu(gate) up over the padded rows (f32; double partials, the block's fixed-order
  * tree): the bf16 path's dprobs (moe_fast.cuh dswiglu) without its other outputs. 256 threads. */
-template <int E, long long F>
-__device__ void dprobs(float *dp, const unsigned short *h, const unsigned short *da, const int *ofs)
+template <int E, long long F, class HS = HBf16<F>>
+__device__ void dprobs(float *dp, const HS h, const unsigned short *da, const int *ofs)
 {
     const int total = ofs[E];
     for (int pr = blockIdx.x; pr < total; pr += gridDim.x) {
-        const unsigned short *hr = h + (long long)pr * 2 * F;
         double s = 0.0;
         for (long long f = 8 * threadIdx.x; f < F; f += 8 * blockDim.x) {
             float g[8], u[8], d_a[8];
-            moec::fast::unpack8(*(const uint4 *)(hr + f), g);
-            moec::fast::unpack8(*(const uint4 *)(hr + F + f), u);
+            h.load8(pr, f, g);
+            h.load8(pr, F + f, u);
             moec::fast::unpack8(*(const uint4 *)(da + (long long)pr * F + f), d_a);
             float part = 0.0f;
 #pragma unroll

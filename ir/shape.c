@@ -359,7 +359,8 @@ static int infer_op(IrNode *n, Diag *d)
                         "routing's .probs, which are in expert-major order)", shp(p, b1),
                         (long long)h->shape[0], h->label);
         int64_t sh[2] = {h->shape[0], h->shape[1] / 2};
-        set_shape(n, h->dtype, 2, sh);
+        /* from an e4m3 copy of h (fp8-block's backward recomputes a from it) the output is high precision */
+        set_shape(n, gemm_out(h->dtype), 2, sh);
         return 1;
     }
     case IR_OP_COMBINE: {
@@ -461,6 +462,7 @@ static int infer_op(IrNode *n, Diag *d)
     case IR_OP_SWIGLU_DX:
     case IR_OP_SCALED_SWIGLU_DH:
         copy_shape(n, n->src[1]);
+        n->dtype = gemm_out(n->dtype); /* fp8-block: dh from the e4m3 copy of h is high precision */
         return 1;
     case IR_OP_TOPK_PROBS_DX:
     case IR_OP_AUX_LOSS_DX:

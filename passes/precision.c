@@ -103,6 +103,47 @@ static void quantize_operands(P *p, IrNode *n, int a, int ka, int b, int kb)
         die("precision: %s no longer type-checks", n->name);
 }
 
+/* fp8-block keeps the SwiGLU input h for the backward in E4M3, 1x128 along
+ * its 2F columns (DeepSeek-V3's recipe; decision 64): the backward reads
+ * that copy, never h itself. Its SwiGLU gradient (scaled_swiglu_dh / _dp)
+ * reads the copy, and the SwiGLU output the down projection's weight
+ * gradient needs is recomputed from it (a node of the backward), as the
+ * fused kernels do. The copy is of h rounded to bf16, as the GPU stores it
+ * (so the two backends' codes agree). Returns that recomputation of forward node `s` for
+ * backward node `user`. */
+static IrNode *h_copy(P *p, IrNode *user, IrNode *h)
+{
+    IrNode *hq = quantized(p, user, h, Q_ROW, NULL);
+    ir_set_attr_i(hq, IR_ATTR_FROM_BF16, 1); /* of h as the GPU stores it: the fused kernels' copy */
+    return hq;
+}
+
+static IrNode *recomputed_swiglu(P *p, IrNode *user, IrNode *s)
+{
+    IrNode *hq = h_copy(p, user, s->src[0]);
+    for (int i = 0; i < p->nmemo; i++)
+        if (p->memo[i].src == s && p->memo[i].kind == -1)
+            return p->memo[i].q;
+    IrNode *src[2] = {hq, s->src[1]};
+    IrNode *r = ir_node_new(p->g, IR_OP_SCALED_SWIGLU, 2, src, s->name, "fp8b_recompute", user->loc);
+    r->layer = user->layer;
+    if (!ir_infer_node(r, NULL))
+        die("precision: cannot recompute %s from its fp8-block copy", s->name);
+    ir_graph_move(p->g, r, user->id);
+    p->inserted++;
+    if (p->nmemo == p->capmemo) {
+        p->capmemo = p->capmemo ? 2 * p->capmemo : 64;
+        Memo *m = arena_calloc(p->g->arena, (size_t)p->capmemo, sizeof *m);
+        if (p->nmemo)
+            memcpy(m, p->memo, sizeof *m * (size_t)p->nmemo);
+        p->memo = m;
+    }
+    p->memo[p->nmemo++] = (Memo){s, r, -1};
+    return r;
+}
+
+static int in_backward(const P *p, const IrNode *n) { return p->g->loss && n->id > p->g->loss->id; }
+
 /* fp8-block: x and dy 1x128 along the reduction, each expert's weight in
  * 128x128 tiles (one copy for forward and dgrad), wgrad operands 128x1
  * within each expert group. */
@@ -110,6 +151,13 @@ static void fp8_block_node(P *p, IrNode *n)
 {
     IrGraph *g = p->g;
     switch (n->op) {
+    case IR_OP_SCALED_SWIGLU_DH:
+    case IR_OP_SCALED_SWIGLU_DP:
+        /* (dy, h[, p]): h from its E4M3 copy */
+        n->src[1] = h_copy(p, n, n->src[1]);
+        if (!ir_infer_node(n, NULL))
+            die("precision: %s no longer type-checks", n->name);
+        break;
     case IR_OP_GROUPED_LINEAR: {
         int64_t in = n->src[0]->shape[1], out = n->src[1]->shape[1];
         char why[320];
@@ -124,6 +172,9 @@ static void fp8_block_node(P *p, IrNode *n)
         quantize_operands(p, n, 0, Q_ROW, 1, Q_TILE);
         break;
     case IR_OP_GROUPED_LINEAR_DW:
+        /* the down projection's dW reads the SwiGLU output: recomputed from h's E4M3 copy */
+        if (in_backward(p, n) && n->src[1]->op == IR_OP_SCALED_SWIGLU && !in_backward(p, n->src[1]))
+            n->src[1] = recomputed_swiglu(p, n, n->src[1]);
         quantize_operands(p, n, 0, Q_GROUPED, 1, Q_GROUPED);
         break;
     case IR_OP_LINEAR:
@@ -148,8 +199,10 @@ static void fp8_block_node(P *p, IrNode *n)
     case IR_OP_GROUPED_MLP:
         ir_add_decision_as(g, "precision", n, 1, "FP8-BLOCK", NULL,
                            "in the fused kernels: forward xs and the SwiGLU output 1x128, w_gate_up and w_down in "
-                           "128x128 tiles; backward dy and dh 1x128, the same weight tiles for dgrad, dy, the "
-                           "SwiGLU output, dh and xs 128x1 within each expert group for wgrad");
+                           "128x128 tiles; the SwiGLU input h kept for the backward in E4M3 1x128 (the backward "
+                           "recomputes the SwiGLU output and its gradient from it); backward dy and dh 1x128, the "
+                           "same weight tiles for dgrad, dy, the SwiGLU output, dh and xs 128x1 within each expert "
+                           "group for wgrad");
         break;
     default:
         break;

@@ -262,9 +262,10 @@ if [ "$FP8" = 1 ]; then
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" >"$L/run_plan_fp8.log" 2>&1
   rc=$?
   grep -E "grouped_mlp|SUMMARY|FAIL|fp8b" "$L/run_plan_fp8.log" | head -24
-  # ok also needs the check of a (the gate_up GEMM's fused SwiGLU epilogue, decision 57) to have run: fp8b_glu_diff=
-  row run_plan_fp8 "$([ $rc -eq 0 ] && grep -q 'fp8b_glu_diff=' "$L/run_plan_fp8.log" && echo ok || echo FAIL)" \
-      "$(grep '^SUMMARY' "$L/run_plan_fp8.log" | tail -1 | cut -c1-230)"
+  # ok also needs the check of a (the gate_up GEMM's fused SwiGLU epilogue, decision 57) and of h's E4M3 copy for the
+  # backward (decision 64) to have run: fp8b_glu_diff= and fp8b_hcopy_diff=0
+  row run_plan_fp8 "$([ $rc -eq 0 ] && grep -q 'fp8b_glu_diff=.*fp8b_hcopy_diff=0' "$L/run_plan_fp8.log" && echo ok || echo FAIL)" \
+      "$(grep '^SUMMARY' "$L/run_plan_fp8.log" | tail -1 | cut -c1-250)"
   "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8" --chain >"$L/run_plan_fp8_chain.log" 2>&1
   rc=$?
   grep -E "SUMMARY|FAIL|routing" "$L/run_plan_fp8_chain.log" | head -30

@@ -277,7 +277,8 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
  * scale where its amax straddles 448 2^k; an indexing error (a gate row, a tile, a pass, the scale layout)
  * differs in most codes. Returns 1 (printed) if more than 1e-4 of the codes or blocks differ, or any code by
  * more than one step. */
-static int fp8b_glu_check(const Plan *plan, const IrNode *n, const CUdeviceptr *dptr, long long *diffs)
+static int fp8b_glu_check(const Plan *plan, const IrNode *n, const CUdeviceptr *dptr, long long *diffs,
+                          long long *hcopy_diffs)
 {
     const IrNode *w1 = n->src[1];
     int64_t E = w1->shape[0], F = w1->shape[1] / 2, bytes;
@@ -313,7 +314,35 @@ static int fp8b_glu_check(const Plan *plan, const IrNode *n, const CUdeviceptr *
             }
         }
     }
-    int bad = far > 0 || code_diff * 10000 > codes || block_diff * 10000 > blocks;
+    /* h's E4M3 copy for the backward (decision 64), where the forward keeps one: the tile quantiser on the GPU's
+     * bf16 h, so bit for bit fp8b_quantize of those values (the device conversion is the encoder: e4m3_check.c) */
+    long long hdiff = -1;
+    if (ws_buf(plan, n, "h_e4m3") >= 0) {
+        int64_t hb;
+        unsigned char *hq = ws_get(plan, n, "h_e4m3", dptr, &hb), *hs = ws_get(plan, n, "h_scales", dptr, &hb);
+        float *hv = malloc((size_t)(2 * F * 4));
+        uint8_t *hvq = malloc((size_t)(2 * F)), *hvs = malloc((size_t)(2 * F / 128));
+        hdiff = 0;
+        for (int64_t pr = 0; pr < rows; pr++) {
+            for (int64_t c = 0; c < 2 * F; c++)
+                hv[c] = bf16_to_f32(h[pr * 2 * F + c]);
+            fp8b_quantize(hv, 1, 2 * F, FP8B_ROWWISE, hvq, hvs);
+            for (int64_t c = 0; c < 2 * F; c++)
+                hdiff += hq[pr * 2 * F + c] != hvq[c];
+            for (int64_t kb = 0; kb < 2 * F / 128; kb++)
+                hdiff += hs[moec_fp8_block_sa_index(pr, (int)kb, rcap)] != hvs[kb];
+        }
+        printf("  %-5s %s: h's E4M3 copy for the backward against fp8b_quantize of the GPU's bf16 h: %lld of %lld codes "
+               "and scales differ: %s\n", "", n->name, hdiff, (long long)(rows * (2 * F + 2 * F / 128)),
+               hdiff ? "FAILED" : "ok");
+        *hcopy_diffs += hdiff;
+        free(hq);
+        free(hs);
+        free(hv);
+        free(hvq);
+        free(hvs);
+    }
+    int bad = far > 0 || code_diff * 10000 > codes || block_diff * 10000 > blocks || hdiff > 0;
     printf("  %-5s %s: a (the gate_up GEMM's fused SwiGLU epilogue) 1x128 along F from the GPU's h: %lld of %lld codes "
            "differ (%lld by more than one step), %lld of %lld block scales: %s\n", "", n->name, (long long)code_diff,
            (long long)codes, (long long)far, (long long)block_diff, (long long)blocks, bad ? "FAILED" : "ok");
@@ -499,7 +528,7 @@ int main(int argc, char **argv)
     char *host = NULL;
     size_t host_cap = 0;
     int fast_node = -1;
-    long long mx_quant_diff = 0, glu_diff = 0;
+    long long mx_quant_diff = 0, glu_diff = 0, hcopy_diff = 0;
     int glu_nodes = 0;
     long long route_flips = 0, route_total = 0;
     for (int i = 0; i < g->nnodes; i++) {
@@ -555,7 +584,7 @@ int main(int argc, char **argv)
             bad += d != 0;
         }
         if (!chain && fast_node == i && g->train.precision == IR_PREC_FP8_BLOCK && n->op == IR_OP_GROUPED_MLP) {
-            bad += fp8b_glu_check(plan, n, dptr, &glu_diff);
+            bad += fp8b_glu_check(plan, n, dptr, &glu_diff, &hcopy_diff);
             glu_nodes++;
         }
         if (plan->bufs[i].elided) {
@@ -903,11 +932,11 @@ int main(int argc, char **argv)
     bad += fp8_diff != 0;
     if (fp8_shapes)
         printf("  8-bit weight copies (fp8-block or MXFP8): %d shapes, %d differences\n", fp8_shapes, fp8_diff);
-    char mxs[64] = "";
+    char mxs[96] = "";
     if (g->train.precision == IR_PREC_MXFP8 && plan->source.kernels == PLAN_KERNELS_FAST && !chain)
         snprintf(mxs, sizeof mxs, " mx_quant_diff=%lld", mx_quant_diff);
     if (glu_nodes)
-        snprintf(mxs, sizeof mxs, " fp8b_glu_diff=%lld", glu_diff);
+        snprintf(mxs, sizeof mxs, " fp8b_glu_diff=%lld fp8b_hcopy_diff=%lld", glu_diff, hcopy_diff);
     printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d%s%s %s\n", ncompared,
            nlaunched, bad, worst_fp, worst_fp_name, adam_diff, fp8_shapes ? (fp8_diff ? " fp8b_copy_diff=1" : " fp8b_copy_diff=0") : "",
            mxs, bad ? "FAILED" : "all agree");

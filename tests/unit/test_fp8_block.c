@@ -640,6 +640,23 @@ static void test_gpu_rounding_model(int mx)
     gr_mm(qag, F, 1, q2, F, 1, yg, M, H, F);
     for (int i = 0; i < M * H; i++)
         yg[i] = to_bf16(gr_tc(yg[i]));
+    /* fp8-block keeps h for the backward in E4M3 1x128 along 2F (decision 64): the backward reads that copy (CPU:
+     * of its fp32 h rounded to bf16; GPU: of its bf16 h) for dh, dprobs and the SwiGLU output it recomputes for dw_down; MXFP8 keeps
+     * bf16 h. hb, hgb: the backward's h; ab, agb: its SwiGLU output */
+    float *hb = gr_copy(h, M * 2 * F), *hgb = gr_copy(hg, M * 2 * F), *ab = gr_copy(a, M * F), *agb = gr_copy(ag, M * F);
+    if (!mx) {
+        for (int i = 0; i < M * 2 * F; i++)
+            hb[i] = to_bf16(hb[i]); /* the CPU quantises h rounded to bf16, as the GPU stores it */
+        gr_fq(hb, M, 2 * F, 0, mx);
+        gr_fq(hgb, M, 2 * F, 0, mx);
+        for (int r = 0; r < M; r++)
+            for (int f = 0; f < F; f++) {
+                double g = hb[r * 2 * F + f], u = hb[r * 2 * F + F + f];
+                ab[r * F + f] = (float)(g / (1.0 + exp(-g)) * u * p[r]);
+                float gg = hgb[r * 2 * F + f], ug = hgb[r * 2 * F + F + f];
+                agb[r * F + f] = gg / (1.0f + expf(-gg)) * ug * p[r];
+            }
+    }
     /* backward: da, dh (GPU: from bf16 da and h), dxs, dprobs, the weight gradients on 128x1 operands */
     float *da = malloc(4 * M * F), *dag = malloc(4 * M * F), *dh = malloc(4 * M * 2 * F), *dhg = malloc(4 * M * 2 * F);
     float dp[M], dpg[M];
@@ -649,11 +666,11 @@ static void test_gpu_rounding_model(int mx)
     for (int r = 0; r < M; r++) {
         double sd = 0, sg_ = 0;
         for (int f = 0; f < F; f++) {
-            double g = h[r * 2 * F + f], u = h[r * 2 * F + F + f], sg = 1 / (1 + exp(-g)), d = da[r * F + f] * p[r];
+            double g = hb[r * 2 * F + f], u = hb[r * 2 * F + F + f], sg = 1 / (1 + exp(-g)), d = da[r * F + f] * p[r];
             dh[r * 2 * F + f] = (float)(d * u * sg * (1 + g * (1 - sg)));
             dh[r * 2 * F + F + f] = (float)(d * g * sg);
             sd += da[r * F + f] * g * sg * u;
-            float gg = hg[r * 2 * F + f], ug = hg[r * 2 * F + F + f], sgg = 1.0f / (1.0f + expf(-gg));
+            float gg = hgb[r * 2 * F + f], ug = hgb[r * 2 * F + F + f], sgg = 1.0f / (1.0f + expf(-gg));
             float dd = dag[r * F + f] * p[r];
             dhg[r * 2 * F + f] = dd * ug * (sgg * (1.0f + gg * (1.0f - sgg)));
             dhg[r * 2 * F + F + f] = dd * (gg * sgg);
@@ -670,7 +687,7 @@ static void test_gpu_rounding_model(int mx)
     gr_mm(qdhg, 2 * F, 1, q1t, 1, H, dxg, M, H, 2 * F);
     for (int i = 0; i < M * H; i++)
         dxg[i] = to_bf16(gr_tc(dxg[i]));
-    float *cdy = gr_copy(dy, M * H), *ca = gr_copy(a, M * F), *cag = gr_copy(ag, M * F), *cx = gr_copy(x, M * H);
+    float *cdy = gr_copy(dy, M * H), *ca = gr_copy(ab, M * F), *cag = gr_copy(agb, M * F), *cx = gr_copy(x, M * H);
     float *cdh = gr_copy(dh, M * 2 * F), *cdhg = gr_copy(dhg, M * 2 * F);
     gr_fq(cdy, M, H, 1, mx);
     gr_fq(ca, M, F, 1, mx);
@@ -712,7 +729,7 @@ static void test_gpu_rounding_model(int mx)
     CHECK(gr_norm(yg, y, M * H) > 4 * bound, "K block 0's scale doubled in every row is far outside the bound "
           "(%.2e)", gr_norm(yg, y, M * H));
     float *bufs[] = {x, dy, w1, w2, qx, q1, q2, q1t, q2t, qdy, h, hg, a, ag, qa, qag, y, yg, da, dag, dh, dhg, qdh, qdhg,
-                     dx, dxg, cdy, ca, cag, cx, cdh, cdhg, dw2, dw2g, dw1, dw1g};
+                     dx, dxg, cdy, ca, cag, cx, cdh, cdhg, dw2, dw2g, dw1, dw1g, hb, hgb, ab, agb};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
 }

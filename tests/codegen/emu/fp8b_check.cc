@@ -20,7 +20,9 @@
 //  7. the gate_up GEMM's fused SwiGLU epilogue (GemmFp8MGrouped's GLU, moec::fp8b::SwigluQuantEpi, decision 57)
 //     on the fp32 accumulators, through k_glu_epi (the GEMM's fragment layout, 256 threads a tile), with groups
 //     of 0, 1, 127 and 129 rows: h rounded to nearest even, a's codes and scale codes bit for bit against the
-//     separate quantiser the plans launched before (quant_tiles over Swiglu<F> on that h) and fp8b_quantize.
+//     separate quantiser the plans launched before (quant_tiles over Swiglu<F> on that h) and fp8b_quantize;
+//  8. fp8-block's E4M3 copy of h for the backward (decision 64): its codes and scales against fp8b_quantize, and the
+//     backward's quantisers and dprobs reading it bit for bit what they give on h's dequantised values in bf16.
 // Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and
 // per-row magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
 #include <math.h>
@@ -232,6 +234,77 @@ int main(void)
             sa_ += fabs(t);
         }
         check(fabs(dp[(size_t)pr] - s) <= 1e-5 * sa_ + 1e-30 || (isnan(s) && isnan(dp[(size_t)pr])), "dprobs", pr);
+    }
+
+    /* 8: fp8-block's E4M3 copy of h for the backward (decision 64): k_rows_h quantises the bf16 h 1x128 along 2F,
+     * bit for bit fp8b_quantize of h's values; the backward's sources reading that copy (HE4m3: codes times the
+     * block's power of two) give bit for bit what the bf16 sources give on h's dequantised values, which bf16
+     * holds exactly: dh's rowwise and colwise codes and scales, a's colwise ones, dprobs */
+    {
+        const long long C = 2 * F;
+        std::vector<unsigned char> hq((size_t)(RCAP * C), 0xAB), hs((size_t)(C / 128 * RCAP), 0xAB);
+        void *a8[] = {hq.data(), hs.data(), h.data(), ofs.data()};
+        emu_launch("k_rows_h", 3, 256, a8);
+        std::vector<float> hv((size_t)(total * C));
+        for (size_t i = 0; i < hv.size(); i++)
+            hv[i] = bf2f(h[i]);
+        std::vector<unsigned char> vq((size_t)(total * C)), vs((size_t)(total * C / 128));
+        fp8b_quantize(hv.data(), total, C, FP8B_ROWWISE, vq.data(), vs.data());
+        for (long long pr = 0; pr < total; pr++) {
+            for (long long c = 0; c < C; c++)
+                check(hq[(size_t)(pr * C + c)] == vq[(size_t)(pr * C + c)], "h copy code", pr * C + c);
+            for (int kb = 0; kb < C / 128; kb++)
+                check(hs[(size_t)moec_fp8_block_sa_index(pr, kb, RCAP)] == vs[(size_t)(pr * (C / 128) + kb)],
+                      "h copy scale", pr);
+        }
+        std::vector<unsigned short> hd((size_t)(RCAP * C), 0);
+        fp8b_fake_quant(hv.data(), total, C, FP8B_ROWWISE);
+        for (size_t i = 0; i < hv.size(); i++) {
+            check((fbits(hv[i]) & 0xFFFFu) == 0, "h copy's values exact in bf16", (long long)i);
+            hd[i] = (unsigned short)(fbits(hv[i]) >> 16);
+        }
+        struct {
+            const char *bf, *q, *name;
+            long long C;
+            int cols;
+        } cs8[3] = {{"k_rows_dh", "k_rows_dh_q", "dh rowwise from the h copy", 2 * F, 0},
+                    {"k_cols_dh", "k_cols_dh_q", "dh colwise from the h copy", 2 * F, 1},
+                    {"k_cols_a", "k_cols_a_q", "a colwise from the h copy", F, 1}};
+        for (auto &k : cs8) {
+            size_t nq = (size_t)(RCAP * k.C), ns = k.cols ? (size_t)(TS * k.C) : (size_t)(k.C / 128 * RCAP);
+            std::vector<unsigned char> q1(nq, 0xAB), s1(ns, 0xAB), q2(nq, 0xCD), s2(ns, 0xCD);
+            if (k.C == F) {
+                void *b1[] = {q1.data(), s1.data(), hd.data(), pp.data(), ofs.data()};
+                void *b2[] = {q2.data(), s2.data(), hq.data(), hs.data(), pp.data(), ofs.data()};
+                emu_launch(k.bf, 2, 256, b1);
+                emu_launch(k.q, 2, 256, b2);
+            } else {
+                void *b1[] = {q1.data(), s1.data(), hd.data(), da.data(), pp.data(), ofs.data()};
+                void *b2[] = {q2.data(), s2.data(), hq.data(), hs.data(), da.data(), pp.data(), ofs.data()};
+                emu_launch(k.bf, 3, 256, b1);
+                emu_launch(k.q, 3, 256, b2);
+            }
+            long long diff = 0;
+            for (long long pr = 0; pr < total; pr++)
+                for (long long c = 0; c < k.C; c++) {
+                    size_t i = k.cols ? (size_t)(c * RCAP + pr) : (size_t)(pr * k.C + c);
+                    diff += q1[i] != q2[i];
+                }
+            for (long long pr = 0; pr < total; pr++)
+                for (long long c = 0; c < (k.cols ? k.C : k.C / 128); c++) {
+                    size_t i = k.cols ? (pr % 128 ? (size_t)-1 : (size_t)moec_fp8_kgrouped_s_index(pr, c, k.C))
+                                      : (size_t)moec_fp8_block_sa_index(pr, (int)c, RCAP);
+                    if (i != (size_t)-1)
+                        diff += s1[i] != s2[i];
+                }
+            check(diff == 0, k.name, diff);
+        }
+        std::vector<float> d1((size_t)RCAP, -1.0f), d2((size_t)RCAP, -2.0f);
+        void *b1[] = {d1.data(), hd.data(), da.data(), ofs.data()};
+        void *b2[] = {d2.data(), hq.data(), hs.data(), da.data(), ofs.data()};
+        emu_launch("k_dprobs", 3, 256, b1);
+        emu_launch("k_dprobs_q", 3, 256, b2);
+        check(memcmp(d1.data(), d2.data(), (size_t)total * 4) == 0, "dprobs from the h copy", 0);
     }
 
     /* 4: the weight [2, 256, 384] in tiles, and its transposed copy */

@@ -79,7 +79,36 @@ K256 k_cols_dh(unsigned char *ct, unsigned char *cts, const unsigned short *h, c
 }
 K256 k_dprobs(float *dp, const unsigned short *h, const unsigned short *da, const int *ofs)
 {
-    moec::fp8b::dprobs<E, F>(dp, h, da, ofs);
+    moec::fp8b::dprobs<E, F>(dp, moec::fp8b::HBf16<F>{h}, da, ofs);
+}
+// fp8-block's E4M3 copy of h for the backward (decision 64): made from the bf16 h, read by the backward's sources
+K256 k_rows_h(unsigned char *q, unsigned char *sa, const unsigned short *h, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, 2 * F>(q, sa, RCAP, nullptr, nullptr, moec::fp8b::Bf16Rows<2 * F>{h}, nullptr, nullptr,
+                                      ofs);
+}
+using HQ = moec::fp8b::HE4m3<F>;
+K256 k_rows_dh_q(unsigned char *q, unsigned char *sa, const unsigned char *hq, const unsigned char *hs,
+                 const unsigned short *da, const float *pp, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, 2 * F>(q, sa, RCAP, nullptr, nullptr, moec::fp8b::Dswiglu<F, HQ>{{hq, hs, RCAP}, da, pp},
+                                      nullptr, nullptr, ofs);
+}
+K256 k_cols_dh_q(unsigned char *ct, unsigned char *cts, const unsigned char *hq, const unsigned char *hs,
+                 const unsigned short *da, const float *pp, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, 2 * F>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::Dswiglu<F, HQ>{{hq, hs, RCAP}, da, pp},
+                                      nullptr, nullptr, ofs);
+}
+K256 k_cols_a_q(unsigned char *ct, unsigned char *cts, const unsigned char *hq, const unsigned char *hs, const float *pp,
+                const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, F>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::Swiglu<F, HQ>{{hq, hs, RCAP}, pp}, nullptr,
+                                  nullptr, ofs);
+}
+K256 k_dprobs_q(float *dp, const unsigned char *hq, const unsigned char *hs, const unsigned short *da, const int *ofs)
+{
+    moec::fp8b::dprobs<E, F>(dp, HQ{hq, hs, RCAP}, da, ofs);
 }
 K512 k_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st, const float *w)
 {
