@@ -1268,7 +1268,10 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     int64_t H = f.H, F = f.F, E = f.E, rc = f.rcap;
     f.ofs = fwd_ws(cg, &f, bwd, PLAN_I32, 2 * E + 2, "fast_offsets");
     int pp = fwd_ws(cg, &f, bwd, PLAN_F32, rc, "probs_padded");
-    int hp = fwd_ws(cg, &f, bwd, PLAN_BF16, rc * 2 * F, "h_padded");
+    /* h in bf16 for the forward only; the backward reads its MXFP8 copy, 1x32 along 2F (decision 64) */
+    int hp = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "h_padded");
+    int hq = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, rc * 2 * F, "h_e4m3") : -1;
+    int hsa = bwd ? cg_ws_kept(cg, n, bwd, PLAN_E4M3, mx_scales(&f, 2 * F), "h_scales") : -1;
     int xq = cg_ws(cg, n, PLAN_E4M3, rc * H, "xs_e4m3"), xsa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, H), "xs_scales");
     int aq = cg_ws(cg, n, PLAN_E4M3, rc * F, "a_e4m3"), asa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, F), "a_scales");
     int w1c = mx_copy(cg, w1), w2c = mx_copy(cg, w2);
@@ -1280,7 +1283,7 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 5 + (comb == NULL);
+    f.steps = 5 + (comb == NULL) + (bwd != NULL);
 
     emit_offsets(cg, &f, sp);
 
@@ -1301,13 +1304,19 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     mx_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xw" : "nullptr", "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
 
     emit_fp8_gemm(cg, &f, "fast_gate_up",
-                  bwd ? "h = xs w_gate_up^T per group (FP8 grouped GEMM, MXFP8: 1x32 scales, promotion every 32; "
-                        "bf16 out; h kept for the backward)"
-                      : "h = xs w_gate_up^T per group (FP8 grouped GEMM, MXFP8: 1x32 scales, promotion every 32; "
-                        "bf16 out)",
+                  "h = xs w_gate_up^T per group (FP8 grouped GEMM, MXFP8: 1x32 scales, promotion every 32; bf16 out)",
                   xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
 
     emit_swiglu_quant(cg, &f, aq, asa, hp, pp);
+    if (bwd) {
+        fast_begin(cg, &f, "mx_h_copy", "h's copy for the backward: quantised 1x32 along 2F (E4M3 and E8M0 scales, "
+                                        "from the bf16 h; decision 64)");
+        cg_param(cg, hq, 1, "q");
+        cg_param(cg, hsa, 1, "sa");
+        cg_param(cg, hp, 0, "hp");
+        cg_param(cg, f.ofs, 0, "ofs");
+        mx_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "nullptr", "moec::fp8b::Bf16Rows<2 * F>{hp}", "nullptr, nullptr");
+    }
 
     emit_fp8_gemm(cg, &f, "fast_down", "y = a w_down^T per group (FP8 grouped GEMM, MXFP8; bf16 out)", aq, asa, w2c, c2.q,
                   w2c, c2.s, yp, H, F);
@@ -1329,9 +1338,9 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     }
     int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
     f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
-    int pp = cg_find_ws(cg, fwd, "probs_padded"), hp = cg_find_ws(cg, fwd, "h_padded");
+    int pp = cg_find_ws(cg, fwd, "probs_padded"), hq = cg_find_ws(cg, fwd, "h_e4m3"), hsa = cg_find_ws(cg, fwd, "h_scales");
     int xw = cg_find_ws(cg, fwd, "xs_colwise_bf16");
-    if (f.ofs < 0 || pp < 0 || hp < 0 || xw < 0)
+    if (f.ofs < 0 || pp < 0 || hq < 0 || hsa < 0 || xw < 0)
         die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
     int w1c = mx_copy(cg, w1), w2c = mx_copy(cg, w2);
     PlanFp8Copy c1, c2;
@@ -1361,33 +1370,40 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM, MXFP8, on w_down^T quantised 1x32 "
                                      "along H; bf16 out)", dyq, dysa, w2c, c2.qt, w2c, c2.st, dap, F, H);
 
-    fast_begin(cg, &f, "mx_dswiglu", "dh = dSwiGLU(da probs) quantised 1x32 along 2F (E4M3 and scales), and 32x1 "
-                                     "within each group dequantised to bf16 for dw_gate_up");
+    /* h from its MXFP8 copy (decision 64) */
+    fast_begin(cg, &f, "mx_dswiglu", "dh = dSwiGLU(da probs) from h's MXFP8 copy, quantised 1x32 along 2F (E4M3 and "
+                                     "scales), and 32x1 within each group dequantised to bf16 for dw_gate_up");
     cg_param(cg, dhq, 1, "q");
     cg_param(cg, dhsa, 1, "sa");
     cg_param(cg, dhw, 1, "dhw");
-    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    mx_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhw", "moec::fp8b::Dswiglu<F>{hp, dap, pp}", "nullptr, nullptr");
+    mx_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhw",
+                 "moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp}", "nullptr, nullptr");
 
-    fast_begin(cg, &f, "mx_dprobs", "dprobs = sum da silu(gate) up per row (fixed order)");
+    fast_begin(cg, &f, "mx_dprobs", "dprobs = sum da silu(gate) up per row from h's MXFP8 copy (fixed order)");
     cg_param(cg, dpp, 1, "dpp");
-    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, f.ofs, 0, "ofs");
+    cg_i64(cg, f.rcap, "rcap");
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HBf16<F>{hp}, dap, ofs);");
+    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HMx<F>{hq, hsa, rcap}, dap, ofs);");
     cg_end(cg, CG_BLOCK, row_grid(rc));
 
-    fast_begin(cg, &f, "mx_a_colwise", "a = silu(gate) up probs (recomputed from h) quantised 32x1 within each "
-                                       "expert group, dequantised to bf16, for dw_down");
+    fast_begin(cg, &f, "mx_a_colwise", "a = silu(gate) up probs (recomputed from h's MXFP8 copy) quantised 32x1 within "
+                                       "each expert group, dequantised to bf16, for dw_down");
     cg_param(cg, aw, 1, "aw");
-    cg_param(cg, hp, 0, "hp");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
-    mx_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "aw", "moec::fp8b::Swiglu<F>{hp, pp}", "nullptr, nullptr");
+    mx_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "aw",
+                 "moec::fp8b::Swiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM, MXFP8, on w_gate_up^T "
                                       "quantised 1x32 along 2F; bf16 out)", dhq, dhsa, w1c, c1.qt, w1c, c1.st, dxp, H, 2 * F);

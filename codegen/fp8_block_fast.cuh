@@ -102,6 +102,26 @@ template <long long F> struct HE4m3 {
     }
 };
 
+/* MXFP8's copy kept for the backward (decision 64): codes q [rcap, 2F] and 1 x 32 E8M0 scale codes s at
+ * moec_mxfp8_sa_index (pr, c / 32, rcap), as mx8::quant_tiles over Bf16Rows<2F> wrote them; the 8 values of a
+ * load share one block (c % 8 == 0) */
+template <long long F> struct HMx {
+    const unsigned char *q, *s;
+    long long rcap;
+    __device__ __forceinline__ void load8(int pr, long long c, float (&v)[8]) const
+    {
+        const uint2 w = *(const uint2 *)(q + (long long)pr * 2 * F + c);
+        const float sc = moec_mx_pow2((int)s[moec_mxfp8_sa_index(pr, (int)(c / 32), rcap)] - 127);
+        moec_e4m3_decode2(w.x, &v[0], &v[1]);
+        moec_e4m3_decode2(w.x >> 16, &v[2], &v[3]);
+        moec_e4m3_decode2(w.y, &v[4], &v[5]);
+        moec_e4m3_decode2(w.y >> 16, &v[6], &v[7]);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] *= sc;
+    }
+};
+
 /* one value of a = silu(gate) up p from the bf16 gate and up (widened exactly): the bf16 path's arithmetic
  * (moe_fast.cuh swiglu). The one definition the separate quantiser (Swiglu) and the gate_up GEMM's fused
  * epilogue (SwigluQuantEpi) share: products and a quotient only, so no contraction can differ between them. */

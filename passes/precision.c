@@ -103,9 +103,9 @@ static void quantize_operands(P *p, IrNode *n, int a, int ka, int b, int kb)
         die("precision: %s no longer type-checks", n->name);
 }
 
-/* fp8-block keeps the SwiGLU input h for the backward in E4M3, 1x128 along
- * its 2F columns (DeepSeek-V3's recipe; decision 64): the backward reads
- * that copy, never h itself. Its SwiGLU gradient (scaled_swiglu_dh / _dp)
+/* Both 8-bit recipes keep the SwiGLU input h for the backward in E4M3
+ * along its 2F columns (1x128 fp8-block, 1x32 MXFP8; DeepSeek-V3's recipe,
+ * decision 64): the backward reads that copy, never h itself. Its SwiGLU gradient (scaled_swiglu_dh / _dp)
  * reads the copy, and the SwiGLU output the down projection's weight
  * gradient needs is recomputed from it (a node of the backward), as the
  * fused kernels do. The copy is of h rounded to bf16, as the GPU stores it
@@ -125,7 +125,8 @@ static IrNode *recomputed_swiglu(P *p, IrNode *user, IrNode *s)
         if (p->memo[i].src == s && p->memo[i].kind == -1)
             return p->memo[i].q;
     IrNode *src[2] = {hq, s->src[1]};
-    IrNode *r = ir_node_new(p->g, IR_OP_SCALED_SWIGLU, 2, src, s->name, "fp8b_recompute", user->loc);
+    IrNode *r = ir_node_new(p->g, IR_OP_SCALED_SWIGLU, 2, src, s->name, p->fp8b ? "fp8b_recompute" : "mxfp8_recompute",
+                            user->loc);
     r->layer = user->layer;
     if (!ir_infer_node(r, NULL))
         die("precision: cannot recompute %s from its fp8-block copy", s->name);
@@ -144,6 +145,31 @@ static IrNode *recomputed_swiglu(P *p, IrNode *user, IrNode *s)
 
 static int in_backward(const P *p, const IrNode *n) { return p->g->loss && n->id > p->g->loss->id; }
 
+/* The SwiGLU's backward nodes read h's copy, and the down projection's dW the SwiGLU output recomputed from it
+ * (both recipes; MXFP8 where h's width 2F is a multiple of its block, 32). Returns 1 if n was such a node. */
+static int swiglu_from_copy(P *p, IrNode *n)
+{
+    switch (n->op) {
+    case IR_OP_SCALED_SWIGLU_DH:
+    case IR_OP_SCALED_SWIGLU_DP:
+        /* (dy, h[, p]): h from its E4M3 copy */
+        if (p->fp8b || n->src[1]->shape[1] % 32 == 0) {
+            n->src[1] = h_copy(p, n, n->src[1]);
+            if (!ir_infer_node(n, NULL))
+                die("precision: %s no longer type-checks", n->name);
+        }
+        return 1;
+    case IR_OP_GROUPED_LINEAR_DW:
+        /* the down projection's dW reads the SwiGLU output: recomputed from h's copy */
+        if (in_backward(p, n) && n->src[1]->op == IR_OP_SCALED_SWIGLU && !in_backward(p, n->src[1]) &&
+            (p->fp8b || n->src[1]->src[0]->shape[1] % 32 == 0))
+            n->src[1] = recomputed_swiglu(p, n, n->src[1]);
+        return 0; /* the caller quantizes its operands */
+    default:
+        return 0;
+    }
+}
+
 /* fp8-block: x and dy 1x128 along the reduction, each expert's weight in
  * 128x128 tiles (one copy for forward and dgrad), wgrad operands 128x1
  * within each expert group. */
@@ -151,13 +177,6 @@ static void fp8_block_node(P *p, IrNode *n)
 {
     IrGraph *g = p->g;
     switch (n->op) {
-    case IR_OP_SCALED_SWIGLU_DH:
-    case IR_OP_SCALED_SWIGLU_DP:
-        /* (dy, h[, p]): h from its E4M3 copy */
-        n->src[1] = h_copy(p, n, n->src[1]);
-        if (!ir_infer_node(n, NULL))
-            die("precision: %s no longer type-checks", n->name);
-        break;
     case IR_OP_GROUPED_LINEAR: {
         int64_t in = n->src[0]->shape[1], out = n->src[1]->shape[1];
         char why[320];
@@ -172,9 +191,6 @@ static void fp8_block_node(P *p, IrNode *n)
         quantize_operands(p, n, 0, Q_ROW, 1, Q_TILE);
         break;
     case IR_OP_GROUPED_LINEAR_DW:
-        /* the down projection's dW reads the SwiGLU output: recomputed from h's E4M3 copy */
-        if (in_backward(p, n) && n->src[1]->op == IR_OP_SCALED_SWIGLU && !in_backward(p, n->src[1]))
-            n->src[1] = recomputed_swiglu(p, n, n->src[1]);
         quantize_operands(p, n, 0, Q_GROUPED, 1, Q_GROUPED);
         break;
     case IR_OP_LINEAR:
@@ -218,6 +234,10 @@ int pass_precision(IrGraph *g, PassCtx *ctx)
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         p.inserted = 0;
+        if (swiglu_from_copy(&p, n)) {
+            i += p.inserted;
+            continue;
+        }
         if (p.fp8b) {
             fp8_block_node(&p, n);
             i += p.inserted;
@@ -251,8 +271,10 @@ int pass_precision(IrGraph *g, PassCtx *ctx)
         case IR_OP_GROUPED_MLP:
             ir_add_decision_as(g, "precision", n, 1, "MXFP8", NULL,
                                "in the fused kernels: forward xs, w_gate_up, w_down and the SwiGLU output "
-                               "rowwise; backward dy rowwise and grouped colwise, w_down and w_gate_up colwise, "
-                               "the SwiGLU output, dh and xs grouped colwise, dh rowwise");
+                               "rowwise; the SwiGLU input h kept for the backward in MXFP8 rowwise (the backward "
+                               "recomputes the SwiGLU output and its gradient from it); backward dy rowwise and "
+                               "grouped colwise, w_down and w_gate_up colwise, the SwiGLU output, dh and xs grouped "
+                               "colwise, dh rowwise");
             break;
         default:
             break;

@@ -258,9 +258,34 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
         free(vs);
         free(copy);
     }
-    printf("  %-5s %s: mxfp8 quantised operands (%s 1x32 codes and scales, its 32x1 bf16 copy, the weights %s): "
+    /* the forward's copy of h for the backward (decision 64): the tile quantiser on the GPU's bf16 h, so bit for bit
+     * mxfp8_quantize of those values */
+    if (fwd && ws_buf(plan, n, "h_e4m3") >= 0) {
+        int64_t hb;
+        unsigned short *h = ws_get(plan, n, "h_padded", dptr, &hb);
+        unsigned char *hq = ws_get(plan, n, "h_e4m3", dptr, &hb), *hs = ws_get(plan, n, "h_scales", dptr, &hb);
+        float *hv = malloc((size_t)(2 * F * 4));
+        uint8_t *hvq = malloc((size_t)(2 * F)), *hvs = malloc((size_t)(2 * F / 32));
+        for (int64_t pr = 0; pr < ofs[E]; pr++) {
+            for (int64_t c = 0; c < 2 * F; c++)
+                hv[c] = bf16_to_f32(h[pr * 2 * F + c]);
+            mxfp8_quantize(hv, 1, 2 * F, MXFP8_ROWWISE, MXFP8_SCALE_TE, hvq, hvs);
+            for (int64_t c = 0; c < 2 * F; c++, checks++)
+                diff += hq[pr * 2 * F + c] != hvq[c];
+            for (int64_t kb = 0; kb < 2 * F / 32; kb++, checks++)
+                diff += hs[moec_mxfp8_sa_index(pr, (int)kb, rcap)] != hvs[kb];
+        }
+        free(h);
+        free(hq);
+        free(hs);
+        free(hv);
+        free(hvq);
+        free(hvs);
+    }
+    printf("  %-5s %s: mxfp8 quantised operands (%s 1x32 codes and scales, its 32x1 bf16 copy, the weights %s%s): "
            "%lld of %lld differ from runtime/cpu/mxfp8.c\n", "", n->name, fwd ? "xs" : "dy",
-           fwd ? "1x32 along K" : "32x1 along N (W^T)", (long long)diff, (long long)checks);
+           fwd ? "1x32 along K" : "32x1 along N (W^T)", fwd ? "; h's copy for the backward, of the GPU's bf16 h" : "",
+           (long long)diff, (long long)checks);
     (void)R, (void)F;
     free(ofs);
     free(q);

@@ -640,11 +640,11 @@ static void test_gpu_rounding_model(int mx)
     gr_mm(qag, F, 1, q2, F, 1, yg, M, H, F);
     for (int i = 0; i < M * H; i++)
         yg[i] = to_bf16(gr_tc(yg[i]));
-    /* fp8-block keeps h for the backward in E4M3 1x128 along 2F (decision 64): the backward reads that copy (CPU:
-     * of its fp32 h rounded to bf16; GPU: of its bf16 h) for dh, dprobs and the SwiGLU output it recomputes for dw_down; MXFP8 keeps
-     * bf16 h. hb, hgb: the backward's h; ab, agb: its SwiGLU output */
+    /* both recipes keep h for the backward in E4M3 along 2F (1x128; MXFP8 1x32; decision 64): the backward reads
+     * that copy (CPU: of its fp32 h rounded to bf16; GPU: of its bf16 h) for dh, dprobs and the SwiGLU output it
+     * recomputes for dw_down. hb, hgb: the backward's h; ab, agb: its SwiGLU output */
     float *hb = gr_copy(h, M * 2 * F), *hgb = gr_copy(hg, M * 2 * F), *ab = gr_copy(a, M * F), *agb = gr_copy(ag, M * F);
-    if (!mx) {
+    {
         for (int i = 0; i < M * 2 * F; i++)
             hb[i] = to_bf16(hb[i]); /* the CPU quantises h rounded to bf16, as the GPU stores it */
         gr_fq(hb, M, 2 * F, 0, mx);

@@ -17,7 +17,9 @@
 //  6. the optimizer writing the MXFP8 copy (moec_adamw_mx8_4x256x256 as generated for tests/gpu/fast_mlp_fp8.moe at
 //     mxfp8): w, m, v bit for bit against moec_adamw's on the same inputs, with the arrays 16-byte aligned and 4
 //     bytes off; the copy (plan.h PlanFp8Copy with mx: q, qt, s, st) equal to moec_mx8_copy's of the new w and
-//     to mxfp8_quantize(ROWWISE) and (COLWISE) of each expert's new W.
+//     to mxfp8_quantize(ROWWISE) and (COLWISE) of each expert's new W;
+//  7. MXFP8's copy of h for the backward (decision 64): codes and scales against mxfp8_quantize of the bf16 h, and the
+//     backward's quantisers and dprobs reading it bit for bit what they give on h's dequantised values in bf16.
 // Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and per-row
 // magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
 #include <math.h>
@@ -213,6 +215,63 @@ int main(void)
         void *ad[] = {dq.data(), dsa.data(), dw.data(), h.data(), da.data(), pp.data(), ofs.data()};
         emu_launch("k_both_dh", 3, 256, ad);
         check_tiles("dh", dhv, total, 2 * F, dq, dsa, dw);
+    }
+
+    /* 7: MXFP8's copy of h for the backward (decision 64): k_rows_h quantises the bf16 h 1x32 along 2F, bit for
+     * bit mxfp8_quantize of h's values; the backward's sources reading the copy (HMx) give bit for bit what the
+     * bf16 sources give on h's dequantised values, which bf16 holds exactly: dh's codes, scales and colwise bf16,
+     * a's colwise bf16, dprobs */
+    {
+        const long long C = 2 * F;
+        std::vector<unsigned char> hq((size_t)(RCAP * C), 0xAB), hs((size_t)(C / 32 * RCAP), 0xAB);
+        void *a7[] = {hq.data(), hs.data(), h.data(), ofs.data()};
+        emu_launch("k_rows_h", 3, 256, a7);
+        std::vector<float> hv((size_t)(total * C));
+        for (size_t i = 0; i < hv.size(); i++)
+            hv[i] = bf2f(h[i]);
+        std::vector<unsigned char> vq((size_t)(total * C)), vs((size_t)(total * C / 32));
+        mxfp8_quantize(hv.data(), total, C, MXFP8_ROWWISE, MXFP8_SCALE_TE, vq.data(), vs.data());
+        for (long long pr = 0; pr < total; pr++) {
+            for (long long c = 0; c < C; c++)
+                check(hq[(size_t)(pr * C + c)] == vq[(size_t)(pr * C + c)], "h copy code", pr * C + c);
+            for (int kb = 0; kb < C / 32; kb++)
+                check(hs[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)] == vs[(size_t)(pr * (C / 32) + kb)], "h copy scale",
+                      pr);
+        }
+        std::vector<unsigned short> hd((size_t)(RCAP * C), 0);
+        mxfp8_fake_quant(hv.data(), total, C, MXFP8_ROWWISE, MXFP8_SCALE_TE);
+        for (size_t i = 0; i < hv.size(); i++) {
+            check((fbits(hv[i]) & 0xFFFFu) == 0, "h copy's values exact in bf16", (long long)i);
+            hd[i] = (unsigned short)(fbits(hv[i]) >> 16);
+        }
+        const size_t nq = (size_t)(RCAP * C), ns = (size_t)(C / 32 * RCAP);
+        std::vector<unsigned char> q1(nq, 0xAB), s1(ns, 0xAB), q2(nq, 0xCD), s2(ns, 0xCD);
+        std::vector<unsigned short> w1(nq, 0xABAB), w2(nq, 0xCDCD);
+        void *b1[] = {q1.data(), s1.data(), w1.data(), hd.data(), da.data(), pp.data(), ofs.data()};
+        void *b2[] = {q2.data(), s2.data(), w2.data(), hq.data(), hs.data(), da.data(), pp.data(), ofs.data()};
+        emu_launch("k_both_dh", 3, 256, b1);
+        emu_launch("k_both_dh_q", 3, 256, b2);
+        long long diff = 0;
+        for (long long pr = 0; pr < total; pr++) {
+            for (long long c = 0; c < C; c++)
+                diff += q1[(size_t)(pr * C + c)] != q2[(size_t)(pr * C + c)] ||
+                        w1[(size_t)(pr * C + c)] != w2[(size_t)(pr * C + c)];
+            for (int kb = 0; kb < C / 32; kb++)
+                diff += s1[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)] != s2[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)];
+        }
+        check(diff == 0, "dh (rowwise codes, scales, colwise bf16) from the h copy", diff);
+        std::vector<unsigned short> c1((size_t)(RCAP * F), 0xABAB), c2((size_t)(RCAP * F), 0xCDCD);
+        void *e1[] = {c1.data(), hd.data(), pp.data(), ofs.data()};
+        void *e2[] = {c2.data(), hq.data(), hs.data(), pp.data(), ofs.data()};
+        emu_launch("k_cols_a", 2, 256, e1);
+        emu_launch("k_cols_a_q", 2, 256, e2);
+        check(memcmp(c1.data(), c2.data(), (size_t)(total * F) * 2) == 0, "a colwise from the h copy", 0);
+        std::vector<float> d1((size_t)RCAP, -1.0f), d2((size_t)RCAP, -2.0f);
+        void *f1[] = {d1.data(), hd.data(), da.data(), ofs.data()};
+        void *f2[] = {d2.data(), hq.data(), hs.data(), da.data(), ofs.data()};
+        emu_launch("k_dprobs", 3, 256, f1);
+        emu_launch("k_dprobs_q", 3, 256, f2);
+        check(memcmp(d1.data(), d2.data(), (size_t)total * 4) == 0, "dprobs from the h copy", 0);
     }
 
     /* 4: the weight [2, 256, 384]: 1x32 along K, and W^T 1x32 along N */

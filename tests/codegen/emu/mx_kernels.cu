@@ -65,6 +65,35 @@ K256 k_both_dh(unsigned char *q, unsigned char *sa, unsigned short *cw, const un
 {
     moec::mx8::quant_tiles<E, 2 * F>(q, sa, RCAP, cw, moec::fp8b::Dswiglu<F>{h, da, pp}, nullptr, nullptr, ofs);
 }
+// MXFP8's copy of h for the backward (decision 64): made from the bf16 h, read by the backward's sources (HMx)
+K256 k_rows_h(unsigned char *q, unsigned char *sa, const unsigned short *h, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, 2 * F>(q, sa, RCAP, nullptr, moec::fp8b::Bf16Rows<2 * F>{h}, nullptr, nullptr, ofs);
+}
+using HQ = moec::fp8b::HMx<F>;
+K256 k_both_dh_q(unsigned char *q, unsigned char *sa, unsigned short *cw, const unsigned char *hq,
+                 const unsigned char *hs, const unsigned short *da, const float *pp, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, 2 * F>(q, sa, RCAP, cw, moec::fp8b::Dswiglu<F, HQ>{{hq, hs, RCAP}, da, pp}, nullptr,
+                                     nullptr, ofs);
+}
+K256 k_cols_a_q(unsigned short *cw, const unsigned char *hq, const unsigned char *hs, const float *pp, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::Swiglu<F, HQ>{{hq, hs, RCAP}, pp}, nullptr,
+                                 nullptr, ofs);
+}
+K256 k_cols_a(unsigned short *cw, const unsigned short *h, const float *pp, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
+}
+K256 k_dprobs(float *dp, const unsigned short *h, const unsigned short *da, const int *ofs)
+{
+    moec::fp8b::dprobs<E, F>(dp, moec::fp8b::HBf16<F>{h}, da, ofs);
+}
+K256 k_dprobs_q(float *dp, const unsigned char *hq, const unsigned char *hs, const unsigned short *da, const int *ofs)
+{
+    moec::fp8b::dprobs<E, F>(dp, HQ{hq, hs, RCAP}, da, ofs);
+}
 K256 k_weight_rows(unsigned char *q, unsigned char *s, const float *w) { moec::mx8::weight_rows<2, 256, 384>(q, s, w); }
 K256 k_weight_cols(unsigned char *qt, unsigned char *st, const float *w)
 {
