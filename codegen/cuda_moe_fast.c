@@ -390,8 +390,6 @@ int cg_fast_reads_through(Cg *cg, const IrNode *d)
             users++;
             if (u->is_output)
                 return 0;
-            if (is_fp8b(u) || is_mx(u))
-                return 0; /* the fp8-block and MXFP8 quantisers read the dispatch's fp32 rows */
             if (u->op == IR_OP_GROUPED_MLP && s == 0 && cuda_fast_mlp_ok(u, why, sizeof why) && fast_backward_of(cg, u))
                 continue;
             if (u->op == IR_OP_GROUPED_MLP_BWD && (s == 0 || s == 1) && cuda_fast_mlp_ok(u, why, sizeof why)) {
@@ -998,6 +996,22 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     cg->fp8b_used = 1;
 }
 
+/* fp8-block and MXFP8 reading a dispatch through (cg_fast_reads_through): tok [R] <- the token of each
+ * expert-major row, the inverse of the dispatch plan rp [T, KS], for the quantisers' GraphRows (their tiles go
+ * row by row within each group, so they need the row's token, not the token's rows) */
+static void emit_tokens(Cg *cg, Fast *f, int tok, const IrNode *rp)
+{
+    fast_begin(cg, f, "fast_tokens", "the token of each expert-major row (the dispatch plan inverted), so the "
+                                     "quantisers read the token rows through the dispatch, which launches nothing");
+    cg_param(cg, tok, 1, "tok");
+    cg_in(cg, rp, "plan");
+    cg_param(cg, f->ofs, 0, "ofs");
+    cg_i64(cg, cg_lead(rp), "T");
+    fast_consts(cg, f);
+    cg_line(cg, "moec::fp8b::token_of_rows<E, %lld>(tok, plan, ofs, T);", (long long)cg_last(rp));
+    cg_end(cg, CG_BLOCK, cg_grid(cg_lead(rp) * cg_last(rp), CG_BLOCK));
+}
+
 /* the scale codes of a transposed 128x1-quantised operand [C, rcap]: [rcap / 128][C] */
 static int64_t fp8b_tscales(const Fast *f, int64_t C) { return (f->rcap + 127) / 128 * C; }
 
@@ -1042,9 +1056,14 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 4 + (comb == NULL) + (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED) + (bwd != NULL);
+    /* xs = dispatch(x, plan) read through (never materialised): the gather reads x's token rows */
+    const int through = cg_fast_reads_through(cg, xs);
+    int tok = through ? fwd_ws(cg, &f, bwd, PLAN_I32, f.R, "token_of_row") : -1;
+    f.steps = 4 + (comb == NULL) + (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED) + (bwd != NULL) + through;
 
     emit_offsets(cg, &f, sp);
+    if (through)
+        emit_tokens(cg, &f, tok, xs->src[1]);
 
     fast_begin(cg, &f, bwd ? "fp8b_gather_xg" : "fp8b_gather",
                bwd ? "xs into zero-padded groups quantised 1x128 along H (E4M3 and E8M0 scales, from the fp32 rows, "
@@ -1059,11 +1078,13 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
         cg_param(cg, xts, 1, "xts");
     }
     cg_param(cg, pp, 1, "pp");
-    cg_in(cg, xs, "xs");
+    cg_in(cg, through ? xs->src[0] : xs, "xs");
+    if (through)
+        cg_param(cg, tok, 0, "tok");
     cg_in(cg, p, "p");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xt, xts" : "nullptr, nullptr", "moec::fp8b::GraphRows<E, H>{xs}",
-                  "pp, p");
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xt, xts" : "nullptr, nullptr",
+                  through ? "moec::fp8b::GraphRows<E, H>{xs, tok}" : "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
 
     /* SwiGLU and a's 1x128 quantisation in the GEMM's epilogue (decision 57: no separate pass over h) when asked
      * for (MOEC_FP8_SWIGLU=fused); by default the separate tile quantiser: on the H200 the epilogue made gate_up
@@ -1133,6 +1154,10 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
     f.steps = 9;
 
+    /* dy = dispatch(dout, plan) read through (never materialised), with the forward's token map */
+    const int tok = cg_fast_reads_through(cg, dy) ? cg_find_ws(cg, fwd, "token_of_row") : -1;
+    if (cg_fast_reads_through(cg, dy) && tok < 0)
+        die("codegen: %s: dy is read through its dispatch but %s keeps no token map", n->name, fwd->name);
     fast_begin(cg, &f, "fp8b_gather_dy", "dy into zero-padded groups quantised 1x128 along H (from the fp32 rows, "
                                          "bit-exact with the CPU reference), and 128x1 within each group, the codes "
                                          "transposed [H, rows] for dw_down, in one read of each 128x128 tile");
@@ -1140,9 +1165,12 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, dysa, 1, "sa");
     cg_param(cg, dyt, 1, "dyt");
     cg_param(cg, dyts, 1, "dyts");
-    cg_in(cg, dy, "dy");
+    cg_in(cg, tok >= 0 ? dy->src[0] : dy, "dy");
+    if (tok >= 0)
+        cg_param(cg, tok, 0, "tok");
     cg_param(cg, f.ofs, 0, "ofs");
-    fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyt, dyts", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
+    fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyt, dyts",
+                  tok >= 0 ? "moec::fp8b::GraphRows<E, H>{dy, tok}" : "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM on the transposed tiles of w_down's "
                                      "E4M3 copy, which the optimizer writes; bf16 out)", dyq, dysa, w2c, c2.qt, w2c,
@@ -1283,9 +1311,14 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
         f.ofs = cg_ws_kept(cg, n, comb, PLAN_I32, 2 * E + 2, "fast_offsets_c");
-    f.steps = 5 + (comb == NULL) + (bwd != NULL);
+    /* xs = dispatch(x, plan) read through (never materialised): the gather reads x's token rows */
+    const int through = cg_fast_reads_through(cg, xs);
+    int tok = through ? fwd_ws(cg, &f, bwd, PLAN_I32, f.R, "token_of_row") : -1;
+    f.steps = 5 + (comb == NULL) + (bwd != NULL) + through;
 
     emit_offsets(cg, &f, sp);
+    if (through)
+        emit_tokens(cg, &f, tok, xs->src[1]);
 
     fast_begin(cg, &f, bwd ? "mx_gather_xg" : "mx_gather",
                bwd ? "xs into zero-padded groups quantised 1x32 along H (E4M3 and E8M0 scales, from the fp32 rows, "
@@ -1298,10 +1331,13 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     if (bwd)
         cg_param(cg, xw, 1, "xw");
     cg_param(cg, pp, 1, "pp");
-    cg_in(cg, xs, "xs");
+    cg_in(cg, through ? xs->src[0] : xs, "xs");
+    if (through)
+        cg_param(cg, tok, 0, "tok");
     cg_in(cg, p, "p");
     cg_param(cg, f.ofs, 0, "ofs");
-    mx_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xw" : "nullptr", "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
+    mx_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xw" : "nullptr",
+                 through ? "moec::fp8b::GraphRows<E, H>{xs, tok}" : "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
 
     emit_fp8_gemm(cg, &f, "fast_gate_up",
                   "h = xs w_gate_up^T per group (FP8 grouped GEMM, MXFP8: 1x32 scales, promotion every 32; bf16 out)",
@@ -1357,15 +1393,22 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
     f.steps = 9;
 
+    /* dy = dispatch(dout, plan) read through (never materialised), with the forward's token map */
+    const int tok = cg_fast_reads_through(cg, dy) ? cg_find_ws(cg, fwd, "token_of_row") : -1;
+    if (cg_fast_reads_through(cg, dy) && tok < 0)
+        die("codegen: %s: dy is read through its dispatch but %s keeps no token map", n->name, fwd->name);
     fast_begin(cg, &f, "mx_gather_dy", "dy into zero-padded groups quantised 1x32 along H (from the fp32 rows, "
                                        "bit-exact with the CPU reference), and 32x1 within each group dequantised to "
                                        "bf16 for dw_down, in one read of each 128x128 tile");
     cg_param(cg, dyq, 1, "q");
     cg_param(cg, dysa, 1, "sa");
     cg_param(cg, dyw, 1, "dyw");
-    cg_in(cg, dy, "dy");
+    cg_in(cg, tok >= 0 ? dy->src[0] : dy, "dy");
+    if (tok >= 0)
+        cg_param(cg, tok, 0, "tok");
     cg_param(cg, f.ofs, 0, "ofs");
-    mx_tiles_end(cg, &f, H, "H", "q", "sa", "dyw", "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
+    mx_tiles_end(cg, &f, H, "H", "q", "sa", "dyw",
+                 tok >= 0 ? "moec::fp8b::GraphRows<E, H>{dy, tok}" : "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM, MXFP8, on w_down^T quantised 1x32 "
                                      "along H; bf16 out)", dyq, dysa, w2c, c2.qt, w2c, c2.st, dap, F, H);

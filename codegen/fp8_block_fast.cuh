@@ -46,13 +46,18 @@ __device__ __forceinline__ unsigned pack_q4(const float (&v)[4], int e)
  * row (rowwise) or per 128-row block (colwise, group g of the block) */
 
 /* graph rows x [R, C] fp32, grouped: padded row pr of group g is graph row start[g] + pr - ofs[g] while
- * that is below start[g + 1], else a zero row */
+ * that is below start[g + 1], else a zero row. With tok, x is the dispatch's token rows [T, C] and graph row r
+ * is token tok[r]'s (the dispatch read through, never materialised: token_of_rows) */
 template <int E, long long C> struct GraphRows {
     const float *x;
+    const int *tok = nullptr;
     __device__ __forceinline__ const float *row(int pr, int g, const int *ofs) const
     {
         const int k = pr - ofs[g];
-        return k < ofs[E + 2 + g] - ofs[E + 1 + g] ? x + ((long long)ofs[E + 1 + g] + k) * C : nullptr;
+        if (k >= ofs[E + 2 + g] - ofs[E + 1 + g])
+            return nullptr;
+        const int r = ofs[E + 1 + g] + k;
+        return x + (long long)(tok ? tok[r] : r) * C;
     }
     __device__ __forceinline__ void load8(const float *r, long long c, float (&v)[8]) const
     {
@@ -121,6 +126,20 @@ template <long long F> struct HMx {
             v[i] *= sc;
     }
 };
+
+/* tok [r] <- the token whose slot expert-major row r is, for the rows of the groups (r < start[E]), from the
+ * dispatch plan [T, KS] (each slot's expert-major row, -1 or past the groups for none): the inverse of the plan,
+ * so the quantisers read the token rows through the dispatch (GraphRows with tok). Every row of the groups is one
+ * slot's: written once. */
+template <int E, int KS> __device__ void token_of_rows(int *tok, const int *plan, const int *ofs, long long T)
+{
+    const int rows = ofs[E + 1 + E];
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < T * KS; i += (long long)gridDim.x * blockDim.x) {
+        const int r = plan[i];
+        if (r >= 0 && r < rows)
+            tok[r] = (int)(i / KS);
+    }
+}
 
 /* one value of a = silu(gate) up p from the bf16 gate and up (widened exactly): the bf16 path's arithmetic
  * (moe_fast.cuh swiglu). The one definition the separate quantiser (Swiglu) and the gate_up GEMM's fused

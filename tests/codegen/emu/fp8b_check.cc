@@ -21,6 +21,8 @@
 //     on the fp32 accumulators, through k_glu_epi (the GEMM's fragment layout, 256 threads a tile), with groups
 //     of 0, 1, 127 and 129 rows: h rounded to nearest even, a's codes and scale codes bit for bit against the
 //     separate quantiser the plans launched before (quant_tiles over Swiglu<F> on that h) and fp8b_quantize;
+//  1b. the same through the dispatch (decision 64): token rows, a dispatch plan inverted on the device
+//     (token_of_rows), the gather reading token rows (GraphRows with tok): the same bytes;
 //  8. fp8-block's E4M3 copy of h for the backward (decision 64): its codes and scales against fp8b_quantize, and the
 //     backward's quantisers and dprobs reading it bit for bit what they give on h's dequantised values in bf16.
 // Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and
@@ -131,6 +133,36 @@ int main(void)
     emu_launch("k_both_x", 4, 256, a3);
     check(q2 == q && sa2 == sa && memcmp(pp2.data(), pp.data(), pp.size() * 4) == 0 && xt2 == xt && xts2 == xts,
           "rowwise and colwise in one pass: the same bytes as apart", 0);
+    /* the dispatch read through: the graph rows as token rows xt [perm[r]] = x [r], the plan (one slot a token)
+     * plan [perm[r]] = r inverted on the device into tok, and the gather through tok: the same bytes */
+    {
+        std::vector<int> perm((size_t)R), plan((size_t)R, -1), tok((size_t)R, -7);
+        for (long long r = 0; r < R; r++)
+            perm[(size_t)r] = (int)r;
+        for (long long r = R - 1; r > 0; r--) {
+            long long k = (long long)(next() % (uint64_t)(r + 1));
+            int t = perm[(size_t)r];
+            perm[(size_t)r] = perm[(size_t)k];
+            perm[(size_t)k] = t;
+        }
+        std::vector<float> xtok((size_t)(R * H));
+        for (long long r = 0; r < R; r++) {
+            memcpy(&xtok[(size_t)(perm[(size_t)r] * H)], &x[(size_t)(r * H)], (size_t)H * 4);
+            plan[(size_t)perm[(size_t)r]] = (int)r;
+        }
+        void *at[] = {tok.data(), plan.data(), ofs.data()};
+        emu_launch("k_tokens", 2, 256, at);
+        for (long long r = 0; r < start[E]; r++)
+            check(tok[(size_t)r] == perm[(size_t)r], "token of an expert-major row", r);
+        std::vector<unsigned char> q3((size_t)(RCAP * H), 0xAB), sa3((size_t)(H / 128 * RCAP), 0xAB);
+        std::vector<unsigned char> xt3((size_t)(H * RCAP), 0xAB), xts3((size_t)(TS * H), 0xAB);
+        std::vector<float> pp3((size_t)RCAP, -1.0f);
+        void *a3t[] = {q3.data(), sa3.data(), xt3.data(), xts3.data(), pp3.data(), xtok.data(), tok.data(), p.data(),
+                       ofs.data()};
+        emu_launch("k_both_x_tok", 4, 256, a3t);
+        check(q3 == q2 && sa3 == sa2 && memcmp(pp3.data(), pp2.data(), pp2.size() * 4) == 0 && xt3 == xt2 && xts3 == xts2,
+              "through the dispatch (token rows and the inverted plan): the same bytes as from its rows", 0);
+    }
     for (int g = 0; g < E; g++) {
         long long n = start[g + 1] - start[g], padded = ofs[g + 1] - ofs[g];
         std::vector<unsigned char> vq((size_t)(n * H) + 1), vs((size_t)(n * 2) + 1);

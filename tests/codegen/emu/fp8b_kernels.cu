@@ -47,6 +47,14 @@ K256 k_rows_x(unsigned char *q, unsigned char *sa, float *pdst, const float *x, 
 {
     moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, nullptr, nullptr, moec::fp8b::GraphRows<E, H>{x}, pdst, p, ofs);
 }
+// the dispatch read through (fp8-block and MXFP8 since decision 64's follow-up): the token rows and the token of
+// each expert-major row, inverted from a dispatch plan of one slot a token
+K256 k_tokens(int *tok, const int *plan, const int *ofs) { moec::fp8b::token_of_rows<E, 1>(tok, plan, ofs, R); }
+K256 k_both_x_tok(unsigned char *q, unsigned char *sa, unsigned char *ct, unsigned char *cts, float *pdst,
+                  const float *xt, const int *tok, const float *p, const int *ofs)
+{
+    moec::fp8b::quant_tiles<E, H>(q, sa, RCAP, ct, cts, moec::fp8b::GraphRows<E, H>{xt, tok}, pdst, p, ofs);
+}
 K256 k_cols_x(unsigned char *ct, unsigned char *cts, const float *x, const int *ofs)
 {
     moec::fp8b::quant_tiles<E, H>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::GraphRows<E, H>{x}, nullptr, nullptr,
