@@ -271,6 +271,15 @@ void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)
         else
             out->peak_acts += buf->bytes - gr;
     }
+    /* held for the backward: live at the loss and after it (the loss itself, an output, counts: 4 bytes) */
+    for (int b = 0; b < p->nbufs && g->loss; b++) {
+        const PlanBuf *buf = &bufs[b];
+        int at = g->loss->id;
+        if (buf->alias_of >= 0 || buf->region != PLAN_REGION_ACTIVATIONS || buf->bytes <= 0 || buf->first > at ||
+            buf->last <= at)
+            continue;
+        out->held += buf->bytes - (grad_bytes[b] < buf->bytes ? grad_bytes[b] : buf->bytes);
+    }
     out->acts_region = mem.region_bytes[PLAN_REGION_ACTIVATIONS];
     free(bufs);
     free(grad_bytes);

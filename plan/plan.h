@@ -174,6 +174,9 @@ typedef struct PlanMemoryBreakdown {
     int64_t peak_grads;          /* the parameters' gradients made by then */
     int64_t peak_acts;           /* the nodes' other tensors: activations and intermediate gradients */
     int64_t peak_ws;             /* the kernels' workspaces */
+    int64_t held;                /* held from the forward for the backward: the activations buffers live across
+                                    the loss (taken at or before it, released after it), the parameters' gradients
+                                    excepted; what grows with the layers (0 without a loss) */
 } PlanMemoryBreakdown;
 struct Plan;
 void plan_memory_breakdown(const struct Plan *p, PlanMemoryBreakdown *out);
