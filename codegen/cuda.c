@@ -811,9 +811,8 @@ const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {
  * launched at least one, all of them kernels (not host collectives: their reads are the runtime's), each
  * argument a buffer of the table; never a leaf or collective; sources past the 64th stay read. A view is
  * the one node without launches that gets bits: its `like` source, which by definition gives the shape
- * only (cg_fast_reads_through skips it for the same reason). A
- * node's buffer that a later launch reads without being its graph user (through an elided node) is kept
- * alive by `until` (cuda_codegen, below). */
+ * only (cg_fast_reads_through skips it for the same reason). A node's buffer that a later launch reads
+ * without being its graph user (through an elided node) is kept alive by `until` (cuda_codegen, below). */
 static void mark_unread_srcs(Cg *cg)
 {
     const IrGraph *g = cg->g;
