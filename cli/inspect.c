@@ -65,6 +65,11 @@ static void explain_memory(const char *file, const Plan *p)
             rest += rows[i][0];
         printf("%s: memory:   %9.1f MiB  %d more buffers\n", file, rest / MIB, n - shown);
     }
+    /* what grows with the layers: the forward's tensors and workspaces that the backward reads */
+    if (g->loss)
+        printf("%s:%d: memory: held from the forward for the backward: %.1f MiB (activations live across the loss, "
+               "parameter gradients excluded)\n",
+               file, g->loss->loc.line, m.held / MIB);
     free(rows);
     free(bufs);
 }

@@ -803,6 +803,86 @@ const char *const cuda_runtime_kernels[CUDA_RUNTIME_KERNELS] = {
     "moec_ep_unpack", "moec_sim_barrier", "moec_sim_alltoall", "moec_sim_allreduce", "moec_sim_rs_f32", "moec_sim_ag_f32",
     "moec_sim_rs_f64", "moec_sim_ag_f64"};
 
+/* PlanBuf.unread_srcs of every node that launches kernels: bit s when none of its launches names source s's
+ * buffer (a view and the buffer it lies in count as one). The fast kernels often read something else than a
+ * graph source: the fp8-block backward reads the transposed E4M3 codes its forward kept, not the dispatch
+ * (256 MiB of fp32 in the Mixtral layer, live across the whole backward for nothing); plan_memory then lets
+ * the edge keep nothing alive. Conservative: only nodes whose emitter launches kernels (CG_KERNELS) and that
+ * launched at least one, all of them kernels (not host collectives: their reads are the runtime's), each
+ * argument a buffer of the table; never a leaf or collective; sources past the 64th stay read. A view is
+ * the one node without launches that gets bits: its `like` source, which by definition gives the shape
+ * only (cg_fast_reads_through skips it for the same reason). A node's buffer that a later launch reads
+ * without being its graph user (through an elided node) is kept alive by `until` (cuda_codegen, below). */
+static void mark_unread_srcs(Cg *cg)
+{
+    const IrGraph *g = cg->g;
+    int n = g->nnodes;
+    /* the launches grouped by node (counting sort: they are in node order, but nothing here relies on it) */
+    int *start = calloc((size_t)n + 2, sizeof(int)), *order = malloc(sizeof(int) * ((size_t)cg->nlaunches + 1));
+    int *fill = calloc((size_t)n + 1, sizeof(int)), *stamp = calloc((size_t)cg->nbufs + 1, sizeof(int));
+    char *opaque = calloc((size_t)n + 1, 1);
+    if (!start || !order || !fill || !stamp || !opaque)
+        die("out of memory");
+    for (int l = 0; l < cg->nlaunches; l++) {
+        int node = cg->launches[l].node;
+        if (node < 0 || node >= n)
+            die("codegen: launch %d of node %d, past the graph", l, node);
+        start[node + 1]++;
+    }
+    for (int i = 0; i < n; i++)
+        start[i + 1] += start[i];
+    for (int l = 0; l < cg->nlaunches; l++) {
+        int node = cg->launches[l].node;
+        order[start[node] + fill[node]++] = l;
+    }
+    for (int i = 0; i < n; i++) {
+        const IrNode *node = g->nodes[i];
+        cg->bufs[i].unread_srcs = 0;
+        if (node->op == IR_OP_VIEW) {
+            /* view(packed, like): `like` gives the shape only (docs/ir.md), nothing reads it through the view;
+             * the view of the fast MLP backward's packed result for dxs names xs, which would otherwise live
+             * until after the backward (1 GiB of ep_sort rows per Mixtral-8x7B layer) */
+            for (int s = 1; s < node->nsrc && s < 64; s++)
+                cg->bufs[i].unread_srcs |= (uint64_t)1 << s;
+            continue;
+        }
+        if (cg_emitters[node->op].kind != CG_KERNELS || start[i] == start[i + 1] || node->nsrc == 0)
+            continue;
+        /* the buffers its launches name, by root, stamped i + 1 */
+        for (int k = start[i]; k < start[i + 1] && !opaque[i]; k++) {
+            const CgLaunch *L = &cg->launches[order[k]];
+            if (L->kernel < 0) {
+                opaque[i] = 1;
+                break;
+            }
+            for (int a = 0; a < L->nargs; a++) {
+                int b = L->args[a];
+                if (b == -1 && L->typed && (L->targs[a].kind == PLAN_ARG_I32 || L->targs[a].kind == PLAN_ARG_I64))
+                    continue;  /* a value, no buffer */
+                if (b < 0 || b >= cg->nbufs) {
+                    opaque[i] = 1;  /* an argument we cannot place: assume it reads everything */
+                    break;
+                }
+                stamp[cg->bufs[b].alias_of >= 0 ? cg->bufs[b].alias_of : b] = i + 1;
+            }
+        }
+        if (opaque[i])
+            continue;
+        for (int s = 0; s < node->nsrc && s < 64; s++) {
+            int r = node->src[s]->id;
+            if (cg->bufs[r].alias_of >= 0)
+                r = cg->bufs[r].alias_of;
+            if (stamp[r] != i + 1)
+                cg->bufs[i].unread_srcs |= (uint64_t)1 << s;
+        }
+    }
+    free(start);
+    free(order);
+    free(fill);
+    free(stamp);
+    free(opaque);
+}
+
 int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 {
     const IrGraph *g = p->graph;
@@ -880,6 +960,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         cg_free(&cg);
         return 0;
     }
+    mark_unread_srcs(&cg);
     /* a launch that reads a node's buffer after its last graph user (a fast kernel reading through an
      * elided node) keeps it alive until then */
     for (int i = 0; i < cg.nlaunches; i++)

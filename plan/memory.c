@@ -14,6 +14,9 @@
 
 static int64_t align_to(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
+/* node i's source s is not read by its launches (PlanBuf.unread_srcs): the edge keeps nothing alive */
+#define UNREAD(i, s) ((s) < 64 && (bufs[i].unread_srcs >> (s) & 1))
+
 /* One buffer of the activations region to place: its lifetime [first, last] (node positions, both
  * inclusive) and its aligned size; off once placed. */
 typedef struct Interval {
@@ -123,7 +126,14 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
         int a = bufs[i].alias_of;
         if (a >= 0 && (a >= n || bufs[a].alias_of >= 0))
             die("plan_memory: view %d (%s) lies in buffer %d, no node's own buffer", i, bufs[i].name, a);
+        int ns = g->nodes[i]->nsrc;
+        if (ns < 64 && bufs[i].unread_srcs >> ns)
+            die("plan_memory: node %d (%s) has %d sources, its unread ones are %#llx", i, bufs[i].name, ns,
+                (unsigned long long)bufs[i].unread_srcs);
     }
+    for (int b = n; b < nbufs; b++)
+        if (bufs[b].unread_srcs)
+            die("plan_memory: buffer %d (%s) is no node's, yet has unread sources", b, bufs[b].name);
     for (int i = 0; i < n; i++) {
         const IrNode *node = g->nodes[i];
         int r = ROOT(i);
@@ -135,12 +145,14 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
             last_use[r] = i;
         for (int s = 0; s < node->nsrc; s++) {
             int rs = ROOT(node->src[s]->id);
+            if (UNREAD(i, s))
+                continue;  /* no launch of the node reads it (codegen: mark_unread_srcs) */
             if (last_use[rs] < i)
                 last_use[rs] = i;
         }
     }
     /* the activations' own buffers (views excepted) with their lifetimes: a node's from the node to its last
-     * user (the end for an output), a workspace's from its node to its node or `until` */
+     * user that reads it (the end for an output), a workspace's from its node to its node or `until` */
     int niv = 0;
     int64_t poff = 0, ioff = 0;
     for (int i = 0; i < nbufs; i++) {
@@ -258,6 +270,15 @@ void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)
             out->peak_ws += buf->bytes - gr;
         else
             out->peak_acts += buf->bytes - gr;
+    }
+    /* held for the backward: live at the loss and after it (the loss itself, an output, counts: 4 bytes) */
+    for (int b = 0; b < p->nbufs && g->loss; b++) {
+        const PlanBuf *buf = &bufs[b];
+        int at = g->loss->id;
+        if (buf->alias_of >= 0 || buf->region != PLAN_REGION_ACTIVATIONS || buf->bytes <= 0 || buf->first > at ||
+            buf->last <= at)
+            continue;
+        out->held += buf->bytes - (grad_bytes[b] < buf->bytes ? grad_bytes[b] : buf->bytes);
     }
     out->acts_region = mem.region_bytes[PLAN_REGION_ACTIVATIONS];
     free(bufs);
@@ -377,6 +398,8 @@ int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t 
             BAD("node %d (%s): its buffer lives [%d, %d]", i, node->name, r->first, r->last);
         for (int s = 0; s < node->nsrc && ok; s++) {
             const PlanBuf *rs = &bufs[ROOT(node->src[s]->id)];
+            if (UNREAD(i, s))
+                continue;
             if (rs->region == PLAN_REGION_ACTIVATIONS && rs->last < i)
                 BAD("node %d (%s) reads %s, whose buffer lives [%d, %d]", i, node->name, node->src[s]->name,
                     rs->first, rs->last);

@@ -86,6 +86,12 @@ typedef struct PlanBuf {
                             intermediates for its backward: no recomputation). A node's buffer otherwise
                             dies after its last graph user: a later one is a launch that reads it without
                             being its graph user (a fast kernel reading through an elided node) */
+    uint64_t unread_srcs;/* a node's tensor: bit s set when none of the node's kernel launches names its source
+                            s's buffer (or the buffer it lies in): the fast kernels read something else (the
+                            fp8-block backward reads the transposed codes its forward kept, not the dispatch),
+                            so the edge keeps no buffer alive (plan_memory). Set by codegen only for nodes that
+                            launch kernels, and for a view's `like` sources (1 on: read for the shape only);
+                            sources past the 64th never marked; 0 elsewhere */
     /* filled by plan_memory */
     PlanRegion region;
     int64_t offset;      /* bytes into the region */
@@ -118,14 +124,15 @@ void plan_fp8b_kernel_name(const PlanFp8Copy *c, int update, char *buf, size_t l
 /* The one memory planner (liveness over the node order). bufs[0 .. nnodes)
  * are the nodes' own buffers (buf i is node i), workspaces and copies follow.
  * A node's buffer is taken when it runs and released after its last user ran
- * (a use of a view is a use of what it lies in); a node's workspaces are
+ * (a use of a view is a use of what it lies in; a user whose launches do not
+ * read it, PlanBuf.unread_srcs, is none); a node's workspaces are
  * taken with its output and released when it is done (or after node
  * `until`); params and their working copies and inputs live in their own
  * regions; outputs (loss, gradients, `output` tensors) keep their
  * buffers to the end. Each activations buffer (views excepted: they lie in
  * their base) is thus an interval [first, last] of node positions, both
- * inclusive, so a node's output never shares bytes with its sources or its
- * workspaces. The intervals are packed at offsets (decision 39): the largest
+ * inclusive, so a node's output never shares bytes with the sources it reads
+ * or its workspaces. The intervals are packed at offsets (decision 39): the largest
  * first, each at the lowest `align`-aligned offset where it shares no byte
  * with a placed buffer whose lifetime overlaps its own; deterministic.
  * Fills region, offset, block (the activations buffer's place in that
@@ -138,7 +145,8 @@ typedef struct PlanMemory {
 void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
 /* What plan_memory promises, checked on a laid-out table (the tests run it on every model): each buffer in
  * its region, `align`-aligned, a view inside its base at its offset; every lifetime covering the node's
- * users (an output's to the end, a workspace's its node and `until`); and no two activations buffers whose
+ * users (those whose launches read it: unread_srcs; an output's to the end, a workspace's its node and
+ * `until`); and no two activations buffers whose
  * lifetimes overlap sharing a byte. 1, or 0 with the first violation in err. plan_memory runs it on its own
  * layout and stops with an internal error when it fails. */
 int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t align, const PlanMemory *mem,
@@ -166,6 +174,9 @@ typedef struct PlanMemoryBreakdown {
     int64_t peak_grads;          /* the parameters' gradients made by then */
     int64_t peak_acts;           /* the nodes' other tensors: activations and intermediate gradients */
     int64_t peak_ws;             /* the kernels' workspaces */
+    int64_t held;                /* held from the forward for the backward: the activations buffers live across
+                                    the loss (taken at or before it, released after it), the parameters' gradients
+                                    excepted; what grows with the layers (0 without a loss) */
 } PlanMemoryBreakdown;
 struct Plan;
 void plan_memory_breakdown(const struct Plan *p, PlanMemoryBreakdown *out);

@@ -160,6 +160,14 @@ char *plan_to_json(const Plan *p, int with_source)
                 cJSON_AddNumberToObject(o, "until", b->until);
             if (b->elided)
                 cJSON_AddBoolToObject(o, "elided", 1);
+            if (b->unread_srcs) {
+                /* the sources its launches do not read, by index (in the payload too: the runtime lays the
+                 * table out again, plan_forward_memory and plan_memory_breakdown) */
+                cJSON *u = cJSON_AddArrayToObject(o, "unread_srcs");
+                for (int s = 0; s < 64; s++)
+                    if (b->unread_srcs >> s & 1)
+                        cJSON_AddItemToArray(u, cJSON_CreateNumber(s));
+            }
             if (b->kind == PLAN_BUF_COPY && b->glu_f)
                 cJSON_AddNumberToObject(o, "glu_f", (double)b->glu_f);
             if (b->kind != PLAN_BUF_WORKSPACE && b->kind != PLAN_BUF_COPY && !brief) {
@@ -524,6 +532,57 @@ static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const
     return 1;
 }
 
+/* Buffer i's "unread_srcs" (absent: none): the indices of the sources of node i that its launches do not
+ * read, each once, below the node's source count and 64; only a node's own tensor has them, and a view
+ * (its `like` sources, 1 on). */
+static int read_unread_srcs(Reader *r, const IrGraph *g, int i, PlanBuf *b, const cJSON *u)
+{
+    b->unread_srcs = 0;
+    if (!u)
+        return 1;
+    if (!cJSON_IsArray(u) || i >= g->nnodes || (b->kind != PLAN_BUF_TENSOR && b->kind != PLAN_BUF_VIEW))
+        return bad(r, "buffer %d (%s): \"unread_srcs\" is %s", i, b->name,
+                   cJSON_IsArray(u) ? "only for a node's own tensor" : "not an array of source indices");
+    int nsrc = g->nodes[i]->nsrc, lo = b->kind == PLAN_BUF_VIEW;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, u) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble || x->valueint < lo ||
+            x->valueint >= nsrc || x->valueint >= 64 || (b->unread_srcs >> x->valueint & 1))
+            return bad(r, "buffer %d (%s): \"unread_srcs\" names source %g of a node with %d sources (each index "
+                       "once, %d to %d)", i, b->name, cJSON_IsNumber(x) ? x->valuedouble : -1.0, nsrc, lo,
+                       (nsrc < 64 ? nsrc : 64) - 1);
+        b->unread_srcs |= (uint64_t)1 << x->valueint;
+    }
+    return 1;
+}
+
+/* No launch of a node names a source it says it does not read (a view and its base count as one): the memory
+ * planner frees such a source early, and a launch reading it would read another buffer's bytes. */
+static int check_unread_srcs(Reader *r, const Plan *p)
+{
+    const IrGraph *g = p->graph;
+    for (int i = 0; i < p->nlaunches; i++) {
+        const PlanLaunch *l = &p->launches[i];
+        const IrNode *n = g->nodes[l->node];
+        uint64_t u = p->bufs[l->node].unread_srcs;
+        for (int a = 0; a < l->nargs && u; a++) {
+            int b = l->args[a];
+            if (b < 0)
+                continue;
+            int rb = p->bufs[b].alias_of >= 0 ? p->bufs[b].alias_of : b;
+            for (int s = 0; s < n->nsrc && s < 64; s++) {
+                int rs = n->src[s]->id;
+                if (p->bufs[rs].alias_of >= 0)
+                    rs = p->bufs[rs].alias_of;
+                if ((u >> s & 1) && rs == rb)
+                    return bad(r, "launch %d (node %d, %s) reads source %d (%s), which buffer %d's \"unread_srcs\" "
+                               "says it does not", i, l->node, n->name, s, n->src[s]->name, l->node);
+            }
+        }
+    }
+    return 1;
+}
+
 static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
 {
     const IrGraph *g = p->graph;
@@ -580,6 +639,8 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
             return bad(r, "buffer %d is elided but is no node's tensor", i);
         if ((b->kind == PLAN_BUF_WORKSPACE || b->kind == PLAN_BUF_TENSOR) && cJSON_GetObjectItemCaseSensitive(o, "until"))
             b->until = (int)get_int(r, o, "until", b->node, nn - 1);
+        if (!read_unread_srcs(r, g, i, b, cJSON_GetObjectItemCaseSensitive(o, "unread_srcs")))
+            return 0;
         int st = plan_storage_lookup(get_str(r, o, "storage"));
         if (st < 0)
             return bad(r, "buffer %d: unknown storage type", i);
@@ -682,6 +743,8 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         const cJSON *what = cJSON_GetObjectItemCaseSensitive(o, "what");
         l->what = xstrdup(cJSON_IsString(what) ? what->valuestring : "");
     }
+    if (!r->failed && !check_unread_srcs(r, p))
+        return 0;
     p->eval_launches = (int)get_int(r, gpu, "eval_launches", 0, p->nlaunches);
     const cJSON *na = cJSON_GetObjectItemCaseSensitive(gpu, "needs_arch");
     if (na) {

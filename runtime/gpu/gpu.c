@@ -1508,6 +1508,7 @@ static int prof_end(Gpu *G, int ev0, int slot)
 }
 
 static int readable(const Gpu *G, int id, PlanStorage want);
+static int logits_live(const Gpu *G, int id);
 static int launches_upto(const Gpu *G, int node);
 
 /* The nodes of a training pass after which its metrics are taken on the device (the CPU backend's watched
@@ -1521,8 +1522,7 @@ static void metrics_points(Gpu *G)
     for (int i = 0; i < g->nnodes && i <= g->loss->id; i++) {
         int want = i == g->loss->id || (i == G->watch.lm && readable(G, i, PLAN_F32));
         for (int l = 0; !want && l < G->watch.nlayers; l++)
-            want = G->watch.layer[l] == i && readable(G, i, PLAN_I32) &&
-                   readable(G, g->nodes[i]->src[0]->id, PLAN_F32);
+            want = G->watch.layer[l] == i && readable(G, i, PLAN_I32) && logits_live(G, i);
         if (want) {
             G->mnode[G->mnodes] = i;
             G->mcut[G->mnodes++] = launches_upto(G, i);
@@ -1982,6 +1982,14 @@ static int readable(const Gpu *G, int id, PlanStorage want)
     return G->buf[id] && !b->elided && b->storage == want;
 }
 
+/* The router logits of watched topk_experts node id (its source 0) are readable and still alive right after
+ * the node: its launches read them (a source they do not read, PlanBuf.unread_srcs, may be dead by then, its
+ * bytes another buffer's) */
+static int logits_live(const Gpu *G, int id)
+{
+    return readable(G, G->g->nodes[id]->src[0]->id, PLAN_F32) && !(G->plan->bufs[id].unread_srcs & 1);
+}
+
 /* Watched node id has just been computed: its metrics added to m (cpu_metrics_layer: the CPU's arithmetic). */
 static int observe(Gpu *G, int id, BackendMetrics *m)
 {
@@ -2000,7 +2008,7 @@ static int observe(Gpu *G, int id, BackendMetrics *m)
         if (G->watch.layer[l] != id)
             continue;
         const IrNode *lg = n->src[0];
-        if (!readable(G, id, PLAN_I32) || !readable(G, lg->id, PLAN_F32))
+        if (!readable(G, id, PLAN_I32) || !logits_live(G, id))
             return 1;  /* not on the device as a tensor of its own: the layer is left out */
         float *logits = malloc(sizeof(float) * (size_t)ir_numel(lg) + 4);
         int32_t *ex = malloc(sizeof(int32_t) * (size_t)ir_numel(n) + 4);

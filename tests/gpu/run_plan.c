@@ -571,9 +571,12 @@ int main(int argc, char **argv)
         if (!chain)
             for (int s = 0; s < n->nsrc; s++) {
                 const IrNode *x = n->src[s];
-                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM && !plan->bufs[x->id].elided)
-                    put_node(plan, x->id, dptr[x->id], cpu_plan_data(&cpu, x), ir_numel(x)); /* an elided
-                        node has no memory: the fast kernels read through it, from its own source */
+                /* an elided node has no memory: the fast kernels read through it, from its own source; a
+                 * source the node's launches do not read (unread_srcs) may be dead by now, its bytes another
+                 * live buffer's */
+                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM && !plan->bufs[x->id].elided &&
+                    !(s < 64 && plan->bufs[i].unread_srcs >> s & 1))
+                    put_node(plan, x->id, dptr[x->id], cpu_plan_data(&cpu, x), ir_numel(x));
             }
         for (; li < nl; li++) {
             const PlanLaunch *l = &plan->launches[li];

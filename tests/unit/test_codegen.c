@@ -220,7 +220,8 @@ static void test_table(void)
 
 /* The plan's tensor table and launch list, checked from the graph and the
  * launches (not from the planner's own bookkeeping): sizes, views, no two
- * live buffers sharing bytes (a workspace lives from its node to the last
+ * live buffers sharing bytes (a node's buffer lives to its last user whose
+ * launches name it, a view's `like` source read by none; a workspace lives from its node to the last
  * launch naming it: a forward's kept workspace to its backward), params
  * and their bf16 working copies disjoint, launches in node order naming
  * their own buffers, another node's workspace only where it was kept at
@@ -278,16 +279,34 @@ static void check_plan(const char *what, const Plan *p)
         first[b] = owner[b];
         last[b] = owner[b];
     }
-    for (int i = 0; i < n; i++) {
+    /* an edge that no launch of its node reads keeps nothing alive (PlanBuf.unread_srcs): its bit checked here
+     * against the launches (the node has some and none names the source or the buffer it lies in), or a view's
+     * `like` source (shape only) */
+    int *stamp = calloc((size_t)nb + 1, sizeof(int));
+    for (int i = 0, l = 0; i < n; i++) {
         const IrNode *x = g->nodes[i];
+        int nl0 = l;
+        for (; l < p->nlaunches && p->launches[l].node == i; l++)
+            for (int a = 0; a < p->launches[l].nargs; a++)
+                if (p->launches[l].args[a] >= 0 && p->launches[l].args[a] < nb)
+                    stamp[root[p->launches[l].args[a]]] = i + 1;
         if (x->is_output)
             last[root[i]] = n;
-        for (int s = 0; s < x->nsrc; s++)
+        for (int s = 0; s < x->nsrc; s++) {
+            if (s < 64 && p->bufs[i].unread_srcs >> s & 1) {
+                int ok = x->op == IR_OP_VIEW ? s > 0 : l > nl0 && stamp[root[x->src[s]->id]] != i + 1;
+                if (!ok && bad++ < 5)
+                    fprintf(stderr, "%s: node %d (%s) says it does not read source %d (%s), but %s\n", what, i,
+                            x->name, s, x->src[s]->name, l == nl0 ? "launches nothing" : "a launch names it");
+                continue;
+            }
             if (last[root[x->src[s]->id]] < i)
                 last[root[x->src[s]->id]] = i;
+        }
         if (last[root[i]] < i)
             last[root[i]] = i;
     }
+    free(stamp);
     for (int l = 0; l < p->nlaunches; l++)
         for (int a = 0; a < p->launches[l].nargs; a++) {
             int b = p->launches[l].args[a];
@@ -1002,6 +1021,7 @@ static void test_fast_mlp(void)
                            q->nbufs == p->nbufs;
                 for (int b = 0; same && b < p->nbufs; b++)
                     same = q->bufs[b].kind == p->bufs[b].kind && q->bufs[b].until == p->bufs[b].until &&
+                           q->bufs[b].unread_srcs == p->bufs[b].unread_srcs &&
                            q->bufs[b].elided == p->bufs[b].elided && q->bufs[b].glu_f == p->bufs[b].glu_f &&
                            q->bufs[b].offset == p->bufs[b].offset && q->bufs[b].region == p->bufs[b].region &&
                            q->bufs[b].storage == p->bufs[b].storage;
@@ -1040,6 +1060,123 @@ static void test_fast_mlp(void)
         plan_free(p);
         compilation_free(&c);
     }
+}
+
+/* PlanBuf.unread_srcs (decision 63) through plan.json and the payload: tests/gpu/fast_mlp_fp8.moe at fp8-block,
+ * whose backward reads the codes its forward kept, not xs (its source 1), and whose gradient views name xs for
+ * its shape only; read back bit for bit (the layout too), and refused with a message: an index past the node's
+ * sources, one named twice, a fraction, the field on a workspace, a source a launch of the node does read. */
+static void test_unread_srcs_io(void)
+{
+    Compilation c;
+    IrGraph *g = compile_model(&c, "tests/gpu/fast_mlp_fp8.moe", "fp8-block", 0, NULL);
+    char err[1024];
+    Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+    if (p)
+        p->source.kernels = PLAN_KERNELS_FAST;
+    CHECK(p && cuda_codegen(p, NULL, NULL), "fast_mlp_fp8 at fp8-block: a fast plan");
+    if (!p || !p->bufs) {
+        plan_free(p);
+        compilation_free(&c);
+        return;
+    }
+    g = p->graph;
+    int bwd = -1, view = -1, reader = -1, ws = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i]->op == IR_OP_GROUPED_MLP_BWD && bwd < 0)
+            bwd = i;
+        if (g->nodes[i]->op == IR_OP_VIEW && view < 0)
+            view = i;
+    }
+    for (int b = g->nnodes; b < p->nbufs && ws < 0; b++)
+        if (p->bufs[b].kind == PLAN_BUF_WORKSPACE)
+            ws = b;
+    /* a node whose first source its first launch names (nothing reads that edge "unread") */
+    for (int l = 0; l < p->nlaunches && reader < 0; l++) {
+        const IrNode *u = g->nodes[p->launches[l].node];
+        for (int a = 0; a < p->launches[l].nargs && u->nsrc > 0 && u->op != IR_OP_VIEW; a++)
+            if (p->launches[l].args[a] == u->src[0]->id && !(p->bufs[u->id].unread_srcs & 1))
+                reader = u->id;
+    }
+    CHECK(bwd >= 0 && (p->bufs[bwd].unread_srcs >> 1 & 1) && view >= 0 && p->bufs[view].unread_srcs == 2 &&
+              reader >= 0 && ws >= 0,
+          "fast_mlp_fp8: the backward's xs and a view's like marked unread (%#llx, %#llx), a node reading its "
+          "source 0 (%d), a workspace (%d)", bwd >= 0 ? (unsigned long long)p->bufs[bwd].unread_srcs : 0ull,
+          view >= 0 ? (unsigned long long)p->bufs[view].unread_srcs : 0ull, reader, ws);
+    if (bwd < 0 || view < 0 || reader < 0 || ws < 0) {
+        plan_free(p);
+        compilation_free(&c);
+        return;
+    }
+    for (int with_source = 0; with_source < 2; with_source++) {
+        char *doc = plan_to_json(p, with_source);
+        Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+        int same = q && q->nbufs == p->nbufs;
+        for (int b = 0; same && b < p->nbufs; b++)
+            same = q->bufs[b].unread_srcs == p->bufs[b].unread_srcs;
+        CHECK(same, "fast_mlp_fp8: unread_srcs survive the %s: %s", with_source ? "payload" : "plan.json",
+              q ? "" : err);
+        if (q) {
+            /* the payload leaves the lifetimes out: the reader's table laid out again gives the plan's layout */
+            PlanBuf *t = malloc(sizeof *t * ((size_t)q->nbufs + 1));
+            memcpy(t, q->bufs, sizeof *t * (size_t)q->nbufs);
+            PlanMemory m;
+            plan_memory(q->graph, t, q->nbufs, 256, &m);
+            int layout = m.region_bytes[PLAN_REGION_ACTIVATIONS] == p->memory.region_bytes[PLAN_REGION_ACTIVATIONS];
+            for (int b = 0; layout && b < q->nbufs; b++)
+                layout = t[b].offset == p->bufs[b].offset && t[b].last == p->bufs[b].last;
+            CHECK(layout, "fast_mlp_fp8: the %s's table laid out again is the plan's layout",
+                  with_source ? "payload" : "plan.json");
+            free(t);
+        }
+        plan_free(q);
+        free(doc);
+    }
+    /* malformed: each written by the writer (a valid checksum) or edited and resealed */
+    struct {
+        int buf;
+        uint64_t bits;
+        const char *edit, *to, *want, *what;
+    } bad[] = {
+        {bwd, (uint64_t)1 << g->nodes[bwd]->nsrc, NULL, NULL, "names source", "an index past the node's sources"},
+        {view, 1, NULL, NULL, "names source 0", "a view's packed source"},
+        {ws, 1, NULL, NULL, "only for a node's own tensor", "the field on a workspace"},
+        {reader, 1, NULL, NULL, "reads source 0", "a source a launch of the node reads"},
+        {-1, 0, "\"unread_srcs\":\t[1, ", "\"unread_srcs\":[1,1, ", "names source 1", "an index named twice"},
+        {-1, 0, "\"unread_srcs\":\t[1, ", "\"unread_srcs\":[1.5, ", "names source 1.5", "a fraction"},
+        {-1, 0, "\"unread_srcs\":\t[1, ", "\"unread_srcs\":\"1\",\"x\":[1, ", "not an array", "a string"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        uint64_t keep = bad[k].buf >= 0 ? p->bufs[bad[k].buf].unread_srcs : 0;
+        if (bad[k].buf >= 0)
+            p->bufs[bad[k].buf].unread_srcs |= bad[k].bits;
+        char *doc = plan_to_json(p, 0);
+        if (bad[k].buf >= 0)
+            p->bufs[bad[k].buf].unread_srcs = keep;
+        if (bad[k].edit) {
+            char *at = strstr(doc, bad[k].edit);
+            CHECK(at != NULL, "plan.json has %s", bad[k].edit);
+            if (!at) {
+                free(doc);
+                continue;
+            }
+            size_t n = strlen(doc), e = strlen(bad[k].edit), t = strlen(bad[k].to);
+            char *d2 = malloc(n - e + t + 1);
+            memcpy(d2, doc, (size_t)(at - doc));
+            memcpy(d2 + (at - doc), bad[k].to, t);
+            memcpy(d2 + (at - doc) + t, at + e, n - (size_t)(at - doc) - e + 1);
+            free(doc);
+            doc = d2;
+            reseal(doc);
+        }
+        Plan *q = plan_from_json(doc, strlen(doc), "plan", NULL, err, sizeof err);
+        CHECK(!q && strstr(err, bad[k].want) && strstr(err, "unread_srcs"), "%s is refused: %s", bad[k].what,
+              q ? "read" : err);
+        plan_free(q);
+        free(doc);
+    }
+    plan_free(p);
+    compilation_free(&c);
 }
 
 /* --precision fp8-block --kernels fast (cuda_moe_fast.c, decision 38): tests/gpu/fast_mlp_fp8.moe's expert MLPs
@@ -1681,6 +1818,7 @@ int main(void)
     test_fast_mlp();
     test_fast_mlp_fp8(0);
     test_fast_mlp_fp8(1);
+    test_unread_srcs_io();
     test_fast_mlp_mx();
     test_bf16_storage();
     test_needs_arch();

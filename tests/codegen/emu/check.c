@@ -138,7 +138,9 @@ int main(int argc, char **argv)
         if (!chain)
             for (int s = 0; s < n->nsrc; s++) {
                 const IrNode *x = n->src[s];
-                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM && !plan->bufs[x->id].elided) /* elided: no memory */
+                /* elided: no memory; unread by the node's launches (unread_srcs): maybe dead, its bytes reused */
+                if (x->op != IR_OP_INPUT && x->op != IR_OP_PARAM && !plan->bufs[x->id].elided &&
+                    !(s < 64 && plan->bufs[i].unread_srcs >> s & 1))
                     memcpy(ptr[x->id], cpu_plan_data(&cpu, x), (size_t)ir_numel(x) * 4);
             }
         for (; li < nl; li++) {
