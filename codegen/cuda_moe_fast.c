@@ -1306,7 +1306,6 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     PlanFp8Copy c1, c2;
     plan_fp8b_copy_layout(cg->g, w1, &c1);
     plan_fp8b_copy_layout(cg->g, w2, &c2);
-    int xw = bwd ? cg_ws_kept(cg, n, bwd, PLAN_BF16, rc * H, "xs_colwise_bf16") : -1;
     const IrNode *comb = fast_combine_of(cg, n);
     int yp = comb ? cg_ws_kept(cg, n, comb, PLAN_BF16, rc * H, "y_padded") : cg_ws(cg, n, PLAN_BF16, rc * H, "y_padded");
     if (comb && !bwd)
@@ -1314,21 +1313,24 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
     /* xs = dispatch(x, plan) read through (never materialised): the gather reads x's token rows */
     const int through = cg_fast_reads_through(cg, xs);
     int tok = through ? fwd_ws(cg, &f, bwd, PLAN_I32, f.R, "token_of_row") : -1;
+    /* xs's 32x1 copy (bf16, for dw_gate_up): kept from here when xs is materialised; read through, the backward
+     * makes it again from the token rows (2 bytes a routed element not held across the step: decision 64) */
+    int xw = bwd && !through ? cg_ws_kept(cg, n, bwd, PLAN_BF16, rc * H, "xs_colwise_bf16") : -1;
     f.steps = 5 + (comb == NULL) + (bwd != NULL) + through;
 
     emit_offsets(cg, &f, sp);
     if (through)
         emit_tokens(cg, &f, tok, xs->src[1]);
 
-    fast_begin(cg, &f, bwd ? "mx_gather_xg" : "mx_gather",
-               bwd ? "xs into zero-padded groups quantised 1x32 along H (E4M3 and E8M0 scales, from the fp32 rows, "
+    fast_begin(cg, &f, xw >= 0 ? "mx_gather_xg" : "mx_gather",
+               xw >= 0 ? "xs into zero-padded groups quantised 1x32 along H (E4M3 and E8M0 scales, from the fp32 rows, "
                      "bit-exact with the CPU reference), and 32x1 within each group dequantised to bf16 (kept for "
                      "dw_gate_up), in one read of each 128x128 tile; probs"
                    : "xs into zero-padded groups quantised 1x32 along H (E4M3 and E8M0 scales, from the fp32 rows, "
                      "bit-exact with the CPU reference); probs");
     cg_param(cg, xq, 1, "q");
     cg_param(cg, xsa, 1, "sa");
-    if (bwd)
+    if (xw >= 0)
         cg_param(cg, xw, 1, "xw");
     cg_param(cg, pp, 1, "pp");
     cg_in(cg, through ? xs->src[0] : xs, "xs");
@@ -1336,7 +1338,7 @@ static int emit_grouped_mlp_mx(Cg *cg, const IrNode *n)
         cg_param(cg, tok, 0, "tok");
     cg_in(cg, p, "p");
     cg_param(cg, f.ofs, 0, "ofs");
-    mx_tiles_end(cg, &f, H, "H", "q", "sa", bwd ? "xw" : "nullptr",
+    mx_tiles_end(cg, &f, H, "H", "q", "sa", xw >= 0 ? "xw" : "nullptr",
                  through ? "moec::fp8b::GraphRows<E, H>{xs, tok}" : "moec::fp8b::GraphRows<E, H>{xs}", "pp, p");
 
     emit_fp8_gemm(cg, &f, "fast_gate_up",
@@ -1375,8 +1377,11 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     int64_t R = f.R, H = f.H, E = f.E, F = f.F, rc = f.rcap;
     f.ofs = cg_find_ws(cg, fwd, "fast_offsets");
     int pp = cg_find_ws(cg, fwd, "probs_padded"), hq = cg_find_ws(cg, fwd, "h_e4m3"), hsa = cg_find_ws(cg, fwd, "h_scales");
-    int xw = cg_find_ws(cg, fwd, "xs_colwise_bf16");
-    if (f.ofs < 0 || pp < 0 || hq < 0 || hsa < 0 || xw < 0)
+    int xw = cg_find_ws(cg, fwd, "xs_colwise_bf16"), xtok = cg_find_ws(cg, fwd, "token_of_row");
+    const int remake_xw = xw < 0; /* xs read through: its 32x1 copy made again here from the token rows */
+    if (remake_xw)
+        xw = cg_ws(cg, n, PLAN_BF16, rc * H, "xs_colwise_bf16");
+    if (f.ofs < 0 || pp < 0 || hq < 0 || hsa < 0 || (remake_xw && xtok < 0))
         die("codegen: %s: the kept workspaces of %s are missing", n->name, fwd->name);
     int w1c = mx_copy(cg, w1), w2c = mx_copy(cg, w2);
     PlanFp8Copy c1, c2;
@@ -1391,7 +1396,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
     int aw = cg_ws(cg, n, PLAN_BF16, rc * F, "a_colwise_bf16");
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
-    f.steps = 9;
+    f.steps = 9 + remake_xw;
 
     /* dy = dispatch(dout, plan) read through (never materialised), with the forward's token map */
     const int tok = cg_fast_reads_through(cg, dy) ? cg_find_ws(cg, fwd, "token_of_row") : -1;
@@ -1453,6 +1458,16 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     emit_kgemm(cg, &f, "fast_dw_down", "dw_down = dy^T a per group (bf16 K-grouped GEMM on the 32x1-quantised "
                                        "operands, dequantised: exact in bf16; fp32 out)", dyw, aw,
                R * H + R + E * 2 * F * H, H, F, 0);
+    if (remake_xw) {
+        fast_begin(cg, &f, "mx_xs_colwise", "xs's token rows (through the dispatch) quantised 32x1 within each group, "
+                                            "dequantised to bf16, for dw_gate_up (bit-exact with the CPU reference)");
+        cg_param(cg, xw, 1, "xw");
+        cg_in(cg, xs->src[0], "xs");
+        cg_param(cg, xtok, 0, "tok");
+        cg_param(cg, f.ofs, 0, "ofs");
+        mx_tiles_end(cg, &f, H, "H", "nullptr", "nullptr", "xw", "moec::fp8b::GraphRows<E, H>{xs, tok}",
+                     "nullptr, nullptr");
+    }
     emit_kgemm(cg, &f, "fast_dw_gate_up", "dw_gate_up = dh^T xs per group (bf16 K-grouped GEMM on the 32x1-quantised "
                                           "operands, dequantised: exact in bf16; fp32 out)", dhw, xw, R * H + R, 2 * F,
                H, 0);

@@ -312,18 +312,18 @@ int plan_forward_memory(const Plan *p, int64_t *off, PlanMemory *out)
     for (int b = 0; b < k && ok; b++)
         if (fb[b].alias_of >= 0 && (fb[b].alias_of >= nb || (fb[b].alias_of = map[fb[b].alias_of]) < 0))
             ok = 0;  /* a view into a buffer of the backward */
-    /* a workspace kept for a node of the backward, which does not run, lives to the last forward launch that
-     * names it (RoPE's table of angles is read by the forward's later rope nodes, decision 58), else its node */
+    /* a buffer kept for a node of the backward, which does not run, lives to the last forward launch that
+     * names it, else its node (a workspace) or its graph users (a node's tensor): RoPE's table of angles is read
+     * by the forward's later rope nodes (decision 58); a dispatch's source rows by the expert MLP that reads
+     * the dispatch through (decisions 62, 64) */
     for (int b = 0; b < nb && ok; b++) {
         if (map[b] < 0 || fb[map[b]].until < upto)
             continue;
-        int until = -1;
-        if (b >= n)
-            for (int l = 0; l < p->eval_launches; l++)
-                for (int a = 0; a < p->launches[l].nargs; a++)
-                    if (p->launches[l].args[a] == b && p->launches[l].node > p->bufs[b].node &&
-                        p->launches[l].node > until)
-                        until = p->launches[l].node;
+        int until = -1, owner = b < n ? b : p->bufs[b].node;
+        for (int l = 0; l < p->eval_launches; l++)
+            for (int a = 0; a < p->launches[l].nargs; a++)
+                if (p->launches[l].args[a] == b && p->launches[l].node > owner && p->launches[l].node > until)
+                    until = p->launches[l].node;
         fb[map[b]].until = until;
     }
     /* the forward launches name only buffers planned here */

@@ -189,27 +189,40 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
     unsigned char *q = ws_get(plan, n, nq, dptr, &bytes);
     int64_t rcap = bytes / H;
     unsigned char *sa = ws_get(plan, n, ns, dptr, &bytes);
-    unsigned short *cw = ws_get(plan, n, fwd ? "xs_colwise_bf16" : "dy_colwise_bf16", dptr, &bytes);
-    const float *xv = cpu_plan_data(cpu, x);
+    /* the forward keeps xs's 32x1 copy only where xs is materialised; read through, the backward makes it (below) */
+    const char *ncw = fwd ? "xs_colwise_bf16" : "dy_colwise_bf16";
+    unsigned short *cw = ws_buf(plan, n, ncw) >= 0 ? ws_get(plan, n, ncw, dptr, &bytes) : NULL;
+    /* the backward's own copy of xs's 32x1 (decision 64): checked as the forward's was */
+    unsigned short *xcw = !fwd && ws_buf(plan, n, "xs_colwise_bf16") >= 0 ? ws_get(plan, n, "xs_colwise_bf16", dptr, &bytes)
+                                                                          : NULL;
+    const float *xv = cpu_plan_data(cpu, x), *xsv = cpu_plan_data(cpu, xs);
     for (int64_t g = 0; g < E; g++) {
         int64_t rows = start[g + 1] - start[g], padded = (rows + 31) / 32 * 32;
         if (rows <= 0)
             continue;
         uint8_t *vq = malloc((size_t)(rows * H)), *vs = malloc((size_t)(rows * H / 32));
-        float *t = calloc((size_t)(padded * H), 4);
+        float *t = calloc((size_t)(padded * H), 4), *tx = calloc((size_t)(padded * H), 4);
         memcpy(t, xv + start[g] * H, (size_t)(rows * H) * 4);
+        memcpy(tx, xsv + start[g] * H, (size_t)(rows * H) * 4);
         mxfp8_quantize(t, rows, H, MXFP8_ROWWISE, MXFP8_SCALE_TE, vq, vs);
         mxfp8_fake_quant(t, padded, H, MXFP8_COLWISE, MXFP8_SCALE_TE);
+        mxfp8_fake_quant(tx, padded, H, MXFP8_COLWISE, MXFP8_SCALE_TE);
         for (int64_t k = 0; k < rows; k++) {
             int64_t pr = ofs[g] + k;
             for (int64_t c = 0; c < H; c++) {
-                float want = t[k * H + c], got;
-                uint32_t u = (uint32_t)cw[pr * H + c] << 16, wb;
-                memcpy(&got, &u, 4);
-                memcpy(&wb, &want, 4);
                 diff += q[pr * H + c] != vq[k * H + c];
-                diff += isnan(want) ? !isnan(got) : (wb & 0xFFFFu) != 0 || (wb >> 16) != (u >> 16);
-                checks += 2;
+                checks++;
+                for (int w = 0; w < 2; w++) { /* the 32x1 bf16 copies: this node's operand's, the backward's of xs */
+                    const unsigned short *cp = w ? xcw : cw;
+                    if (!cp)
+                        continue;
+                    float want = (w ? tx : t)[k * H + c], got;
+                    uint32_t u = (uint32_t)cp[pr * H + c] << 16, wb;
+                    memcpy(&got, &u, 4);
+                    memcpy(&wb, &want, 4);
+                    diff += isnan(want) ? !isnan(got) : (wb & 0xFFFFu) != 0 || (wb >> 16) != (u >> 16);
+                    checks++;
+                }
             }
             for (int kb = 0; kb < H / 32; kb++, checks++)
                 diff += sa[moec_mxfp8_sa_index(pr, kb, rcap)] != vs[k * (H / 32) + kb];
@@ -217,6 +230,7 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
         free(vq);
         free(vs);
         free(t);
+        free(tx);
     }
     /* the weights */
     const IrNode *ws[2] = {w1, w2};
@@ -291,6 +305,7 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
     free(q);
     free(sa);
     free(cw);
+    free(xcw);
     return diff;
 }
 

@@ -1142,9 +1142,10 @@ static void test_unread_srcs_io(void)
         {view, 1, NULL, NULL, "names source 0", "a view's packed source"},
         {ws, 1, NULL, NULL, "only for a node's own tensor", "the field on a workspace"},
         {reader, 1, NULL, NULL, "reads source 0", "a source a launch of the node reads"},
-        {-1, 0, "\"unread_srcs\":\t[1, ", "\"unread_srcs\":[1,1, ", "names source 1", "an index named twice"},
-        {-1, 0, "\"unread_srcs\":\t[1, ", "\"unread_srcs\":[1.5, ", "names source 1.5", "a fraction"},
-        {-1, 0, "\"unread_srcs\":\t[1, ", "\"unread_srcs\":\"1\",\"x\":[1, ", "not an array", "a string"},
+        /* the backward's: its dy and xs read through or kept, the rest read through copies (decision 64) */
+        {-1, 0, "\"unread_srcs\":\t[0, 1, ", "\"unread_srcs\":[0,1,1, ", "names source 1", "an index named twice"},
+        {-1, 0, "\"unread_srcs\":\t[0, 1, ", "\"unread_srcs\":[0,1.5, ", "names source 1.5", "a fraction"},
+        {-1, 0, "\"unread_srcs\":\t[0, 1, ", "\"unread_srcs\":\"1\",\"x\":[0, 1, ", "not an array", "a string"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         uint64_t keep = bad[k].buf >= 0 ? p->bufs[bad[k].buf].unread_srcs : 0;
@@ -1278,11 +1279,11 @@ static void test_fast_mlp_fp8(int coop)
     CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8: %d of %d grouped_mlp nodes take the fp8-block kernels", fast,
           nodes);
     CHECK(impl_ok, "fast_mlp_fp8: every expert-MLP launch says fast: fp8-block");
-    /* forward: offsets, gather + xs rowwise and colwise, gate_up with SwiGLU + a's quantisation in its epilogue
-     * (decision 57), down (the combine reads y_padded; the weights' tiles are the optimizer's e4m3 copies);
-     * backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs, two weight
-     * gradients, scatter */
-    CHECK(fwd == (epi ? 4 : 5) * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches",
+    /* forward: offsets, the tokens of the dispatch read through, gather + xs rowwise and colwise, gate_up with
+     * SwiGLU + a's quantisation in its epilogue (decision 57), h's E4M3 copy for the backward (decision 64), down
+     * (the combine reads y_padded; the weights' tiles are the optimizer's e4m3 copies); backward: dy rowwise and
+     * colwise, da, dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs, two weight gradients, scatter */
+    CHECK(fwd == (epi ? 6 : 7) * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches",
           fwd, bwd);
     CHECK(tiles == 4 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
           "shared memory", tiles, 4 * layers);
@@ -1316,7 +1317,7 @@ static void test_fast_mlp_fp8(int coop)
     CHECK(strstr(p->cuda_source, kdown) && strstr(p->cuda_source, kgu) &&
               strstr(p->cuda_source, "rows_cap, &tma_dw);") &&
               strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, 2 * F>(q, sa, ") &&
-              strstr(p->cuda_source, ", dht, dhts, moec::fp8b::Dswiglu<F>{hp, dap, pp}") &&
+              strstr(p->cuda_source, ", dht, dhts, moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp}") &&
               !strstr(p->cuda_source, "GemmKGrouped<4,"),
           "fast_mlp_fp8 (%s): dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
           "K-grouped expert GEMM", coop ? "cooperative" : "ping-pong");
@@ -1347,11 +1348,12 @@ static void test_fast_mlp_fp8(int coop)
                 p->graph->nodes[p->bufs[b].node]->op == IR_OP_GROUPED_MLP;
         e4m3 += p->bufs[b].storage == PLAN_E4M3;
     }
-    /* kept per layer: offsets, probs, h, xs colwise (its transposed codes and their scales), y for the combine;
-     * no bf16 working copy of an expert weight, an e4m3 one of each in the params region (the tiles, the
-     * transposed tiles and their scales: decision 44); E4M3 buffers (values or scale codes): 6 in the forward
-     * (xs rowwise and colwise, a), 10 in the backward (dy and dh rowwise and colwise, a colwise), 2 copies */
-    CHECK(copies == 0 && fp8_copies == 2 * layers && kept == 6 * layers && e4m3 == 18 * layers,
+    /* kept per layer: offsets, probs, h's E4M3 copy and its scales (decision 64), xs colwise (its transposed codes
+     * and their scales), the token of each row, y for the combine; no bf16 working copy of an expert weight, an
+     * e4m3 one of each in the params region (the tiles, the transposed tiles and their scales: decision 44); E4M3
+     * buffers (values or scale codes): 8 in the forward (xs rowwise and colwise, a, h's copy), 10 in the backward
+     * (dy and dh rowwise and colwise, a colwise), 2 copies */
+    CHECK(copies == 0 && fp8_copies == 2 * layers && kept == 8 * layers && e4m3 == 20 * layers,
           "fast_mlp_fp8: %d bf16 and %d e4m3 expert-weight copies, %d kept workspaces, %d E4M3 buffers", copies,
           fp8_copies, kept, e4m3);
     char *doc = plan_to_json(p, 0);
@@ -1489,10 +1491,11 @@ static void test_fast_mlp_mx(void)
     CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8 at mxfp8: %d of %d grouped_mlp nodes take the MXFP8 kernels", fast,
           nodes);
     CHECK(impl_ok, "fast_mlp_fp8 at mxfp8: every expert-MLP launch says fast: mxfp8");
-    /* forward: offsets, gather + xs rowwise and colwise, gate_up, SwiGLU + quantise, down (the combine reads
-     * y_padded); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs,
-     * two weight gradients, scatter (the weights' copies are the optimizer's) */
-    CHECK(fwd == 5 * layers && bwd == 9 * layers, "fast_mlp_fp8 at mxfp8: %d forward and %d backward launches", fwd,
+    /* forward: offsets, the tokens of the dispatch read through, gather + xs rowwise, gate_up, SwiGLU + quantise,
+     * h's MXFP8 copy (decision 64), down (the combine reads y_padded); backward: dy rowwise and colwise, da,
+     * dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs, xs colwise (from the token rows), two weight
+     * gradients, scatter (the weights' copies are the optimizer's) */
+    CHECK(fwd == 7 * layers && bwd == 10 * layers, "fast_mlp_fp8 at mxfp8: %d forward and %d backward launches", fwd,
           bwd);
     CHECK(tiles == 5 * layers && tiles_ok && weights == 0 && weights_ok,
           "fast_mlp_fp8 at mxfp8: %d tile quantisers (want %d, no dynamic shared memory), %d weight quantisers (want "
@@ -1509,7 +1512,7 @@ static void test_fast_mlp_mx(void)
               strstr(p->cuda_source, "moec::sm90::GemmKGrouped<4, 512, 256, ") &&
               strstr(p->cuda_source, "moec::mx8::quant_tiles<E, H>(q, sa, ") &&
               strstr(p->cuda_source, "moec::mx8::quant_tiles<E, 2 * F>(q, sa, ") &&
-              strstr(p->cuda_source, ", dhw, moec::fp8b::Dswiglu<F>{hp, dap, pp}") &&
+              strstr(p->cuda_source, ", dhw, moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp}") &&
               !strstr(p->cuda_source, "moec::mx8::weight_rows<") && !strstr(p->cuda_source, "moec::mx8::weight_cols<") &&
               !strstr(p->cuda_source, "GemmMGrouped<4, 512") && !strstr(p->cuda_source, "GemmFp8KGrouped<4,") &&
               !strstr(p->cuda_source, "void __launch_bounds__(512) moec_adamw_fp8b_") &&
@@ -1534,9 +1537,10 @@ static void test_fast_mlp_mx(void)
         kept += p->bufs[b].kind == PLAN_BUF_WORKSPACE && p->bufs[b].until > p->bufs[b].node &&
                 p->graph->nodes[p->bufs[b].node]->op == IR_OP_GROUPED_MLP;
     }
-    /* kept per layer: offsets, probs, h, xs colwise (bf16), y for the combine; each expert weight one MXFP8 copy in
+    /* kept per layer: offsets, probs, h's MXFP8 copy and its scales (decision 64), the token of each row, y for the
+     * combine (xs's colwise copy is made in the backward from the token rows); each expert weight one MXFP8 copy in
      * the params region (2 + 2/32 bytes a weight) */
-    CHECK(copies == 2 * layers && copies_ok && kept == 5 * layers,
+    CHECK(copies == 2 * layers && copies_ok && kept == 6 * layers,
           "fast_mlp_fp8 at mxfp8: %d expert-weight copies (want %d, e4m3 in the params region), %d kept workspaces",
           copies, 2 * layers, kept);
     plan_free(p);
