@@ -17,7 +17,8 @@
 #     every float (tests/gpu/e4m3_check.c), run_plan and --chain on tests/gpu/fast_mlp_fp8.moe (the expert
 #     MLPs within 5e-2 normwise of the CPU's fp8-block reference, run_plan.c FP8B_TOL; the forward's a codes and
 #     scales, written by the gate_up GEMM's fused SwiGLU epilogue, against fp8b_quantize of a from the GPU's h:
-#     fp8b_glu_diff, decision 57), 30 training steps on
+#     fp8b_glu_diff, decision 57; h's E4M3 copy for the backward against fp8b_quantize of the GPU's bf16 h, bit for
+#     bit: fp8b_hcopy_diff=0, decision 64), 30 training steps on
 #     the GPU against the CPU backend running the same binary (--device cpu: the fp8-block reference), every
 #     step's loss within 2%, the same run resumed from its step-15 checkpoint (steps 16..30 the same losses:
 #     the E4M3 weight copies rebuilt from the loaded weights, decision 44; run_plan also checks the optimizer
