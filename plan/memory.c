@@ -620,8 +620,16 @@ static int check_launch_lifetimes(const IrGraph *g, const PlanBuf *bufs, int nbu
          * end */
         for (int s = 0; s < node->nsrc && ok; s++) {
             int rs = ROOT(node->src[s]->id);
-            if (UNREAD(i, s) || (lo[i] >= 0 && stamp[rs] == i + 1))
+            if (UNREAD(i, s))
                 continue;
+            /* a source its launches read is live from its first launch on: the isolated kernel checks upload the
+             * CPU's values into it before that launch (tests/codegen/emu/check.c, tests/gpu/run_plan.c) */
+            if (lo[i] >= 0 && stamp[rs] == i + 1) {
+                if (!COVERS(rs, lo[i], lo[i]))
+                    BAD("node %d (%s) reads %s, whose buffer lives over launches %d..%d: not from the node's first "
+                        "launch %d on", i, node->name, node->src[s]->name, bufs[rs].lfirst, bufs[rs].llast, lo[i]);
+                continue;
+            }
             if (!COVERS(rs, NODE_HI(i), NODE_HI(i)))
                 BAD("node %d (%s) reads %s without a launch naming it; its buffer lives over launches %d..%d, the "
                     "node ends at launch %d", i, node->name, node->src[s]->name, bufs[rs].lfirst, bufs[rs].llast,
