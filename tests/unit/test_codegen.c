@@ -1826,6 +1826,75 @@ static void test_bf16_storage(void)
     compilation_free(&c);
 }
 
+/* The launch-level layout (decision 65) of the benchmark layers' fast plans, each precision: checked against the
+ * launches (check_plan, check_forward); buffers that the node-level rule keeps live together at the fused
+ * backward's node share bytes (never live at one launch), the peak is at one of the backward's launches and
+ * below the node-level layout's (the same table laid out by plan_memory: decision 64's figures) */
+static void test_layer_layouts(void)
+{
+    static const char *const models[] = {"bench/models/layer/layer_mixtral.moe", "bench/models/layer/layer_bio.moe"};
+    static const char *const precs[] = {"bf16", "fp8-block", "mxfp8"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int pi = 0; pi < 3; pi++) {
+            char what[256];
+            snprintf(what, sizeof what, "%s --precision %s --kernels fast", models[mi], precs[pi]);
+            Compilation c;
+            IrGraph *g = compile_model(&c, models[mi], precs[pi], 0, NULL);
+            char err[512];
+            Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+            if (p)
+                p->source.kernels = PLAN_KERNELS_FAST;
+            int ok = p && cuda_codegen(p, NULL, NULL);
+            CHECK(ok, "%s: a plan", what);
+            if (ok) {
+                check_plan(what, p);
+                check_forward(what, p);
+                /* pairs that the node-level rule keeps live at one node (the fused backward's) and the
+                 * launch-level layout puts on the same bytes */
+                int shared = 0, n = p->graph->nnodes;
+                for (int a = 0; a < p->nbufs; a++)
+                    for (int b = a + 1; b < p->nbufs; b++) {
+                        const PlanBuf *x = &p->bufs[a], *y = &p->bufs[b];
+                        int lo = x->first > y->first ? x->first : y->first, hi = x->last < y->last ? x->last : y->last;
+                        int bwd = 0;
+                        for (int i = lo; i <= hi && !bwd; i++)
+                            bwd = p->graph->nodes[i]->op == IR_OP_GROUPED_MLP_BWD;
+                        shared += bwd && x->alias_of < 0 && y->alias_of < 0 &&
+                                  x->region == PLAN_REGION_ACTIVATIONS && y->region == PLAN_REGION_ACTIVATIONS &&
+                                  x->bytes && y->bytes && x->first <= y->last && y->first <= x->last &&
+                                  x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+                    }
+                PlanMemoryBreakdown lb;
+                plan_memory_breakdown(p, &lb);
+                PlanBuf *t = malloc(sizeof *t * ((size_t)p->nbufs + 1));
+                memcpy(t, p->bufs, sizeof *t * (size_t)p->nbufs);
+                PlanMemory m;
+                plan_memory(p->graph, t, p->nbufs, 256, &m);
+                /* the node-level peak, by the same measure: its lifetimes at every node position */
+                int64_t node_peak = 0;
+                for (int i = 0; i < n; i++) {
+                    int64_t live = 0;
+                    for (int b = 0; b < p->nbufs; b++)
+                        if (t[b].alias_of < 0 && t[b].region == PLAN_REGION_ACTIVATIONS && t[b].first <= i &&
+                            t[b].last >= i)
+                            live += t[b].bytes;
+                    node_peak = live > node_peak ? live : node_peak;
+                }
+                printf("%s: activations peak %.1f MiB at launch %d (node-level %.1f MiB), without the gradients "
+                       "%.1f MiB; %d pairs live together at the backward's node share bytes\n", what,
+                       lb.peak_live / 1048576.0, lb.peak_launch, node_peak / 1048576.0, lb.nograd_live / 1048576.0,
+                       shared);
+                CHECK(shared > 0 && lb.peak_live < node_peak && lb.peak_launch >= 0 &&
+                          p->graph->nodes[lb.peak_at]->op == IR_OP_GROUPED_MLP_BWD,
+                      "%s: buffers live together at the fused backward's node share bytes, the peak falls", what);
+                free(t);
+            }
+            if (p)
+                plan_free(p);
+            compilation_free(&c);
+        }
+}
+
 int main(void)
 {
     test_base64();
@@ -1841,6 +1910,7 @@ int main(void)
     test_unread_srcs_io();
     test_fast_mlp_mx();
     test_bf16_storage();
+    test_layer_layouts();
     test_needs_arch();
     test_attn_schedules();
     test_log_context();
