@@ -1,10 +1,12 @@
-/* test_memory.c - the memory planner (plan/memory.c, decision 39) on every model the repository has:
- *   - plan_memory_check on each plan's tensor table (the GPU layout: alignment, views inside their base,
- *     lifetimes covering the uses, no two buffers live at once sharing a byte), with the reference and the
- *     fast kernels, mxfp8 and ep 2, and on the CPU backend's layout of the same graph; the fast kernels'
- *     tensor maps inside their buffers (buffers now lie edge to edge);
+/* test_memory.c - the memory planner (plan/memory.c, decisions 39 and 65) on every model the repository has:
+ *   - plan_memory_check on each plan's tensor table (the GPU layout, lifetimes in launch positions: alignment,
+ *     views inside their base, lifetimes covering the uses and the launches, no two buffers live at one launch
+ *     sharing a byte), with the reference and the fast kernels, mxfp8 and ep 2, on the same table laid out at
+ *     node level, and on the CPU backend's layout of the same graph; the fast kernels' tensor maps inside their
+ *     buffers (buffers now lie edge to edge);
+ *   - the launch-level planner on a made-up launch list (workspaces of one node that must share bytes);
  *   - the check itself fails on deliberately broken layouts (two live buffers moved onto each other, a view
- *     past its base, an unaligned offset, a lifetime cut short);
+ *     past its base, an unaligned offset, a lifetime cut short in nodes and in launches);
  *   - the layout against the live bytes at the peak (plan_memory_breakdown): within 2% on four Mixtral-8x7B
  *     layers at 4 x 4096 and 16 x 4096 tokens (tests/gpu/nofit.moe), and the 4 x 4096 one fits an H200;
  *   - the same layout from the same table twice (deterministic), and the planner's time on the largest
