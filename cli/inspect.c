@@ -13,8 +13,9 @@
 #include "cli.h"
 
 /* `moec explain --kernels K`: the activations region at its fullest moment (plan_memory_breakdown, docs/decisions.md
- * 54): the node where it peaks, the peak with and without the parameter gradients, and the tensors live there,
- * largest first, so a reader sees what a memory change would have to remove. */
+ * 54): the launch where it peaks (decision 65: the GPU's lifetimes are in launches) and its node, the peak with and
+ * without the parameter gradients, and the tensors live there, largest first, so a reader sees what a memory
+ * change would have to remove. */
 static int cmp_bytes_desc(const void *a, const void *b)
 {
     int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
@@ -30,34 +31,60 @@ static void explain_memory(const char *file, const Plan *p)
     const IrGraph *g = p->graph;
     const double MIB = 1048576.0;
     const IrNode *at = g->nodes[m.peak_at];
-    printf("%s:%d: memory: the activations peak at %s (%s): %.1f MiB live, of which %.1f MiB parameter gradients; "
+    char where[512] = "";
+    if (m.peak_launch >= 0) {
+        const PlanLaunch *l = &p->launches[m.peak_launch];
+        snprintf(where, sizeof where, "launch %d of %d (%s) of ", m.peak_launch, p->nlaunches,
+                 l->kernel >= 0 ? p->kernel_names[l->kernel] : "a host-side collective");
+    }
+    printf("%s:%d: memory: the activations peak at %s%s (%s): %.1f MiB live, of which %.1f MiB parameter gradients; "
            "without them %.1f MiB (tensors %.1f, workspaces %.1f); region laid out %.1f MiB\n",
-           file, at->loc.line, at->name, ir_node_op_name(at), m.peak_live / MIB, m.peak_grads / MIB,
+           file, at->loc.line, where, at->name, ir_node_op_name(at), m.peak_live / MIB, m.peak_grads / MIB,
            (m.peak_acts + m.peak_ws) / MIB, m.peak_acts / MIB, m.peak_ws / MIB, m.acts_region / MIB);
-    /* the live buffers at the peak (the lifetimes as plan_memory_breakdown computed them: plan_memory on a copy) */
+    /* the gradients, kept to the end, may put the peak where the rest is not at its fullest: that one too */
+    if (m.nograd_at >= 0 && (m.peak_launch >= 0 ? m.nograd_launch != m.peak_launch : m.nograd_at != m.peak_at)) {
+        const IrNode *nat = g->nodes[m.nograd_at];
+        char nwhere[512] = "";
+        if (m.nograd_launch >= 0) {
+            const PlanLaunch *l = &p->launches[m.nograd_launch];
+            snprintf(nwhere, sizeof nwhere, "launch %d (%s) of ", m.nograd_launch,
+                     l->kernel >= 0 ? p->kernel_names[l->kernel] : "a host-side collective");
+        }
+        printf("%s:%d: memory: without the parameter gradients the activations peak at %s%s (%s): %.1f MiB\n", file,
+               nat->loc.line, nwhere, nat->name, ir_node_op_name(nat), m.nograd_live / MIB);
+    }
+    /* the live buffers at the peak (the lifetimes as plan_memory_breakdown computed them: the plan's planner on a
+     * copy); each buffer's lifetime as the nodes of its first and last launch */
     PlanBuf *bufs = malloc(sizeof *bufs * ((size_t)p->nbufs + 1));
     int64_t(*rows)[2] = malloc(sizeof *rows * ((size_t)p->nbufs + 1));
     if (!bufs || !rows)
         die("out of memory");
     memcpy(bufs, p->bufs, sizeof *bufs * (size_t)p->nbufs);
     PlanMemory mem;
-    plan_memory(g, bufs, p->nbufs, 256, &mem);
-    int n = 0;
-    for (int b = 0; b < p->nbufs; b++)
-        if (bufs[b].alias_of < 0 && bufs[b].region == PLAN_REGION_ACTIVATIONS && bufs[b].first <= m.peak_at &&
-            bufs[b].last >= m.peak_at && bufs[b].bytes > 0) {
+    plan_memory_again(p, bufs, &mem);
+    int bylaunch = m.peak_launch >= 0, pos = bylaunch ? m.peak_launch : m.peak_at, n = 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        int f = bylaunch ? bufs[b].lfirst : bufs[b].first, l = bylaunch ? bufs[b].llast : bufs[b].last;
+        if (bufs[b].alias_of < 0 && bufs[b].region == PLAN_REGION_ACTIVATIONS && f <= pos && l >= pos &&
+            bufs[b].bytes > 0) {
             rows[n][0] = bufs[b].bytes;
             rows[n++][1] = b;
         }
+    }
     qsort(rows, (size_t)n, sizeof *rows, cmp_bytes_desc);
     int shown = n < 12 ? n : 12;
     for (int i = 0; i < shown; i++) {
         const PlanBuf *b = &bufs[rows[i][1]];
-        const IrNode *made = b->first >= 0 && b->first < g->nnodes ? g->nodes[b->first] : NULL;
-        printf("%s:%d: memory:   %9.1f MiB  %-40s %-9s %s, live %s .. %s\n", file,
+        int f = bylaunch ? p->launches[b->lfirst].node : b->first;
+        int l = bylaunch ? p->launches[b->llast].node : b->last;
+        char span[64] = "";
+        if (bylaunch)
+            snprintf(span, sizeof span, " (launches %d..%d)", b->lfirst, b->llast);
+        printf("%s:%d: memory:   %9.1f MiB  %-40s %-9s %s, live %s .. %s%s\n", file,
                b->node >= 0 && b->node < g->nnodes ? g->nodes[b->node]->loc.line : 0, b->bytes / MIB, b->name,
                plan_storage_name[b->storage], b->kind == PLAN_BUF_WORKSPACE ? "workspace" : "tensor",
-               made ? made->name : "?", b->last >= 0 && b->last < g->nnodes ? g->nodes[b->last]->name : "the end");
+               f >= 0 && f < g->nnodes ? g->nodes[f]->name : "?", l >= 0 && l < g->nnodes ? g->nodes[l]->name
+                                                                                          : "the end", span);
     }
     if (n > shown) {
         int64_t rest = 0;

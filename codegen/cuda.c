@@ -982,7 +982,6 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     for (int b = 0; b < g->nnodes; b++)
         if (cg.bufs[b].elided)
             cg.bufs[b].bytes = 0;
-    plan_memory(g, cg.bufs, cg.nbufs, 256, &p->memory);
 
     int nkernel_launches = 0, ncollectives = 0;
     for (int i = 0; i < cg.nlaunches; i++) {
@@ -1100,6 +1099,9 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
             p->eval_launches = i + 1;
     }
     p->nlaunches = cg.nlaunches;
+    /* the layout, with lifetimes in launch positions (decision 65): a fused node's workspaces share bytes
+     * when no launch needs two of them at once */
+    plan_memory_launches(g, p->bufs, p->nbufs, p->launches, p->nlaunches, 256, &p->memory);
     p->kernel_names = calloc((size_t)cg.nkernels + 1, sizeof(char *));
     if (!p->kernel_names)
         die("out of memory");

@@ -11,7 +11,8 @@
  *     kernels of different nodes (the same layer repeated) are emitted once,
  *     named after the first node that needs them;
  *   - the tensor table (a buffer per node, the views that alias packed
- *     gradients, the kernels' workspaces), laid out by plan_memory;
+ *     gradients, the kernels' workspaces), laid out by plan_memory_launches
+ *     (lifetimes in launch positions);
  *   - the launch list: kernels with grid, block and buffers, host-side
  *     collectives in their place, the eval prefix.
  * Storage is fp32 for every floating tensor (an e4m3 tensor holds its

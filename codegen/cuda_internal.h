@@ -37,7 +37,7 @@ void sb_free(Sb *b);
 enum { CG_MAX_ARGS = 24, CG_BLOCK = 256 };
 
 /* The buffers are the plan's tensor table (plan/plan.h): bufs[i] is node
- * i's tensor, workspaces follow; plan_memory lays them out. */
+ * i's tensor, workspaces follow; plan_memory_launches lays them out. */
 typedef PlanBuf CgBuf;
 const char *cg_ctype(PlanStorage s);           /* float, double, int */
 

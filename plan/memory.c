@@ -1,12 +1,16 @@
-/* memory.c - the one memory planner: liveness over the node order.
+/* memory.c - the one memory planner: liveness over the node order, or on
+ * the GPU over the launch order.
  *
  * Both backends lay out their tensors with it: the GPU backend from the
  * plan's tensor table (codegen adds the kernels' workspaces and the views
- * that alias packed gradients), the CPU backend from its own element sizes
- * (f32 for training, f64 for the gradient check). One rule for both, so the
- * planned peak printed before a run is the one the run allocates. */
+ * that alias packed gradients) with lifetimes in launch positions
+ * (plan_memory_launches, decision 65), the CPU backend from its own element
+ * sizes (f32 for training, f64 for the gradient check) with lifetimes in node
+ * positions (plan_memory). One placement for both, and the planned peak
+ * printed before a run is the one the run allocates. */
 #include "plan.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +21,7 @@ static int64_t align_to(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 /* node i's source s is not read by its launches (PlanBuf.unread_srcs): the edge keeps nothing alive */
 #define UNREAD(i, s) ((s) < 64 && (bufs[i].unread_srcs >> (s) & 1))
 
-/* One buffer of the activations region to place: its lifetime [first, last] (node positions, both
+/* One buffer of the activations region to place: its lifetime [first, last] (node or launch positions, both
  * inclusive) and its aligned size; off once placed. */
 typedef struct Interval {
     int buf, first, last;
@@ -89,7 +93,148 @@ static int64_t pack(Interval *iv, int n)
     return end;
 }
 
-void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out)
+/* Where the nodes stand in the launch order: lo[i] .. hi[i] node i's launches (-1, -1 without any), at[i] the
+ * launch where a node without launches stands: the first launch of a later node (the last launch when none
+ * follows). The launches must be in node order (codegen emits them so). 0 with a message when they are not. */
+static int launch_positions(const IrGraph *g, const PlanLaunch *L, int nl, int *lo, int *hi, int *at, char *err,
+                            size_t errlen)
+{
+    int n = g->nnodes;
+    for (int i = 0; i < n; i++)
+        lo[i] = hi[i] = -1;
+    for (int j = 0; j < nl; j++) {
+        int node = L[j].node;
+        if (node < 0 || node >= n || (j > 0 && node < L[j - 1].node)) {
+            snprintf(err, errlen, "launch %d is of node %d, %s", j, node,
+                     node < 0 || node >= n ? "past the graph" : "before the node of the launch ahead of it");
+            return 0;
+        }
+        if (lo[node] < 0)
+            lo[node] = j;
+        hi[node] = j;
+    }
+    for (int i = n - 1, next = nl; i >= 0; i--) {
+        if (lo[i] >= 0)
+            next = lo[i];
+        at[i] = next < nl ? next : nl - 1;
+    }
+    return 1;
+}
+
+/* the launches a node covers: its own, or the one where it stands */
+#define NODE_LO(i) (lo[i] >= 0 ? lo[i] : at[i])
+#define NODE_HI(i) (hi[i] >= 0 ? hi[i] : at[i])
+
+/* Whether a launch of node u names buffer root r (a view names its base) */
+static int node_names(const PlanBuf *bufs, int nbufs, const PlanLaunch *L, const int *lo, const int *hi, int u, int r)
+{
+    for (int j = lo[u]; j >= 0 && j <= hi[u]; j++)
+        for (int a = 0; a < L[j].nargs; a++) {
+            int b = L[j].args[a];
+            if (b >= 0 && b < nbufs && (bufs[b].alias_of >= 0 ? bufs[b].alias_of : b) == r)
+                return 1;
+        }
+    return 0;
+}
+
+/* The launch-level lifetimes (plan.h: plan_memory_launches) of the activations buffers into lfirst .. llast,
+ * the regions already assigned; keep[r]: root r of a node lives to the end (an output). */
+static void launch_lifetimes(const IrGraph *g, PlanBuf *bufs, int nbufs, const PlanLaunch *L, int nl,
+                             const char *keep)
+{
+    int n = g->nnodes;
+    int *lo = malloc(sizeof(int) * ((size_t)n + 1)), *hi = malloc(sizeof(int) * ((size_t)n + 1));
+    int *at = malloc(sizeof(int) * ((size_t)n + 1)), *stamp = calloc((size_t)nbufs + 1, sizeof(int));
+    char *used = calloc((size_t)n + 1, 1);
+    if (!lo || !hi || !at || !stamp || !used)
+        die("out of memory planning buffers");
+    char why[256];
+    if (!launch_positions(g, L, nl, lo, hi, at, why, sizeof why))
+        die("plan_memory_launches: %s", why);
+#define ROOT(id) (bufs[id].alias_of >= 0 ? bufs[id].alias_of : (id))
+#define HULL(b, a, z)                                                                                                  \
+    do {                                                                                                               \
+        if (bufs[b].lfirst > (a))                                                                                      \
+            bufs[b].lfirst = (a);                                                                                      \
+        if (bufs[b].llast < (z))                                                                                       \
+            bufs[b].llast = (z);                                                                                       \
+    } while (0)
+    for (int b = 0; b < nbufs; b++) {
+        bufs[b].lfirst = INT_MAX;
+        bufs[b].llast = -1;
+    }
+    /* every launch that names it */
+    for (int j = 0; j < nl; j++)
+        for (int a = 0; a < L[j].nargs; a++) {
+            int b = L[j].args[a];
+            if (b < -1 || b >= nbufs)
+                die("plan_memory_launches: launch %d: argument %d is buffer %d of %d", j, a, b, nbufs);
+            if (b >= 0)
+                HULL(ROOT(b), j, j);
+        }
+    for (int i = 0; i < n; i++) {
+        const IrNode *node = g->nodes[i];
+        for (int j = lo[i]; j >= 0 && j <= hi[i]; j++)
+            for (int a = 0; a < L[j].nargs; a++)
+                if (L[j].args[a] >= 0)
+                    stamp[ROOT(L[j].args[a])] = i + 1;
+        /* a node's tensor to its node's last launch, from its node's first launch unless one of them names it
+         * (the launches naming it above); a view's base over where the view stands */
+        HULL(ROOT(i), stamp[ROOT(i)] == i + 1 ? NODE_HI(i) : NODE_LO(i), NODE_HI(i));
+        /* the edges its launches do not describe: to its last launch */
+        for (int s = 0; s < node->nsrc; s++) {
+            int r = ROOT(node->src[s]->id);
+            used[node->src[s]->id] = 1;
+            if (UNREAD(i, s) || (lo[i] >= 0 && stamp[r] == i + 1))
+                continue;
+            HULL(r, NODE_HI(i), NODE_HI(i));
+        }
+        /* the GPU metrics read a watched topk's logits right after it (runtime/gpu/gpu.c logits_live) */
+        if (node->op == IR_OP_TOPK_EXPERTS && node->nsrc > 0 && !UNREAD(i, 0) && hi[i] >= 0)
+            HULL(ROOT(node->src[0]->id), hi[i], hi[i]);
+    }
+    for (int b = 0; b < nbufs; b++) {
+        int owner = b < n ? b : bufs[b].node, u = bufs[b].until;
+        if (bufs[b].region != PLAN_REGION_ACTIVATIONS)
+            continue;
+        /* kept for a later node whose launches do not name it: to that node's last launch */
+        if (u > owner && u < n && !node_names(bufs, nbufs, L, lo, hi, u, ROOT(b)))
+            HULL(ROOT(b), NODE_HI(u), NODE_HI(u));
+        /* a workspace no launch names: over its node */
+        if (b >= n && bufs[b].llast < 0)
+            HULL(b, NODE_LO(owner), NODE_HI(owner));
+    }
+    for (int i = 0; i < n; i++) {
+        /* outputs, and a collective's result that no node reads: the runtime's bucketed all-reduce writes it
+         * after the backward (runtime/gpu/gpu.c find_buckets) */
+        int host = lo[i] >= 0 && L[lo[i]].kernel < 0;
+        if (keep[ROOT(i)] || (host && !used[i]))
+            HULL(ROOT(i), NODE_HI(i), nl - 1);
+    }
+    for (int b = 0; b < nbufs; b++) {
+        if (bufs[b].region != PLAN_REGION_ACTIVATIONS) {
+            bufs[b].lfirst = 0;
+            bufs[b].llast = nl - 1;
+        } else if (bufs[b].alias_of < 0 && bufs[b].llast < 0) {
+            die("plan_memory_launches: buffer %d (%s) has no lifetime", b, bufs[b].name ? bufs[b].name : "?");
+        }
+    }
+    for (int b = 0; b < nbufs; b++)
+        if (bufs[b].alias_of >= 0) {
+            bufs[b].lfirst = bufs[bufs[b].alias_of].lfirst;
+            bufs[b].llast = bufs[bufs[b].alias_of].llast;
+        }
+#undef HULL
+#undef ROOT
+    free(lo);
+    free(hi);
+    free(at);
+    free(stamp);
+    free(used);
+}
+
+static void layout(const IrGraph *g, PlanBuf *bufs, int nbufs, const PlanLaunch *launches, int nlaunches,
+                   int64_t align, PlanMemory *out)
 {
     int n = g->nnodes;
     if (nbufs < n)
@@ -179,6 +324,17 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
                                    .size = align_to(buf->bytes, align), .off = 0};
         }
     }
+    if (nlaunches > 0) {
+        /* the GPU: the same placement over launch positions */
+        launch_lifetimes(g, bufs, nbufs, launches, nlaunches, keep);
+        for (int k = 0; k < niv; k++) {
+            iv[k].first = bufs[iv[k].buf].lfirst;
+            iv[k].last = bufs[iv[k].buf].llast;
+        }
+    } else {
+        for (int b = 0; b < nbufs; b++)
+            bufs[b].lfirst = bufs[b].llast = -1;
+    }
     qsort(iv, (size_t)niv, sizeof *iv, by_size_desc);
     int64_t total = pack(iv, niv);
     for (int k = 0; k < niv; k++) {
@@ -205,28 +361,49 @@ void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, Plan
     free(iv);
     /* what the layout promises, checked on every plan (about 1 ms for mixtral_8x7b's 3,500 buffers) */
     char why[512];
-    if (!plan_memory_check(g, bufs, nbufs, align, out, why, sizeof why))
+    if (!plan_memory_check(g, bufs, nbufs, nlaunches > 0 ? launches : NULL, nlaunches > 0 ? nlaunches : 0, align,
+                           out, why, sizeof why))
         die("plan_memory: internal error: the layout breaks its rules: %s", why);
+}
+
+void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out)
+{
+    layout(g, bufs, nbufs, NULL, 0, align, out);
+}
+
+void plan_memory_launches(const IrGraph *g, PlanBuf *bufs, int nbufs, const PlanLaunch *launches, int nlaunches,
+                          int64_t align, PlanMemory *out)
+{
+    layout(g, bufs, nbufs, launches, nlaunches, align, out);
+}
+
+void plan_memory_again(const Plan *p, PlanBuf *bufs, PlanMemory *out)
+{
+    layout(p->graph, bufs, p->nbufs, p->launches, p->nlaunches, 256, out);
 }
 
 void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)
 {
     memset(out, 0, sizeof *out);
-    out->peak_at = -1;
+    out->peak_at = out->peak_launch = out->nograd_at = out->nograd_launch = -1;
     if (!p->bufs)
         return;
     const IrGraph *g = p->graph;
     int n = g->nnodes;
+    /* the positions the lifetimes are in: the launches of a launch-level layout (every GPU plan), else nodes */
+    int bylaunch = p->nlaunches > 0, npos = bylaunch ? p->nlaunches : n;
     int64_t *grad_bytes = calloc((size_t)p->nbufs + 1, sizeof(int64_t));  /* per root: its gradients' bytes */
-    int64_t *delta = calloc((size_t)n + 1, sizeof(int64_t));
+    int64_t *delta = calloc((size_t)npos + 1, sizeof(int64_t)), *ndelta = calloc((size_t)npos + 1, sizeof(int64_t));
     /* the lifetimes planned again on a copy of the table (a plan read from a training binary's payload
      * leaves them out): the same planner, so the same layout */
     PlanBuf *bufs = malloc(sizeof *bufs * ((size_t)p->nbufs + 1));
-    if (!grad_bytes || !delta || !bufs)
+    if (!grad_bytes || !delta || !ndelta || !bufs)
         die("out of memory");
     memcpy(bufs, p->bufs, sizeof *bufs * (size_t)p->nbufs);
     PlanMemory mem;
-    plan_memory(g, bufs, p->nbufs, 256, &mem);
+    plan_memory_again(p, bufs, &mem);
+#define FIRST(b) (bylaunch ? (b)->lfirst : (b)->first)
+#define LAST(b) (bylaunch ? (b)->llast : (b)->last)
     /* a gradient may be a view into a packed buffer (a fused backward's outputs): its own bytes count */
     for (int i = 0; i < p->nparams; i++) {
         int gb = p->params[i].grad;
@@ -245,24 +422,38 @@ void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)
             else
                 out->masters += buf->bytes;
         } else if (buf->region == PLAN_REGION_ACTIVATIONS) {
-            if (buf->first >= 0 && buf->first < n && buf->last >= buf->first) {
-                delta[buf->first] += buf->bytes;
-                delta[buf->last < n ? buf->last + 1 : n] -= buf->bytes;
+            if (FIRST(buf) >= 0 && FIRST(buf) < npos && LAST(buf) >= FIRST(buf)) {
+                int64_t ng = buf->bytes - (grad_bytes[b] < buf->bytes ? grad_bytes[b] : buf->bytes);
+                delta[FIRST(buf)] += buf->bytes;
+                delta[LAST(buf) < npos ? LAST(buf) + 1 : npos] -= buf->bytes;
+                ndelta[FIRST(buf)] += ng;
+                ndelta[LAST(buf) < npos ? LAST(buf) + 1 : npos] -= ng;
             }
         }
     }
-    int64_t live = 0;
-    for (int i = 0; i < n; i++) {
+    int64_t live = 0, nlive = 0;
+    int peak = -1, npeak = -1;
+    for (int i = 0; i < npos; i++) {
         live += delta[i];
-        if (out->peak_at < 0 || live > out->peak_live) {
+        nlive += ndelta[i];
+        if (peak < 0 || live > out->peak_live) {
             out->peak_live = live;
-            out->peak_at = i;
+            peak = i;
+        }
+        if (npeak < 0 || nlive > out->nograd_live) {
+            out->nograd_live = nlive;
+            npeak = i;
         }
     }
-    for (int b = 0; b < p->nbufs && out->peak_at >= 0; b++) {
+    if (peak >= 0) {
+        out->peak_launch = bylaunch ? peak : -1;
+        out->peak_at = bylaunch ? p->launches[peak].node : peak;
+        out->nograd_launch = bylaunch ? npeak : -1;
+        out->nograd_at = bylaunch ? p->launches[npeak].node : npeak;
+    }
+    for (int b = 0; b < p->nbufs && peak >= 0; b++) {
         const PlanBuf *buf = &bufs[b];
-        if (buf->alias_of >= 0 || buf->region != PLAN_REGION_ACTIVATIONS || buf->first > out->peak_at ||
-            buf->last < out->peak_at)
+        if (buf->alias_of >= 0 || buf->region != PLAN_REGION_ACTIVATIONS || FIRST(buf) > peak || LAST(buf) < peak)
             continue;
         int64_t gr = grad_bytes[b] < buf->bytes ? grad_bytes[b] : buf->bytes;
         out->peak_grads += gr;
@@ -271,19 +462,23 @@ void plan_memory_breakdown(const Plan *p, PlanMemoryBreakdown *out)
         else
             out->peak_acts += buf->bytes - gr;
     }
-    /* held for the backward: live at the loss and after it (the loss itself, an output, counts: 4 bytes) */
-    for (int b = 0; b < p->nbufs && g->loss; b++) {
+    /* held for the backward: live at the loss (its last launch) and after it (the loss itself, an output,
+     * counts: 4 bytes) */
+    int at = !g->loss ? -1 : bylaunch ? p->eval_launches - 1 : g->loss->id;
+    for (int b = 0; b < p->nbufs && at >= 0; b++) {
         const PlanBuf *buf = &bufs[b];
-        int at = g->loss->id;
-        if (buf->alias_of >= 0 || buf->region != PLAN_REGION_ACTIVATIONS || buf->bytes <= 0 || buf->first > at ||
-            buf->last <= at)
+        if (buf->alias_of >= 0 || buf->region != PLAN_REGION_ACTIVATIONS || buf->bytes <= 0 || FIRST(buf) > at ||
+            LAST(buf) <= at)
             continue;
         out->held += buf->bytes - (grad_bytes[b] < buf->bytes ? grad_bytes[b] : buf->bytes);
     }
+#undef FIRST
+#undef LAST
     out->acts_region = mem.region_bytes[PLAN_REGION_ACTIVATIONS];
     free(bufs);
     free(grad_bytes);
     free(delta);
+    free(ndelta);
 }
 
 int plan_forward_memory(const Plan *p, int64_t *off, PlanMemory *out)
@@ -326,20 +521,38 @@ int plan_forward_memory(const Plan *p, int64_t *off, PlanMemory *out)
                     until = p->launches[l].node;
         fb[map[b]].until = until;
     }
-    /* the forward launches name only buffers planned here */
-    for (int l = 0; l < p->eval_launches && ok; l++)
+    /* the forward launches name only buffers planned here: they are laid out over those launches, their
+     * arguments renumbered (the same rule as the training layout's, decision 65) */
+    int nfl = p->eval_launches;
+    PlanLaunch *fl = calloc((size_t)nfl + 1, sizeof *fl);
+    int *fargs = NULL, nfargs = 0;
+    for (int l = 0; l < nfl; l++)
+        nfargs += p->launches[l].nargs;
+    fargs = malloc(sizeof(int) * ((size_t)nfargs + 1));
+    if (!fl || !fargs)
+        die("out of memory planning buffers");
+    nfargs = 0;
+    for (int l = 0; l < nfl && ok; l++) {
+        fl[l] = p->launches[l];
+        fl[l].targs = NULL;  /* the buffers are in args; the planner reads nothing else */
+        fl[l].args = fargs + nfargs;
         for (int a = 0; a < p->launches[l].nargs && ok; a++) {
             int b = p->launches[l].args[a];
             if (b >= nb || (b >= 0 && map[b] < 0))
                 ok = 0;
+            else
+                fargs[nfargs++] = b >= 0 ? map[b] : -1;
         }
+    }
     if (ok) {
         IrGraph head = *g;
         head.nnodes = upto;
-        plan_memory(&head, fb, k, 256, out);
+        plan_memory_launches(&head, fb, k, fl, nfl, 256, out);
         for (int b = 0; b < nb; b++)
             off[b] = map[b] >= 0 ? fb[map[b]].offset : -1;
     }
+    free(fl);
+    free(fargs);
     free(map);
     free(fb);
     return ok;
@@ -356,12 +569,104 @@ static int by_offset(const void *pa, const void *pb)
     return *(const int *)pa - *(const int *)pb;
 }
 
-int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t align, const PlanMemory *mem,
-                      char *err, size_t errlen)
+/* The launch-level lifetimes' promises (plan.h: plan_memory_check with launches): 1, or 0 with the first
+ * violation in err */
+static int check_launch_lifetimes(const IrGraph *g, const PlanBuf *bufs, int nbufs, const PlanLaunch *L, int nl,
+                                  char *err, size_t errlen)
+{
+    int n = g->nnodes, ok = 1;
+    int *lo = malloc(sizeof(int) * ((size_t)n + 1)), *hi = malloc(sizeof(int) * ((size_t)n + 1));
+    int *at = malloc(sizeof(int) * ((size_t)n + 1)), *stamp = calloc((size_t)nbufs + 1, sizeof(int));
+    if (!lo || !hi || !at || !stamp)
+        die("out of memory");
+    if (!launch_positions(g, L, nl, lo, hi, at, err, errlen))
+        ok = 0;
+#define BAD(...) (snprintf(err, errlen, __VA_ARGS__), ok = 0)
+#define ROOT(id) (bufs[id].alias_of >= 0 ? bufs[id].alias_of : (id))
+#define ACT(r) (bufs[r].region == PLAN_REGION_ACTIVATIONS)
+#define COVERS(r, a, z) (!ACT(r) || (bufs[r].lfirst <= (a) && (z) <= bufs[r].llast))
+    for (int b = 0; b < nbufs && ok; b++) {
+        const PlanBuf *x = &bufs[b];
+        if (x->alias_of >= 0 ? x->lfirst != bufs[x->alias_of].lfirst || x->llast != bufs[x->alias_of].llast
+                             : ACT(b) && (x->lfirst < 0 || x->llast < x->lfirst || x->llast >= nl))
+            BAD("buffer %d (%s): launch-level lifetime [%d, %d] of %d launches%s", b, x->name ? x->name : "?",
+                x->lfirst, x->llast, nl, x->alias_of >= 0 ? ", not its base's" : "");
+    }
+    /* every launch's buffers live at it */
+    for (int j = 0; j < nl && ok; j++)
+        for (int a = 0; a < L[j].nargs && ok; a++) {
+            int b = L[j].args[a];
+            const PlanArg *t = L[j].targs ? &L[j].targs[a] : NULL;
+            if (b < -1 || b >= nbufs)
+                BAD("launch %d: argument %d is buffer %d of %d", j, a, b, nbufs);
+            else if (t && t->kind != PLAN_ARG_I32 && t->kind != PLAN_ARG_I64 && t->buf != b)
+                BAD("launch %d: argument %d is a %s over buffer %d, but names buffer %d: the lifetimes follow the "
+                    "latter", j, a, plan_arg_kind_name[t->kind], t->buf, b);
+            else if (t && (t->kind == PLAN_ARG_I32 || t->kind == PLAN_ARG_I64) && b != -1)
+                BAD("launch %d: argument %d is a value, but names buffer %d", j, a, b);
+            else if (b >= 0 && !COVERS(ROOT(b), j, j))
+                BAD("launch %d (node %d, %s) names buffer %d (%s), which lives over launches %d..%d", j, L[j].node,
+                    L[j].what ? L[j].what : "?", b, bufs[b].name ? bufs[b].name : "?", bufs[ROOT(b)].lfirst,
+                    bufs[ROOT(b)].llast);
+        }
+    for (int i = 0; i < n && ok; i++) {
+        const IrNode *node = g->nodes[i];
+        int r = ROOT(i);
+        for (int j = lo[i]; j >= 0 && j <= hi[i]; j++)
+            for (int a = 0; a < L[j].nargs; a++)
+                if (L[j].args[a] >= 0 && L[j].args[a] < nbufs)
+                    stamp[ROOT(L[j].args[a])] = i + 1;
+        /* a node's tensor to its node's last launch (from the first when none of them names it); an output to
+         * the end */
+        int from = stamp[r] == i + 1 ? NODE_HI(i) : NODE_LO(i);
+        if (!COVERS(r, from, NODE_HI(i)) || (node->is_output && ACT(r) && bufs[r].llast != nl - 1))
+            BAD("node %d (%s): its buffer lives over launches %d..%d, its node's are %d..%d of %d", i, node->name,
+                bufs[r].lfirst, bufs[r].llast, NODE_LO(i), NODE_HI(i), nl);
+        /* a source that the node's launches do not name, and that unread_srcs does not release: to the node's
+         * end */
+        for (int s = 0; s < node->nsrc && ok; s++) {
+            int rs = ROOT(node->src[s]->id);
+            if (UNREAD(i, s))
+                continue;
+            /* a source its launches read is live from its first launch on: the isolated kernel checks upload the
+             * CPU's values into it before that launch (tests/codegen/emu/check.c, tests/gpu/run_plan.c) */
+            if (lo[i] >= 0 && stamp[rs] == i + 1) {
+                if (!COVERS(rs, lo[i], lo[i]))
+                    BAD("node %d (%s) reads %s, whose buffer lives over launches %d..%d: not from the node's first "
+                        "launch %d on", i, node->name, node->src[s]->name, bufs[rs].lfirst, bufs[rs].llast, lo[i]);
+                continue;
+            }
+            if (!COVERS(rs, NODE_HI(i), NODE_HI(i)))
+                BAD("node %d (%s) reads %s without a launch naming it; its buffer lives over launches %d..%d, the "
+                    "node ends at launch %d", i, node->name, node->src[s]->name, bufs[rs].lfirst, bufs[rs].llast,
+                    NODE_HI(i));
+        }
+    }
+    /* kept for a later node: named by its launches or live to its end */
+    for (int b = 0; b < nbufs && ok; b++) {
+        int owner = b < n ? b : bufs[b].node, u = bufs[b].until;
+        if (u > owner && u < n && !node_names(bufs, nbufs, L, lo, hi, u, ROOT(b)) &&
+            !COVERS(ROOT(b), NODE_HI(u), NODE_HI(u)))
+            BAD("buffer %d (%s) is kept until node %d, which ends at launch %d, but lives over launches %d..%d", b,
+                bufs[b].name ? bufs[b].name : "?", u, NODE_HI(u), bufs[ROOT(b)].lfirst, bufs[ROOT(b)].llast);
+    }
+#undef COVERS
+#undef ACT
+#undef ROOT
+#undef BAD
+    free(lo);
+    free(hi);
+    free(at);
+    free(stamp);
+    return ok;
+}
+
+int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, const PlanLaunch *launches, int nlaunches,
+                      int64_t align, const PlanMemory *mem, char *err, size_t errlen)
 {
     int n = g->nnodes;
 #define BAD(...) (snprintf(err, errlen, __VA_ARGS__), ok = 0)
-    int ok = 1;
+    int ok = 1, bylaunch = launches && nlaunches > 0;
     if (nbufs < n)
         return BAD("%d buffers for %d nodes", nbufs, n), 0;
 #define ROOT(id) (bufs[id].alias_of >= 0 ? bufs[id].alias_of : (id))
@@ -410,7 +715,11 @@ int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t 
             (bufs[b].first != bufs[b].node || bufs[b].last < bufs[b].node || bufs[b].last < bufs[b].until))
             BAD("workspace %d (%s) of node %d lives [%d, %d]", b, bufs[b].name ? bufs[b].name : "?", bufs[b].node,
                 bufs[b].first, bufs[b].last);
-    /* no two buffers live at once share a byte */
+    if (ok && bylaunch)
+        ok = check_launch_lifetimes(g, bufs, nbufs, launches, nlaunches, err, errlen);
+    /* no two buffers live at once share a byte (at one launch in a launch-level layout, else at one node) */
+#define FIRST(b) (bylaunch ? (b)->lfirst : (b)->first)
+#define LAST(b) (bylaunch ? (b)->llast : (b)->last)
     int *ids = malloc(sizeof(int) * ((size_t)nbufs + 1)), *open = malloc(sizeof(int) * ((size_t)nbufs + 1));
     if (!ids || !open)
         die("out of memory");
@@ -428,10 +737,11 @@ int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t 
             if (y->offset + y->bytes <= x->offset)
                 continue;  /* ends before x (and every later buffer) starts */
             open[keep++] = open[j];
-            if (y->first <= x->last && x->first <= y->last)
-                BAD("buffers %d (%s, nodes %d..%d) and %d (%s, nodes %d..%d) are live at once and share bytes "
-                    "[%lld, %lld)", open[j], y->name ? y->name : "?", y->first, y->last, ids[k],
-                    x->name ? x->name : "?", x->first, x->last, (long long)x->offset,
+            if (FIRST(y) <= LAST(x) && FIRST(x) <= LAST(y))
+                BAD("buffers %d (%s, %s %d..%d) and %d (%s, %s %d..%d) are live at once and share bytes "
+                    "[%lld, %lld)", open[j], y->name ? y->name : "?", bylaunch ? "launches" : "nodes", FIRST(y),
+                    LAST(y), ids[k], x->name ? x->name : "?", bylaunch ? "launches" : "nodes", FIRST(x), LAST(x),
+                    (long long)x->offset,
                     (long long)(y->offset + y->bytes < x->offset + x->bytes ? y->offset + y->bytes
                                                                            : x->offset + x->bytes));
         }
@@ -440,6 +750,8 @@ int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t 
     }
     free(ids);
     free(open);
+#undef FIRST
+#undef LAST
 #undef ROOT
 #undef BAD
     return ok;

@@ -96,7 +96,13 @@ typedef struct PlanBuf {
     PlanRegion region;
     int64_t offset;      /* bytes into the region */
     int block;           /* an activations buffer's place in the planner's order (a view: its base's), -1 elsewhere */
-    int first, last;     /* lifetime: the node positions that take and release it */
+    int first, last;     /* lifetime: the node positions that take and release it (the node-level rule below,
+                            in every layout; in a launch-level one they say which nodes need it, not which
+                            bytes it shares: that is lfirst .. llast) */
+    int lfirst, llast;   /* a launch-level layout (plan_memory_launches: every GPU plan, docs/decisions.md 65): the
+                            launch positions (indices into the plan's launches, both inclusive) over which its
+                            bytes are its own, what the packing and plan_memory_check's overlap test use; -1 in a
+                            node-level layout (plan_memory: the CPU backend's). A view: its base's */
 } PlanBuf;
 
 /* The layout of an e4m3 working copy of a weight w [E, N, K] (N and K multiples of 128), in bytes from the
@@ -143,15 +149,42 @@ typedef struct PlanMemory {
     int nblocks;         /* the buffers laid out in the activations region (views excepted) */
 } PlanMemory;
 void plan_memory(const IrGraph *g, PlanBuf *bufs, int nbufs, int64_t align, PlanMemory *out);
-/* What plan_memory promises, checked on a laid-out table (the tests run it on every model): each buffer in
- * its region, `align`-aligned, a view inside its base at its offset; every lifetime covering the node's
- * users (those whose launches read it: unread_srcs; an output's to the end, a workspace's its node and
- * `until`); and no two activations buffers whose
- * lifetimes overlap sharing a byte. 1, or 0 with the first violation in err. plan_memory runs it on its own
- * layout and stops with an internal error when it fails. */
-int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, int64_t align, const PlanMemory *mem,
-                      char *err, size_t errlen);
+struct PlanLaunch;
+/* The GPU's layout (docs/decisions.md 65): the same table and placement, each activations buffer's lifetime an
+ * interval of launch positions (launches[0 .. nlaunches), in node order) instead of node positions, so that
+ * the workspaces of one fused node (a grouped_mlp_bwd runs ~9 launches) share bytes when no launch needs two of
+ * them at once. A buffer lives over the hull of:
+ *   - every launch that names it (an argument, a tensor map's buffer; a view names its base), host-side
+ *     collectives included (they name their sources and result);
+ *   - a node's tensor: its node's launches, first to last (the isolated kernel checks upload a node's sources
+ *     before its first launch, the GPU metrics and gpu_forward_probe read a node's result after its last);
+ *     a node without launches (a view, an elided node) stands at the first launch of a later node;
+ *   - a graph edge that its user's launches do not describe (a user without launches, or one whose launches
+ *     name nothing of the source without unread_srcs saying so): to the user's last launch (or where it stands);
+ *   - `until` a node none of whose launches names it: to that node's last launch;
+ *   - a workspace no launch names: its node's launches;
+ *   - a topk_experts node's logits, when its launches read them: to its last launch (the GPU metrics read them
+ *     right after the node, runtime/gpu/gpu.c logits_live);
+ *   - to the last launch: outputs (loss, gradients, `output` tensors), and a host-side collective's result no
+ *     node reads (the runtime's bucketed all-reduce writes it after the backward).
+ * first and last stay the node-level rule's (plan_memory's), for what reads them as node positions; lfirst and
+ * llast are the launch-level intervals (params, copies and inputs: 0 .. nlaunches - 1). nlaunches 0: plan_memory. */
+void plan_memory_launches(const IrGraph *g, PlanBuf *bufs, int nbufs, const struct PlanLaunch *launches,
+                          int nlaunches, int64_t align, PlanMemory *out);
+/* What plan_memory (launches NULL) or plan_memory_launches (the same launches) promises, checked on a laid-out
+ * table (the tests run it on every model): each buffer in its region, `align`-aligned, a view inside its base
+ * at its offset; every node-level lifetime covering the node's users (those whose launches read it:
+ * unread_srcs; an output's to the end, a workspace's its node and `until`); with launches, every launch-level
+ * lifetime covering each launch that names the buffer, its node's launches (a node's tensor), the users the
+ * launches do not describe, `until` and the end for outputs; and no two activations buffers whose lifetimes
+ * (launch-level when there are launches, else node-level) overlap sharing a byte. 1, or 0 with the first
+ * violation in err. The planners run it on their own layout and stop with an internal error when it fails. */
+int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, const struct PlanLaunch *launches,
+                      int nlaunches, int64_t align, const PlanMemory *mem, char *err, size_t errlen);
 struct Plan;
+/* The plan's own layout made again on bufs, a copy of its table (a plan read from a training binary's payload
+ * has no lifetimes): plan_memory_launches over its launches (every GPU plan), plan_memory when it has none. */
+void plan_memory_again(const struct Plan *p, PlanBuf *bufs, PlanMemory *out);
 /* The memory of the forward pass alone (the launches [0, eval_launches): evaluation, embed, score): the
  * buffers of the nodes up to the loss, with their workspaces and copies, laid out by plan_memory as if the
  * graph ended at the loss (no gradient, nothing kept for the backward), in the regions of the plan's own
@@ -161,21 +194,25 @@ struct Plan;
 int plan_forward_memory(const struct Plan *p, int64_t *off, PlanMemory *out);
 
 /* What a plan's memory holds, for --dry-run (memory.c): the params region's fp32 masters and bf16
- * copies, the parameters' final gradients, and the activations region at its fullest moment: the node
- * position where the live buffers (each from the node that takes it to the one that releases it) add up
- * most, and what they are there. The region as laid out (acts_region) is at least peak_live: the
+ * copies, the parameters' final gradients, and the activations region at its fullest moment: the launch
+ * position (a node-level layout: the node position) where the live buffers (each over its lifetime in the
+ * layout, lfirst .. llast or first .. last) add up most, and what they are there. The region as laid out (acts_region) is at least peak_live: the
  * difference is the layout's slack (alignment, and lifetimes that do not nest: the packing is greedy). Zeros without the GPU part. */
 typedef struct PlanMemoryBreakdown {
     int64_t masters, copies;     /* the params region: fp32 parameters, their bf16 working copies */
     int64_t grads;               /* the parameters' gradients, all of them (they are kept to the end) */
     int64_t acts_region;
-    int peak_at;                 /* the node position of the peak (-1: none) */
+    int peak_at;                 /* the node position of the peak: its launch's node (-1: none) */
+    int peak_launch;             /* the launch position of the peak in a launch-level layout; -1 in a node-level one */
     int64_t peak_live;           /* = peak_grads + peak_acts + peak_ws */
     int64_t peak_grads;          /* the parameters' gradients made by then */
     int64_t peak_acts;           /* the nodes' other tensors: activations and intermediate gradients */
     int64_t peak_ws;             /* the kernels' workspaces */
+    int nograd_at, nograd_launch;/* where the live bytes without the parameters' gradients peak (node, launch), which
+                                    the gradients kept to the end need not put at peak_at */
+    int64_t nograd_live;         /* those bytes there */
     int64_t held;                /* held from the forward for the backward: the activations buffers live across
-                                    the loss (taken at or before it, released after it), the parameters' gradients
+                                    the loss (taken at or before its last launch, released after it), the parameters' gradients
                                     excepted; what grows with the layers (0 without a loss) */
 } PlanMemoryBreakdown;
 struct Plan;

@@ -188,6 +188,12 @@ char *plan_to_json(const Plan *p, int with_source)
                 cJSON *life = cJSON_AddArrayToObject(o, "live");
                 cJSON_AddItemToArray(life, cJSON_CreateNumber(b->first));
                 cJSON_AddItemToArray(life, cJSON_CreateNumber(b->last));
+                if (b->lfirst >= 0) {
+                    /* the launch positions over which its bytes are its own (decision 65) */
+                    cJSON *ll = cJSON_AddArrayToObject(o, "live_launches");
+                    cJSON_AddItemToArray(ll, cJSON_CreateNumber(b->lfirst));
+                    cJSON_AddItemToArray(ll, cJSON_CreateNumber(b->llast));
+                }
             }
             cJSON_AddItemToArray(bufs, o);
         }
@@ -660,6 +666,9 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
         const cJSON *live = cJSON_GetObjectItemCaseSensitive(o, "live");
         b->first = cJSON_IsArray(live) && cJSON_GetArraySize(live) == 2 ? live->child->valueint : 0;
         b->last = cJSON_IsArray(live) && cJSON_GetArraySize(live) == 2 ? live->child->next->valueint : nn - 1;
+        const cJSON *ll = cJSON_GetObjectItemCaseSensitive(o, "live_launches");
+        b->lfirst = cJSON_IsArray(ll) && cJSON_GetArraySize(ll) == 2 ? ll->child->valueint : -1;
+        b->llast = cJSON_IsArray(ll) && cJSON_GetArraySize(ll) == 2 ? ll->child->next->valueint : -1;
         b->block = -1;
         PlanFp8Copy fc;
         if (b->kind == PLAN_BUF_COPY && !r->failed && b->storage == PLAN_E4M3 &&

@@ -6,7 +6,7 @@
  * so a plan that fits here is one the backend does not refuse on a GPU with
  * that much free memory. The breakdown of the activations region comes from
  * the plan's tensor table (plan_memory_breakdown): what is live at its
- * fullest moment. When the plan does not fit, the model is planned again
+ * fullest moment (a launch: the GPU's lifetimes are in launch positions). When the plan does not fit, the model is planned again
  * (driver_replan) for smaller batches, then shorter sequences, to name the
  * largest that fits; and the parameter state per layer says what fewer
  * layers or expert parallelism would save. */
@@ -139,7 +139,11 @@ int trainer_dry_run(const char *prog, const Plan *pl, const Flags *f, int world,
     row("parameters", (double)m.params, note);
     row("AdamW state", (double)m.opt, "two fp32 moments per parameter");
     const char *at = b.peak_at >= 0 ? g->nodes[b.peak_at]->name : "-";
-    snprintf(note, sizeof note, "at its fullest, node %d of %d (%s):", b.peak_at, g->nnodes, at);
+    /* the GPU's lifetimes are in launches (decision 65): the peak is at a launch, of the node named */
+    if (b.peak_launch >= 0)
+        snprintf(note, sizeof note, "at its fullest, launch %d of %d (%s):", b.peak_launch, pl->nlaunches, at);
+    else
+        snprintf(note, sizeof note, "at its fullest, node %d of %d (%s):", b.peak_at, g->nnodes, at);
     row("activations region", (double)m.acts, note);
     fmt_bytes(a, sizeof a, (double)b.grads);
     snprintf(note, sizeof note, "the parameters' gradients made by then (all: %s, kept to the end)", a);

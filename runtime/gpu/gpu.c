@@ -1984,7 +1984,8 @@ static int readable(const Gpu *G, int id, PlanStorage want)
 
 /* The router logits of watched topk_experts node id (its source 0) are readable and still alive right after
  * the node: its launches read them (a source they do not read, PlanBuf.unread_srcs, may be dead by then, its
- * bytes another buffer's) */
+ * bytes another buffer's), and the launch-level planner then keeps them to the node's last launch
+ * (plan_memory_launches, docs/decisions.md 65: a source otherwise dies at the last launch naming it) */
 static int logits_live(const Gpu *G, int id)
 {
     return readable(G, G->g->nodes[id]->src[0]->id, PLAN_F32) && !(G->plan->bufs[id].unread_srcs & 1);

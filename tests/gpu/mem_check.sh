@@ -8,7 +8,8 @@
 #                  10% of that plan
 #   mixtral4_b16   the same layers at batch 16 x 4096 do not fit without checkpointing (--dry-run refuses)
 #   mixtral4_ckpt_dry, mixtral4_ckpt_run   tests/gpu/mixtral4_ckpt.moe: batch 16 x 4096 with `checkpoint
-#                  blocks` (decision 43): the dry run fits (131.65 GiB), 3 steps measured within 10% of it
+#                  blocks` (decision 43): the dry run fits (124.60 GiB; 131.65 before decision 65's launch-level
+#                  lifetimes), 3 steps measured within 10% of it
 #   mixtral4_speed moec's tokens/s (median of steps 4-10) beside transformers' on the same 4-layer config (bf16,
 #                  grouped_mm experts, bench/anchors.py; needs torch + transformers; MEM_CHECK_HF=0 skips it)
 #   mixtral4_fp8_speed  the same 4 layers compiled with --precision fp8-block (the expert MLP on the FP8 tensor

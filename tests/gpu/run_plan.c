@@ -1,8 +1,9 @@
 /* run_plan.c - the GPU twin of tests/codegen/emu/check.c: runs a model's
  * generated kernels (DIR/kernels.cubin from `moec compile --emit-cuda DIR
  * --arch sm_90a`) on a real GPU, node by node, following DIR/plan.json
- * exactly (its regions, offsets, launches, full grids), against the CPU
- * reference backend (runtime/cpu) given the same inputs.
+ * exactly (its regions, offsets, launches, full grids; isolated, the table
+ * laid out at node level, see main), against the CPU reference backend
+ * (runtime/cpu) given the same inputs.
  * Not part of `make test`: CI has no GPU. tests/gpu/run_plan.sh builds and runs it.
  *
  *   run_plan MODEL DIR [--precision P] [--ep N] [--disable-pass X] [--chain]
@@ -492,6 +493,12 @@ int main(int argc, char **argv)
     CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
 
     int nbufs = plan->nbufs;
+    /* isolated, the table is laid out again at node level (plan_memory: a node's workspaces and sources live over
+     * all its launches): the checks below read a node's workspaces after its last launch (mx_quant_check,
+     * fp8b_glu_check), which the plan's launch-level lifetimes (docs/decisions.md 65) keep only to the last launch
+     * naming each. --chain runs the plan's own layout, the one training uses */
+    if (!chain)
+        plan_memory(g, plan->bufs, plan->nbufs, 256, &plan->memory);
     char *base[3];
     CUdeviceptr dbase[3];
     size_t rbytes[3];

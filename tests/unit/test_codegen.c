@@ -220,9 +220,12 @@ static void test_table(void)
 
 /* The plan's tensor table and launch list, checked from the graph and the
  * launches (not from the planner's own bookkeeping): sizes, views, no two
- * live buffers sharing bytes (a node's buffer lives to its last user whose
- * launches name it, a view's `like` source read by none; a workspace lives from its node to the last
- * launch naming it: a forward's kept workspace to its backward), params
+ * live buffers sharing bytes, in launch positions (decision 65: a buffer is
+ * needed from the first launch that names it to the last, a view naming its
+ * base; a node's tensor also to its own node's last launch, after which the
+ * runtime may read it; an output to the last launch; a topk's logits to the
+ * topk's last launch, the GPU metrics; a view's `like` source read by none;
+ * each unread_srcs bit against its node's launches), params
  * and their bf16 working copies disjoint, launches in node order naming
  * their own buffers, another node's workspace only where it was kept at
  * least until them, a copy only of a param; no launch reads an elided
@@ -273,48 +276,52 @@ static void check_plan(const char *what, const Plan *p)
                         (long long)want);
         }
     }
-    /* lifetimes from the graph: a root lives from its node to its last use
-     * (through views too), to the end when kept; a workspace at its node */
+    /* lifetimes from the launches: a root is needed from the first launch naming it (through views too) to
+     * the last; nothing before that (nobody writes it), none when no launch names it */
+    int nlaunch = p->nlaunches;
     for (int b = 0; b < nb; b++) {
-        first[b] = owner[b];
-        last[b] = owner[b];
+        first[b] = INT32_MAX;
+        last[b] = -1;
     }
+    for (int l = 0; l < nlaunch; l++)
+        for (int a = 0; a < p->launches[l].nargs; a++) {
+            int b = p->launches[l].args[a];
+            if (b < 0 || b >= nb)
+                continue;
+            if (first[root[b]] > l)
+                first[root[b]] = l;
+            if (last[root[b]] < l)
+                last[root[b]] = l;
+        }
     /* an edge that no launch of its node reads keeps nothing alive (PlanBuf.unread_srcs): its bit checked here
      * against the launches (the node has some and none names the source or the buffer it lies in), or a view's
-     * `like` source (shape only) */
+     * `like` source (shape only); what the runtime reads between launches: a node's tensor right after its
+     * node, an output after the step, a topk's logits right after it */
     int *stamp = calloc((size_t)nb + 1, sizeof(int));
     for (int i = 0, l = 0; i < n; i++) {
         const IrNode *x = g->nodes[i];
         int nl0 = l;
-        for (; l < p->nlaunches && p->launches[l].node == i; l++)
+        for (; l < nlaunch && p->launches[l].node == i; l++)
             for (int a = 0; a < p->launches[l].nargs; a++)
                 if (p->launches[l].args[a] >= 0 && p->launches[l].args[a] < nb)
                     stamp[root[p->launches[l].args[a]]] = i + 1;
-        if (x->is_output)
-            last[root[i]] = n;
+        if (l > nl0 && stamp[root[i]] == i + 1 && last[root[i]] < l - 1)
+            last[root[i]] = l - 1;
+        if (x->is_output && last[root[i]] >= 0)
+            last[root[i]] = nlaunch - 1;
+        if (x->op == IR_OP_TOPK_EXPERTS && l > nl0 && stamp[root[x->src[0]->id]] == i + 1 &&
+            last[root[x->src[0]->id]] < l - 1)
+            last[root[x->src[0]->id]] = l - 1;
         for (int s = 0; s < x->nsrc; s++) {
             if (s < 64 && p->bufs[i].unread_srcs >> s & 1) {
                 int ok = x->op == IR_OP_VIEW ? s > 0 : l > nl0 && stamp[root[x->src[s]->id]] != i + 1;
                 if (!ok && bad++ < 5)
                     fprintf(stderr, "%s: node %d (%s) says it does not read source %d (%s), but %s\n", what, i,
                             x->name, s, x->src[s]->name, l == nl0 ? "launches nothing" : "a launch names it");
-                continue;
             }
-            if (last[root[x->src[s]->id]] < i)
-                last[root[x->src[s]->id]] = i;
         }
-        if (last[root[i]] < i)
-            last[root[i]] = i;
     }
     free(stamp);
-    for (int l = 0; l < p->nlaunches; l++)
-        for (int a = 0; a < p->launches[l].nargs; a++) {
-            int b = p->launches[l].args[a];
-            /* a launch reading a buffer keeps it alive: a workspace kept for a later node, a node's buffer
-             * that a fast kernel reads through an elided node */
-            if (b >= 0 && b < nb && last[root[b]] < p->launches[l].node)
-                last[root[b]] = p->launches[l].node;
-        }
     for (int a = 0; a < nb && bad < 5; a++) { /* params and copies: all live at once */
         if (region[a] != 0 || root[a] != a)
             continue;
@@ -330,8 +337,8 @@ static void check_plan(const char *what, const Plan *p)
             if (root[b] != b || region[b] != 2 || first[a] > last[b] || first[b] > last[a])
                 continue;
             if (off[a] < off[b] + bytes[b] && off[b] < off[a] + bytes[a] && bytes[a] && bytes[b] && bad++ < 5)
-                fprintf(stderr, "%s: buffers %d and %d are live together (nodes %d..%d and %d..%d) but share bytes\n",
-                        what, a, b, first[a], last[a], first[b], last[b]);
+                fprintf(stderr, "%s: buffers %d and %d are live together (launches %d..%d and %d..%d) but share "
+                        "bytes\n", what, a, b, first[a], last[a], first[b], last[b]);
         }
     }
     int nl = p->nlaunches, prev = -1;
@@ -365,9 +372,10 @@ static void check_plan(const char *what, const Plan *p)
 
 
 /* plan_forward_memory: the forward launches' buffers laid out alone (--eval, embed and score on the GPU).
- * Every buffer a forward launch names is placed inside its region; two buffers alive together during the
- * forward pass (lifetimes from the graph up to the loss and from the forward launches) share no byte; the
- * params and inputs regions are the plan's; the activations no larger than the training layout's. */
+ * Every buffer a forward launch names is placed inside its region; two buffers needed together during the
+ * forward pass (in forward launch positions: from the first forward launch naming it to the last, a node's tensor
+ * to its node's last launch, the loss and other outputs to the last forward launch; decision 65) share no byte;
+ * the params and inputs regions are the plan's; the activations smaller than the training layout's. */
 static void check_forward(const char *what, const Plan *p)
 {
     const IrGraph *g = p->graph;
@@ -381,22 +389,14 @@ static void check_forward(const char *what, const Plan *p)
         return;
     }
     int *root = calloc((size_t)nb + 1, sizeof(int)), *first = calloc((size_t)nb + 1, sizeof(int));
-    int *last = calloc((size_t)nb + 1, sizeof(int));
+    int *last = calloc((size_t)nb + 1, sizeof(int)), nfl = p->eval_launches;
+    (void)n;
     for (int b = 0; b < nb; b++) {
         root[b] = p->bufs[b].alias_of >= 0 ? p->bufs[b].alias_of : b;
-        first[b] = last[b] = b < n ? b : p->bufs[b].node;
-        if (b >= n && p->bufs[b].until > first[b] && p->bufs[b].until < upto)
-            last[b] = p->bufs[b].until;
+        first[b] = INT32_MAX;
+        last[b] = -1;
     }
-    for (int i = 0; i < upto; i++) {
-        const IrNode *x = g->nodes[i];
-        if (x->is_output || x->op == IR_OP_INPUT || x->op == IR_OP_PARAM)
-            last[root[i]] = upto;
-        for (int s = 0; s < x->nsrc; s++)
-            if (last[root[x->src[s]->id]] < i)
-                last[root[x->src[s]->id]] = i;
-    }
-    for (int l = 0; l < p->eval_launches; l++)
+    for (int l = 0; l < nfl; l++)
         for (int a = 0; a < p->launches[l].nargs; a++) {
             int b = p->launches[l].args[a];
             if (b < 0)
@@ -409,9 +409,20 @@ static void check_forward(const char *what, const Plan *p)
             int r = (int)p->bufs[b].region;
             if (off[b] + p->bufs[b].bytes > fm.region_bytes[r] && bad++ < 5)
                 fprintf(stderr, "%s: buffer %d (%s) lies outside its region\n", what, b, p->bufs[b].name);
-            if (last[root[b]] < p->launches[l].node)
-                last[root[b]] = p->launches[l].node;
+            if (first[root[b]] > l)
+                first[root[b]] = l;
+            if (last[root[b]] < l)
+                last[root[b]] = l;
         }
+    /* read by the runtime: a node's tensor right after its node (gpu_eval's metrics), the loss at the end */
+    for (int l = 0; l < nfl; l++) {
+        int i = p->launches[l].node;
+        if ((l + 1 == nfl || p->launches[l + 1].node != i) && last[root[i]] >= 0 && last[root[i]] < l)
+            last[root[i]] = l;
+    }
+    for (int i = 0; i < upto; i++)
+        if (g->nodes[i]->is_output && last[root[i]] >= 0)
+            last[root[i]] = nfl - 1;
     for (int a = 0; a < nb && bad < 5; a++) {
         if (root[a] != a || off[a] < 0 || p->bufs[a].region != PLAN_REGION_ACTIVATIONS || !p->bufs[a].bytes)
             continue;
@@ -1121,10 +1132,15 @@ static void test_unread_srcs_io(void)
             PlanBuf *t = malloc(sizeof *t * ((size_t)q->nbufs + 1));
             memcpy(t, q->bufs, sizeof *t * (size_t)q->nbufs);
             PlanMemory m;
-            plan_memory(q->graph, t, q->nbufs, 256, &m);
+            plan_memory_again(q, t, &m);
             int layout = m.region_bytes[PLAN_REGION_ACTIVATIONS] == p->memory.region_bytes[PLAN_REGION_ACTIVATIONS];
             for (int b = 0; layout && b < q->nbufs; b++)
-                layout = t[b].offset == p->bufs[b].offset && t[b].last == p->bufs[b].last;
+                layout = t[b].offset == p->bufs[b].offset && t[b].last == p->bufs[b].last &&
+                         t[b].lfirst == p->bufs[b].lfirst && t[b].llast == p->bufs[b].llast;
+            /* plan.json says the launch-level lifetimes (live_launches); the payload leaves them out */
+            for (int b = 0; layout && b < q->nbufs; b++)
+                layout = with_source ? q->bufs[b].lfirst == -1 && q->bufs[b].llast == -1
+                                     : q->bufs[b].lfirst == p->bufs[b].lfirst && q->bufs[b].llast == p->bufs[b].llast;
             CHECK(layout, "fast_mlp_fp8: the %s's table laid out again is the plan's layout",
                   with_source ? "payload" : "plan.json");
             free(t);
@@ -1797,7 +1813,7 @@ static void test_bf16_storage(void)
                 p->bufs[i].storage = PLAN_F32;
                 p->bufs[i].bytes *= 2;
             }
-        plan_memory(p->graph, p->bufs, p->nbufs, 256, &p->memory);
+        plan_memory_again(p, p->bufs, &p->memory);
         plan_memory_breakdown(p, &b);
         printf("nofit.moe (bf16, --kernels fast, 16 x 4096): %.2f GiB in bf16 tensors; activations at the peak %.2f "
                "GiB, region %.2f GiB (with them in fp32: %.2f, %.2f)\n", half / 1073741824.0,
@@ -1808,6 +1824,75 @@ static void test_bf16_storage(void)
         plan_free(p);
     }
     compilation_free(&c);
+}
+
+/* The launch-level layout (decision 65) of the benchmark layers' fast plans, each precision: checked against the
+ * launches (check_plan, check_forward); buffers that the node-level rule keeps live together at the fused
+ * backward's node share bytes (never live at one launch), the peak is at one of the backward's launches and
+ * below the node-level layout's (the same table laid out by plan_memory: decision 64's figures) */
+static void test_layer_layouts(void)
+{
+    static const char *const models[] = {"bench/models/layer/layer_mixtral.moe", "bench/models/layer/layer_bio.moe"};
+    static const char *const precs[] = {"bf16", "fp8-block", "mxfp8"};
+    for (int mi = 0; mi < 2; mi++)
+        for (int pi = 0; pi < 3; pi++) {
+            char what[256];
+            snprintf(what, sizeof what, "%s --precision %s --kernels fast", models[mi], precs[pi]);
+            Compilation c;
+            IrGraph *g = compile_model(&c, models[mi], precs[pi], 0, NULL);
+            char err[512];
+            Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+            if (p)
+                p->source.kernels = PLAN_KERNELS_FAST;
+            int ok = p && cuda_codegen(p, NULL, NULL);
+            CHECK(ok, "%s: a plan", what);
+            if (ok) {
+                check_plan(what, p);
+                check_forward(what, p);
+                /* pairs that the node-level rule keeps live at one node (the fused backward's) and the
+                 * launch-level layout puts on the same bytes */
+                int shared = 0, n = p->graph->nnodes;
+                for (int a = 0; a < p->nbufs; a++)
+                    for (int b = a + 1; b < p->nbufs; b++) {
+                        const PlanBuf *x = &p->bufs[a], *y = &p->bufs[b];
+                        int lo = x->first > y->first ? x->first : y->first, hi = x->last < y->last ? x->last : y->last;
+                        int bwd = 0;
+                        for (int i = lo; i <= hi && !bwd; i++)
+                            bwd = p->graph->nodes[i]->op == IR_OP_GROUPED_MLP_BWD;
+                        shared += bwd && x->alias_of < 0 && y->alias_of < 0 &&
+                                  x->region == PLAN_REGION_ACTIVATIONS && y->region == PLAN_REGION_ACTIVATIONS &&
+                                  x->bytes && y->bytes && x->first <= y->last && y->first <= x->last &&
+                                  x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+                    }
+                PlanMemoryBreakdown lb;
+                plan_memory_breakdown(p, &lb);
+                PlanBuf *t = malloc(sizeof *t * ((size_t)p->nbufs + 1));
+                memcpy(t, p->bufs, sizeof *t * (size_t)p->nbufs);
+                PlanMemory m;
+                plan_memory(p->graph, t, p->nbufs, 256, &m);
+                /* the node-level peak, by the same measure: its lifetimes at every node position */
+                int64_t node_peak = 0;
+                for (int i = 0; i < n; i++) {
+                    int64_t live = 0;
+                    for (int b = 0; b < p->nbufs; b++)
+                        if (t[b].alias_of < 0 && t[b].region == PLAN_REGION_ACTIVATIONS && t[b].first <= i &&
+                            t[b].last >= i)
+                            live += t[b].bytes;
+                    node_peak = live > node_peak ? live : node_peak;
+                }
+                printf("%s: activations peak %.1f MiB at launch %d (node-level %.1f MiB), without the gradients "
+                       "%.1f MiB; %d pairs live together at the backward's node share bytes\n", what,
+                       lb.peak_live / 1048576.0, lb.peak_launch, node_peak / 1048576.0, lb.nograd_live / 1048576.0,
+                       shared);
+                CHECK(shared > 0 && lb.peak_live < node_peak && lb.peak_launch >= 0 &&
+                          p->graph->nodes[lb.peak_at]->op == IR_OP_GROUPED_MLP_BWD,
+                      "%s: buffers live together at the fused backward's node share bytes, the peak falls", what);
+                free(t);
+            }
+            if (p)
+                plan_free(p);
+            compilation_free(&c);
+        }
 }
 
 int main(void)
@@ -1825,6 +1910,7 @@ int main(void)
     test_unread_srcs_io();
     test_fast_mlp_mx();
     test_bf16_storage();
+    test_layer_layouts();
     test_needs_arch();
     test_attn_schedules();
     test_log_context();
