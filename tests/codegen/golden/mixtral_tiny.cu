@@ -736,10 +736,20 @@ __device__ void grouped_mlp_fwd(float *y, float *h, float *a, float *qx, const f
     }
 }
 
+/* x rounded to bf16 (to nearest, ties to even; a NaN kept), as util/bf16.h bf16_round on the host */
+__device__ __forceinline__ float bf16_round_f(float x)
+{
+    unsigned u = moec_mx_f2u(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return x;
+    return moec_mx_u2f((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
 /* The row-local part of grouped_mlp_bwd, one row tile per block iteration:
  * recompute h = xs w1 and a = swiglu(h) p, da = dy w2 (dgrad through the
  * down projection), dh = dSwiGLU, dp = sum_f da * silu(gate) * up, and
- * dxs = dh w1 (dgrad through gate_up). MX: xs, dy and dh rowwise, the
+ * dxs = dh w1 (dgrad through gate_up). MX: xs, dy and dh rowwise, h
+ * rowwise from its bf16 rounding (the backward's copy of h), the
  * weights arrive quantized (w1 rowwise in q1, w1 and w2 colwise in q1c,
  * q2c). kernels.inc: grouped_mlp_bwd, whose order of operations this keeps. */
 template <int E, long long H, long long F, bool MX>
@@ -774,6 +784,17 @@ __device__ void grouped_mlp_bwd_rows(float *dxs, float *dp, float *h, float *a, 
         for (long long n0 = 0; n0 < 2 * F; n0 += MLP_TN)
             gemm_tile<4, MLP_TN / 64, 4>(h + row0 * 2 * F + n0, 2 * F, x + row0 * H, H, 1, w1 + e * 2 * F * H + n0 * H, 1,
                                       H, rows, 2 * F - n0 < MLP_TN ? 2 * F - n0 : MLP_TN, H, sm);
+        if (MX) {
+            /* the backward reads h's MXFP8 copy, of h rounded to bf16 (docs/decisions.md 64; kernels.inc) */
+            __syncthreads();
+            for (long long b = threadIdx.x; b < rows * (2 * F / 32); b += blockDim.x) {
+                float *hb = h + row0 * 2 * F + b * 32;
+                for (int i = 0; i < 32; i++)
+                    hb[i] = bf16_round_f(hb[i]);
+                moec_mx_fq_block(hb, hb, 1, 32);
+            }
+            __syncthreads();
+        }
         /* da[r, f] = sum_j dy[r, j] w2[e, j, f] */
         for (long long n0 = 0; n0 < F; n0 += MLP_TN)
             gemm_tile<4, MLP_TN / 64, 4>(da + row0 * F + n0, F, g + row0 * H, H, 1, w2c + e * H * F + n0, F, 1, rows,
