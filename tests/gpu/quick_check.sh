@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# tests/gpu/quick_check.sh OUTDIR - the shortest GPU check of a tests/gpu/fast_mlp.sh bundle (built with
+# `DSW_LAYERS= DSW_GEMMS= bash tests/gpu/fast_mlp.sh --build-only`), for a session with little device time: the
+# node-by-node checks that exercise the planned layouts (run_plan, isolated and --chain) at bf16, fp8-block and
+# mxfp8, then the Mixtral and bio layers timed at the three precisions with their planned and measured memory
+# (the MEMORY lines), most important first, a table last. Everything it runs, fast_mlp.sh runs too.
+set -u
+OUT=${1:?usage: quick_check.sh OUTDIR}
+export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MOEC_CACHE_DIR="$OUT/cache"
+B=$OUT/bin
+L=${LOGS:-$OUT/logs}
+mkdir -p "$L"
+rows=()
+row() { rows+=("$(printf '%-22s %-5s %s' "$1" "$2" "$3")"); }
+rp() { # name model cudadir [--chain] [extra grep for ok]
+  local name=$1 model=$2 dir=$3 chain=${4:-} want=${5:-}
+  timeout 120 "$B/run_plan" "$OUT/$model" "$OUT/cuda/$dir" $chain >"$L/$name.log" 2>&1
+  local rc=$? ok=FAIL
+  [ $rc -eq 0 ] && { [ -z "$want" ] || grep -q -- "$want" "$L/$name.log"; } && ok=ok
+  row "$name" "$ok" "$(grep '^SUMMARY' "$L/$name.log" | tail -1 | cut -c1-200)"
+}
+rp run_plan_fp8 fast_mlp_fp8.moe fast_mlp_fp8 "" "fp8b_hcopy_diff=0"
+rp run_plan_fp8_chain fast_mlp_fp8.moe fast_mlp_fp8 --chain
+rp run_plan_mx fast_mlp_fp8.moe fast_mlp_mx "" "mx_quant_diff=0"
+rp run_plan_mx_chain fast_mlp_fp8.moe fast_mlp_mx --chain
+rp run_plan_fast fast_mlp.moe fast_mlp
+rp run_plan_fast_chain fast_mlp.moe fast_mlp --chain
+for l in mixtral bio; do
+  for v in _fast _fp8 _mx; do
+    [ -d "$OUT/cuda/layer_$l$v" ] || continue
+    timeout 120 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 >"$L/layer_$l$v.log" 2>&1
+    rc=$?
+    r=$(grep '^RESULT' "$L/layer_$l$v.log" | tail -1)
+    m=$(grep '^MEMORY' "$L/layer_$l$v.log" | tail -1 | cut -c1-150)
+    row "layer_$l$v" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc} | $m"
+  done
+done
+printf '%s\n' "${rows[@]}"
