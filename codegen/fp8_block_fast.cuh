@@ -87,16 +87,21 @@ template <long long F> struct HBf16 {
         moec::fast::unpack8(*(const uint4 *)(h + (long long)pr * 2 * F + c), v);
     }
 };
-/* fp8-block's copy kept for the backward (decision 64): codes q [rcap, 2F] and 1 x 128 scale codes s at
- * moec_fp8_block_sa_index (pr, c / 128, rcap), as quant_tiles over Bf16Rows<2F> wrote them; a value is its
- * code's E4M3 value times the block's power of two, exact in fp32 (fp8b_fake_quant's dequantisation) */
-template <long long F> struct HE4m3 {
+/* The copy kept for the backward (decision 64): codes q [rcap, 2F] and E8M0 scale codes s, one per BLK values along
+ * a row, as the tile quantiser over Bf16Rows<2F> wrote them: fp8-block's 1 x 128 at moec_fp8_block_sa_index (pr,
+ * c / 128, rcap) (HE4m3), MXFP8's 1 x 32 at moec_mxfp8_sa_index (pr, c / 32, rcap) (HMx). A value is its code's
+ * E4M3 value times the block's power of two, exact in fp32 (the CPU's fake quantisation); the 8 values of a load
+ * share one block (c % 8 == 0). */
+template <long long F, int BLK = 128> struct HE4m3 {
+    static_assert(BLK == 128 || BLK == 32, "fp8-block's 128 or MXFP8's 32");
     const unsigned char *q, *s;
     long long rcap;
     __device__ __forceinline__ void load8(int pr, long long c, float (&v)[8]) const
     {
         const uint2 w = *(const uint2 *)(q + (long long)pr * 2 * F + c);
-        const float sc = moec_mx_pow2((int)s[moec_fp8_block_sa_index(pr, (int)(c / 128), rcap)] - 127);
+        const long long si = BLK == 128 ? moec_fp8_block_sa_index(pr, (int)(c / 128), rcap)
+                                        : moec_mxfp8_sa_index(pr, (int)(c / 32), rcap);
+        const float sc = moec_mx_pow2((int)s[si] - 127);
         moec_e4m3_decode2(w.x, &v[0], &v[1]);
         moec_e4m3_decode2(w.x >> 16, &v[2], &v[3]);
         moec_e4m3_decode2(w.y, &v[4], &v[5]);
@@ -106,26 +111,7 @@ template <long long F> struct HE4m3 {
             v[i] *= sc;
     }
 };
-
-/* MXFP8's copy kept for the backward (decision 64): codes q [rcap, 2F] and 1 x 32 E8M0 scale codes s at
- * moec_mxfp8_sa_index (pr, c / 32, rcap), as mx8::quant_tiles over Bf16Rows<2F> wrote them; the 8 values of a
- * load share one block (c % 8 == 0) */
-template <long long F> struct HMx {
-    const unsigned char *q, *s;
-    long long rcap;
-    __device__ __forceinline__ void load8(int pr, long long c, float (&v)[8]) const
-    {
-        const uint2 w = *(const uint2 *)(q + (long long)pr * 2 * F + c);
-        const float sc = moec_mx_pow2((int)s[moec_mxfp8_sa_index(pr, (int)(c / 32), rcap)] - 127);
-        moec_e4m3_decode2(w.x, &v[0], &v[1]);
-        moec_e4m3_decode2(w.x >> 16, &v[2], &v[3]);
-        moec_e4m3_decode2(w.y, &v[4], &v[5]);
-        moec_e4m3_decode2(w.y >> 16, &v[6], &v[7]);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            v[i] *= sc;
-    }
-};
+template <long long F> using HMx = HE4m3<F, 32>;
 
 /* tok [r] <- the token whose slot expert-major row r is, for the rows of the groups (r < start[E]), from the
  * dispatch plan [T, KS] (each slot's expert-major row, -1 or past the groups for none): the inverse of the plan,

@@ -60,6 +60,19 @@ typedef struct P {
 
 static const char *const kind_name[4] = {"rowwise", "colwise", "grouped colwise", "tile"};
 
+/* remembers that q is x's copy of this kind (-1: a SwiGLU output recomputed from h's copy) */
+static void memo_add(P *p, IrNode *x, IrNode *q, int kind)
+{
+    if (p->nmemo == p->capmemo) {
+        p->capmemo = p->capmemo ? 2 * p->capmemo : 64;
+        Memo *m = arena_calloc(p->g->arena, (size_t)p->capmemo, sizeof *m);
+        if (p->nmemo)
+            memcpy(m, p->memo, sizeof *m * (size_t)p->nmemo);
+        p->memo = m;
+    }
+    p->memo[p->nmemo++] = (Memo){x, q, kind};
+}
+
 static IrNode *quantized(P *p, IrNode *user, IrNode *x, int kind, IrNode *splits)
 {
     for (int i = 0; i < p->nmemo; i++)
@@ -79,14 +92,7 @@ static IrNode *quantized(P *p, IrNode *user, IrNode *x, int kind, IrNode *splits
     /* place it right before its first user, after every source */
     ir_graph_move(p->g, q, user->id);
     p->inserted++;
-    if (p->nmemo == p->capmemo) {
-        p->capmemo = p->capmemo ? 2 * p->capmemo : 64;
-        Memo *m = arena_calloc(p->g->arena, (size_t)p->capmemo, sizeof *m);
-        if (p->nmemo)
-            memcpy(m, p->memo, sizeof *m * (size_t)p->nmemo);
-        p->memo = m;
-    }
-    p->memo[p->nmemo++] = (Memo){x, q, kind};
+    memo_add(p, x, q, kind);
     p->ctx->counters[0]++;
     return q;
 }
@@ -132,14 +138,7 @@ static IrNode *recomputed_swiglu(P *p, IrNode *user, IrNode *s)
         die("precision: cannot recompute %s from its fp8-block copy", s->name);
     ir_graph_move(p->g, r, user->id);
     p->inserted++;
-    if (p->nmemo == p->capmemo) {
-        p->capmemo = p->capmemo ? 2 * p->capmemo : 64;
-        Memo *m = arena_calloc(p->g->arena, (size_t)p->capmemo, sizeof *m);
-        if (p->nmemo)
-            memcpy(m, p->memo, sizeof *m * (size_t)p->nmemo);
-        p->memo = m;
-    }
-    p->memo[p->nmemo++] = (Memo){s, r, -1};
+    memo_add(p, s, r, -1);
     return r;
 }
 
