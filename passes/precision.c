@@ -111,12 +111,13 @@ static void quantize_operands(P *p, IrNode *n, int a, int ka, int b, int kb)
 
 /* Both 8-bit recipes keep the SwiGLU input h for the backward in E4M3
  * along its 2F columns (1x128 fp8-block, 1x32 MXFP8; DeepSeek-V3's recipe,
- * decision 64): the backward reads that copy, never h itself. Its SwiGLU gradient (scaled_swiglu_dh / _dp)
- * reads the copy, and the SwiGLU output the down projection's weight
- * gradient needs is recomputed from it (a node of the backward), as the
- * fused kernels do. The copy is of h rounded to bf16, as the GPU stores it
- * (so the two backends' codes agree). Returns that recomputation of forward node `s` for
- * backward node `user`. */
+ * decision 64): the backward reads that copy, never h itself. Its SwiGLU
+ * gradient (scaled_swiglu_dh / _dp) reads the copy, and the SwiGLU output
+ * the down projection's weight gradient needs is recomputed from it (a node
+ * of the backward), as the fused kernels do. The copy is of h rounded to
+ * bf16, as the GPU stores it, so the two backends' codes agree.
+ *
+ * h_copy: h's copy for backward node `user`. */
 static IrNode *h_copy(P *p, IrNode *user, IrNode *h)
 {
     IrNode *hq = quantized(p, user, h, Q_ROW, NULL);
@@ -124,6 +125,7 @@ static IrNode *h_copy(P *p, IrNode *user, IrNode *h)
     return hq;
 }
 
+/* the SwiGLU output of forward node `s` recomputed from h's copy, for backward node `user` */
 static IrNode *recomputed_swiglu(P *p, IrNode *user, IrNode *s)
 {
     IrNode *hq = h_copy(p, user, s->src[0]);
@@ -135,7 +137,7 @@ static IrNode *recomputed_swiglu(P *p, IrNode *user, IrNode *s)
                             user->loc);
     r->layer = user->layer;
     if (!ir_infer_node(r, NULL))
-        die("precision: cannot recompute %s from its fp8-block copy", s->name);
+        die("precision: cannot recompute %s from its 8-bit copy", s->name);
     ir_graph_move(p->g, r, user->id);
     p->inserted++;
     memo_add(p, s, r, -1);
