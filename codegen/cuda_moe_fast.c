@@ -1119,6 +1119,32 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     return emit_forward_end(cg, &f, n, comb, yp);
 }
 
+/* The 8-bit backwards' dy: dispatch(dout, plan) read through (never materialised) with the forward's token map
+ * (dy_token_map: its workspace, or -1 when dy is materialised), as the gather's source (dy_rows_in: the kernel's
+ * `dy` and `tok` and `ofs` parameters) and its rows (dy_rows_src: the tile quantiser's source) */
+static int dy_token_map(Cg *cg, const IrNode *n, const IrNode *fwd, const IrNode *dy)
+{
+    if (!cg_fast_reads_through(cg, dy))
+        return -1;
+    const int tok = cg_find_ws(cg, fwd, "token_of_row");
+    if (tok < 0)
+        die("codegen: %s: dy is read through its dispatch but %s keeps no token map", n->name, fwd->name);
+    return tok;
+}
+
+static void dy_rows_in(Cg *cg, const Fast *f, const IrNode *dy, int tok)
+{
+    cg_in(cg, tok >= 0 ? dy->src[0] : dy, "dy");
+    if (tok >= 0)
+        cg_param(cg, tok, 0, "tok");
+    cg_param(cg, f->ofs, 0, "ofs");
+}
+
+static const char *dy_rows_src(int tok)
+{
+    return tok >= 0 ? "moec::fp8b::GraphRows<E, H>{dy, tok}" : "moec::fp8b::GraphRows<E, H>{dy}";
+}
+
 static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
 {
     const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3];
@@ -1154,10 +1180,7 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
     f.steps = 9;
 
-    /* dy = dispatch(dout, plan) read through (never materialised), with the forward's token map */
-    const int tok = cg_fast_reads_through(cg, dy) ? cg_find_ws(cg, fwd, "token_of_row") : -1;
-    if (cg_fast_reads_through(cg, dy) && tok < 0)
-        die("codegen: %s: dy is read through its dispatch but %s keeps no token map", n->name, fwd->name);
+    const int tok = dy_token_map(cg, n, fwd, dy);
     fast_begin(cg, &f, "fp8b_gather_dy", "dy into zero-padded groups quantised 1x128 along H (from the fp32 rows, "
                                          "bit-exact with the CPU reference), and 128x1 within each group, the codes "
                                          "transposed [H, rows] for dw_down, in one read of each 128x128 tile");
@@ -1165,12 +1188,9 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, dysa, 1, "sa");
     cg_param(cg, dyt, 1, "dyt");
     cg_param(cg, dyts, 1, "dyts");
-    cg_in(cg, tok >= 0 ? dy->src[0] : dy, "dy");
-    if (tok >= 0)
-        cg_param(cg, tok, 0, "tok");
-    cg_param(cg, f.ofs, 0, "ofs");
+    dy_rows_in(cg, &f, dy, tok);
     fp8_tiles_end(cg, &f, H, "H", "q", "sa", "dyt, dyts",
-                  tok >= 0 ? "moec::fp8b::GraphRows<E, H>{dy, tok}" : "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
+                  dy_rows_src(tok), "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM on the transposed tiles of w_down's "
                                      "E4M3 copy, which the optimizer writes; bf16 out)", dyq, dysa, w2c, c2.qt, w2c,
@@ -1398,22 +1418,16 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
     f.steps = 9 + remake_xw;
 
-    /* dy = dispatch(dout, plan) read through (never materialised), with the forward's token map */
-    const int tok = cg_fast_reads_through(cg, dy) ? cg_find_ws(cg, fwd, "token_of_row") : -1;
-    if (cg_fast_reads_through(cg, dy) && tok < 0)
-        die("codegen: %s: dy is read through its dispatch but %s keeps no token map", n->name, fwd->name);
+    const int tok = dy_token_map(cg, n, fwd, dy);
     fast_begin(cg, &f, "mx_gather_dy", "dy into zero-padded groups quantised 1x32 along H (from the fp32 rows, "
                                        "bit-exact with the CPU reference), and 32x1 within each group dequantised to "
                                        "bf16 for dw_down, in one read of each 128x128 tile");
     cg_param(cg, dyq, 1, "q");
     cg_param(cg, dysa, 1, "sa");
     cg_param(cg, dyw, 1, "dyw");
-    cg_in(cg, tok >= 0 ? dy->src[0] : dy, "dy");
-    if (tok >= 0)
-        cg_param(cg, tok, 0, "tok");
-    cg_param(cg, f.ofs, 0, "ofs");
+    dy_rows_in(cg, &f, dy, tok);
     mx_tiles_end(cg, &f, H, "H", "q", "sa", "dyw",
-                 tok >= 0 ? "moec::fp8b::GraphRows<E, H>{dy, tok}" : "moec::fp8b::GraphRows<E, H>{dy}", "nullptr, nullptr");
+                 dy_rows_src(tok), "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM, MXFP8, on w_down^T quantised 1x32 "
                                      "along H; bf16 out)", dyq, dysa, w2c, c2.qt, w2c, c2.st, dap, F, H);
