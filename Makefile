@@ -29,7 +29,7 @@ PLAN_SRC = plan/plan.c plan/memory.c plan/plan_io.c plan/payload.c plan/cost.c p
 DRIVER_SRC = driver/compile.c driver/build.c
 RT_SRC   = runtime/cpu/cpu.c runtime/cpu/moe_metrics.c runtime/cpu/kernels_f32.c runtime/cpu/kernels_f64.c runtime/cpu/mxfp8.c runtime/cpu/fp8_block.c runtime/cpu/backend.c \
            runtime/comm/comm.c runtime/comm/comm_sim.c runtime/comm/comm_tcp.c runtime/comm/comm_wire.c runtime/comm/comm_nccl.c \
-           runtime/gpu/cudrv.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
+           runtime/gpu/cudrv.c runtime/gpu/kimage.c runtime/gpu/nvrtc_units.c runtime/gpu/gpu.c runtime/gpu/backend.c runtime/gpu/tma.c runtime/gpu/plan_args.c
 DATA_SRC = data/data.c data/shards.c data/alignment.c
 FMT_SRC  = formats/safetensors.c formats/checkpoint.c formats/plot.c formats/plot_moe.c formats/plot_compare.c formats/hf.c formats/hf_import.c \
            formats/hf_export.c

@@ -338,8 +338,12 @@ int main(int argc, char **argv)
     char *cubin = read_file(path, &len);
     if (!cubin)
         fail("cannot read %s", path);
-    CUmodule mod;
-    CU(cuModuleLoadData(&mod, cubin));
+    KModules mod; /* the image's units, one module each (kimage.h) */
+    {
+        char kerr[600];
+        if (kimage_load(&mod, cubin, len, kerr, sizeof kerr) != CUDA_SUCCESS)
+            fail("%s: %s", path, kerr);
+    }
 
     CUdeviceptr base[PLAN_REGION_COUNT];
     for (int r = 0; r < PLAN_REGION_COUNT; r++) {
@@ -381,7 +385,7 @@ int main(int argc, char **argv)
     {
         /* the params' bf16 working copies, as the backend writes them when it loads parameters */
         char cerr[512];
-        if (gpu_fill_copies(plan, mod, dptr, NULL, cerr, sizeof cerr) < 0)
+        if (gpu_fill_copies(plan, &mod, dptr, NULL, cerr, sizeof cerr) < 0)
             fail("%s", cerr);
     }
 
@@ -399,7 +403,8 @@ int main(int argc, char **argv)
         if (l->nargs > 32)
             die("%s: %d kernel arguments", g->nodes[l->node]->name, l->nargs);
         cu_what = plan->kernel_names[l->kernel];
-        CU(cuModuleGetFunction(&fn[li], mod, plan->kernel_names[l->kernel]));
+        if (kimage_function(&mod, plan->kernel_names[l->kernel], &fn[li]) != CUDA_SUCCESS)
+            fail("%s: no kernel %s in %s", name, plan->kernel_names[l->kernel], path);
         if (l->shared_bytes > 48 * 1024)
             CU(cuFuncSetAttribute(fn[li], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l->shared_bytes));
         /* buffers, and the fast kernels' tensor maps and ints (runtime/gpu/plan_args.h, as the backend) */
@@ -611,7 +616,7 @@ int main(int argc, char **argv)
     cu.cuStreamDestroy(stream);
     for (int r = 0; r < PLAN_REGION_COUNT; r++)
         cu.cuMemFree(base[r]);
-    cu.cuModuleUnload(mod);
+    kimage_unload(&mod);
     for (int i = 0; i < g->nnodes; i++)
         free(host[i]);
     free(host);

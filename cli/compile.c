@@ -56,6 +56,14 @@ static int write_out(const char *dir, const char *name, const void *data, size_t
 
 /* compile --emit-cuda / --arch, after the training binary was written;
  * `pre` is the NVRTC result when the binary was already given it */
+/* kernels.cu through NVRTC unit by unit, in parallel, each unit through the kernel cache (decision 67) */
+static int compile_units(const Plan *p, const char *arch, NvrtcOutput *out, char *err, size_t errlen)
+{
+    char dir[4096];
+    return nvrtc_compile_units(p->cuda_source, "kernels.cu", arch, nvrtc_cache_dir(dir, sizeof dir), 0, out, err,
+                               errlen);
+}
+
 static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
 {
     char path[4200];
@@ -98,7 +106,7 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
     if (pre)
         out = *pre, memset(pre, 0, sizeof *pre);
     else
-        ok = nvrtc_compile(p->cuda_source, "kernels.cu", o->arch, &out, err, sizeof err);
+        ok = compile_units(p, o->arch, &out, err, sizeof err);
     if (out.log && (out.nwarnings || out.nerrors || !ok))
         nvrtc_print_log(stderr, out.log, p->cuda_source, "kernels.cu");
     int rc = 0;
@@ -111,6 +119,10 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
         printf("%s: NVRTC %d.%d compiled %d kernels of model %s for %s in %.1f s (%s %s), %d warnings\n", o->file,
                out.major, out.minor, p->nkernels + CUDA_RUNTIME_KERNELS, g->model, o->arch, out.seconds, out.is_ptx ? "PTX" : "cubin", hb,
                out.nwarnings);
+        if (out.units > 1)
+            printf("%s: %d NVRTC units (decision 67): %d compiled on %d thread%s (the longest %.1f s), %d from the "
+                   "cache\n", o->file, out.units, out.units - out.units_cached, out.threads, out.threads == 1 ? "" : "s",
+                   out.unit_seconds_max, out.units_cached);
         if (o->emit_cuda && !write_out(o->emit_cuda, out.is_ptx ? "kernels.ptx" : "kernels.cubin", out.image,
                                         out.is_ptx ? strlen(out.image) : out.image_size, path, sizeof path))
             rc = 1;
@@ -169,7 +181,7 @@ int cli_compile_command(const Options *o, Compilation *c)
     if (o->output && o->arch) {
         /* the kernels' image goes into the binary: it starts without NVRTC on that GPU */
         pre = &nv;
-        if (!nvrtc_compile(p->cuda_source, "kernels.cu", o->arch, &nv, err, sizeof err)) {
+        if (!compile_units(p, o->arch, &nv, err, sizeof err)) {
             if (nv.log)
                 nvrtc_print_log(stderr, nv.log, p->cuda_source, "kernels.cu");
             fprintf(stderr, "moec: error: %s\n", err);

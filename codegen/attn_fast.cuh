@@ -28,9 +28,9 @@
 namespace moec {
 namespace attn {
 
-constexpr int ROWS = 64;   /* rows of a tile: 4 warps x 16 */
+enum { ROWS = 64 };        /* rows of a tile: 4 warps x 16 (an enumerator: no unused warning in a unit without attention) */
 enum { THREADS = 128 };    /* the one-warpgroup kernels' block (an enumerator: no warning where none is used) */
-constexpr float LOG2E = 1.4426950408889634f;
+[[maybe_unused]] constexpr float LOG2E = 1.4426950408889634f;
 __device__ __forceinline__ float neg_inff() { return __int_as_float(0xff800000u); }
 
 using sm90::pack_bf16x2; /* codegen/sm90.cuh, pasted before this file */

@@ -539,6 +539,11 @@ void cg_tmap_f32(Cg *cg, int buf, int64_t offset, int64_t rows, int64_t cols, in
     cg->typed = 1;
 }
 
+int cg_kernel_heavy(const CgKernel *k)
+{
+    return strstr(k->text, "moec::sm90::Gemm") || strstr(k->text, "moec::attn::");
+}
+
 /* a scalar parameter `ctype name` passed by value at run time (plan.h PLAN_ARG_I32 / PLAN_ARG_I64) */
 static void scalar_param(Cg *cg, PlanArgKind kind, const char *ctype, int64_t value, const char *name)
 {
@@ -1042,8 +1047,26 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         sb_puts(&src, cuda_prelude_attn_fast);
     }
     sb_puts(&src, "\n// ======== the kernels, in launch order ========\n");
+    /* NVRTC units (decision 67): each heavy kernel (a template of the sm_90a GEMM or attention library, 0.3 to
+     * 3 s of NVRTC each) alone, the light ones CG_UNIT_LIGHT to a unit (a unit's sections need not be adjacent:
+     * the kernels stay in launch order), the optimizer's and the runtime's one */
+    int nunits = 0, light_unit = -1, light = 0, cur = -1;
     for (int k = 0; k < cg.nkernels; k++) {
         const CgKernel *kn = &cg.kernels[k];
+        int u;
+        if (cg_kernel_heavy(kn)) {
+            u = nunits++;
+        } else {
+            if (light_unit < 0 || light == CG_UNIT_LIGHT) {
+                light_unit = nunits++;
+                light = 0;
+            }
+            light++;
+            u = light_unit;
+        }
+        if (u != cur)
+            sb_printf(&src, "\n" PLAN_UNIT_MARK "%d ========\n", u);
+        cur = u;
         sb_puts(&src, "\n");
         sb_puts(&src, kn->header);
         if (kn->nusers > 1) {
@@ -1059,6 +1082,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         sb_printf(&src, "extern \"C\" __global__ void __launch_bounds__(%d) %s", kn->block, kn->name);
         sb_puts(&src, kn->text);
     }
+    sb_printf(&src, "\n" PLAN_UNIT_MARK "%d (the optimizer and the runtime's kernels) ========\n", nunits++);
     cg_emit_optimizer(&cg, &src);
     cg_emit_collectives(&src);
 

@@ -65,6 +65,11 @@ typedef struct CgKernel {
     int nusers, capusers;
 } CgKernel;
 
+/* NVRTC units (decision 67): a heavy kernel instantiates a template of the sm_90a GEMM or attention library
+ * (moec::sm90::Gemm..., moec::attn::...) and is a unit alone; light kernels go CG_UNIT_LIGHT to a unit */
+enum { CG_UNIT_LIGHT = 24 };
+int cg_kernel_heavy(const CgKernel *k);
+
 typedef struct Cg {
     const IrGraph *g;
     Diag *diag;

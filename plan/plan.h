@@ -324,7 +324,7 @@ typedef struct Plan {
     int nkernel_launches, ncollectives;
     char **kernel_names; /* in source order; the runtime's own kernels last */
     int nkernels;
-    char *cuda_source;   /* kernels.cu */
+    char *cuda_source;   /* kernels.cu: the device library, then units marked by PLAN_UNIT_MARK */
     size_t cuda_source_len;
     char needs_arch[16]; /* the one architecture the kernels run on ("sm_90a": the source holds the fast kernels'
                             sm_90a device code, wgmma and TMA), or "" (any GPU); "needs_arch" in plan.json */
@@ -334,6 +334,12 @@ typedef struct Plan {
     char image_arch[16];
     uint64_t image_hash; /* plan_code_hash of cuda_source: the code the image was compiled from */
 } Plan;
+
+/* kernels.cu is cut into NVRTC units (docs/decisions.md 67): a comment line starting with PLAN_UNIT_MARK opens
+ * each; the text before the first is the device library, which every unit gets in front of its own text.
+ * NVRTC compiles the units in parallel (runtime/gpu/nvrtc.h nvrtc_compile_units) and the image holds one cubin
+ * per unit (runtime/gpu/kimage.h). A source with no mark is one unit. */
+#define PLAN_UNIT_MARK "// ======== unit "
 
 /* Makes a Plan around a graph that went through the whole pipeline (it
  * takes over the arena holding it; *arena is emptied). Fills the parallel

@@ -5,6 +5,8 @@
 # USETMAXREG: setmaxnreg; STG: global stores). Full SASS in CUBIN.sass.
 # The CUDA binary tools come from pip (nvidia-cuda-cuobjdump) into a venv outside the repository,
 # $SASS_VENV (default /tmp/sassvenv), made on first use; a cuobjdump on PATH is used if there is one.
+# A kernels.cubin of several NVRTC units (runtime/gpu/kimage.h, docs/decisions.md 67) is cut into its cubins
+# first (CUBIN.unitN.cubin), and each is disassembled.
 set -eu
 [ $# -ge 1 ] || { echo "usage: tools/sass.sh CUBIN..." >&2; exit 2; }
 if command -v cuobjdump >/dev/null 2>&1; then
@@ -18,7 +20,24 @@ else
         CUOBJDUMP=$(find "$VENV" -type f -name cuobjdump | head -n 1)
     fi
 fi
-for f in "$@"; do
+# the cubins of a packed image (MOECKIM1 header: count, then offset and size of each), else the file itself
+units() {
+    python3 - "$1" <<'PY'
+import struct, sys
+f = sys.argv[1]
+b = open(f, 'rb').read()
+if b[:8] != b'MOECKIM1':
+    print(f)
+    sys.exit(0)
+n = struct.unpack_from('<I', b, 8)[0]
+for i in range(n):
+    o, s = struct.unpack_from('<QQ', b, 16 + 16 * i)
+    out = '%s.unit%d.cubin' % (f, i)
+    open(out, 'wb').write(b[o:o + s])
+    print(out)
+PY
+}
+for f in $(for a in "$@"; do units "$a"; done); do
     "$CUOBJDUMP" -sass "$f" > "$f.sass"
     echo "== $f"
     "$CUOBJDUMP" -res-usage "$f" 2>/dev/null | grep -E 'Function|REG' | sed 's/^ */  /'

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kimage.h"
 #include "nvrtc.h"
 #include "../comm/comm.h"
 #include "../cpu/cpu.h"
@@ -82,7 +83,7 @@ struct Gpu {
     CUdevice dev;
     CUcontext ctx;
     CUstream stream;
-    CUmodule mod;
+    KModules mods; /* the kernels: one module per NVRTC unit */
     CUfunction k_sumsq, k_sum, k_clip, k_adamw, k_scale, k_adamw16, k_to16, k_accum, k_accum_out;
     CUfunction k_mstats, k_mstats_add, k_madd;
     CUdeviceptr accum;      /* --grad-accum: the gradients' double sum (nparams_total), allocated at its first step */
@@ -171,6 +172,8 @@ static int cu_ok(Gpu *G, CUresult r, const char *call, const char *what)
                 what ? what : "");
 }
 #define CU(G, call, what) cu_ok(G, cu.call, #call, what)
+/* a kernel of the image by name, from whichever unit's module has it (kimage.h) */
+#define KFN(G, f, name, what) cu_ok(G, kimage_function(&(G)->mods, name, f), "cuModuleGetFunction", what)
 
 /* Waiting for the stream (e NULL) or an event. Under NCCL with the collectives on the device the wait polls
  * (CommOps.wait_device) so that a dead peer or an NCCL error fails it instead of hanging a step's graph;
@@ -221,20 +224,6 @@ const GpuInfo *gpu_info(const Gpu *G) { return &G->info; }
 int gpu_probe(char *why, size_t n) { return cudrv_load(why, n); }
 
 /* ------------------------------------------------------------ the kernels' image */
-
-static const char *cache_dir(char *buf, size_t n)
-{
-    const char *e = getenv("MOEC_CACHE_DIR");
-    if (e && *e)
-        snprintf(buf, n, "%s", e);
-    else if ((e = getenv("XDG_CACHE_HOME")) && *e)
-        snprintf(buf, n, "%s/moec", e);
-    else if ((e = getenv("HOME")) && *e)
-        snprintf(buf, n, "%s/.cache/moec", e);
-    else
-        return NULL;
-    return buf;
-}
 
 static int mkdirs(const char *path)
 {
@@ -331,7 +320,7 @@ static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
     int major = 0, minor = 0;
     if (have_nvrtc)
         nvrtc_version(&major, &minor);  /* part of the key */
-    const char *cd = cache_dir(dir, sizeof dir);
+    const char *cd = nvrtc_cache_dir(dir, sizeof dir);
     char prefix[96];
     snprintf(prefix, sizeof prefix, "%016llx-%s-", (unsigned long long)h, arch);
     if (cd) {
@@ -365,7 +354,7 @@ static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
                     arch);
     }
     NvrtcOutput out = probe;
-    int ok = nvrtc_compile(p->cuda_source, "kernels.cu", arch, &out, err, sizeof err);
+    int ok = nvrtc_compile_units(p->cuda_source, "kernels.cu", arch, cd, 0, &out, err, sizeof err);
     if (!ok) {
         if (out.log)
             nvrtc_print_log(stderr, out.log, p->cuda_source, "kernels.cu");
@@ -375,8 +364,9 @@ static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
     *image = out.image;
     *size = out.image_size;
     out.image = NULL;
-    snprintf(G->info.image_from, sizeof G->info.image_from, "NVRTC %d.%d for %s in %.1f s (%s)", out.major,
-             out.minor, arch, out.seconds, why_not_embedded);
+    snprintf(G->info.image_from, sizeof G->info.image_from, "NVRTC %d.%d for %s in %.1f s, %d unit%s (%d from the "
+             "cache) on %d thread%s (%s)", out.major, out.minor, arch, out.seconds, out.units, out.units == 1 ? "" : "s",
+             out.units_cached, out.threads, out.threads == 1 ? "" : "s", why_not_embedded);
     nvrtc_output_free(&out);
     if (cd && mkdirs(cd)) {
         char tmp[4500];
@@ -522,7 +512,7 @@ static int build_launches(Gpu *G)
         if (l->kernel >= 0) {
             const char *k = p->kernel_names[l->kernel];
             snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k, node, L->node->name);
-            if (!CU(G, cuModuleGetFunction(&L->f, G->mod, k), L->what))
+            if (!KFN(G, &L->f, k, L->what))
                 return 0;
             L->grid = gpu_launch_grid(l, G->info.sms);
             L->block = (unsigned)l->block;
@@ -626,28 +616,33 @@ static int load_module(Gpu *G, const GpuOptions *o)
     pthread_mutex_lock(&image_lock);
     int ok = get_image(G, o, &image, &image_size);
     pthread_mutex_unlock(&image_lock);
-    ok = ok && CU(G, cuModuleLoadData(&G->mod, image), "loading the kernels") &&
-         CU(G, cuModuleGetFunction(&G->k_sumsq, G->mod, "moec_grad_sumsq"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_sum, G->mod, "moec_sum_partials"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_clip, G->mod, "moec_clip"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_adamw, G->mod, "moec_adamw"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_adamw16, G->mod, "moec_adamw_bf16"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_to16, G->mod, "moec_to_bf16"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_scale, G->mod, "moec_scale"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_accum, G->mod, "moec_accum"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_accum_out, G->mod, "moec_accum_out"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_mstats, G->mod, "moec_moe_stats"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_mstats_add, G->mod, "moec_moe_stats_add"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_madd, G->mod, "moec_metric_add"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_pack, G->mod, "moec_ep_pack"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_unpack, G->mod, "moec_ep_unpack"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_sbar, G->mod, "moec_sim_barrier"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_sa2a, G->mod, "moec_sim_alltoall"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_sar, G->mod, "moec_sim_allreduce"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_srs32, G->mod, "moec_sim_rs_f32"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_sag32, G->mod, "moec_sim_ag_f32"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_srs64, G->mod, "moec_sim_rs_f64"), NULL) &&
-         CU(G, cuModuleGetFunction(&G->k_sag64, G->mod, "moec_sim_ag_f64"), NULL);
+    if (ok) {
+        char err[600];
+        CUresult r = kimage_load(&G->mods, image, image_size, err, sizeof err);
+        if (r != CUDA_SUCCESS)
+            ok = fail(G, "%s", err);
+    }
+    ok = ok && KFN(G, &G->k_sumsq, "moec_grad_sumsq", NULL) &&
+         KFN(G, &G->k_sum, "moec_sum_partials", NULL) &&
+         KFN(G, &G->k_clip, "moec_clip", NULL) &&
+         KFN(G, &G->k_adamw, "moec_adamw", NULL) &&
+         KFN(G, &G->k_adamw16, "moec_adamw_bf16", NULL) &&
+         KFN(G, &G->k_to16, "moec_to_bf16", NULL) &&
+         KFN(G, &G->k_scale, "moec_scale", NULL) &&
+         KFN(G, &G->k_accum, "moec_accum", NULL) &&
+         KFN(G, &G->k_accum_out, "moec_accum_out", NULL) &&
+         KFN(G, &G->k_mstats, "moec_moe_stats", NULL) &&
+         KFN(G, &G->k_mstats_add, "moec_moe_stats_add", NULL) &&
+         KFN(G, &G->k_madd, "moec_metric_add", NULL) &&
+         KFN(G, &G->k_pack, "moec_ep_pack", NULL) &&
+         KFN(G, &G->k_unpack, "moec_ep_unpack", NULL) &&
+         KFN(G, &G->k_sbar, "moec_sim_barrier", NULL) &&
+         KFN(G, &G->k_sa2a, "moec_sim_alltoall", NULL) &&
+         KFN(G, &G->k_sar, "moec_sim_allreduce", NULL) &&
+         KFN(G, &G->k_srs32, "moec_sim_rs_f32", NULL) &&
+         KFN(G, &G->k_sag32, "moec_sim_ag_f32", NULL) &&
+         KFN(G, &G->k_srs64, "moec_sim_rs_f64", NULL) &&
+         KFN(G, &G->k_sag64, "moec_sim_ag_f64", NULL);
     free(image);
     return ok;
 }
@@ -671,8 +666,8 @@ static int fp8_copy_kernels(Gpu *G, int p, const IrNode *pn, const PlanBuf *c)
     plan_fp8b_kernel_name(&fc, 0, b, sizeof b);
     int64_t tiles = fc.e * (fc.n / 128) * (fc.k / 128);
     G->fp8_grid[p] = (unsigned)(tiles < 132 * 8 ? tiles : 132 * 8);
-    return CU(G, cuModuleGetFunction(&G->fp8_step[p], G->mod, a), a) &&
-           CU(G, cuModuleGetFunction(&G->fp8_load[p], G->mod, b), b);
+    return KFN(G, &G->fp8_step[p], a, a) &&
+           KFN(G, &G->fp8_load[p], b, b);
 }
 
 static int h2d(Gpu *G, CUdeviceptr d, const void *h, size_t n, const char *what);
@@ -1051,8 +1046,7 @@ void gpu_destroy(Gpu *G)
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
             if (more[i])
                 cu.cuMemFree(more[i]);
-        if (G->mod)
-            cu.cuModuleUnload(G->mod);
+        kimage_unload(&G->mods);
         if (G->stream)
             cu.cuStreamDestroy(G->stream);
         cu.cuDevicePrimaryCtxRelease(G->dev);

@@ -204,6 +204,7 @@ static void count_diags(NvrtcOutput *out, const char *name)
 int nvrtc_compile(const char *source, const char *name, const char *arch, NvrtcOutput *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    out->units = 1;
     if (!nvrtc_check_arch(arch, err, errlen))
         return 0;
     lib.nvrtcVersion(&out->major, &out->minor);
@@ -262,6 +263,8 @@ int nvrtc_compile(const char *source, const char *name, const char *arch, NvrtcO
         out->image_size = 0;
     }
     lib.nvrtcDestroyProgram(&prog);
+    out->unit_seconds_max = out->seconds;
+    out->threads = 1;
     return ok;
 }
 

@@ -21,6 +21,10 @@ typedef struct NvrtcOutput {
     int nwarnings, nerrors;
     double seconds;        /* wall time of nvrtcCompileProgram */
     int major, minor;      /* NVRTC's version */
+    /* nvrtc_compile_units: the units (1 for nvrtc_compile), how many came from the cache, the threads that
+     * compiled the rest, and the longest unit's compile (seconds is then the wall time of all) */
+    int units, units_cached, threads;
+    double unit_seconds_max;
 } NvrtcOutput;
 
 /* Loads libnvrtc once. Returns 1, or 0 with a message naming the library. */
@@ -41,6 +45,20 @@ int nvrtc_check_arch(const char *arch, char *err, size_t errlen);
 int nvrtc_compile(const char *source, const char *name, const char *arch, NvrtcOutput *out, char *err,
                   size_t errlen);
 void nvrtc_output_free(NvrtcOutput *out);
+
+/* Compiles kernels.cu unit by unit (plan/plan.h PLAN_UNIT_MARK; docs/decisions.md 67): each unit is the device
+ * library (the text before the first mark) and its sections, each section after a `#line` directive so that
+ * NVRTC's messages give the line in `source`. The units are compiled on `threads` threads (<= 0: $MOEC_NVRTC_THREADS,
+ * else one per processor), each looked up first in and written after to cache_dir/units (NULL: no cache), keyed
+ * by its code (comment lines left out), the architecture and NVRTC's version. out->image is the units' cubins
+ * packed (runtime/gpu/kimage.h; a source without marks gives the one cubin, as nvrtc_compile). Returns as
+ * nvrtc_compile; after a compile error out->log holds the log of every unit that failed. */
+/* The kernel cache's folder: $MOEC_CACHE_DIR, else $XDG_CACHE_HOME/moec, else $HOME/.cache/moec; NULL when
+ * none is set or MOEC_CACHE_DIR is "off" (no cache). Written into buf. */
+const char *nvrtc_cache_dir(char *buf, size_t n);
+
+int nvrtc_compile_units(const char *source, const char *name, const char *arch, const char *cache_dir, int threads,
+                        NvrtcOutput *out, char *err, size_t errlen);
 
 /* Prints NVRTC's log to `out`, and after each diagnostic line
  * `NAME(LINE): error|warning ...` the generated source lines around LINE. */

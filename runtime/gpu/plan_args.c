@@ -80,7 +80,7 @@ unsigned gpu_launch_grid(const PlanLaunch *l, int sms)
     return l->grid == PLAN_GRID_ALL_SMS ? (unsigned)(sms > 0 ? sms : 1) : (unsigned)l->grid;
 }
 
-int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen)
+int gpu_fill_copies(const Plan *p, KModules *mods, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen)
 {
     CUfunction f = NULL;
     int n = 0;
@@ -104,7 +104,7 @@ int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstrea
             plan_fp8b_kernel_name(&fc, 0, name, sizeof name);
             long long tiles = fc.e * (fc.n / 128) * (fc.k / 128);
             void *qa[] = {&dst, &src};
-            r = cu.cuModuleGetFunction(&q, mod, name);
+            r = kimage_function(mods, name, &q);
             if (r == CUDA_SUCCESS)
                 r = cu.cuLaunchKernel(q, (unsigned)(tiles > 1056 ? 1056 : tiles), 1, 1, 512, 1, 1, 0, stream, qa, NULL);
             if (r != CUDA_SUCCESS) {
@@ -115,7 +115,7 @@ int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstrea
             continue;
         }
         if (!f)
-            r = cu.cuModuleGetFunction(&f, mod, "moec_to_bf16");
+            r = kimage_function(mods, "moec_to_bf16", &f);
         long long numel = c->bytes / 2, glu_f = c->glu_f, cols = pn->rank ? pn->shape[pn->rank - 1] : 1;
         long long grid = (numel + 255) / 256;
         void *args[] = {&dst, &src, &numel, &glu_f, &cols};

@@ -8,6 +8,7 @@
 
 #include "../../plan/plan.h"
 #include "cudrv.h"
+#include "kimage.h"
 
 typedef struct GpuArgs {
     void *mem;       /* the values: 64-byte-aligned slots (a CUtensorMap is 128 bytes, 64-byte aligned) */
@@ -21,11 +22,11 @@ int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char
 void gpu_args_free(GpuArgs *a);
 
 /* Writes every param's working copy (plan.h PLAN_BUF_COPY) from the param's fp32 values with kernel
- * moec_to_bf16 of mod (a bf16 copy) or moec_fp8b_copy_ExNxK (an fp8-block weight's e4m3 copy), on `stream`,
+ * moec_to_bf16 of the image (a bf16 copy) or moec_fp8b_copy_ExNxK (an fp8-block weight's e4m3 copy), on `stream`,
  * and waits: what a harness that uploads parameters itself
  * (tests/gpu/run_plan.c, bench/layer.c) does after the upload (the backend does it in
  * gpu_put_params). Returns the number of copies written, or -1 with the reason in err. */
-int gpu_fill_copies(const Plan *p, CUmodule mod, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen);
+int gpu_fill_copies(const Plan *p, KModules *mods, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen);
 
 /* A launch's grid for a device of `sms` SMs (PLAN_GRID_ALL_SMS: one block per SM). */
 unsigned gpu_launch_grid(const PlanLaunch *l, int sms);

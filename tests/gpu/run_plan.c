@@ -60,6 +60,7 @@ static void cu_check(CUresult r, const char *call)
     }
 }
 #define CU(call) cu_check(cu.call, #call)
+#define KF(f, name) cu_check(kimage_function(&mod, name, f), "cuModuleGetFunction")
 
 #include "../codegen/emu/plan_check.h"
 
@@ -466,6 +467,7 @@ int main(int argc, char **argv)
     (void)model, (void)mxfp8, (void)ep, (void)disabled;
     snprintf(path, sizeof path, "%s/kernels.cubin", dir);
     char *cubin = NULL;
+    size_t cubin_size = 0;
     {
         FILE *f = fopen(path, "rb");
         if (!f)
@@ -474,6 +476,7 @@ int main(int argc, char **argv)
         long n = ftell(f);
         fseek(f, 0, SEEK_SET);
         cubin = malloc((size_t)n);
+        cubin_size = (size_t)n;
         if (fread(cubin, 1, (size_t)n, f) != (size_t)n)
             die("cannot read %s", path);
         fclose(f);
@@ -482,13 +485,17 @@ int main(int argc, char **argv)
     cu_load();
     CUdevice dev;
     CUcontext cuctx;
-    CUmodule mod;
+    KModules mod; /* the image's units, one module each (kimage.h) */
     char devname[256];
         CU(cuDeviceGet(&dev, 0));
     CU(cuDeviceGetName(devname, sizeof devname, dev));
     CU(cuDevicePrimaryCtxRetain(&cuctx, dev));
     CU(cuCtxSetCurrent(cuctx));
-    CU(cuModuleLoadData(&mod, cubin));
+    {
+        char kerr[600];
+        if (kimage_load(&mod, cubin, cubin_size, kerr, sizeof kerr) != CUDA_SUCCESS)
+            die("%s: %s", path, kerr);
+    }
     int sms = 0;
     CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
 
@@ -559,7 +566,7 @@ int main(int argc, char **argv)
 
     {
         char cerr[512];
-        if (gpu_fill_copies(plan, mod, dptr, NULL, cerr, sizeof cerr) < 0) {
+        if (gpu_fill_copies(plan, &mod, dptr, NULL, cerr, sizeof cerr) < 0) {
             fprintf(stderr, "run_plan: %s\n", cerr);
             return 1;
         }
@@ -614,7 +621,7 @@ int main(int argc, char **argv)
             unsigned shm = (unsigned)l->shared_bytes;
             CUfunction f;
             cu_what = plan->kernel_names[l->kernel];
-            CU(cuModuleGetFunction(&f, mod, plan->kernel_names[l->kernel]));
+            KF(&f, plan->kernel_names[l->kernel]);
             if (shm > 48 * 1024)
                 CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shm));
             if (l->impl && strncmp(l->impl, "fast", 4) == 0)
@@ -820,7 +827,7 @@ int main(int argc, char **argv)
         void *pa[] = {&dw, &dm, &dv, &dg, &nn, &ds, &wd};
         CUfunction f;
         cu_what = "moec_adamw";
-        CU(cuModuleGetFunction(&f, mod, "moec_adamw"));
+        KF(&f, "moec_adamw");
         CU(cuLaunchKernel(f, (N + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, pa, NULL));
         CU(cuCtxSynchronize());
         d2h(w2, dw, N * 4);
@@ -903,11 +910,11 @@ int main(int argc, char **argv)
         plan_fp8b_kernel_name(&fc, 0, lname, sizeof lname);
         CUfunction fa, f8, fl;
         cu_what = "moec_adamw";
-        CU(cuModuleGetFunction(&fa, mod, "moec_adamw"));
+        KF(&fa, "moec_adamw");
         cu_what = name;
-        CU(cuModuleGetFunction(&f8, mod, name));
+        KF(&f8, name);
         cu_what = lname;
-        CU(cuModuleGetFunction(&fl, mod, lname));
+        KF(&fl, lname);
         long long tiles = fc.e * (fc.n / 128) * (fc.k / 128);
         void *pa[] = {&d[0], &d[1], &d[2], &d[3], &n, &ds, &wd};
         CU(cuLaunchKernel(fa, (unsigned)((n + 255) / 256 > 4096 ? 4096 : (n + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, pa,

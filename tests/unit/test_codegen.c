@@ -23,6 +23,7 @@
 #include "../../codegen/mxfp8.cuh"
 #include "../../codegen/moe_fast_offsets.h"
 #include "../../runtime/gpu/nvrtc.h"
+#include "../../runtime/gpu/kimage.h"
 #include "../../runtime/gpu/gpu.h"
 #include "../../driver/build.h"
 #include "../../plan/plan.h"
@@ -726,6 +727,82 @@ static void test_nvrtc(void)
     CHECK(!ok && out.nerrors == 1 && out.log && strstr(out.log, "kernels.cu(3): error"),
           "a compile error is reported with its line: %s", err);
     nvrtc_output_free(&out);
+}
+
+/* decision 67: the image of several NVRTC units (kimage.h) packed and read back, a damaged one refused; a source
+ * cut into units compiled unit by unit, every kernel in one of the cubins, the cache used on the second compile
+ * and a change to one unit recompiling that unit alone; an error's line given in the whole source */
+static void test_nvrtc_units(void)
+{
+    const char *u[3] = {"first", "the second unit", "3"};
+    size_t us[3] = {5, 15, 1}, size = 0, got;
+    unsigned char *img = kimage_pack((const void *const *)u, us, 3, &size);
+    char err[1024];
+    CHECK(img && kimage_count(img, size, err, sizeof err) == 3, "a packed image of 3 units reads back");
+    int same = 1;
+    for (int i = 0; i < 3 && img; i++) {
+        const void *x = kimage_unit(img, size, i, &got);
+        same &= got == us[i] && memcmp(x, u[i], us[i]) == 0 && ((const unsigned char *)x - img) % 256 == 0;
+    }
+    CHECK(same, "each unit comes back whole, at a multiple of 256 bytes");
+    CHECK(kimage_count(img, size - 1, err, sizeof err) == -1 && strstr(err, "unit 2"), "a cut image is refused: %s", err);
+    CHECK(kimage_count("plain cubin", 11, err, sizeof err) == 1, "a plain image is one unit");
+    free(img);
+    if (!nvrtc_load(err, sizeof err))
+        return; /* test_nvrtc says why */
+    char dir[] = "/tmp/moec_units_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "a cache folder");
+    const char *src0 = "// the library\n"
+                       "__device__ float twice(float x) { return 2.0f * x; }\n"
+                       "\n" PLAN_UNIT_MARK "0 ========\n"
+                       "extern \"C\" __global__ void a(float *y) { y[0] = twice(y[0]); }\n"
+                       "\n" PLAN_UNIT_MARK "1 ========\n"
+                       "extern \"C\" __global__ void b(float *y) { y[1] = twice(y[1]); }\n"
+                       "\n" PLAN_UNIT_MARK "0 ========\n"
+                       "extern \"C\" __global__ void c(float *y) { y[2] = twice(y[2]); }\n";
+    NvrtcOutput out;
+    int ok = nvrtc_compile_units(src0, "kernels.cu", "sm_90a", dir, 2, &out, err, sizeof err);
+    CHECK(ok && out.units == 2 && out.units_cached == 0 && out.threads == 2 && out.nwarnings == 0,
+          "two units compiled on two threads: %s (%d units, %d cached)", ok ? "" : err, out.units, out.units_cached);
+    CHECK(ok && kimage_count(out.image, out.image_size, err, sizeof err) == 2, "the image holds two cubins");
+    int found = 0;
+    for (int i = 0; ok && i < 2; i++) {
+        size_t n;
+        const char *c = kimage_unit(out.image, out.image_size, i, &n);
+        /* the kernels' names are in the cubin's string table: a and c in unit 0, b in unit 1 */
+        int has_a = memmem(c, n, "\0a\0", 3) != NULL, has_b = memmem(c, n, "\0b\0", 3) != NULL;
+        int has_c = memmem(c, n, "\0c\0", 3) != NULL;
+        found += i == 0 ? (has_a && has_c && !has_b) : (has_b && !has_a && !has_c);
+    }
+    CHECK(found == 2, "each kernel in its unit's cubin");
+    nvrtc_output_free(&out);
+    ok = nvrtc_compile_units(src0, "kernels.cu", "sm_90a", dir, 2, &out, err, sizeof err);
+    CHECK(ok && out.units_cached == 2, "the second compile finds both units in the cache (%d)", out.units_cached);
+    nvrtc_output_free(&out);
+    /* unit 1 changed (a comment alone would not count): unit 0 still from the cache */
+    char *src1 = xstrdup(src0);
+    strstr(src1, "y[1] = twice")[2] = '3'; /* y[3] = twice(y[1]) */
+    ok = nvrtc_compile_units(src1, "kernels.cu", "sm_90a", dir, 2, &out, err, sizeof err);
+    CHECK(ok && out.units_cached == 1 && out.threads == 1, "a change to unit 1 recompiles it alone (%d cached)",
+          out.units_cached);
+    nvrtc_output_free(&out);
+    free(src1);
+    /* an error in unit 1: the line of the whole source (line 7), the unit named */
+    const char *bad = "__device__ float twice(float x) { return 2.0f * x; }\n"
+                      PLAN_UNIT_MARK "0 ========\n"
+                      "extern \"C\" __global__ void a(float *y) { y[0] = twice(y[0]); }\n"
+                      PLAN_UNIT_MARK "1 ========\n"
+                      "extern \"C\" __global__ void b(float *y)\n"
+                      "{\n"
+                      "    y[1] = undefined_name;\n"
+                      "}\n";
+    ok = nvrtc_compile_units(bad, "kernels.cu", "sm_90a", NULL, 2, &out, err, sizeof err);
+    CHECK(!ok && out.log && strstr(out.log, "kernels.cu(7): error") && strstr(err, "unit 1 of 2"),
+          "an error in a unit is reported at its line in kernels.cu: %s | %s", err, out.log ? out.log : "");
+    nvrtc_output_free(&out);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "the cache folder removed");
 }
 
 /* the kernels' image travels in the payload as base64: every length's
@@ -1915,6 +1992,7 @@ int main(void)
     test_attn_schedules();
     test_log_context();
     test_nvrtc();
+    test_nvrtc_units();
     printf("test_codegen: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }

@@ -1169,6 +1169,8 @@ __device__ void ep_permute(float *out, const float *in, const int *rc, long long
 
 // ======== the kernels, in launch order ========
 
+// ======== unit 0 ========
+
 // node 5: %x = embedding(%tokens, %embed) : f32[8, 128, 64]
 // models/mixtral_tiny.moe:38:7: embedding: rows of the table
 extern "C" __global__ void __launch_bounds__(256) k5_x(float *__restrict__ y, const int *__restrict__ ids, const float *__restrict__ table, long long n)
@@ -1521,6 +1523,8 @@ extern "C" __global__ void __launch_bounds__(256) k69_logits_linear_dx(float *__
     moec::gemm_tiled<IN, OUT, 1, IN, 1>(dx, dy, w, rows, OUT, tile);
 }
 
+// ======== unit 1 ========
+
 // node 70: %logits.linear_dw = linear_dw(%loss.cross_entropy_dx, %rmsnorm) : f32[33, 64]
 // models/mixtral_tiny.moe:43:12: linear_dw: dw = dy^T x (16 x 16 tiles)
 extern "C" __global__ void __launch_bounds__(256) k70_logits_linear_dw(float *__restrict__ dw, const float *__restrict__ dy, const float *__restrict__ x, long long rows)
@@ -1831,6 +1835,8 @@ extern "C" __global__ void __launch_bounds__(256) k141_x_embedding_dw_sum(float 
         dw[i] = acc;
     }
 }
+
+// ======== unit 2 (the optimizer and the runtime's kernels) ========
 
 // ======== the optimizer: AdamW (runtime/cpu/backend.c optimizer_step) ========
 
