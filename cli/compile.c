@@ -119,7 +119,9 @@ static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
         printf("%s: NVRTC %d.%d compiled %d kernels of model %s for %s in %.1f s (%s %s), %d warnings\n", o->file,
                out.major, out.minor, p->nkernels + CUDA_RUNTIME_KERNELS, g->model, o->arch, out.seconds, out.is_ptx ? "PTX" : "cubin", hb,
                out.nwarnings);
-        if (out.units > 1)
+        if (out.units > 1 && out.units_cached == out.units)
+            printf("%s: %d NVRTC units (decision 67), all from the cache\n", o->file, out.units);
+        else if (out.units > 1)
             printf("%s: %d NVRTC units (decision 67): %d compiled on %d thread%s (the longest %.1f s), %d from the "
                    "cache\n", o->file, out.units, out.units - out.units_cached, out.threads, out.threads == 1 ? "" : "s",
                    out.unit_seconds_max, out.units_cached);

@@ -26,6 +26,17 @@ rp run_plan_mx fast_mlp_fp8.moe fast_mlp_mx "" "mx_quant_diff=0"
 rp run_plan_mx_chain fast_mlp_fp8.moe fast_mlp_mx --chain
 rp run_plan_fast fast_mlp.moe fast_mlp
 rp run_plan_fast_chain fast_mlp.moe fast_mlp --chain
+# the training binaries' own loader (runtime/gpu/gpu.c: the embedded image, one module per NVRTC unit, decision 67):
+# 30 steps of the fast kernels against the reference kernels, every step's loss within 1%
+losses() { grep -o '"loss":[-0-9.e+]*' "$1" | cut -d: -f2; }
+common=(--data "$OUT/data/proteins.fasta.gz" --eval-every 0 --log-every 1 --steps 30 --device cuda)
+timeout 180 "$B/train_ref" "${common[@]}" --log "$L/q.ref.jsonl" >"$L/q.ref.log" 2>&1; r1=$?
+timeout 180 "$B/train_fast" "${common[@]}" --log "$L/q.fast.jsonl" >"$L/q.fast.log" 2>&1; r2=$?
+read -r nsteps wrel <<<"$(paste <(losses "$L/q.ref.jsonl") <(losses "$L/q.fast.jsonl") | awk '
+  {n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) w = d} END {printf "%d %.3e", n, w}')"
+ok=$([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ "${nsteps:-0}" -ge 30 ] && awk -v w="$wrel" 'BEGIN {exit !(w < 0.01)}' &&
+     grep -q "embedded in the binary" "$L/q.fast.log" && echo ok || echo FAIL)
+row train_30_steps "$ok" "steps $nsteps, worst loss rel diff $wrel; $(grep -o 'kernels from [^;]*' "$L/q.fast.log" | head -1 | cut -c1-90)"
 for l in mixtral bio; do
   for v in _fast _fp8 _mx; do
     [ -d "$OUT/cuda/layer_$l$v" ] || continue
