@@ -16,32 +16,6 @@
 #include "../train/train.h"
 #include "cli.h"
 
-/* mkdir -p: 1, or 0 with errno set */
-static int make_dirs(const char *path)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        errno = ENAMETOOLONG;
-        return 0;
-    }
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return 0;
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        errno = ENOTDIR;
-        return 0;
-    }
-    return 1;
-}
 
 /* DIR/NAME, written atomically (util's write_file); the path is left in path */
 static int write_out(const char *dir, const char *name, const void *data, size_t len, char *path, size_t pathlen)

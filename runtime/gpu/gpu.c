@@ -225,20 +225,6 @@ int gpu_probe(char *why, size_t n) { return cudrv_load(why, n); }
 
 /* ------------------------------------------------------------ the kernels' image */
 
-static int mkdirs(const char *path)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return 0;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST;
-}
-
 static void *read_file(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");
@@ -368,7 +354,7 @@ static int get_image(Gpu *G, const GpuOptions *o, void **image, size_t *size)
              "cache) on %d thread%s (%s)", out.major, out.minor, arch, out.seconds, out.units, out.units == 1 ? "" : "s",
              out.units_cached, out.threads, out.threads == 1 ? "" : "s", why_not_embedded);
     nvrtc_output_free(&out);
-    if (cd && mkdirs(cd)) {
+    if (cd && make_dirs(cd)) {
         char tmp[4500];
         snprintf(path, sizeof path, "%s/%snvrtc%d.%d.cubin", cd, prefix, major, minor);
         snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());

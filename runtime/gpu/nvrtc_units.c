@@ -1,18 +1,17 @@
 /* nvrtc_units.c - kernels.cu compiled unit by unit, in parallel, each unit cached (nvrtc.h
  * nvrtc_compile_units; docs/decisions.md 67). */
-#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kimage.h"
 #include "nvrtc.h"
 #include "../../plan/plan.h"
+#include "../../util/util.h"
 
 typedef struct Unit {
     char *text;      /* the device library, then each section after its #line directive */
@@ -75,20 +74,6 @@ const char *nvrtc_cache_dir(char *buf, size_t n)
     else
         return NULL;
     return buf;
-}
-
-static int mkdirs(const char *path)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return 0;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST;
 }
 
 static char *read_whole(const char *path, size_t *size)
@@ -232,7 +217,7 @@ int nvrtc_compile_units(const char *source, const char *name, const char *arch, 
     char dir[4200] = "";
     if (cache_dir && *cache_dir) {
         snprintf(dir, sizeof dir, "%s/units", cache_dir);
-        if (!mkdirs(dir))
+        if (!make_dirs(dir))
             dir[0] = 0;
     }
     for (int u = 0; u < nunits && ok; u++) {
