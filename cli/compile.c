@@ -28,8 +28,6 @@ static int write_out(const char *dir, const char *name, const void *data, size_t
     return 0;
 }
 
-/* compile --emit-cuda / --arch, after the training binary was written;
- * `pre` is the NVRTC result when the binary was already given it */
 /* kernels.cu through NVRTC unit by unit, in parallel, each unit through the kernel cache (decision 67) */
 static int compile_units(const Plan *p, const char *arch, NvrtcOutput *out, char *err, size_t errlen)
 {
@@ -38,6 +36,8 @@ static int compile_units(const Plan *p, const char *arch, NvrtcOutput *out, char
                                errlen);
 }
 
+/* compile --emit-cuda / --arch, after the training binary was written;
+ * `pre` is the NVRTC result when the binary was already given it */
 static int cuda_outputs(const Options *o, const Plan *p, NvrtcOutput *pre)
 {
     char path[4200];

@@ -29,11 +29,11 @@ int checked_add_i64(int64_t a, int64_t b, int64_t *out);
  * 1 and *out, or 0 for anything else (empty, trailing text, overflow). */
 int parse_i64_in(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
+/* mkdir -p PATH (mode 0755): 1, or 0 with errno set (ENOTDIR when PATH exists and is no folder) */
+int make_dirs(const char *path);
 /* Writes n bytes to path atomically: a temporary file next to it, then
  * rename over it, so a reader never sees half a file and a failed write
  * leaves the old one. 1, or 0 with "PATH: cannot write: REASON" in err. */
-/* mkdir -p PATH (mode 0755): 1, or 0 with errno set (ENOTDIR when PATH exists and is no folder) */
-int make_dirs(const char *path);
 int write_file(const char *path, const void *data, size_t n, char *err, size_t errlen);
 
 /* Opens path for reading only if it is a regular file: a FIFO, a device or a

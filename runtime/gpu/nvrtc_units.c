@@ -16,7 +16,7 @@
 typedef struct Unit {
     char *text;      /* the device library, then each section after its #line directive */
     size_t len;
-    uint64_t key;    /* of the code: the library and the sections, comment lines and #line left out */
+    uint64_t key;    /* of the code: the library's and each section's plan_code_hash (comment lines left out) */
     double work;     /* bytes of the unit's own sections: the order of the queue, largest first */
     NvrtcOutput out;
     int ok, cached;
@@ -36,28 +36,6 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* FNV-1a over the lines of s that are code: not blank-then-//, not #line */
-static uint64_t code_hash(uint64_t h, const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        size_t e = i;
-        while (e < n && s[e] != '\n')
-            e++;
-        size_t j = i;
-        while (j < e && (s[j] == ' ' || s[j] == '\t'))
-            j++;
-        int skip = (e - j >= 2 && s[j] == '/' && s[j + 1] == '/') || (e - j >= 6 && strncmp(s + j, "#line ", 6) == 0);
-        if (!skip)
-            for (size_t k = i; k <= e && k < n; k++) {
-                h ^= (unsigned char)s[k];
-                h *= 1099511628211ull;
-            }
-        i = e + 1;
-    }
-    return h;
 }
 
 const char *nvrtc_cache_dir(char *buf, size_t n)
@@ -95,18 +73,6 @@ static char *read_whole(const char *path, size_t *size)
     return buf;
 }
 
-static void write_atomic(const char *path, const void *data, size_t size)
-{
-    char tmp[4500];
-    snprintf(tmp, sizeof tmp, "%s.%d.%lx.tmp", path, (int)getpid(), (unsigned long)(uintptr_t)pthread_self());
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(data, 1, size, f) == size;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    if (!ok || rename(tmp, path) != 0)
-        unlink(tmp);
-}
-
 static void *worker(void *arg)
 {
     Pool *P = arg;
@@ -120,7 +86,9 @@ static void *worker(void *arg)
         u->ok = nvrtc_compile(u->text, P->name, P->arch, &u->out, u->err, sizeof u->err);
         /* a unit with warnings is not cached: they print each time it is compiled, and the tests see them */
         if (u->ok && u->path[0] && u->out.nwarnings == 0)
-            write_atomic(u->path, u->out.image, u->out.image_size);
+            /* atomic (util write_file); no two units share a path, since no two share their kernels. A failed
+             * write costs only a compile next time */
+            write_file(u->path, u->out.image, u->out.image_size, NULL, 0);
     }
 }
 
@@ -213,7 +181,8 @@ int nvrtc_compile_units(const char *source, const char *name, const char *arch, 
         return 0;
     }
     int ok = 1;
-    uint64_t lib_hash = code_hash(1469598103934665603ull, source, lib_end);
+    /* a unit's key: the library's code hash (plan_code_hash: comment lines left out), then each section's */
+    uint64_t lib_hash = plan_code_hash(source, lib_end);
     char dir[4200] = "";
     if (cache_dir && *cache_dir) {
         snprintf(dir, sizeof dir, "%s/units", cache_dir);
@@ -245,7 +214,8 @@ int nvrtc_compile_units(const char *source, const char *name, const char *arch, 
                 U->len += (size_t)snprintf(U->text + U->len, len + 1 - U->len, "#line %d \"%s\"\n", sec[i].line, name);
                 memcpy(U->text + U->len, source + sec[i].begin, sec[i].end - sec[i].begin);
                 U->len += sec[i].end - sec[i].begin;
-                U->key = code_hash(U->key, source + sec[i].begin, sec[i].end - sec[i].begin);
+                uint64_t sh = plan_code_hash(source + sec[i].begin, sec[i].end - sec[i].begin);
+                U->key = hash64_update(U->key, &sh, sizeof sh);
                 U->work += (double)(sec[i].end - sec[i].begin);
             }
         U->text[U->len] = 0;
