@@ -911,6 +911,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     cg.mgemm_schedule = opts ? opts->mgemm_schedule : CUDA_MGEMM_DEFAULT;
     cg.dswiglu = opts ? opts->dswiglu : CUDA_DSWIGLU_DEFAULT;
     cg.fp8_swiglu = opts ? opts->fp8_swiglu : CUDA_DSWIGLU_DEFAULT;
+    cg.fp8_passes = opts ? opts->fp8_passes : CUDA_DSWIGLU_DEFAULT;
     cg.kgemm_schedule = opts ? opts->kgemm_schedule : CUDA_KSCHED_DEFAULT;
     cg.attn_schedule = opts ? opts->attn_schedule : CUDA_ATTN_DEFAULT;
     cg.attn_max_grid = opts ? opts->attn_max_grid : 0;

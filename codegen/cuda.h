@@ -55,7 +55,10 @@ typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, C
  * epilogue where da's K = H >= 4096, measured faster there on the H200, the separate kernel below);
  * MOEC_DSWIGLU=fused|separate in the driver's environment. The same choice for fp8-block's forward SwiGLU and a's
  * 1x128 quantisation (decision 57): in the FP8 gate_up GEMM's epilogue or the separate tile quantiser (the
- * default: the epilogue measured slower); MOEC_FP8_SWIGLU=fused|separate. */
+ * default: the epilogue measured slower); MOEC_FP8_SWIGLU=fused|separate. And fp8-block's tile passes over h
+ * (decision 69): the forward's SwiGLU quantiser and h's copy, and the backward's dSwiGLU, a's colwise copy and
+ * dprobs, each one launch reading its tiles once (the default, "fused") or the earlier separate launches;
+ * MOEC_FP8_PASSES=fused|separate. */
 typedef enum CudaDswiglu { CUDA_DSWIGLU_DEFAULT, CUDA_DSWIGLU_FUSED, CUDA_DSWIGLU_SEPARATE } CudaDswiglu;
 
 /* The head-dim-128 attention forward's and dq's consumer schedule (codegen/attn_fast.cuh fwd_ws, bwd_dq_ws;
@@ -72,6 +75,7 @@ typedef struct CudaOptions {
     CudaKgemmSchedule kgemm_schedule;
     CudaDswiglu dswiglu;
     CudaDswiglu fp8_swiglu; /* fp8-block's forward SwiGLU: the gate_up GEMM's epilogue or separate */
+    CudaDswiglu fp8_passes; /* fp8-block's passes over h: merged (decision 69, the default) or separate */
     CudaAttnSchedule attn_schedule;
     int attn_max_grid; /* > 0: the attention launches' blocks capped here (a test: each block then loops over
                         * several items, MOEC_ATTN_GRID in the driver's environment); 0: 65535 */

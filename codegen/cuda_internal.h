@@ -105,6 +105,7 @@ typedef struct Cg {
     CudaMgemmSchedule mgemm_schedule; /* CudaOptions.mgemm_schedule */
     CudaDswiglu dswiglu;              /* CudaOptions.dswiglu */
     CudaDswiglu fp8_swiglu;           /* CudaOptions.fp8_swiglu */
+    CudaDswiglu fp8_passes;           /* CudaOptions.fp8_passes */
     CudaKgemmSchedule kgemm_schedule; /* CudaOptions.kgemm_schedule */
     CudaAttnSchedule attn_schedule;   /* CudaOptions.attn_schedule */
     int attn_max_grid;                /* CudaOptions.attn_max_grid */

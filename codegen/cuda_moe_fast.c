@@ -1067,7 +1067,9 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
     /* xs = dispatch(x, plan) read through (never materialised): the gather reads x's token rows */
     const int through = cg_fast_reads_through(cg, xs);
     int tok = through ? fwd_ws(cg, &f, bwd, PLAN_I32, f.R, "token_of_row") : -1;
-    f.steps = 4 + (comb == NULL) + (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED) + (bwd != NULL) + through;
+    /* the SwiGLU quantiser and h's copy in one pass over h (decision 69) */
+    const int merged = bwd && cg->fp8_swiglu != CUDA_DSWIGLU_FUSED && cg->fp8_passes != CUDA_DSWIGLU_SEPARATE;
+    f.steps = 4 + (comb == NULL) + (cg->fp8_swiglu != CUDA_DSWIGLU_FUSED) + (bwd != NULL) + through - merged;
 
     emit_offsets(cg, &f, sp);
     if (through)
@@ -1102,7 +1104,24 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
                       "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
                       "optimizer writes; bf16 out)",
                       xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H);
-        emit_swiglu_quant(cg, &f, aq, asa, hp, pp);
+        if (merged) {
+            fast_begin(cg, &f, "fp8b_swiglu_h", "a = silu(gate) up probs quantised 1x128 along F, and h's copy for "
+                                                "the backward quantised 1x128 along 2F (E4M3 and scales, decision 64), "
+                                                "in one read of each gate and up tile of the bf16 h (decision 69)");
+            cg_param(cg, aq, 1, "aq");
+            cg_param(cg, asa, 1, "asa");
+            cg_param(cg, hq, 1, "hq");
+            cg_param(cg, hsa, 1, "hsa");
+            cg_param(cg, hp, 0, "hp");
+            cg_param(cg, pp, 0, "pp");
+            cg_param(cg, f.ofs, 0, "ofs");
+            cg_i64(cg, f.rcap, "rcap");
+            fast_consts(cg, &f);
+            cg_line(cg, "moec::fp8b::swiglu_h_tiles<E, F>(aq, asa, hq, hsa, hp, pp, ofs, rcap);");
+            cg_end(cg, CG_BLOCK, min64(f.rcap / 128 * (F / 128), 132 * 16));
+            cg->fp8b_used = 1;
+        } else
+            emit_swiglu_quant(cg, &f, aq, asa, hp, pp);
     } else {
         emit_fp8_gemm_glu(cg, &f, "fast_gate_up",
                           "h = xs w_gate_up^T per group (FP8 grouped GEMM on w_gate_up's E4M3 tile copy, which the "
@@ -1110,7 +1129,7 @@ static int emit_grouped_mlp_fp8(Cg *cg, const IrNode *n)
                           "along F (E4M3 and scales, from the bf16 h)",
                           xq, xsa, w1c, c1.q, w1c, c1.s, hp, 2 * F, H, aq, asa, pp);
     }
-    if (bwd) {
+    if (bwd && !merged) {
         fast_begin(cg, &f, "fp8b_h_copy", "h's copy for the backward: quantised 1x128 along 2F (E4M3 and scales, from "
                                           "the bf16 h; decision 64)");
         cg_param(cg, hq, 1, "q");
@@ -1181,12 +1200,15 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
     int dhq = cg_ws(cg, n, PLAN_E4M3, rc * 2 * F, "dh_e4m3");
     int dhsa = cg_ws(cg, n, PLAN_E4M3, 2 * F / 128 * rc, "dh_scales");
-    int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
+    /* dSwiGLU, a's colwise copy and dprobs in one pass over h's copy and da (decision 69): dprobs as per-128-column
+     * partials a row, summed in order by the scatter */
+    const int merged = cg->fp8_passes != CUDA_DSWIGLU_SEPARATE;
+    int dpp = merged ? cg_ws(cg, n, PLAN_F32, rc * (F / 128), "dprobs_partials") : cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
     int at = cg_ws(cg, n, PLAN_E4M3, F * rc, "a_t_e4m3"), ats = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, F), "a_t_scales");
     int dht = cg_ws(cg, n, PLAN_E4M3, 2 * F * rc, "dh_t_e4m3");
     int dhts = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, 2 * F), "dh_t_scales");
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
-    f.steps = 9;
+    f.steps = merged ? 7 : 9;
 
     const int tok = dy_token_map(cg, n, fwd, dy);
     fast_begin(cg, &f, "fp8b_gather_dy", "dy into zero-padded groups quantised 1x128 along H (from the fp32 rows, "
@@ -1205,6 +1227,30 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
                   c2.st, dap, F, H);
 
     /* h from its E4M3 copy (decision 64) */
+    if (merged) {
+        fast_begin(cg, &f, "fp8b_dswiglu_a", "dh = dSwiGLU(da probs) from h's E4M3 copy, quantised 1x128 along 2F and "
+                                             "128x1 within each group (the codes transposed [2F, rows], for "
+                                             "dw_gate_up); a = silu(gate) up probs quantised 128x1, transposed [F, "
+                                             "rows], for dw_down; dprobs' per-128-column partials: one read of each "
+                                             "tile of h's copy and da (decision 69)");
+        cg_param(cg, dhq, 1, "q");
+        cg_param(cg, dhsa, 1, "sa");
+        cg_param(cg, dht, 1, "dht");
+        cg_param(cg, dhts, 1, "dhts");
+        cg_param(cg, at, 1, "at");
+        cg_param(cg, ats, 1, "ats");
+        cg_param(cg, dpp, 1, "dpart");
+        cg_param(cg, hq, 0, "hq");
+        cg_param(cg, hsa, 0, "hsa");
+        cg_param(cg, dap, 0, "dap");
+        cg_param(cg, pp, 0, "pp");
+        cg_param(cg, f.ofs, 0, "ofs");
+        cg_i64(cg, f.rcap, "rcap");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fp8b::dswiglu_tiles<E, F>(q, sa, dht, dhts, at, ats, dpart, hq, hsa, dap, pp, ofs, rcap);");
+        cg_end(cg, CG_BLOCK, min64(f.rcap / 128 * (F / 128), 132 * 8));
+        cg->fp8b_used = 1;
+    } else {
     fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) from h's E4M3 copy, quantised 1x128 along 2F (E4M3 "
                                        "and scales), and 128x1 within each group, the codes transposed [2F, rows], "
                                        "for dw_gate_up");
@@ -1241,6 +1287,7 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, f.ofs, 0, "ofs");
     fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "at, ats",
                   "moec::fp8b::Swiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
+    }
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tiles of "
                                       "w_gate_up's E4M3 copy, which the optimizer writes; bf16 out)", dhq, dhsa, w1c,
@@ -1259,7 +1306,10 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, f.ofs, 0, "ofs");
     fast_rows(cg, &f);
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
+    if (merged)
+        cg_line(cg, "moec::fast::scatter<E, H, %lld>(out, out + R * H, dxp, dpp, ofs, R);", (long long)(F / 128));
+    else
+        cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
     cg_end(cg, CG_BLOCK, row_grid(R));
     cg->fp8b_used = 1;
     return 1;

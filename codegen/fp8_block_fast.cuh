@@ -209,8 +209,9 @@ template <long long F> struct SwigluQuantEpi {
 };
 
 /* dh [., 2F] = [d up silu'(gate) | d silu(gate)], d = da p, from h [., 2F], da [., F] (bf16) and p: the
- * bf16 path's arithmetic (moe_fast.cuh dswiglu, without the GLU interleave). 8 columns never straddle F
- * (F % 128 == 0). */
+ * bf16 path's arithmetic, moec::sm90::dswiglu1 (dswiglu.cuh: every operation rounded explicitly, so that this
+ * source and the fused dswiglu_tiles give the same bits whatever the compiler contracts; decision 69). 8 columns
+ * never straddle F (F % 128 == 0). */
 template <long long F, class HS = HBf16<F>> struct Dswiglu {
     HS h;
     const unsigned short *da;
@@ -231,8 +232,9 @@ template <long long F, class HS = HBf16<F>> struct Dswiglu {
         moec::fast::unpack8(*(const uint4 *)(r.da + f), d_a);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const float sg = 1.0f / (1.0f + __expf(-g[i])), d = d_a[i] * r.p;
-            v[i] = first ? d * u[i] * (sg * (1.0f + g[i] * (1.0f - sg))) : d * (g[i] * sg);
+            float dg, du, o, t;
+            moec::sm90::dswiglu1(g[i], u[i], d_a[i], r.p, dg, du, o, t);
+            v[i] = first ? dg : du;
         }
     }
 };
@@ -256,18 +258,115 @@ template <long long F, class HS = HBf16<F>> struct Dswiglu {
  * a column's 128 bytes, written as one 128-byte line of colt per column (the colwise case only).
  * Every amax starts from 0 and drops NaN (fmaxf), as the CPU's `a > amax`. C % 128 == 0. */
 
+/* quant_tiles' two halves, also the fused SwiGLU and dSwiGLU tile kernels' (swiglu_h_tiles, dswiglu_tiles below):
+ * one thread's 8 x 8 values v of a 128 x 128 tile, rows pr = 128 mb + 8 rg + j (j < 8), columns c .. c + 7 with
+ * c = c0 + 8 cl (cl = threadIdx.x % 16, rg = threadIdx.x / 16; 256 threads a tile).
+ * rows8: each row's 1 x 128 block (row1: a half-warp's 16 threads, the amax by shuffles within it), codes q [., C]
+ * at row pr, column c (8-byte stores, a half-warp a row's 128 bytes), scale codes sa [C / 128][rcap]. */
+template <long long C>
+__device__ __forceinline__ void row1(const float (&v)[8], unsigned char *q, unsigned char *sa, long long rcap, long long pr,
+                                     long long c)
+{
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        m = fmaxf(m, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int e = moec_mx_scale_exp(m);
+    uint2 p;
+    p.x = q8x2(v[0], e, v[1], e) | (q8x2(v[2], e, v[3], e) << 16);
+    p.y = q8x2(v[4], e, v[5], e) | (q8x2(v[6], e, v[7], e) << 16);
+    *(uint2 *)(q + pr * C + c) = p;
+    if (threadIdx.x % 16 == 0)
+        sa[c / 128 * rcap + pr] = (unsigned char)(e + 127);
+}
+template <long long C>
+__device__ __forceinline__ void rows8(const float (&v)[8][8], unsigned char *q, unsigned char *sa, long long rcap, int mb,
+                                      long long c)
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        row1<C>(v[j], q, sa, rcap, (long long)mb * 128 + 8 * (threadIdx.x / 16) + j, c);
+}
+
+/* cols8's shared memory: per warp and column the amax over its 16 rows, per column the scale exponent, and the
+ * transposed codes (column c's 128 row codes, 16-byte units swizzled). One per block: a kernel declares it
+ * __shared__ and passes it to every cols8 call (20.5 KB). */
+struct ColSmem {
+    float cmax[8][128];
+    int cexp[128];
+    uint4 ct16[128 * 8];
+};
+
+/* cols8: each column's 128 x 1 block (a tile never spans two groups: each starts at a multiple of 128, and
+ * padding rows are zeros, so a group's last block is fp8-block's partial block), the codes written transposed,
+ * K-major for the FP8 K-grouped GEMM: colt [C, rcap] (column c0 + cc's codes of padded rows 128 mb .. at
+ * (c0 + cc) rcap + 128 mb, the tokens contiguous), the scale codes to colts [rcap / 128][C]
+ * (moec_fp8_kgrouped_s_index). A column's amax: the thread's 8 rows, the other half-warp by a shuffle, the 8
+ * warps through sm.cmax; the codes through sm.ct: a thread's 8 consecutive rows of a column are one 8-byte store
+ * (16-byte unit u = rows 16 u .. 16 u + 15 stored at unit u ^ (c / 8 % 8): a warp's 32 stores of one column
+ * index i land in 2 wavefronts, the minimum), then 16-byte loads, 8 threads a column's 128 bytes, written as one
+ * 128-byte line of colt per column. Three barriers: every thread of the block calls it for the same tile; sm is
+ * written again only after the next call's first barrier. */
+template <long long C>
+__device__ __forceinline__ void cols8(const float (&v)[8][8], unsigned char *colt, unsigned char *colts, long long rcap,
+                                      int mb, long long c0, ColSmem &sm)
+{
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    unsigned char(*ct)[128] = (unsigned char(*)[128])sm.ct16;
+    float m[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        m[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            m[i] = fmaxf(m[i], fabsf(v[j][i]));
+        m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 16));
+    }
+    if (lane < 16) {
+        *(float4 *)&sm.cmax[warp][8 * cl] = make_float4(m[0], m[1], m[2], m[3]);
+        *(float4 *)&sm.cmax[warp][8 * cl + 4] = make_float4(m[4], m[5], m[6], m[7]);
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        float a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 8; w++)
+            a = fmaxf(a, sm.cmax[w][threadIdx.x]);
+        const int e = moec_mx_scale_exp(a);
+        sm.cexp[threadIdx.x] = e;
+        colts[moec_fp8_kgrouped_s_index((long long)mb * 128, c0 + threadIdx.x, C)] = (unsigned char)(e + 127);
+    }
+    __syncthreads(); /* cmax is written again only after this; cexp only after the next call's first barrier */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int cc = 8 * cl + i, e = sm.cexp[cc];
+        /* rows 8 rg .. 8 rg + 7: half (rg % 2) of 16-byte unit rg / 2, stored at unit (rg / 2) ^ (cc / 8 % 8) */
+        uint2 p;
+        p.x = q8x2(v[0][i], e, v[1][i], e) | (q8x2(v[2][i], e, v[3][i], e) << 16);
+        p.y = q8x2(v[4][i], e, v[5][i], e) | (q8x2(v[6][i], e, v[7][i], e) << 16);
+        *(uint2 *)&ct[cc][(((rg >> 1) ^ (cc >> 3 & 7)) << 4) + 8 * (rg & 1)] = p;
+    }
+    __syncthreads(); /* ct complete; it is written again only after the next call's first barrier */
+#pragma unroll
+    for (int it = 0; it < 4; it++) {
+        const int x = threadIdx.x + 256 * it, cc = x / 8, u = x % 8; /* column cc, rows 16 u .. 16 u + 15 */
+        const uint4 w = *(const uint4 *)&ct[cc][(u ^ (cc >> 3 & 7)) << 4];
+        st16(colt + (c0 + cc) * rcap + (long long)mb * 128 + 16 * u, w.x, w.y, w.z, w.w);
+    }
+}
+
 template <int E, long long C, class Src>
 __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned char *colt,
                             unsigned char *colts, const Src src, float *pdst, const float *psrc, const int *ofs)
 {
     static_assert(C % 128 == 0, "128-wide blocks along C");
-    __shared__ float cmax[8][128]; /* per warp, per column: the amax over its 16 rows */
-    __shared__ int cexp[128];      /* per column: the scale exponent */
-    __shared__ uint4 ct16[128 * 8]; /* colt: column c's 128 row codes (units swizzled), 16-byte aligned */
-    unsigned char(*ct)[128] = (unsigned char(*)[128])ct16;
+    __shared__ ColSmem sm;
     constexpr long long CB = C / 128;
     const long long items = (long long)(ofs[E] / 128) * CB;
-    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16;
     for (long long it = blockIdx.x; it < items; it += gridDim.x) {
         const int mb = (int)(it / CB);
         const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
@@ -285,68 +384,208 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
                 pdst[pr] = k < ofs[E + 2 + g] - ofs[E + 1 + g] ? psrc[ofs[E + 1 + g] + k] : 0.0f;
             }
         }
-        if (q) {
+        if (q)
+            rows8<C>(v, q, sa, rcap, mb, c);
+        if (colt)
+            cols8<C>(v, colt, colts, rcap, mb, c0, sm);
+    }
+}
+
+/* 16 and 8 bytes loaded from global memory by the fused tile kernels: on the GPU a volatile ld.global, which the
+ * compiler neither merges with an earlier load of the same address nor keeps in registers across the passes: each
+ * pass loads its operands again (from L1 or L2), so that a tile's raw operands need not stay live in registers
+ * through all three (255 registers and 800 bytes of stack when they did) */
+__device__ __forceinline__ uint4 ld16(const void *p)
+{
+#ifdef __CUDA_ARCH__
+    uint4 u;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
+    return u;
+#else
+    return *(const uint4 *)p;
+#endif
+}
+__device__ __forceinline__ uint2 ld8(const void *p)
+{
+#ifdef __CUDA_ARCH__
+    uint2 u;
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(u.x), "=r"(u.y) : "l"(p));
+    return u;
+#else
+    return *(const uint2 *)p;
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
+/* 8 values of h's E4M3 copy (HE4m3: codes times the block's power of two, exact), from the raw 8 codes w and the
+ * block's scale code s */
+__device__ __forceinline__ void dec8(uint2 w, unsigned char s, float (&v)[8])
+{
+    const float sc = moec_mx_pow2((int)s - 127);
+    moec_e4m3_decode2(w.x, &v[0], &v[1]);
+    moec_e4m3_decode2(w.x >> 16, &v[2], &v[3]);
+    moec_e4m3_decode2(w.y, &v[4], &v[5]);
+    moec_e4m3_decode2(w.y >> 16, &v[6], &v[7]);
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        v[i] *= sc;
+}
+
+/* The forward's two passes over the bf16 h in one (decision 69): per 128 x 128 tile pair (gate block jb, up block
+ * jb) of h [., 2F] each value read once, and written three ways, each a row's 1 x 128 block as quant_tiles' rows8:
+ * h's E4M3 copy for the backward (hq [., 2F], hs: the gate tile at column 128 jb, block jb; the up tile at F + 128
+ * jb, block F / 128 + jb: quant_tiles over Bf16Rows<2F>), and a = swiglu_a(gate, up, p) (aq [., F], as: quant_tiles
+ * over Swiglu<F>). The same functions on the same values, so bit for bit the two separate launches' bytes
+ * (tests/codegen/fp8b_quant.test); the gate and up tiles stay in registers as bf16 (64 words) and each row is
+ * widened when quantised. */
+template <int E, long long F>
+__device__ void swiglu_h_tiles(unsigned char *aq, unsigned char *as, unsigned char *hq, unsigned char *hs,
+                               const unsigned short *h, const float *p, const int *ofs, long long rcap)
+{
+    static_assert(F % 128 == 0, "128-wide blocks along F");
+    constexpr long long FB = F / 128, C = 2 * F;
+    const long long items = (long long)(ofs[E] / 128) * FB;
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16;
+    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
+        const int mb = (int)(it / FB);
+        const long long jb = it % FB, c = 128 * jb + 8 * cl;
+        uint4 gw[8], uw[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const long long pr = mb * 128 + 8 * rg + j;
+            gw[j] = *(const uint4 *)(h + pr * C + c);
+            uw[j] = *(const uint4 *)(h + pr * C + F + c);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const long long pr = mb * 128 + 8 * rg + j;
+            float g[8], u[8], a[8];
+            moec::fast::unpack8(gw[j], g);
+            moec::fast::unpack8(uw[j], u);
+            row1<C>(g, hq, hs, rcap, pr, c);
+            row1<C>(u, hq, hs, rcap, pr, F + c);
+            const float pj = p[pr];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                a[i] = swiglu_a(g[i], u[i], pj);
+            row1<F>(a, aq, as, rcap, pr, c);
+        }
+    }
+}
+
+/* The backward's three passes over h's E4M3 copy and da in one (decision 69): per tile pair (gate block jb, up
+ * block jb) of h's copy hq [., 2F] with da's tile jb [., F] each code and value read once, and per element
+ * moec::sm90::dswiglu1 (the bf16 path's dSwiGLU arithmetic, every operation rounded explicitly):
+ *  - dh's gate half d up silu'(gate) and up half d silu(gate) (d = da p): each rowwise 1 x 128 (q [., 2F], sa: rows8)
+ *    and 128 x 1 within the group, transposed (dht [2F, rcap], dhts: cols8), as Dswiglu<F, HE4m3<F>> in
+ *    quant_tiles (which runs the same dswiglu1);
+ *  - a = swiglu_a(gate, up, p) 128 x 1, transposed (at [F, rcap], ats), as Swiglu<F, HE4m3<F>> in quant_tiles;
+ *  - dprobs' partial over the tile's 128 columns a row: each thread's 8 terms da silu(gate) up summed in column
+ *    order (fp32), the half-warp's 16 by a fixed xor tree (lanes 8, 4, 2, 1: every lane the same sum), written
+ *    by lane 0 to dpart [pr (F / 128) + jb]; the scatter adds a row's F / 128 partials in index order in double
+ *    (moec::fast::scatter, NP = F / 128), as the bf16 path's epilogue (decision 60). No atomics.
+ * The codes and scales are bit for bit the separate launches'; dprobs is summed in another order
+ * (tests/codegen/fp8b_quant.test). The tile stays in registers as codes (h: 32 words) and bf16 (da: 32 words),
+ * and each of the three outputs is computed into v in turn. */
+template <int E, long long F>
+__device__ void dswiglu_tiles(unsigned char *q, unsigned char *sa, unsigned char *dht, unsigned char *dhts,
+                              unsigned char *at, unsigned char *ats, float *dpart, const unsigned char *hq,
+                              const unsigned char *hs, const unsigned short *da, const float *p, const int *ofs,
+                              long long rcap)
+{
+    static_assert(F % 128 == 0, "128-wide blocks along F");
+    __shared__ ColSmem sm;
+    constexpr long long FB = F / 128, C = 2 * F;
+    const long long items = (long long)(ofs[E] / 128) * FB;
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16;
+    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
+        const int mb = (int)(it / FB);
+        const long long jb = it % FB, f0 = 128 * jb, c = f0 + 8 * cl;
+        const long long r0 = mb * 128 + 8 * rg; /* the thread's first row */
+        /* row j's gate and up values (from the codes and the block's scale) and its da */
+        auto gate = [&](int j, float (&x)[8]) {
+            dec8(ld8(hq + (r0 + j) * C + c), hs[moec_fp8_block_sa_index(r0 + j, (int)jb, rcap)], x);
+        };
+        auto up = [&](int j, float (&x)[8]) {
+            dec8(ld8(hq + (r0 + j) * C + F + c), hs[moec_fp8_block_sa_index(r0 + j, (int)(FB + jb), rcap)], x);
+        };
+        auto dav = [&](int j, float (&x)[8]) { moec::fast::unpack8(ld16(da + (r0 + j) * F + c), x); };
+        float v[8][8], tp[8], pv[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            pv[j] = p[r0 + j];
+        /* the block's next tile into L2 while this one is computed (one block an SM at these registers: nothing
+         * else would overlap its loads with this tile's arithmetic and barriers) */
+        if (it + gridDim.x < items) {
+            const long long nx = it + gridDim.x, nr = nx / FB * 128 + 8 * rg, nc = nx % FB * 128 + 8 * cl;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const int pr = mb * 128 + 8 * rg + j;
-                float m = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    m = fmaxf(m, fabsf(v[j][i]));
-#pragma unroll
-                for (int o = 8; o; o >>= 1)
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-                const int e = moec_mx_scale_exp(m);
-                uint2 p;
-                p.x = q8x2(v[j][0], e, v[j][1], e) | (q8x2(v[j][2], e, v[j][3], e) << 16);
-                p.y = q8x2(v[j][4], e, v[j][5], e) | (q8x2(v[j][6], e, v[j][7], e) << 16);
-                *(uint2 *)(q + (long long)pr * C + c) = p;
-                if (cl == 0)
-                    sa[cb * rcap + pr] = (unsigned char)(e + 127);
+                prefetch_l2(hq + (nr + j) * C + nc);
+                prefetch_l2(hq + (nr + j) * C + F + nc);
+                prefetch_l2(da + (nr + j) * F + nc);
             }
         }
-        if (colt) {
-            float m[8];
+        /* pass 1: dh's gate half, and dprobs' partials */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float g[8], u[8], d[8];
+            gate(j, g);
+            up(j, u);
+            dav(j, d);
+            float t = 0.0f;
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                m[i] = 0.0f;
+                float du, o, ti;
+                moec::sm90::dswiglu1(g[i], u[i], d[i], pv[j], v[j][i], du, o, ti);
+                t = __fadd_rn(t, ti);
+            }
+            tp[j] = t;
+        }
+        rows8<C>(v, q, sa, rcap, mb, c);
+        cols8<C>(v, dht, dhts, rcap, mb, f0, sm);
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-                    m[i] = fmaxf(m[i], fabsf(v[j][i]));
-                m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 16));
-            }
-            if (lane < 16) {
-                *(float4 *)&cmax[warp][8 * cl] = make_float4(m[0], m[1], m[2], m[3]);
-                *(float4 *)&cmax[warp][8 * cl + 4] = make_float4(m[4], m[5], m[6], m[7]);
-            }
-            __syncthreads();
-            if (threadIdx.x < 128) {
-                float a = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            float t = tp[j];
 #pragma unroll
-                for (int w = 0; w < 8; w++)
-                    a = fmaxf(a, cmax[w][threadIdx.x]);
-                const int e = moec_mx_scale_exp(a);
-                cexp[threadIdx.x] = e;
-                colts[moec_fp8_kgrouped_s_index((long long)mb * 128, c0 + threadIdx.x, C)] = (unsigned char)(e + 127);
-            }
-            __syncthreads(); /* cmax is written again only after this; cexp only after the next tile's first barrier */
+            for (int o = 8; o; o >>= 1)
+                t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+            if (cl == 0)
+                dpart[(r0 + j) * FB + jb] = t;
+        }
+        /* pass 2: dh's up half */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float g[8], u[8], d[8];
+            gate(j, g);
+            dav(j, d);
 #pragma unroll
             for (int i = 0; i < 8; i++) {
-                const int cc = 8 * cl + i, e = cexp[cc];
-                /* rows 8 rg .. 8 rg + 7: half (rg % 2) of 16-byte unit rg / 2, stored at unit (rg / 2) ^ (cc / 8 % 8) */
-                uint2 p;
-                p.x = q8x2(v[0][i], e, v[1][i], e) | (q8x2(v[2][i], e, v[3][i], e) << 16);
-                p.y = q8x2(v[4][i], e, v[5][i], e) | (q8x2(v[6][i], e, v[7][i], e) << 16);
-                *(uint2 *)&ct[cc][(((rg >> 1) ^ (cc >> 3 & 7)) << 4) + 8 * (rg & 1)] = p;
-            }
-            __syncthreads(); /* ct complete; it is written again only after the next tile's first barrier */
-#pragma unroll
-            for (int it = 0; it < 4; it++) {
-                const int x = threadIdx.x + 256 * it, cc = x / 8, u = x % 8; /* column cc, rows 16 u .. 16 u + 15 */
-                const uint4 w = *(const uint4 *)&ct[cc][(u ^ (cc >> 3 & 7)) << 4];
-                st16(colt + (c0 + cc) * rcap + (long long)mb * 128 + 16 * u, w.x, w.y, w.z, w.w);
+                float dg, o, ti;
+                u[i] = 0.0f; /* dh's up half does not read up */
+                moec::sm90::dswiglu1(g[i], u[i], d[i], pv[j], dg, v[j][i], o, ti);
             }
         }
+        rows8<C>(v, q, sa, rcap, mb, F + c);
+        cols8<C>(v, dht, dhts, rcap, mb, F + f0, sm);
+        /* pass 3: a, for dw_down */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float g[8], u[8];
+            gate(j, g);
+            up(j, u);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                v[j][i] = swiglu_a(g[i], u[i], pv[j]);
+        }
+        cols8<F>(v, at, ats, rcap, mb, f0, sm);
     }
 }
 

@@ -91,8 +91,9 @@ static int attn_grid_from_env(int *out, char *err, size_t errlen)
 
 /* MOEC_DSWIGLU (environment): the bf16 fast expert MLP backward's dSwiGLU, "fused" (in the da GEMM's
  * epilogue) or "separate" (its own kernel after a GEMM that stores da); MOEC_FP8_SWIGLU: fp8-block's forward
- * SwiGLU and a's quantisation, "fused" (the gate_up GEMM's epilogue) or "separate"; unset or empty: codegen's
- * default. For A/B timing (decisions 57 and 60). */
+ * SwiGLU and a's quantisation, "fused" (the gate_up GEMM's epilogue) or "separate"; MOEC_FP8_PASSES:
+ * fp8-block's tile passes over h, "fused" (one launch in the forward, one in the backward) or "separate" (the
+ * earlier launches); unset or empty: codegen's default. For A/B timing (decisions 57, 60 and 69). */
 static int dswiglu_from_env(const char *var, CudaDswiglu *out, char *err, size_t errlen)
 {
     const char *v = getenv(var);
@@ -120,7 +121,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
         !attn_schedule_from_env(&opts.attn_schedule, err, errlen) ||
         !attn_grid_from_env(&opts.attn_max_grid, err, errlen) ||
         !dswiglu_from_env("MOEC_DSWIGLU", &opts.dswiglu, err, errlen) ||
-        !dswiglu_from_env("MOEC_FP8_SWIGLU", &opts.fp8_swiglu, err, errlen))
+        !dswiglu_from_env("MOEC_FP8_SWIGLU", &opts.fp8_swiglu, err, errlen) ||
+        !dswiglu_from_env("MOEC_FP8_PASSES", &opts.fp8_passes, err, errlen))
         return NULL;
     IrGraph *g = c->graph;
     Plan *p = plan_create(g, &c->arena, err, errlen);

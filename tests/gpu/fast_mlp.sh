@@ -44,6 +44,11 @@
 #     bio da launches timed fused and plain), and the layers of DSW_LAYERS (default bio mixtral) with
 #     MOEC_DSWIGLU=separate (_fast_sep: the da GEMM storing da, then the separate dSwiGLU kernel) beside the fused
 #     default, per launch.
+#  7. fp8-block's tile passes over h merged (decision 69): the layers of P8_LAYERS (default bio mixtral) with
+#     MOEC_FP8_PASSES=separate (_fp8_sep: the SwiGLU quantiser and h's copy, the dSwiGLU, dprobs and a's colwise
+#     copy as separate launches) beside the merged default, per launch, twice alternating (the correctness of the
+#     merged passes: the run_plan_fp8 rows, train_fp8_gpu_vs_cpu and layer_bio_fp8_cpu_check above, which run the
+#     default plans).
 # Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
 set -uo pipefail
 MODE=all
@@ -59,6 +64,7 @@ FP8=${FP8:-1}
 MX=${MX:-1}
 FP8_LAYERS=${FP8_LAYERS:-bio mixtral}
 DSW_LAYERS=${DSW_LAYERS-bio mixtral}
+P8_LAYERS=${P8_LAYERS-bio mixtral}
 # DSW_LAYERS= DSW_GEMMS= (empty, at build and run) leave out decision 60's A/B of the dSwiGLU epilogue
 DSW_GEMMS=${DSW_GEMMS-ragged_dsw_pp ragged_dsw_coop ragged_dsw_coop_bn128 ragged_dsw_pp64 ragged_dsw_split_pp ragged_dsw_split_pp64 ragged_bio_da_dsw_pp mixtral_da_dsw_pp64 mixtral_da_dsw bio_da_dsw_pp}
 cd "$ROOT"
@@ -161,6 +167,11 @@ if [ "$MODE" != run ]; then
   rm -rf "$OUT/cuda/gemm_dsw" && mkdir -p "$OUT/cuda/gemm_dsw"
   [ -n "$DSW_GEMMS" ] && GEMM_SM90_ONLY="$DSW_GEMMS" "$OUT/bin/gemm_sm90" --emit "$OUT/cuda/gemm_dsw" >/dev/null
   rm -f "$OUT/cuda/gemm_dsw/"*.cu
+  for l in $P8_LAYERS; do
+    rm -rf "$OUT/cuda/layer_${l}_fp8_sep"
+    MOEC_FP8_PASSES=separate "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
+        --precision fp8-block --emit-cuda "$OUT/cuda/layer_${l}_fp8_sep" --arch "$ARCH" >/dev/null
+  done
   for l in $DSW_LAYERS; do
     rm -rf "$OUT/cuda/layer_${l}_fast_sep"
     MOEC_DSWIGLU=separate "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
@@ -422,6 +433,19 @@ for l in $DSW_LAYERS; do
     [ -z "$r" ] && tail -3 "$L/layer_${l}${v}_launches.log"
     grep -E "^LAUNCH .*(fast_da|dswiglu|fast_scatter)" "$L/layer_${l}${v}_launches.log" | cut -c1-150
     row "layer_${l}${v}_launches" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
+  done
+done
+for l in $P8_LAYERS; do
+  for pass in 1 2; do
+    for v in _fp8 _fp8_sep; do
+      [ -d "$OUT/cuda/layer_$l$v" ] || continue
+      timeout 300 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 --launches \
+          >"$L/layer_${l}${v}_p8_$pass.log" 2>&1
+      rc=$?
+      r=$(grep '^RESULT' "$L/layer_${l}${v}_p8_$pass.log" | tail -1)
+      [ $pass = 1 ] && grep -E "^LAUNCH .*(swiglu|h_copy|dprobs|a_colwise)" "$L/layer_${l}${v}_p8_$pass.log" | cut -c1-150
+      row "layer_${l}${v}_passes$pass" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
+    done
   done
 done
 echo

@@ -1278,8 +1278,9 @@ static void test_unread_srcs_io(void)
  * the weight gradients' FP8 K-grouped GEMM in the default schedule (cooperative: the ping-pong kernel of decision 56
  * measured slower) or forced ping-pong; the forward's SwiGLU in its default place (the separate tile quantiser,
  * decision 57 measured the epilogue slower) with the first, in the gate_up GEMM's epilogue (MOEC_FP8_SWIGLU=fused)
- * with the second */
-static void test_fast_mlp_fp8(int coop)
+ * with the second; the tile passes over h merged (decision 69: the SwiGLU quantiser and h's copy one launch, the
+ * dSwiGLU, a's colwise copy and dprobs one) or, with sep, the separate launches (MOEC_FP8_PASSES=separate) */
+static void test_fast_mlp_fp8(int coop, int sep)
 {
     Compilation c;
     IrGraph *g = compile_model(&c, "tests/gpu/fast_mlp_fp8.moe", NULL, 0, NULL);
@@ -1288,7 +1289,8 @@ static void test_fast_mlp_fp8(int coop)
     if (p)
         p->source.kernels = PLAN_KERNELS_FAST;
     CudaOptions opts = {.fp8_kgemm_schedule = coop ? CUDA_KSCHED_DEFAULT : CUDA_KSCHED_PINGPONG,
-                        .fp8_swiglu = coop ? CUDA_DSWIGLU_DEFAULT : CUDA_DSWIGLU_FUSED};
+                        .fp8_swiglu = coop ? CUDA_DSWIGLU_DEFAULT : CUDA_DSWIGLU_FUSED,
+                        .fp8_passes = sep ? CUDA_DSWIGLU_SEPARATE : CUDA_DSWIGLU_DEFAULT};
     const int epi = !coop;
     CHECK(g && g->train.precision == IR_PREC_FP8_BLOCK && p && cuda_codegen(p, &opts, NULL),
           "fast_mlp_fp8: an fp8-block fast plan");
@@ -1329,6 +1331,9 @@ static void test_fast_mlp_fp8(int coop)
          * memory, 256 threads; the SwiGLU's is the gate_up GEMM's epilogue (decision 57) */
         swiglu += strstr(kn, "_fp8b_swiglu") != NULL;
         glu += strstr(kn, "_fast_gate_up_fp8b_s6_glu") != NULL;
+        if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_dswiglu") || strstr(kn, "_fp8b_a_colwise") ||
+            strstr(kn, "_fp8b_swiglu_h"))
+            tiles_nodyn &= l->shared_bytes == 0 && l->block == 256;
         if (strstr(kn, "_fp8b_gather") || strstr(kn, "_fp8b_dswiglu") || strstr(kn, "_fp8b_a_colwise")) {
             tiles++;
             tiles_nodyn &= l->shared_bytes == 0 && l->block == 256;
@@ -1372,21 +1377,24 @@ static void test_fast_mlp_fp8(int coop)
     CHECK(nodes == 4 && fast == nodes, "fast_mlp_fp8: %d of %d grouped_mlp nodes take the fp8-block kernels", fast,
           nodes);
     CHECK(impl_ok, "fast_mlp_fp8: every expert-MLP launch says fast: fp8-block");
-    /* forward: offsets, the tokens of the dispatch read through, gather + xs rowwise and colwise, gate_up with
-     * SwiGLU + a's quantisation in its epilogue (decision 57), h's E4M3 copy for the backward (decision 64), down
-     * (the combine reads y_padded; the weights' tiles are the optimizer's e4m3 copies); backward: dy rowwise and
-     * colwise, da, dSwiGLU + dh rowwise and colwise, dprobs, a colwise, dxs, two weight gradients, scatter */
-    CHECK(fwd == (epi ? 6 : 7) * layers && bwd == 9 * layers, "fast_mlp_fp8: %d forward and %d backward launches",
-          fwd, bwd);
-    CHECK(tiles == 4 * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all without dynamic "
-          "shared memory", tiles, 4 * layers);
+    /* forward: offsets, the tokens of the dispatch read through, gather + xs rowwise and colwise, gate_up (with
+     * SwiGLU + a's quantisation in its epilogue: decision 57), the SwiGLU quantiser and h's E4M3 copy for the
+     * backward (decision 64; one launch when merged, decision 69), down (the combine reads y_padded; the weights'
+     * tiles are the optimizer's e4m3 copies); backward: dy rowwise and colwise, da, dSwiGLU + dh rowwise and
+     * colwise, dprobs, a colwise (one launch when merged), dxs, two weight gradients, scatter */
+    CHECK(fwd == (epi || !sep ? 6 : 7) * layers && bwd == (sep ? 9 : 7) * layers,
+          "fast_mlp_fp8: %d forward and %d backward launches", fwd, bwd);
+    CHECK(tiles == (sep ? 4 : 3) * layers && tiles_nodyn, "fast_mlp_fp8: %d tile quantiser launches (want %d), all "
+          "without dynamic shared memory", tiles, (sep ? 4 : 3) * layers);
     CHECK(epi ? swiglu == 0 && glu == layers &&
                     strstr(p->cuda_source, "moec::sm90::GemmFp8MGrouped<4, 512, 256, 6, 0, 0, 16, 0, "
                                            "moec::fp8b::SwigluQuantEpi<256ll>>::run(tma_a, tma_b, tma_d, d, sa, sb + "
                                            "1048576ll, offsets, rows_cap, aq, asa, pp);") &&
                     !strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, F>(q, sa, ")
               : swiglu == layers && glu == 0 && !strstr(p->cuda_source, "SwigluQuantEpi<256ll>>::run") &&
-                    strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, F>(q, sa, "),
+                    strstr(p->cuda_source, sep ? "moec::fp8b::quant_tiles<E, F>(q, sa, "
+                                               : "moec::fp8b::swiglu_h_tiles<E, F>(aq, asa, hq, hsa, hp, pp, ofs, "
+                                                 "rcap);"),
           "fast_mlp_fp8: a = silu(gate) up probs and its 1x128 quantisation in the gate_up GEMM's epilogue (%d fused "
           "GEMMs, %d separate SwiGLU launches)", glu, swiglu);
     CHECK(weights == 0 && weights_ok, "fast_mlp_fp8: %d weight quantiser launches (want 0), every FP8 GEMM's weight "
@@ -1409,8 +1417,12 @@ static void test_fast_mlp_fp8(int coop)
                            : "moec::sm90::GemmFp8KGrouped<4, 512, 256, 7, 0, 16, 0, 1>::run(tma_a, tma_b, out + ";
     CHECK(strstr(p->cuda_source, kdown) && strstr(p->cuda_source, kgu) &&
               strstr(p->cuda_source, "rows_cap, &tma_dw);") &&
-              strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, 2 * F>(q, sa, ") &&
-              strstr(p->cuda_source, ", dht, dhts, moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp}") &&
+              (sep ? strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, 2 * F>(q, sa, ") &&
+                         strstr(p->cuda_source, ", dht, dhts, moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, "
+                                                "rcap}, dap, pp}")
+                   : strstr(p->cuda_source, "moec::fp8b::dswiglu_tiles<E, F>(q, sa, dht, dhts, at, ats, dpart, hq, "
+                                            "hsa, dap, pp, ofs, rcap);") &&
+                         strstr(p->cuda_source, "moec::fast::scatter<E, H, 2>(out, out + R * H, dxp, dpp, ofs, R);")) &&
               !strstr(p->cuda_source, "GemmKGrouped<4,"),
           "fast_mlp_fp8 (%s): dw_down and dw_gate_up on the FP8 K-grouped GEMM from the transposed codes, no bf16 "
           "K-grouped expert GEMM", coop ? "cooperative" : "ping-pong");
@@ -1982,8 +1994,9 @@ int main(void)
     test_models();
     test_plan_refusals();
     test_fast_mlp();
-    test_fast_mlp_fp8(0);
-    test_fast_mlp_fp8(1);
+    test_fast_mlp_fp8(0, 0);
+    test_fast_mlp_fp8(1, 0);
+    test_fast_mlp_fp8(1, 1);
     test_unread_srcs_io();
     test_fast_mlp_mx();
     test_bf16_storage();

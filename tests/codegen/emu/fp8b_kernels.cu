@@ -118,6 +118,19 @@ K256 k_dprobs_q(float *dp, const unsigned char *hq, const unsigned char *hs, con
 {
     moec::fp8b::dprobs<E, F>(dp, HQ{hq, hs, RCAP}, da, ofs);
 }
+// decision 69: the forward's SwiGLU quantiser and h's copy in one pass over the bf16 h, and the backward's dSwiGLU,
+// a's colwise copy and dprobs' partials in one pass over h's copy and da
+K256 k_swiglu_h(unsigned char *aq, unsigned char *as, unsigned char *hq, unsigned char *hs, const unsigned short *h,
+                const float *pp, const int *ofs)
+{
+    moec::fp8b::swiglu_h_tiles<E, F>(aq, as, hq, hs, h, pp, ofs, RCAP);
+}
+K256 k_dswiglu_a(unsigned char *q, unsigned char *sa, unsigned char *dht, unsigned char *dhts, unsigned char *at,
+                 unsigned char *ats, float *dpart, const unsigned char *hq, const unsigned char *hs,
+                 const unsigned short *da, const float *pp, const int *ofs)
+{
+    moec::fp8b::dswiglu_tiles<E, F>(q, sa, dht, dhts, at, ats, dpart, hq, hs, da, pp, ofs, RCAP);
+}
 K512 k_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st, const float *w)
 {
     moec::fp8b::quant_weight<2, 256, 384>(q, s, qt, st, w);
