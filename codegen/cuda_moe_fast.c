@@ -1200,15 +1200,14 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     int dap = cg_ws(cg, n, PLAN_BF16, rc * F, "da_padded");
     int dhq = cg_ws(cg, n, PLAN_E4M3, rc * 2 * F, "dh_e4m3");
     int dhsa = cg_ws(cg, n, PLAN_E4M3, 2 * F / 128 * rc, "dh_scales");
-    /* dSwiGLU, a's colwise copy and dprobs in one pass over h's copy and da (decision 69): dprobs as per-128-column
-     * partials a row, summed in order by the scatter */
+    /* dprobs in the dSwiGLU pass, as per-128-column partials a row that the scatter sums in order (decision 69) */
     const int merged = cg->fp8_passes != CUDA_DSWIGLU_SEPARATE;
     int dpp = merged ? cg_ws(cg, n, PLAN_F32, rc * (F / 128), "dprobs_partials") : cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
     int at = cg_ws(cg, n, PLAN_E4M3, F * rc, "a_t_e4m3"), ats = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, F), "a_t_scales");
     int dht = cg_ws(cg, n, PLAN_E4M3, 2 * F * rc, "dh_t_e4m3");
     int dhts = cg_ws(cg, n, PLAN_E4M3, fp8b_tscales(&f, 2 * F), "dh_t_scales");
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
-    f.steps = merged ? 7 : 9;
+    f.steps = merged ? 8 : 9;
 
     const int tok = dy_token_map(cg, n, fwd, dy);
     fast_begin(cg, &f, "fp8b_gather_dy", "dy into zero-padded groups quantised 1x128 along H (from the fp32 rows, "
@@ -1226,56 +1225,41 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
                                      "E4M3 copy, which the optimizer writes; bf16 out)", dyq, dysa, w2c, c2.qt, w2c,
                   c2.st, dap, F, H);
 
-    /* h from its E4M3 copy (decision 64) */
-    if (merged) {
-        fast_begin(cg, &f, "fp8b_dswiglu_a", "dh = dSwiGLU(da probs) from h's E4M3 copy, quantised 1x128 along 2F and "
-                                             "128x1 within each group (the codes transposed [2F, rows], for "
-                                             "dw_gate_up); a = silu(gate) up probs quantised 128x1, transposed [F, "
-                                             "rows], for dw_down; dprobs' per-128-column partials: one read of each "
-                                             "tile of h's copy and da (decision 69)");
-        cg_param(cg, dhq, 1, "q");
-        cg_param(cg, dhsa, 1, "sa");
-        cg_param(cg, dht, 1, "dht");
-        cg_param(cg, dhts, 1, "dhts");
-        cg_param(cg, at, 1, "at");
-        cg_param(cg, ats, 1, "ats");
-        cg_param(cg, dpp, 1, "dpart");
-        cg_param(cg, hq, 0, "hq");
-        cg_param(cg, hsa, 0, "hsa");
-        cg_param(cg, dap, 0, "dap");
-        cg_param(cg, pp, 0, "pp");
-        cg_param(cg, f.ofs, 0, "ofs");
-        cg_i64(cg, f.rcap, "rcap");
-        fast_consts(cg, &f);
-        cg_line(cg, "moec::fp8b::dswiglu_tiles<E, F>(q, sa, dht, dhts, at, ats, dpart, hq, hsa, dap, pp, ofs, rcap);");
-        cg_end(cg, CG_BLOCK, min64(f.rcap / 128 * (F / 128), 132 * 8));
-        cg->fp8b_used = 1;
-    } else {
-    fast_begin(cg, &f, "fp8b_dswiglu", "dh = dSwiGLU(da probs) from h's E4M3 copy, quantised 1x128 along 2F (E4M3 "
-                                       "and scales), and 128x1 within each group, the codes transposed [2F, rows], "
-                                       "for dw_gate_up");
+    /* h from its E4M3 copy (decision 64); dprobs in the dSwiGLU pass (decision 69) or its own launch */
+    fast_begin(cg, &f, merged ? "fp8b_dswiglu_dp" : "fp8b_dswiglu",
+               merged ? "dh = dSwiGLU(da probs) from h's E4M3 copy, quantised 1x128 along 2F (E4M3 and scales), and "
+                        "128x1 within each group, the codes transposed [2F, rows], for dw_gate_up; and dprobs' "
+                        "per-128-column partials from the gate half's tiles (decision 69)"
+                      : "dh = dSwiGLU(da probs) from h's E4M3 copy, quantised 1x128 along 2F (E4M3 and scales), and "
+                        "128x1 within each group, the codes transposed [2F, rows], for dw_gate_up");
     cg_param(cg, dhq, 1, "q");
     cg_param(cg, dhsa, 1, "sa");
     cg_param(cg, dht, 1, "dht");
     cg_param(cg, dhts, 1, "dhts");
+    if (merged)
+        cg_param(cg, dpp, 1, "dpart");
     cg_param(cg, hq, 0, "hq");
     cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
     fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dht, dhts",
-                  "moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp}", "nullptr, nullptr");
+                  merged ? "moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp, dpart}"
+                         : "moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp}",
+                  "nullptr, nullptr");
 
-    fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row from h's E4M3 copy (fixed order)");
-    cg_param(cg, dpp, 1, "dpp");
-    cg_param(cg, hq, 0, "hq");
-    cg_param(cg, hsa, 0, "hsa");
-    cg_param(cg, dap, 0, "dap");
-    cg_param(cg, f.ofs, 0, "ofs");
-    cg_i64(cg, f.rcap, "rcap");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HE4m3<F>{hq, hsa, rcap}, dap, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(rc));
+    if (!merged) {
+        fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row from h's E4M3 copy (fixed order)");
+        cg_param(cg, dpp, 1, "dpp");
+        cg_param(cg, hq, 0, "hq");
+        cg_param(cg, hsa, 0, "hsa");
+        cg_param(cg, dap, 0, "dap");
+        cg_param(cg, f.ofs, 0, "ofs");
+        cg_i64(cg, f.rcap, "rcap");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HE4m3<F>{hq, hsa, rcap}, dap, ofs);");
+        cg_end(cg, CG_BLOCK, row_grid(rc));
+    }
 
     fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs (recomputed from h's E4M3 copy) quantised 128x1 "
                                          "within each expert group, the codes transposed [F, rows], for dw_down");
@@ -1287,7 +1271,6 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, f.ofs, 0, "ofs");
     fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "at, ats",
                   "moec::fp8b::Swiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
-    }
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tiles of "
                                       "w_gate_up's E4M3 copy, which the optimizer writes; bf16 out)", dhq, dhsa, w1c,

@@ -210,19 +210,26 @@ template <long long F> struct SwigluQuantEpi {
 
 /* dh [., 2F] = [d up silu'(gate) | d silu(gate)], d = da p, from h [., 2F], da [., F] (bf16) and p: the
  * bf16 path's arithmetic, moec::sm90::dswiglu1 (dswiglu.cuh: every operation rounded explicitly, so that this
- * source and the fused dswiglu_tiles give the same bits whatever the compiler contracts; decision 69). 8 columns
+ * source and the bf16 path's dSwiGLU give the same bits whatever the compiler contracts; decision 69). 8 columns
  * never straddle F (F % 128 == 0). */
 template <long long F, class HS = HBf16<F>> struct Dswiglu {
     HS h;
     const unsigned short *da;
     const float *p;
+    /* with it, quant_tiles also writes dprobs' partials (decision 69): per padded row and 128 columns of dh's gate
+     * half, dpart [pr (F / 128) + c / 128] = the sum of da silu(gate) up over those columns (each thread's 8 terms
+     * in column order, then the half-warp's 16 sums by a fixed xor tree: every lane the same value, fp32); the
+     * scatter adds a row's F / 128 partials in index order in double (moec::fast::scatter, NP = F / 128) */
+    float *dpart = nullptr;
+    static constexpr bool PARTIALS = true;
     struct Row {
         int pr;
         const unsigned short *da;
         float p;
     };
     __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{pr, da + (long long)pr * F, p[pr]}; }
-    __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
+    /* v = dh [pr, c .. c + 7]; t = the sum of the 8 columns' dprobs terms (meaningful in the gate half, c < F) */
+    __device__ __forceinline__ void load8t(const Row &r, long long c, float (&v)[8], float &t) const
     {
         const bool first = c < F;
         const long long f = first ? c : c - F;
@@ -230,14 +237,26 @@ template <long long F, class HS = HBf16<F>> struct Dswiglu {
         h.load8(r.pr, f, g);
         h.load8(r.pr, F + f, u);
         moec::fast::unpack8(*(const uint4 *)(r.da + f), d_a);
+        t = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            float dg, du, o, t;
-            moec::sm90::dswiglu1(g[i], u[i], d_a[i], r.p, dg, du, o, t);
+            float dg, du, o, ti;
+            moec::sm90::dswiglu1(g[i], u[i], d_a[i], r.p, dg, du, o, ti);
             v[i] = first ? dg : du;
+            t = __fadd_rn(t, ti);
         }
     }
+    __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
+    {
+        float t;
+        load8t(r, c, v, t);
+    }
 };
+
+/* a source's dprobs partials (Dswiglu's PARTIALS, with its dpart set): quant_tiles loads through load8t and writes
+ * them; any other source: no partials */
+template <class S> __device__ constexpr auto has_partials(int) -> decltype((void)S::PARTIALS, bool()) { return S::PARTIALS; }
+template <class S> __device__ constexpr bool has_partials(long) { return false; }
 
 /* The tile quantiser: per 128 x 128 tile of the padded rows pr < ofs[E] (a tile never spans two groups: each
  * starts at a multiple of 128) reads each source value once into registers, and
@@ -258,7 +277,7 @@ template <long long F, class HS = HBf16<F>> struct Dswiglu {
  * a column's 128 bytes, written as one 128-byte line of colt per column (the colwise case only).
  * Every amax starts from 0 and drops NaN (fmaxf), as the CPU's `a > amax`. C % 128 == 0. */
 
-/* quant_tiles' two halves, also the fused SwiGLU and dSwiGLU tile kernels' (swiglu_h_tiles, dswiglu_tiles below):
+/* quant_tiles' two halves (rows8 also the merged SwiGLU tile kernel's, swiglu_h_tiles below):
  * one thread's 8 x 8 values v of a 128 x 128 tile, rows pr = 128 mb + 8 rg + j (j < 8), columns c .. c + 7 with
  * c = c0 + 8 cl (cl = threadIdx.x % 16, rg = threadIdx.x / 16; 256 threads a tile).
  * rows8: each row's 1 x 128 block (row1: a half-warp's 16 threads, the amax by shuffles within it), codes q [., C]
@@ -372,10 +391,27 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
         const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
         const int g = moec_sched_group_of(ofs, E, mb * 128);
         float v[8][8];
+        [[maybe_unused]] float tp[8]; /* dprobs' partials: has_partials<Src> */
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int pr = mb * 128 + 8 * rg + j;
-            src.load8(src.row(pr, g, ofs), c, v[j]);
+            if constexpr (has_partials<Src>(0))
+                src.load8t(src.row(pr, g, ofs), c, v[j], tp[j]);
+            else
+                src.load8(src.row(pr, g, ofs), c, v[j]);
+        }
+        if constexpr (has_partials<Src>(0)) {
+            if (src.dpart && c0 < C / 2) { /* dh's gate half: dprobs' partial of each row and these 128 columns */
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    float t = tp[j];
+#pragma unroll
+                    for (int o = 8; o; o >>= 1)
+                        t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+                    if (cl == 0)
+                        src.dpart[(long long)(mb * 128 + 8 * rg + j) * (C / 256) + cb] = t;
+                }
+            }
         }
         if (psrc && cb == 0 && cl == 0) {
 #pragma unroll
@@ -389,54 +425,6 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
         if (colt)
             cols8<C>(v, colt, colts, rcap, mb, c0, sm);
     }
-}
-
-/* 16 and 8 bytes loaded from global memory by the fused tile kernels: on the GPU a volatile ld.global, which the
- * compiler neither merges with an earlier load of the same address nor keeps in registers across the passes: each
- * pass loads its operands again (from L1 or L2), so that a tile's raw operands need not stay live in registers
- * through all three (255 registers and 800 bytes of stack when they did) */
-__device__ __forceinline__ uint4 ld16(const void *p)
-{
-#ifdef __CUDA_ARCH__
-    uint4 u;
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p));
-    return u;
-#else
-    return *(const uint4 *)p;
-#endif
-}
-__device__ __forceinline__ uint2 ld8(const void *p)
-{
-#ifdef __CUDA_ARCH__
-    uint2 u;
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(u.x), "=r"(u.y) : "l"(p));
-    return u;
-#else
-    return *(const uint2 *)p;
-#endif
-}
-
-__device__ __forceinline__ void prefetch_l2(const void *p)
-{
-#ifdef __CUDA_ARCH__
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
-
-/* 8 values of h's E4M3 copy (HE4m3: codes times the block's power of two, exact), from the raw 8 codes w and the
- * block's scale code s */
-__device__ __forceinline__ void dec8(uint2 w, unsigned char s, float (&v)[8])
-{
-    const float sc = moec_mx_pow2((int)s - 127);
-    moec_e4m3_decode2(w.x, &v[0], &v[1]);
-    moec_e4m3_decode2(w.x >> 16, &v[2], &v[3]);
-    moec_e4m3_decode2(w.y, &v[4], &v[5]);
-    moec_e4m3_decode2(w.y >> 16, &v[6], &v[7]);
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        v[i] *= sc;
 }
 
 /* The forward's two passes over the bf16 h in one (decision 69): per 128 x 128 tile pair (gate block jb, up block
@@ -478,114 +466,6 @@ __device__ void swiglu_h_tiles(unsigned char *aq, unsigned char *as, unsigned ch
                 a[i] = swiglu_a(g[i], u[i], pj);
             row1<F>(a, aq, as, rcap, pr, c);
         }
-    }
-}
-
-/* The backward's three passes over h's E4M3 copy and da in one (decision 69): per tile pair (gate block jb, up
- * block jb) of h's copy hq [., 2F] with da's tile jb [., F] each code and value read once, and per element
- * moec::sm90::dswiglu1 (the bf16 path's dSwiGLU arithmetic, every operation rounded explicitly):
- *  - dh's gate half d up silu'(gate) and up half d silu(gate) (d = da p): each rowwise 1 x 128 (q [., 2F], sa: rows8)
- *    and 128 x 1 within the group, transposed (dht [2F, rcap], dhts: cols8), as Dswiglu<F, HE4m3<F>> in
- *    quant_tiles (which runs the same dswiglu1);
- *  - a = swiglu_a(gate, up, p) 128 x 1, transposed (at [F, rcap], ats), as Swiglu<F, HE4m3<F>> in quant_tiles;
- *  - dprobs' partial over the tile's 128 columns a row: each thread's 8 terms da silu(gate) up summed in column
- *    order (fp32), the half-warp's 16 by a fixed xor tree (lanes 8, 4, 2, 1: every lane the same sum), written
- *    by lane 0 to dpart [pr (F / 128) + jb]; the scatter adds a row's F / 128 partials in index order in double
- *    (moec::fast::scatter, NP = F / 128), as the bf16 path's epilogue (decision 60). No atomics.
- * The codes and scales are bit for bit the separate launches'; dprobs is summed in another order
- * (tests/codegen/fp8b_quant.test). The tile stays in registers as codes (h: 32 words) and bf16 (da: 32 words),
- * and each of the three outputs is computed into v in turn. */
-template <int E, long long F>
-__device__ void dswiglu_tiles(unsigned char *q, unsigned char *sa, unsigned char *dht, unsigned char *dhts,
-                              unsigned char *at, unsigned char *ats, float *dpart, const unsigned char *hq,
-                              const unsigned char *hs, const unsigned short *da, const float *p, const int *ofs,
-                              long long rcap)
-{
-    static_assert(F % 128 == 0, "128-wide blocks along F");
-    __shared__ ColSmem sm;
-    constexpr long long FB = F / 128, C = 2 * F;
-    const long long items = (long long)(ofs[E] / 128) * FB;
-    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16;
-    for (long long it = blockIdx.x; it < items; it += gridDim.x) {
-        const int mb = (int)(it / FB);
-        const long long jb = it % FB, f0 = 128 * jb, c = f0 + 8 * cl;
-        const long long r0 = mb * 128 + 8 * rg; /* the thread's first row */
-        /* row j's gate and up values (from the codes and the block's scale) and its da */
-        auto gate = [&](int j, float (&x)[8]) {
-            dec8(ld8(hq + (r0 + j) * C + c), hs[moec_fp8_block_sa_index(r0 + j, (int)jb, rcap)], x);
-        };
-        auto up = [&](int j, float (&x)[8]) {
-            dec8(ld8(hq + (r0 + j) * C + F + c), hs[moec_fp8_block_sa_index(r0 + j, (int)(FB + jb), rcap)], x);
-        };
-        auto dav = [&](int j, float (&x)[8]) { moec::fast::unpack8(ld16(da + (r0 + j) * F + c), x); };
-        float v[8][8], tp[8], pv[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            pv[j] = p[r0 + j];
-        /* the block's next tile into L2 while this one is computed (one block an SM at these registers: nothing
-         * else would overlap its loads with this tile's arithmetic and barriers) */
-        if (it + gridDim.x < items) {
-            const long long nx = it + gridDim.x, nr = nx / FB * 128 + 8 * rg, nc = nx % FB * 128 + 8 * cl;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                prefetch_l2(hq + (nr + j) * C + nc);
-                prefetch_l2(hq + (nr + j) * C + F + nc);
-                prefetch_l2(da + (nr + j) * F + nc);
-            }
-        }
-        /* pass 1: dh's gate half, and dprobs' partials */
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float g[8], u[8], d[8];
-            gate(j, g);
-            up(j, u);
-            dav(j, d);
-            float t = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float du, o, ti;
-                moec::sm90::dswiglu1(g[i], u[i], d[i], pv[j], v[j][i], du, o, ti);
-                t = __fadd_rn(t, ti);
-            }
-            tp[j] = t;
-        }
-        rows8<C>(v, q, sa, rcap, mb, c);
-        cols8<C>(v, dht, dhts, rcap, mb, f0, sm);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float t = tp[j];
-#pragma unroll
-            for (int o = 8; o; o >>= 1)
-                t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
-            if (cl == 0)
-                dpart[(r0 + j) * FB + jb] = t;
-        }
-        /* pass 2: dh's up half */
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float g[8], u[8], d[8];
-            gate(j, g);
-            dav(j, d);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float dg, o, ti;
-                u[i] = 0.0f; /* dh's up half does not read up */
-                moec::sm90::dswiglu1(g[i], u[i], d[i], pv[j], dg, v[j][i], o, ti);
-            }
-        }
-        rows8<C>(v, q, sa, rcap, mb, F + c);
-        cols8<C>(v, dht, dhts, rcap, mb, F + f0, sm);
-        /* pass 3: a, for dw_down */
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float g[8], u[8];
-            gate(j, g);
-            up(j, u);
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                v[j][i] = swiglu_a(g[i], u[i], pv[j]);
-        }
-        cols8<F>(v, at, ats, rcap, mb, f0, sm);
     }
 }
 

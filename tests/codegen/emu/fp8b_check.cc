@@ -25,8 +25,8 @@
 //     (token_of_rows), the gather reading token rows (GraphRows with tok): the same bytes;
 //  8. fp8-block's E4M3 copy of h for the backward (decision 64): its codes and scales against fp8b_quantize, and the
 //     backward's quantisers and dprobs reading it bit for bit what they give on h's dequantised values in bf16;
-//  9. the fused passes of decision 69 (swiglu_h_tiles, dswiglu_tiles) byte for byte against the separate launches
-//     (a and h's copy; dh rowwise and colwise, a colwise), their dprobs partials within 1e-5 of a double sum.
+//  9. the merged passes of decision 69 byte for byte against the separate launches (swiglu_h_tiles: a and h's copy;
+//     the dSwiGLU quantiser with dprobs' partials: dh rowwise and colwise), the partials within 1e-5 of a double sum.
 // Inputs mix ordinary values with signed zeros, NaN, +-Inf, float subnormals, amax exactly 448 x 2^k and
 // per-row magnitudes from 2^-40 to 2^40. Prints a summary; exit 1 on any difference.
 #include <math.h>
@@ -340,10 +340,10 @@ int main(void)
         emu_launch("k_dprobs_q", 3, 256, b2);
         check(memcmp(d1.data(), d2.data(), (size_t)total * 4) == 0, "dprobs from the h copy", 0);
 
-        /* 9: the fused passes (decision 69), against the separate launches, byte for byte over the groups' rows:
-         * the forward's k_swiglu_h (a rowwise, h's copy) on the bf16 h; the backward's k_dswiglu_a (dh rowwise and
-         * colwise, a colwise) on h's copy; its dprobs partials summed per row in index order in double against
-         * the separate kernel and a double sum (both within 1e-5 of the sum of |terms|) */
+        /* 9: the merged passes (decision 69), against the separate launches, byte for byte over the groups' rows:
+         * the forward's k_swiglu_h (a rowwise, h's copy) on the bf16 h; the backward's dSwiGLU quantiser writing
+         * dprobs' partials too (k_dh_dp: dh rowwise and colwise), the partials summed per row in index order in
+         * double against the separate kernel and a double sum (both within 1e-5 of the sum of |terms|) */
         auto same = [&](const std::vector<unsigned char> &x, const std::vector<unsigned char> &y, long long C, int cols,
                         int scales, const char *what) {
             long long diff = 0;
@@ -374,38 +374,37 @@ int main(void)
             emu_launch("k_rows_a", 3, 256, r1);
             void *r2[] = {aq2.data(), as2.data(), hq2.data(), hs2.data(), h.data(), pp.data(), ofs.data()};
             emu_launch("k_swiglu_h", 3, 256, r2);
-            same(aq1, aq2, F, 0, 0, "fused forward: a's codes");
-            same(as1, as2, F, 0, 1, "fused forward: a's scales");
-            same(hq, hq2, C, 0, 0, "fused forward: h copy's codes");
-            same(hs, hs2, C, 0, 1, "fused forward: h copy's scales");
+            same(aq1, aq2, F, 0, 0, "merged forward: a's codes");
+            same(as1, as2, F, 0, 1, "merged forward: a's scales");
+            same(hq, hq2, C, 0, 0, "merged forward: h copy's codes");
+            same(hs, hs2, C, 0, 1, "merged forward: h copy's scales");
         }
         {
-            const size_t nq = (size_t)(RCAP * C), ns = (size_t)(C / 128 * RCAP), nts = (size_t)(TS * C),
-                         nta = (size_t)(TS * F);
-            std::vector<unsigned char> q1(nq, 0xAB), s1(ns, 0xAB), t1(nq, 0xAB), ts1(nts, 0xAB), a1((size_t)(F * RCAP), 0xAB),
-                as1(nta, 0xAB);
-            std::vector<unsigned char> q2(nq, 0xCD), s2(ns, 0xCD), t2(nq, 0xCD), ts2(nts, 0xCD), a2((size_t)(F * RCAP), 0xCD),
-                as2(nta, 0xCD);
+            /* the dSwiGLU quantiser with dprobs' partials, rowwise and colwise in one launch */
+            const size_t nq = (size_t)(RCAP * C), ns = (size_t)(C / 128 * RCAP), nts = (size_t)(TS * C);
+            std::vector<unsigned char> q1(nq, 0xAB), s1(ns, 0xAB), t1(nq, 0xAB), ts1(nts, 0xAB);
+            std::vector<unsigned char> q2(nq, 0xCD), s2(ns, 0xCD), t2(nq, 0xCD), ts2(nts, 0xCD);
             void *x1[] = {q1.data(), s1.data(), hq.data(), hs.data(), da.data(), pp.data(), ofs.data()};
             emu_launch("k_rows_dh_q", 3, 256, x1);
             void *x2[] = {t1.data(), ts1.data(), hq.data(), hs.data(), da.data(), pp.data(), ofs.data()};
             emu_launch("k_cols_dh_q", 3, 256, x2);
-            void *x3[] = {a1.data(), as1.data(), hq.data(), hs.data(), pp.data(), ofs.data()};
-            emu_launch("k_cols_a_q", 3, 256, x3);
             std::vector<float> part((size_t)(RCAP * (F / 128)), -3.0f);
-            void *y[] = {q2.data(), s2.data(), t2.data(), ts2.data(), a2.data(), as2.data(), part.data(), hq.data(),
-                         hs.data(), da.data(), pp.data(), ofs.data()};
-            emu_launch("k_dswiglu_a", 2, 256, y);
-            /* dprobs again on a da without NaN or infinities (da's NaN, 1 value in 40, makes most rows' sums NaN) */
+            void *y[] = {q2.data(), s2.data(), t2.data(), ts2.data(), part.data(), hq.data(), hs.data(), da.data(),
+                         pp.data(), ofs.data()};
+            emu_launch("k_dh_dp", 2, 256, y);
+            same(q1, q2, C, 0, 0, "dSwiGLU with dprobs: dh rowwise codes");
+            same(s1, s2, C, 0, 1, "dSwiGLU with dprobs: dh rowwise scales");
+            same(t1, t2, C, 1, 0, "dSwiGLU with dprobs: dh colwise codes");
+            same(ts1, ts2, C, 1, 1, "dSwiGLU with dprobs: dh colwise scales");
+            /* dprobs on a da without NaN or infinities (da's NaN, 1 value in 40, makes nearly every row's sum NaN) */
             std::vector<unsigned short> dac(da);
             for (auto &b : dac)
                 if ((b & 0x7F80u) == 0x7F80u)
                     b = 0x3F00u; /* 0.5 */
             std::vector<float> partc((size_t)(RCAP * (F / 128)), -3.0f), dc((size_t)RCAP, -1.0f);
-            std::vector<unsigned char> q3(q2), s3(s2), t3(t2), ts3(ts2), a3(a2), as3(as2);
-            void *yc[] = {q3.data(), s3.data(), t3.data(), ts3.data(), a3.data(), as3.data(), partc.data(), hq.data(),
-                          hs.data(), dac.data(), pp.data(), ofs.data()};
-            emu_launch("k_dswiglu_a", 2, 256, yc);
+            void *yc[] = {q2.data(), s2.data(), t2.data(), ts2.data(), partc.data(), hq.data(), hs.data(), dac.data(),
+                          pp.data(), ofs.data()};
+            emu_launch("k_dh_dp", 2, 256, yc);
             void *bc[] = {dc.data(), hq.data(), hs.data(), dac.data(), ofs.data()};
             emu_launch("k_dprobs_q", 3, 256, bc);
             long long finite = 0;
@@ -421,32 +420,11 @@ int main(void)
                 }
                 const float fs = (float)sum;
                 finite += isfinite(s) && sa_ > 0;
-                check(fabs(fs - s) <= 1e-5 * sa_ + 1e-30, "fused backward: dprobs (finite da)", pr);
+                check(fabs(fs - s) <= 1e-5 * sa_ + 1e-30, "dSwiGLU with dprobs: dprobs (finite da)", pr);
                 check(fabs(fs - dc[(size_t)pr]) <= 1e-5 * sa_ + 1e-30,
-                      "fused backward: dprobs against the separate kernel (finite da)", pr);
+                      "dSwiGLU with dprobs: dprobs against the separate kernel (finite da)", pr);
             }
-            check(finite > total / 4, "fused backward: rows with a finite nonzero dprobs", finite);
-            same(q1, q2, C, 0, 0, "fused backward: dh rowwise codes");
-            same(s1, s2, C, 0, 1, "fused backward: dh rowwise scales");
-            same(t1, t2, C, 1, 0, "fused backward: dh colwise codes");
-            same(ts1, ts2, C, 1, 1, "fused backward: dh colwise scales");
-            same(a1, a2, F, 1, 0, "fused backward: a colwise codes");
-            same(as1, as2, F, 1, 1, "fused backward: a colwise scales");
-            for (long long pr = 0; pr < total; pr++) {
-                double sum = 0, s = 0, sa_ = 0;
-                for (long long k = 0; k < F / 128; k++)
-                    sum += (double)part[(size_t)(pr * (F / 128) + k)];
-                for (long long c = 0; c < F; c++) {
-                    double gt = bf2f(hd[(size_t)(pr * C + c)]), u = bf2f(hd[(size_t)(pr * C + F + c)]);
-                    double t = bf2f(da[(size_t)(pr * F + c)]) * gt / (1.0 + exp(-gt)) * u;
-                    s += t;
-                    sa_ += fabs(t);
-                }
-                const float fs = (float)sum;
-                check(fabs(fs - s) <= 1e-5 * sa_ + 1e-30 || (isnan(s) && isnan(fs)), "fused backward: dprobs", pr);
-                check(fabs(fs - d2[(size_t)pr]) <= 1e-5 * sa_ + 1e-30 || (isnan(fs) && isnan(d2[(size_t)pr])),
-                      "fused backward: dprobs against the separate kernel", pr);
-            }
+            check(finite > total / 4, "dSwiGLU with dprobs: rows with a finite nonzero dprobs", finite);
         }
     }
 
@@ -620,7 +598,8 @@ int main(void)
     printf("fp8b quantisers: %lld checks (xs rowwise and colwise, a and dh rowwise and colwise, dprobs, weight "
            "tiles and their transposed copy, the optimizer's AdamW + e4m3 copy against moec_adamw and the "
            "quantiser, the gate_up GEMM's fused SwiGLU epilogue: h, a's codes and scales against quant_tiles and "
-           "fp8b_quantize with groups of 0, 1, 127 and 129 rows), %d failed\n", checks, fails);
+           "fp8b_quantize with groups of 0, 1, 127 and 129 rows; the merged passes of decision 69 against the "
+           "separate launches), %d failed\n", checks, fails);
     if (!fails)
         printf("all bit-identical to runtime/cpu/fp8_block.c\n");
     return fails ? 1 : 0;

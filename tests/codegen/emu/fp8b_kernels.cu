@@ -118,18 +118,18 @@ K256 k_dprobs_q(float *dp, const unsigned char *hq, const unsigned char *hs, con
 {
     moec::fp8b::dprobs<E, F>(dp, HQ{hq, hs, RCAP}, da, ofs);
 }
-// decision 69: the forward's SwiGLU quantiser and h's copy in one pass over the bf16 h, and the backward's dSwiGLU,
-// a's colwise copy and dprobs' partials in one pass over h's copy and da
+// decision 69: the forward's SwiGLU quantiser and h's copy in one pass over the bf16 h; the backward's dSwiGLU
+// quantiser (rowwise and colwise in one launch) also writing dprobs' partials
 K256 k_swiglu_h(unsigned char *aq, unsigned char *as, unsigned char *hq, unsigned char *hs, const unsigned short *h,
                 const float *pp, const int *ofs)
 {
     moec::fp8b::swiglu_h_tiles<E, F>(aq, as, hq, hs, h, pp, ofs, RCAP);
 }
-K256 k_dswiglu_a(unsigned char *q, unsigned char *sa, unsigned char *dht, unsigned char *dhts, unsigned char *at,
-                 unsigned char *ats, float *dpart, const unsigned char *hq, const unsigned char *hs,
-                 const unsigned short *da, const float *pp, const int *ofs)
+K256 k_dh_dp(unsigned char *q, unsigned char *sa, unsigned char *ct, unsigned char *cts, float *dpart,
+            const unsigned char *hq, const unsigned char *hs, const unsigned short *da, const float *pp, const int *ofs)
 {
-    moec::fp8b::dswiglu_tiles<E, F>(q, sa, dht, dhts, at, ats, dpart, hq, hs, da, pp, ofs, RCAP);
+    moec::fp8b::quant_tiles<E, 2 * F>(q, sa, RCAP, ct, cts,
+                                      moec::fp8b::Dswiglu<F, HQ>{{hq, hs, RCAP}, da, pp, dpart}, nullptr, nullptr, ofs);
 }
 K512 k_weight(unsigned char *q, unsigned char *s, unsigned char *qt, unsigned char *st, const float *w)
 {
