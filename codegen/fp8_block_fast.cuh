@@ -154,6 +154,31 @@ template <long long F, class HS = HBf16<F>> struct Swiglu {
     }
 };
 
+/* a = silu(gate) up p recomputed in the backward from h's copy for dw_down (fp8-block's colwise a): the bf16 path's
+ * arithmetic, moec::sm90::dswiglu1's o (the sigmoid's reciprocal by rcp.approx, every operation rounded
+ * explicitly; decision 69), not swiglu_a's IEEE division, whose slow-path branch on every element made this pass
+ * latency-bound. The forward's a (Swiglu, SwigluQuantEpi) keeps swiglu_a. */
+template <long long F, class HS = HBf16<F>> struct SwigluR {
+    HS h;
+    const float *p;
+    struct Row {
+        int pr;
+        float p;
+    };
+    __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{pr, p[pr]}; }
+    __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
+    {
+        float g[8], u[8];
+        h.load8(r.pr, c, g);
+        h.load8(r.pr, F + c, u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float dg, du, t;
+            moec::sm90::dswiglu1(g[i], u[i], 0.0f, r.p, dg, du, v[i], t);
+        }
+    }
+};
+
 /* The gate_up GEMM's fused SwiGLU epilogue (GemmFp8MGrouped's GLU, decision 57): one consumer thread's part of
  * a 64 x 128 block of a, after the up pass. The thread holds rows pr and pr + 8 of the padded rows (pr = the
  * GEMM tile's row r) at a columns 128 j + 8 c + 2 (lane % 4) + e (c < 16, e < 2: the m64n128 accumulator
