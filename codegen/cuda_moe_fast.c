@@ -1454,10 +1454,12 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     int dhq = cg_ws(cg, n, PLAN_E4M3, rc * 2 * F, "dh_e4m3");
     int dhsa = cg_ws(cg, n, PLAN_E4M3, mx_scales(&f, 2 * F), "dh_scales");
     int dhw = cg_ws(cg, n, PLAN_BF16, rc * 2 * F, "dh_colwise_bf16");
-    int dpp = cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
+    /* dprobs in the dSwiGLU pass, as per-128-column partials a row that the scatter sums in order (decision 69) */
+    const int merged = cg->fp8_passes != CUDA_DSWIGLU_SEPARATE;
+    int dpp = merged ? cg_ws(cg, n, PLAN_F32, rc * (F / 128), "dprobs_partials") : cg_ws(cg, n, PLAN_F32, rc, "dprobs_padded");
     int aw = cg_ws(cg, n, PLAN_BF16, rc * F, "a_colwise_bf16");
     int dxp = cg_ws(cg, n, PLAN_BF16, rc * H, "dxs_padded");
-    f.steps = 9 + remake_xw;
+    f.steps = 9 + remake_xw - merged;
 
     const int tok = dy_token_map(cg, n, fwd, dy);
     fast_begin(cg, &f, "mx_gather_dy", "dy into zero-padded groups quantised 1x32 along H (from the fp32 rows, "
@@ -1473,30 +1475,40 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     emit_fp8_gemm(cg, &f, "fast_da", "da = dy w_down per group (FP8 grouped GEMM, MXFP8, on w_down^T quantised 1x32 "
                                      "along H; bf16 out)", dyq, dysa, w2c, c2.qt, w2c, c2.st, dap, F, H);
 
-    /* h from its MXFP8 copy (decision 64) */
-    fast_begin(cg, &f, "mx_dswiglu", "dh = dSwiGLU(da probs) from h's MXFP8 copy, quantised 1x32 along 2F (E4M3 and "
-                                     "scales), and 32x1 within each group dequantised to bf16 for dw_gate_up");
+    /* h from its MXFP8 copy (decision 64); dprobs in the dSwiGLU pass (decision 69) or its own launch */
+    fast_begin(cg, &f, merged ? "mx_dswiglu_dp" : "mx_dswiglu",
+               merged ? "dh = dSwiGLU(da probs) from h's MXFP8 copy, quantised 1x32 along 2F (E4M3 and scales), and "
+                        "32x1 within each group dequantised to bf16 for dw_gate_up; and dprobs' per-128-column partials "
+                        "from the gate half's tiles (decision 69)"
+                      : "dh = dSwiGLU(da probs) from h's MXFP8 copy, quantised 1x32 along 2F (E4M3 and scales), and "
+                        "32x1 within each group dequantised to bf16 for dw_gate_up");
     cg_param(cg, dhq, 1, "q");
     cg_param(cg, dhsa, 1, "sa");
     cg_param(cg, dhw, 1, "dhw");
+    if (merged)
+        cg_param(cg, dpp, 1, "dpart");
     cg_param(cg, hq, 0, "hq");
     cg_param(cg, hsa, 0, "hsa");
     cg_param(cg, dap, 0, "dap");
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
     mx_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhw",
-                 "moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp}", "nullptr, nullptr");
+                 merged ? "moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp, dpart}"
+                        : "moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp}",
+                 "nullptr, nullptr");
 
-    fast_begin(cg, &f, "mx_dprobs", "dprobs = sum da silu(gate) up per row from h's MXFP8 copy (fixed order)");
-    cg_param(cg, dpp, 1, "dpp");
-    cg_param(cg, hq, 0, "hq");
-    cg_param(cg, hsa, 0, "hsa");
-    cg_param(cg, dap, 0, "dap");
-    cg_param(cg, f.ofs, 0, "ofs");
-    cg_i64(cg, f.rcap, "rcap");
-    fast_consts(cg, &f);
-    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HMx<F>{hq, hsa, rcap}, dap, ofs);");
-    cg_end(cg, CG_BLOCK, row_grid(rc));
+    if (!merged) {
+        fast_begin(cg, &f, "mx_dprobs", "dprobs = sum da silu(gate) up per row from h's MXFP8 copy (fixed order)");
+        cg_param(cg, dpp, 1, "dpp");
+        cg_param(cg, hq, 0, "hq");
+        cg_param(cg, hsa, 0, "hsa");
+        cg_param(cg, dap, 0, "dap");
+        cg_param(cg, f.ofs, 0, "ofs");
+        cg_i64(cg, f.rcap, "rcap");
+        fast_consts(cg, &f);
+        cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HMx<F>{hq, hsa, rcap}, dap, ofs);");
+        cg_end(cg, CG_BLOCK, row_grid(rc));
+    }
 
     fast_begin(cg, &f, "mx_a_colwise", "a = silu(gate) up probs (recomputed from h's MXFP8 copy) quantised 32x1 within "
                                        "each expert group, dequantised to bf16, for dw_down");
@@ -1506,7 +1518,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
     mx_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "aw",
-                 "moec::fp8b::Swiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
+                 "moec::fp8b::SwigluR<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM, MXFP8, on w_gate_up^T "
                                       "quantised 1x32 along 2F; bf16 out)", dhq, dhsa, w1c, c1.qt, w1c, c1.st, dxp, H, 2 * F);
@@ -1534,7 +1546,10 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     cg_param(cg, f.ofs, 0, "ofs");
     fast_rows(cg, &f);
     fast_consts(cg, &f);
-    cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
+    if (merged)
+        cg_line(cg, "moec::fast::scatter<E, H, %lld>(out, out + R * H, dxp, dpp, ofs, R);", (long long)(F / 128));
+    else
+        cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
     cg_end(cg, CG_BLOCK, row_grid(R));
     cg->fp8b_used = 1;
     return 1;

@@ -640,10 +640,27 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
         const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
         const int g = moec_sched_group_of(ofs, E, mb * 128);
         float v[8][8];
+        [[maybe_unused]] float tp[8]; /* dprobs' partials: fp8b::has_partials<Src>, as fp8b::quant_tiles (decision 69) */
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int pr = mb * 128 + 8 * rg + j;
-            src.load8(src.row(pr, g, ofs), c, v[j]);
+            if constexpr (fp8b::has_partials<Src>(0))
+                src.load8t(src.row(pr, g, ofs), c, v[j], tp[j]);
+            else
+                src.load8(src.row(pr, g, ofs), c, v[j]);
+        }
+        if constexpr (fp8b::has_partials<Src>(0)) {
+            if (src.dpart && c0 < C / 2) { /* dh's gate half: dprobs' partial of each row and these 128 columns */
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    float t = tp[j];
+#pragma unroll
+                    for (int o = 8; o; o >>= 1)
+                        t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+                    if (cl == 0)
+                        src.dpart[(long long)(mb * 128 + 8 * rg + j) * (C / 256) + cb] = t;
+                }
+            }
         }
         if (psrc && cb == 0 && cl == 0) {
 #pragma unroll

@@ -272,6 +272,51 @@ int main(void)
         emu_launch("k_dprobs", 3, 256, f1);
         emu_launch("k_dprobs_q", 3, 256, f2);
         check(memcmp(d1.data(), d2.data(), (size_t)total * 4) == 0, "dprobs from the h copy", 0);
+        /* decision 69: the backward's recomputed a (SwigluR) from the copy as from bf16 h; the dSwiGLU quantiser with
+         * dprobs' partials: dh the same bytes as k_both_dh_q, the partials summed in order within 1e-5 of sum |t| of
+         * the separate kernel's dprobs, on a da without NaN (nearly every row's sum is NaN with the test's da) */
+        std::vector<unsigned short> r1((size_t)(RCAP * F), 0xABAB), r2((size_t)(RCAP * F), 0xCDCD);
+        void *g1[] = {r1.data(), hd.data(), pp.data(), ofs.data()};
+        void *g2[] = {r2.data(), hq.data(), hs.data(), pp.data(), ofs.data()};
+        emu_launch("k_cols_ar", 2, 256, g1);
+        emu_launch("k_cols_ar_q", 2, 256, g2);
+        check(memcmp(r1.data(), r2.data(), (size_t)(total * F) * 2) == 0, "the backward's a colwise from the h copy", 0);
+        std::vector<unsigned short> dac(da);
+        for (auto &b : dac)
+            if ((b & 0x7F80u) == 0x7F80u)
+                b = 0x3F00u; /* 0.5 */
+        std::vector<unsigned char> q3(nq, 0xEF), s3(ns, 0xEF);
+        std::vector<unsigned short> w3(nq, 0xEFEF);
+        std::vector<float> part((size_t)(RCAP * (F / 128)), -3.0f), dc((size_t)RCAP, -1.0f);
+        void *h1[] = {q2.data(), s2.data(), w2.data(), hq.data(), hs.data(), dac.data(), pp.data(), ofs.data()};
+        void *h2[] = {q3.data(), s3.data(), w3.data(), part.data(), hq.data(), hs.data(), dac.data(), pp.data(), ofs.data()};
+        emu_launch("k_both_dh_q", 3, 256, h1);
+        emu_launch("k_both_dh_dp", 2, 256, h2);
+        long long diff3 = 0;
+        for (long long pr = 0; pr < total; pr++) {
+            for (long long c = 0; c < C; c++)
+                diff3 += q2[(size_t)(pr * C + c)] != q3[(size_t)(pr * C + c)] ||
+                         w2[(size_t)(pr * C + c)] != w3[(size_t)(pr * C + c)];
+            for (int kb = 0; kb < C / 32; kb++)
+                diff3 += s2[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)] != s3[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)];
+        }
+        check(diff3 == 0, "dh with dprobs' partials: the same bytes", diff3);
+        void *f3[] = {dc.data(), hq.data(), hs.data(), dac.data(), ofs.data()};
+        emu_launch("k_dprobs_q", 3, 256, f3);
+        long long finite = 0;
+        for (long long pr = 0; pr < total; pr++) {
+            double sum = 0, sa_ = 0;
+            for (long long k = 0; k < F / 128; k++)
+                sum += (double)part[(size_t)(pr * (F / 128) + k)];
+            for (long long c = 0; c < F; c++) {
+                double gt = bf2f(hd[(size_t)(pr * C + c)]), u = bf2f(hd[(size_t)(pr * C + F + c)]);
+                sa_ += fabs(bf2f(dac[(size_t)(pr * F + c)]) * gt / (1.0 + exp(-gt)) * u);
+            }
+            finite += isfinite(sa_) && sa_ > 0;
+            check(fabs((float)sum - dc[(size_t)pr]) <= 1e-5 * sa_ + 1e-30, "dprobs' partials against the separate kernel",
+                  pr);
+        }
+        check(finite > total / 4, "rows with a finite nonzero dprobs", finite);
     }
 
     /* 4: the weight [2, 256, 384]: 1x32 along K, and W^T 1x32 along N */

@@ -86,6 +86,23 @@ K256 k_cols_a(unsigned short *cw, const unsigned short *h, const float *pp, cons
 {
     moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
 }
+// decision 69: the backward's recomputed a on dswiglu1's arithmetic (SwigluR), and the dSwiGLU quantiser writing
+// dprobs' per-128-column partials
+K256 k_cols_ar_q(unsigned short *cw, const unsigned char *hq, const unsigned char *hs, const float *pp, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::SwigluR<F, HQ>{{hq, hs, RCAP}, pp}, nullptr,
+                                 nullptr, ofs);
+}
+K256 k_cols_ar(unsigned short *cw, const unsigned short *h, const float *pp, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::SwigluR<F>{h, pp}, nullptr, nullptr, ofs);
+}
+K256 k_both_dh_dp(unsigned char *q, unsigned char *sa, unsigned short *cw, float *dpart, const unsigned char *hq,
+                  const unsigned char *hs, const unsigned short *da, const float *pp, const int *ofs)
+{
+    moec::mx8::quant_tiles<E, 2 * F>(q, sa, RCAP, cw, moec::fp8b::Dswiglu<F, HQ>{{hq, hs, RCAP}, da, pp, dpart}, nullptr,
+                                     nullptr, ofs);
+}
 K256 k_dprobs(float *dp, const unsigned short *h, const unsigned short *da, const int *ofs)
 {
     moec::fp8b::dprobs<E, F>(dp, moec::fp8b::HBf16<F>{h}, da, ofs);
