@@ -45,8 +45,8 @@
 #     MOEC_DSWIGLU=separate (_fast_sep: the da GEMM storing da, then the separate dSwiGLU kernel) beside the fused
 #     default, per launch.
 #  7. fp8-block's tile passes over h merged (decision 69): the layers of P8_LAYERS (default bio mixtral) with
-#     MOEC_FP8_PASSES=separate (_fp8_sep: the SwiGLU quantiser and h's copy, the dSwiGLU, dprobs and a's colwise
-#     copy as separate launches) beside the merged default, per launch, twice alternating (the correctness of the
+#     MOEC_FP8_PASSES=separate (_fp8_sep: the SwiGLU quantiser and h's copy separate, dprobs its own launch; _mx_sep:
+#     MXFP8's dprobs its own launch) beside the merged defaults, per launch, twice alternating (the correctness of the
 #     merged passes: the run_plan_fp8 rows, train_fp8_gpu_vs_cpu and layer_bio_fp8_cpu_check above, which run the
 #     default plans).
 # Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
@@ -168,9 +168,11 @@ if [ "$MODE" != run ]; then
   [ -n "$DSW_GEMMS" ] && GEMM_SM90_ONLY="$DSW_GEMMS" "$OUT/bin/gemm_sm90" --emit "$OUT/cuda/gemm_dsw" >/dev/null
   rm -f "$OUT/cuda/gemm_dsw/"*.cu
   for l in $P8_LAYERS; do
-    rm -rf "$OUT/cuda/layer_${l}_fp8_sep"
+    rm -rf "$OUT/cuda/layer_${l}_fp8_sep" "$OUT/cuda/layer_${l}_mx_sep"
     MOEC_FP8_PASSES=separate "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
         --precision fp8-block --emit-cuda "$OUT/cuda/layer_${l}_fp8_sep" --arch "$ARCH" >/dev/null
+    MOEC_FP8_PASSES=separate "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
+        --precision mxfp8 --emit-cuda "$OUT/cuda/layer_${l}_mx_sep" --arch "$ARCH" >/dev/null
   done
   for l in $DSW_LAYERS; do
     rm -rf "$OUT/cuda/layer_${l}_fast_sep"
@@ -437,7 +439,7 @@ for l in $DSW_LAYERS; do
 done
 for l in $P8_LAYERS; do
   for pass in 1 2; do
-    for v in _fp8 _fp8_sep; do
+    for v in _fp8 _fp8_sep _mx _mx_sep; do
       [ -d "$OUT/cuda/layer_$l$v" ] || continue
       timeout 300 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 --launches \
           >"$L/layer_${l}${v}_p8_$pass.log" 2>&1

@@ -6,7 +6,7 @@
 # loader (the embedded image of NVRTC units, decision 67), 30 fp8-block training steps on the GPU against the CPU
 # backend's fp8-block reference (the same binary), then the Mixtral and bio layers timed at the three precisions
 # with their planned and measured memory (the MEMORY lines), and fp8-block's with its tile passes merged (the
-# default, decision 69) and separate (_fp8_sep, when the bundle has it), those two per launch too (the passes'
+# default, decision 69) and separate (_fp8_sep and _mx_sep, when the bundle has them), per launch too (the passes'
 # LAUNCH lines printed), most important first, a table last. Everything it runs, fast_mlp.sh runs too. About 3
 # minutes on an H100.
 set -u
@@ -55,10 +55,10 @@ if [ -x "$B/train_fp8" ]; then
   row train_fp8_gpu_vs_cpu "$ok" "steps $nsteps, worst loss rel diff $wrel; last cpu $(losses "$L/q.fp8.cpu.jsonl" | tail -1) gpu $(losses "$L/q.fp8.gpu.jsonl" | tail -1)"
 fi
 for l in mixtral bio; do
-  for v in _fast _fp8 _fp8_sep _mx; do
+  for v in _fast _fp8 _fp8_sep _mx _mx_sep; do
     [ -d "$OUT/cuda/layer_$l$v" ] || continue
     per=()
-    case $v in _fp8*) per=(--launches);; esac
+    case $v in _fp8*|_mx*) per=(--launches);; esac
     timeout 120 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 "${per[@]}" >"$L/layer_$l$v.log" 2>&1
     rc=$?
     [ ${#per[@]} -gt 0 ] && grep -E "^LAUNCH .*(swiglu|h_copy|dprobs|a_colwise|fast_da_|scatter)" "$L/layer_$l$v.log" | cut -c1-150
