@@ -1270,7 +1270,7 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
     fp8_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "at, ats",
-                  "moec::fp8b::SwigluR<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
+                  "moec::fp8b::Swiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM on the transposed tiles of "
                                       "w_gate_up's E4M3 copy, which the optimizer writes; bf16 out)", dhq, dhsa, w1c,
@@ -1518,7 +1518,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     cg_param(cg, pp, 0, "pp");
     cg_param(cg, f.ofs, 0, "ofs");
     mx_tiles_end(cg, &f, F, "F", "nullptr", "nullptr", "aw",
-                 "moec::fp8b::SwigluR<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
+                 "moec::fp8b::Swiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, pp}", "nullptr, nullptr");
 
     emit_fp8_gemm(cg, &f, "fast_dxs", "dxs = dh w_gate_up per group (FP8 grouped GEMM, MXFP8, on w_gate_up^T "
                                       "quantised 1x32 along 2F; bf16 out)", dhq, dhsa, w1c, c1.qt, w1c, c1.st, dxp, H, 2 * F);

@@ -127,10 +127,17 @@ template <int E, int KS> __device__ void token_of_rows(int *tok, const int *plan
     }
 }
 
-/* one value of a = silu(gate) up p from the bf16 gate and up (widened exactly): the bf16 path's arithmetic
- * (moe_fast.cuh swiglu). The one definition the separate quantiser (Swiglu) and the gate_up GEMM's fused
- * epilogue (SwigluQuantEpi) share: products and a quotient only, so no contraction can differ between them. */
-__device__ __forceinline__ float swiglu_a(float g, float u, float p) { return g / (1.0f + __expf(-g)) * u * p; }
+/* one value of a = silu(gate) up p from the gate and up values: the bf16 path's dSwiGLU arithmetic for it
+ * (moec::sm90::dswiglu1's o: the sigmoid's reciprocal by rcp.approx, every operation rounded explicitly; decision
+ * 69), the one definition the separate quantisers (Swiglu: the forward's a, and the backward's, recomputed from h's
+ * copy), the merged forward pass and the gate_up GEMM's fused epilogue (SwigluQuantEpi) share, so no contraction
+ * can differ between them. Before decision 69 it was g / (1 + exp(-g)) u p with an IEEE division, whose slow-path
+ * branch on every element made these passes latency-bound. */
+__device__ __forceinline__ float swiglu_a(float g, float u, float p)
+{
+    const float sg = __fdividef(1.0f, __fadd_rn(1.0f, __expf(-g)));
+    return __fmul_rn(__fmul_rn(__fmul_rn(g, sg), u), p);
+}
 
 /* a = silu(gate) up p from h [., 2F] bf16 (gate columns 0 .. F - 1, up F .. 2F - 1) and p [.] fp32:
  * the bf16 path's arithmetic (moe_fast.cuh swiglu). The backward's a colwise copy; the forward's 1 x 128
@@ -151,31 +158,6 @@ template <long long F, class HS = HBf16<F>> struct Swiglu {
 #pragma unroll
         for (int i = 0; i < 8; i++)
             v[i] = swiglu_a(g[i], u[i], r.p);
-    }
-};
-
-/* a = silu(gate) up p recomputed in the backward from h's copy for dw_down (fp8-block's colwise a): the bf16 path's
- * arithmetic, moec::sm90::dswiglu1's o (the sigmoid's reciprocal by rcp.approx, every operation rounded
- * explicitly; decision 69), not swiglu_a's IEEE division, whose slow-path branch on every element made this pass
- * latency-bound. The forward's a (Swiglu, SwigluQuantEpi) keeps swiglu_a. */
-template <long long F, class HS = HBf16<F>> struct SwigluR {
-    HS h;
-    const float *p;
-    struct Row {
-        int pr;
-        float p;
-    };
-    __device__ __forceinline__ Row row(int pr, int, const int *) const { return Row{pr, p[pr]}; }
-    __device__ __forceinline__ void load8(const Row &r, long long c, float (&v)[8]) const
-    {
-        float g[8], u[8];
-        h.load8(r.pr, c, g);
-        h.load8(r.pr, F + c, u);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float dg, du, t;
-            moec::sm90::dswiglu1(g[i], u[i], 0.0f, r.p, dg, du, v[i], t);
-        }
     }
 };
 

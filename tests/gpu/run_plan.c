@@ -313,7 +313,8 @@ static int64_t mx_quant_check(const Plan *plan, const IrNode *n, CpuPlan *cpu, c
 
 /* The fp8-block fast forward's a = silu(gate) up probs quantised 1x128 along F, which the gate_up GEMM's fused
  * epilogue writes (decision 57: GemmFp8MGrouped's GLU), read back with the h and probs the GPU used and checked
- * against fp8b_quantize of a computed here from that bf16 h (g / (1 + expf(-g)) u p) over every padded row of
+ * against fp8b_quantize of a computed here from that bf16 h ((g (1 / (1 + expf(-g)))) u p: swiglu_a's order of
+ * operations, decision 69) over every padded row of
  * the groups. The device computes exp with __expf (ex2.approx), so a code may differ by one E4M3 step where the
  * two exps straddle a rounding boundary (about 2^-22 of the codes: none expected at these sizes) and a block's
  * scale where its amax straddles 448 2^k; an indexing error (a gate row, a tile, a pass, the scale layout)
@@ -337,7 +338,7 @@ static int fp8b_glu_check(const Plan *plan, const IrNode *n, const CUdeviceptr *
     for (int64_t pr = 0; pr < rows; pr++) {
         for (int64_t c = 0; c < F; c++) {
             float g = bf16_to_f32(h[pr * 2 * F + c]), u = bf16_to_f32(h[pr * 2 * F + F + c]);
-            a[c] = g / (1.0f + expf(-g)) * u * pp[pr];
+            a[c] = g * (1.0f / (1.0f + expf(-g))) * u * pp[pr];
         }
         fp8b_quantize(a, 1, F, FP8B_ROWWISE, vq, vs);
         for (int64_t kb = 0; kb < F / 128; kb++) {

@@ -1619,7 +1619,7 @@ static void test_fast_mlp_mx(void)
               strstr(p->cuda_source, "moec::mx8::quant_tiles<E, 2 * F>(q, sa, ") &&
               strstr(p->cuda_source, ", dhw, moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp, "
                                      "dpart}") &&
-              strstr(p->cuda_source, "moec::fp8b::SwigluR<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, pp}") &&
+              strstr(p->cuda_source, "moec::fp8b::Swiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, pp}") &&
               strstr(p->cuda_source, "moec::fast::scatter<E, H, 2>(out, out + R * H, dxp, dpp, ofs, R);") &&
               !strstr(p->cuda_source, "moec::mx8::weight_rows<") && !strstr(p->cuda_source, "moec::mx8::weight_cols<") &&
               !strstr(p->cuda_source, "GemmMGrouped<4, 512") && !strstr(p->cuda_source, "GemmFp8KGrouped<4,") &&

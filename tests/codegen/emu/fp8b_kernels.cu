@@ -114,17 +114,6 @@ K256 k_cols_a_q(unsigned char *ct, unsigned char *cts, const unsigned char *hq, 
     moec::fp8b::quant_tiles<E, F>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::Swiglu<F, HQ>{{hq, hs, RCAP}, pp}, nullptr,
                                   nullptr, ofs);
 }
-// the backward's recomputed a (SwigluR: dswiglu1's arithmetic, decision 69) colwise, from bf16 h and from h's copy
-K256 k_cols_ar(unsigned char *ct, unsigned char *cts, const unsigned short *h, const float *pp, const int *ofs)
-{
-    moec::fp8b::quant_tiles<E, F>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::SwigluR<F>{h, pp}, nullptr, nullptr, ofs);
-}
-K256 k_cols_ar_q(unsigned char *ct, unsigned char *cts, const unsigned char *hq, const unsigned char *hs, const float *pp,
-                 const int *ofs)
-{
-    moec::fp8b::quant_tiles<E, F>(nullptr, nullptr, RCAP, ct, cts, moec::fp8b::SwigluR<F, HQ>{{hq, hs, RCAP}, pp},
-                                  nullptr, nullptr, ofs);
-}
 K256 k_dprobs_q(float *dp, const unsigned char *hq, const unsigned char *hs, const unsigned short *da, const int *ofs)
 {
     moec::fp8b::dprobs<E, F>(dp, HQ{hq, hs, RCAP}, da, ofs);

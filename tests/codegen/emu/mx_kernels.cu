@@ -86,17 +86,7 @@ K256 k_cols_a(unsigned short *cw, const unsigned short *h, const float *pp, cons
 {
     moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::Swiglu<F>{h, pp}, nullptr, nullptr, ofs);
 }
-// decision 69: the backward's recomputed a on dswiglu1's arithmetic (SwigluR), and the dSwiGLU quantiser writing
-// dprobs' per-128-column partials
-K256 k_cols_ar_q(unsigned short *cw, const unsigned char *hq, const unsigned char *hs, const float *pp, const int *ofs)
-{
-    moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::SwigluR<F, HQ>{{hq, hs, RCAP}, pp}, nullptr,
-                                 nullptr, ofs);
-}
-K256 k_cols_ar(unsigned short *cw, const unsigned short *h, const float *pp, const int *ofs)
-{
-    moec::mx8::quant_tiles<E, F>(nullptr, nullptr, RCAP, cw, moec::fp8b::SwigluR<F>{h, pp}, nullptr, nullptr, ofs);
-}
+// decision 69: the dSwiGLU quantiser writing dprobs' per-128-column partials
 K256 k_both_dh_dp(unsigned char *q, unsigned char *sa, unsigned short *cw, float *dpart, const unsigned char *hq,
                   const unsigned char *hs, const unsigned short *da, const float *pp, const int *ofs)
 {
