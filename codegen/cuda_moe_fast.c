@@ -1172,6 +1172,43 @@ static const char *dy_rows_src(int tok)
     return tok >= 0 ? "moec::fp8b::GraphRows<E, H>{dy, tok}" : "moec::fp8b::GraphRows<E, H>{dy}";
 }
 
+/* The 8-bit backwards' separate dprobs launch (MOEC_FP8_PASSES=separate; by default the dSwiGLU quantiser writes its
+ * partials, decision 69): a row's sum of da silu(gate) up from h's copy, hs its source class (fp8-block's HE4m3,
+ * MXFP8's HMx) */
+static void emit_dprobs_separate(Cg *cg, Fast *f, const char *name, const char *what, const char *hs, int dpp, int hq,
+                                 int hsa, int dap)
+{
+    fast_begin(cg, f, name, what);
+    cg_param(cg, dpp, 1, "dpp");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
+    cg_param(cg, dap, 0, "dap");
+    cg_param(cg, f->ofs, 0, "ofs");
+    cg_i64(cg, f->rcap, "rcap");
+    fast_consts(cg, f);
+    cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::%s<F>{hq, hsa, rcap}, dap, ofs);", hs);
+    cg_end(cg, CG_BLOCK, row_grid(f->rcap));
+}
+
+/* The 8-bit backwards' last launch: dxs and dprobs back to the graph's row order; dprobs from its per-128-column
+ * partials (merged, decision 69) or one value a row */
+static void emit_bwd_scatter(Cg *cg, Fast *f, const IrNode *n, int dxp, int dpp, int merged)
+{
+    fast_begin(cg, f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
+    cg_out(cg, n, "out");
+    cg_param(cg, dxp, 0, "dxp");
+    cg_param(cg, dpp, 0, "dpp");
+    cg_param(cg, f->ofs, 0, "ofs");
+    fast_rows(cg, f);
+    fast_consts(cg, f);
+    if (merged)
+        cg_line(cg, "moec::fast::scatter<E, H, %lld>(out, out + R * H, dxp, dpp, ofs, R);", (long long)(f->F / 128));
+    else
+        cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
+    cg_end(cg, CG_BLOCK, row_grid(f->R));
+    cg->fp8b_used = 1;
+}
+
 static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
 {
     const IrNode *dy = n->src[0], *xs = n->src[1], *w1 = n->src[2], *w2 = n->src[3];
@@ -1248,18 +1285,9 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
                          : "moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp}",
                   "nullptr, nullptr");
 
-    if (!merged) {
-        fast_begin(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row from h's E4M3 copy (fixed order)");
-        cg_param(cg, dpp, 1, "dpp");
-        cg_param(cg, hq, 0, "hq");
-        cg_param(cg, hsa, 0, "hsa");
-        cg_param(cg, dap, 0, "dap");
-        cg_param(cg, f.ofs, 0, "ofs");
-        cg_i64(cg, f.rcap, "rcap");
-        fast_consts(cg, &f);
-        cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HE4m3<F>{hq, hsa, rcap}, dap, ofs);");
-        cg_end(cg, CG_BLOCK, row_grid(rc));
-    }
+    if (!merged)
+        emit_dprobs_separate(cg, &f, "fp8b_dprobs", "dprobs = sum da silu(gate) up per row from h's E4M3 copy (fixed "
+                             "order)", "HE4m3", dpp, hq, hsa, dap);
 
     fast_begin(cg, &f, "fp8b_a_colwise", "a = silu(gate) up probs (recomputed from h's E4M3 copy) quantised 128x1 "
                                          "within each expert group, the codes transposed [F, rows], for dw_down");
@@ -1282,19 +1310,7 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
                                               "128x1-quantised transposed codes, promotion every 128 tokens, fp32 out)",
                    dht, dhts, xt, xts, R * H + R, 2 * F, H);
 
-    fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
-    cg_out(cg, n, "out");
-    cg_param(cg, dxp, 0, "dxp");
-    cg_param(cg, dpp, 0, "dpp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_rows(cg, &f);
-    fast_consts(cg, &f);
-    if (merged)
-        cg_line(cg, "moec::fast::scatter<E, H, %lld>(out, out + R * H, dxp, dpp, ofs, R);", (long long)(F / 128));
-    else
-        cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
-    cg_end(cg, CG_BLOCK, row_grid(R));
-    cg->fp8b_used = 1;
+    emit_bwd_scatter(cg, &f, n, dxp, dpp, merged);
     return 1;
 }
 
@@ -1497,18 +1513,9 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
                         : "moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp}",
                  "nullptr, nullptr");
 
-    if (!merged) {
-        fast_begin(cg, &f, "mx_dprobs", "dprobs = sum da silu(gate) up per row from h's MXFP8 copy (fixed order)");
-        cg_param(cg, dpp, 1, "dpp");
-        cg_param(cg, hq, 0, "hq");
-        cg_param(cg, hsa, 0, "hsa");
-        cg_param(cg, dap, 0, "dap");
-        cg_param(cg, f.ofs, 0, "ofs");
-        cg_i64(cg, f.rcap, "rcap");
-        fast_consts(cg, &f);
-        cg_line(cg, "moec::fp8b::dprobs<E, F>(dpp, moec::fp8b::HMx<F>{hq, hsa, rcap}, dap, ofs);");
-        cg_end(cg, CG_BLOCK, row_grid(rc));
-    }
+    if (!merged)
+        emit_dprobs_separate(cg, &f, "mx_dprobs", "dprobs = sum da silu(gate) up per row from h's MXFP8 copy (fixed "
+                             "order)", "HMx", dpp, hq, hsa, dap);
 
     fast_begin(cg, &f, "mx_a_colwise", "a = silu(gate) up probs (recomputed from h's MXFP8 copy) quantised 32x1 within "
                                        "each expert group, dequantised to bf16, for dw_down");
@@ -1539,19 +1546,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
                                           "operands, dequantised: exact in bf16; fp32 out)", dhw, xw, R * H + R, 2 * F,
                H, 0);
 
-    fast_begin(cg, &f, "fast_scatter", "dxs and dprobs back to the graph's row order in fp32 (padding rows zero)");
-    cg_out(cg, n, "out");
-    cg_param(cg, dxp, 0, "dxp");
-    cg_param(cg, dpp, 0, "dpp");
-    cg_param(cg, f.ofs, 0, "ofs");
-    fast_rows(cg, &f);
-    fast_consts(cg, &f);
-    if (merged)
-        cg_line(cg, "moec::fast::scatter<E, H, %lld>(out, out + R * H, dxp, dpp, ofs, R);", (long long)(F / 128));
-    else
-        cg_line(cg, "moec::fast::scatter<E, H>(out, out + R * H, dxp, dpp, ofs, R);");
-    cg_end(cg, CG_BLOCK, row_grid(R));
-    cg->fp8b_used = 1;
+    emit_bwd_scatter(cg, &f, n, dxp, dpp, merged);
     return 1;
 }
 

@@ -317,6 +317,28 @@ __device__ __forceinline__ void rows8(const float (&v)[8][8], unsigned char *q, 
         row1<C>(v[j], q, sa, rcap, (long long)mb * 128 + 8 * (threadIdx.x / 16) + j, c);
 }
 
+/* a column's amax over the 16 rows of a warp (its two half-warps' 8 rows: the thread's 8, then a shuffle over
+ * lane xor 16), written by the lanes < 16 to cmax [warp][column] (the tile's 128 columns); the caller's barrier
+ * follows. Starts from 0 and drops NaN (fmaxf), as every amax here. quant_tiles' colwise halves (fp8-block's cols8,
+ * MXFP8's) share it. */
+__device__ __forceinline__ void col_amax16(const float (&v)[8][8], float (*cmax)[128])
+{
+    const int cl = threadIdx.x % 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float m[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        m[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            m[i] = fmaxf(m[i], fabsf(v[j][i]));
+        m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 16));
+    }
+    if (lane < 16) {
+        *(float4 *)&cmax[warp][8 * cl] = make_float4(m[0], m[1], m[2], m[3]);
+        *(float4 *)&cmax[warp][8 * cl + 4] = make_float4(m[4], m[5], m[6], m[7]);
+    }
+}
+
 /* cols8's shared memory: per warp and column the amax over its 16 rows, per column the scale exponent, and the
  * transposed codes (column c's 128 row codes, 16-byte units swizzled). One per block: a kernel declares it
  * __shared__ and passes it to every cols8 call (20.5 KB). */
@@ -340,21 +362,9 @@ template <long long C>
 __device__ __forceinline__ void cols8(const float (&v)[8][8], unsigned char *colt, unsigned char *colts, long long rcap,
                                       int mb, long long c0, ColSmem &sm)
 {
-    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16;
     unsigned char(*ct)[128] = (unsigned char(*)[128])sm.ct16;
-    float m[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        m[i] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            m[i] = fmaxf(m[i], fabsf(v[j][i]));
-        m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 16));
-    }
-    if (lane < 16) {
-        *(float4 *)&sm.cmax[warp][8 * cl] = make_float4(m[0], m[1], m[2], m[3]);
-        *(float4 *)&sm.cmax[warp][8 * cl + 4] = make_float4(m[4], m[5], m[6], m[7]);
-    }
+    col_amax16(v, sm.cmax);
     __syncthreads();
     if (threadIdx.x < 128) {
         float a = 0.0f;
@@ -616,7 +626,7 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
     __shared__ float cmax[8][128]; /* per warp, per column: the amax over its 16 rows */
     constexpr long long CB = C / 128;
     const long long items = (long long)(ofs[E] / 128) * CB;
-    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16, warp = threadIdx.x / 32;
     for (long long it = blockIdx.x; it < items; it += gridDim.x) {
         const int mb = (int)(it / CB);
         const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
@@ -671,19 +681,7 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
             }
         }
         if (colw) {
-            float m[8];
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                m[i] = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    m[i] = fmaxf(m[i], fabsf(v[j][i]));
-                m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 16));
-            }
-            if (lane < 16) {
-                *(float4 *)&cmax[warp][8 * cl] = make_float4(m[0], m[1], m[2], m[3]);
-                *(float4 *)&cmax[warp][8 * cl + 4] = make_float4(m[4], m[5], m[6], m[7]);
-            }
+            fp8b::col_amax16(v, cmax);
             __syncthreads();
             int e[8];
 #pragma unroll
