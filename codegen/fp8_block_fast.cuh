@@ -394,6 +394,40 @@ __device__ __forceinline__ void cols8(const float (&v)[8][8], unsigned char *col
     }
 }
 
+/* quant_tiles' tile load: the thread's 8 rows x 8 columns of the tile (rows 128 mb + 8 rg + j, columns c ..) from
+ * src into v; with a source that has dprobs' partials (Dswiglu with dpart set, decision 69), also each row's terms
+ * of these 8 columns, and for dh's gate half (c < C / 2) the rows' partials over the tile's 128 columns: the
+ * half-warp's 16 sums by a fixed xor tree (lanes 8, 4, 2, 1: every lane the same value), written by lane 0 to
+ * dpart [pr (C / 256) + cb]. */
+template <long long C, class Src>
+__device__ __forceinline__ void load_tile8(const Src &src, float (&v)[8][8], int mb, int g, long long c, long long cb,
+                                           const int *ofs)
+{
+    const int cl = threadIdx.x % 16, rg = threadIdx.x / 16;
+    [[maybe_unused]] float tp[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int pr = mb * 128 + 8 * rg + j;
+        if constexpr (has_partials<Src>(0))
+            src.load8t(src.row(pr, g, ofs), c, v[j], tp[j]);
+        else
+            src.load8(src.row(pr, g, ofs), c, v[j]);
+    }
+    if constexpr (has_partials<Src>(0)) {
+        if (src.dpart && cb * 128 < C / 2) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float t = tp[j];
+#pragma unroll
+                for (int o = 8; o; o >>= 1)
+                    t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
+                if (cl == 0)
+                    src.dpart[(long long)(mb * 128 + 8 * rg + j) * (C / 256) + cb] = t;
+            }
+        }
+    }
+}
+
 template <int E, long long C, class Src>
 __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap, unsigned char *colt,
                             unsigned char *colts, const Src src, float *pdst, const float *psrc, const int *ofs)
@@ -408,28 +442,7 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
         const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
         const int g = moec_sched_group_of(ofs, E, mb * 128);
         float v[8][8];
-        [[maybe_unused]] float tp[8]; /* dprobs' partials: has_partials<Src> */
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int pr = mb * 128 + 8 * rg + j;
-            if constexpr (has_partials<Src>(0))
-                src.load8t(src.row(pr, g, ofs), c, v[j], tp[j]);
-            else
-                src.load8(src.row(pr, g, ofs), c, v[j]);
-        }
-        if constexpr (has_partials<Src>(0)) {
-            if (src.dpart && c0 < C / 2) { /* dh's gate half: dprobs' partial of each row and these 128 columns */
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    float t = tp[j];
-#pragma unroll
-                    for (int o = 8; o; o >>= 1)
-                        t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
-                    if (cl == 0)
-                        src.dpart[(long long)(mb * 128 + 8 * rg + j) * (C / 256) + cb] = t;
-                }
-            }
-        }
+        load_tile8<C>(src, v, mb, g, c, cb, ofs);
         if (psrc && cb == 0 && cl == 0) {
 #pragma unroll
             for (int j = 0; j < 8; j++) {
@@ -632,28 +645,7 @@ __device__ void quant_tiles(unsigned char *q, unsigned char *sa, long long rcap,
         const long long cb = it % CB, c0 = cb * 128, c = c0 + 8 * cl;
         const int g = moec_sched_group_of(ofs, E, mb * 128);
         float v[8][8];
-        [[maybe_unused]] float tp[8]; /* dprobs' partials: fp8b::has_partials<Src>, as fp8b::quant_tiles (decision 69) */
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int pr = mb * 128 + 8 * rg + j;
-            if constexpr (fp8b::has_partials<Src>(0))
-                src.load8t(src.row(pr, g, ofs), c, v[j], tp[j]);
-            else
-                src.load8(src.row(pr, g, ofs), c, v[j]);
-        }
-        if constexpr (fp8b::has_partials<Src>(0)) {
-            if (src.dpart && c0 < C / 2) { /* dh's gate half: dprobs' partial of each row and these 128 columns */
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    float t = tp[j];
-#pragma unroll
-                    for (int o = 8; o; o >>= 1)
-                        t = __fadd_rn(t, __shfl_xor_sync(0xffffffffu, t, o));
-                    if (cl == 0)
-                        src.dpart[(long long)(mb * 128 + 8 * rg + j) * (C / 256) + cb] = t;
-                }
-            }
-        }
+        fp8b::load_tile8<C>(src, v, mb, g, c, cb, ofs);
         if (psrc && cb == 0 && cl == 0) {
 #pragma unroll
             for (int j = 0; j < 8; j++) {
