@@ -799,20 +799,22 @@ static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32_TMA;
  * kernel, but slower at every shape (Mixtral dW_gate_up 443 against 649 TFLOP/s, pp/coop 0.68-0.71), so the default
  * stays cooperative; MOEC_FP8_KGEMM=pingpong selects it. */
 static const CudaKgemmSchedule FP8B_KGEMM_SCHEDULE = CUDA_KSCHED_COOPERATIVE;
-static int fp8b_kgemm_pingpong(const Cg *cg)
+static CudaKgemmSchedule fp8b_kgemm_schedule(const Cg *cg)
 {
-    return cg->fp8_kgemm_schedule == CUDA_KSCHED_PINGPONG ||
-           (cg->fp8_kgemm_schedule == CUDA_KSCHED_DEFAULT && FP8B_KGEMM_SCHEDULE == CUDA_KSCHED_PINGPONG);
+    return cg->fp8_kgemm_schedule != CUDA_KSCHED_DEFAULT ? cg->fp8_kgemm_schedule : FP8B_KGEMM_SCHEDULE;
 }
 
 /* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 tokens a stage; tma: the TMA-store epilogue where dW
- * starts 16-byte aligned (dw_byte_offset % 16 == 0), 5 stages of 128 x 128 tiles, or with pingpong 7 of 64 x 128
- * (ping-pong takes the TMA stores only); else the register stores, 6 stages of 128 x 128 */
-static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset, int pingpong)
+ * starts 16-byte aligned (dw_byte_offset % 16 == 0): cooperative 5 stages of 128 x 128 tiles, ping-pong 7 of 64 x 128
+ * (ping-pong takes the TMA stores only), tile (decision 70) 4 of 128 x 128 beside the whole tile's 64 KB of staging;
+ * else the register stores, 6 stages of 128 x 128 */
+static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset,
+                                CudaKgemmSchedule sched)
 {
-    int t = tma && dw_byte_offset % 16 == 0, pp = t && pingpong;
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, pp ? 7 : t ? 5 : 6, GEMM_FP8_BLOCK,
-                      t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp};
+    int t = tma && dw_byte_offset % 16 == 0, pp = t && sched == CUDA_KSCHED_PINGPONG,
+        tt = t && sched == CUDA_KSCHED_TILE;
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, pp ? 7 : tt ? 4 : t ? 5 : 6, GEMM_FP8_BLOCK,
+                      tt ? GEMM_FP8_OUT_F32_TMA_TILE : t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp};
     return s;
 }
 
@@ -888,18 +890,20 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
         return 0;
     }
     GemmFp8Shape m[4] = {fp8b_shape(E, 2 * F, H), fp8b_shape(E, H, F), fp8b_shape(E, F, H), fp8b_shape(E, H, 2 * F)};
-    /* both epilogues and both schedules must fit (which one a launch gets depends on its offset in the output and
-     * on CudaOptions) */
-    GemmFp8Shape k[6] = {fp8b_kshape(E, H, F, 0, 0, 0),    fp8b_kshape(E, 2 * F, H, 0, 0, 0),
-                         fp8b_kshape(E, H, F, 1, 0, 0),    fp8b_kshape(E, 2 * F, H, 1, 0, 0),
-                         fp8b_kshape(E, H, F, 1, 0, 1),    fp8b_kshape(E, 2 * F, H, 1, 0, 1)};
+    /* every epilogue and schedule must fit (which one a launch gets depends on its offset in the output and on
+     * CudaOptions) */
+    const CudaKgemmSchedule C = CUDA_KSCHED_COOPERATIVE, P = CUDA_KSCHED_PINGPONG, T = CUDA_KSCHED_TILE;
+    GemmFp8Shape k[8] = {fp8b_kshape(E, H, F, 0, 0, C), fp8b_kshape(E, 2 * F, H, 0, 0, C),
+                         fp8b_kshape(E, H, F, 1, 0, C), fp8b_kshape(E, 2 * F, H, 1, 0, C),
+                         fp8b_kshape(E, H, F, 1, 0, P), fp8b_kshape(E, 2 * F, H, 1, 0, P),
+                         fp8b_kshape(E, H, F, 1, 0, T), fp8b_kshape(E, 2 * F, H, 1, 0, T)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 8; i++)
         if (!gemm_fp8_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E,
                      err);
@@ -974,10 +978,11 @@ static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *w
 static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int at, int ats, int bt, int bts,
                            int64_t off, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4, fp8b_kgemm_pingpong(cg));
-    const int tma = s.out == GEMM_FP8_OUT_F32_TMA;
+    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4, fp8b_kgemm_schedule(cg));
+    const int tma = gemm_fp8_kgrouped_tma_out(&s), tile = s.out == GEMM_FP8_OUT_F32_TMA_TILE;
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s", suffix, s.stages, tma ? "_tma" : "", s.pingpong ? "_pp" : "");
+    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s", suffix, s.stages, tile ? "_tmat" : tma ? "_tma" : "",
+             s.pingpong ? "_pp" : "");
     fast_begin(cg, f, sfx, what);
     cg_tmap_u8(cg, at, 0, N, f->rcap, gemm_fp8_kgrouped_a_rows(&s), "tma_a");
     cg_tmap_u8(cg, bt, 0, K, f->rcap, 128, "tma_b");
@@ -992,9 +997,9 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, sb, "
                     "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
-    else if (tma)
-        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
-                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
+    else if (tma) /* EPI 0 chunked, 2 the whole tile (decision 70) */
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, %d>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
+                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, tile ? 2 : 0);
     else
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
                     "rows_cap);", s.E, s.N, s.K, s.stages);

@@ -65,7 +65,7 @@ char *gemm_fp8_kgrouped_source_sched(const GemmFp8Shape *s, int sched, const cha
 {
     char inst[256];
     snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_KGROUPED%s_SP(%s, %d, %d, %d, %d, %d, %d)\n",
-             s->out == GEMM_FP8_OUT_F32_TMA ? "_TMA" : "", name, s->E, s->N, s->K, s->stages, sched, s->pingpong);
+             s->out == GEMM_FP8_OUT_F32_TMA ? "_TMA" : s->out == GEMM_FP8_OUT_F32_TMA_TILE ? "_TMAT" : "", name, s->E, s->N, s->K, s->stages, sched, s->pingpong);
     return source_with(inst, extra);
 }
 

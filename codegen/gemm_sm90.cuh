@@ -1393,7 +1393,10 @@ struct GemmFp8MGrouped {
  *   dW [E, N, K] fp32: EPI 1 (GEMM_SM90_KEPI_REGS, the default) 8-byte stores from the accumulator fragment;
  *                      EPI 0 (GEMM_SM90_KEPI_TMA) asynchronous TMA stores through tma_dw (dW viewed [E N, K],
  *                      fp32, box {32, 64}, as GemmKGrouped's EPILOGUE 0: 64 x 32 chunks, two 8 KB staging
- *                      buffers a consumer warpgroup, 32 KB more shared memory, so one stage fewer fits).
+ *                      buffers a consumer warpgroup, 32 KB more shared memory, so one stage fewer fits);
+ *                      EPI 2 (GEMM_FP8_OUT_F32_TMA_TILE, decision 70; cooperative only) the same stores of the whole
+ *                      tile from 64 KB of staging, issued together and waited for only by the next tile's epilogue,
+ *                      so they drain under its main loop (64 KB more: two stages fewer fit than with EPI 1).
  * Tiles 128 (n) x 128 (k), E (N / 128) (K / 128) of them (moec_sched_ktile); per tile, one stage per
  * 128-token block: a 128 x 128 A tile and B tile (the M-grouped FP8 kernel's stage exactly, so the same
  * descriptors and four k32 wgmma per stage), and 128 + 128 scale codes by bulk copies. Warp 1 of the
@@ -1415,7 +1418,9 @@ struct GemmFp8KGrouped {
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
     static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
     static constexpr int OUT_COLS = 32, OUT_CHUNK_BYTES = 64 * OUT_COLS * 4; /* EPI 0: 64 rows x 32 fp32 */
-    static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : 0;
+    /* EPI 0: two 8 KB buffers a consumer warpgroup; EPI 2: the warpgroup's whole 64 x 128 part of the tile (4 chunks) */
+    static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : EPI == 2 ? 8 * OUT_CHUNK_BYTES : 0;
+    static constexpr bool TMA_OUT = EPI == 0 || EPI == 2;
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
     static constexpr int NUM_N = N / TILE_N, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
     /* ping-pong: a band of 2 BAND 64-row blocks covers the rows of BAND 128-row ones */
@@ -1431,12 +1436,13 @@ struct GemmFp8KGrouped {
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
     static_assert(N < 2147483647 / 2 && K < 2147483647 / 2, "the rows of the operands must fit an int coordinate");
-    static_assert(EPI == 0 || EPI == 1, "EPI is 0 (TMA stores) or 1 (stores from registers)");
+    static_assert(EPI == 0 || EPI == 1 || EPI == 2,
+                  "EPI is 0 (TMA stores, chunked), 1 (stores from registers) or 2 (TMA stores of the whole tile)");
     static_assert(SCHED == 0 || SCHED == 1, "SCHED is 0 (pipelined promotion) or 1 (the pairs of decision 45)");
     static constexpr int BODY = 4; /* SCHED 0: stages per MOEC_FP8_PIPE body; a group's last steps % 4 in a tail */
-    static_assert(EPI != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
+    static_assert(!TMA_OUT || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
 
-    /* shared-memory map (base 1024-aligned): the A ring, the B ring, the fp32 staging buffers (EPI 0; all three
+    /* shared-memory map (base 1024-aligned): the A ring, the B ring, the fp32 staging buffers (EPI 0, 2; all three
      * 1024-aligned for the 128-byte swizzle), the scale codes, the decoded scales, the barriers */
     __device__ static __forceinline__ unsigned a_at(unsigned base, int s) { return base + s * A_BYTES; }
     __device__ static __forceinline__ unsigned b_at(unsigned base, int s) { return base + STAGES * A_BYTES + s * B_BYTES; }
@@ -1503,7 +1509,7 @@ struct GemmFp8KGrouped {
         }
     }
 
-    /* EPI 1 (tma_dw unused: nullptr) or EPI 0 */
+    /* EPI 1 (tma_dw unused: nullptr), EPI 0 or 2 */
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, float *dw, const void *sa,
                                                const void *sb, const int *offsets, int rows_cap,
                                                const TmaDesc *tma_dw = nullptr)
@@ -1529,7 +1535,7 @@ struct GemmFp8KGrouped {
             if (warp == 0 && elect_one()) {
                 tma_prefetch_desc(&tma_a);
                 tma_prefetch_desc(&tma_b);
-                if constexpr (EPI == 0)
+                if constexpr (TMA_OUT)
                     tma_prefetch_desc(tma_dw);
                 int stage = 0;
                 unsigned phase = 0;
@@ -1716,6 +1722,36 @@ struct GemmFp8KGrouped {
                             bulk_commit();
                         }
                     }
+                } else if constexpr (EPI == 2) {
+                    /* decision 70: the warpgroup's 64 x 128 fp32 (4 chunks of 64 x 32, the same swizzled layout as EPI
+                     * 0) into its own 32 KB, then the four stores issued at once; they drain under the next tile's main
+                     * loop, and only the next tile's epilogue waits for them to have read the staging (16 stages at
+                     * the plans' shapes later: in practice never) */
+                    const int tid = threadIdx.x % 128, q = lane % 4, rr = wq * 16 + lane / 4;
+                    const int row0 = g * N + nb * TILE_N + half * 64;
+                    const unsigned buf0 = out_at(base) + c * 4 * OUT_CHUNK_BYTES;
+                    if (tid == 0)
+                        bulk_wait_read<0>();
+                    named_barrier(1 + c, 128);
+#pragma unroll
+                    for (int cc = 0; cc < 128 / OUT_COLS; cc++) {
+                        const unsigned buf = buf0 + cc * OUT_CHUNK_BYTES;
+#pragma unroll
+                        for (int jj = 0; jj < OUT_COLS / 8; jj++) {
+                            const int j = cc * (OUT_COLS / 8) + jj;
+                            const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (rr & 7)) * 16) + 8 * (q & 1));
+                            st_shared_f32x2(buf + rr * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
+                            st_shared_f32x2(buf + (rr + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
+                        }
+                    }
+                    fence_proxy_async();
+                    named_barrier(1 + c, 128);
+                    if (tid == 0) {
+#pragma unroll
+                        for (int cc = 0; cc < 128 / OUT_COLS; cc++)
+                            tma_store_2d(tma_dw, buf0 + cc * OUT_CHUNK_BYTES, kb * 128 + cc * OUT_COLS, row0);
+                        bulk_commit();
+                    }
                 } else {
                     float *p0 =
                         dw + ((long long)g * N + (long long)nb * TILE_N + r) * K + (long long)kb * 128 + 2 * (lane % 4);
@@ -1726,7 +1762,7 @@ struct GemmFp8KGrouped {
                     }
                 }
             }
-            if constexpr (EPI == 0) {
+            if constexpr (TMA_OUT) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
@@ -1833,6 +1869,16 @@ struct GemmFp8KGrouped {
              const int *offsets, int rows_cap)                                                               \
     {                                                                                                         \
         moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
+                                                                                 rows_cap, &tma_dw);          \
+    }
+/* The same with the whole-tile TMA stores (EPI 2, decision 70; cooperative only): the same arguments */
+#define MOEC_SM90_GEMM_FP8_KGROUPED_TMAT_SP(NAME, E, N, K, STAGES, SCHED, PINGPONG)                         \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
+             const int *offsets, int rows_cap)                                                               \
+    {                                                                                                         \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 2, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
                                                                                  rows_cap, &tma_dw);          \
     }
 #define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, SCHED)                                      \

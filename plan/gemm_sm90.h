@@ -80,7 +80,10 @@ typedef struct GemmFp8Shape {
  * kernel runs the pairs in both */
 enum { GEMM_FP8_SCHED_PIPE = 0, GEMM_FP8_SCHED_PAIRS = 1 };
 enum { GEMM_FP8_BLOCK = 0, GEMM_FP8_MX = 1 };
-enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1, GEMM_FP8_OUT_F32_TMA = 2 /* K-grouped only */ };
+/* GEMM_FP8_OUT_F32_TMA_TILE (K-grouped, cooperative only, decision 70): the TMA stores of a whole 128 x 128 tile
+ * through 64 KB of staging, issued at once and drained under the next tile's main loop */
+enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1, GEMM_FP8_OUT_F32_TMA = 2 /* K-grouped only */,
+       GEMM_FP8_OUT_F32_TMA_TILE = 3 /* K-grouped only */ };
 /* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits. */
 int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
 /* 1024 + stages * (32768 + 128 (fp8-block) or + 512 + 512 + 4096 (MXFP8)) (+ 32768 bf16 out) + 24 stages */
@@ -91,12 +94,16 @@ int gemm_fp8_smem_bytes(const GemmFp8Shape *s);
  * within each group and stored transposed (dY^T [N, rows_cap], X^T [K, rows_cap] E4M3, the tokens
  * contiguous; scales [rows_cap / 128][N or K], gemm_sm90_sched.h moec_fp8_kgrouped_s_index), promotion
  * every 128 tokens. The same GemmFp8Shape: mode GEMM_FP8_BLOCK; out GEMM_FP8_OUT_F32 (stores from registers)
- * or GEMM_FP8_OUT_F32_TMA (TMA stores through shared memory: 32 KB more, dW 16-byte aligned, E N < 2^31);
+ * or GEMM_FP8_OUT_F32_TMA (TMA stores through shared memory: 32 KB more, dW 16-byte aligned, E N < 2^31) or
+ * GEMM_FP8_OUT_F32_TMA_TILE (the same through 64 KB: a tile's stores never waited for within the tile);
  * tiles 128 x 128 (pingpong 0) or 64 x 128 (pingpong 1), one stage per 128 tokens. */
 /* 1, or 0 with why: E, N, K positive, N % 128, K % 128, mode, out, pingpong 0 or 1 (1 with GEMM_FP8_OUT_F32_TMA
  * only), E N K < 2^40, the ring fits. */
+/* 1 when out is one of the TMA-store epilogues (a tma_dw map is passed: GEMM_FP8_OUT_F32_TMA, _TMA_TILE) */
+int gemm_fp8_kgrouped_tma_out(const GemmFp8Shape *s);
 int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
-/* 1024 + stages * (A + 16384 + A / 128 + 128 + 1024) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA), A = 16384
+/* 1024 + stages * (A + 16384 + A / 128 + 128 + 1024) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA, + 65536 for
+ * GEMM_FP8_OUT_F32_TMA_TILE), A = 16384
  * (cooperative) or 8192 (ping-pong: a stage holds one warpgroup's 64 rows of dY^T) */
 int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s);
 /* the rows of dY^T a stage (and the tensor map tma_a's box) holds: 128, or 64 for ping-pong */

@@ -784,6 +784,9 @@ typedef struct KCfg {
 /* ping-pong (decision 56): 64 x 128 tiles a consumer warpgroup, 24 KB stages, 7 beside the TMA stores' 32 KB (the
  * only epilogue it takes) */
 #define FP8KTP(E, N, K) {E, N, K, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 1}
+/* decision 70: the whole tile's TMA stores from 64 KB of staging, drained under the next tile's main loop; 4 stages */
+#define FP8KTT(E, N, K) {E, N, K, 4, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA_TILE, 0}
+#define U4(r) {r, r, r, r}
 static const KCfg kcfgs[] = {
     {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 0},
     {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, NULL, 0},
@@ -833,23 +836,48 @@ static const KCfg kcfgs[] = {
     {"kblock_mixtral_dw_down_tma_pp", FP8KTP(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
     {"kblock_bio_dw_up_tma_pp", FP8KTP(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
     {"kblock_bio_dw_down_tma_pp", FP8KTP(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
+    /* decision 70: the whole-tile stores, every element against the definition and bit for bit against the chunked
+     * TMA-store kernel on the same inputs (the same main loop: only where the fp32 tile waits differs); grids of 7
+     * and 5 blocks give each block 10-96 tiles, so the wait for the previous tile's stores is exercised with
+     * stores still in flight; groups of 0, 1, 127 ... rows (every tail, empty groups' zero tiles) */
+    {"kblock_ragged_tmat", FP8KTT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_tma", 7},
+    {"kblock_ragged_tmat_1tile", FP8KTT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_tma", 0},
+    {"kblock_ragged_b_tmat", FP8KTT(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, "kblock_ragged_b_tma",
+     5},
+    {"kblock_ragged_b_tmat_pairs", FP8KTT(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PAIRS,
+     "kblock_ragged_b_tma", 1},
+    {"kblock_ragged_mixtral_dw_down_tmat", FP8KTT(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000},
+     PIPE, "kblock_ragged_mixtral_dw_down", 0},
+    {"kblock_mixtral_dw_gate_up_tmat", FP8KTT(8, 28672, 4096), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_gate_up_tma", 0},
+    {"kblock_mixtral_dw_down_tmat", FP8KTT(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
+    {"kblock_bio_dw_up_tmat", FP8KTT(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
+    {"kblock_bio_dw_down_tmat", FP8KTT(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
+    /* the per-tile cost measured: Mixtral's dW_gate_up with the same tokens in 4 groups of 4096 (32 stages a tile,
+     * half the tiles and half the fp32 dW), both epilogues */
+    {"kblock_mixtral_dw_gate_up_g4_tma", FP8KT(4, 28672, 4096), 1, 0, U4(4096), PIPE, NULL, 0},
+    {"kblock_mixtral_dw_gate_up_g4_tmat", FP8KTT(4, 28672, 4096), 1, 0, U4(4096), PIPE,
+     "kblock_mixtral_dw_gate_up_g4_tma", 0},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
-/* GEMM_FP8_ONLY for the K-grouped configs: the names listed; the word "pingpong" lists the ping-pong rows and their
- * cooperative twins (decision 56's A/B in one short run) */
+/* the configs a keyword of GEMM_FP8_ONLY names: "pingpong" the ping-pong rows, "tile" the whole-tile stores' rows
+ * (decision 70) and the g4 rows */
+static int kkeyword(const char *only, const KCfg *c)
+{
+    return (name_listed(only, "pingpong") && c->s.pingpong) ||
+           (name_listed(only, "tile") && (c->s.out == GEMM_FP8_OUT_F32_TMA_TILE || strstr(c->name, "_g4_")));
+}
+
+/* GEMM_FP8_ONLY for the K-grouped configs: the names listed; a keyword (kkeyword) lists its rows and their twins
+ * (decision 56's or 70's A/B in one short run) */
 static int klisted(const char *only, const KCfg *c)
 {
     if (!only || !*only)
         return 1;
-    if (name_listed(only, c->name))
-        return 1;
-    if (!name_listed(only, "pingpong"))
-        return 0;
-    if (c->s.pingpong)
+    if (name_listed(only, c->name) || kkeyword(only, c))
         return 1;
     for (int j = 0; j < NKCFG; j++)
-        if (kcfgs[j].s.pingpong && kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0)
+        if (kkeyword(only, &kcfgs[j]) && kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0)
             return 1;
     return 0;
 }
@@ -1104,7 +1132,7 @@ static void klaunch_into(const KCfg *c, const char *dir, int sms, CUdeviceptr A,
     CUtensorMap ta, tb, tdw;
     if (!gemm_fp8_kgrouped_tensor_maps(s, A, B, rows_cap, &ta, &tb, err, sizeof err))
         die(c->name, err);
-    const int tma_epi = s->out == GEMM_FP8_OUT_F32_TMA;
+    const int tma_epi = gemm_fp8_kgrouped_tma_out(s);
     if (tma_epi && !gemm_fp8_kgrouped_dw_map(s, D, &tdw, err, sizeof err))
         die(c->name, err);
     int rc_int = (int)rows_cap;
@@ -1165,7 +1193,7 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
     CUtensorMap ta, tb, tdw;
     if (!gemm_fp8_kgrouped_tensor_maps(s, A, B, rows_cap, &ta, &tb, err, sizeof err))
         die(c->name, err);
-    const int tma_epi = s->out == GEMM_FP8_OUT_F32_TMA;
+    const int tma_epi = gemm_fp8_kgrouped_tma_out(s);
     if (tma_epi && !gemm_fp8_kgrouped_dw_map(s, D, &tdw, err, sizeof err))
         die(c->name, err);
     int rc_int = (int)rows_cap;

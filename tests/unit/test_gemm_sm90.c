@@ -617,6 +617,22 @@ static void test_fp8_kgrouped(void)
           "ping-pong, register stores: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&pp2, err, sizeof err) && strstr(err, "pingpong"), "pingpong 2: %s", err);
     CHECK(!gemm_fp8_check_shape(&mpp, err, sizeof err) && strstr(err, "ping-pong"), "M-grouped pingpong: %s", err);
+    /* the whole-tile TMA stores (decision 70): 64 KB of staging, 4 stages fit and 5 do not; cooperative only; the
+     * M-grouped kernel takes none */
+    GemmFp8Shape tt4 = gu, tt5 = gu, ttpp = pp7, mtt = gu;
+    tt4.out = tt5.out = ttpp.out = mtt.out = GEMM_FP8_OUT_F32_TMA_TILE;
+    tt4.stages = 4;
+    tt5.stages = 5;
+    ttpp.stages = 4;
+    CHECK(gemm_fp8_kgrouped_check_shape(&tt4, err, sizeof err) && gemm_fp8_kgrouped_tma_out(&tt4) &&
+              gemm_fp8_kgrouped_tma_out(&tma5) && !gemm_fp8_kgrouped_tma_out(&gu) &&
+              gemm_fp8_kgrouped_smem_bytes(&tt4) == 1024 + 4 * (32768 + 128 + 128 + 1024) + 4 * 24 + 65536,
+          "whole-tile TMA stores, 4 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&tt4), err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&tt5, err, sizeof err) && strstr(err, "shared memory"),
+          "whole-tile TMA stores, 5 stages: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&ttpp, err, sizeof err) && strstr(err, "ping-pong"),
+          "whole-tile TMA stores with ping-pong: %s", err);
+    CHECK(!gemm_fp8_check_shape(&mtt, err, sizeof err), "M-grouped with the whole-tile stores refused");
 
     /* the transposed operands' scales [rows_cap / 128][cols]: a 128-token block's codes for 128 columns from a
      * multiple of 128 are 128 contiguous bytes, 16-byte aligned for cols % 16 == 0, every index hit once */
@@ -643,11 +659,16 @@ static void test_fp8_kgrouped(void)
     oddpp.E = oddk.E;
     oddpp.N = oddk.N;
     oddpp.K = oddk.K;
-    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7};
+    GemmFp8Shape oddtt = tt4;
+    oddtt.E = oddk.E;
+    oddtt.N = oddk.N;
+    oddtt.K = oddk.K;
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7, tt4, oddtt, tt4};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
-        /* 3 and 6: decisions 45's pairs (the others the pipelined promotion, decision 51); 4-6 ping-pong */
-        char *src = i == 3 || i == 6 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
+        /* 3, 6 and 9: decisions 45's pairs (the others the pipelined promotion, decision 51); 4-6 ping-pong; 7-9 the
+         * whole-tile stores (decision 70) */
+        char *src = i == 3 || i == 6 || i == 9 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
                                      : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
