@@ -76,6 +76,8 @@ static const Cfg cfgs[] = {
     {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
     {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
     {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
+    /* the backward's data gradient of gate_up (dxs = dY W: K = 2F), the layer's longest FP8 GEMM */
+    {"block_mixtral_dxs", {8, 4096, 28672, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
     {"block_bio_up", {16, 5632, 1024, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
     {"block_bio_down", {16, 1024, 2816, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
     {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32, 0}, 1, 0, U8(2048), PIPE},
