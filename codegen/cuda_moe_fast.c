@@ -780,7 +780,7 @@ static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(
  * staging buffers: decision 36), bf16 out through TMA stores */
 static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0};
     return s;
 }
 
@@ -807,14 +807,15 @@ static CudaKgemmSchedule fp8b_kgemm_schedule(const Cg *cg)
 /* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 tokens a stage; tma: the TMA-store epilogue where dW
  * starts 16-byte aligned (dw_byte_offset % 16 == 0): cooperative 5 stages of 128 x 128 tiles, ping-pong 7 of 64 x 128
  * (ping-pong takes the TMA stores only), tile (decision 70) 4 of 128 x 128 beside the whole tile's 64 KB of staging;
- * else the register stores, 6 stages of 128 x 128 */
+ * else the register stores, 6 stages of 128 x 128. wide (decision 70, where K % 256 == 0): 128 x 256 tiles, 3 stages
+ * beside the TMA stores' 32 KB or 4 with the register stores. */
 static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset,
                                 CudaKgemmSchedule sched)
 {
     int t = tma && dw_byte_offset % 16 == 0, pp = t && sched == CUDA_KSCHED_PINGPONG,
-        tt = t && sched == CUDA_KSCHED_TILE;
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, pp ? 7 : tt ? 4 : t ? 5 : 6, GEMM_FP8_BLOCK,
-                      tt ? GEMM_FP8_OUT_F32_TMA_TILE : t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp};
+        tt = t && sched == CUDA_KSCHED_TILE, w = sched == CUDA_KSCHED_WIDE && K % 256 == 0;
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, w ? (t ? 3 : 4) : pp ? 7 : tt ? 4 : t ? 5 : 6, GEMM_FP8_BLOCK,
+                      tt ? GEMM_FP8_OUT_F32_TMA_TILE : t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp, w};
     return s;
 }
 
@@ -822,7 +823,7 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
  * scales take 4 KB a stage more than fp8-block's: 6 do not fit beside the bf16 staging buffers) */
 static GemmFp8Shape mx_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0};
     return s;
 }
 
@@ -892,18 +893,21 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
     GemmFp8Shape m[4] = {fp8b_shape(E, 2 * F, H), fp8b_shape(E, H, F), fp8b_shape(E, F, H), fp8b_shape(E, H, 2 * F)};
     /* every epilogue and schedule must fit (which one a launch gets depends on its offset in the output and on
      * CudaOptions) */
-    const CudaKgemmSchedule C = CUDA_KSCHED_COOPERATIVE, P = CUDA_KSCHED_PINGPONG, T = CUDA_KSCHED_TILE;
-    GemmFp8Shape k[8] = {fp8b_kshape(E, H, F, 0, 0, C), fp8b_kshape(E, 2 * F, H, 0, 0, C),
-                         fp8b_kshape(E, H, F, 1, 0, C), fp8b_kshape(E, 2 * F, H, 1, 0, C),
-                         fp8b_kshape(E, H, F, 1, 0, P), fp8b_kshape(E, 2 * F, H, 1, 0, P),
-                         fp8b_kshape(E, H, F, 1, 0, T), fp8b_kshape(E, 2 * F, H, 1, 0, T)};
+    const CudaKgemmSchedule C = CUDA_KSCHED_COOPERATIVE, P = CUDA_KSCHED_PINGPONG, T = CUDA_KSCHED_TILE,
+                            W = CUDA_KSCHED_WIDE;
+    GemmFp8Shape k[] = {fp8b_kshape(E, H, F, 0, 0, C), fp8b_kshape(E, 2 * F, H, 0, 0, C),
+                        fp8b_kshape(E, H, F, 1, 0, C), fp8b_kshape(E, 2 * F, H, 1, 0, C),
+                        fp8b_kshape(E, H, F, 1, 0, P), fp8b_kshape(E, 2 * F, H, 1, 0, P),
+                        fp8b_kshape(E, H, F, 1, 0, T), fp8b_kshape(E, 2 * F, H, 1, 0, T),
+                        fp8b_kshape(E, H, F, 0, 0, W), fp8b_kshape(E, 2 * F, H, 0, 0, W),
+                        fp8b_kshape(E, H, F, 1, 0, W), fp8b_kshape(E, 2 * F, H, 1, 0, W)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (int i = 0; i < 8; i++)
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
         if (!gemm_fp8_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E,
                      err);
@@ -981,11 +985,11 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4, fp8b_kgemm_schedule(cg));
     const int tma = gemm_fp8_kgrouped_tma_out(&s), tile = s.out == GEMM_FP8_OUT_F32_TMA_TILE;
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s", suffix, s.stages, tile ? "_tmat" : tma ? "_tma" : "",
-             s.pingpong ? "_pp" : "");
+    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s%s", suffix, s.stages, tile ? "_tmat" : tma ? "_tma" : "",
+             s.pingpong ? "_pp" : "", s.wide ? "_w256" : "");
     fast_begin(cg, f, sfx, what);
     cg_tmap_u8(cg, at, 0, N, f->rcap, gemm_fp8_kgrouped_a_rows(&s), "tma_a");
-    cg_tmap_u8(cg, bt, 0, K, f->rcap, 128, "tma_b");
+    cg_tmap_u8(cg, bt, 0, K, f->rcap, gemm_fp8_kgrouped_b_rows(&s), "tma_b");
     if (tma)
         cg_tmap_f32(cg, f->n->id, off, f->E * N, K, 64, "tma_dw");
     cg_out(cg, f->n, "out");
@@ -994,7 +998,10 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
     cg_i64(cg, off, "dw_off"); /* dW's place in the output: past dxs and dprobs, so it scales with the batch */
-    if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
+    if (s.wide) /* (BAND 16, SCHED 0, PINGPONG 0: the defaults) */
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, %d, 16, 0, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, "
+                    "sb, offsets, rows_cap%s);", s.E, s.N, s.K, s.stages, tma ? 0 : 1, tma ? ", &tma_dw" : "");
+    else if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, sb, "
                     "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
     else if (tma) /* EPI 0 chunked, 2 the whole tile (decision 70) */

@@ -1408,13 +1408,17 @@ struct GemmFp8MGrouped {
  * while q is promoted; one promotion in 4 alone), its last steps % 4 in a body of 3, 2 or 1. SCHED 1: stages in
  * pairs into t0, t1 (t0's promotion overlaps t1's wgmma), a group's odd last block alone. fb is stored in
  * fp8_fb_slot's order (16-byte loads). Registers per consumer thread: acc 64 + t0 64 + t1 64. */
-template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0, int PINGPONG = 0>
+template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0, int PINGPONG = 0, int WIDE = 0>
 struct GemmFp8KGrouped {
     static constexpr int BLOCK = 128, THREADS = 384;
     /* the rows of dW (n) a tile covers: 128 (both consumer warpgroups, 64 each) or, ping-pong, 64 (one warpgroup) */
     static constexpr int TILE_N = PINGPONG ? 64 : 128;
-    static constexpr int A_BYTES = TILE_N * 128, B_BYTES = 128 * 128;
-    static constexpr int SA_BYTES = TILE_N, SB_BYTES = 128, FS_BYTES = 1024; /* fa [128] + fb [128] fp32 */
+    /* its columns (k): 128, or WIDE (decision 70) 256, each consumer warpgroup's 64 x 256 as two 64 x 128 halves
+     * through one temporary set (acc 128 + t 64 registers): a stage's B tile serves twice the MACs, so the operands'
+     * L2 requests per MAC fall by a quarter */
+    static constexpr int TILE_K = WIDE ? 256 : 128;
+    static constexpr int A_BYTES = TILE_N * 128, B_BYTES = TILE_K * 128;
+    static constexpr int SA_BYTES = TILE_N, SB_BYTES = TILE_K, FS_BYTES = 512 + 4 * TILE_K; /* fa [128] + fb [TILE_K] */
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
     static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
     static constexpr int OUT_COLS = 32, OUT_CHUNK_BYTES = 64 * OUT_COLS * 4; /* EPI 0: 64 rows x 32 fp32 */
@@ -1422,13 +1426,15 @@ struct GemmFp8KGrouped {
     static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : EPI == 2 ? 8 * OUT_CHUNK_BYTES : 0;
     static constexpr bool TMA_OUT = EPI == 0 || EPI == 2;
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
-    static constexpr int NUM_N = N / TILE_N, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
+    static constexpr int NUM_N = N / TILE_N, NUM_K = K / TILE_K, TILES = E * NUM_N * NUM_K;
     /* ping-pong: a band of 2 BAND 64-row blocks covers the rows of BAND 128-row ones */
     static constexpr int SCHED_BAND = PINGPONG ? 2 * BAND : BAND;
-    static constexpr int ACC = 64;
+    static constexpr int ACC = 64, ACC_ALL = WIDE ? 128 : 64; /* a promotion group's; a thread's part of the tile */
     /* the warps that free a slot: both consumer warpgroups (cooperative), the one owning the tile (ping-pong) */
     static constexpr int CONSUMER_WARPS = PINGPONG ? 4 : 8;
-    static_assert(N % 128 == 0 && K % 128 == 0, "N and K must be multiples of 128");
+    static_assert(N % 128 == 0 && K % TILE_K == 0, "N must be a multiple of 128, K of the tile's 128 or 256 columns");
+    static_assert(WIDE == 0 || (WIDE == 1 && PINGPONG == 0 && SCHED == 0 && EPI != 2),
+                  "WIDE 1: cooperative, SCHED 0, stores from registers or chunked TMA stores");
     static_assert(PINGPONG == 0 || PINGPONG == 1, "PINGPONG is 0 (cooperative 128 x 128 tiles) or 1 (64 x 128 a warpgroup)");
     /* (with the register stores ptxas spills two scalars into the main loop; the TMA stores are what overlaps) */
     static_assert(PINGPONG == 0 || EPI == 0, "the ping-pong schedule takes the TMA-store epilogue (EPI 0)");
@@ -1476,11 +1482,11 @@ struct GemmFp8KGrouped {
     }
 
     /* the stage in slot st into t: four k32 steps (32 tokens each); half: the 64 rows of the stage's A tile (0 for
-     * ping-pong, whose A tile is 64 rows) */
-    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int half)
+     * ping-pong, whose A tile is 64 rows); hb: the 128 columns of the stage's B tile (WIDE: 0 or 1) */
+    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int half, int hb = 0)
     {
         const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
-        const unsigned long long db = desc_sw128(b_at(base, st));
+        const unsigned long long db = desc_sw128(b_at(base, st) + hb * (128 * 128));
         wgmma_fence();
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -1488,24 +1494,28 @@ struct GemmFp8KGrouped {
         wgmma_commit();
     }
 
-    /* acc += t . fb[col] . fa[row] for the stage in slot st */
-    __device__ static __forceinline__ void promote(float (&acc)[ACC], const float (&t)[ACC], unsigned base, int st,
+    /* acc += t . fb[col] . fa[row] for the stage in slot st; HB: the 128 columns of a WIDE tile t holds (its
+     * accumulators acc[64 HB ..], its scales fb[128 HB ..]: fp8_fb_slot(128 HB + c) = 128 HB + fp8_fb_slot(c)) */
+    template <int HB = 0, int NA>
+    __device__ static __forceinline__ void promote(float (&acc)[NA], const float (&t)[ACC], unsigned base, int st,
                                                    int r, int lane)
     {
-        const unsigned fa = fs_at(base, st), fb = fa + 512;
+        static_assert(64 * (HB + 1) <= NA, "promote: HB past the accumulators");
+        constexpr int O = 64 * HB;
+        const unsigned fa = fs_at(base, st), fb = fa + 512 + 4 * 128 * HB;
         const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
 #pragma unroll
         for (int j = 0; j < ACC / 4; j += 2) {
             float b0, b1, b2, b3; /* columns 8 j + 2 (lane % 4), + 1 and 8 (j + 1) + 2 (lane % 4), + 1 */
             ld_shared_f32x4(fb + 4 * fp8_fb_slot(8 * j + 2 * (lane % 4)), b0, b1, b2, b3);
-            acc[4 * j + 0] = __fmaf_rn(t[4 * j + 0] * b0, a0, acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(t[4 * j + 1] * b1, a0, acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(t[4 * j + 2] * b0, a1, acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(t[4 * j + 3] * b1, a1, acc[4 * j + 3]);
-            acc[4 * j + 4] = __fmaf_rn(t[4 * j + 4] * b2, a0, acc[4 * j + 4]);
-            acc[4 * j + 5] = __fmaf_rn(t[4 * j + 5] * b3, a0, acc[4 * j + 5]);
-            acc[4 * j + 6] = __fmaf_rn(t[4 * j + 6] * b2, a1, acc[4 * j + 6]);
-            acc[4 * j + 7] = __fmaf_rn(t[4 * j + 7] * b3, a1, acc[4 * j + 7]);
+            acc[O + 4 * j + 0] = __fmaf_rn(t[4 * j + 0] * b0, a0, acc[O + 4 * j + 0]);
+            acc[O + 4 * j + 1] = __fmaf_rn(t[4 * j + 1] * b1, a0, acc[O + 4 * j + 1]);
+            acc[O + 4 * j + 2] = __fmaf_rn(t[4 * j + 2] * b0, a1, acc[O + 4 * j + 2]);
+            acc[O + 4 * j + 3] = __fmaf_rn(t[4 * j + 3] * b1, a1, acc[O + 4 * j + 3]);
+            acc[O + 4 * j + 4] = __fmaf_rn(t[4 * j + 4] * b2, a0, acc[O + 4 * j + 4]);
+            acc[O + 4 * j + 5] = __fmaf_rn(t[4 * j + 5] * b3, a0, acc[O + 4 * j + 5]);
+            acc[O + 4 * j + 6] = __fmaf_rn(t[4 * j + 6] * b2, a1, acc[O + 4 * j + 6]);
+            acc[O + 4 * j + 7] = __fmaf_rn(t[4 * j + 7] * b3, a1, acc[O + 4 * j + 7]);
         }
     }
 
@@ -1549,12 +1559,13 @@ struct GemmFp8KGrouped {
                         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
                         mbar_arrive_expect_tx(fb, TX_BYTES);
                         tma_load_2d(a_at(base, stage), &tma_a, fb, row, nb * TILE_N);
-                        tma_load_2d(b_at(base, stage), &tma_b, fb, row, kb * 128);
+                        tma_load_2d(b_at(base, stage), &tma_b, fb, row, kb * TILE_K);
                         bulk_load(sa_at(base, stage),
                                   (const unsigned char *)sa + moec_fp8_kgrouped_s_index(row, nb * TILE_N, N), SA_BYTES,
                                   fb);
                         bulk_load(sb_at(base, stage),
-                                  (const unsigned char *)sb + moec_fp8_kgrouped_s_index(row, kb * 128, K), SB_BYTES, fb);
+                                  (const unsigned char *)sb + moec_fp8_kgrouped_s_index(row, kb * TILE_K, K), SB_BYTES,
+                                  fb);
                         if (++stage == STAGES) {
                             stage = 0;
                             phase ^= 1;
@@ -1576,13 +1587,18 @@ struct GemmFp8KGrouped {
                         /* (ping-pong: 64 row codes, lanes 0-15) */
                         const bool has_a = 4 * lane < SA_BYTES;
                         const unsigned wa = has_a ? ld_shared_u32(sa_at(base, stage) + 4 * lane) : 0u;
-                        const unsigned wb = ld_shared_u32(sb_at(base, stage) + 4 * lane);
                         const unsigned fs = fs_at(base, stage);
 #pragma unroll
-                        for (int k = 0; k < 4; k++) {
+                        for (int k = 0; k < 4; k++)
                             if (has_a)
                                 st_shared_f32(fs + 4 * (4 * lane + k), e8m0((wa >> (8 * k)) & 255u));
-                            st_shared_f32(fs + 512 + 4 * fp8_fb_slot(4 * lane + k), e8m0((wb >> (8 * k)) & 255u));
+#pragma unroll
+                        for (int w = 0; w < TILE_K / 128; w++) { /* (WIDE: columns 128 w ..) */
+                            const unsigned wb = ld_shared_u32(sb_at(base, stage) + 128 * w + 4 * lane);
+#pragma unroll
+                            for (int k = 0; k < 4; k++)
+                                st_shared_f32(fs + 512 + 4 * fp8_fb_slot(128 * w + 4 * lane + k),
+                                              e8m0((wb >> (8 * k)) & 255u));
                         }
                         __syncwarp();
                         if (lane == 0)
@@ -1607,7 +1623,7 @@ struct GemmFp8KGrouped {
             const int c = wg - 1, wq = warp % 4;
             const int half = PINGPONG ? 0 : c;            /* the 64 rows of the stage's A tile this warpgroup takes */
             const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
-            float acc[ACC], t0[ACC], t1[ACC];
+            float acc[ACC_ALL], t0[ACC], t1[ACC];
             int ist = 0, rst = 0; /* the slot of the next stage to issue, of the next to promote */
             unsigned iph = 0;
             for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
@@ -1627,7 +1643,7 @@ struct GemmFp8KGrouped {
                         named_barrier(3 + c, 256); /* the other warpgroup has issued tile j - 1 */
                 }
 #pragma unroll
-                for (int i = 0; i < ACC; i++)
+                for (int i = 0; i < ACC_ALL; i++)
                     acc[i] = 0.0f;
                 /* ping-pong: after the tile's last issue, tile j + 1 (the other warpgroup's) may start its issues while
                  * this one promotes and stores */
@@ -1653,7 +1669,30 @@ struct GemmFp8KGrouped {
         if (++rst == STAGES)                                                                                \
             rst = 0;                                                                                        \
     } while (0)
-                if constexpr (SCHED == 0) {
+                if constexpr (WIDE) {
+                    /* decision 70: a stage's two column halves one after the other through t0 (acc 128 + t0 64
+                     * registers: no second set for a pipeline); this warpgroup's promotions run under the other
+                     * warpgroup's wgmma, as the two work on the same stage */
+                    for (int i = 0; i < steps; i++) {
+                        mbar_wait(full_bar + 8 * ist, iph);
+                        mbar_wait(ready_bar + 8 * ist, iph);
+                        issue(t0, base, ist, half, 0);
+                        wgmma_wait<0>();
+                        reg_fence(t0);
+                        promote<0>(acc, t0, base, ist, r, lane);
+                        issue(t0, base, ist, half, 1);
+                        wgmma_wait<0>();
+                        reg_fence(t0);
+                        promote<1>(acc, t0, base, ist, r, lane);
+                        __syncwarp();
+                        if (lane == 0)
+                            mbar_arrive(empty_bar + 8 * ist);
+                        if (++ist == STAGES) {
+                            ist = 0;
+                            iph ^= 1;
+                        }
+                    }
+                } else if constexpr (SCHED == 0) {
                     /* pipelined (decision 51): BODY stages per body, stage q + 1 in flight while q is
                      * promoted (one promotion in BODY alone); the group's last steps % BODY stages by an
                      * unrolled body of their own count (a runtime count inside a body serialises) */
@@ -1702,7 +1741,7 @@ struct GemmFp8KGrouped {
                     const int row0 = g * N + nb * TILE_N + half * 64;
                     const unsigned out_buf = out_at(base);
 #pragma unroll
-                    for (int cc = 0; cc < 128 / OUT_COLS; cc++) {
+                    for (int cc = 0; cc < TILE_K / OUT_COLS; cc++) {
                         /* warpgroup c's two buffers and named barrier 1 + c */
                         const unsigned buf = out_buf + (c * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
                         if (tid == 0)
@@ -1718,7 +1757,7 @@ struct GemmFp8KGrouped {
                         fence_proxy_async();
                         named_barrier(1 + c, 128);
                         if (tid == 0) {
-                            tma_store_2d(tma_dw, buf, kb * 128 + cc * OUT_COLS, row0);
+                            tma_store_2d(tma_dw, buf, kb * TILE_K + cc * OUT_COLS, row0);
                             bulk_commit();
                         }
                     }
@@ -1754,9 +1793,9 @@ struct GemmFp8KGrouped {
                     }
                 } else {
                     float *p0 =
-                        dw + ((long long)g * N + (long long)nb * TILE_N + r) * K + (long long)kb * 128 + 2 * (lane % 4);
+                        dw + ((long long)g * N + (long long)nb * TILE_N + r) * K + (long long)kb * TILE_K + 2 * (lane % 4);
 #pragma unroll
-                    for (int j = 0; j < ACC / 4; j++) {
+                    for (int j = 0; j < ACC_ALL / 4; j++) {
                         st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
                         st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
                     }
@@ -1880,6 +1919,24 @@ struct GemmFp8KGrouped {
     {                                                                                                         \
         moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 2, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
                                                                                  rows_cap, &tma_dw);          \
+    }
+/* The same with 128 x 256 tiles (WIDE 1, decision 70; cooperative, pipelined promotion n/a): EPI 0 (the TMA-store
+ * arguments above, tma_b's box 256 rows) or EPI 1 (the register-store arguments) */
+#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE_TMA(NAME, E, N, K, STAGES)                                       \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
+             const int *offsets, int rows_cap)                                                               \
+    {                                                                                                         \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, 0, 0, 1>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap, \
+                                                                         &tma_dw);                          \
+    }
+#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE(NAME, E, N, K, STAGES)                                           \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             float *dw, const void *sa, const void *sb, const int *offsets, int rows_cap)                     \
+    {                                                                                                         \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1, 16, 0, 0, 1>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap); \
     }
 #define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, SCHED)                                      \
     MOEC_SM90_GEMM_FP8_KGROUPED_TMA_SP(NAME, E, N, K, STAGES, SCHED, 0)

@@ -128,11 +128,12 @@ int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
 }
 
 int gemm_fp8_kgrouped_a_rows(const GemmFp8Shape *s) { return s->pingpong ? 64 : 128; }
+int gemm_fp8_kgrouped_b_rows(const GemmFp8Shape *s) { return s->wide ? 256 : 128; }
 
 int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s)
 {
-    const int a = gemm_fp8_kgrouped_a_rows(s);
-    return 1024 + s->stages * (a * 128 + 128 * 128 + a + 128 + 1024) + 24 * s->stages +
+    const int a = gemm_fp8_kgrouped_a_rows(s), c = gemm_fp8_kgrouped_b_rows(s);
+    return 1024 + s->stages * (a * 128 + c * 128 + a + c + 512 + 4 * c) + 24 * s->stages +
            (s->out == GEMM_FP8_OUT_F32_TMA ? 4 * 64 * 32 * 4 : s->out == GEMM_FP8_OUT_F32_TMA_TILE ? 8 * 64 * 32 * 4 : 0);
 }
 
@@ -157,6 +158,14 @@ int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errle
     else if (s->pingpong && s->out != GEMM_FP8_OUT_F32_TMA)
         snprintf(err, errlen, "the ping-pong FP8 K-grouped kernel writes dW through TMA stores only (out 2), not out %d",
                  s->out);
+    else if (s->wide != 0 && s->wide != 1)
+        snprintf(err, errlen, "wide is 0 (128 x 128 tiles) or 1 (128 x 256), not %d", s->wide);
+    else if (s->wide && (s->pingpong || s->out == GEMM_FP8_OUT_F32_TMA_TILE))
+        snprintf(err, errlen, "the 128 x 256 tiles are cooperative with stores from registers or chunked TMA stores "
+                              "(out 1 or 2), not pingpong %d out %d",
+                 s->pingpong, s->out);
+    else if (s->wide && s->K % 256)
+        snprintf(err, errlen, "K %d must be a multiple of 256 for the 128 x 256 tiles", s->K);
     else if (gemm_fp8_kgrouped_tma_out(s) && (long long)s->E * s->N >= 2147483647ll)
         snprintf(err, errlen, "E * N = %lld rows of dW do not fit the TMA store's int coordinate",
                  (long long)s->E * s->N);

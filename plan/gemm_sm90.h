@@ -73,6 +73,8 @@ typedef struct GemmFp8Shape {
     int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
     int pingpong; /* K-grouped only (0 for the M-grouped kernel): 0 cooperative 128 x 128 tiles, 1 ping-pong (64 x 128
                    * tiles, one per consumer warpgroup, the two alternating main loop and epilogue: decision 56) */
+    int wide;     /* K-grouped only: 1 for 128 x 256 tiles (decision 70: cooperative, out 1 or 2, K % 256, B's box 256
+                   * rows), 0 for 128 x 128 */
 } GemmFp8Shape;
 /* the promotion schedule of both FP8 kernels (decision 51; codegen/gemm_sm90.h gemm_fp8_source_sched):
  * GEMM_FP8_SCHED_PIPE (the default: one group always in flight while the one before it is promoted) or
@@ -102,11 +104,13 @@ int gemm_fp8_smem_bytes(const GemmFp8Shape *s);
 /* 1 when out is one of the TMA-store epilogues (a tma_dw map is passed: GEMM_FP8_OUT_F32_TMA, _TMA_TILE) */
 int gemm_fp8_kgrouped_tma_out(const GemmFp8Shape *s);
 int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
-/* 1024 + stages * (A + 16384 + A / 128 + 128 + 1024) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA, + 65536 for
- * GEMM_FP8_OUT_F32_TMA_TILE), A = 16384
+/* 1024 + stages * (A + 128 C + A / 128 + C + 512 + 4 C) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA, + 65536 for
+ * GEMM_FP8_OUT_F32_TMA_TILE), C = 128 (256 wide), A = 16384
  * (cooperative) or 8192 (ping-pong: a stage holds one warpgroup's 64 rows of dY^T) */
 int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s);
 /* the rows of dY^T a stage (and the tensor map tma_a's box) holds: 128, or 64 for ping-pong */
 int gemm_fp8_kgrouped_a_rows(const GemmFp8Shape *s);
+/* the rows of X^T a stage (and tma_b's box) holds: the tile's columns of dW, 128, or 256 wide */
+int gemm_fp8_kgrouped_b_rows(const GemmFp8Shape *s);
 
 #endif

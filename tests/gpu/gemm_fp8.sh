@@ -21,7 +21,8 @@
 # short run, no bf16 anchors): GEMM_FP8_ONLY=pingpong.
 # Decision 70: the kblock_*_tmat rows run the whole-tile TMA stores (64 KB of staging, 4 stages), each bit for bit
 # against its chunked twin; the kblock_*_g4_* rows Mixtral's dW_gate_up in 4 groups of 4096 tokens (the per-tile
-# cost); a table of their own last. Only those and their twins: GEMM_FP8_ONLY=tile.
+# cost); a table of their own last. Only those and their twins: GEMM_FP8_ONLY=tile. The kblock_*_w and _wr rows run
+# 128 x 256 tiles (decision 70), bit for bit against their 128 x 128 twins; only those: GEMM_FP8_ONLY=wide.
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
@@ -95,18 +96,19 @@ if grep -q '^kblock_' "$OUT/gemm_fp8.log"; then
       "${fpp:--}" "${fms:--}" "${pms:--}" "${bms:--}" "$r"
   done
 fi
-# decision 70: the whole-tile TMA stores against the chunked ones (both cooperative, same inputs), and the g4 rows
-# (the same tokens in 4 groups of 4096: half the tiles, each twice as long); "tile/coop" > 1 is faster
-if grep -q '^kblock_.*_tmat ' "$OUT/gemm_fp8.log"; then
+# decision 70: the whole-tile TMA stores (_tmat) and the 128 x 256 tiles (_w: chunked TMA stores, _wr: stores from
+# registers) against the chunked 128 x 128 kernel (same inputs), TFLOP/s; the g4 rows (the same tokens in 4 groups
+# of 4096: half the tiles, each twice as long); the ratios > 1 are faster
+if grep -q '^kblock_.*_\(tmat\|w\|wr\) ' "$OUT/gemm_fp8.log"; then
   echo
-  printf '%-26s %10s %10s %10s %10s %9s\n' "wgrad (decision 70)" "TF chunked" "TF tile" "ms chunked" "ms tile" "tile/coop"
+  printf '%-24s %9s %9s %9s %9s %9s %9s %9s\n' "wgrad (decision 70)" "chunked" "tile" "w256" "w256 reg" "ms chunk" \
+    "tile/ch" "w256/ch"
   for f8 in mixtral_dw_gate_up mixtral_dw_down bio_dw_up bio_dw_down mixtral_dw_gate_up_g4; do
-    ft=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
-    fms=$(awk -v n="kblock_${f8}_tma" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
-    tt=$(awk -v n="kblock_${f8}_tmat" '$1==n && $6 ~ /PASS|FAIL/ {print $8}' "$OUT/gemm_fp8.log")
-    tms=$(awk -v n="kblock_${f8}_tmat" '$1==n && $6 ~ /PASS|FAIL/ {print $7}' "$OUT/gemm_fp8.log")
-    r=$(awk -v x="${tt:-0}" -v y="${ft:-0}" 'BEGIN{if (y>0 && x>0) printf "%.3f", x/y; else print "-"}')
-    printf '%-26s %10s %10s %10s %10s %9s\n' "$f8" "${ft:--}" "${tt:--}" "${fms:--}" "${tms:--}" "$r"
+    v() { awk -v n="kblock_${f8}_$1" -v c="$2" '$1==n && $6 ~ /PASS|FAIL/ {print $c}' "$OUT/gemm_fp8.log"; }
+    ft=$(v tma 8) fms=$(v tma 7) tt=$(v tmat 8) w=$(v w 8) wr=$(v wr 8)
+    r() { awk -v x="${1:-0}" -v y="${ft:-0}" 'BEGIN{if (y>0 && x>0) printf "%.3f", x/y; else print "-"}'; }
+    printf '%-24s %9s %9s %9s %9s %9s %9s %9s\n' "$f8" "${ft:--}" "${tt:--}" "${w:--}" "${wr:--}" "${fms:--}" \
+      "$(r "$tt")" "$(r "$w")"
   done
 fi
 echo "checks: $(grep -c -- '-> PASS' "$OUT/gemm_fp8.log") passed, $(grep -c -- '-> FAIL' "$OUT/gemm_fp8.log") failed (rc $rc); seed $SEED"
