@@ -1730,6 +1730,14 @@ struct GemmFp8KGrouped {
                 }
 #undef MOEC_FP8K_ISSUE
 #undef MOEC_FP8K_PROMOTE
+                if constexpr (WIDE) {
+                    /* the tile's coordinates again for the epilogue, from a copy of t the compiler cannot see through:
+                     * so g, nb and kb are not live over the main loop (with them live ptxas spilled 5 registers a
+                     * stage there at 232) */
+                    int tt = t;
+                    asm volatile("" : "+r"(tt));
+                    moec_sched_ktile(tt, NUM_N, NUM_K, SCHED_BAND, &g, &nb, &kb);
+                }
                 if (PINGPONG && steps == 0 && t + (int)gridDim.x < TILES)
                     named_barrier_arrive(3 + (c ^ 1), 256); /* an empty group's tile: nothing issued, zeros stored */
                 if constexpr (EPI == 0) {
