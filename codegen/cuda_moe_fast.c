@@ -813,7 +813,8 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
                                 CudaKgemmSchedule sched)
 {
     int t = tma && dw_byte_offset % 16 == 0, pp = t && sched == CUDA_KSCHED_PINGPONG,
-        tt = t && sched == CUDA_KSCHED_TILE, w = sched == CUDA_KSCHED_WIDE && K % 256 == 0;
+        tt = t && sched == CUDA_KSCHED_TILE,
+        w = K % 256 ? 0 : sched == CUDA_KSCHED_WIDE ? 1 : sched == CUDA_KSCHED_WIDE4 ? 2 : 0;
     GemmFp8Shape s = {(int)E, (int)N, (int)K, w ? (t ? 3 : 4) : pp ? 7 : tt ? 4 : t ? 5 : 6, GEMM_FP8_BLOCK,
                       tt ? GEMM_FP8_OUT_F32_TMA_TILE : t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp, w};
     return s;
@@ -894,13 +895,14 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
     /* every epilogue and schedule must fit (which one a launch gets depends on its offset in the output and on
      * CudaOptions) */
     const CudaKgemmSchedule C = CUDA_KSCHED_COOPERATIVE, P = CUDA_KSCHED_PINGPONG, T = CUDA_KSCHED_TILE,
-                            W = CUDA_KSCHED_WIDE;
+                            W = CUDA_KSCHED_WIDE, Q = CUDA_KSCHED_WIDE4;
     GemmFp8Shape k[] = {fp8b_kshape(E, H, F, 0, 0, C), fp8b_kshape(E, 2 * F, H, 0, 0, C),
                         fp8b_kshape(E, H, F, 1, 0, C), fp8b_kshape(E, 2 * F, H, 1, 0, C),
                         fp8b_kshape(E, H, F, 1, 0, P), fp8b_kshape(E, 2 * F, H, 1, 0, P),
                         fp8b_kshape(E, H, F, 1, 0, T), fp8b_kshape(E, 2 * F, H, 1, 0, T),
                         fp8b_kshape(E, H, F, 0, 0, W), fp8b_kshape(E, 2 * F, H, 0, 0, W),
-                        fp8b_kshape(E, H, F, 1, 0, W), fp8b_kshape(E, 2 * F, H, 1, 0, W)};
+                        fp8b_kshape(E, H, F, 1, 0, W), fp8b_kshape(E, 2 * F, H, 1, 0, W),
+                        fp8b_kshape(E, H, F, 1, 0, Q), fp8b_kshape(E, 2 * F, H, 1, 0, Q)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
@@ -986,7 +988,7 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     const int tma = gemm_fp8_kgrouped_tma_out(&s), tile = s.out == GEMM_FP8_OUT_F32_TMA_TILE;
     char sfx[96];
     snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s%s", suffix, s.stages, tile ? "_tmat" : tma ? "_tma" : "",
-             s.pingpong ? "_pp" : "", s.wide ? "_w256" : "");
+             s.pingpong ? "_pp" : "", s.wide == 1 ? "_w256" : s.wide == 2 ? "_q256" : "");
     fast_begin(cg, f, sfx, what);
     cg_tmap_u8(cg, at, 0, N, f->rcap, gemm_fp8_kgrouped_a_rows(&s), "tma_a");
     cg_tmap_u8(cg, bt, 0, K, f->rcap, gemm_fp8_kgrouped_b_rows(&s), "tma_b");
@@ -999,8 +1001,8 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     cg_i32(cg, f->rcap, "rows_cap");
     cg_i64(cg, off, "dw_off"); /* dW's place in the output: past dxs and dprobs, so it scales with the batch */
     if (s.wide) /* (BAND 16, SCHED 0, PINGPONG 0: the defaults) */
-        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, %d, 16, 0, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, "
-                    "sb, offsets, rows_cap%s);", s.E, s.N, s.K, s.stages, tma ? 0 : 1, tma ? ", &tma_dw" : "");
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, %d, 16, 0, 0, %d>::run(tma_a, tma_b, out + dw_off, "
+                    "sa, sb, offsets, rows_cap%s);", s.E, s.N, s.K, s.stages, tma ? 0 : 1, s.wide, tma ? ", &tma_dw" : "");
     else if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, sb, "
                     "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);

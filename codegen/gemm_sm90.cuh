@@ -1414,8 +1414,9 @@ struct GemmFp8KGrouped {
     /* the rows of dW (n) a tile covers: 128 (both consumer warpgroups, 64 each) or, ping-pong, 64 (one warpgroup) */
     static constexpr int TILE_N = PINGPONG ? 64 : 128;
     /* its columns (k): 128, or WIDE (decision 70) 256, each consumer warpgroup's 64 x 256 as two 64 x 128 halves
-     * through one temporary set (acc 128 + t 64 registers): a stage's B tile serves twice the MACs, so the operands'
-     * L2 requests per MAC fall by a quarter */
+     * through one temporary set (WIDE 1: acc 128 + t 64 registers) or as four 64 x 64 quarters through two (WIDE 2,
+     * pipelined: acc 128 + 2 x 32): a stage's B tile serves twice the MACs, so the operands' L2 requests per MAC
+     * fall by a quarter */
     static constexpr int TILE_K = WIDE ? 256 : 128;
     static constexpr int A_BYTES = TILE_N * 128, B_BYTES = TILE_K * 128;
     static constexpr int SA_BYTES = TILE_N, SB_BYTES = TILE_K, FS_BYTES = 512 + 4 * TILE_K; /* fa [128] + fb [TILE_K] */
@@ -1430,11 +1431,12 @@ struct GemmFp8KGrouped {
     /* ping-pong: a band of 2 BAND 64-row blocks covers the rows of BAND 128-row ones */
     static constexpr int SCHED_BAND = PINGPONG ? 2 * BAND : BAND;
     static constexpr int ACC = 64, ACC_ALL = WIDE ? 128 : 64; /* a promotion group's; a thread's part of the tile */
+    static constexpr int ACC_T = WIDE == 2 ? 32 : 64;          /* a temporary set's */
     /* the warps that free a slot: both consumer warpgroups (cooperative), the one owning the tile (ping-pong) */
     static constexpr int CONSUMER_WARPS = PINGPONG ? 4 : 8;
     static_assert(N % 128 == 0 && K % TILE_K == 0, "N must be a multiple of 128, K of the tile's 128 or 256 columns");
-    static_assert(WIDE == 0 || (WIDE == 1 && PINGPONG == 0 && SCHED == 0 && EPI != 2),
-                  "WIDE 1: cooperative, SCHED 0, stores from registers or chunked TMA stores");
+    static_assert(WIDE == 0 || ((WIDE == 1 || WIDE == 2) && PINGPONG == 0 && SCHED == 0 && EPI != 2),
+                  "WIDE 1 or 2: cooperative, SCHED 0, stores from registers or chunked TMA stores");
     static_assert(PINGPONG == 0 || PINGPONG == 1, "PINGPONG is 0 (cooperative 128 x 128 tiles) or 1 (64 x 128 a warpgroup)");
     /* (with the register stores ptxas spills two scalars into the main loop; the TMA stores are what overlaps) */
     static_assert(PINGPONG == 0 || EPI == 0, "the ping-pong schedule takes the TMA-store epilogue (EPI 0)");
@@ -1492,6 +1494,39 @@ struct GemmFp8KGrouped {
         for (int i = 0; i < 4; i++)
             wgmma_m64n128k32_e4m3(t, da + 2 * i, db + 2 * i, i != 0);
         wgmma_commit();
+    }
+
+    /* WIDE 2: the stage's 64 B columns 64 p .. into t (an 8 KB step in the swizzled B tile: 64 rows of 128 bytes) */
+    __device__ static __forceinline__ void issue_q(float (&t)[32], unsigned base, int st, int half, int p)
+    {
+        const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
+        const unsigned long long db = desc_sw128(b_at(base, st) + p * (64 * 128));
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            wgmma_m64n64k32_e4m3(t, da + 2 * i, db + 2 * i, i != 0);
+        wgmma_commit();
+    }
+    /* WIDE 2: acc += t . fb . fa for columns 64 p .. (fragments j = 8 p ..: acc[32 p ..], fb from slot 64 p) */
+    __device__ static __forceinline__ void promote_q(float (&acc)[ACC_ALL], const float (&t)[32], unsigned base, int st,
+                                                     int r, int lane, int p)
+    {
+        const unsigned fa = fs_at(base, st), fb = fa + 512 + 4 * 64 * p;
+        const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+            float b0, b1, b2, b3;
+            ld_shared_f32x4(fb + 4 * fp8_fb_slot(8 * j + 2 * (lane % 4)), b0, b1, b2, b3);
+            float *x = acc + 32 * p + 4 * j;
+            x[0] = __fmaf_rn(t[4 * j + 0] * b0, a0, x[0]);
+            x[1] = __fmaf_rn(t[4 * j + 1] * b1, a0, x[1]);
+            x[2] = __fmaf_rn(t[4 * j + 2] * b0, a1, x[2]);
+            x[3] = __fmaf_rn(t[4 * j + 3] * b1, a1, x[3]);
+            x[4] = __fmaf_rn(t[4 * j + 4] * b2, a0, x[4]);
+            x[5] = __fmaf_rn(t[4 * j + 5] * b3, a0, x[5]);
+            x[6] = __fmaf_rn(t[4 * j + 6] * b2, a1, x[6]);
+            x[7] = __fmaf_rn(t[4 * j + 7] * b3, a1, x[7]);
+        }
     }
 
     /* acc += t . fb[col] . fa[row] for the stage in slot st; HB: the 128 columns of a WIDE tile t holds (its
@@ -1623,7 +1658,7 @@ struct GemmFp8KGrouped {
             const int c = wg - 1, wq = warp % 4;
             const int half = PINGPONG ? 0 : c;            /* the 64 rows of the stage's A tile this warpgroup takes */
             const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
-            float acc[ACC_ALL], t0[ACC], t1[ACC];
+            float acc[ACC_ALL], t0[ACC_T], t1[ACC_T];
             int ist = 0, rst = 0; /* the slot of the next stage to issue, of the next to promote */
             unsigned iph = 0;
             for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
@@ -1669,7 +1704,30 @@ struct GemmFp8KGrouped {
         if (++rst == STAGES)                                                                                \
             rst = 0;                                                                                        \
     } while (0)
-                if constexpr (WIDE) {
+                if constexpr (WIDE == 2) {
+                    /* decision 70: a stage's four column quarters through t0, t1 (32 each), pipelined: quarter p + 1's
+                     * wgmma run while p is promoted, the stage's last promotion alone */
+                    for (int i = 0; i < steps; i++) {
+                        mbar_wait(full_bar + 8 * ist, iph);
+                        mbar_wait(ready_bar + 8 * ist, iph);
+#define MOEC_FP8K_QIS(T, Q) issue_q(T, base, ist, half, (Q))
+#define MOEC_FP8K_QPR(T, Q)                                                                                 \
+    do {                                                                                                    \
+        reg_fence(T);                                                                                       \
+        promote_q(acc, T, base, ist, r, lane, (Q));                                                         \
+    } while (0)
+                        MOEC_FP8_PIPE(4, MOEC_FP8K_QIS, MOEC_FP8K_QPR);
+#undef MOEC_FP8K_QIS
+#undef MOEC_FP8K_QPR
+                        __syncwarp();
+                        if (lane == 0)
+                            mbar_arrive(empty_bar + 8 * ist);
+                        if (++ist == STAGES) {
+                            ist = 0;
+                            iph ^= 1;
+                        }
+                    }
+                } else if constexpr (WIDE == 1) {
                     /* decision 70: a stage's two column halves one after the other through t0 (acc 128 + t0 64
                      * registers: no second set for a pipeline); this warpgroup's promotions run under the other
                      * warpgroup's wgmma, as the two work on the same stage */
@@ -1928,23 +1986,24 @@ struct GemmFp8KGrouped {
         moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 2, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
                                                                                  rows_cap, &tma_dw);          \
     }
-/* The same with 128 x 256 tiles (WIDE 1, decision 70; cooperative, pipelined promotion n/a): EPI 0 (the TMA-store
+/* The same with 128 x 256 tiles (WIDE 1 halves or 2 quarters, decision 70; cooperative): EPI 0 (the TMA-store
  * arguments above, tma_b's box 256 rows) or EPI 1 (the register-store arguments) */
-#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE_TMA(NAME, E, N, K, STAGES)                                       \
+#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE_TMA(NAME, E, N, K, STAGES, WIDE)                                 \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
              const int *offsets, int rows_cap)                                                               \
     {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, 0, 0, 1>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap, \
-                                                                         &tma_dw);                          \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, 0, 0, WIDE>::run(tma_a, tma_b, dw, sa, sb, offsets,     \
+                                                                            rows_cap, &tma_dw);             \
     }
-#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE(NAME, E, N, K, STAGES)                                           \
+#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE(NAME, E, N, K, STAGES, WIDE)                                     \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
              float *dw, const void *sa, const void *sb, const int *offsets, int rows_cap)                     \
     {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1, 16, 0, 0, 1>::run(tma_a, tma_b, dw, sa, sb, offsets, rows_cap); \
+        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1, 16, 0, 0, WIDE>::run(tma_a, tma_b, dw, sa, sb, offsets,     \
+                                                                            rows_cap);                      \
     }
 #define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, SCHED)                                      \
     MOEC_SM90_GEMM_FP8_KGROUPED_TMA_SP(NAME, E, N, K, STAGES, SCHED, 0)

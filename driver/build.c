@@ -32,7 +32,7 @@ static int mgemm_schedule_from_env(CudaMgemmSchedule *out, char *err, size_t err
 }
 
 /* MOEC_KGEMM (environment): the same for the bf16 weight-gradient (K-grouped) GEMMs, "cooperative" or "pingpong";
- * MOEC_FP8_KGEMM (var, fp8 1) for fp8-block's FP8 K-grouped ones (decision 56), which also take "tile" and "wide" (decision 70). */
+ * MOEC_FP8_KGEMM (var, fp8 1) for fp8-block's FP8 K-grouped ones (decision 56), which also take "tile", "wide" and "wide4" (decision 70). */
 static int kgemm_schedule_from_env(const char *var, int fp8, CudaKgemmSchedule *out, char *err, size_t errlen)
 {
     const char *v = getenv(var);
@@ -47,8 +47,10 @@ static int kgemm_schedule_from_env(const char *var, int fp8, CudaKgemmSchedule *
         *out = CUDA_KSCHED_TILE;
     else if (fp8 && strcmp(v, "wide") == 0)
         *out = CUDA_KSCHED_WIDE;
+    else if (fp8 && strcmp(v, "wide4") == 0)
+        *out = CUDA_KSCHED_WIDE4;
     else {
-        snprintf(err, errlen, fp8 ? "%s is 'cooperative', 'tile', 'wide' or 'pingpong', not '%s'"
+        snprintf(err, errlen, fp8 ? "%s is 'cooperative', 'tile', 'wide', 'wide4' or 'pingpong', not '%s'"
                                   : "%s is 'cooperative' or 'pingpong', not '%s'", var, v);
         return 0;
     }

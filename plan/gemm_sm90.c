@@ -158,8 +158,8 @@ int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errle
     else if (s->pingpong && s->out != GEMM_FP8_OUT_F32_TMA)
         snprintf(err, errlen, "the ping-pong FP8 K-grouped kernel writes dW through TMA stores only (out 2), not out %d",
                  s->out);
-    else if (s->wide != 0 && s->wide != 1)
-        snprintf(err, errlen, "wide is 0 (128 x 128 tiles) or 1 (128 x 256), not %d", s->wide);
+    else if (s->wide < 0 || s->wide > 2)
+        snprintf(err, errlen, "wide is 0 (128 x 128 tiles), 1 or 2 (128 x 256: halves, quarters), not %d", s->wide);
     else if (s->wide && (s->pingpong || s->out == GEMM_FP8_OUT_F32_TMA_TILE))
         snprintf(err, errlen, "the 128 x 256 tiles are cooperative with stores from registers or chunked TMA stores "
                               "(out 1 or 2), not pingpong %d out %d",

@@ -73,8 +73,9 @@ typedef struct GemmFp8Shape {
     int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
     int pingpong; /* K-grouped only (0 for the M-grouped kernel): 0 cooperative 128 x 128 tiles, 1 ping-pong (64 x 128
                    * tiles, one per consumer warpgroup, the two alternating main loop and epilogue: decision 56) */
-    int wide;     /* K-grouped only: 1 for 128 x 256 tiles (decision 70: cooperative, out 1 or 2, K % 256, B's box 256
-                   * rows), 0 for 128 x 128 */
+    int wide;     /* K-grouped only: 1 or 2 for 128 x 256 tiles (decision 70: cooperative, out 1 or 2, K % 256, B's box
+                   * 256 rows; a warpgroup's 64 x 256 as two halves through one temporary, or as four quarters
+                   * pipelined through two), 0 for 128 x 128 */
 } GemmFp8Shape;
 /* the promotion schedule of both FP8 kernels (decision 51; codegen/gemm_sm90.h gemm_fp8_source_sched):
  * GEMM_FP8_SCHED_PIPE (the default: one group always in flight while the one before it is promoted) or

@@ -793,6 +793,7 @@ typedef struct KCfg {
  * from registers (4) */
 #define FP8KW(E, N, K) {E, N, K, 3, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0, 1}
 #define FP8KWR(E, N, K) {E, N, K, 4, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 1}
+#define FP8KQ(E, N, K) {E, N, K, 3, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0, 2} /* quarters, pipelined */
 static const KCfg kcfgs[] = {
     {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 0},
     {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, NULL, 0},
@@ -879,6 +880,14 @@ static const KCfg kcfgs[] = {
     {"kblock_mixtral_dw_down_wr", FP8KWR(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
     {"kblock_bio_dw_up_w", FP8KW(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
     {"kblock_bio_dw_down_w", FP8KW(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
+    {"kblock_ragged_q", FP8KQ(6, 256, 512), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_w", 7},
+    {"kblock_ragged_b_q", FP8KQ(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, "kblock_ragged_b_tma", 5},
+    {"kblock_ragged_mixtral_dw_down_q", FP8KQ(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE,
+     "kblock_ragged_mixtral_dw_down", 0},
+    {"kblock_mixtral_dw_gate_up_q", FP8KQ(8, 28672, 4096), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_gate_up_tma", 0},
+    {"kblock_mixtral_dw_down_q", FP8KQ(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
+    {"kblock_bio_dw_up_q", FP8KQ(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
+    {"kblock_bio_dw_down_q", FP8KQ(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
@@ -888,7 +897,7 @@ static int kkeyword(const char *only, const KCfg *c)
 {
     return (name_listed(only, "pingpong") && c->s.pingpong) ||
            (name_listed(only, "tile") && (c->s.out == GEMM_FP8_OUT_F32_TMA_TILE || strstr(c->name, "_g4_"))) ||
-           (name_listed(only, "wide") && c->s.wide);
+           (name_listed(only, "wide") && c->s.wide != 0);
 }
 
 /* GEMM_FP8_ONLY for the K-grouped configs: the names listed; a keyword (kkeyword) lists its rows and their twins

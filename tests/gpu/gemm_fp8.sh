@@ -22,7 +22,8 @@
 # Decision 70: the kblock_*_tmat rows run the whole-tile TMA stores (64 KB of staging, 4 stages), each bit for bit
 # against its chunked twin; the kblock_*_g4_* rows Mixtral's dW_gate_up in 4 groups of 4096 tokens (the per-tile
 # cost); a table of their own last. Only those and their twins: GEMM_FP8_ONLY=tile. The kblock_*_w and _wr rows run
-# 128 x 256 tiles (decision 70), bit for bit against their 128 x 128 twins; only those: GEMM_FP8_ONLY=wide.
+# 128 x 256 tiles (decision 70: _w halves, _wr the same with register stores, _q quarters pipelined), bit for bit
+# against their 128 x 128 twins; only those: GEMM_FP8_ONLY=wide.
 set -uo pipefail
 MODE=all
 case "${1:-}" in --build-only) MODE=build; shift;; --run-only) MODE=run; shift;; esac
@@ -99,16 +100,16 @@ fi
 # decision 70: the whole-tile TMA stores (_tmat) and the 128 x 256 tiles (_w: chunked TMA stores, _wr: stores from
 # registers) against the chunked 128 x 128 kernel (same inputs), TFLOP/s; the g4 rows (the same tokens in 4 groups
 # of 4096: half the tiles, each twice as long); the ratios > 1 are faster
-if grep -q '^kblock_.*_\(tmat\|w\|wr\) ' "$OUT/gemm_fp8.log"; then
+if grep -q '^kblock_.*_\(tmat\|w\|wr\|q\) ' "$OUT/gemm_fp8.log"; then
   echo
-  printf '%-24s %9s %9s %9s %9s %9s %9s %9s\n' "wgrad (decision 70)" "chunked" "tile" "w256" "w256 reg" "ms chunk" \
-    "tile/ch" "w256/ch"
+  printf '%-24s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' "wgrad (decision 70)" "chunked" "tile" "w256" "w256 reg" \
+    "q256" "ms chunk" "tile/ch" "w256/ch" "q256/ch"
   for f8 in mixtral_dw_gate_up mixtral_dw_down bio_dw_up bio_dw_down mixtral_dw_gate_up_g4; do
     v() { awk -v n="kblock_${f8}_$1" -v c="$2" '$1==n && $6 ~ /PASS|FAIL/ {print $c}' "$OUT/gemm_fp8.log"; }
-    ft=$(v tma 8) fms=$(v tma 7) tt=$(v tmat 8) w=$(v w 8) wr=$(v wr 8)
+    ft=$(v tma 8) fms=$(v tma 7) tt=$(v tmat 8) w=$(v w 8) wr=$(v wr 8) q=$(v q 8)
     r() { awk -v x="${1:-0}" -v y="${ft:-0}" 'BEGIN{if (y>0 && x>0) printf "%.3f", x/y; else print "-"}'; }
-    printf '%-24s %9s %9s %9s %9s %9s %9s %9s\n' "$f8" "${ft:--}" "${tt:--}" "${w:--}" "${wr:--}" "${fms:--}" \
-      "$(r "$tt")" "$(r "$w")"
+    printf '%-24s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n' "$f8" "${ft:--}" "${tt:--}" "${w:--}" "${wr:--}" "${q:--}" \
+      "${fms:--}" "$(r "$tt")" "$(r "$w")" "$(r "$q")"
   done
 fi
 echo "checks: $(grep -c -- '-> PASS' "$OUT/gemm_fp8.log") passed, $(grep -c -- '-> FAIL' "$OUT/gemm_fp8.log") failed (rc $rc); seed $SEED"

@@ -637,7 +637,7 @@ static void test_fp8_kgrouped(void)
      * the register stores; cooperative only, not with the whole-tile stores, K % 256 */
     GemmFp8Shape w3 = tma5, w4 = tma5, wr4 = gu, wr5 = gu, wpp = pp7, wtt = tt4, wk = tma5, w2 = tma5;
     w3.wide = w4.wide = wr4.wide = wr5.wide = wpp.wide = wtt.wide = wk.wide = 1;
-    w2.wide = 2;
+    w2.wide = 3;
     w3.stages = 3;
     w4.stages = wr4.stages = 4;
     wr5.stages = 5;
@@ -656,7 +656,7 @@ static void test_fp8_kgrouped(void)
     CHECK(!gemm_fp8_kgrouped_check_shape(&wtt, err, sizeof err) && strstr(err, "256"),
           "128 x 256 tiles with the whole-tile stores: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&wk, err, sizeof err) && strstr(err, "multiple of 256"), "K %% 256: %s", err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&w2, err, sizeof err) && strstr(err, "wide"), "wide 2: %s", err);
+    CHECK(!gemm_fp8_kgrouped_check_shape(&w2, err, sizeof err) && strstr(err, "wide"), "wide 3: %s", err);
 
     /* the transposed operands' scales [rows_cap / 128][cols]: a 128-token block's codes for 128 columns from a
      * multiple of 128 are 128 contiguous bytes, 16-byte aligned for cols % 16 == 0, every index hit once */
@@ -691,11 +691,13 @@ static void test_fp8_kgrouped(void)
     oddw.E = 6;
     oddw.N = 384;
     oddw.K = 768;
-    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7, tt4, oddtt, tt4, w3, wr4, oddw};
+    GemmFp8Shape q3 = w3, oddq = oddw;
+    q3.wide = oddq.wide = 2;
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7, tt4, oddtt, tt4, w3, wr4, oddw, q3, oddq};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
         /* 3, 6 and 9: decisions 45's pairs (the others the pipelined promotion, decision 51); 4-6 ping-pong; 7-9 the
-         * whole-tile stores (decision 70); 10-12 the 128 x 256 tiles (decision 70) */
+         * whole-tile stores (decision 70); 10-14 the 128 x 256 tiles (decision 70: halves, quarters) */
         char *src = i == 3 || i == 6 || i == 9 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
                                      : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
         NvrtcOutput out;
