@@ -47,17 +47,8 @@ typedef enum CudaMgemmSchedule {
 } CudaMgemmSchedule;
 
 /* The same for the K-grouped (weight-gradient) GEMMs: cooperative or ping-pong with 128 x 128 tiles per consumer
- * warpgroup (FAST_KGEMM_SCHEDULE); MOEC_KGEMM=cooperative|pingpong in the driver's environment. CUDA_KSCHED_TILE
- * and CUDA_KSCHED_WIDE are the FP8 kernel's only (MOEC_FP8_KGEMM=tile|wide|wide4, decision 70): cooperative, a whole
- * tile's fp32 stores drained under the next tile's main loop; cooperative 128 x 256 tiles. */
-typedef enum CudaKgemmSchedule {
-    CUDA_KSCHED_DEFAULT,
-    CUDA_KSCHED_COOPERATIVE,
-    CUDA_KSCHED_PINGPONG,
-    CUDA_KSCHED_TILE,
-    CUDA_KSCHED_WIDE,
-    CUDA_KSCHED_WIDE4
-} CudaKgemmSchedule;
+ * warpgroup (FAST_KGEMM_SCHEDULE); MOEC_KGEMM=cooperative|pingpong in the driver's environment. */
+typedef enum CudaKgemmSchedule { CUDA_KSCHED_DEFAULT, CUDA_KSCHED_COOPERATIVE, CUDA_KSCHED_PINGPONG } CudaKgemmSchedule;
 
 /* The bf16 fast expert MLP backward's dSwiGLU (decision 60): in the epilogue of the da GEMM (da never stored) or
  * the separate kernel after a GEMM that stores da; the default per launch (cuda_moe_fast.c dswiglu_fused: the
@@ -91,11 +82,8 @@ typedef struct CudaOptions {
 
     /* fp8-block's FP8 K-grouped weight-gradient GEMMs (GemmFp8KGrouped, decision 56): the default
      * (codegen/cuda_moe_fast.c FP8B_KGEMM_SCHEDULE), cooperative 128 x 128 tiles, or ping-pong with 64 x 128 tiles per
-     * consumer warpgroup (taken where the TMA-store epilogue is: dW 16-byte aligned), or cooperative with the whole
-     * tile's TMA stores drained under the next tile (CUDA_KSCHED_TILE, decision 70; also where dW is 16-byte aligned),
-     * or cooperative 128 x 256 tiles (CUDA_KSCHED_WIDE: halves, CUDA_KSCHED_WIDE4: quarters, decision 70; where K %
-     * 256 == 0); MOEC_FP8_KGEMM=cooperative|tile|wide|wide4|pingpong in the driver's environment, independent of MOEC_KGEMM (the bf16
-     * K-grouped GEMMs) */
+     * consumer warpgroup (taken where the TMA-store epilogue is: dW 16-byte aligned); MOEC_FP8_KGEMM=cooperative|pingpong
+     * in the driver's environment, independent of MOEC_KGEMM (the bf16 K-grouped GEMMs) */
     CudaKgemmSchedule fp8_kgemm_schedule;
 } CudaOptions;
 

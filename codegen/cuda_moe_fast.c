@@ -327,6 +327,13 @@ static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     cg->fast_used = 1;
 }
 
+/* fp8-block's row capacity: R + 128 E rounded up to a multiple of 128 (decision 70). It is the row stride of the
+ * transposed E4M3 operands of the weight-gradient GEMMs (dY^T, X^T [C, rows_cap]), whose TMA loads take 128-byte
+ * rows: at a stride that is a multiple of 16 only (R + 128 E when T k is not a multiple of 128), every row straddles
+ * two 128-byte lines, and the Mixtral dW_gate_up GEMM ran at 598 against 861 TFLOP/s (an H100, tests/gpu/gemm_fp8.sh).
+ * At most 127 rows more (of 16384 + 1024 at Mixtral's shapes: none there). */
+static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(R, (int)E) + 127) / 128 * 128; }
+
 static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const IrNode *w1, int steps)
 {
     memset(f, 0, sizeof *f);
@@ -336,7 +343,9 @@ static void fast_init(Cg *cg, Fast *f, const IrNode *n, const IrNode *xs, const 
     f->E = w1->shape[0];
     f->F = w1->shape[1] / 2;
     f->rcap = moec_fast_rows_cap(f->R, (int)f->E);
-    if (is_fp8b(n) || is_mx(n))
+    if (is_fp8b(n))
+        f->rcap = fp8b_rows_cap(f->R, f->E);
+    else if (is_mx(n))
         f->rcap = (f->rcap + 15) / 16 * 16;
     f->mx = is_mx(n); /* the FP8 kernel's activation scales: rows_cap % 16 == 0 */
     f->steps = steps;
@@ -774,13 +783,12 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  * codegen/cuda_optim.c) and from the values whenever parameters are loaded (moec_fp8b_copy_ExNxK): no node
  * quantises a weight (decision 44; decision 38 had a pass per step in the forward node). */
 
-static int64_t fp8b_rows_cap(int64_t R, int64_t E) { return (moec_fast_rows_cap(R, (int)E) + 15) / 16 * 16; }
 
 /* the FP8 kernel's configuration: 6 stages of 128 x 128 x 128 (the most that fit beside the bf16
  * staging buffers: decision 36), bf16 out through TMA stores */
 static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0};
     return s;
 }
 
@@ -799,24 +807,20 @@ static const int FP8B_KGEMM_OUT = GEMM_FP8_OUT_F32_TMA;
  * kernel, but slower at every shape (Mixtral dW_gate_up 443 against 649 TFLOP/s, pp/coop 0.68-0.71), so the default
  * stays cooperative; MOEC_FP8_KGEMM=pingpong selects it. */
 static const CudaKgemmSchedule FP8B_KGEMM_SCHEDULE = CUDA_KSCHED_COOPERATIVE;
-static CudaKgemmSchedule fp8b_kgemm_schedule(const Cg *cg)
+static int fp8b_kgemm_pingpong(const Cg *cg)
 {
-    return cg->fp8_kgemm_schedule != CUDA_KSCHED_DEFAULT ? cg->fp8_kgemm_schedule : FP8B_KGEMM_SCHEDULE;
+    return cg->fp8_kgemm_schedule == CUDA_KSCHED_PINGPONG ||
+           (cg->fp8_kgemm_schedule == CUDA_KSCHED_DEFAULT && FP8B_KGEMM_SCHEDULE == CUDA_KSCHED_PINGPONG);
 }
 
 /* the FP8 K-grouped kernel's (weight gradients, fp32 out): 128 tokens a stage; tma: the TMA-store epilogue where dW
- * starts 16-byte aligned (dw_byte_offset % 16 == 0): cooperative 5 stages of 128 x 128 tiles, ping-pong 7 of 64 x 128
- * (ping-pong takes the TMA stores only), tile (decision 70) 4 of 128 x 128 beside the whole tile's 64 KB of staging;
- * else the register stores, 6 stages of 128 x 128. wide (decision 70, where K % 256 == 0): 128 x 256 tiles, 3 stages
- * beside the TMA stores' 32 KB or 4 with the register stores. */
-static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset,
-                                CudaKgemmSchedule sched)
+ * starts 16-byte aligned (dw_byte_offset % 16 == 0), 5 stages of 128 x 128 tiles, or with pingpong 7 of 64 x 128
+ * (ping-pong takes the TMA stores only); else the register stores, 6 stages of 128 x 128 */
+static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_t dw_byte_offset, int pingpong)
 {
-    int t = tma && dw_byte_offset % 16 == 0, pp = t && sched == CUDA_KSCHED_PINGPONG,
-        tt = t && sched == CUDA_KSCHED_TILE,
-        w = K % 256 ? 0 : sched == CUDA_KSCHED_WIDE ? 1 : sched == CUDA_KSCHED_WIDE4 ? 2 : 0;
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, w ? (t ? 3 : 4) : pp ? 7 : tt ? 4 : t ? 5 : 6, GEMM_FP8_BLOCK,
-                      tt ? GEMM_FP8_OUT_F32_TMA_TILE : t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp, w};
+    int t = tma && dw_byte_offset % 16 == 0, pp = t && pingpong;
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, pp ? 7 : t ? 5 : 6, GEMM_FP8_BLOCK,
+                      t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp};
     return s;
 }
 
@@ -824,7 +828,7 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
  * scales take 4 KB a stage more than fp8-block's: 6 do not fit beside the bf16 staging buffers) */
 static GemmFp8Shape mx_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0};
     return s;
 }
 
@@ -892,24 +896,18 @@ static int fp8b_mlp_ok(const IrNode *n, char *why, size_t len)
         return 0;
     }
     GemmFp8Shape m[4] = {fp8b_shape(E, 2 * F, H), fp8b_shape(E, H, F), fp8b_shape(E, F, H), fp8b_shape(E, H, 2 * F)};
-    /* every epilogue and schedule must fit (which one a launch gets depends on its offset in the output and on
-     * CudaOptions) */
-    const CudaKgemmSchedule C = CUDA_KSCHED_COOPERATIVE, P = CUDA_KSCHED_PINGPONG, T = CUDA_KSCHED_TILE,
-                            W = CUDA_KSCHED_WIDE, Q = CUDA_KSCHED_WIDE4;
-    GemmFp8Shape k[] = {fp8b_kshape(E, H, F, 0, 0, C), fp8b_kshape(E, 2 * F, H, 0, 0, C),
-                        fp8b_kshape(E, H, F, 1, 0, C), fp8b_kshape(E, 2 * F, H, 1, 0, C),
-                        fp8b_kshape(E, H, F, 1, 0, P), fp8b_kshape(E, 2 * F, H, 1, 0, P),
-                        fp8b_kshape(E, H, F, 1, 0, T), fp8b_kshape(E, 2 * F, H, 1, 0, T),
-                        fp8b_kshape(E, H, F, 0, 0, W), fp8b_kshape(E, 2 * F, H, 0, 0, W),
-                        fp8b_kshape(E, H, F, 1, 0, W), fp8b_kshape(E, 2 * F, H, 1, 0, W),
-                        fp8b_kshape(E, H, F, 1, 0, Q), fp8b_kshape(E, 2 * F, H, 1, 0, Q)};
+    /* both epilogues and both schedules must fit (which one a launch gets depends on its offset in the output and
+     * on CudaOptions) */
+    GemmFp8Shape k[6] = {fp8b_kshape(E, H, F, 0, 0, 0),    fp8b_kshape(E, 2 * F, H, 0, 0, 0),
+                         fp8b_kshape(E, H, F, 1, 0, 0),    fp8b_kshape(E, 2 * F, H, 1, 0, 0),
+                         fp8b_kshape(E, H, F, 1, 0, 1),    fp8b_kshape(E, 2 * F, H, 1, 0, 1)};
     char err[200];
     for (int i = 0; i < 4; i++)
         if (!gemm_fp8_check_shape(&m[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 GEMM [%d x %d] over %d: %s", m[i].N, m[i].K, m[i].E, err);
             return 0;
         }
-    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
+    for (int i = 0; i < 6; i++)
         if (!gemm_fp8_kgrouped_check_shape(&k[i], err, sizeof err)) {
             snprintf(why, len, "fp8-block: FP8 weight-gradient GEMM [%d x %d] over %d: %s", k[i].N, k[i].K, k[i].E,
                      err);
@@ -984,14 +982,13 @@ static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *w
 static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int at, int ats, int bt, int bts,
                            int64_t off, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4, fp8b_kgemm_schedule(cg));
-    const int tma = gemm_fp8_kgrouped_tma_out(&s), tile = s.out == GEMM_FP8_OUT_F32_TMA_TILE;
+    GemmFp8Shape s = fp8b_kshape(f->E, N, K, FP8B_KGEMM_OUT == GEMM_FP8_OUT_F32_TMA, off * 4, fp8b_kgemm_pingpong(cg));
+    const int tma = s.out == GEMM_FP8_OUT_F32_TMA;
     char sfx[96];
-    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s%s", suffix, s.stages, tile ? "_tmat" : tma ? "_tma" : "",
-             s.pingpong ? "_pp" : "", s.wide == 1 ? "_w256" : s.wide == 2 ? "_q256" : "");
+    snprintf(sfx, sizeof sfx, "%s_fp8b_s%d%s%s", suffix, s.stages, tma ? "_tma" : "", s.pingpong ? "_pp" : "");
     fast_begin(cg, f, sfx, what);
     cg_tmap_u8(cg, at, 0, N, f->rcap, gemm_fp8_kgrouped_a_rows(&s), "tma_a");
-    cg_tmap_u8(cg, bt, 0, K, f->rcap, gemm_fp8_kgrouped_b_rows(&s), "tma_b");
+    cg_tmap_u8(cg, bt, 0, K, f->rcap, 128, "tma_b");
     if (tma)
         cg_tmap_f32(cg, f->n->id, off, f->E * N, K, 64, "tma_dw");
     cg_out(cg, f->n, "out");
@@ -1000,15 +997,12 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
     cg_i64(cg, off, "dw_off"); /* dW's place in the output: past dxs and dprobs, so it scales with the batch */
-    if (s.wide) /* (BAND 16, SCHED 0, PINGPONG 0: the defaults) */
-        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, %d, 16, 0, 0, %d>::run(tma_a, tma_b, out + dw_off, "
-                    "sa, sb, offsets, rows_cap%s);", s.E, s.N, s.K, s.stages, tma ? 0 : 1, s.wide, tma ? ", &tma_dw" : "");
-    else if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
+    if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, sb, "
                     "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
-    else if (tma) /* EPI 0 chunked, 2 the whole tile (decision 70) */
-        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, %d>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
-                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages, tile ? 2 : 0);
+    else if (tma)
+        cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
+                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
     else
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
                     "rows_cap);", s.E, s.N, s.K, s.stages);

@@ -64,15 +64,8 @@ char *gemm_fp8_source(const GemmFp8Shape *s, const char *name, const char *extra
 char *gemm_fp8_kgrouped_source_sched(const GemmFp8Shape *s, int sched, const char *name, const char *extra)
 {
     char inst[256];
-    if (s->wide) /* (decision 70: one promotion schedule, sched not read) */
-        snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_KGROUPED_WIDE%s(%s, %d, %d, %d, %d, %d)\n",
-                 s->out == GEMM_FP8_OUT_F32_TMA ? "_TMA" : "", name, s->E, s->N, s->K, s->stages, s->wide);
-    else
-        snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_KGROUPED%s_SP(%s, %d, %d, %d, %d, %d, %d)\n",
-                 s->out == GEMM_FP8_OUT_F32_TMA        ? "_TMA"
-                 : s->out == GEMM_FP8_OUT_F32_TMA_TILE ? "_TMAT"
-                                                       : "",
-                 name, s->E, s->N, s->K, s->stages, sched, s->pingpong);
+    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_KGROUPED%s_SP(%s, %d, %d, %d, %d, %d, %d)\n",
+             s->out == GEMM_FP8_OUT_F32_TMA ? "_TMA" : "", name, s->E, s->N, s->K, s->stages, sched, s->pingpong);
     return source_with(inst, extra);
 }
 

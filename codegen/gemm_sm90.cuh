@@ -1393,10 +1393,7 @@ struct GemmFp8MGrouped {
  *   dW [E, N, K] fp32: EPI 1 (GEMM_SM90_KEPI_REGS, the default) 8-byte stores from the accumulator fragment;
  *                      EPI 0 (GEMM_SM90_KEPI_TMA) asynchronous TMA stores through tma_dw (dW viewed [E N, K],
  *                      fp32, box {32, 64}, as GemmKGrouped's EPILOGUE 0: 64 x 32 chunks, two 8 KB staging
- *                      buffers a consumer warpgroup, 32 KB more shared memory, so one stage fewer fits);
- *                      EPI 2 (GEMM_FP8_OUT_F32_TMA_TILE, decision 70; cooperative only) the same stores of the whole
- *                      tile from 64 KB of staging, issued together and waited for only by the next tile's epilogue,
- *                      so they drain under its main loop (64 KB more: two stages fewer fit than with EPI 1).
+ *                      buffers a consumer warpgroup, 32 KB more shared memory, so one stage fewer fits).
  * Tiles 128 (n) x 128 (k), E (N / 128) (K / 128) of them (moec_sched_ktile); per tile, one stage per
  * 128-token block: a 128 x 128 A tile and B tile (the M-grouped FP8 kernel's stage exactly, so the same
  * descriptors and four k32 wgmma per stage), and 128 + 128 scale codes by bulk copies. Warp 1 of the
@@ -1408,35 +1405,25 @@ struct GemmFp8MGrouped {
  * while q is promoted; one promotion in 4 alone), its last steps % 4 in a body of 3, 2 or 1. SCHED 1: stages in
  * pairs into t0, t1 (t0's promotion overlaps t1's wgmma), a group's odd last block alone. fb is stored in
  * fp8_fb_slot's order (16-byte loads). Registers per consumer thread: acc 64 + t0 64 + t1 64. */
-template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0, int PINGPONG = 0, int WIDE = 0>
+template <int E, int N, int K, int STAGES, int EPI = 1, int BAND = 16, int SCHED = 0, int PINGPONG = 0>
 struct GemmFp8KGrouped {
     static constexpr int BLOCK = 128, THREADS = 384;
     /* the rows of dW (n) a tile covers: 128 (both consumer warpgroups, 64 each) or, ping-pong, 64 (one warpgroup) */
     static constexpr int TILE_N = PINGPONG ? 64 : 128;
-    /* its columns (k): 128, or WIDE (decision 70) 256, each consumer warpgroup's 64 x 256 as two 64 x 128 halves
-     * through one temporary set (WIDE 1: acc 128 + t 64 registers) or as four 64 x 64 quarters through two (WIDE 2,
-     * pipelined: acc 128 + 2 x 32): a stage's B tile serves twice the MACs, so the operands' L2 requests per MAC
-     * fall by a quarter */
-    static constexpr int TILE_K = WIDE ? 256 : 128;
-    static constexpr int A_BYTES = TILE_N * 128, B_BYTES = TILE_K * 128;
-    static constexpr int SA_BYTES = TILE_N, SB_BYTES = TILE_K, FS_BYTES = 512 + 4 * TILE_K; /* fa [128] + fb [TILE_K] */
+    static constexpr int A_BYTES = TILE_N * 128, B_BYTES = 128 * 128;
+    static constexpr int SA_BYTES = TILE_N, SB_BYTES = 128, FS_BYTES = 1024; /* fa [128] + fb [128] fp32 */
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES + FS_BYTES;
     static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
     static constexpr int OUT_COLS = 32, OUT_CHUNK_BYTES = 64 * OUT_COLS * 4; /* EPI 0: 64 rows x 32 fp32 */
-    /* EPI 0: two 8 KB buffers a consumer warpgroup; EPI 2: the warpgroup's whole 64 x 128 part of the tile (4 chunks) */
-    static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : EPI == 2 ? 8 * OUT_CHUNK_BYTES : 0;
-    static constexpr bool TMA_OUT = EPI == 0 || EPI == 2;
+    static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : 0;
     static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
-    static constexpr int NUM_N = N / TILE_N, NUM_K = K / TILE_K, TILES = E * NUM_N * NUM_K;
+    static constexpr int NUM_N = N / TILE_N, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
     /* ping-pong: a band of 2 BAND 64-row blocks covers the rows of BAND 128-row ones */
     static constexpr int SCHED_BAND = PINGPONG ? 2 * BAND : BAND;
-    static constexpr int ACC = 64, ACC_ALL = WIDE ? 128 : 64; /* a promotion group's; a thread's part of the tile */
-    static constexpr int ACC_T = WIDE == 2 ? 32 : 64;          /* a temporary set's */
+    static constexpr int ACC = 64;
     /* the warps that free a slot: both consumer warpgroups (cooperative), the one owning the tile (ping-pong) */
     static constexpr int CONSUMER_WARPS = PINGPONG ? 4 : 8;
-    static_assert(N % 128 == 0 && K % TILE_K == 0, "N must be a multiple of 128, K of the tile's 128 or 256 columns");
-    static_assert(WIDE == 0 || ((WIDE == 1 || WIDE == 2) && PINGPONG == 0 && SCHED == 0 && EPI != 2),
-                  "WIDE 1 or 2: cooperative, SCHED 0, stores from registers or chunked TMA stores");
+    static_assert(N % 128 == 0 && K % 128 == 0, "N and K must be multiples of 128");
     static_assert(PINGPONG == 0 || PINGPONG == 1, "PINGPONG is 0 (cooperative 128 x 128 tiles) or 1 (64 x 128 a warpgroup)");
     /* (with the register stores ptxas spills two scalars into the main loop; the TMA stores are what overlaps) */
     static_assert(PINGPONG == 0 || EPI == 0, "the ping-pong schedule takes the TMA-store epilogue (EPI 0)");
@@ -1444,13 +1431,12 @@ struct GemmFp8KGrouped {
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N * K < (1ll << 40), "dW too large");
     static_assert(N < 2147483647 / 2 && K < 2147483647 / 2, "the rows of the operands must fit an int coordinate");
-    static_assert(EPI == 0 || EPI == 1 || EPI == 2,
-                  "EPI is 0 (TMA stores, chunked), 1 (stores from registers) or 2 (TMA stores of the whole tile)");
+    static_assert(EPI == 0 || EPI == 1, "EPI is 0 (TMA stores) or 1 (stores from registers)");
     static_assert(SCHED == 0 || SCHED == 1, "SCHED is 0 (pipelined promotion) or 1 (the pairs of decision 45)");
     static constexpr int BODY = 4; /* SCHED 0: stages per MOEC_FP8_PIPE body; a group's last steps % 4 in a tail */
-    static_assert(!TMA_OUT || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
+    static_assert(EPI != 0 || (long long)E * N < 2147483647ll, "the rows of dW must fit an int coordinate");
 
-    /* shared-memory map (base 1024-aligned): the A ring, the B ring, the fp32 staging buffers (EPI 0, 2; all three
+    /* shared-memory map (base 1024-aligned): the A ring, the B ring, the fp32 staging buffers (EPI 0; all three
      * 1024-aligned for the 128-byte swizzle), the scale codes, the decoded scales, the barriers */
     __device__ static __forceinline__ unsigned a_at(unsigned base, int s) { return base + s * A_BYTES; }
     __device__ static __forceinline__ unsigned b_at(unsigned base, int s) { return base + STAGES * A_BYTES + s * B_BYTES; }
@@ -1484,11 +1470,11 @@ struct GemmFp8KGrouped {
     }
 
     /* the stage in slot st into t: four k32 steps (32 tokens each); half: the 64 rows of the stage's A tile (0 for
-     * ping-pong, whose A tile is 64 rows); hb: the 128 columns of the stage's B tile (WIDE: 0 or 1) */
-    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int half, int hb = 0)
+     * ping-pong, whose A tile is 64 rows) */
+    __device__ static __forceinline__ void issue(float (&t)[ACC], unsigned base, int st, int half)
     {
         const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
-        const unsigned long long db = desc_sw128(b_at(base, st) + hb * (128 * 128));
+        const unsigned long long db = desc_sw128(b_at(base, st));
         wgmma_fence();
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -1496,65 +1482,28 @@ struct GemmFp8KGrouped {
         wgmma_commit();
     }
 
-    /* WIDE 2: the stage's 64 B columns 64 p .. into t (an 8 KB step in the swizzled B tile: 64 rows of 128 bytes) */
-    __device__ static __forceinline__ void issue_q(float (&t)[32], unsigned base, int st, int half, int p)
-    {
-        const unsigned long long da = desc_sw128(a_at(base, st) + half * (64 * 128));
-        const unsigned long long db = desc_sw128(b_at(base, st) + p * (64 * 128));
-        wgmma_fence();
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            wgmma_m64n64k32_e4m3(t, da + 2 * i, db + 2 * i, i != 0);
-        wgmma_commit();
-    }
-    /* WIDE 2: acc += t . fb . fa for columns 64 p .. (fragments j = 8 p ..: acc[32 p ..], fb from slot 64 p) */
-    __device__ static __forceinline__ void promote_q(float (&acc)[ACC_ALL], const float (&t)[32], unsigned base, int st,
-                                                     int r, int lane, int p)
-    {
-        const unsigned fa = fs_at(base, st), fb = fa + 512 + 4 * 64 * p;
-        const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
-#pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-            float b0, b1, b2, b3;
-            ld_shared_f32x4(fb + 4 * fp8_fb_slot(8 * j + 2 * (lane % 4)), b0, b1, b2, b3);
-            float *x = acc + 32 * p + 4 * j;
-            x[0] = __fmaf_rn(t[4 * j + 0] * b0, a0, x[0]);
-            x[1] = __fmaf_rn(t[4 * j + 1] * b1, a0, x[1]);
-            x[2] = __fmaf_rn(t[4 * j + 2] * b0, a1, x[2]);
-            x[3] = __fmaf_rn(t[4 * j + 3] * b1, a1, x[3]);
-            x[4] = __fmaf_rn(t[4 * j + 4] * b2, a0, x[4]);
-            x[5] = __fmaf_rn(t[4 * j + 5] * b3, a0, x[5]);
-            x[6] = __fmaf_rn(t[4 * j + 6] * b2, a1, x[6]);
-            x[7] = __fmaf_rn(t[4 * j + 7] * b3, a1, x[7]);
-        }
-    }
-
-    /* acc += t . fb[col] . fa[row] for the stage in slot st; HB: the 128 columns of a WIDE tile t holds (its
-     * accumulators acc[64 HB ..], its scales fb[128 HB ..]: fp8_fb_slot(128 HB + c) = 128 HB + fp8_fb_slot(c)) */
-    template <int HB = 0, int NA>
-    __device__ static __forceinline__ void promote(float (&acc)[NA], const float (&t)[ACC], unsigned base, int st,
+    /* acc += t . fb[col] . fa[row] for the stage in slot st */
+    __device__ static __forceinline__ void promote(float (&acc)[ACC], const float (&t)[ACC], unsigned base, int st,
                                                    int r, int lane)
     {
-        static_assert(64 * (HB + 1) <= NA, "promote: HB past the accumulators");
-        constexpr int O = 64 * HB;
-        const unsigned fa = fs_at(base, st), fb = fa + 512 + 4 * 128 * HB;
+        const unsigned fa = fs_at(base, st), fb = fa + 512;
         const float a0 = ld_shared_f32(fa + 4 * r), a1 = ld_shared_f32(fa + 4 * (r + 8));
 #pragma unroll
         for (int j = 0; j < ACC / 4; j += 2) {
             float b0, b1, b2, b3; /* columns 8 j + 2 (lane % 4), + 1 and 8 (j + 1) + 2 (lane % 4), + 1 */
             ld_shared_f32x4(fb + 4 * fp8_fb_slot(8 * j + 2 * (lane % 4)), b0, b1, b2, b3);
-            acc[O + 4 * j + 0] = __fmaf_rn(t[4 * j + 0] * b0, a0, acc[O + 4 * j + 0]);
-            acc[O + 4 * j + 1] = __fmaf_rn(t[4 * j + 1] * b1, a0, acc[O + 4 * j + 1]);
-            acc[O + 4 * j + 2] = __fmaf_rn(t[4 * j + 2] * b0, a1, acc[O + 4 * j + 2]);
-            acc[O + 4 * j + 3] = __fmaf_rn(t[4 * j + 3] * b1, a1, acc[O + 4 * j + 3]);
-            acc[O + 4 * j + 4] = __fmaf_rn(t[4 * j + 4] * b2, a0, acc[O + 4 * j + 4]);
-            acc[O + 4 * j + 5] = __fmaf_rn(t[4 * j + 5] * b3, a0, acc[O + 4 * j + 5]);
-            acc[O + 4 * j + 6] = __fmaf_rn(t[4 * j + 6] * b2, a1, acc[O + 4 * j + 6]);
-            acc[O + 4 * j + 7] = __fmaf_rn(t[4 * j + 7] * b3, a1, acc[O + 4 * j + 7]);
+            acc[4 * j + 0] = __fmaf_rn(t[4 * j + 0] * b0, a0, acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(t[4 * j + 1] * b1, a0, acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(t[4 * j + 2] * b0, a1, acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(t[4 * j + 3] * b1, a1, acc[4 * j + 3]);
+            acc[4 * j + 4] = __fmaf_rn(t[4 * j + 4] * b2, a0, acc[4 * j + 4]);
+            acc[4 * j + 5] = __fmaf_rn(t[4 * j + 5] * b3, a0, acc[4 * j + 5]);
+            acc[4 * j + 6] = __fmaf_rn(t[4 * j + 6] * b2, a1, acc[4 * j + 6]);
+            acc[4 * j + 7] = __fmaf_rn(t[4 * j + 7] * b3, a1, acc[4 * j + 7]);
         }
     }
 
-    /* EPI 1 (tma_dw unused: nullptr), EPI 0 or 2 */
+    /* EPI 1 (tma_dw unused: nullptr) or EPI 0 */
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, float *dw, const void *sa,
                                                const void *sb, const int *offsets, int rows_cap,
                                                const TmaDesc *tma_dw = nullptr)
@@ -1580,7 +1529,7 @@ struct GemmFp8KGrouped {
             if (warp == 0 && elect_one()) {
                 tma_prefetch_desc(&tma_a);
                 tma_prefetch_desc(&tma_b);
-                if constexpr (TMA_OUT)
+                if constexpr (EPI == 0)
                     tma_prefetch_desc(tma_dw);
                 int stage = 0;
                 unsigned phase = 0;
@@ -1594,13 +1543,12 @@ struct GemmFp8KGrouped {
                         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
                         mbar_arrive_expect_tx(fb, TX_BYTES);
                         tma_load_2d(a_at(base, stage), &tma_a, fb, row, nb * TILE_N);
-                        tma_load_2d(b_at(base, stage), &tma_b, fb, row, kb * TILE_K);
+                        tma_load_2d(b_at(base, stage), &tma_b, fb, row, kb * 128);
                         bulk_load(sa_at(base, stage),
                                   (const unsigned char *)sa + moec_fp8_kgrouped_s_index(row, nb * TILE_N, N), SA_BYTES,
                                   fb);
                         bulk_load(sb_at(base, stage),
-                                  (const unsigned char *)sb + moec_fp8_kgrouped_s_index(row, kb * TILE_K, K), SB_BYTES,
-                                  fb);
+                                  (const unsigned char *)sb + moec_fp8_kgrouped_s_index(row, kb * 128, K), SB_BYTES, fb);
                         if (++stage == STAGES) {
                             stage = 0;
                             phase ^= 1;
@@ -1622,18 +1570,13 @@ struct GemmFp8KGrouped {
                         /* (ping-pong: 64 row codes, lanes 0-15) */
                         const bool has_a = 4 * lane < SA_BYTES;
                         const unsigned wa = has_a ? ld_shared_u32(sa_at(base, stage) + 4 * lane) : 0u;
+                        const unsigned wb = ld_shared_u32(sb_at(base, stage) + 4 * lane);
                         const unsigned fs = fs_at(base, stage);
 #pragma unroll
-                        for (int k = 0; k < 4; k++)
+                        for (int k = 0; k < 4; k++) {
                             if (has_a)
                                 st_shared_f32(fs + 4 * (4 * lane + k), e8m0((wa >> (8 * k)) & 255u));
-#pragma unroll
-                        for (int w = 0; w < TILE_K / 128; w++) { /* (WIDE: columns 128 w ..) */
-                            const unsigned wb = ld_shared_u32(sb_at(base, stage) + 128 * w + 4 * lane);
-#pragma unroll
-                            for (int k = 0; k < 4; k++)
-                                st_shared_f32(fs + 512 + 4 * fp8_fb_slot(128 * w + 4 * lane + k),
-                                              e8m0((wb >> (8 * k)) & 255u));
+                            st_shared_f32(fs + 512 + 4 * fp8_fb_slot(4 * lane + k), e8m0((wb >> (8 * k)) & 255u));
                         }
                         __syncwarp();
                         if (lane == 0)
@@ -1658,7 +1601,7 @@ struct GemmFp8KGrouped {
             const int c = wg - 1, wq = warp % 4;
             const int half = PINGPONG ? 0 : c;            /* the 64 rows of the stage's A tile this warpgroup takes */
             const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
-            float acc[ACC_ALL], t0[ACC_T], t1[ACC_T];
+            float acc[ACC], t0[ACC], t1[ACC];
             int ist = 0, rst = 0; /* the slot of the next stage to issue, of the next to promote */
             unsigned iph = 0;
             for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
@@ -1678,7 +1621,7 @@ struct GemmFp8KGrouped {
                         named_barrier(3 + c, 256); /* the other warpgroup has issued tile j - 1 */
                 }
 #pragma unroll
-                for (int i = 0; i < ACC_ALL; i++)
+                for (int i = 0; i < ACC; i++)
                     acc[i] = 0.0f;
                 /* ping-pong: after the tile's last issue, tile j + 1 (the other warpgroup's) may start its issues while
                  * this one promotes and stores */
@@ -1704,53 +1647,7 @@ struct GemmFp8KGrouped {
         if (++rst == STAGES)                                                                                \
             rst = 0;                                                                                        \
     } while (0)
-                if constexpr (WIDE == 2) {
-                    /* decision 70: a stage's four column quarters through t0, t1 (32 each), pipelined: quarter p + 1's
-                     * wgmma run while p is promoted, the stage's last promotion alone */
-                    for (int i = 0; i < steps; i++) {
-                        mbar_wait(full_bar + 8 * ist, iph);
-                        mbar_wait(ready_bar + 8 * ist, iph);
-#define MOEC_FP8K_QIS(T, Q) issue_q(T, base, ist, half, (Q))
-#define MOEC_FP8K_QPR(T, Q)                                                                                 \
-    do {                                                                                                    \
-        reg_fence(T);                                                                                       \
-        promote_q(acc, T, base, ist, r, lane, (Q));                                                         \
-    } while (0)
-                        MOEC_FP8_PIPE(4, MOEC_FP8K_QIS, MOEC_FP8K_QPR);
-#undef MOEC_FP8K_QIS
-#undef MOEC_FP8K_QPR
-                        __syncwarp();
-                        if (lane == 0)
-                            mbar_arrive(empty_bar + 8 * ist);
-                        if (++ist == STAGES) {
-                            ist = 0;
-                            iph ^= 1;
-                        }
-                    }
-                } else if constexpr (WIDE == 1) {
-                    /* decision 70: a stage's two column halves one after the other through t0 (acc 128 + t0 64
-                     * registers: no second set for a pipeline); this warpgroup's promotions run under the other
-                     * warpgroup's wgmma, as the two work on the same stage */
-                    for (int i = 0; i < steps; i++) {
-                        mbar_wait(full_bar + 8 * ist, iph);
-                        mbar_wait(ready_bar + 8 * ist, iph);
-                        issue(t0, base, ist, half, 0);
-                        wgmma_wait<0>();
-                        reg_fence(t0);
-                        promote<0>(acc, t0, base, ist, r, lane);
-                        issue(t0, base, ist, half, 1);
-                        wgmma_wait<0>();
-                        reg_fence(t0);
-                        promote<1>(acc, t0, base, ist, r, lane);
-                        __syncwarp();
-                        if (lane == 0)
-                            mbar_arrive(empty_bar + 8 * ist);
-                        if (++ist == STAGES) {
-                            ist = 0;
-                            iph ^= 1;
-                        }
-                    }
-                } else if constexpr (SCHED == 0) {
+                if constexpr (SCHED == 0) {
                     /* pipelined (decision 51): BODY stages per body, stage q + 1 in flight while q is
                      * promoted (one promotion in BODY alone); the group's last steps % BODY stages by an
                      * unrolled body of their own count (a runtime count inside a body serialises) */
@@ -1788,14 +1685,6 @@ struct GemmFp8KGrouped {
                 }
 #undef MOEC_FP8K_ISSUE
 #undef MOEC_FP8K_PROMOTE
-                if constexpr (WIDE) {
-                    /* the tile's coordinates again for the epilogue, from a copy of t the compiler cannot see through:
-                     * so g, nb and kb are not live over the main loop (with them live ptxas spilled 5 registers a
-                     * stage there at 232) */
-                    int tt = t;
-                    asm volatile("" : "+r"(tt));
-                    moec_sched_ktile(tt, NUM_N, NUM_K, SCHED_BAND, &g, &nb, &kb);
-                }
                 if (PINGPONG && steps == 0 && t + (int)gridDim.x < TILES)
                     named_barrier_arrive(3 + (c ^ 1), 256); /* an empty group's tile: nothing issued, zeros stored */
                 if constexpr (EPI == 0) {
@@ -1807,7 +1696,7 @@ struct GemmFp8KGrouped {
                     const int row0 = g * N + nb * TILE_N + half * 64;
                     const unsigned out_buf = out_at(base);
 #pragma unroll
-                    for (int cc = 0; cc < TILE_K / OUT_COLS; cc++) {
+                    for (int cc = 0; cc < 128 / OUT_COLS; cc++) {
                         /* warpgroup c's two buffers and named barrier 1 + c */
                         const unsigned buf = out_buf + (c * 2 + (cc & 1)) * OUT_CHUNK_BYTES;
                         if (tid == 0)
@@ -1823,51 +1712,21 @@ struct GemmFp8KGrouped {
                         fence_proxy_async();
                         named_barrier(1 + c, 128);
                         if (tid == 0) {
-                            tma_store_2d(tma_dw, buf, kb * TILE_K + cc * OUT_COLS, row0);
+                            tma_store_2d(tma_dw, buf, kb * 128 + cc * OUT_COLS, row0);
                             bulk_commit();
                         }
                     }
-                } else if constexpr (EPI == 2) {
-                    /* decision 70: the warpgroup's 64 x 128 fp32 (4 chunks of 64 x 32, the same swizzled layout as EPI
-                     * 0) into its own 32 KB, then the four stores issued at once; they drain under the next tile's main
-                     * loop, and only the next tile's epilogue waits for them to have read the staging (16 stages at
-                     * the plans' shapes later: in practice never) */
-                    const int tid = threadIdx.x % 128, q = lane % 4, rr = wq * 16 + lane / 4;
-                    const int row0 = g * N + nb * TILE_N + half * 64;
-                    const unsigned buf0 = out_at(base) + c * 4 * OUT_CHUNK_BYTES;
-                    if (tid == 0)
-                        bulk_wait_read<0>();
-                    named_barrier(1 + c, 128);
-#pragma unroll
-                    for (int cc = 0; cc < 128 / OUT_COLS; cc++) {
-                        const unsigned buf = buf0 + cc * OUT_CHUNK_BYTES;
-#pragma unroll
-                        for (int jj = 0; jj < OUT_COLS / 8; jj++) {
-                            const int j = cc * (OUT_COLS / 8) + jj;
-                            const unsigned off = (unsigned)((((2 * jj + q / 2) ^ (rr & 7)) * 16) + 8 * (q & 1));
-                            st_shared_f32x2(buf + rr * 128 + off, acc[4 * j + 0], acc[4 * j + 1]);
-                            st_shared_f32x2(buf + (rr + 8) * 128 + off, acc[4 * j + 2], acc[4 * j + 3]);
-                        }
-                    }
-                    fence_proxy_async();
-                    named_barrier(1 + c, 128);
-                    if (tid == 0) {
-#pragma unroll
-                        for (int cc = 0; cc < 128 / OUT_COLS; cc++)
-                            tma_store_2d(tma_dw, buf0 + cc * OUT_CHUNK_BYTES, kb * 128 + cc * OUT_COLS, row0);
-                        bulk_commit();
-                    }
                 } else {
                     float *p0 =
-                        dw + ((long long)g * N + (long long)nb * TILE_N + r) * K + (long long)kb * TILE_K + 2 * (lane % 4);
+                        dw + ((long long)g * N + (long long)nb * TILE_N + r) * K + (long long)kb * 128 + 2 * (lane % 4);
 #pragma unroll
-                    for (int j = 0; j < ACC_ALL / 4; j++) {
+                    for (int j = 0; j < ACC / 4; j++) {
                         st_global_f32x2(p0 + 8 * j, acc[4 * j + 0], acc[4 * j + 1]);
                         st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
                     }
                 }
             }
-            if constexpr (TMA_OUT) {
+            if constexpr (EPI == 0) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */
             }
@@ -1975,35 +1834,6 @@ struct GemmFp8KGrouped {
     {                                                                                                         \
         moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
                                                                                  rows_cap, &tma_dw);          \
-    }
-/* The same with the whole-tile TMA stores (EPI 2, decision 70; cooperative only): the same arguments */
-#define MOEC_SM90_GEMM_FP8_KGROUPED_TMAT_SP(NAME, E, N, K, STAGES, SCHED, PINGPONG)                         \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
-        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
-             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
-             const int *offsets, int rows_cap)                                                               \
-    {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 2, 16, SCHED, PINGPONG>::run(tma_a, tma_b, dw, sa, sb, offsets, \
-                                                                                 rows_cap, &tma_dw);          \
-    }
-/* The same with 128 x 256 tiles (WIDE 1 halves or 2 quarters, decision 70; cooperative): EPI 0 (the TMA-store
- * arguments above, tma_b's box 256 rows) or EPI 1 (the register-store arguments) */
-#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE_TMA(NAME, E, N, K, STAGES, WIDE)                                 \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
-        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
-             const __grid_constant__ moec::sm90::TmaDesc tma_dw, float *dw, const void *sa, const void *sb,     \
-             const int *offsets, int rows_cap)                                                               \
-    {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 0, 16, 0, 0, WIDE>::run(tma_a, tma_b, dw, sa, sb, offsets,     \
-                                                                            rows_cap, &tma_dw);             \
-    }
-#define MOEC_SM90_GEMM_FP8_KGROUPED_WIDE(NAME, E, N, K, STAGES, WIDE)                                     \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
-        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
-             float *dw, const void *sa, const void *sb, const int *offsets, int rows_cap)                     \
-    {                                                                                                         \
-        moec::sm90::GemmFp8KGrouped<E, N, K, STAGES, 1, 16, 0, 0, WIDE>::run(tma_a, tma_b, dw, sa, sb, offsets,     \
-                                                                            rows_cap);                      \
     }
 #define MOEC_SM90_GEMM_FP8_KGROUPED_TMA_S(NAME, E, N, K, STAGES, SCHED)                                      \
     MOEC_SM90_GEMM_FP8_KGROUPED_TMA_SP(NAME, E, N, K, STAGES, SCHED, 0)

@@ -32,8 +32,8 @@ static int mgemm_schedule_from_env(CudaMgemmSchedule *out, char *err, size_t err
 }
 
 /* MOEC_KGEMM (environment): the same for the bf16 weight-gradient (K-grouped) GEMMs, "cooperative" or "pingpong";
- * MOEC_FP8_KGEMM (var, fp8 1) for fp8-block's FP8 K-grouped ones (decision 56), which also take "tile", "wide" and "wide4" (decision 70). */
-static int kgemm_schedule_from_env(const char *var, int fp8, CudaKgemmSchedule *out, char *err, size_t errlen)
+ * MOEC_FP8_KGEMM (var) for fp8-block's FP8 K-grouped ones (decision 56). */
+static int kgemm_schedule_from_env(const char *var, CudaKgemmSchedule *out, char *err, size_t errlen)
 {
     const char *v = getenv(var);
     *out = CUDA_KSCHED_DEFAULT;
@@ -43,15 +43,8 @@ static int kgemm_schedule_from_env(const char *var, int fp8, CudaKgemmSchedule *
         *out = CUDA_KSCHED_COOPERATIVE;
     else if (strcmp(v, "pingpong") == 0)
         *out = CUDA_KSCHED_PINGPONG;
-    else if (fp8 && strcmp(v, "tile") == 0)
-        *out = CUDA_KSCHED_TILE;
-    else if (fp8 && strcmp(v, "wide") == 0)
-        *out = CUDA_KSCHED_WIDE;
-    else if (fp8 && strcmp(v, "wide4") == 0)
-        *out = CUDA_KSCHED_WIDE4;
     else {
-        snprintf(err, errlen, fp8 ? "%s is 'cooperative', 'tile', 'wide', 'wide4' or 'pingpong', not '%s'"
-                                  : "%s is 'cooperative' or 'pingpong', not '%s'", var, v);
+        snprintf(err, errlen, "%s is 'cooperative' or 'pingpong', not '%s'", var, v);
         return 0;
     }
     return 1;
@@ -123,8 +116,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
 {
     CudaOptions opts = {0};
     if (!mgemm_schedule_from_env(&opts.mgemm_schedule, err, errlen) ||
-        !kgemm_schedule_from_env("MOEC_KGEMM", 0, &opts.kgemm_schedule, err, errlen) ||
-        !kgemm_schedule_from_env("MOEC_FP8_KGEMM", 1, &opts.fp8_kgemm_schedule, err, errlen) ||
+        !kgemm_schedule_from_env("MOEC_KGEMM", &opts.kgemm_schedule, err, errlen) ||
+        !kgemm_schedule_from_env("MOEC_FP8_KGEMM", &opts.fp8_kgemm_schedule, err, errlen) ||
         !attn_schedule_from_env(&opts.attn_schedule, err, errlen) ||
         !attn_grid_from_env(&opts.attn_max_grid, err, errlen) ||
         !dswiglu_from_env("MOEC_DSWIGLU", &opts.dswiglu, err, errlen) ||

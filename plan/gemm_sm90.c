@@ -128,18 +128,12 @@ int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
 }
 
 int gemm_fp8_kgrouped_a_rows(const GemmFp8Shape *s) { return s->pingpong ? 64 : 128; }
-int gemm_fp8_kgrouped_b_rows(const GemmFp8Shape *s) { return s->wide ? 256 : 128; }
 
 int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s)
 {
-    const int a = gemm_fp8_kgrouped_a_rows(s), c = gemm_fp8_kgrouped_b_rows(s);
-    return 1024 + s->stages * (a * 128 + c * 128 + a + c + 512 + 4 * c) + 24 * s->stages +
-           (s->out == GEMM_FP8_OUT_F32_TMA ? 4 * 64 * 32 * 4 : s->out == GEMM_FP8_OUT_F32_TMA_TILE ? 8 * 64 * 32 * 4 : 0);
-}
-
-int gemm_fp8_kgrouped_tma_out(const GemmFp8Shape *s)
-{
-    return s->out == GEMM_FP8_OUT_F32_TMA || s->out == GEMM_FP8_OUT_F32_TMA_TILE;
+    const int a = gemm_fp8_kgrouped_a_rows(s);
+    return 1024 + s->stages * (a * 128 + 128 * 128 + a + 128 + 1024) + 24 * s->stages +
+           (s->out == GEMM_FP8_OUT_F32_TMA ? 4 * 64 * 32 * 4 : 0);
 }
 
 int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
@@ -148,25 +142,15 @@ int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errle
         snprintf(err, errlen, "E, N, K must be positive (E %d, N %d, K %d)", s->E, s->N, s->K);
     else if (s->mode != GEMM_FP8_BLOCK)
         snprintf(err, errlen, "the FP8 K-grouped kernel is fp8-block only (mode 0), not mode %d", s->mode);
-    else if (s->out != GEMM_FP8_OUT_F32 && !gemm_fp8_kgrouped_tma_out(s))
-        snprintf(err, errlen,
-                 "the FP8 K-grouped kernel writes fp32 (out 1, or through TMA stores: 2 chunked, 3 a whole tile), not "
-                 "out %d",
+    else if (s->out != GEMM_FP8_OUT_F32 && s->out != GEMM_FP8_OUT_F32_TMA)
+        snprintf(err, errlen, "the FP8 K-grouped kernel writes fp32 (out 1, or 2 through TMA stores), not out %d",
                  s->out);
     else if (s->pingpong != 0 && s->pingpong != 1)
         snprintf(err, errlen, "pingpong is 0 (cooperative) or 1 (ping-pong, 64 x 128 tiles), not %d", s->pingpong);
     else if (s->pingpong && s->out != GEMM_FP8_OUT_F32_TMA)
         snprintf(err, errlen, "the ping-pong FP8 K-grouped kernel writes dW through TMA stores only (out 2), not out %d",
                  s->out);
-    else if (s->wide < 0 || s->wide > 2)
-        snprintf(err, errlen, "wide is 0 (128 x 128 tiles), 1 or 2 (128 x 256: halves, quarters), not %d", s->wide);
-    else if (s->wide && (s->pingpong || s->out == GEMM_FP8_OUT_F32_TMA_TILE))
-        snprintf(err, errlen, "the 128 x 256 tiles are cooperative with stores from registers or chunked TMA stores "
-                              "(out 1 or 2), not pingpong %d out %d",
-                 s->pingpong, s->out);
-    else if (s->wide && s->K % 256)
-        snprintf(err, errlen, "K %d must be a multiple of 256 for the 128 x 256 tiles", s->K);
-    else if (gemm_fp8_kgrouped_tma_out(s) && (long long)s->E * s->N >= 2147483647ll)
+    else if (s->out == GEMM_FP8_OUT_F32_TMA && (long long)s->E * s->N >= 2147483647ll)
         snprintf(err, errlen, "E * N = %lld rows of dW do not fit the TMA store's int coordinate",
                  (long long)s->E * s->N);
     else if (s->N % 128 || s->K % 128)

@@ -73,9 +73,6 @@ typedef struct GemmFp8Shape {
     int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
     int pingpong; /* K-grouped only (0 for the M-grouped kernel): 0 cooperative 128 x 128 tiles, 1 ping-pong (64 x 128
                    * tiles, one per consumer warpgroup, the two alternating main loop and epilogue: decision 56) */
-    int wide;     /* K-grouped only: 1 or 2 for 128 x 256 tiles (decision 70: cooperative, out 1 or 2, K % 256, B's box
-                   * 256 rows; a warpgroup's 64 x 256 as two halves through one temporary, or as four quarters
-                   * pipelined through two), 0 for 128 x 128 */
 } GemmFp8Shape;
 /* the promotion schedule of both FP8 kernels (decision 51; codegen/gemm_sm90.h gemm_fp8_source_sched):
  * GEMM_FP8_SCHED_PIPE (the default: one group always in flight while the one before it is promoted) or
@@ -83,10 +80,7 @@ typedef struct GemmFp8Shape {
  * kernel runs the pairs in both */
 enum { GEMM_FP8_SCHED_PIPE = 0, GEMM_FP8_SCHED_PAIRS = 1 };
 enum { GEMM_FP8_BLOCK = 0, GEMM_FP8_MX = 1 };
-/* GEMM_FP8_OUT_F32_TMA_TILE (K-grouped, cooperative only, decision 70): the TMA stores of a whole 128 x 128 tile
- * through 64 KB of staging, issued at once and drained under the next tile's main loop */
-enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1, GEMM_FP8_OUT_F32_TMA = 2 /* K-grouped only */,
-       GEMM_FP8_OUT_F32_TMA_TILE = 3 /* K-grouped only */ };
+enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1, GEMM_FP8_OUT_F32_TMA = 2 /* K-grouped only */ };
 /* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits. */
 int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
 /* 1024 + stages * (32768 + 128 (fp8-block) or + 512 + 512 + 4096 (MXFP8)) (+ 32768 bf16 out) + 24 stages */
@@ -97,21 +91,15 @@ int gemm_fp8_smem_bytes(const GemmFp8Shape *s);
  * within each group and stored transposed (dY^T [N, rows_cap], X^T [K, rows_cap] E4M3, the tokens
  * contiguous; scales [rows_cap / 128][N or K], gemm_sm90_sched.h moec_fp8_kgrouped_s_index), promotion
  * every 128 tokens. The same GemmFp8Shape: mode GEMM_FP8_BLOCK; out GEMM_FP8_OUT_F32 (stores from registers)
- * or GEMM_FP8_OUT_F32_TMA (TMA stores through shared memory: 32 KB more, dW 16-byte aligned, E N < 2^31) or
- * GEMM_FP8_OUT_F32_TMA_TILE (the same through 64 KB: a tile's stores never waited for within the tile);
+ * or GEMM_FP8_OUT_F32_TMA (TMA stores through shared memory: 32 KB more, dW 16-byte aligned, E N < 2^31);
  * tiles 128 x 128 (pingpong 0) or 64 x 128 (pingpong 1), one stage per 128 tokens. */
 /* 1, or 0 with why: E, N, K positive, N % 128, K % 128, mode, out, pingpong 0 or 1 (1 with GEMM_FP8_OUT_F32_TMA
  * only), E N K < 2^40, the ring fits. */
-/* 1 when out is one of the TMA-store epilogues (a tma_dw map is passed: GEMM_FP8_OUT_F32_TMA, _TMA_TILE) */
-int gemm_fp8_kgrouped_tma_out(const GemmFp8Shape *s);
 int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
-/* 1024 + stages * (A + 128 C + A / 128 + C + 512 + 4 C) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA, + 65536 for
- * GEMM_FP8_OUT_F32_TMA_TILE), C = 128 (256 wide), A = 16384
+/* 1024 + stages * (A + 16384 + A / 128 + 128 + 1024) + 24 stages (+ 32768 for GEMM_FP8_OUT_F32_TMA), A = 16384
  * (cooperative) or 8192 (ping-pong: a stage holds one warpgroup's 64 rows of dY^T) */
 int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s);
 /* the rows of dY^T a stage (and the tensor map tma_a's box) holds: 128, or 64 for ping-pong */
 int gemm_fp8_kgrouped_a_rows(const GemmFp8Shape *s);
-/* the rows of X^T a stage (and tma_b's box) holds: the tile's columns of dW, 128, or 256 wide */
-int gemm_fp8_kgrouped_b_rows(const GemmFp8Shape *s);
 
 #endif

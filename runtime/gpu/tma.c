@@ -100,8 +100,7 @@ int gemm_fp8_kgrouped_tensor_maps(const GemmFp8Shape *s, CUdeviceptr dyt, CUdevi
     }
     return tma_encode_u8_2d(ta, dyt, (unsigned long long)s->N, (unsigned long long)rows_cap,
                             s->pingpong ? 64 : 128, err, errlen) && /* gemm_fp8_kgrouped_a_rows */
-           tma_encode_u8_2d(tb, xt, (unsigned long long)s->K, (unsigned long long)rows_cap,
-                            (unsigned)gemm_fp8_kgrouped_b_rows(s), err, errlen);
+           tma_encode_u8_2d(tb, xt, (unsigned long long)s->K, (unsigned long long)rows_cap, 128, err, errlen);
 }
 
 int gemm_fp8_kgrouped_dw_map(const GemmFp8Shape *s, CUdeviceptr dw, CUtensorMap *tdw, char *err, size_t errlen)

@@ -49,9 +49,6 @@
 #     MXFP8's dprobs its own launch) beside the merged defaults, per launch, twice alternating (the correctness of the
 #     merged passes: the run_plan_fp8 rows, train_fp8_gpu_vs_cpu and layer_bio_fp8_cpu_check above, which run the
 #     default plans).
-#  8. fp8-block's FP8 weight gradients with the whole tile's TMA stores (decision 70): the layers of KT_LAYERS (default
-#     bio mixtral) compiled with MOEC_FP8_KGEMM=tile (_fp8_tile) beside the default, per launch, twice alternating,
-#     and run_plan on fast_mlp_fp8 compiled so (run_plan_fp8_tile: the plan's dW against the reference kernels).
 # Build here (BUILD=build-fast make, NVRTC for sm_90a), carry OUTDIR, run there with --run-only.
 set -uo pipefail
 MODE=all
@@ -68,7 +65,6 @@ MX=${MX:-1}
 FP8_LAYERS=${FP8_LAYERS:-bio mixtral}
 DSW_LAYERS=${DSW_LAYERS-bio mixtral}
 P8_LAYERS=${P8_LAYERS-bio mixtral}
-KT_LAYERS=${KT_LAYERS-bio mixtral}
 # DSW_LAYERS= DSW_GEMMS= (empty, at build and run) leave out decision 60's A/B of the dSwiGLU epilogue
 DSW_GEMMS=${DSW_GEMMS-ragged_dsw_pp ragged_dsw_coop ragged_dsw_coop_bn128 ragged_dsw_pp64 ragged_dsw_split_pp ragged_dsw_split_pp64 ragged_bio_da_dsw_pp mixtral_da_dsw_pp64 mixtral_da_dsw bio_da_dsw_pp}
 cd "$ROOT"
@@ -178,16 +174,6 @@ if [ "$MODE" != run ]; then
     MOEC_FP8_PASSES=separate "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
         --precision mxfp8 --emit-cuda "$OUT/cuda/layer_${l}_mx_sep" --arch "$ARCH" >/dev/null
   done
-  if [ "$FP8" = 1 ]; then
-    rm -rf "$OUT/cuda/fast_mlp_fp8_tile"
-    MOEC_FP8_KGEMM=tile "$BUILD/moec" compile tests/gpu/fast_mlp_fp8.moe --kernels fast \
-        --emit-cuda "$OUT/cuda/fast_mlp_fp8_tile" --arch "$ARCH" >/dev/null
-    for l in $KT_LAYERS; do
-      rm -rf "$OUT/cuda/layer_${l}_fp8_tile"
-      MOEC_FP8_KGEMM=tile "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
-          --precision fp8-block --emit-cuda "$OUT/cuda/layer_${l}_fp8_tile" --arch "$ARCH" >/dev/null
-    done
-  fi
   for l in $DSW_LAYERS; do
     rm -rf "$OUT/cuda/layer_${l}_fast_sep"
     MOEC_DSWIGLU=separate "$BUILD/moec" compile "bench/models/layer/layer_$l.moe" --kernels fast \
@@ -461,25 +447,6 @@ for l in $P8_LAYERS; do
       r=$(grep '^RESULT' "$L/layer_${l}${v}_p8_$pass.log" | tail -1)
       [ $pass = 1 ] && grep -E "^LAUNCH .*(swiglu|h_copy|dprobs|a_colwise)" "$L/layer_${l}${v}_p8_$pass.log" | cut -c1-150
       row "layer_${l}${v}_passes$pass" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
-    done
-  done
-done
-if [ -d "$OUT/cuda/fast_mlp_fp8_tile" ]; then
-  timeout 120 "$B/run_plan" "$OUT/fast_mlp_fp8.moe" "$OUT/cuda/fast_mlp_fp8_tile" >"$L/run_plan_fp8_tile.log" 2>&1
-  rc=$?
-  row run_plan_fp8_tile "$([ $rc -eq 0 ] && grep -q 'fp8b_hcopy_diff=0' "$L/run_plan_fp8_tile.log" && echo ok || echo FAIL)" \
-      "$(grep '^SUMMARY' "$L/run_plan_fp8_tile.log" | tail -1 | cut -c1-160)"
-fi
-for l in $KT_LAYERS; do
-  for pass in 1 2; do
-    for v in _fp8 _fp8_tile; do
-      [ -d "$OUT/cuda/layer_$l$v" ] || continue
-      timeout 300 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 --launches \
-          >"$L/layer_${l}${v}_kt_$pass.log" 2>&1
-      rc=$?
-      r=$(grep '^RESULT' "$L/layer_${l}${v}_kt_$pass.log" | tail -1)
-      [ $pass = 1 ] && grep -E "^LAUNCH .*_dw_" "$L/layer_${l}${v}_kt_$pass.log" | cut -c1-150
-      row "layer_${l}${v}_kt$pass" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc}"
     done
   done
 done

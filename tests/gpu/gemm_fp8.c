@@ -67,32 +67,32 @@ typedef struct Cfg {
 enum { BLK = GEMM_FP8_BLOCK, MX = GEMM_FP8_MX, BF = GEMM_FP8_OUT_BF16, F32 = GEMM_FP8_OUT_F32 };
 enum { PIPE = GEMM_FP8_SCHED_PIPE, PAIRS = GEMM_FP8_SCHED_PAIRS };
 static const Cfg cfgs[] = {
-    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32, 0, 0}, 0, 1, RAG6, PIPE},
-    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32, 0, 0}, 0, 1, RAG6, PIPE},
-    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF, 0, 0}, 0, 1, RAG6, PIPE},
-    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF, 0, 0}, 0, 1, RAG6, PIPE},
-    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32, 0, 0}, 0, 0, RAG16, PIPE},
-    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32, 0, 0}, 0, 0, RAG16, PIPE},
-    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
-    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF, 0, 0}, 1, 0, U8(2048), PIPE},
-    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0, 0}, 1, 0, U8(2048), PIPE},
+    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32, 0}, 0, 1, RAG6, PIPE},
+    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32, 0}, 0, 1, RAG6, PIPE},
+    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF, 0}, 0, 1, RAG6, PIPE},
+    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF, 0}, 0, 1, RAG6, PIPE},
+    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32, 0}, 0, 0, RAG16, PIPE},
+    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32, 0}, 0, 0, RAG16, PIPE},
+    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
+    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
     /* the backward's data gradient of gate_up (dxs = dY W: K = 2F), the layer's longest FP8 GEMM */
-    {"block_mixtral_dxs", {8, 4096, 28672, 6, BLK, BF, 0, 0}, 1, 0, U8(2048), PIPE},
-    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF, 0, 0}, 1, 0, U16(1024), PIPE},
-    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF, 0, 0}, 1, 0, U16(1024), PIPE},
-    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32, 0, 0}, 1, 0, U8(2048), PIPE},
-    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PIPE},
-    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PIPE},
-    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PIPE},
-    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PIPE},
+    {"block_mixtral_dxs", {8, 4096, 28672, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
+    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
+    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32, 0}, 1, 0, U8(2048), PIPE},
+    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF, 0}, 1, 0, U16(1024), PIPE},
+    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF, 0}, 1, 0, U16(1024), PIPE},
     /* decision 51: the MXFP8 rows above run the pipelined promotion (one k32 group always in flight while the
      * one before it is promoted); these run decision 38's pairs, checked and timed in the same run */
-    {"mx_ragged_f32_pairs", {6, 512, 768, 5, MX, F32, 0, 0}, 0, 1, RAG6, PAIRS},
-    {"mx_ragged_bio_up_f32_pairs", {16, 5632, 1024, 5, MX, F32, 0, 0}, 0, 0, RAG16, PAIRS},
-    {"mx_mixtral_gate_up_pairs", {8, 28672, 4096, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PAIRS},
-    {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PAIRS},
-    {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PAIRS},
-    {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PAIRS},
+    {"mx_ragged_f32_pairs", {6, 512, 768, 5, MX, F32, 0}, 0, 1, RAG6, PAIRS},
+    {"mx_ragged_bio_up_f32_pairs", {16, 5632, 1024, 5, MX, F32, 0}, 0, 0, RAG16, PAIRS},
+    {"mx_mixtral_gate_up_pairs", {8, 28672, 4096, 5, MX, BF, 0}, 1, 0, U8(2048), PAIRS},
+    {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF, 0}, 1, 0, U8(2048), PAIRS},
+    {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
+    {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
 
@@ -781,19 +781,11 @@ typedef struct KCfg {
     const char *same_as;
     int grid; /* blocks: 0 = one per SM (what codegen launches); fewer give each block many tiles */
 } KCfg;
-#define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0}
-#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0, 0} /* TMA stores: 32 KB, one stage fewer */
+#define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0}
+#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0} /* TMA stores: 32 KB, one stage fewer */
 /* ping-pong (decision 56): 64 x 128 tiles a consumer warpgroup, 24 KB stages, 7 beside the TMA stores' 32 KB (the
  * only epilogue it takes) */
-#define FP8KTP(E, N, K) {E, N, K, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 1, 0}
-/* decision 70: the whole tile's TMA stores from 64 KB of staging, drained under the next tile's main loop; 4 stages */
-#define FP8KTT(E, N, K) {E, N, K, 4, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA_TILE, 0, 0}
-#define U4(r) {r, r, r, r}
-/* decision 70: 128 x 256 tiles (two 64 x 128 halves a consumer warpgroup), chunked TMA stores (3 stages) or stores
- * from registers (4) */
-#define FP8KW(E, N, K) {E, N, K, 3, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0, 1}
-#define FP8KWR(E, N, K) {E, N, K, 4, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 1}
-#define FP8KQ(E, N, K) {E, N, K, 3, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0, 2} /* quarters, pipelined */
+#define FP8KTP(E, N, K) {E, N, K, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 1}
 static const KCfg kcfgs[] = {
     {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 0},
     {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, NULL, 0},
@@ -843,73 +835,26 @@ static const KCfg kcfgs[] = {
     {"kblock_mixtral_dw_down_tma_pp", FP8KTP(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
     {"kblock_bio_dw_up_tma_pp", FP8KTP(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
     {"kblock_bio_dw_down_tma_pp", FP8KTP(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
-    /* decision 70: the whole-tile stores, every element against the definition and bit for bit against the chunked
-     * TMA-store kernel on the same inputs (the same main loop: only where the fp32 tile waits differs); grids of 7
-     * and 5 blocks give each block 10-96 tiles, so the wait for the previous tile's stores is exercised with
-     * stores still in flight; groups of 0, 1, 127 ... rows (every tail, empty groups' zero tiles) */
-    {"kblock_ragged_tmat", FP8KTT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_tma", 7},
-    {"kblock_ragged_tmat_1tile", FP8KTT(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_tma", 0},
-    {"kblock_ragged_b_tmat", FP8KTT(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, "kblock_ragged_b_tma",
-     5},
-    {"kblock_ragged_b_tmat_pairs", FP8KTT(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PAIRS,
-     "kblock_ragged_b_tma", 1},
-    {"kblock_ragged_mixtral_dw_down_tmat", FP8KTT(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000},
-     PIPE, "kblock_ragged_mixtral_dw_down", 0},
-    {"kblock_mixtral_dw_gate_up_tmat", FP8KTT(8, 28672, 4096), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_gate_up_tma", 0},
-    {"kblock_mixtral_dw_down_tmat", FP8KTT(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
-    {"kblock_bio_dw_up_tmat", FP8KTT(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
-    {"kblock_bio_dw_down_tmat", FP8KTT(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
-    /* the per-tile cost measured: Mixtral's dW_gate_up with the same tokens in 4 groups of 4096 (32 stages a tile,
-     * half the tiles and half the fp32 dW), both epilogues */
-    {"kblock_mixtral_dw_gate_up_g4_tma", FP8KT(4, 28672, 4096), 1, 0, U4(4096), PIPE, NULL, 0},
-    {"kblock_mixtral_dw_gate_up_g4_tmat", FP8KTT(4, 28672, 4096), 1, 0, U4(4096), PIPE,
-     "kblock_mixtral_dw_gate_up_g4_tma", 0},
-    /* decision 70: 128 x 256 tiles. Not bit for bit the 128-column kernel's (the same products and the same fp32
-     * promotion order per element, but a stage's second half is its own wgmma group: the same instructions per
-     * element, so the same bits are expected; checked against the definition always and against the twin) */
-    {"kblock_ragged_w", FP8KW(6, 256, 512), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 7},
-    {"kblock_ragged_w_1tile", FP8KW(6, 256, 512), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 0},
-    {"kblock_ragged_b_w", FP8KW(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, "kblock_ragged_b_tma", 5},
-    {"kblock_ragged_b_wr", FP8KWR(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, "kblock_ragged_b_tma",
-     1},
-    {"kblock_ragged_mixtral_dw_down_w", FP8KW(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE,
-     "kblock_ragged_mixtral_dw_down", 0},
-    {"kblock_mixtral_dw_gate_up_w", FP8KW(8, 28672, 4096), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_gate_up_tma", 0},
-    {"kblock_mixtral_dw_gate_up_wr", FP8KWR(8, 28672, 4096), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_gate_up_tma", 0},
-    {"kblock_mixtral_dw_down_w", FP8KW(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
-    {"kblock_mixtral_dw_down_wr", FP8KWR(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
-    {"kblock_bio_dw_up_w", FP8KW(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
-    {"kblock_bio_dw_down_w", FP8KW(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
-    {"kblock_ragged_q", FP8KQ(6, 256, 512), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, "kblock_ragged_w", 7},
-    {"kblock_ragged_b_q", FP8KQ(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, "kblock_ragged_b_tma", 5},
-    {"kblock_ragged_mixtral_dw_down_q", FP8KQ(8, 4096, 14336), 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE,
-     "kblock_ragged_mixtral_dw_down", 0},
-    {"kblock_mixtral_dw_gate_up_q", FP8KQ(8, 28672, 4096), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_gate_up_tma", 0},
-    {"kblock_mixtral_dw_down_q", FP8KQ(8, 4096, 14336), 1, 0, U8(2048), PIPE, "kblock_mixtral_dw_down_tma", 0},
-    {"kblock_bio_dw_up_q", FP8KQ(16, 5632, 1024), 1, 0, U16(1024), PIPE, "kblock_bio_dw_up_tma", 0},
-    {"kblock_bio_dw_down_q", FP8KQ(16, 1024, 2816), 1, 0, U16(1024), PIPE, "kblock_bio_dw_down_tma", 0},
+    /* decision 70: the per-tile cost, Mixtral's dW_gate_up with the same tokens in 4 groups of 4096 (32 stages a
+     * tile, half the tiles and half the fp32 dW) */
+    {"kblock_mixtral_dw_gate_up_g4_tma", FP8KT(4, 28672, 4096), 1, 0, {4096, 4096, 4096, 4096}, PIPE, NULL, 0},
 };
 #define NKCFG ((int)(sizeof kcfgs / sizeof *kcfgs))
 
-/* the configs a keyword of GEMM_FP8_ONLY names: "pingpong" the ping-pong rows, "tile" the whole-tile stores' rows
- * (decision 70) and the g4 rows, "wide" the 128 x 256 tiles' rows (decision 70) */
-static int kkeyword(const char *only, const KCfg *c)
-{
-    return (name_listed(only, "pingpong") && c->s.pingpong) ||
-           (name_listed(only, "tile") && (c->s.out == GEMM_FP8_OUT_F32_TMA_TILE || strstr(c->name, "_g4_"))) ||
-           (name_listed(only, "wide") && c->s.wide != 0);
-}
-
-/* GEMM_FP8_ONLY for the K-grouped configs: the names listed; a keyword (kkeyword) lists its rows and their twins
- * (decision 56's or 70's A/B in one short run) */
+/* GEMM_FP8_ONLY for the K-grouped configs: the names listed; the word "pingpong" lists the ping-pong rows and their
+ * cooperative twins (decision 56's A/B in one short run) */
 static int klisted(const char *only, const KCfg *c)
 {
     if (!only || !*only)
         return 1;
-    if (name_listed(only, c->name) || kkeyword(only, c))
+    if (name_listed(only, c->name))
+        return 1;
+    if (!name_listed(only, "pingpong"))
+        return 0;
+    if (c->s.pingpong)
         return 1;
     for (int j = 0; j < NKCFG; j++)
-        if (kkeyword(only, &kcfgs[j]) && kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0)
+        if (kcfgs[j].s.pingpong && kcfgs[j].same_as && strcmp(kcfgs[j].same_as, c->name) == 0)
             return 1;
     return 0;
 }
@@ -1131,8 +1076,8 @@ static void kgroups(const KCfg *c, int *off, long long *real, long long *rows_ca
         *real += c->rows[g];
     }
     /* the checked configs: a multiple of 16, not of 128 (rows past the groups, a partial 128 block: every TMA row of
-     * the transposed operands then starts 16-byte aligned only); the timed ones: the plans' R + 128 E, a multiple of
-     * 128 at their shapes (decision 70: the unaligned rows cost the Mixtral dW_gate_up ~15% on an H100) */
+     * the transposed operands then starts 16-byte aligned only); the timed ones: a multiple of 128, as the plans'
+     * rows_cap (decision 70: the unaligned rows cost the Mixtral dW_gate_up 30% on an H100, 598 against 861 TFLOP/s) */
     *rows_cap = off[c->s.E] + (c->timed ? 128 : 80);
 }
 
@@ -1167,7 +1112,7 @@ static void klaunch_into(const KCfg *c, const char *dir, int sms, CUdeviceptr A,
     CUtensorMap ta, tb, tdw;
     if (!gemm_fp8_kgrouped_tensor_maps(s, A, B, rows_cap, &ta, &tb, err, sizeof err))
         die(c->name, err);
-    const int tma_epi = gemm_fp8_kgrouped_tma_out(s);
+    const int tma_epi = s->out == GEMM_FP8_OUT_F32_TMA;
     if (tma_epi && !gemm_fp8_kgrouped_dw_map(s, D, &tdw, err, sizeof err))
         die(c->name, err);
     int rc_int = (int)rows_cap;
@@ -1228,7 +1173,7 @@ static void krun_one(const KCfg *c, const char *dir, int sms, unsigned seed, Res
     CUtensorMap ta, tb, tdw;
     if (!gemm_fp8_kgrouped_tensor_maps(s, A, B, rows_cap, &ta, &tb, err, sizeof err))
         die(c->name, err);
-    const int tma_epi = gemm_fp8_kgrouped_tma_out(s);
+    const int tma_epi = s->out == GEMM_FP8_OUT_F32_TMA;
     if (tma_epi && !gemm_fp8_kgrouped_dw_map(s, D, &tdw, err, sizeof err))
         die(c->name, err);
     int rc_int = (int)rows_cap;

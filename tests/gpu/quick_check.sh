@@ -7,8 +7,7 @@
 # backend's fp8-block reference (the same binary), then the Mixtral and bio layers timed at the three precisions
 # with their planned and measured memory (the MEMORY lines), and fp8-block's with its tile passes merged (the
 # default, decision 69) and separate (_fp8_sep and _mx_sep, when the bundle has them), per launch too (the passes'
-# LAUNCH lines printed), and (decision 70) with the whole-tile stores of the weight gradients (_fp8_tile,
-# run_plan_fp8_tile) when the bundle has them, most important first, a table last. Everything it runs, fast_mlp.sh runs too. About 3
+# LAUNCH lines printed), most important first, a table last. Everything it runs, fast_mlp.sh runs too. About 3
 # minutes on an H100.
 set -u
 OUT=${1:?usage: quick_check.sh OUTDIR}
@@ -31,8 +30,6 @@ rp run_plan_fp8_chain fast_mlp_fp8.moe fast_mlp_fp8 --chain
 rp run_plan_mx fast_mlp_fp8.moe fast_mlp_mx "" "mx_quant_diff=0"
 rp run_plan_mx_chain fast_mlp_fp8.moe fast_mlp_mx --chain
 rp run_plan_fast fast_mlp.moe fast_mlp
-# decision 70 (when the bundle has it): the fp8-block plan with MOEC_FP8_KGEMM=tile
-[ -d "$OUT/cuda/fast_mlp_fp8_tile" ] && rp run_plan_fp8_tile fast_mlp_fp8.moe fast_mlp_fp8_tile "" "fp8b_hcopy_diff=0"
 rp run_plan_fast_chain fast_mlp.moe fast_mlp --chain
 # the training binaries' own loader (runtime/gpu/gpu.c: the embedded image, one module per NVRTC unit, decision 67):
 # 30 steps of the fast kernels against the reference kernels, every step's loss within 1%
@@ -58,13 +55,13 @@ if [ -x "$B/train_fp8" ]; then
   row train_fp8_gpu_vs_cpu "$ok" "steps $nsteps, worst loss rel diff $wrel; last cpu $(losses "$L/q.fp8.cpu.jsonl" | tail -1) gpu $(losses "$L/q.fp8.gpu.jsonl" | tail -1)"
 fi
 for l in mixtral bio; do
-  for v in _fast _fp8 _fp8_tile _fp8_sep _mx _mx_sep; do
+  for v in _fast _fp8 _fp8_sep _mx _mx_sep; do
     [ -d "$OUT/cuda/layer_$l$v" ] || continue
     per=()
     case $v in _fp8*|_mx*) per=(--launches);; esac
     timeout 120 "$B/layer" "$OUT/cuda/layer_$l$v" --name "$l$v" --warmup 2 --reps 10 "${per[@]}" >"$L/layer_$l$v.log" 2>&1
     rc=$?
-    [ ${#per[@]} -gt 0 ] && grep -E "^LAUNCH .*(swiglu|h_copy|dprobs|a_colwise|fast_da_|scatter|_dw_)" "$L/layer_$l$v.log" | cut -c1-150
+    [ ${#per[@]} -gt 0 ] && grep -E "^LAUNCH .*(swiglu|h_copy|dprobs|a_colwise|fast_da_|scatter)" "$L/layer_$l$v.log" | cut -c1-150
     r=$(grep '^RESULT' "$L/layer_$l$v.log" | tail -1)
     m=$(grep '^MEMORY' "$L/layer_$l$v.log" | tail -1 | cut -c1-150)
     row "layer_$l$v" "$([ $rc -eq 0 ] && [ -n "$r" ] && echo ok || echo FAIL)" "${r:-rc=$rc} | $m"

@@ -291,13 +291,13 @@ static void test_nvrtc_compile(void)
 static void test_fp8_shapes(void)
 {
     char err[256];
-    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0},
-                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0},
-                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0},
-                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0},
-                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0},
-                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0, 0, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0, 0, 0},
-                 badm = {8, 4096, 4096, 4, 2, 0, 0, 0}, bado = {8, 4096, 4096, 4, 0, 2, 0, 0};
+    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
+                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
+                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
+                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
+                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},
+                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0, 0},
+                 badm = {8, 4096, 4096, 4, 2, 0, 0}, bado = {8, 4096, 4096, 4, 0, 2, 0};
     CHECK(gemm_fp8_check_shape(&blk, err, sizeof err) &&
               gemm_fp8_smem_bytes(&blk) == 1024 + 6 * (32768 + 128) + 32768 + 6 * 24,
           "fp8-block Mixtral gate_up, 6 stages, bf16 out: %d bytes %s", gemm_fp8_smem_bytes(&blk), err);
@@ -308,7 +308,7 @@ static void test_fp8_shapes(void)
     CHECK(!gemm_fp8_check_shape(&mx6, err, sizeof err) && strstr(err, "shared memory"), "MXFP8, 6 stages: %s", err);
     CHECK(gemm_fp8_check_shape(&f32, err, sizeof err), "6 stages, fp32 out: %s", err);
     CHECK(!gemm_fp8_check_shape(&badk, err, sizeof err) && strstr(err, "K 1088"), "K %% 128: %s", err);
-    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0, 0, 0};
+    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0, 0};
     CHECK(!gemm_fp8_check_shape(&oddk, err, sizeof err) && strstr(err, "256"), "an odd number of K blocks: %s", err);
     CHECK(!gemm_fp8_check_shape(&badn, err, sizeof err) && strstr(err, "N 4160"), "N %% 128: %s", err);
     CHECK(!gemm_fp8_check_shape(&badm, err, sizeof err) && strstr(err, "mode"), "mode 2: %s", err);
@@ -382,10 +382,10 @@ static void test_fp8_compile(void)
     if (!nvrtc_load(err, sizeof err))
         return; /* test_nvrtc_compile said why (and failed where NVRTC is required) */
     const GemmFp8Shape shapes[] = {
-        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0}, /* Mixtral gate_up, fp8-block */
-        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0},    /* Mixtral down, MXFP8 */
-        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0},     /* the GPU check's ragged shape */
-        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32, 0, 0},
+        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0}, /* Mixtral gate_up, fp8-block */
+        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},    /* Mixtral down, MXFP8 */
+        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},     /* the GPU check's ragged shape */
+        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32, 0},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
@@ -575,9 +575,9 @@ static void test_fp8k_pingpong_protocol(void)
 static void test_fp8_kgrouped(void)
 {
     char err[1024];
-    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
-                                                                                 GEMM_FP8_OUT_F32, 0, 0};
-    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0};
+    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
+                                                                                 GEMM_FP8_OUT_F32, 0};
+    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0};
     GemmFp8Shape tma5 = gu, tma6 = gu;
     tma5.out = tma6.out = GEMM_FP8_OUT_F32_TMA;
     tma5.stages = 5;
@@ -601,7 +601,7 @@ static void test_fp8_kgrouped(void)
     CHECK(!gemm_fp8_kgrouped_check_shape(&badn, err, sizeof err) && strstr(err, "128"), "N %% 128: %s", err);
     /* ping-pong (decision 56): a stage holds 64 rows of dY^T (8 KB) and their 64 scale codes; 7 stages beside the
      * TMA stores' 32 KB; the register stores refused; pingpong 2 refused; the M-grouped kernel takes none */
-    GemmFp8Shape pp7 = tma5, pp8 = tma5, pp2 = tma5, ppr = gu, mpp = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 1, 0};
+    GemmFp8Shape pp7 = tma5, pp8 = tma5, pp2 = tma5, ppr = gu, mpp = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 1};
     pp7.pingpong = pp8.pingpong = ppr.pingpong = 1;
     pp7.stages = 7;
     pp8.stages = 8;
@@ -617,46 +617,6 @@ static void test_fp8_kgrouped(void)
           "ping-pong, register stores: %s", err);
     CHECK(!gemm_fp8_kgrouped_check_shape(&pp2, err, sizeof err) && strstr(err, "pingpong"), "pingpong 2: %s", err);
     CHECK(!gemm_fp8_check_shape(&mpp, err, sizeof err) && strstr(err, "ping-pong"), "M-grouped pingpong: %s", err);
-    /* the whole-tile TMA stores (decision 70): 64 KB of staging, 4 stages fit and 5 do not; cooperative only; the
-     * M-grouped kernel takes none */
-    GemmFp8Shape tt4 = gu, tt5 = gu, ttpp = pp7, mtt = gu;
-    tt4.out = tt5.out = ttpp.out = mtt.out = GEMM_FP8_OUT_F32_TMA_TILE;
-    tt4.stages = 4;
-    tt5.stages = 5;
-    ttpp.stages = 4;
-    CHECK(gemm_fp8_kgrouped_check_shape(&tt4, err, sizeof err) && gemm_fp8_kgrouped_tma_out(&tt4) &&
-              gemm_fp8_kgrouped_tma_out(&tma5) && !gemm_fp8_kgrouped_tma_out(&gu) &&
-              gemm_fp8_kgrouped_smem_bytes(&tt4) == 1024 + 4 * (32768 + 128 + 128 + 1024) + 4 * 24 + 65536,
-          "whole-tile TMA stores, 4 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&tt4), err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&tt5, err, sizeof err) && strstr(err, "shared memory"),
-          "whole-tile TMA stores, 5 stages: %s", err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&ttpp, err, sizeof err) && strstr(err, "ping-pong"),
-          "whole-tile TMA stores with ping-pong: %s", err);
-    CHECK(!gemm_fp8_check_shape(&mtt, err, sizeof err), "M-grouped with the whole-tile stores refused");
-    /* 128 x 256 tiles (decision 70): B's box 256 rows; 3 stages beside the TMA stores' 32 KB (4 do not fit), 4 with
-     * the register stores; cooperative only, not with the whole-tile stores, K % 256 */
-    GemmFp8Shape w3 = tma5, w4 = tma5, wr4 = gu, wr5 = gu, wpp = pp7, wtt = tt4, wk = tma5, w2 = tma5;
-    w3.wide = w4.wide = wr4.wide = wr5.wide = wpp.wide = wtt.wide = wk.wide = 1;
-    w2.wide = 3;
-    w3.stages = 3;
-    w4.stages = wr4.stages = 4;
-    wr5.stages = 5;
-    wk.K = 4096 + 128;
-    wk.stages = 3;
-    CHECK(gemm_fp8_kgrouped_check_shape(&w3, err, sizeof err) && gemm_fp8_kgrouped_b_rows(&w3) == 256 &&
-              gemm_fp8_kgrouped_b_rows(&tma5) == 128 &&
-              gemm_fp8_kgrouped_smem_bytes(&w3) == 1024 + 3 * (16384 + 32768 + 128 + 256 + 512 + 1024) + 3 * 24 + 32768,
-          "128 x 256 tiles, TMA stores, 3 stages: %d bytes %s", gemm_fp8_kgrouped_smem_bytes(&w3), err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&w4, err, sizeof err) && strstr(err, "shared memory"),
-          "128 x 256 tiles, TMA stores, 4 stages: %s", err);
-    CHECK(gemm_fp8_kgrouped_check_shape(&wr4, err, sizeof err), "128 x 256 tiles, register stores, 4 stages: %s", err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&wr5, err, sizeof err) && strstr(err, "shared memory"),
-          "128 x 256 tiles, register stores, 5 stages: %s", err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&wpp, err, sizeof err), "128 x 256 tiles with ping-pong refused");
-    CHECK(!gemm_fp8_kgrouped_check_shape(&wtt, err, sizeof err) && strstr(err, "256"),
-          "128 x 256 tiles with the whole-tile stores: %s", err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&wk, err, sizeof err) && strstr(err, "multiple of 256"), "K %% 256: %s", err);
-    CHECK(!gemm_fp8_kgrouped_check_shape(&w2, err, sizeof err) && strstr(err, "wide"), "wide 3: %s", err);
 
     /* the transposed operands' scales [rows_cap / 128][cols]: a 128-token block's codes for 128 columns from a
      * multiple of 128 are 128 contiguous bytes, 16-byte aligned for cols % 16 == 0, every index hit once */
@@ -683,22 +643,11 @@ static void test_fp8_kgrouped(void)
     oddpp.E = oddk.E;
     oddpp.N = oddk.N;
     oddpp.K = oddk.K;
-    GemmFp8Shape oddtt = tt4;
-    oddtt.E = oddk.E;
-    oddtt.N = oddk.N;
-    oddtt.K = oddk.K;
-    GemmFp8Shape oddw = w3;
-    oddw.E = 6;
-    oddw.N = 384;
-    oddw.K = 768;
-    GemmFp8Shape q3 = w3, oddq = oddw;
-    q3.wide = oddq.wide = 2;
-    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7, tt4, oddtt, tt4, w3, wr4, oddw, q3, oddq};
+    const GemmFp8Shape shapes[] = {gu, oddk, tma5, gu, pp7, oddpp, pp7};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
-        /* 3, 6 and 9: decisions 45's pairs (the others the pipelined promotion, decision 51); 4-6 ping-pong; 7-9 the
-         * whole-tile stores (decision 70); 10-14 the 128 x 256 tiles (decision 70: halves, quarters) */
-        char *src = i == 3 || i == 6 || i == 9 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
+        /* 3 and 6: decisions 45's pairs (the others the pipelined promotion, decision 51); 4-6 ping-pong */
+        char *src = i == 3 || i == 6 ? gemm_fp8_kgrouped_source_sched(s, GEMM_FP8_SCHED_PAIRS, "moec_gemm_fp8k", NULL)
                                      : gemm_fp8_kgrouped_source(s, "moec_gemm_fp8k", NULL);
         NvrtcOutput out;
         int ok = nvrtc_compile(src, "gemm_fp8k.cu", "sm_90a", &out, err, sizeof err);
