@@ -964,26 +964,25 @@ static int grad_line(Reader *r)
 
 /* Layers, by increasing name length: the node a scope names is shorter than
  * the nodes in that scope, so its layer is known when theirs is derived. */
-static const IrGraph *sort_graph;
 static int by_name_len(const void *a, const void *b)
 {
-    size_t la = strlen(sort_graph->nodes[*(const int *)a]->name), lb = strlen(sort_graph->nodes[*(const int *)b]->name);
-    return la < lb ? -1 : la > lb ? 1 : *(const int *)a - *(const int *)b;
+    const IrNode *x = *(IrNode *const *)a, *y = *(IrNode *const *)b; /* (no file-scope state: reentrant) */
+    size_t la = strlen(x->name), lb = strlen(y->name);
+    return la < lb ? -1 : la > lb ? 1 : x->id - y->id;
 }
 
 static void derive_layers(Reader *r)
 {
     IrGraph *g = r->g;
-    int *order = malloc(sizeof *order * (size_t)(g->nnodes ? g->nnodes : 1));
+    IrNode **order = malloc(sizeof *order * (size_t)(g->nnodes ? g->nnodes : 1));
     if (!order)
         die("out of memory");
     for (int i = 0; i < g->nnodes; i++)
-        order[i] = i;
-    sort_graph = g;
+        order[i] = g->nodes[i];
     qsort(order, (size_t)g->nnodes, sizeof *order, by_name_len);
     const char *prev = NULL;  /* neighbouring nodes share their layer string */
     for (int k = 0; k < g->nnodes; k++) {
-        IrNode *n = g->nodes[order[k]];
+        IrNode *n = order[k];
         const NodeExtra *e = &r->extra[n->id];
         if (e->has_layer) {
             n->layer = e->layer;

@@ -560,13 +560,14 @@ int plan_forward_memory(const Plan *p, int64_t *off, PlanMemory *out)
 
 /* The layout's invariants (plan.h: plan_memory_check), for the tests: buffer ids sorted by offset, then a
  * sweep keeps the placed buffers that may still reach the next one's offset (those ending after it starts). */
-static const PlanBuf *sort_bufs;
+/* (pointers into one bufs array, so that no state outside the arguments is needed: plan_memory_check runs in
+ * several threads at once under --simulate-ranks; a file-scope pointer for the comparator raced there) */
 static int by_offset(const void *pa, const void *pb)
 {
-    const PlanBuf *a = &sort_bufs[*(const int *)pa], *b = &sort_bufs[*(const int *)pb];
+    const PlanBuf *a = *(const PlanBuf *const *)pa, *b = *(const PlanBuf *const *)pb;
     if (a->offset != b->offset)
         return a->offset < b->offset ? -1 : 1;
-    return *(const int *)pa - *(const int *)pb;
+    return a < b ? -1 : a > b; /* then by id */
 }
 
 /* The launch-level lifetimes' promises (plan.h: plan_memory_check with launches): 1, or 0 with the first
@@ -721,14 +722,17 @@ int plan_memory_check(const IrGraph *g, const PlanBuf *bufs, int nbufs, const Pl
 #define FIRST(b) (bylaunch ? (b)->lfirst : (b)->first)
 #define LAST(b) (bylaunch ? (b)->llast : (b)->last)
     int *ids = malloc(sizeof(int) * ((size_t)nbufs + 1)), *open = malloc(sizeof(int) * ((size_t)nbufs + 1));
-    if (!ids || !open)
+    const PlanBuf **sorted = malloc(sizeof *sorted * ((size_t)nbufs + 1));
+    if (!ids || !open || !sorted)
         die("out of memory");
     int nid = 0, nopen = 0;
     for (int b = 0; b < nbufs; b++)
         if (bufs[b].alias_of < 0 && bufs[b].region == PLAN_REGION_ACTIVATIONS && bufs[b].bytes > 0)
-            ids[nid++] = b;
-    sort_bufs = bufs;
-    qsort(ids, (size_t)nid, sizeof *ids, by_offset);
+            sorted[nid++] = &bufs[b];
+    qsort(sorted, (size_t)nid, sizeof *sorted, by_offset);
+    for (int k = 0; k < nid; k++)
+        ids[k] = (int)(sorted[k] - bufs);
+    free(sorted);
     for (int k = 0; k < nid && ok; k++) {
         const PlanBuf *x = &bufs[ids[k]];
         int keep = 0;
