@@ -1183,6 +1183,19 @@ static const char *dy_rows_src(int tok)
 /* The 8-bit backwards' separate dprobs launch (MOEC_FP8_PASSES=separate; by default the dSwiGLU quantiser writes its
  * partials, decision 69): a row's sum of da silu(gate) up from h's copy, hs its source class (fp8-block's HE4m3,
  * MXFP8's HMx) */
+/* the dSwiGLU quantisers' (fp8b_dswiglu[_dp], mx_dswiglu[_dp]) parameters after their outputs: dprobs' partials
+ * when merged (decision 69), h's 8-bit copy and its scales, da, probs, the group offsets */
+static void dswiglu_src_params(Cg *cg, const Fast *f, int merged, int dpp, int hq, int hsa, int dap, int pp)
+{
+    if (merged)
+        cg_param(cg, dpp, 1, "dpart");
+    cg_param(cg, hq, 0, "hq");
+    cg_param(cg, hsa, 0, "hsa");
+    cg_param(cg, dap, 0, "dap");
+    cg_param(cg, pp, 0, "pp");
+    cg_param(cg, f->ofs, 0, "ofs");
+}
+
 static void emit_dprobs_separate(Cg *cg, Fast *f, const char *name, const char *what, const char *hs, int dpp, int hq,
                                  int hsa, int dap)
 {
@@ -1281,13 +1294,7 @@ static int emit_grouped_mlp_bwd_fp8(Cg *cg, const IrNode *n)
     cg_param(cg, dhsa, 1, "sa");
     cg_param(cg, dht, 1, "dht");
     cg_param(cg, dhts, 1, "dhts");
-    if (merged)
-        cg_param(cg, dpp, 1, "dpart");
-    cg_param(cg, hq, 0, "hq");
-    cg_param(cg, hsa, 0, "hsa");
-    cg_param(cg, dap, 0, "dap");
-    cg_param(cg, pp, 0, "pp");
-    cg_param(cg, f.ofs, 0, "ofs");
+    dswiglu_src_params(cg, &f, merged, dpp, hq, hsa, dap, pp);
     fp8_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dht, dhts",
                   merged ? "moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp, dpart}"
                          : "moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, dap, pp}",
@@ -1509,13 +1516,7 @@ static int emit_grouped_mlp_bwd_mx(Cg *cg, const IrNode *n)
     cg_param(cg, dhq, 1, "q");
     cg_param(cg, dhsa, 1, "sa");
     cg_param(cg, dhw, 1, "dhw");
-    if (merged)
-        cg_param(cg, dpp, 1, "dpart");
-    cg_param(cg, hq, 0, "hq");
-    cg_param(cg, hsa, 0, "hsa");
-    cg_param(cg, dap, 0, "dap");
-    cg_param(cg, pp, 0, "pp");
-    cg_param(cg, f.ofs, 0, "ofs");
+    dswiglu_src_params(cg, &f, merged, dpp, hq, hsa, dap, pp);
     mx_tiles_end(cg, &f, 2 * F, "2 * F", "q", "sa", "dhw",
                  merged ? "moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp, dpart}"
                         : "moec::fp8b::Dswiglu<F, moec::fp8b::HMx<F>>{{hq, hsa, rcap}, dap, pp}",
