@@ -251,14 +251,21 @@ int main(void)
         void *b2[] = {q2.data(), s2.data(), w2.data(), hq.data(), hs.data(), da.data(), pp.data(), ofs.data()};
         emu_launch("k_both_dh", 3, 256, b1);
         emu_launch("k_both_dh_q", 3, 256, b2);
-        long long diff = 0;
-        for (long long pr = 0; pr < total; pr++) {
-            for (long long c = 0; c < C; c++)
-                diff += q1[(size_t)(pr * C + c)] != q2[(size_t)(pr * C + c)] ||
-                        w1[(size_t)(pr * C + c)] != w2[(size_t)(pr * C + c)];
-            for (int kb = 0; kb < C / 32; kb++)
-                diff += s1[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)] != s2[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)];
-        }
+        /* dh's rowwise codes, scales and colwise bf16 of two launches: the elements that differ in some bit */
+        auto dh_diff = [&](const std::vector<unsigned char> &qa, const std::vector<unsigned char> &sa_,
+                           const std::vector<unsigned short> &wa, const std::vector<unsigned char> &qb,
+                           const std::vector<unsigned char> &sb_, const std::vector<unsigned short> &wb) {
+            long long d = 0;
+            for (long long pr = 0; pr < total; pr++) {
+                for (long long c = 0; c < C; c++)
+                    d += qa[(size_t)(pr * C + c)] != qb[(size_t)(pr * C + c)] ||
+                         wa[(size_t)(pr * C + c)] != wb[(size_t)(pr * C + c)];
+                for (int kb = 0; kb < C / 32; kb++)
+                    d += sa_[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)] != sb_[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)];
+            }
+            return d;
+        };
+        const long long diff = dh_diff(q1, s1, w1, q2, s2, w2);
         check(diff == 0, "dh (rowwise codes, scales, colwise bf16) from the h copy", diff);
         std::vector<unsigned short> c1((size_t)(RCAP * F), 0xABAB), c2((size_t)(RCAP * F), 0xCDCD);
         void *e1[] = {c1.data(), hd.data(), pp.data(), ofs.data()};
@@ -286,14 +293,7 @@ int main(void)
         void *h2[] = {q3.data(), s3.data(), w3.data(), part.data(), hq.data(), hs.data(), dac.data(), pp.data(), ofs.data()};
         emu_launch("k_both_dh_q", 3, 256, h1);
         emu_launch("k_both_dh_dp", 2, 256, h2);
-        long long diff3 = 0;
-        for (long long pr = 0; pr < total; pr++) {
-            for (long long c = 0; c < C; c++)
-                diff3 += q2[(size_t)(pr * C + c)] != q3[(size_t)(pr * C + c)] ||
-                         w2[(size_t)(pr * C + c)] != w3[(size_t)(pr * C + c)];
-            for (int kb = 0; kb < C / 32; kb++)
-                diff3 += s2[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)] != s3[(size_t)moec_mxfp8_sa_index(pr, kb, RCAP)];
-        }
+        const long long diff3 = dh_diff(q2, s2, w2, q3, s3, w3);
         check(diff3 == 0, "dh with dprobs' partials: the same bytes", diff3);
         void *f3[] = {dc.data(), hq.data(), hs.data(), dac.data(), ofs.data()};
         emu_launch("k_dprobs_q", 3, 256, f3);
