@@ -411,7 +411,9 @@ int main(int argc, char **argv)
         char aerr[512];
         if (!gpu_args_build(l, dptr, &gargs[li], aerr, sizeof aerr))
             die("%s: %s", g->nodes[l->node]->name, aerr);
-        grid[li] = gpu_launch_grid(l, sms);
+        CUresult gr;
+        grid[li] = gpu_launch_grid_f(l, fn[li], sms, &gr);
+        cu_check(gr, "cuOccupancyMaxActiveClusters");
     }
     cu_what = "";
 
@@ -419,8 +421,9 @@ int main(int argc, char **argv)
 #define LAUNCH_ALL()                                                                                                \
     for (int li = 0; li < plan->nlaunches; li++) {                                                                  \
         const PlanLaunch *l = &plan->launches[li];                                                                  \
-        CU(cuLaunchKernel(fn[li], grid[li], 1, 1, (unsigned)l->block, 1, 1, (unsigned)l->shared_bytes,              \
-                          stream, gargs[li].argp, NULL));                                                           \
+        cu_check(cudrv_launch(fn[li], grid[li], (unsigned)l->block, (unsigned)l->shared_bytes, stream, gargs[li].argp, \
+                              l->cluster),                                                                          \
+                 "cuLaunchKernel");                                                                                 \
     }
     CUgraphExec exec = NULL;
     CUgraph graph = NULL;
@@ -483,8 +486,9 @@ int main(int argc, char **argv)
             CU(cuEventRecord(le[0], stream));
             for (int li = 0; li < nl; li++) {
                 const PlanLaunch *l = &plan->launches[li];
-                CU(cuLaunchKernel(fn[li], grid[li], 1, 1, (unsigned)l->block, 1, 1, (unsigned)l->shared_bytes, stream,
-                                  gargs[li].argp, NULL));
+                cu_check(cudrv_launch(fn[li], grid[li], (unsigned)l->block, (unsigned)l->shared_bytes, stream,
+                                      gargs[li].argp, l->cluster),
+                         "cuLaunchKernel");
                 CU(cuEventRecord(le[li + 1], stream));
             }
             CU(cuStreamSynchronize(stream));

@@ -484,6 +484,7 @@ void cg_begin(Cg *cg, const IrNode *n, const char *suffix, const char *what)
     cg->typed = 0;
     cg->shared_bytes = 0;
     cg->all_sms = 0;
+    cg->cluster = 0;
 }
 
 void cg_param(Cg *cg, int buf, int is_out, const char *name)
@@ -562,6 +563,13 @@ void cg_launch_extra(Cg *cg, int shared, int all_sms)
 {
     cg->shared_bytes = shared;
     cg->all_sms = all_sms;
+}
+
+void cg_launch_cluster(Cg *cg, int cluster)
+{
+    if (cluster > 1 && !cg->all_sms)
+        die("codegen: %s: a cluster launch is a persistent one (one block an SM)", cg->node->name);
+    cg->cluster = cluster > 1 ? cluster : 0;
 }
 
 void cg_impl(Cg *cg, const char *impl)
@@ -757,6 +765,7 @@ void cg_end(Cg *cg, int block, int64_t grid)
     if (cg->typed)
         memcpy(l->targs, cg->targs, sizeof(PlanArg) * (size_t)cg->nargs);
     l->shared_bytes = cg->shared_bytes;
+    l->cluster = cg->cluster;
     l->impl = cg->impl ? xstrdup(cg->impl) : NULL;
 }
 
@@ -917,6 +926,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
     cg.attn_max_grid = opts ? opts->attn_max_grid : 0;
 
     cg.fp8_kgemm_schedule = opts ? opts->fp8_kgemm_schedule : CUDA_KSCHED_DEFAULT;
+    cg.fp8_cluster = opts ? opts->fp8_cluster : 0;
     cg.kernel_choice = p->source.kernels;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
@@ -1107,6 +1117,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
         pl->grid = l->grid;
         pl->block = l->block;
         pl->shared_bytes = l->shared_bytes;
+        pl->cluster = l->cluster;
         pl->nargs = l->nargs;
         pl->args = malloc(sizeof(int) * (size_t)(l->nargs + 1));
         if (!pl->args)

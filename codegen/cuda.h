@@ -85,6 +85,10 @@ typedef struct CudaOptions {
      * consumer warpgroup (taken where the TMA-store epilogue is: dW 16-byte aligned); MOEC_FP8_KGEMM=cooperative|pingpong
      * in the driver's environment, independent of MOEC_KGEMM (the bf16 K-grouped GEMMs) */
     CudaKgemmSchedule fp8_kgemm_schedule;
+    /* fp8-block's FP8 M-grouped GEMMs (GemmFp8MGrouped, decision 71): 0 codegen's default
+     * (codegen/cuda_moe_fast.c FP8B_CLUSTER), 1 one block a tile, 2 clusters of two blocks on tiles (m, 2j) and
+     * (m, 2j + 1) with A's stages multicast into both (where the tile columns pair up); MOEC_FP8_CLUSTER=1|2 */
+    int fp8_cluster;
 } CudaOptions;
 
 /* Fills p's GPU part. Returns 1, or 0 after reporting through d (may be

@@ -52,6 +52,7 @@ typedef struct CgLaunch {
     int typed;           /* targs hold typed arguments (a tensor map, an int) */
     PlanArg targs[CG_MAX_ARGS];
     int shared_bytes;    /* dynamic shared memory */
+    int cluster;         /* PlanLaunch.cluster */
     char *impl;          /* the node's implementation choice, or NULL */
 } CgLaunch;
 
@@ -94,6 +95,7 @@ typedef struct Cg {
     int typed;
     PlanArg targs[CG_MAX_ARGS];
     int shared_bytes, all_sms;
+    int cluster; /* the launch being built: 0, or thread-block clusters of 2 (cg_launch_cluster) */
     const char *impl;    /* set by an emitter with a choice for all the node's launches (cg_impl) */
     char impl_buf[320];
     PlanKernels kernel_choice; /* the plan's --kernels */
@@ -111,6 +113,7 @@ typedef struct Cg {
     int attn_max_grid;                /* CudaOptions.attn_max_grid */
 
     CudaKgemmSchedule fp8_kgemm_schedule; /* CudaOptions.fp8_kgemm_schedule */
+    int fp8_cluster;                      /* CudaOptions.fp8_cluster */
 } Cg;
 
 /* ---- the builder */
@@ -153,6 +156,8 @@ void cg_i32(Cg *cg, int64_t value, const char *name);
 void cg_i64(Cg *cg, int64_t value, const char *name);
 /* The launch being built: `shared` bytes of dynamic shared memory, and (all_sms) one block per SM. */
 void cg_launch_extra(Cg *cg, int shared, int all_sms);
+/* ... launched in thread-block clusters of `cluster` blocks (2: decision 71; needs all_sms) */
+void cg_launch_cluster(Cg *cg, int cluster);
 /* Names the implementation the node's following launches are (plan.json "impl"); NULL: none. */
 void cg_impl(Cg *cg, const char *impl);
 void cg_line(Cg *cg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

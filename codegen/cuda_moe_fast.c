@@ -788,8 +788,21 @@ int cg_emit_grouped_mlp_bwd_fast(Cg *cg, const IrNode *n)
  * staging buffers: decision 36), bf16 out through TMA stores */
 static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0};
     return s;
+}
+
+/* fp8-block's FP8 M-grouped GEMMs in clusters of two blocks (decision 71) unless CudaOptions says otherwise: the
+ * two blocks take the tiles (m, 2j) and (m, 2j + 1) and one TMA multicast brings each A stage into both, so A
+ * crosses L2 once a pair and the pair's k loops stay in step. Set from the measurement in decision 71. */
+static const int FP8B_CLUSTER = 1;
+
+/* the cluster of the FP8 M-grouped GEMM with N columns (n_tiles scheduled tile columns: N / 128, or half that for
+ * the fused SwiGLU's gate and up passes): 2 where chosen and the columns pair up, else 1 */
+static int fp8b_cluster(const Cg *cg, int64_t n_tiles)
+{
+    int c = cg->fp8_cluster ? cg->fp8_cluster : FP8B_CLUSTER;
+    return c == 2 && n_tiles % 2 == 0 ? 2 : 1;
 }
 
 /* The FP8 K-grouped kernel's dW stores (decision 51): GEMM_FP8_OUT_F32_TMA, TMA stores through 32 KB of staging
@@ -820,7 +833,7 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
 {
     int t = tma && dw_byte_offset % 16 == 0, pp = t && pingpong;
     GemmFp8Shape s = {(int)E, (int)N, (int)K, pp ? 7 : t ? 5 : 6, GEMM_FP8_BLOCK,
-                      t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp};
+                      t ? GEMM_FP8_OUT_F32_TMA : GEMM_FP8_OUT_F32, pp, 0};
     return s;
 }
 
@@ -828,7 +841,7 @@ static GemmFp8Shape fp8b_kshape(int64_t E, int64_t N, int64_t K, int tma, int64_
  * scales take 4 KB a stage more than fp8-block's: 6 do not fit beside the bf16 staging buffers) */
 static GemmFp8Shape mx_shape(int64_t E, int64_t N, int64_t K)
 {
-    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0};
+    GemmFp8Shape s = {(int)E, (int)N, (int)K, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0};
     return s;
 }
 
@@ -940,14 +953,18 @@ static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *w
 {
     GemmFp8Shape s = f->mx ? mx_shape(f->E, N, K) : fp8b_shape(f->E, N, K);
     const int glu = aq >= 0;
-    char sfx[96], tmpl[160], glu_args[64];
-    snprintf(sfx, sizeof sfx, "%s_%s_s%d%s", suffix, f->mx ? "mx" : "fp8b", s.stages, glu ? "_glu" : "");
+    if (!f->mx)
+        s.cluster = fp8b_cluster(cg, N / 128 / (glu ? 2 : 1));
+    const int c2 = s.cluster == 2;
+    char sfx[96], tmpl[200], glu_args[64];
+    snprintf(sfx, sizeof sfx, "%s_%s_s%d%s%s", suffix, f->mx ? "mx" : "fp8b", s.stages, glu ? "_glu" : "", c2 ? "_c2" : "");
     if (glu) {
-        snprintf(tmpl, sizeof tmpl, "%d, %d, %d, %d, %d, %d, 16, 0, moec::fp8b::SwigluQuantEpi<%lldll>", s.E, s.N,
-                 s.K, s.stages, s.mode, s.out, (long long)(N / 2));
+        snprintf(tmpl, sizeof tmpl, "%d, %d, %d, %d, %d, %d, 16, 0, moec::fp8b::SwigluQuantEpi<%lldll>%s", s.E, s.N,
+                 s.K, s.stages, s.mode, s.out, (long long)(N / 2), c2 ? ", 2" : "");
         snprintf(glu_args, sizeof glu_args, ", aq, asa, pp");
     } else {
-        snprintf(tmpl, sizeof tmpl, "%d, %d, %d, %d, %d, %d", s.E, s.N, s.K, s.stages, s.mode, s.out);
+        snprintf(tmpl, sizeof tmpl, "%d, %d, %d, %d, %d, %d%s", s.E, s.N, s.K, s.stages, s.mode, s.out,
+                 c2 ? ", 16, 0, moec::sm90::NoGlu, 2" : "");
         glu_args[0] = 0;
     }
     fast_begin(cg, f, sfx, what);
@@ -971,6 +988,7 @@ static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *w
         cg_line(cg, "moec::sm90::GemmFp8MGrouped<%s>::run(tma_a, tma_b, tma_d, d, sa, sb, offsets, rows_cap%s);", tmpl,
                 glu_args);
     cg_launch_extra(cg, gemm_fp8_smem_bytes(&s), 1);
+    cg_launch_cluster(cg, s.cluster);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;
     cg->fp8b_used = 1;

@@ -51,8 +51,12 @@ char *gemm_sm90_kgrouped_source(const GemmSm90Shape *s, const char *name, const 
 char *gemm_fp8_source_sched(const GemmFp8Shape *s, int sched, const char *name, const char *extra)
 {
     char inst[256];
-    snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_S(%s, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N, s->K,
-             s->stages, s->mode, s->out, sched);
+    if (s->cluster > 1)
+        snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_SC(%s, %d, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N,
+                 s->K, s->stages, s->mode, s->out, sched, s->cluster);
+    else
+        snprintf(inst, sizeof inst, "\nMOEC_SM90_GEMM_FP8_S(%s, %d, %d, %d, %d, %d, %d, %d)\n", name, s->E, s->N, s->K,
+                 s->stages, s->mode, s->out, sched);
     return source_with(inst, extra);
 }
 

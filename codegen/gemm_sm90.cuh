@@ -1042,7 +1042,8 @@ __device__ __forceinline__ int fp8_fb_slot(int c)
 struct NoGlu {
     static constexpr bool ON = false;
 };
-template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16, int SCHED = 0, class GLU = NoGlu>
+template <int E, int N, int K, int STAGES, int MODE, int OUT, int BAND = 16, int SCHED = 0, class GLU = NoGlu,
+          int CLUSTER = 1>
 struct GemmFp8MGrouped {
     static constexpr int BLOCK_M = 128, BLOCK_N = 128, BLOCK_K = 128, THREADS = 384;
     static constexpr int A_BYTES = BLOCK_M * BLOCK_K, B_BYTES = BLOCK_N * BLOCK_K;
@@ -1073,6 +1074,22 @@ struct GemmFp8MGrouped {
     static_assert(STAGES >= 2 && SMEM_BYTES <= 232448, "the ring does not fit in shared memory");
     static_assert((long long)E * N < 2147483647ll, "the rows of W must fit an int coordinate");
     static_assert((STAGES * (A_BYTES + B_BYTES)) % 1024 == 0 && OUT_BYTES % 1024 == 0, "swizzled buffers 1024-aligned");
+    /* CLUSTER 2 (decision 71): the two blocks of a cluster take the tiles (m, 2 j) and (m, 2 j + 1), the same
+     * A rows; rank 0's producer multicasts each A stage into both blocks' rings, and a stage is free again
+     * once both blocks' consumers have released it (each consumer warp arrives on both blocks' `empty`) */
+    static_assert(CLUSTER == 1 || (CLUSTER == 2 && NUM_T % 2 == 0), "CLUSTER is 1, or 2 with an even number of tile columns");
+    static constexpr int NUM_TC = NUM_T / CLUSTER; /* the scheduler's columns: pairs of tiles under CLUSTER 2 */
+
+    /* the persistent loop over scheduled tiles: cluster c (a block alone when CLUSTER 1) takes c, c + #clusters, ...;
+     * tile t of the banded raster is (mb, nt) for this block's rank */
+    __device__ static __forceinline__ int first_tile() { return (int)blockIdx.x / CLUSTER; }
+    __device__ static __forceinline__ int tile_stride() { return (int)gridDim.x / CLUSTER; }
+    __device__ static __forceinline__ void tile_of(int t, int num_m, int rank, int &mb, int &nt)
+    {
+        int ntc;
+        moec_sched_tile(t, num_m, NUM_TC, BAND, &mb, &ntc);
+        nt = ntc * CLUSTER + rank;
+    }
 
     /* shared-memory map (base 1024-byte aligned): the A ring, the B ring, the bf16 staging buffers (all
      * three need 1024-byte alignment for the 128-byte swizzle; their sizes are multiples of 16 KB), then
@@ -1158,37 +1175,46 @@ struct GemmFp8MGrouped {
                        ready_bar = empty_bar + STAGES * 8;
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = threadIdx.x / 128;
 
+        const unsigned rank = CLUSTER > 1 ? cluster_ctarank() : 0u;
+
         if (threadIdx.x == 0) {
             for (int s = 0; s < STAGES; s++) {
                 mbar_init(full_bar + 8 * s, 1);
-                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS);
+                mbar_init(empty_bar + 8 * s, CONSUMER_WARPS * CLUSTER);
                 mbar_init(ready_bar + 8 * s, 1);
             }
             mbar_init_fence();
         }
-        __syncthreads();
+        if constexpr (CLUSTER > 1)
+            cluster_sync(); /* the peer's barriers are initialised before anything signals them */
+        else
+            __syncthreads();
 
         /* the tile count is read after setmaxnreg in each role: a value live across it is spilled */
         if (wg == 0) {
             setmaxnreg_dec<40>();
             const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
-            const int tiles = num_m * NUM_T;
+            const int tiles = num_m * NUM_TC;
             if (warp == 0 && elect_one()) {
                 /* the producer: A, B tiles by TMA, the scale vectors by bulk copies, one stage per K block */
                 tma_prefetch_desc(&tma_a);
                 tma_prefetch_desc(&tma_b);
                 int stage = 0;
                 unsigned phase = 0;
-                for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                for (int t = first_tile(); t < tiles; t += tile_stride()) {
                     int mb, nt;
-                    moec_sched_tile(t, num_m, NUM_T, BAND, &mb, &nt);
+                    tile_of(t, num_m, (int)rank, mb, nt);
                     const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
                     for (int kp = 0; kp < PASSES * KBLOCKS; kp++) {
                         const int kb = kp % KBLOCKS, nb = nt + (kp / KBLOCKS) * NUM_T; /* GLU: gate, then up */
                         const unsigned fb = full_bar + 8 * stage;
                         mbar_wait(empty_bar + 8 * stage, phase ^ 1);
-                        mbar_arrive_expect_tx(fb, TX_BYTES);
-                        tma_load_2d(a_at(base, stage), &tma_a, fb, kb * BLOCK_K, mb * BLOCK_M);
+                        mbar_arrive_expect_tx(fb, TX_BYTES); /* A's bytes too: under CLUSTER 2 rank 0's copy brings them */
+                        if constexpr (CLUSTER == 1)
+                            tma_load_2d(a_at(base, stage), &tma_a, fb, kb * BLOCK_K, mb * BLOCK_M);
+                        else if (rank == 0)
+                            tma_load_2d_mc(a_at(base, stage), &tma_a, fb, kb * BLOCK_K, mb * BLOCK_M,
+                                           (unsigned short)((1u << CLUSTER) - 1));
                         tma_load_2d(b_at(base, stage), &tma_b, fb, kb * BLOCK_K, g * N + nb * BLOCK_N);
                         if constexpr (MODE == 0) {
                             bulk_load(sa_at(base, stage),
@@ -1215,7 +1241,7 @@ struct GemmFp8MGrouped {
                  * after their last read of fa/fb. */
                 int stage = 0;
                 unsigned phase = 0;
-                for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                for (int t = first_tile(); t < tiles; t += tile_stride()) {
                     for (int kb = 0; kb < PASSES * KBLOCKS; kb++) {
                         mbar_wait(full_bar + 8 * stage, phase);
                         const unsigned fs = fs_at(base, stage);
@@ -1243,15 +1269,15 @@ struct GemmFp8MGrouped {
         } else {
             setmaxnreg_inc<232>();
             const int num_m = moec_sched_num_m(offsets, E, rows_cap, BLOCK_M);
-            const int tiles = num_m * NUM_T;
+            const int tiles = num_m * NUM_TC;
             const int half = wg - 1, wq = warp % 4;
             const int r = half * 64 + wq * 16 + lane / 4; /* this thread's rows of the tile: r, r + 8 */
             float acc[ACC], t0[ACC], t1[ACC];
             int ist = 0, rst = 0; /* the stage of the next group to issue, of the next to promote */
             unsigned iph = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            for (int t = first_tile(); t < tiles; t += tile_stride()) {
                 int mb, nt;
-                moec_sched_tile(t, num_m, NUM_T, BAND, &mb, &nt);
+                tile_of(t, num_m, (int)rank, mb, nt);
                 const int g = moec_sched_group_of(offsets, E, mb * BLOCK_M);
 #pragma unroll 1
                 for (int pass = 0; pass < PASSES; pass++) {
@@ -1285,8 +1311,11 @@ struct GemmFp8MGrouped {
         promote(acc, T, base, rst, (I), r, lane, SBV);                                                  \
         if ((I) == GPS - 1) { /* the stage's last group: free its slot */                               \
             __syncwarp();                                                                               \
-            if (lane == 0)                                                                              \
+            if (lane == 0) {                                                                            \
                 mbar_arrive(empty_bar + 8 * rst);                                                       \
+                if constexpr (CLUSTER > 1) /* rank 0's multicast writes this stage of every block */     \
+                    mbar_arrive_cta(empty_bar + 8 * rst, rank ^ 1u);                                    \
+            }                                                                                           \
             if (++rst == STAGES)                                                                        \
                 rst = 0;                                                                                \
         }                                                                                               \
@@ -1372,6 +1401,9 @@ struct GemmFp8MGrouped {
                     bulk_wait<0>();
             }
         }
+        /* no block leaves while its peer may still signal its barriers or copy into its ring */
+        if constexpr (CLUSTER > 1)
+            cluster_sync();
     }
 };
 
@@ -1805,6 +1837,17 @@ struct GemmFp8KGrouped {
                                                                              offsets, rows_cap);              \
     }
 #define MOEC_SM90_GEMM_FP8(NAME, E, N, K, STAGES, MODE, OUT) MOEC_SM90_GEMM_FP8_S(NAME, E, N, K, STAGES, MODE, OUT, 0)
+/* the same with the cluster size chosen (decision 71): CLUSTER 1 (the forms above) or 2 (launch with cluster
+ * dimension (2, 1, 1) and an even grid of at most twice the clusters that fit at once: gemm_sm90.h) */
+#define MOEC_SM90_GEMM_FP8_SC(NAME, E, N, K, STAGES, MODE, OUT, SCHED, CLUSTER)                             \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
+        NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
+             const __grid_constant__ moec::sm90::TmaDesc tma_d, void *d, const void *sa, const void *sb,        \
+             const int *offsets, int rows_cap)                                                               \
+    {                                                                                                         \
+        moec::sm90::GemmFp8MGrouped<E, N, K, STAGES, MODE, OUT, 16, SCHED, moec::sm90::NoGlu, CLUSTER>::run(     \
+            tma_a, tma_b, tma_d, d, sa, sb, offsets, rows_cap);                                               \
+    }
 
 /* The FP8 K-grouped kernel NAME (GemmFp8KGrouped, fp8-block weight gradient, fp32 out). Launch contract:
  * grid (#SMs, 1, 1), block (384, 1, 1), dynamic shared memory gemm_fp8_kgrouped_smem_bytes(); tensor maps

@@ -100,6 +100,41 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc *map, un
                  "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* ---------------------------------------------------------- thread-block clusters
+ * A kernel launched with cluster dimension (C, 1, 1) runs blocks C c .. C c + C - 1 together as
+ * cluster c (ranks 0 .. C - 1, on one GPC); each may read and signal the others' shared memory at the
+ * same offsets as its own (the kernel's layout is the same in every block). */
+__device__ __forceinline__ unsigned cluster_ctarank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* every thread of the cluster that has not exited arrives, then waits for the others (release /
+ * acquire at cluster scope: barrier initialisation before, remote signals after) */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* arrives once on the mbarrier at offset bar of cluster CTA `cta`'s shared memory */
+__device__ __forceinline__ void mbar_arrive_cta(unsigned bar, unsigned cta)
+{
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "r"(cta)
+                 : "memory");
+}
+/* tma_load_2d multicast: the box lands at offset dst of every cluster CTA whose bit is set in mask,
+ * each completing its bytes on the barrier at offset bar of its own shared memory */
+__device__ __forceinline__ void tma_load_2d_mc(unsigned dst, const TmaDesc *map, unsigned bar, int c0, int c1,
+                                               unsigned short mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+                 "l"((unsigned long long)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+
 /* Copies shared memory at src (the box layout of the tensor map, 1024-byte aligned for 128-byte
  * swizzle) to the box at (c0, c1) of the tensor map in global memory; one thread issues it, then
  * bulk_commit closes the stores issued so far into a bulk group. Before src is written again,

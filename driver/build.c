@@ -111,6 +111,22 @@ static int dswiglu_from_env(const char *var, CudaDswiglu *out, char *err, size_t
     return 1;
 }
 
+/* MOEC_FP8_CLUSTER (environment): fp8-block's FP8 M-grouped GEMMs one block a tile ("1") or in clusters of two
+ * blocks sharing A ("2", decision 71); unset or empty: codegen's default. For A/B timing. */
+static int fp8_cluster_from_env(int *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_FP8_CLUSTER");
+    *out = 0;
+    if (!v || !*v)
+        return 1;
+    if (strcmp(v, "1") == 0 || strcmp(v, "2") == 0) {
+        *out = v[0] - '0';
+        return 1;
+    }
+    snprintf(err, errlen, "MOEC_FP8_CLUSTER is '1' or '2', not '%s'", v);
+    return 0;
+}
+
 Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plugins, int nplugins,
                        int has_precision, IrPrecision precision, int64_t ep, char *err, size_t errlen)
 {
@@ -122,7 +138,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
         !attn_grid_from_env(&opts.attn_max_grid, err, errlen) ||
         !dswiglu_from_env("MOEC_DSWIGLU", &opts.dswiglu, err, errlen) ||
         !dswiglu_from_env("MOEC_FP8_SWIGLU", &opts.fp8_swiglu, err, errlen) ||
-        !dswiglu_from_env("MOEC_FP8_PASSES", &opts.fp8_passes, err, errlen))
+        !dswiglu_from_env("MOEC_FP8_PASSES", &opts.fp8_passes, err, errlen) ||
+        !fp8_cluster_from_env(&opts.fp8_cluster, err, errlen))
         return NULL;
     IrGraph *g = c->graph;
     Plan *p = plan_create(g, &c->arena, err, errlen);

@@ -113,6 +113,10 @@ int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)
         snprintf(err, errlen, "out is 0 (bf16) or 1 (fp32), not %d", s->out);
     else if (s->pingpong)
         snprintf(err, errlen, "the FP8 M-grouped kernel has no ping-pong schedule (pingpong %d)", s->pingpong);
+    else if (s->cluster < 0 || s->cluster > 2)
+        snprintf(err, errlen, "the FP8 M-grouped kernel's cluster is 0, 1 or 2, not %d", s->cluster);
+    else if (s->cluster == 2 && s->N % 256)
+        snprintf(err, errlen, "cluster 2 pairs the N tiles: N %d is not a multiple of 256", s->N);
     else if (s->K % 256)
         snprintf(err, errlen, "K %d is not a multiple of 256 (the FP8 kernel takes its 128-deep K blocks in pairs)",
                  s->K);

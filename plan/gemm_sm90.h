@@ -73,6 +73,9 @@ typedef struct GemmFp8Shape {
     int out;  /* GEMM_FP8_OUT_BF16 or GEMM_FP8_OUT_F32 */
     int pingpong; /* K-grouped only (0 for the M-grouped kernel): 0 cooperative 128 x 128 tiles, 1 ping-pong (64 x 128
                    * tiles, one per consumer warpgroup, the two alternating main loop and epilogue: decision 56) */
+    int cluster;  /* M-grouped only: 0 (or 1) one block a tile; 2: clusters of two blocks on tiles (m, 2j) and
+                   * (m, 2j + 1), A's stages multicast into both (decision 71; N / 128 even, launched with cluster
+                   * dimension 2: runtime/gpu/cudrv.h cudrv_launch, cudrv_persistent_grid) */
 } GemmFp8Shape;
 /* the promotion schedule of both FP8 kernels (decision 51; codegen/gemm_sm90.h gemm_fp8_source_sched):
  * GEMM_FP8_SCHED_PIPE (the default: one group always in flight while the one before it is promoted) or
@@ -81,7 +84,8 @@ typedef struct GemmFp8Shape {
 enum { GEMM_FP8_SCHED_PIPE = 0, GEMM_FP8_SCHED_PAIRS = 1 };
 enum { GEMM_FP8_BLOCK = 0, GEMM_FP8_MX = 1 };
 enum { GEMM_FP8_OUT_BF16 = 0, GEMM_FP8_OUT_F32 = 1, GEMM_FP8_OUT_F32_TMA = 2 /* K-grouped only */ };
-/* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits. */
+/* 1, or 0 with why: E, N, K positive, N % 128, K % 256, E * N < 2^31, mode, out, the ring fits, cluster 0, 1,
+ * or 2 with N % 256. */
 int gemm_fp8_check_shape(const GemmFp8Shape *s, char *err, size_t errlen);
 /* 1024 + stages * (32768 + 128 (fp8-block) or + 512 + 512 + 4096 (MXFP8)) (+ 32768 bf16 out) + 24 stages */
 int gemm_fp8_smem_bytes(const GemmFp8Shape *s);

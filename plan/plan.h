@@ -255,6 +255,9 @@ typedef struct PlanLaunch {
     int64_t grid;        /* blocks (x only) */
     int block;           /* threads per block */
     int shared_bytes;    /* dynamic shared memory */
+    int cluster;         /* 0 (or 1): a plain launch; 2: thread-block clusters of two blocks (the FP8 M-grouped GEMM's
+                          * A multicast, decision 71): launched with cluster dimension 2, its PLAN_GRID_ALL_SMS grid
+                          * two blocks for each cluster that fits at once (runtime/gpu/cudrv.h cudrv_persistent_grid) */
     int nargs;
     int *args;           /* buffer ids, in the kernel's parameter order (-1: a constant, see targs) */
     PlanArg *targs;      /* NULL: every argument a buffer pointer; else [nargs] typed arguments */

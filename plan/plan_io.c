@@ -215,6 +215,8 @@ char *plan_to_json(const Plan *p, int with_source)
                 cJSON_AddNumberToObject(o, "grid", (double)l->grid);
                 cJSON_AddNumberToObject(o, "block", l->block);
                 cJSON_AddNumberToObject(o, "shared_bytes", l->shared_bytes);
+                if (l->cluster > 1)
+                    cJSON_AddNumberToObject(o, "cluster", l->cluster);
             } else {
                 cJSON_AddStringToObject(o, "collective", ir_node_op_name(n));
             }
@@ -722,6 +724,10 @@ static int read_gpu(Reader *r, Plan *p, const cJSON *gpu)
             l->grid = get_int(r, o, "grid", PLAN_GRID_ALL_SMS, INT32_MAX);
             l->block = (int)get_int(r, o, "block", 1, 1024);
             l->shared_bytes = (int)get_int(r, o, "shared_bytes", 0, 1 << 20);
+            l->cluster = cJSON_GetObjectItemCaseSensitive(o, "cluster") ? (int)get_int(r, o, "cluster", 0, 2) : 0;
+            if (l->cluster > 1 && l->grid != PLAN_GRID_ALL_SMS && l->grid % l->cluster)
+                return bad(r, "launch %d: a grid of %lld blocks is not a multiple of its cluster of %d", i,
+                           (long long)l->grid, l->cluster);
             p->nkernel_launches++;
         } else {
             p->ncollectives++;

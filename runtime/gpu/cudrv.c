@@ -72,3 +72,54 @@ const char *cudrv_error(CUresult r, char *buf, size_t n)
         snprintf(buf, n, "CUDA error %d", (int)r);
     return buf;
 }
+
+static CUlaunchConfig launch_config(unsigned grid, unsigned block, unsigned shared, CUstream stream,
+                                    CUlaunchAttribute *attr, int cluster)
+{
+    CUlaunchConfig c;
+    memset(&c, 0, sizeof c);
+    memset(attr, 0, sizeof *attr);
+    attr->id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr->value.clusterDim.x = (unsigned)cluster;
+    attr->value.clusterDim.y = attr->value.clusterDim.z = 1;
+    c.gridDimX = grid;
+    c.gridDimY = c.gridDimZ = 1;
+    c.blockDimX = block;
+    c.blockDimY = c.blockDimZ = 1;
+    c.sharedMemBytes = shared;
+    c.hStream = stream;
+    c.attrs = attr;
+    c.numAttrs = 1;
+    return c;
+}
+
+CUresult cudrv_launch(CUfunction f, unsigned grid, unsigned block, unsigned shared, CUstream stream, void **args,
+                      int cluster)
+{
+    if (cluster <= 1)
+        return cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, shared, stream, args, NULL);
+    CUlaunchAttribute attr;
+    CUlaunchConfig c = launch_config(grid, block, shared, stream, &attr, cluster);
+    return cu.cuLaunchKernelEx(&c, f, args, NULL);
+}
+
+unsigned cudrv_persistent_grid(CUfunction f, int sms, unsigned block, unsigned shared, int cluster, CUresult *r)
+{
+    *r = CUDA_SUCCESS;
+    if (sms < 1)
+        sms = 1;
+    if (cluster <= 1)
+        return (unsigned)sms;
+    CUlaunchAttribute attr;
+    CUlaunchConfig c = launch_config((unsigned)cluster, block, shared, NULL, &attr, cluster);
+    int n = 0;
+    *r = cu.cuOccupancyMaxActiveClusters(&n, f, &c);
+    if (*r != CUDA_SUCCESS)
+        return 0;
+    int most = sms / cluster < 1 ? 1 : sms / cluster;
+    if (n < 1)
+        n = 1;
+    if (n > most)
+        n = most;
+    return (unsigned)(n * cluster);
+}

@@ -60,6 +60,28 @@ typedef struct CUtensorMap {
     _Alignas(64) unsigned long long opaque[16];
 } CUtensorMap;
 
+/* cuLaunchKernelEx's configuration (cuda.h's layout), for the one attribute moec sets: the cluster dimension
+ * (thread-block clusters, sm_90; decision 71) */
+enum { CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
+typedef struct CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        struct {
+            unsigned x, y, z;
+        } clusterDim;
+    } value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig {
+    unsigned gridDimX, gridDimY, gridDimZ;
+    unsigned blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned numAttrs;
+} CUlaunchConfig;
+
 /* X(name, symbol, arguments) */
 #define CUDRV_FUNCS(X)                                                                                          \
     X(cuInit, "cuInit", (unsigned))                                                                             \
@@ -92,6 +114,8 @@ typedef struct CUtensorMap {
     X(cuLaunchKernel, "cuLaunchKernel",                                                                         \
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **,      \
        void **))                                                                                                 \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx", (const CUlaunchConfig *, CUfunction, void **, void **))             \
+    X(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters", (int *, CUfunction, const CUlaunchConfig *))    \
     X(cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                                  \
     X(cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                                         \
     X(cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                                    \
@@ -131,6 +155,16 @@ extern CuDriver cu;
  * cuInit(0), once; later calls return the first result. Returns 1, or 0
  * with why in err ("libcuda.so.1 not found", "no CUDA-capable device"). */
 int cudrv_load(char *err, size_t errlen);
+
+/* Launches f on a 1-D grid: cuLaunchKernel, or with cluster > 1 cuLaunchKernelEx with cluster dimension
+ * (cluster, 1, 1) (grid a multiple of cluster). */
+CUresult cudrv_launch(CUfunction f, unsigned grid, unsigned block, unsigned shared, CUstream stream, void **args,
+                      int cluster);
+/* The grid of a persistent kernel (one block an SM, looping over tiles): sms, or with clusters of `cluster`
+ * blocks, cluster times the clusters that can run at once (cuOccupancyMaxActiveClusters: a GPC's SMs may not
+ * pair up, and a cluster left to wait would run all its tiles after the others), at most sms rounded down to
+ * a multiple of cluster. 0 with the driver's error in *r when the query fails. */
+unsigned cudrv_persistent_grid(CUfunction f, int sms, unsigned block, unsigned shared, int cluster, CUresult *r);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" for r. */
 const char *cudrv_error(CUresult r, char *buf, size_t n);

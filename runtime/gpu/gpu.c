@@ -36,6 +36,7 @@ typedef struct Launch {
     const IrNode *node;
     CUfunction f;           /* NULL: a collective */
     unsigned grid, block, shared;
+    int cluster;            /* PlanLaunch.cluster */
     int nargs;
     GpuArgs args;           /* the parameters (pointers, tensor maps, ints) and their addresses for cuLaunchKernel */
     void **argp;            /* args.argp */
@@ -500,13 +501,17 @@ static int build_launches(Gpu *G)
             snprintf(L->what, sizeof L->what, "kernel %s (node %d, %s)", k, node, L->node->name);
             if (!KFN(G, &L->f, k, L->what))
                 return 0;
-            L->grid = gpu_launch_grid(l, G->info.sms);
             L->block = (unsigned)l->block;
             L->shared = (unsigned)l->shared_bytes;
+            L->cluster = l->cluster;
             /* above 48 KB of dynamic shared memory a kernel must ask first (once per function) */
             if (L->shared > 48 * 1024 &&
                 !CU(G, cuFuncSetAttribute(L->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)L->shared),
                     L->what))
+                return 0;
+            CUresult gr;
+            L->grid = gpu_launch_grid_f(l, L->f, G->info.sms, &gr);
+            if (!cu_ok(G, gr, "cuOccupancyMaxActiveClusters", L->what))
                 return 0;
             G->info.nlaunches++;
         } else {
@@ -1582,8 +1587,8 @@ static int run_launches(Gpu *G, int from, int to)
         } else if (!L->f) {
             if (!run_collective(G, L))
                 return 0;
-        } else if (!CU(G, cuLaunchKernel(L->f, L->grid, 1, 1, L->block, 1, 1, L->shared, G->stream, L->argp, NULL),
-                       L->what)) {
+        } else if (!cu_ok(G, cudrv_launch(L->f, L->grid, L->block, L->shared, G->stream, L->argp, L->cluster),
+                          "cuLaunchKernel", L->what)) {
             return 0;
         }
         if (!prof_end(G, ev, L->node->id))

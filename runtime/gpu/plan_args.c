@@ -80,6 +80,14 @@ unsigned gpu_launch_grid(const PlanLaunch *l, int sms)
     return l->grid == PLAN_GRID_ALL_SMS ? (unsigned)(sms > 0 ? sms : 1) : (unsigned)l->grid;
 }
 
+unsigned gpu_launch_grid_f(const PlanLaunch *l, CUfunction f, int sms, CUresult *r)
+{
+    *r = CUDA_SUCCESS;
+    if (l->cluster > 1 && l->grid == PLAN_GRID_ALL_SMS)
+        return cudrv_persistent_grid(f, sms, (unsigned)l->block, (unsigned)l->shared_bytes, l->cluster, r);
+    return gpu_launch_grid(l, sms);
+}
+
 int gpu_fill_copies(const Plan *p, KModules *mods, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen)
 {
     CUfunction f = NULL;

@@ -30,5 +30,9 @@ int gpu_fill_copies(const Plan *p, KModules *mods, const CUdeviceptr *buf, CUstr
 
 /* A launch's grid for a device of `sms` SMs (PLAN_GRID_ALL_SMS: one block per SM). */
 unsigned gpu_launch_grid(const PlanLaunch *l, int sms);
+/* The same for the launch's kernel f, whose dynamic shared memory is set: a cluster launch (l->cluster > 1) of
+ * PLAN_GRID_ALL_SMS gets cudrv_persistent_grid's (the clusters that fit at once); 0 with the driver's error in
+ * *r when that query fails. */
+unsigned gpu_launch_grid_f(const PlanLaunch *l, CUfunction f, int sms, CUresult *r);
 
 #endif

@@ -58,6 +58,7 @@ typedef struct Cfg {
     int timed, full;
     int rows[32];
     int sched; /* GEMM_FP8_SCHED_PIPE (0: what codegen emits) or GEMM_FP8_SCHED_PAIRS (the *_pairs rows) */
+    const char *same_as; /* a config of the same shape whose kernel must give the same bits on the same inputs */
 } Cfg;
 
 #define U8(r) {r, r, r, r, r, r, r, r}
@@ -93,6 +94,19 @@ static const Cfg cfgs[] = {
     {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF, 0}, 1, 0, U8(2048), PAIRS},
     {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
     {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
+    /* decision 71: clusters of two blocks on the tiles (m, 2j), (m, 2j + 1), A multicast into both; each
+     * checked like the others and bit for bit against its one-block twin on the same inputs */
+    {"block_ragged_f32_c2", {6, 512, 768, 6, BLK, F32, 0, 2}, 0, 1, RAG6, PIPE, "block_ragged_f32"},
+    {"block_ragged_bf16_c2", {6, 512, 768, 6, BLK, BF, 0, 2}, 0, 1, RAG6, PIPE, "block_ragged_bf16"},
+    {"mx_ragged_bf16_c2", {6, 512, 768, 5, MX, BF, 0, 2}, 0, 1, RAG6, PIPE, "mx_ragged_bf16"},
+    {"block_ragged_bio_up_f32_c2", {16, 5632, 1024, 6, BLK, F32, 0, 2}, 0, 0, RAG16, PIPE, "block_ragged_bio_up_f32"},
+    {"block_ragged_mixtral_down_c2", {8, 4096, 14336, 6, BLK, BF, 0, 2}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000},
+     PIPE, "block_ragged_mixtral_down"},
+    {"block_mixtral_gate_up_c2", {8, 28672, 4096, 6, BLK, BF, 0, 2}, 1, 0, U8(2048), PIPE, "block_mixtral_gate_up"},
+    {"block_mixtral_down_c2", {8, 4096, 14336, 6, BLK, BF, 0, 2}, 1, 0, U8(2048), PIPE, "block_mixtral_down"},
+    {"block_mixtral_dxs_c2", {8, 4096, 28672, 6, BLK, BF, 0, 2}, 1, 0, U8(2048), PIPE, "block_mixtral_dxs"},
+    {"block_bio_up_c2", {16, 5632, 1024, 6, BLK, BF, 0, 2}, 1, 0, U16(1024), PIPE, "block_bio_up"},
+    {"block_bio_down_c2", {16, 1024, 2816, 6, BLK, BF, 0, 2}, 1, 0, U16(1024), PIPE, "block_bio_down"},
 };
 #define NCFG ((int)(sizeof cfgs / sizeof *cfgs))
 
@@ -132,7 +146,10 @@ static int emit(const char *dir)
     const char *only = getenv("GEMM_FP8_ONLY"); /* --emit too: compiles only those */
     for (int i = 0; i < NCFG; i++) {
         const Cfg *c = &cfgs[i];
-        if (only && *only && !name_listed(only, c->name))
+        int needed = !only || !*only || name_listed(only, c->name);
+        for (int j = 0; j < NCFG && !needed; j++) /* the twin of a listed config */
+            needed = cfgs[j].same_as && strcmp(cfgs[j].same_as, c->name) == 0 && name_listed(only, cfgs[j].name);
+        if (!needed)
             continue;
         if (!gemm_fp8_check_shape(&c->s, err, sizeof err))
             die(c->name, err);
@@ -463,6 +480,42 @@ static void verify(const Cfg *c, const Q *q, const int *off, long long real, con
     res->checked = st.n;
 }
 
+static const Cfg *cfg_named(const char *name)
+{
+    for (int i = 0; i < NCFG; i++)
+        if (strcmp(cfgs[i].name, name) == 0)
+            return &cfgs[i];
+    die(name, "no such config");
+    return NULL;
+}
+
+/* config c's kernel (DIR/NAME.cubin) once with the arguments of another config's launch (the same operands on
+ * the device), D poisoned with NaN first; D copied to out */
+static void mlaunch_into(const Cfg *c, const char *dir, int sms, void **args, CUdeviceptr D, size_t dbytes, void *out)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
+    size_t len;
+    char *img = slurp(path, &len);
+    if (!img)
+        die(path, "cannot read (run --emit first)");
+    CUmodule mod;
+    CUfunction fn;
+    ck(cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
+    free(img);
+    ck(cu.cuModuleGetFunction(&fn, mod, "moec_gemm_fp8"), "cuModuleGetFunction");
+    int smem = gemm_fp8_smem_bytes(&c->s);
+    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
+    CUresult gr;
+    const unsigned grid = cudrv_persistent_grid(fn, sms, 384, (unsigned)smem, c->s.cluster, &gr);
+    ck(gr, "cuOccupancyMaxActiveClusters");
+    ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison D");
+    ck(cudrv_launch(fn, grid, 384, (unsigned)smem, NULL, args, c->s.cluster), "launch");
+    ck(cu.cuCtxSynchronize(), "twin run");
+    ck(cu.cuMemcpyDtoH(out, D, dbytes), "D DtoH");
+    cu.cuModuleUnload(mod);
+}
+
 static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Result *res)
 {
     char err[512], path[1024];
@@ -484,6 +537,9 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
     ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
     cu.cuFuncGetAttribute(&res->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
     cu.cuFuncGetAttribute(&res->local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+    CUresult gr;
+    const unsigned grid = cudrv_persistent_grid(fn, sms, 384, (unsigned)smem, s->cluster, &gr);
+    ck(gr, "cuOccupancyMaxActiveClusters");
 
     int off[33];
     long long real = 0;
@@ -517,7 +573,7 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
         die(c->name, err);
     int rc_int = (int)rows_cap;
     void *args[] = {&ta, &tb, &td, &D, &SA, &SB, &OFF, &rc_int};
-    ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+    ck(cudrv_launch(fn, grid, 384, (unsigned)smem, NULL, args, s->cluster), "launch");
     ck(cu.cuCtxSynchronize(), "run 1");
     void *d1 = malloc(dbytes), *d2 = malloc(dbytes);
     if (!d1 || !d2)
@@ -531,7 +587,7 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
         float t[REPS];
         for (int r = 0; r < WARM + REPS; r++) {
             ck(cu.cuEventRecord(e0, NULL), "record");
-            ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+            ck(cudrv_launch(fn, grid, 384, (unsigned)smem, NULL, args, s->cluster), "launch");
             ck(cu.cuEventRecord(e1, NULL), "record");
             ck(cu.cuEventSynchronize(e1), "timed run");
             if (r >= WARM)
@@ -545,7 +601,7 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
         cu.cuEventDestroy(e1);
     } else {
         ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison D");
-        ck(cu.cuLaunchKernel(fn, (unsigned)sms, 1, 1, 384, 1, 1, (unsigned)smem, NULL, args, NULL), "launch");
+        ck(cudrv_launch(fn, grid, 384, (unsigned)smem, NULL, args, s->cluster), "launch");
     }
     ck(cu.cuCtxSynchronize(), "last run");
     ck(cu.cuMemcpyDtoH(d2, D, dbytes), "D DtoH");
@@ -557,11 +613,28 @@ static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Resul
 
     verify(c, &q, off, real, d1, seed, res);
     res->pass = res->pass && same;
-    printf("%-36s %s E %2d N %5d K %5d out %s, promotion %s: rows %lld (padded %d), regs %d, local %d B, smem %d B, "
-           "quantised in %.1f s\n",
+    if (c->same_as) {
+        /* the twin's kernel on the same inputs: the real rows of every group the same bits */
+        const Cfg *ref = cfg_named(c->same_as);
+        if (ref->s.E != E || ref->s.N != N || ref->s.K != K || ref->s.mode != s->mode || ref->s.out != s->out ||
+            memcmp(ref->rows, c->rows, sizeof c->rows) != 0)
+            die(c->name, "its same_as config has another shape or other groups");
+        mlaunch_into(ref, dir, sms, args, D, dbytes, d2);
+        long long ndiff = 0;
+        for (int g = 0; g < E; g++)
+            for (long long i = 0; i < (long long)c->rows[g] * N; i++)
+                ndiff += memcmp((char *)d1 + ((size_t)off[g] * N + (size_t)i) * esize,
+                                (char *)d2 + ((size_t)off[g] * N + (size_t)i) * esize, esize) != 0;
+        res->same = ndiff == 0 ? 1 : -1;
+        res->pass = res->pass && ndiff == 0;
+        printf("%-36s against %s on the same inputs: %lld of %lld elements differ in some bit\n", c->name, ref->name,
+               ndiff, real * N);
+    }
+    printf("%-36s %s E %2d N %5d K %5d out %s, promotion %s, %u blocks%s: rows %lld (padded %d), regs %d, local %d B, "
+           "smem %d B, quantised in %.1f s\n",
            c->name, s->mode == GEMM_FP8_MX ? "MXFP8" : "fp8-block", E, N, K, s->out == GEMM_FP8_OUT_F32 ? "fp32" : "bf16",
-           c->sched == GEMM_FP8_SCHED_PAIRS || s->mode == GEMM_FP8_BLOCK ? "pairs" : "pipelined", real, off[E],
-           res->regs, res->local, smem, qsec);
+           c->sched == GEMM_FP8_SCHED_PAIRS || s->mode == GEMM_FP8_BLOCK ? "pairs" : "pipelined", grid,
+           s->cluster > 1 ? " in clusters of 2" : "", real, off[E], res->regs, res->local, smem, qsec);
     printf("  check %lld elements: %lld over tolerance (NaN included); max err/tol %.3f, normwise %.3g (bound %.3g); two "
            "runs bit-identical: %s -> %s\n",
            res->checked, res->bad, res->max_ratio, res->normwise, s->out == GEMM_FP8_OUT_F32 ? ldexp(1.0, -11) : ldexp(1.0, -8),

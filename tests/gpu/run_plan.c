@@ -618,16 +618,19 @@ int main(int argc, char **argv)
             char aerr[512];
             if (!gpu_args_build(l, dptr, &ga, aerr, sizeof aerr))
                 die("%s: %s", n->name, aerr);
-            unsigned gx = gpu_launch_grid(l, sms), bx = (unsigned)l->block;
+            unsigned bx = (unsigned)l->block;
             unsigned shm = (unsigned)l->shared_bytes;
             CUfunction f;
             cu_what = plan->kernel_names[l->kernel];
             KF(&f, plan->kernel_names[l->kernel]);
             if (shm > 48 * 1024)
                 CU(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shm));
+            CUresult gr;
+            unsigned gx = gpu_launch_grid_f(l, f, sms, &gr);
+            cu_check(gr, "cuOccupancyMaxActiveClusters");
             if (l->impl && strncmp(l->impl, "fast", 4) == 0)
                 fast_node = i;
-            CU(cuLaunchKernel(f, gx, 1, 1, bx, 1, 1, shm, NULL, ga.argp, NULL));
+            cu_check(cudrv_launch(f, gx, bx, shm, NULL, ga.argp, l->cluster), "cuLaunchKernel");
             CU(cuCtxSynchronize());
             gpu_args_free(&ga);
             cu_what = n->name;

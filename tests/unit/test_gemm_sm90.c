@@ -291,13 +291,13 @@ static void test_nvrtc_compile(void)
 static void test_fp8_shapes(void)
 {
     char err[256];
-    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
-                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
-                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0},
-                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},
-                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},
-                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0, 0},
-                 badm = {8, 4096, 4096, 4, 2, 0, 0}, bado = {8, 4096, 4096, 4, 0, 2, 0};
+    GemmFp8Shape blk = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0},
+                 mx = {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0},
+                 blk7 = {8, 28672, 4096, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0},
+                 mx6 = {8, 28672, 4096, 6, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0},
+                 f32 = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0},
+                 badk = {8, 4096, 1088, 4, GEMM_FP8_BLOCK, 0, 0, 0}, badn = {8, 4160, 4096, 4, GEMM_FP8_BLOCK, 0, 0, 0},
+                 badm = {8, 4096, 4096, 4, 2, 0, 0, 0}, bado = {8, 4096, 4096, 4, 0, 2, 0, 0};
     CHECK(gemm_fp8_check_shape(&blk, err, sizeof err) &&
               gemm_fp8_smem_bytes(&blk) == 1024 + 6 * (32768 + 128) + 32768 + 6 * 24,
           "fp8-block Mixtral gate_up, 6 stages, bf16 out: %d bytes %s", gemm_fp8_smem_bytes(&blk), err);
@@ -308,11 +308,20 @@ static void test_fp8_shapes(void)
     CHECK(!gemm_fp8_check_shape(&mx6, err, sizeof err) && strstr(err, "shared memory"), "MXFP8, 6 stages: %s", err);
     CHECK(gemm_fp8_check_shape(&f32, err, sizeof err), "6 stages, fp32 out: %s", err);
     CHECK(!gemm_fp8_check_shape(&badk, err, sizeof err) && strstr(err, "K 1088"), "K %% 128: %s", err);
-    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0, 0};
+    GemmFp8Shape oddk = {8, 4096, 1152, 4, GEMM_FP8_BLOCK, 0, 0, 0};
     CHECK(!gemm_fp8_check_shape(&oddk, err, sizeof err) && strstr(err, "256"), "an odd number of K blocks: %s", err);
     CHECK(!gemm_fp8_check_shape(&badn, err, sizeof err) && strstr(err, "N 4160"), "N %% 128: %s", err);
     CHECK(!gemm_fp8_check_shape(&badm, err, sizeof err) && strstr(err, "mode"), "mode 2: %s", err);
     CHECK(!gemm_fp8_check_shape(&bado, err, sizeof err) && strstr(err, "out"), "out 2: %s", err);
+    /* clusters of two blocks pair the N tiles (decision 71) */
+    GemmFp8Shape c2 = blk, c2odd = {8, 4224, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 2}, c3 = blk;
+    c2.cluster = 2;
+    c3.cluster = 3;
+    CHECK(gemm_fp8_check_shape(&c2, err, sizeof err) && gemm_fp8_smem_bytes(&c2) == gemm_fp8_smem_bytes(&blk),
+          "cluster 2, Mixtral gate_up: %s", err);
+    CHECK(!gemm_fp8_check_shape(&c2odd, err, sizeof err) && strstr(err, "N 4224") && strstr(err, "256"),
+          "cluster 2, 33 N tiles: %s", err);
+    CHECK(!gemm_fp8_check_shape(&c3, err, sizeof err) && strstr(err, "cluster"), "cluster 3: %s", err);
 }
 
 /* The scale layouts (gemm_sm90_sched.h) as the kernel uses them: each index function is a bijection
@@ -382,10 +391,13 @@ static void test_fp8_compile(void)
     if (!nvrtc_load(err, sizeof err))
         return; /* test_nvrtc_compile said why (and failed where NVRTC is required) */
     const GemmFp8Shape shapes[] = {
-        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0}, /* Mixtral gate_up, fp8-block */
-        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0},    /* Mixtral down, MXFP8 */
-        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0},     /* the GPU check's ragged shape */
-        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32, 0},
+        {8, 28672, 4096, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 0}, /* Mixtral gate_up, fp8-block */
+        {8, 4096, 14336, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 0},    /* Mixtral down, MXFP8 */
+        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0},     /* the GPU check's ragged shape */
+        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_F32, 0, 0},
+        {8, 4096, 28672, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 0, 2}, /* Mixtral dxs in clusters of two (decision 71) */
+        {6, 512, 768, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 2},
+        {6, 512, 768, 5, GEMM_FP8_MX, GEMM_FP8_OUT_BF16, 0, 2},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         const GemmFp8Shape *s = &shapes[i];
@@ -399,8 +411,8 @@ static void test_fp8_compile(void)
             if (!ok && out.log)
                 nvrtc_print_log(stderr, out.log, src, "gemm_fp8.cu");
             CHECK(ok && out.image_size > 0 && out.nwarnings == 0 && out.nerrors == 0,
-                  "FP8 E %d N %d K %d mode %d out %d compiles for sm_90a warning-free: %s (%d warnings)", s->E, s->N, s->K,
-                  s->mode, s->out, ok ? "" : err, out.nwarnings);
+                  "FP8 E %d N %d K %d mode %d out %d cluster %d compiles for sm_90a warning-free: %s (%d warnings)", s->E,
+                  s->N, s->K, s->mode, s->out, s->cluster, ok ? "" : err, out.nwarnings);
             /* ptxas says so (C7514 / C7515, an info line, not a warning) when it serialises the wgmma:
              * the two temporary accumulator sets must stay apart */
             CHECK(!(out.log && strstr(out.log, "serialized")), "FP8 mode %d out %d sched %d: ptxas serialised the wgmma:\n%s",
@@ -571,13 +583,120 @@ static void test_fp8k_pingpong_protocol(void)
           first_why);
 }
 
+/* ---- the FP8 M-grouped kernel in clusters of two (GemmFp8MGrouped CLUSTER 2, decision 71), simulated: both
+ * blocks' agents one step at a time in a random order, with the mbarriers as the hardware keeps them (a phase
+ * completes when its pending arrivals and its transaction bytes are both zero; complete_tx may come before the
+ * expect_tx it matches, leaving the count negative for a while). Per block: the producer (waits its `empty`,
+ * arrive.expect_tx of A + B on its `full`, then its own B copy, and on rank 0 the A copy multicast into both
+ * blocks), the copies landing (any pending one, each destination on its own), and the consumer (up to two stages
+ * read before the oldest is released, as the kernel's pairs; a release is W arrivals on its own `empty` and W on
+ * the peer's, interleaved at random). Each landing must find its slot's previous stage read by that block's
+ * consumer and the slot's `full` in the phase of its own stage; each read must find both operands of its own stage.
+ * Also: no deadlock, every stage read once by each block. */
+enum { SIMC_MAX_STAGES = 64 };
+static int sim_cluster_once(int S, int n, int W, unsigned *why)
+{
+    enum { A_BYTES = 2, B_BYTES = 3 };
+    int fpend[2][8], ftx[2][8], fdone[2][8], epend[2][8], edone[2][8], slot_a[2][8], slot_b[2][8];
+    for (int b = 0; b < 2; b++)
+        for (int s = 0; s < S; s++) {
+            fpend[b][s] = 1, ftx[b][s] = fdone[b][s] = 0;
+            epend[b][s] = 2 * W, edone[b][s] = 0;
+            slot_a[b][s] = slot_b[b][s] = -1;
+        }
+    struct Copy {
+        int blk, ring, a;
+    } pend[4 * SIMC_MAX_STAGES];
+    int npend = 0, prod[2] = {0, 0}, cons[2] = {0, 0}, rel[2] = {0, 0}, read_done[2] = {0, 0};
+    int loc[2] = {0, 0}, rem[2] = {0, 0}; /* arrivals of the release under way (of stage rel[b]) */
+    for (long long step = 0; step < 1000000; step++) {
+        int can[8], ncan = 0; /* 0 + b producer, 2 a landing, 3 + b consumer read, 5 + b consumer release step */
+        for (int b = 0; b < 2; b++) {
+            if (prod[b] < n && sim_wait(edone[b][prod[b] % S], ((prod[b] / S) & 1) ^ 1))
+                can[ncan++] = b;
+            if (cons[b] < n && cons[b] - rel[b] < 2 && sim_wait(fdone[b][cons[b] % S], (cons[b] / S) & 1))
+                can[ncan++] = 3 + b;
+            if (rel[b] < cons[b])
+                can[ncan++] = 5 + b;
+        }
+        if (npend)
+            can[ncan++] = 2;
+        if (!ncan)
+            return prod[0] == n && prod[1] == n && rel[0] == n && rel[1] == n ? 0 : (*why = 1, 1); /* deadlock */
+        const int a = can[rnd((unsigned)ncan)];
+        if (a < 2) {
+            const int b = a, r = prod[b]++, s = r % S;
+            ftx[b][s] += A_BYTES + B_BYTES; /* arrive.expect_tx: the bytes first, then the arrival */
+            if (--fpend[b][s] == 0 && ftx[b][s] == 0)
+                fdone[b][s]++, fpend[b][s] = 1;
+            pend[npend++] = (struct Copy){b, r, 0};
+            if (b == 0) {
+                pend[npend++] = (struct Copy){0, r, 1};
+                pend[npend++] = (struct Copy){1, r, 1};
+            }
+        } else if (a == 2) {
+            const int i = (int)rnd((unsigned)npend);
+            const struct Copy c = pend[i];
+            pend[i] = pend[--npend];
+            const int s = c.ring % S;
+            if (c.ring - S >= read_done[c.blk])
+                return *why = 2, 1; /* written over a stage its block has not read */
+            if (fdone[c.blk][s] != c.ring / S)
+                return *why = 3, 1; /* completes bytes on another stage's phase */
+            if (c.a)
+                slot_a[c.blk][s] = c.ring;
+            else
+                slot_b[c.blk][s] = c.ring;
+            ftx[c.blk][s] -= c.a ? A_BYTES : B_BYTES;
+            if (fpend[c.blk][s] == 0 && ftx[c.blk][s] == 0)
+                fdone[c.blk][s]++, fpend[c.blk][s] = 1;
+        } else if (a < 5) {
+            const int b = a - 3, r = cons[b]++, s = r % S;
+            if (slot_a[b][s] != r || slot_b[b][s] != r)
+                return *why = 4, 1; /* a wait passed before both operands of its stage landed */
+        } else {
+            const int b = a - 5, s = rel[b] % S;
+            if (loc[b] == 0 && rem[b] == 0) { /* the release begins: the stage's reads are done */
+                read_done[b] = rel[b] + 1;
+                loc[b] = rem[b] = W;
+            }
+            const int to = loc[b] && (!rem[b] || rnd(2)) ? b : b ^ 1;
+            if (to == b)
+                loc[b]--;
+            else
+                rem[b]--;
+            if (--epend[to][s] == 0)
+                edone[to][s]++, epend[to][s] = 2 * W;
+            if (loc[b] == 0 && rem[b] == 0)
+                rel[b]++;
+        }
+    }
+    return *why = 5, 1;
+}
+
+static void test_fp8_cluster_protocol(void)
+{
+    int bad = 0, runs = 0;
+    unsigned why = 0, first_why = 0;
+    for (int it = 0; it < 3000; it++) {
+        const int S = 2 + (int)rnd(7), n = 1 + (int)rnd(SIMC_MAX_STAGES), W = 1 + (int)rnd(3);
+        for (int rep = 0; rep < 4; rep++, runs++)
+            if (sim_cluster_once(S, n, W, &why)) {
+                if (!bad)
+                    first_why = why;
+                bad++;
+            }
+    }
+    CHECK(bad == 0, "FP8 M-grouped cluster protocol: %d of %d random runs wrong (first: reason %u)", bad, runs, first_why);
+}
+
 /* ---- the FP8 K-grouped kernel (GemmFp8KGrouped, decision 45): shapes, its scale layout, its compile */
 static void test_fp8_kgrouped(void)
 {
     char err[1024];
-    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
-                                                                                 GEMM_FP8_OUT_F32, 0};
-    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0};
+    GemmFp8Shape gu = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0}, dn = {8, 4096, 14336, 6, GEMM_FP8_BLOCK,
+                                                                                 GEMM_FP8_OUT_F32, 0, 0};
+    GemmFp8Shape s7 = gu, bf = gu, mx = gu, badn = gu, oddk = {6, 256, 384, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0};
     GemmFp8Shape tma5 = gu, tma6 = gu;
     tma5.out = tma6.out = GEMM_FP8_OUT_F32_TMA;
     tma5.stages = 5;
@@ -601,7 +720,7 @@ static void test_fp8_kgrouped(void)
     CHECK(!gemm_fp8_kgrouped_check_shape(&badn, err, sizeof err) && strstr(err, "128"), "N %% 128: %s", err);
     /* ping-pong (decision 56): a stage holds 64 rows of dY^T (8 KB) and their 64 scale codes; 7 stages beside the
      * TMA stores' 32 KB; the register stores refused; pingpong 2 refused; the M-grouped kernel takes none */
-    GemmFp8Shape pp7 = tma5, pp8 = tma5, pp2 = tma5, ppr = gu, mpp = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 1};
+    GemmFp8Shape pp7 = tma5, pp8 = tma5, pp2 = tma5, ppr = gu, mpp = {8, 28672, 4096, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_BF16, 1, 0};
     pp7.pingpong = pp8.pingpong = ppr.pingpong = 1;
     pp7.stages = 7;
     pp8.stages = 8;
@@ -674,6 +793,7 @@ int main(void)
     test_fp8_compile();
     test_fp8_kgrouped();
     test_fp8k_pingpong_protocol();
+    test_fp8_cluster_protocol();
     printf("test_gemm_sm90: %d passed, %d failed\n", npass, nfail);
     return nfail != 0;
 }
