@@ -927,6 +927,7 @@ int cuda_codegen(Plan *p, const CudaOptions *opts, Diag *d)
 
     cg.fp8_kgemm_schedule = opts ? opts->fp8_kgemm_schedule : CUDA_KSCHED_DEFAULT;
     cg.fp8_cluster = opts ? opts->fp8_cluster : 0;
+    cg.rope_heads = opts ? opts->rope_heads : 0;
     cg.kernel_choice = p->source.kernels;
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];

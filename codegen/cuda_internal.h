@@ -114,6 +114,7 @@ typedef struct Cg {
 
     CudaKgemmSchedule fp8_kgemm_schedule; /* CudaOptions.fp8_kgemm_schedule */
     int fp8_cluster;                      /* CudaOptions.fp8_cluster */
+    int rope_heads;                       /* CudaOptions.rope_heads */
 } Cg;
 
 /* ---- the builder */

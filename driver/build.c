@@ -127,6 +127,22 @@ static int fp8_cluster_from_env(int *out, char *err, size_t errlen)
     return 0;
 }
 
+/* MOEC_ROPE_HEADS (environment): the fast RoPE rotation's heads a thread, 8, 16 or 32 (decision 72); unset or
+ * empty: codegen's default. For A/B timing. */
+static int rope_heads_from_env(int *out, char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_ROPE_HEADS");
+    *out = 0;
+    if (!v || !*v)
+        return 1;
+    if (strcmp(v, "8") == 0 || strcmp(v, "16") == 0 || strcmp(v, "32") == 0) {
+        *out = atoi(v);
+        return 1;
+    }
+    snprintf(err, errlen, "MOEC_ROPE_HEADS is '8', '16' or '32', not '%s'", v);
+    return 0;
+}
+
 Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plugins, int nplugins,
                        int has_precision, IrPrecision precision, int64_t ep, char *err, size_t errlen)
 {
@@ -139,7 +155,8 @@ Plan *driver_make_plan(Compilation *c, const char *path, const char *const *plug
         !dswiglu_from_env("MOEC_DSWIGLU", &opts.dswiglu, err, errlen) ||
         !dswiglu_from_env("MOEC_FP8_SWIGLU", &opts.fp8_swiglu, err, errlen) ||
         !dswiglu_from_env("MOEC_FP8_PASSES", &opts.fp8_passes, err, errlen) ||
-        !fp8_cluster_from_env(&opts.fp8_cluster, err, errlen))
+        !fp8_cluster_from_env(&opts.fp8_cluster, err, errlen) ||
+        !rope_heads_from_env(&opts.rope_heads, err, errlen))
         return NULL;
     IrGraph *g = c->graph;
     Plan *p = plan_create(g, &c->arena, err, errlen);
