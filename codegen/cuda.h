@@ -89,9 +89,9 @@ typedef struct CudaOptions {
      * (codegen/cuda_moe_fast.c FP8B_CLUSTER), 1 one block a tile, 2 clusters of two blocks on tiles (m, 2j) and
      * (m, 2j + 1) with A's stages multicast into both (where the tile columns pair up); MOEC_FP8_CLUSTER=1|2 */
     int fp8_cluster;
-    /* the fast RoPE rotation's heads a thread (decision 72): 0 codegen's default (4 where the heads allow; the
-     * table floats loaded per group of 4); 8, 16 or 32 (dividing the heads): groups of 4 one after the other,
-     * the table floats loaded once; MOEC_ROPE_HEADS=N */
+    /* the fast RoPE rotation's heads a thread (decision 72): 0 codegen's default (4 where the heads allow); 1, 2 or 4
+     * (dividing the heads): that many; 8, 16 or 32: groups of 4 one after the other, the table floats loaded once;
+     * MOEC_ROPE_HEADS=N */
     int rope_heads;
 } CudaOptions;
 

@@ -544,9 +544,12 @@ static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
     const IrNode *x = n->src[0];
     char b[64];
     int64_t S = x->shape[1], half = hd / 2, rows = x->shape[0] * S;
-    int hg = h % 4 == 0 ? 4 : h % 2 == 0 ? 2 : 1;
-    /* heads a thread beyond its group of hg (decision 72): where asked for and the heads divide */
-    const int rpt = hg == 4 && cg->rope_heads > 4 && h % cg->rope_heads == 0 ? cg->rope_heads / 4 : 1;
+    int hg = h % 4 == 0 ? 4 : h % 2 == 0 ? 2 : 1, rpt = 1;
+    /* the heads a thread where asked for and the heads divide (decision 72): groups of up to 4 heads, rpt of them */
+    if (cg->rope_heads > 0 && h % cg->rope_heads == 0) {
+        hg = cg->rope_heads < 4 ? cg->rope_heads : 4;
+        rpt = cg->rope_heads / hg;
+    }
     /* the table's owner: the first fast rope node of the graph with the same table; its last user */
     const IrNode *owner = n, *last = n;
     for (int i = 0; i < cg->g->nnodes; i++) {
