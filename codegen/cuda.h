@@ -85,13 +85,13 @@ typedef struct CudaOptions {
      * consumer warpgroup (taken where the TMA-store epilogue is: dW 16-byte aligned); MOEC_FP8_KGEMM=cooperative|pingpong
      * in the driver's environment, independent of MOEC_KGEMM (the bf16 K-grouped GEMMs) */
     CudaKgemmSchedule fp8_kgemm_schedule;
-    /* fp8-block's FP8 M-grouped GEMMs (GemmFp8MGrouped, decision 71): 0 codegen's default
-     * (codegen/cuda_moe_fast.c FP8B_CLUSTER), 1 one block a tile, 2 clusters of two blocks on tiles (m, 2j) and
-     * (m, 2j + 1) with A's stages multicast into both (where the tile columns pair up); MOEC_FP8_CLUSTER=1|2 */
+    /* fp8-block's FP8 M-grouped GEMMs (GemmFp8MGrouped, decision 71): 0 codegen's default (clusters where N or K
+     * >= 8,192: codegen/cuda_moe_fast.c fp8b_cluster), 1 one block a tile, 2 clusters of two blocks on tiles
+     * (m, 2j) and (m, 2j + 1) with A's stages multicast into both (where the tile columns pair up);
+     * MOEC_FP8_CLUSTER=1|2 */
     int fp8_cluster;
     /* the fast RoPE rotation's heads a thread (decision 72): 0 codegen's default (4 where the heads allow); 1, 2 or 4
-     * (dividing the heads): that many; 8, 16 or 32: groups of 4 one after the other, the table floats loaded once;
-     * MOEC_ROPE_HEADS=N */
+     * (dividing the heads): that many; MOEC_ROPE_HEADS=N */
     int rope_heads;
 } CudaOptions;
 

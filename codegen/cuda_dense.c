@@ -544,12 +544,10 @@ static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
     const IrNode *x = n->src[0];
     char b[64];
     int64_t S = x->shape[1], half = hd / 2, rows = x->shape[0] * S;
-    int hg = h % 4 == 0 ? 4 : h % 2 == 0 ? 2 : 1, rpt = 1;
-    /* the heads a thread where asked for and the heads divide (decision 72): groups of up to 4 heads, rpt of them */
-    if (cg->rope_heads > 0 && h % cg->rope_heads == 0) {
-        hg = cg->rope_heads < 4 ? cg->rope_heads : 4;
-        rpt = cg->rope_heads / hg;
-    }
+    int hg = h % 4 == 0 ? 4 : h % 2 == 0 ? 2 : 1;
+    /* the heads a thread where asked for (MOEC_ROPE_HEADS) and the heads divide: 4 measured fastest (decision 72) */
+    if (cg->rope_heads > 0 && h % cg->rope_heads == 0)
+        hg = cg->rope_heads;
     /* the table's owner: the first fast rope node of the graph with the same table; its last user */
     const IrNode *owner = n, *last = n;
     for (int i = 0; i < cg->g->nnodes; i++) {
@@ -607,13 +605,9 @@ static int rope_fast(Cg *cg, const IrNode *n, int64_t h, int64_t hd)
     cg_param(cg, cs, 0, "cs");
     cg_param(cg, csf, 0, "csf");
     cg_i64(cg, rows, "rows");
-    if (rpt > 1)
-        cg_line(cg, "moec::fast::rope_apply_rpt<%lldll, %lld, %lld, %d, %s, %d>(y, x, cs, csf, rows);", (long long)S,
-                (long long)h, (long long)hd, hg, n->op == IR_OP_ROPE ? "false" : "true", rpt);
-    else
-        cg_line(cg, "moec::fast::rope_apply<%lldll, %lld, %lld, %d, %s>(y, x, cs, csf, rows);", (long long)S, (long long)h,
-                (long long)hd, hg, n->op == IR_OP_ROPE ? "false" : "true");
-    cg_end(cg, CG_BLOCK, cg_grid(rows * (h / (hg * rpt)) * (half / 8), CG_BLOCK));
+    cg_line(cg, "moec::fast::rope_apply<%lldll, %lld, %lld, %d, %s>(y, x, cs, csf, rows);", (long long)S, (long long)h,
+            (long long)hd, hg, n->op == IR_OP_ROPE ? "false" : "true");
+    cg_end(cg, CG_BLOCK, cg_grid(rows * (h / hg) * (half / 8), CG_BLOCK));
     cg->dense_fast_used = 1;
     return 1;
 }

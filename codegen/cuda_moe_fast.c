@@ -794,14 +794,17 @@ static GemmFp8Shape fp8b_shape(int64_t E, int64_t N, int64_t K)
 
 /* fp8-block's FP8 M-grouped GEMMs in clusters of two blocks (decision 71) unless CudaOptions says otherwise: the
  * two blocks take the tiles (m, 2j) and (m, 2j + 1) and one TMA multicast brings each A stage into both, so A
- * crosses L2 once a pair and the pair's k loops stay in step. Set from the measurement in decision 71. */
-static const int FP8B_CLUSTER = 1;
+ * crosses L2 once a pair and the pair's k loops stay in step. Measured on the H100 (decision 71): the Mixtral
+ * layer (every such GEMM with N or K >= 14,336) 24.0 -> 23.2 ms, dxs 844 -> 1,002 TFLOP/s standalone; the bio layer
+ * (N, K <= 5,632) 1.835 -> 1.88 ms, slower. So by default where N or K reaches FP8B_CLUSTER_MIN. */
+enum { FP8B_CLUSTER_MIN = 8192 };
 
-/* the cluster of the FP8 M-grouped GEMM with N columns (n_tiles scheduled tile columns: N / 128, or half that for
- * the fused SwiGLU's gate and up passes): 2 where chosen and the columns pair up, else 1 */
-static int fp8b_cluster(const Cg *cg, int64_t n_tiles)
+/* the cluster of the FP8 M-grouped GEMM [., K] x [K, N] (n_tiles scheduled tile columns: N / 128, or half that for
+ * the fused SwiGLU's gate and up passes): 2 where chosen (MOEC_FP8_CLUSTER, else N or K >= FP8B_CLUSTER_MIN) and
+ * the columns pair up, else 1 */
+static int fp8b_cluster(const Cg *cg, int64_t N, int64_t K, int64_t n_tiles)
 {
-    int c = cg->fp8_cluster ? cg->fp8_cluster : FP8B_CLUSTER;
+    int c = cg->fp8_cluster ? cg->fp8_cluster : N >= FP8B_CLUSTER_MIN || K >= FP8B_CLUSTER_MIN ? 2 : 1;
     return c == 2 && n_tiles % 2 == 0 ? 2 : 1;
 }
 
@@ -954,7 +957,7 @@ static void emit_fp8_gemm_glu(Cg *cg, Fast *f, const char *suffix, const char *w
     GemmFp8Shape s = f->mx ? mx_shape(f->E, N, K) : fp8b_shape(f->E, N, K);
     const int glu = aq >= 0;
     if (!f->mx)
-        s.cluster = fp8b_cluster(cg, N / 128 / (glu ? 2 : 1));
+        s.cluster = fp8b_cluster(cg, N, K, N / 128 / (glu ? 2 : 1));
     const int c2 = s.cluster == 2;
     char sfx[96], tmpl[200], glu_args[64];
     snprintf(sfx, sizeof sfx, "%s_%s_s%d%s%s", suffix, f->mx ? "mx" : "fp8b", s.stages, glu ? "_glu" : "", c2 ? "_c2" : "");

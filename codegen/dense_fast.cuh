@@ -419,29 +419,17 @@ __device__ __forceinline__ void rope_pair_bf16(float a0, float b0, float a1, flo
  * and stores (bf16) or two of each (fp32), every head's loads before the first store (decision 52). Results
  * the reference's bit for bit: fp32 outputs in double as the reference; bf16 outputs through
  * rope_pair_bf16 in fp32, each 8-pair group whose interval test fails again in double. HD % 16 == 0,
- * H % (HG RPT) == 0. RPT > 1 (decision 72): a thread takes RPT groups of HG heads one after the other, the bf16
- * path's table floats loaded once for all of them (the same results: each element's arithmetic is unchanged). */
-template <long long S, int H, int HD, int HG, bool NEG, class TY, class TX, int RPT = 1>
+ * H % HG == 0. */
+template <long long S, int H, int HD, int HG, bool NEG, class TY, class TX>
 __device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *csf, long long rows)
 {
-    constexpr int HALF = HD / 2, Q = HALF / 8, NG = H / (HG * RPT);
-    static_assert(HD % 16 == 0 && H % (HG * RPT) == 0, "rope_apply: HD % 16, H % (HG RPT)");
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < rows * NG * Q;
+    constexpr int HALF = HD / 2, Q = HALF / 8;
+    static_assert(HD % 16 == 0 && H % HG == 0, "rope_apply: HD % 16, H % HG");
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < rows * (H / HG) * Q;
          idx += (long long)gridDim.x * blockDim.x) {
-        const int q = (int)(idx % Q), hgr = (int)(idx / Q % NG);
-        const long long row = idx / ((long long)Q * NG), s = row % S;
+        const int q = (int)(idx % Q), hg = (int)(idx / Q % (H / HG));
+        const long long row = idx / ((long long)Q * (H / HG)), s = row % S;
         const long long t0 = s * HALF + 8 * q; /* the group's first (position, pair) */
-        float c[8], sn[8]; /* the bf16 path's table floats, once for the RPT groups */
-        if constexpr (sizeof(TY) == 2 && RPT > 1) {
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const float4 t = *(const float4 *)(csf + 2 * t0 + 4 * u);
-                c[2 * u] = t.x, sn[2 * u] = NEG ? -t.y : t.y, c[2 * u + 1] = t.z, sn[2 * u + 1] = NEG ? -t.w : t.w;
-            }
-        }
-#pragma unroll 1
-        for (int gi = 0; gi < RPT; gi++) {
-        const int hg = hgr * RPT + gi;
         /* every head's loads first, then the heads' rotations and stores (decision 52) */
         const long long at0 = row * ((long long)H * HD) + (long long)hg * HG * HD + 8 * q;
         Raw8<TX> r1[HG], r2[HG];
@@ -451,12 +439,11 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *cs
             r2[hh].load(x + at0 + (long long)hh * HD + HALF);
         }
         if constexpr (sizeof(TY) == 2) {
-            if constexpr (RPT == 1) {
+            float c[8], sn[8];
 #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const float4 t = *(const float4 *)(csf + 2 * t0 + 4 * u);
-                    c[2 * u] = t.x, sn[2 * u] = NEG ? -t.y : t.y, c[2 * u + 1] = t.z, sn[2 * u + 1] = NEG ? -t.w : t.w;
-                }
+            for (int u = 0; u < 4; u++) {
+                const float4 t = *(const float4 *)(csf + 2 * t0 + 4 * u);
+                c[2 * u] = t.x, sn[2 * u] = NEG ? -t.y : t.y, c[2 * u + 1] = t.z, sn[2 * u + 1] = NEG ? -t.w : t.w;
             }
 #pragma unroll
             for (int hh = 0; hh < HG; hh++) {
@@ -510,14 +497,7 @@ __device__ void rope_apply(TY *y, const TX *x, const double *cs, const float *cs
                 st8(y + at0 + (long long)hh * HD + HALF, y2);
             }
         }
-        } /* gi */
     }
-}
-/* rope_apply with RPT first (the element types deduced) */
-template <long long S, int H, int HD, int HG, bool NEG, int RPT, class TY, class TX>
-__device__ void rope_apply_rpt(TY *y, const TX *x, const double *cs, const float *csf, long long rows)
-{
-    rope_apply<S, H, HD, HG, NEG, TY, TX, RPT>(y, x, cs, csf, rows);
 }
 
 /* route_plan and expert_counts: a stable counting sort of NI keys in [0, NB) over chunks of CH keys,

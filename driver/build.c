@@ -127,20 +127,19 @@ static int fp8_cluster_from_env(int *out, char *err, size_t errlen)
     return 0;
 }
 
-/* MOEC_ROPE_HEADS (environment): the fast RoPE rotation's heads a thread, 1, 2, 4, 8, 16 or 32 (decision 72);
- * unset or empty: codegen's default. For A/B timing. */
+/* MOEC_ROPE_HEADS (environment): the fast RoPE rotation's heads a thread, 1, 2 or 4 (decision 72); unset or
+ * empty: codegen's default. For A/B timing. */
 static int rope_heads_from_env(int *out, char *err, size_t errlen)
 {
     const char *v = getenv("MOEC_ROPE_HEADS");
     *out = 0;
     if (!v || !*v)
         return 1;
-    if (strcmp(v, "1") == 0 || strcmp(v, "2") == 0 || strcmp(v, "4") == 0 || strcmp(v, "8") == 0 ||
-        strcmp(v, "16") == 0 || strcmp(v, "32") == 0) {
+    if (strcmp(v, "1") == 0 || strcmp(v, "2") == 0 || strcmp(v, "4") == 0) {
         *out = atoi(v);
         return 1;
     }
-    snprintf(err, errlen, "MOEC_ROPE_HEADS is '1', '2', '4', '8', '16' or '32', not '%s'", v);
+    snprintf(err, errlen, "MOEC_ROPE_HEADS is '1', '2' or '4', not '%s'", v);
     return 0;
 }
 
