@@ -68,32 +68,32 @@ typedef struct Cfg {
 enum { BLK = GEMM_FP8_BLOCK, MX = GEMM_FP8_MX, BF = GEMM_FP8_OUT_BF16, F32 = GEMM_FP8_OUT_F32 };
 enum { PIPE = GEMM_FP8_SCHED_PIPE, PAIRS = GEMM_FP8_SCHED_PAIRS };
 static const Cfg cfgs[] = {
-    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32, 0}, 0, 1, RAG6, PIPE},
-    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32, 0}, 0, 1, RAG6, PIPE},
-    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF, 0}, 0, 1, RAG6, PIPE},
-    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF, 0}, 0, 1, RAG6, PIPE},
-    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32, 0}, 0, 0, RAG16, PIPE},
-    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32, 0}, 0, 0, RAG16, PIPE},
-    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE},
-    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
-    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
+    {"block_ragged_f32", {6, 512, 768, 6, BLK, F32, 0, 0}, 0, 1, RAG6, PIPE, NULL},
+    {"mx_ragged_f32", {6, 512, 768, 5, MX, F32, 0, 0}, 0, 1, RAG6, PIPE, NULL},
+    {"block_ragged_bf16", {6, 512, 768, 6, BLK, BF, 0, 0}, 0, 1, RAG6, PIPE, NULL},
+    {"mx_ragged_bf16", {6, 512, 768, 5, MX, BF, 0, 0}, 0, 1, RAG6, PIPE, NULL},
+    {"block_ragged_bio_up_f32", {16, 5632, 1024, 6, BLK, F32, 0, 0}, 0, 0, RAG16, PIPE, NULL},
+    {"mx_ragged_bio_up_f32", {16, 5632, 1024, 5, MX, F32, 0, 0}, 0, 0, RAG16, PIPE, NULL},
+    {"block_ragged_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0, 0}, 0, 0, {3000, 0, 1, 2049, 5000, 127, 2000, 4000}, PIPE, NULL},
+    {"block_mixtral_gate_up", {8, 28672, 4096, 6, BLK, BF, 0, 0}, 1, 0, U8(2048), PIPE, NULL},
+    {"block_mixtral_down", {8, 4096, 14336, 6, BLK, BF, 0, 0}, 1, 0, U8(2048), PIPE, NULL},
     /* the backward's data gradient of gate_up (dxs = dY W: K = 2F), the layer's longest FP8 GEMM */
-    {"block_mixtral_dxs", {8, 4096, 28672, 6, BLK, BF, 0}, 1, 0, U8(2048), PIPE},
-    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
-    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF, 0}, 1, 0, U16(1024), PIPE},
-    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32, 0}, 1, 0, U8(2048), PIPE},
-    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF, 0}, 1, 0, U8(2048), PIPE},
-    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF, 0}, 1, 0, U8(2048), PIPE},
-    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF, 0}, 1, 0, U16(1024), PIPE},
-    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF, 0}, 1, 0, U16(1024), PIPE},
+    {"block_mixtral_dxs", {8, 4096, 28672, 6, BLK, BF, 0, 0}, 1, 0, U8(2048), PIPE, NULL},
+    {"block_bio_up", {16, 5632, 1024, 6, BLK, BF, 0, 0}, 1, 0, U16(1024), PIPE, NULL},
+    {"block_bio_down", {16, 1024, 2816, 6, BLK, BF, 0, 0}, 1, 0, U16(1024), PIPE, NULL},
+    {"block_mixtral_gate_up_f32", {8, 28672, 4096, 6, BLK, F32, 0, 0}, 1, 0, U8(2048), PIPE, NULL},
+    {"mx_mixtral_gate_up", {8, 28672, 4096, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PIPE, NULL},
+    {"mx_mixtral_down", {8, 4096, 14336, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PIPE, NULL},
+    {"mx_bio_up", {16, 5632, 1024, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PIPE, NULL},
+    {"mx_bio_down", {16, 1024, 2816, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PIPE, NULL},
     /* decision 51: the MXFP8 rows above run the pipelined promotion (one k32 group always in flight while the
      * one before it is promoted); these run decision 38's pairs, checked and timed in the same run */
-    {"mx_ragged_f32_pairs", {6, 512, 768, 5, MX, F32, 0}, 0, 1, RAG6, PAIRS},
-    {"mx_ragged_bio_up_f32_pairs", {16, 5632, 1024, 5, MX, F32, 0}, 0, 0, RAG16, PAIRS},
-    {"mx_mixtral_gate_up_pairs", {8, 28672, 4096, 5, MX, BF, 0}, 1, 0, U8(2048), PAIRS},
-    {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF, 0}, 1, 0, U8(2048), PAIRS},
-    {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
-    {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF, 0}, 1, 0, U16(1024), PAIRS},
+    {"mx_ragged_f32_pairs", {6, 512, 768, 5, MX, F32, 0, 0}, 0, 1, RAG6, PAIRS, NULL},
+    {"mx_ragged_bio_up_f32_pairs", {16, 5632, 1024, 5, MX, F32, 0, 0}, 0, 0, RAG16, PAIRS, NULL},
+    {"mx_mixtral_gate_up_pairs", {8, 28672, 4096, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PAIRS, NULL},
+    {"mx_mixtral_down_pairs", {8, 4096, 14336, 5, MX, BF, 0, 0}, 1, 0, U8(2048), PAIRS, NULL},
+    {"mx_bio_up_pairs", {16, 5632, 1024, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PAIRS, NULL},
+    {"mx_bio_down_pairs", {16, 1024, 2816, 5, MX, BF, 0, 0}, 1, 0, U16(1024), PAIRS, NULL},
     /* decision 71: clusters of two blocks on the tiles (m, 2j), (m, 2j + 1), A multicast into both; each
      * checked like the others and bit for bit against its one-block twin on the same inputs */
     {"block_ragged_f32_c2", {6, 512, 768, 6, BLK, F32, 0, 2}, 0, 1, RAG6, PIPE, "block_ragged_f32"},
@@ -489,9 +489,9 @@ static const Cfg *cfg_named(const char *name)
     return NULL;
 }
 
-/* config c's kernel (DIR/NAME.cubin) once with the arguments of another config's launch (the same operands on
- * the device), D poisoned with NaN first; D copied to out */
-static void mlaunch_into(const Cfg *c, const char *dir, int sms, void **args, CUdeviceptr D, size_t dbytes, void *out)
+/* config c's kernel (DIR/NAME.cubin) loaded into *mod, its dynamic shared memory allowed (*smem bytes), and the
+ * grid it is launched on: one block an SM, or for clusters the clusters that fit at once */
+static CUfunction mload(const Cfg *c, const char *dir, int sms, CUmodule *mod, int *smem, unsigned *grid)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
@@ -499,16 +499,26 @@ static void mlaunch_into(const Cfg *c, const char *dir, int sms, void **args, CU
     char *img = slurp(path, &len);
     if (!img)
         die(path, "cannot read (run --emit first)");
-    CUmodule mod;
     CUfunction fn;
-    ck(cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
+    ck(cu.cuModuleLoadData(mod, img), "cuModuleLoadData");
     free(img);
-    ck(cu.cuModuleGetFunction(&fn, mod, "moec_gemm_fp8"), "cuModuleGetFunction");
-    int smem = gemm_fp8_smem_bytes(&c->s);
-    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
+    ck(cu.cuModuleGetFunction(&fn, *mod, "moec_gemm_fp8"), "cuModuleGetFunction");
+    *smem = gemm_fp8_smem_bytes(&c->s);
+    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, *smem), "cuFuncSetAttribute");
     CUresult gr;
-    const unsigned grid = cudrv_persistent_grid(fn, sms, 384, (unsigned)smem, c->s.cluster, &gr);
+    *grid = cudrv_persistent_grid(fn, sms, 384, (unsigned)*smem, c->s.cluster, &gr);
     ck(gr, "cuOccupancyMaxActiveClusters");
+    return fn;
+}
+
+/* config c's kernel once with the arguments of another config's launch (the same operands on the device), D
+ * poisoned with NaN first; D copied to out */
+static void mlaunch_into(const Cfg *c, const char *dir, int sms, void **args, CUdeviceptr D, size_t dbytes, void *out)
+{
+    CUmodule mod;
+    int smem;
+    unsigned grid;
+    CUfunction fn = mload(c, dir, sms, &mod, &smem, &grid);
     ck(cu.cuMemsetD32Async(D, 0xFFFFFFFFu, dbytes / 4, NULL), "poison D");
     ck(cudrv_launch(fn, grid, 384, (unsigned)smem, NULL, args, c->s.cluster), "launch");
     ck(cu.cuCtxSynchronize(), "twin run");
@@ -518,28 +528,17 @@ static void mlaunch_into(const Cfg *c, const char *dir, int sms, void **args, CU
 
 static void run_one(const Cfg *c, const char *dir, int sms, unsigned seed, Result *res)
 {
-    char err[512], path[1024];
+    char err[512];
     const GemmFp8Shape *s = &c->s;
     const int E = s->E, N = s->N, K = s->K, BM = 128;
     memset(res, 0, sizeof *res);
     res->name = c->name;
-    snprintf(path, sizeof path, "%s/%s.cubin", dir, c->name);
-    size_t len;
-    char *img = slurp(path, &len);
-    if (!img)
-        die(path, "cannot read (run --emit first)");
     CUmodule mod;
-    CUfunction fn;
-    ck(cu.cuModuleLoadData(&mod, img), "cuModuleLoadData");
-    free(img);
-    ck(cu.cuModuleGetFunction(&fn, mod, "moec_gemm_fp8"), "cuModuleGetFunction");
-    int smem = gemm_fp8_smem_bytes(s);
-    ck(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute");
+    int smem;
+    unsigned grid;
+    CUfunction fn = mload(c, dir, sms, &mod, &smem, &grid);
     cu.cuFuncGetAttribute(&res->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
     cu.cuFuncGetAttribute(&res->local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
-    CUresult gr;
-    const unsigned grid = cudrv_persistent_grid(fn, sms, 384, (unsigned)smem, s->cluster, &gr);
-    ck(gr, "cuOccupancyMaxActiveClusters");
 
     int off[33];
     long long real = 0;
@@ -854,11 +853,11 @@ typedef struct KCfg {
     const char *same_as;
     int grid; /* blocks: 0 = one per SM (what codegen launches); fewer give each block many tiles */
 } KCfg;
-#define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0}
-#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0} /* TMA stores: 32 KB, one stage fewer */
+#define FP8K(E, N, K) {E, N, K, 6, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32, 0, 0}
+#define FP8KT(E, N, K) {E, N, K, 5, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 0, 0} /* TMA stores: 32 KB, one stage fewer */
 /* ping-pong (decision 56): 64 x 128 tiles a consumer warpgroup, 24 KB stages, 7 beside the TMA stores' 32 KB (the
  * only epilogue it takes) */
-#define FP8KTP(E, N, K) {E, N, K, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 1}
+#define FP8KTP(E, N, K) {E, N, K, 7, GEMM_FP8_BLOCK, GEMM_FP8_OUT_F32_TMA, 1, 0}
 static const KCfg kcfgs[] = {
     {"kblock_ragged", FP8K(6, 256, 384), 0, 1, {0, 1, 127, 129, 300, 256}, PIPE, NULL, 0},
     {"kblock_ragged_b", FP8K(8, 384, 256), 0, 1, {129, 0, 1, 127, 700, 0, 385, 2}, PIPE, NULL, 0},
