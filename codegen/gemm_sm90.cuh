@@ -1838,7 +1838,8 @@ struct GemmFp8KGrouped {
     }
 #define MOEC_SM90_GEMM_FP8(NAME, E, N, K, STAGES, MODE, OUT) MOEC_SM90_GEMM_FP8_S(NAME, E, N, K, STAGES, MODE, OUT, 0)
 /* the same with the cluster size chosen (decision 71): CLUSTER 1 (the forms above) or 2 (launch with cluster
- * dimension (2, 1, 1) and an even grid of at most twice the clusters that fit at once: gemm_sm90.h) */
+ * dimension (2, 1, 1) on twice the clusters that fit at once: runtime/gpu/cudrv.h cudrv_launch,
+ * cudrv_persistent_grid) */
 #define MOEC_SM90_GEMM_FP8_SC(NAME, E, N, K, STAGES, MODE, OUT, SCHED, CLUSTER)                             \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                     \
         NAME(const __grid_constant__ moec::sm90::TmaDesc tma_a, const __grid_constant__ moec::sm90::TmaDesc tma_b, \
