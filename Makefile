@@ -18,6 +18,9 @@ CPPFLAGS_BASE = -I$(BUILD)/gen -Icompiler -DMOEC_GIT='"$(GIT_REV)"'
 LDLIBS   = -lcjson -lz -lm -lpthread
 
 GEN      = $(BUILD)/gen
+# the commit stamp (moec --version, plans, checkpoints): $(GEN)/git_rev is rewritten only when HEAD moves, and the
+# one object that prints it depends on it (below `all`), so an incremental build never keeps an older commit's stamp
+$(shell mkdir -p $(GEN) && [ "$$(cat $(GEN)/git_rev 2>/dev/null)" = "$(GIT_REV)" ] || echo "$(GIT_REV)" > $(GEN)/git_rev)
 UTIL_SRC = util/util.c util/sha256.c
 IR_SRC   = ir/arena.c ir/diag.c ir/ir.c ir/shape.c ir/verify.c \
            ir/print_text.c ir/print_json.c ir/print_dot.c ir/read_text.c
@@ -50,6 +53,7 @@ PLUGIN_SO = $(PLUGINS:%=$(BUILD)/plugins/%.so)
 
 .PHONY: all test test-plain test-asan fuzz clean deps
 all: $(BUILD)/moec $(PLUGIN_SO)
+$(BUILD)/obj/util/util.o: $(GEN)/git_rev
 
 deps:
 	@sh tools/check-deps.sh
