@@ -396,6 +396,28 @@ int main(int argc, char **argv)
     unsigned *grid = calloc((size_t)plan->nlaunches + 1, sizeof *grid);
     int sms = 0;
     CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    /* the weight-gradient GEMMs write their gradients' squares for the optimizer's norm, as in training (decision
+     * 73): each into its own place in a scratch buffer, which nothing reads here */
+    CUdeviceptr *norm_at = calloc((size_t)g->nnodes + 1, sizeof *norm_at), dnorm = 0;
+    {
+        int64_t total = 0;
+        for (int li = 0; li < plan->nlaunches; li++)
+            for (int a = 0; a < plan->launches[li].nargs && plan->launches[li].targs; a++)
+                if (plan->launches[li].targs[a].kind == PLAN_ARG_NORM && plan->launches[li].targs[a].value >= 0)
+                    total += plan->launches[li].targs[a].rows * (int64_t)gpu_launch_grid(&plan->launches[li], sms);
+        if (total) {
+            CU(cuMemAlloc(&dnorm, (size_t)total * sizeof(double)));
+            int64_t o = 0;
+            for (int li = 0; li < plan->nlaunches; li++)
+                for (int a = 0; a < plan->launches[li].nargs && plan->launches[li].targs; a++) {
+                    const PlanArg *t = &plan->launches[li].targs[a];
+                    if (t->kind == PLAN_ARG_NORM && t->value >= 0) {
+                        norm_at[t->value] = dnorm + (CUdeviceptr)o * sizeof(double);
+                        o += t->rows * (int64_t)gpu_launch_grid(&plan->launches[li], sms);
+                    }
+                }
+        }
+    }
     for (int li = 0; li < plan->nlaunches; li++) {
         const PlanLaunch *l = &plan->launches[li];
         if (l->kernel < 0)
@@ -409,7 +431,7 @@ int main(int argc, char **argv)
             CU(cuFuncSetAttribute(fn[li], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l->shared_bytes));
         /* buffers, and the fast kernels' tensor maps and ints (runtime/gpu/plan_args.h, as the backend) */
         char aerr[512];
-        if (!gpu_args_build(l, dptr, &gargs[li], aerr, sizeof aerr))
+        if (!gpu_args_build(l, dptr, norm_at, &gargs[li], aerr, sizeof aerr))
             die("%s: %s", g->nodes[l->node]->name, aerr);
         CUresult gr;
         grid[li] = gpu_launch_grid_f(l, fn[li], sms, &gr);
@@ -620,6 +642,9 @@ int main(int argc, char **argv)
     cu.cuStreamDestroy(stream);
     for (int r = 0; r < PLAN_REGION_COUNT; r++)
         cu.cuMemFree(base[r]);
+    if (dnorm)
+        cu.cuMemFree(dnorm);
+    free(norm_at);
     kimage_unload(&mod);
     for (int i = 0; i < g->nnodes; i++)
         free(host[i]);

@@ -559,6 +559,17 @@ static void scalar_param(Cg *cg, PlanArgKind kind, const char *ctype, int64_t va
 void cg_i32(Cg *cg, int64_t value, const char *name) { scalar_param(cg, PLAN_ARG_I32, "int", value, name); }
 void cg_i64(Cg *cg, int64_t value, const char *name) { scalar_param(cg, PLAN_ARG_I64, "long long", value, name); }
 
+void cg_norm(Cg *cg, const IrNode *param, int per_block, const char *name)
+{
+    if (cg->nargs == CG_MAX_ARGS)
+        die("codegen: kernel of %s has more than %d parameters", cg->node->name, CG_MAX_ARGS);
+    sb_printf(&cg->params, "%sdouble *%s", cg->nargs ? ", " : "", name);
+    cg->targs[cg->nargs] =
+        (PlanArg){.kind = PLAN_ARG_NORM, .buf = -1, .value = param ? param->id : -1, .rows = per_block};
+    cg->args[cg->nargs++] = -1;
+    cg->typed = 1;
+}
+
 void cg_launch_extra(Cg *cg, int shared, int all_sms)
 {
     cg->shared_bytes = shared;
@@ -871,7 +882,9 @@ static void mark_unread_srcs(Cg *cg)
             }
             for (int a = 0; a < L->nargs; a++) {
                 int b = L->args[a];
-                if (b == -1 && L->typed && (L->targs[a].kind == PLAN_ARG_I32 || L->targs[a].kind == PLAN_ARG_I64))
+                if (b == -1 && L->typed &&
+                    (L->targs[a].kind == PLAN_ARG_I32 || L->targs[a].kind == PLAN_ARG_I64 ||
+                     L->targs[a].kind == PLAN_ARG_NORM))
                     continue;  /* a value, no buffer */
                 if (b < 0 || b >= cg->nbufs) {
                     opaque[i] = 1;  /* an argument we cannot place: assume it reads everything */

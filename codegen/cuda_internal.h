@@ -155,6 +155,9 @@ void cg_i32(Cg *cg, int64_t value, const char *name);
  * cg_const or a literal in the body: the kernels' code is then the same for every --batch, so a training
  * binary run with another batch uses its embedded image (docs/decisions.md 62; tests/codegen/batch.test). */
 void cg_i64(Cg *cg, int64_t value, const char *name);
+/* a `double *name` parameter: where the launch's weight-gradient GEMM writes the squares of param's gradient,
+ * per_block doubles a block (plan.h PLAN_ARG_NORM, decision 73); param NULL: none, the runtime passes nullptr */
+void cg_norm(Cg *cg, const IrNode *param, int per_block, const char *name);
 /* The launch being built: `shared` bytes of dynamic shared memory, and (all_sms) one block per SM. */
 void cg_launch_extra(Cg *cg, int shared, int all_sms);
 /* ... launched in thread-block clusters of `cluster` blocks (2: decision 71; needs all_sms) */

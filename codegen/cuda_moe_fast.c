@@ -23,6 +23,7 @@
 #include "../util/util.h"
 #include "cuda.h"
 #include "cuda_internal.h"
+#include "gemm_sm90_sched.h"
 #include "moe_fast_offsets.h"
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -295,8 +296,25 @@ static void emit_mgemm_dswiglu(Cg *cg, Fast *f, int dyp, int w2b, int hp, int pp
     cg->fast_used = 1;
 }
 
+/* The param whose whole gradient is the node's elements [off, off + numel) (the autodiff's view of the expert
+ * MLP's backward there), or NULL. Such a gradient is final where its weight-gradient GEMM stores it (no all-reduce,
+ * nothing added), so the GEMM can write the squares of its gradient norm (decision 73); a gradient that goes
+ * through an all-reduce (data parallelism) is another node, and gets none. */
+static const IrNode *grad_param_at(const Cg *cg, const Fast *f, int64_t off, int64_t numel)
+{
+    const IrGraph *g = cg->g;
+    for (int p = 0; p < g->nparams; p++) {
+        const IrNode *gr = g->grads ? g->grads[p] : NULL;
+        if (gr && gr->op == IR_OP_VIEW && gr->src[0] == f->n && ir_attr_i(gr, IR_ATTR_OFFSET) == off &&
+            ir_numel(gr) == numel && ir_numel(g->params[p]) == numel)
+            return g->params[p];
+    }
+    return NULL;
+}
+
 /* out + off: dW [E, N, K] f32 = dY [rcap, N]^T . X [rcap, K] per group; the TMA-store epilogue (an fp32
- * tensor map over dW viewed [E N, K]) where out + off is 16-byte aligned */
+ * tensor map over dW viewed [E N, K]) where out + off is 16-byte aligned; sumsq: the gradient norm's squares
+ * (decision 73) where dW is a param's whole gradient */
 static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, int dy, int x, int64_t off, int64_t N,
                        int64_t K, int64_t glu_f)
 {
@@ -314,13 +332,14 @@ static void emit_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what, in
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
     cg_i64(cg, off, "dw_off"); /* dW's place in the output: past dxs and dprobs, so it scales with the batch */
+    cg_norm(cg, grad_param_at(cg, f, off, f->E * N * K), KGEMM_SUMSQ_PER_BLOCK, "sumsq");
     if (s.epilogue == GEMM_SM90_KEPI_TMA)
         cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 0, 16, %lld, %d>::run(tma_dy, tma_x, tma_dw, out + dw_off, "
-                    "offsets, rows_cap);",
+                    "offsets, rows_cap, sumsq);",
                 s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong);
     else
         cg_line(cg, "moec::sm90::GemmKGrouped<%d, %d, %d, %d, %d, 1, 16, %lld, %d>::run(tma_dy, tma_x, out + dw_off, "
-                    "offsets, rows_cap);",
+                    "offsets, rows_cap, sumsq);",
                 s.E, s.N, s.K, s.block_n, s.stages, (long long)glu_f, s.pingpong);
     cg_launch_extra(cg, gemm_sm90_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
@@ -1018,15 +1037,16 @@ static void emit_fp8_kgemm(Cg *cg, Fast *f, const char *suffix, const char *what
     cg_param(cg, f->ofs, 0, "offsets");
     cg_i32(cg, f->rcap, "rows_cap");
     cg_i64(cg, off, "dw_off"); /* dW's place in the output: past dxs and dprobs, so it scales with the batch */
+    cg_norm(cg, grad_param_at(cg, f, off, f->E * N * K), KGEMM_SUMSQ_PER_BLOCK, "sumsq");
     if (s.pingpong) /* (BAND 16, SCHED 0: the defaults) */
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0, 16, 0, 1>::run(tma_a, tma_b, out + dw_off, sa, sb, "
-                    "offsets, rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
+                    "offsets, rows_cap, &tma_dw, sumsq);", s.E, s.N, s.K, s.stages);
     else if (tma)
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d, 0>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
-                    "rows_cap, &tma_dw);", s.E, s.N, s.K, s.stages);
+                    "rows_cap, &tma_dw, sumsq);", s.E, s.N, s.K, s.stages);
     else
         cg_line(cg, "moec::sm90::GemmFp8KGrouped<%d, %d, %d, %d>::run(tma_a, tma_b, out + dw_off, sa, sb, offsets, "
-                    "rows_cap);", s.E, s.N, s.K, s.stages);
+                    "rows_cap, nullptr, sumsq);", s.E, s.N, s.K, s.stages);
     cg_launch_extra(cg, gemm_fp8_kgrouped_smem_bytes(&s), 1);
     cg_end(cg, GEMM_SM90_THREADS, 1);
     cg->fast_used = 1;

@@ -633,6 +633,34 @@ struct GemmMGrouped {
     }
 };
 
+/* The gradient norm's squares from a weight-gradient GEMM (decision 73): the K-grouped kernels below take an
+ * optional `double *sumsq` and, where it is given, add up the squares of every dW value they store, so that the
+ * optimizer's gradient norm need not read dW again (moec_grad_sumsq). A consumer thread sums each stored fragment's
+ * squares in fp32 (sumsq_f32: two chains, fixed order) and adds that into a double over its tiles; at the end each
+ * consumer warp adds its 32 lanes' doubles in a fixed butterfly and lane 0 writes sumsq[8 blockIdx.x + w] (w the
+ * consumer warp, 0..7). So a launch of G blocks writes 8 G doubles, each a deterministic function of the grid,
+ * which the optimizer's moec_sum_partials adds with the other gradients' partials. An empty group's tiles add 0. */
+template <int NV>
+__device__ __forceinline__ float sumsq_f32(const float (&v)[NV])
+{
+    static_assert(NV % 2 == 0, "an even fragment");
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i += 2) {
+        s0 = __fmaf_rn(v[i], v[i], s0);
+        s1 = __fmaf_rn(v[i + 1], v[i + 1], s1);
+    }
+    return __fadd_rn(s0, s1);
+}
+__device__ __forceinline__ void put_sumsq(double *sumsq, double s, int consumer_warp, int lane)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        s = __dadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0)
+        sumsq[KGEMM_SUMSQ_PER_BLOCK * blockIdx.x + consumer_warp] = s;
+}
+
 /* K-grouped: dW[g] = dY[rows of g]^T . X[rows of g] for each group g < E (the weight gradient of
  * the M-grouped product), fp32 out:
  *   dY [rows_cap, N] bf16 row-major  - tensor map tma_dy, box {64, 64}
@@ -784,20 +812,21 @@ struct GemmKGrouped {
 
     /* either epilogue (EPILOGUE 1 ignores tma_dw) */
     __device__ static __forceinline__ void run(const TmaDesc &tma_dy, const TmaDesc &tma_x, const TmaDesc &tma_dw,
-                                               float *dw, const int *offsets, int rows_cap)
+                                               float *dw, const int *offsets, int rows_cap, double *sumsq = nullptr)
     {
-        body(&tma_dy, &tma_x, &tma_dw, dw, offsets, rows_cap);
+        body(&tma_dy, &tma_x, &tma_dw, dw, offsets, rows_cap, sumsq);
     }
     /* EPILOGUE 1 (no tensor map over dW) */
     __device__ static __forceinline__ void run(const TmaDesc &tma_dy, const TmaDesc &tma_x, float *dw,
-                                               const int *offsets, int rows_cap)
+                                               const int *offsets, int rows_cap, double *sumsq = nullptr)
     {
         static_assert(EPILOGUE == 1, "the TMA-store epilogue needs tma_dw");
-        body(&tma_dy, &tma_x, nullptr, dw, offsets, rows_cap);
+        body(&tma_dy, &tma_x, nullptr, dw, offsets, rows_cap, sumsq);
     }
 
+    /* sumsq: nullptr, or the gradient norm's squares (sumsq_f32 above: KGEMM_SUMSQ_PER_BLOCK doubles a block) */
     __device__ static __forceinline__ void body(const TmaDesc *tma_dy, const TmaDesc *tma_x, const TmaDesc *tma_dw,
-                                                float *dw, const int *offsets, int rows_cap)
+                                                float *dw, const int *offsets, int rows_cap, double *sumsq = nullptr)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -853,6 +882,7 @@ struct GemmKGrouped {
             const int c = wg - 1, wq = warp % 4;
             float acc0[ACC], acc1[ACC]; /* dW rows 0-63 and 64-127 of the tile */
             long long n0 = 0;
+            double ss = 0.0; /* the squares of what this thread stored (sumsq) */
             for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
                 int g, nb, kb, r0;
                 moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
@@ -902,7 +932,11 @@ struct GemmKGrouped {
                 const long long row0 = dst_row0(g, nb);
                 store_rows(acc0, out_buf, c, wq, lane, tma_dw, dw, steps, row0, kb);
                 store_rows(acc1, out_buf, c, wq, lane, tma_dw, dw, steps, row0 + 64, kb);
+                if (sumsq && steps > 0)
+                    ss = __dadd_rn(ss, (double)__fadd_rn(sumsq_f32(acc0), sumsq_f32(acc1)));
             }
+            if (sumsq)
+                put_sumsq(sumsq, ss, warp - 4, lane);
             if constexpr (EPILOGUE == 0) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */
@@ -913,6 +947,7 @@ struct GemmKGrouped {
             float acc[ACC];
             int stage = 0;
             unsigned phase = 0;
+            double ss = 0.0; /* the squares of what this thread stored (sumsq) */
             for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
                 int g, nb, kb, r0;
                 moec_sched_ktile(t, NUM_N, NUM_K, BAND, &g, &nb, &kb);
@@ -947,7 +982,11 @@ struct GemmKGrouped {
                 }
                 const long long row0 = dst_row0(g, nb) + half * 64; /* this warpgroup's 64 rows of dW */
                 store_rows(acc, out_buf, half, wq, lane, tma_dw, dw, steps, row0, kb);
+                if (sumsq && steps > 0)
+                    ss = __dadd_rn(ss, (double)sumsq_f32(acc));
             }
+            if (sumsq)
+                put_sumsq(sumsq, ss, warp - 4, lane);
             if constexpr (EPILOGUE == 0) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */
@@ -1448,7 +1487,10 @@ struct GemmFp8KGrouped {
     static constexpr int TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
     static constexpr int OUT_COLS = 32, OUT_CHUNK_BYTES = 64 * OUT_COLS * 4; /* EPI 0: 64 rows x 32 fp32 */
     static constexpr int OUT_BYTES = EPI == 0 ? 4 * OUT_CHUNK_BYTES : 0;
-    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8;
+    /* sumsq: each consumer thread's running double in shared memory, not in registers (the consumers have none to
+     * spare: two more made ptxas spill two values into local memory, read in the main loop) */
+    static constexpr int SS_BYTES = 256 * 8;
+    static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8 + SS_BYTES;
     static constexpr int NUM_N = N / TILE_N, NUM_K = K / 128, TILES = E * NUM_N * NUM_K;
     /* ping-pong: a band of 2 BAND 64-row blocks covers the rows of BAND 128-row ones */
     static constexpr int SCHED_BAND = PINGPONG ? 2 * BAND : BAND;
@@ -1484,6 +1526,12 @@ struct GemmFp8KGrouped {
     __device__ static __forceinline__ unsigned fs_at(unsigned base, int s)
     {
         return out_at(base) + OUT_BYTES + STAGES * (SA_BYTES + SB_BYTES) + s * FS_BYTES;
+    }
+    /* sumsq's running double of this consumer thread, its index read again where used (tid_fresh: volatile, so no
+     * register holds it across the main loop; with one, ptxas spilled two values into local memory) */
+    __device__ static __forceinline__ unsigned ss_at(unsigned base)
+    {
+        return base + STAGES * STAGE_BYTES + OUT_BYTES + 3 * STAGES * 8 + 8 * (tid_fresh() - 128);
     }
     /* E8M0 code -> 2^(c - 127) exactly (code 0: 2^-127, a subnormal; 255: NaN) */
     __device__ static __forceinline__ float e8m0(unsigned c)
@@ -1535,10 +1583,10 @@ struct GemmFp8KGrouped {
         }
     }
 
-    /* EPI 1 (tma_dw unused: nullptr) or EPI 0 */
+    /* EPI 1 (tma_dw unused: nullptr) or EPI 0; sumsq: nullptr, or the gradient norm's squares (sumsq_f32 above) */
     __device__ static __forceinline__ void run(const TmaDesc &tma_a, const TmaDesc &tma_b, float *dw, const void *sa,
                                                const void *sb, const int *offsets, int rows_cap,
-                                               const TmaDesc *tma_dw = nullptr)
+                                               const TmaDesc *tma_dw = nullptr, double *sumsq = nullptr)
     {
         extern __shared__ unsigned char smem_raw[];
         const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -1636,6 +1684,7 @@ struct GemmFp8KGrouped {
             float acc[ACC], t0[ACC], t1[ACC];
             int ist = 0, rst = 0; /* the slot of the next stage to issue, of the next to promote */
             unsigned iph = 0;
+            st_shared_f64(ss_at(base), 0.0);
             for (int j = 0, t = blockIdx.x; t < TILES; j++, t += gridDim.x) {
                 int g, nb, kb, r0;
                 moec_sched_ktile(t, NUM_N, NUM_K, SCHED_BAND, &g, &nb, &kb);
@@ -1757,7 +1806,11 @@ struct GemmFp8KGrouped {
                         st_global_f32x2(p0 + 8ll * K + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
                     }
                 }
+                if (sumsq && steps > 0) /* 64 FFMA a tile */
+                    st_shared_f64(ss_at(base), __dadd_rn(ld_shared_f64(ss_at(base)), (double)sumsq_f32(acc)));
             }
+            if (sumsq)
+                put_sumsq(sumsq, ld_shared_f64(ss_at(base)), (int)(tid_fresh() / 32) - 4, (int)(tid_fresh() % 32));
             if constexpr (EPI == 0) {
                 if (threadIdx.x % 128 == 0)
                     bulk_wait<0>(); /* the last stores have landed before the block ends */

@@ -24,6 +24,10 @@
 #define MOEC_SCHED_FN static inline
 #endif
 
+/* The doubles a K-grouped (weight-gradient) launch given `sumsq` writes per block for the optimizer's gradient
+ * norm: one per consumer warp (decision 73; codegen/gemm_sm90.cuh put_sumsq, the runtime's norm slots) */
+enum { KGEMM_SUMSQ_PER_BLOCK = 8 };
+
 /* The group owning row `row` (0 <= row < offsets[E]): the largest g with offsets[g] <= row.
  * Empty groups (offsets[g] == offsets[g+1]) are never returned. Binary search, E + 1 offsets. */
 MOEC_SCHED_FN int moec_sched_group_of(const int *offsets, int E, int row)

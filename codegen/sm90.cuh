@@ -374,6 +374,23 @@ __device__ __forceinline__ unsigned ld_shared_u32(unsigned addr)
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
     return v;
 }
+/* threadIdx.x read from the special register where it is used (volatile: not kept in a register in between) */
+__device__ __forceinline__ unsigned tid_fresh()
+{
+    unsigned t;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+    return t;
+}
+__device__ __forceinline__ double ld_shared_f64(unsigned addr)
+{
+    double v;
+    asm volatile("ld.shared.f64 %0, [%1];\n" : "=d"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_shared_f64(unsigned addr, double v)
+{
+    asm volatile("st.shared.f64 [%0], %1;\n" ::"r"(addr), "d"(v) : "memory");
+}
 __device__ __forceinline__ void st_shared_f32(unsigned addr, float v)
 {
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");

@@ -137,7 +137,7 @@ int gemm_fp8_kgrouped_smem_bytes(const GemmFp8Shape *s)
 {
     const int a = gemm_fp8_kgrouped_a_rows(s);
     return 1024 + s->stages * (a * 128 + 128 * 128 + a + 128 + 1024) + 24 * s->stages +
-           (s->out == GEMM_FP8_OUT_F32_TMA ? 4 * 64 * 32 * 4 : 0);
+           (s->out == GEMM_FP8_OUT_F32_TMA ? 4 * 64 * 32 * 4 : 0) + 256 * 8 /* sumsq's running doubles */;
 }
 
 int gemm_fp8_kgrouped_check_shape(const GemmFp8Shape *s, char *err, size_t errlen)

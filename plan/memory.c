@@ -600,10 +600,10 @@ static int check_launch_lifetimes(const IrGraph *g, const PlanBuf *bufs, int nbu
             const PlanArg *t = L[j].targs ? &L[j].targs[a] : NULL;
             if (b < -1 || b >= nbufs)
                 BAD("launch %d: argument %d is buffer %d of %d", j, a, b, nbufs);
-            else if (t && t->kind != PLAN_ARG_I32 && t->kind != PLAN_ARG_I64 && t->buf != b)
+            else if (t && t->kind != PLAN_ARG_I32 && t->kind != PLAN_ARG_I64 && t->kind != PLAN_ARG_NORM && t->buf != b)
                 BAD("launch %d: argument %d is a %s over buffer %d, but names buffer %d: the lifetimes follow the "
                     "latter", j, a, plan_arg_kind_name[t->kind], t->buf, b);
-            else if (t && (t->kind == PLAN_ARG_I32 || t->kind == PLAN_ARG_I64) && b != -1)
+            else if (t && (t->kind == PLAN_ARG_I32 || t->kind == PLAN_ARG_I64 || t->kind == PLAN_ARG_NORM) && b != -1)
                 BAD("launch %d: argument %d is a value, but names buffer %d", j, a, b);
             else if (b >= 0 && !COVERS(ROOT(b), j, j))
                 BAD("launch %d (node %d, %s) names buffer %d (%s), which lives over launches %d..%d", j, L[j].node,

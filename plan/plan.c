@@ -13,7 +13,7 @@ const char *const plan_storage_name[PLAN_STORAGE_COUNT] = {"f32", "f64", "i32", 
 const int plan_storage_bytes[PLAN_STORAGE_COUNT] = {4, 8, 4, 2, 1};
 const char *const plan_region_name[PLAN_REGION_COUNT] = {"params", "inputs", "activations"};
 const char *const plan_buf_kind_name[PLAN_BUF_KIND_COUNT] = {"tensor", "view", "workspace", "copy"};
-const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT] = {"buf", "tmap", "i32", "tmap_f32", "tmap_u8", "i64"};
+const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT] = {"buf", "tmap", "i32", "tmap_f32", "tmap_u8", "i64", "norm"};
 const char *const plan_kernels_name[PLAN_KERNELS_COUNT] = {"reference", "fast"};
 
 int plan_arch_takes_fast(const char *arch)

@@ -235,6 +235,9 @@ typedef enum PlanArgKind {
     PLAN_ARG_TMAP_U8,
     PLAN_ARG_I64,        /* a 64-bit integer by value: a count that depends on the batch (the token count, the
                             rows), passed at run time so that the kernels' code does not (docs/decisions.md 62) */
+    PLAN_ARG_NORM,       /* a `double *`: where a weight-gradient GEMM writes the squares of the gradient it stores,
+                            `rows` doubles a block (decision 73), for the optimizer's gradient norm. value: the param
+                            node whose whole gradient the launch writes, or -1 (none: the runtime passes nullptr) */
     PLAN_ARG_KIND_COUNT
 } PlanArgKind;
 extern const char *const plan_arg_kind_name[PLAN_ARG_KIND_COUNT];

@@ -241,6 +241,9 @@ char *plan_to_json(const Plan *p, int with_source)
                     cJSON_AddNumberToObject(ta, "cols", (double)t->cols);
                     cJSON_AddNumberToObject(ta, "box_rows", t->box_rows);
                     cJSON_AddNumberToObject(ta, "box_cols", t->box_cols);
+                } else if (t->kind == PLAN_ARG_NORM) {
+                    cJSON_AddNumberToObject(ta, "norm", (double)t->value);
+                    cJSON_AddNumberToObject(ta, "per_block", (double)t->rows);
                 } else {
                     cJSON_AddNumberToObject(ta, t->kind == PLAN_ARG_I64 ? "i64" : "i32", (double)t->value);
                 }
@@ -486,7 +489,8 @@ static cJSON *open_document(Reader *r, const char *json, size_t len)
 
 /* A typed kernel argument (plan.h PlanArg): {"tmap": buf, "rows", "cols", "box_rows", "box_cols"},
  * {"tmap_f32": buf, "offset", "rows", "cols", "box_rows", "box_cols"}, {"tmap_u8": buf, ("offset": bytes,
- * absent when 0), "rows", "cols", "box_rows", "box_cols"}, {"i32": v} or {"i64": v} (|v| < 2^53). A tensor map must lie inside a buffer of its type (bf16, fp32,
+ * absent when 0), "rows", "cols", "box_rows", "box_cols"}, {"i32": v}, {"i64": v} (|v| < 2^53) or {"norm": param node
+ * or -1, "per_block": n} (decision 73). A tensor map must lie inside a buffer of its type (bf16, fp32,
  * e4m3), 16-byte aligned, with a box the runtime can encode (a
  * 128-byte inner box for the 128-byte swizzle, at most 256 rows). */
 static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const cJSON *x)
@@ -513,6 +517,18 @@ static int read_typed_arg(Reader *r, Plan *p, PlanLaunch *l, int i, int a, const
         t->buf = -1;
         t->value = get_int(r, x, "i64", -(INT64_C(1) << 53), INT64_C(1) << 53);
         l->args[a] = -1;
+        return !r->failed;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(x, "norm")) {
+        /* the gradient norm's squares of param node `norm` (-1: none), per_block doubles a block (decision 73) */
+        t->kind = PLAN_ARG_NORM;
+        t->buf = -1;
+        t->value = get_int(r, x, "norm", -1, p->graph->nnodes - 1);
+        t->rows = get_int(r, x, "per_block", 1, 64);
+        l->args[a] = -1;
+        if (!r->failed && t->value >= 0 && p->graph->nodes[t->value]->op != IR_OP_PARAM)
+            return bad(r, "launch %d: argument %d: the gradient norm's squares of node %lld, which is no param", i, a,
+                       (long long)t->value);
         return !r->failed;
     }
     int f32 = cJSON_GetObjectItemCaseSensitive(x, "tmap_f32") != NULL;

@@ -105,6 +105,11 @@ struct Gpu {
     CUfunction *fp8_step, *fp8_load;
     unsigned *fp8_grid;
     unsigned *sumsq_grid;
+    /* decision 73: per param, the doubles its weight-gradient GEMM writes into its slot of the norm's partials (0:
+     * none, moec_grad_sumsq reads the gradient), the slot's length (gpu_plan_memory's), and per node the address
+     * handed to the GEMM (build_launches) */
+    int64_t *norm_count, *part_len;
+    CUdeviceptr *norm_at;
     double *wd;
     int64_t ndense_parts, nshard_parts;
     int any_shard;
@@ -487,7 +492,7 @@ static int build_launches(Gpu *G)
         L->nargs = l->nargs;
         {
             char err[512];
-            if (!gpu_args_build(l, G->buf, &L->args, err, sizeof err))
+            if (!gpu_args_build(l, G->buf, G->norm_at, &L->args, err, sizeof err))
                 return fail(G, "launch %d (node %d, %s): %s", i, node, L->node->name, err);
             L->argp = L->args.argp;
         }
@@ -554,15 +559,47 @@ static size_t metrics_bytes(const IrGraph *g, size_t *acc_bytes)
     return align256((size_t)acc * sizeof(double)) + align256((size_t)(part ? part : 1) * sizeof(double));
 }
 
-/* the optimizer's scratch beside the batch: the norm's partials (one per block of the grad-norm kernel and
- * parameter), the step's scalars, the loss ring */
-static size_t scratch_bytes(const IrGraph *g, int ring)
+/* The launch whose weight-gradient GEMM writes the squares of param node `param`'s whole gradient (plan.h
+ * PLAN_ARG_NORM, decision 73), its doubles a block through *per_block; -1 when none does (or, never planned, more
+ * than one). */
+static int norm_launch(const Plan *plan, int param, int *per_block)
 {
-    int64_t parts = 0;
-    for (int p = 0; p < g->nparams; p++) {
-        int64_t grid = (ir_numel(g->params[p]) + BLOCK - 1) / BLOCK;
-        parts += grid > SUMSQ_MAX_GRID ? SUMSQ_MAX_GRID : grid < 1 ? 1 : grid;
+    int found = -1;
+    for (int i = 0; i < plan->nlaunches; i++) {
+        const PlanLaunch *l = &plan->launches[i];
+        for (int a = 0; a < l->nargs && l->targs; a++)
+            if (l->targs[a].kind == PLAN_ARG_NORM && l->targs[a].value == param) {
+                if (found >= 0)
+                    return -1;
+                found = i;
+                *per_block = (int)l->targs[a].rows;
+            }
     }
+    return found;
+}
+
+/* A param's slot of norm partials: the grad-norm kernel's blocks (moec_grad_sumsq), or for a gradient whose GEMM
+ * writes its squares (decision 73) room for NORM_MAX_SMS persistent blocks of them, so that the layout (and
+ * --dry-run's plan) does not depend on the device; a device with more SMs runs moec_grad_sumsq instead */
+enum { NORM_MAX_SMS = 256 };
+static int64_t norm_slot(const Plan *plan, const IrNode *param)
+{
+    int64_t grid = (ir_numel(param) + BLOCK - 1) / BLOCK, per_block = 0;
+    grid = grid > SUMSQ_MAX_GRID ? SUMSQ_MAX_GRID : grid < 1 ? 1 : grid;
+    int pb = 0;
+    if (norm_launch(plan, param->id, &pb) >= 0)
+        per_block = (int64_t)pb * NORM_MAX_SMS;
+    return grid > per_block ? grid : per_block;
+}
+
+/* the optimizer's scratch beside the batch: the norm's partials (norm_slot's per parameter), the step's scalars,
+ * the loss ring */
+static size_t scratch_bytes(const Plan *plan, int ring)
+{
+    const IrGraph *g = plan->graph;
+    int64_t parts = 0;
+    for (int p = 0; p < g->nparams; p++)
+        parts += norm_slot(plan, g->params[p]);
     return align256((size_t)(parts + 1) * sizeof(double)) + align256(NSCALARS * sizeof(double)) +
            align256((size_t)ring * sizeof(float)) + align256((size_t)ring * sizeof(double)) + metrics_bytes(g, NULL);
 }
@@ -592,7 +629,7 @@ void gpu_plan_memory(const Plan *plan, int ranks, int ring, GpuMemoryPlan *out)
     out->params = page2m(region[PLAN_REGION_PARAMS]);
     out->adam = page2m(align256((size_t)nparams_total * 2 * sizeof(float)));
     out->acts = page2m(region[PLAN_REGION_ACTIVATIONS]);
-    out->other = page2m(region[PLAN_REGION_INPUTS] + scratch_bytes(g, ring > 0 ? ring : 1) + bucket_bytes);
+    out->other = page2m(region[PLAN_REGION_INPUTS] + scratch_bytes(plan, ring > 0 ? ring : 1) + bucket_bytes);
     out->total = out->params + out->adam + out->acts + out->other;
     out->reserve = GPU_MEMORY_RESERVE;
 }
@@ -806,11 +843,21 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         G->part_off = calloc((size_t)g->nparams + 1, sizeof *G->part_off);
         G->sumsq_grid = calloc((size_t)g->nparams + 1, sizeof *G->sumsq_grid);
         G->wd = calloc((size_t)g->nparams + 1, sizeof *G->wd);
+        G->norm_count = calloc((size_t)g->nparams + 1, sizeof *G->norm_count);
+        G->part_len = calloc((size_t)g->nparams + 1, sizeof *G->part_len);
         for (int p = 0; p < g->nparams; p++) {
             G->numel[p] = ir_numel(g->params[p]);
             nparams_total += G->numel[p];
             int64_t grid = (G->numel[p] + BLOCK - 1) / BLOCK;
             G->sumsq_grid[p] = (unsigned)(grid > SUMSQ_MAX_GRID ? SUMSQ_MAX_GRID : grid < 1 ? 1 : grid);
+            G->part_len[p] = norm_slot(plan, g->params[p]);
+            /* decision 73: the gradient's squares from its GEMM, when its persistent grid fits the slot */
+            int pb = 0, li = G->forward_only ? -1 : norm_launch(plan, g->params[p]->id, &pb);
+            if (li >= 0 && plan->launches[li].cluster <= 1) {
+                int64_t blocks = (int64_t)gpu_launch_grid(&plan->launches[li], G->info.sms);
+                if (blocks <= NORM_MAX_SMS)
+                    G->norm_count[p] = blocks * pb;
+            }
             G->wd[p] = o->param_wd ? o->param_wd[p] : 0;
             if (ir_has_attr(g->params[p], IR_ATTR_SHARD))
                 G->any_shard = 1;
@@ -823,9 +870,9 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
                     continue;
                 G->part_off[p] = G->ndense_parts + G->nshard_parts;
                 if (pass)
-                    G->nshard_parts += G->sumsq_grid[p];
+                    G->nshard_parts += G->part_len[p];
                 else
-                    G->ndense_parts += G->sumsq_grid[p];
+                    G->ndense_parts += G->part_len[p];
             }
         G->tok_bytes = 0;
         size_t adam_bytes = G->forward_only ? 0 : align256((size_t)nparams_total * 2 * sizeof(float));
@@ -914,6 +961,9 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
         /* NaN everywhere a kernel should have written before reading */
         ok = CU(G, cuMemsetD8Async(G->region[2], 0xFF, G->region_bytes[2], G->stream), NULL) &&
              (!adam_bytes || CU(G, cuMemsetD8Async(G->adam, 0, adam_bytes, G->stream), NULL)) &&
+             /* the norm's partials: a slot's entries past what its kernel writes stay 0 (decision 73) */
+             CU(G, cuMemsetD8Async(G->partials, 0, (size_t)(G->ndense_parts + G->nshard_parts + 1) * sizeof(double),
+                                   G->stream), NULL) &&
              CU(G, cuMemsetD8Async(G->scalars, 0, NSCALARS * sizeof(double), G->stream), NULL) &&
              CU(G, cuMemsetD8Async(G->mstat, 0, macc, G->stream), NULL) &&
              (!cl.total || CU(G, cuMemsetD8Async(G->flag, 0, cl.stage_send, G->stream), NULL));
@@ -949,6 +999,13 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
                             goto out;
                         }
                     }
+    }
+    /* where each launch's weight-gradient GEMM writes its gradient's squares (decision 73), by param node */
+    if (!G->forward_only) {
+        G->norm_at = calloc((size_t)g->nnodes + 1, sizeof *G->norm_at);
+        for (int p = 0; p < g->nparams; p++)
+            if (G->norm_count[p])
+                G->norm_at[g->params[p]->id] = G->partials + (CUdeviceptr)G->part_off[p] * sizeof(double);
     }
     if (!build_launches(G)) {
         ok = 0;
@@ -1061,6 +1118,9 @@ void gpu_destroy(Gpu *G)
     free(G->fp8_grid);
     free(G->part_off);
     free(G->sumsq_grid);
+    free(G->norm_count);
+    free(G->part_len);
+    free(G->norm_at);
     free(G->wd);
     free(G->ring_loss_h);
     free(G->ring_norm_h);
@@ -1599,7 +1659,7 @@ static int run_launches(Gpu *G, int from, int to)
     return prof_begin(G, &ev) && flush_buckets(G) && prof_end(G, ev, PROF_BUCKETS);
 }
 
-static int enqueue_optimizer(Gpu *G);
+static int enqueue_optimizer(Gpu *G, int fused_norm);
 
 /* forward + backward + norm + clip + AdamW, reading the staging s */
 static int enqueue_step(Gpu *G, Staging *s)
@@ -1613,11 +1673,13 @@ static int enqueue_step(Gpu *G, Staging *s)
         !CU(G, cuMemcpyHtoDAsync(G->scalars, pin + 2 * G->tok_bytes, 3 * sizeof(double), G->stream), "the step") ||
         !prof_end(G, ev, PROF_BATCH))
         return 0;
-    return run_pass_launches(G, 0, G->nlaunches) && enqueue_optimizer(G);
+    return run_pass_launches(G, 0, G->nlaunches) && enqueue_optimizer(G, 1);
 }
 
-/* the global gradient norm, clipping and AdamW on the gradients' buffers, with the step's scalars */
-static int enqueue_optimizer(Gpu *G)
+/* the global gradient norm, clipping and AdamW on the gradients' buffers, with the step's scalars. fused_norm:
+ * the gradients are those the step's launches stored (not --grad-accum's sums), so a gradient whose GEMM wrote its
+ * squares (decision 73, norm_count) is not read again here */
+static int enqueue_optimizer(Gpu *G, int fused_norm)
 {
     const IrGraph *g = G->g;
     int ev;
@@ -1625,12 +1687,15 @@ static int enqueue_optimizer(Gpu *G)
         return 0;
     /* the global gradient norm: sums of squares per block, then per kind */
     for (int p = 0; p < g->nparams; p++) {
+        if (fused_norm && G->norm_count[p])
+            continue;
         CUdeviceptr part = G->partials + (CUdeviceptr)G->part_off[p] * sizeof(double);
         CUdeviceptr gr = G->buf[g->grads[p]->id];
         long long n = G->numel[p];
         void *args[] = {&part, &gr, &n};
-        if (!CU(G, cuLaunchKernel(G->k_sumsq, G->sumsq_grid[p], 1, 1, BLOCK, 1, 1, 0, G->stream, args, NULL),
-                "moec_grad_sumsq"))
+        /* (over a GEMM's slot, as many blocks as the GEMM's partials: every one of them is written again) */
+        unsigned grid = G->norm_count[p] ? (unsigned)G->norm_count[p] : G->sumsq_grid[p];
+        if (!CU(G, cuLaunchKernel(G->k_sumsq, grid, 1, 1, BLOCK, 1, 1, 0, G->stream, args, NULL), "moec_grad_sumsq"))
             return 0;
     }
     for (int kind = 0; kind < 2; kind++) {
@@ -1847,7 +1912,7 @@ int gpu_accum_step(Gpu *G, const int32_t *tokens, const int32_t *targets, int mi
     double sc[3] = {lr, bc1, bc2};
     float lf = (float)loss;
     int slot = (G->slot + G->pending) % G->ring;
-    if (!h2d(G, G->scalars, sc, sizeof sc, "the step") || !enqueue_optimizer(G) ||
+    if (!h2d(G, G->scalars, sc, sizeof sc, "the step") || !enqueue_optimizer(G, 0) ||
         !h2d(G, G->ring_loss + (CUdeviceptr)slot * 4, &lf, sizeof lf, "the loss") ||
         !CU(G, cuMemcpyDtoDAsync(G->ring_norm + (CUdeviceptr)slot * 8, G->scalars + 4 * sizeof(double), 8, G->stream),
             NULL) ||
@@ -1906,6 +1971,8 @@ int gpu_profile_step(Gpu *G, const int32_t *tokens, const int32_t *targets, doub
         case PROF_OPT:
             prof->opt_seconds += sec;
             prof->opt_launches += 2 * (int64_t)G->g->nparams + 3;
+            for (int p = 0; p < G->g->nparams; p++)
+                prof->opt_launches -= G->norm_count[p] != 0; /* no moec_grad_sumsq (decision 73) */
             break;
         case PROF_BUCKETS:
             prof->bucket_seconds += sec;

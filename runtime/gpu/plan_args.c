@@ -9,7 +9,8 @@
 
 enum { SLOT = 128 }; /* one CUtensorMap; pointers and ints use a slot too (a handful per launch) */
 
-int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char *err, size_t errlen)
+int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, const CUdeviceptr *norm, GpuArgs *a, char *err,
+                   size_t errlen)
 {
     memset(a, 0, sizeof *a);
     a->nargs = l->nargs;
@@ -33,6 +34,9 @@ int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char
         } else if (k == PLAN_ARG_I64) {
             long long v = (long long)l->targs[i].value;
             memcpy(slot, &v, sizeof v);
+        } else if (k == PLAN_ARG_NORM) {
+            CUdeviceptr p = norm && l->targs[i].value >= 0 ? norm[l->targs[i].value] : 0;
+            memcpy(slot, &p, sizeof p);
         } else {
             const PlanArg *t = &l->targs[i];
             CUdeviceptr p = buf[t->buf];

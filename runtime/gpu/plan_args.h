@@ -17,8 +17,10 @@ typedef struct GpuArgs {
 } GpuArgs;
 
 /* Fills a for launch l with buffer b at address buf[b]; tensor maps with cuTensorMapEncodeTiled (the
- * driver must be loaded). 1, or 0 with the reason in err. */
-int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, GpuArgs *a, char *err, size_t errlen);
+ * driver must be loaded); a PLAN_ARG_NORM of param node p gets norm[p] (NULL, or 0 there: nullptr, the kernel then
+ * writes no squares; decision 73). 1, or 0 with the reason in err. */
+int gpu_args_build(const PlanLaunch *l, const CUdeviceptr *buf, const CUdeviceptr *norm, GpuArgs *a, char *err,
+                   size_t errlen);
 void gpu_args_free(GpuArgs *a);
 
 /* Writes every param's working copy (plan.h PLAN_BUF_COPY) from the param's fp32 values with kernel

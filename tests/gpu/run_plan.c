@@ -24,7 +24,10 @@
  * and scales) and against moec_fp8b_copy_ExNxK; the node checks of the fp8-block grouped_mlp read the
  * copies gpu_fill_copies wrote from the params; the fp8-block fast forward's a codes and scales, which the
  * gate_up GEMM's fused SwiGLU epilogue writes (decision 57), against fp8b_quantize of a computed from the
- * GPU's h (fp8b_glu_check, fp8b_glu_diff in the summary).
+ * GPU's h (fp8b_glu_check, fp8b_glu_diff in the summary). Decision 73: each weight-gradient GEMM that writes the
+ * squares of a param's gradient for the optimizer's norm (plan.h PLAN_ARG_NORM) writes them into a buffer here,
+ * and their sum must equal the sum of squares of the dW it stored (read back, in double) within 1e-5 relative
+ * (fp32 sums of 64 squares a tile: at most ~4e-6); norm_fused_worst in the summary.
  * The CUDA driver API comes through runtime/gpu/cudrv.h (loaded at run time,
  * as in the training binary). One line per compared node; the summary last. Exit 0 when all agree. */
 #include <math.h>
@@ -586,6 +589,28 @@ int main(int argc, char **argv)
     long long mx_quant_diff = 0, glu_diff = 0, hcopy_diff = 0;
     int glu_nodes = 0;
     long long route_flips = 0, route_total = 0;
+    /* decision 73: the GEMMs' gradient-norm squares, each param's at norm_at[param node] (count doubles) */
+    CUdeviceptr *norm_at = calloc((size_t)g->nnodes + 1, sizeof *norm_at), dnorm = 0;
+    int64_t *norm_count = calloc((size_t)g->nnodes + 1, sizeof *norm_count), norm_total = 0;
+    int norm_checked = 0;
+    double norm_worst = 0;
+    for (int l = 0; l < nl; l++)
+        for (int a = 0; a < plan->launches[l].nargs && plan->launches[l].targs; a++) {
+            const PlanArg *t = &plan->launches[l].targs[a];
+            if (t->kind == PLAN_ARG_NORM && t->value >= 0) {
+                norm_count[t->value] = t->rows * (int64_t)gpu_launch_grid(&plan->launches[l], sms);
+                norm_total += norm_count[t->value];
+            }
+        }
+    if (norm_total) {
+        CU(cuMemAlloc(&dnorm, (size_t)norm_total * sizeof(double)));
+        int64_t o = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            if (norm_count[i]) {
+                norm_at[i] = dnorm + (CUdeviceptr)o * sizeof(double);
+                o += norm_count[i];
+            }
+    }
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
         cu_what = n->name;
@@ -616,7 +641,7 @@ int main(int argc, char **argv)
                 die("%s: a host-side collective where a kernel was expected", n->name);
             GpuArgs ga;
             char aerr[512];
-            if (!gpu_args_build(l, dptr, &ga, aerr, sizeof aerr))
+            if (!gpu_args_build(l, dptr, norm_at, &ga, aerr, sizeof aerr))
                 die("%s: %s", n->name, aerr);
             unsigned bx = (unsigned)l->block;
             unsigned shm = (unsigned)l->shared_bytes;
@@ -638,6 +663,30 @@ int main(int argc, char **argv)
         }
         if (n->op == IR_OP_INPUT || n->op == IR_OP_PARAM)
             continue;
+        /* decision 73: the squares each GEMM of this node wrote against the dW it stored */
+        for (int p = 0; p < g->nparams && norm_total; p++) {
+            const IrNode *pn = g->params[p], *gr = g->grads[p];
+            if (!norm_count[pn->id] || !gr || gr->op != IR_OP_VIEW || gr->src[0] != n)
+                continue;
+            int64_t cnt = norm_count[pn->id], ne = ir_numel(pn), off = ir_attr_i(gr, IR_ATTR_OFFSET);
+            double *part = malloc((size_t)cnt * sizeof(double)), got = 0, want = 0;
+            float *dwh = malloc((size_t)ne * 4);
+            d2h(part, norm_at[pn->id], (size_t)cnt * sizeof(double));
+            d2h(dwh, dptr[i] + (CUdeviceptr)off * 4, (size_t)ne * 4);
+            for (int64_t e = 0; e < cnt; e++)
+                got += part[e];
+            for (int64_t e = 0; e < ne; e++)
+                want += (double)dwh[e] * dwh[e];
+            double rel = fabs(got - want) / (want > 0 ? want : 1);
+            norm_worst = fmax(norm_worst, isnan(rel) ? INFINITY : rel);
+            norm_checked++;
+            int fail = !(rel <= 1e-5);
+            bad += fail;
+            printf("  %-5d %-40s gradient-norm squares from its GEMM: %.9g, of the stored dW %.9g: rel %.2e %s\n",
+                   pn->id, pn->name, got, want, rel, fail ? "FAIL" : "ok");
+            free(part);
+            free(dwh);
+        }
         if (!chain && fast_node == i && g->train.precision == IR_PREC_MXFP8 &&
             (n->op == IR_OP_GROUPED_MLP || n->op == IR_OP_GROUPED_MLP_BWD)) {
             int64_t d = mx_quant_check(plan, n, &cpu, dptr);
@@ -998,9 +1047,16 @@ int main(int argc, char **argv)
         snprintf(mxs, sizeof mxs, " mx_quant_diff=%lld", mx_quant_diff);
     if (glu_nodes)
         snprintf(mxs, sizeof mxs, " fp8b_glu_diff=%lld fp8b_hcopy_diff=%lld", glu_diff, hcopy_diff);
-    printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d%s%s %s\n", ncompared,
+    char nms[96] = "";
+    if (norm_checked)
+        snprintf(nms, sizeof nms, " norm_fused=%d norm_fused_worst=%.2e", norm_checked, norm_worst);
+    printf("SUMMARY nodes=%d launches=%d failed=%d worst_fp32_normwise=%.3e (%s) adamw_diff=%d%s%s%s %s\n", ncompared,
            nlaunched, bad, worst_fp, worst_fp_name, adam_diff, fp8_shapes ? (fp8_diff ? " fp8b_copy_diff=1" : " fp8b_copy_diff=0") : "",
-           mxs, bad ? "FAILED" : "all agree");
+           mxs, nms, bad ? "FAILED" : "all agree");
+    if (dnorm)
+        cu.cuMemFree(dnorm);
+    free(norm_at);
+    free(norm_count);
     cpu_plan_free(&cpu);
     for (int r = 0; r < 3; r++) {
         free(base[r]);

@@ -22,6 +22,7 @@
 #include "../../codegen/cuda.h"
 #include "../../codegen/mxfp8.cuh"
 #include "../../codegen/moe_fast_offsets.h"
+#include "../../codegen/gemm_sm90_sched.h"
 #include "../../runtime/gpu/nvrtc.h"
 #include "../../runtime/gpu/kimage.h"
 #include "../../runtime/gpu/gpu.h"
@@ -351,7 +352,8 @@ static void check_plan(const char *what, const Plan *p)
         prev = node;
         for (int a = 0; a < o->nargs; a++) {
             int b = o->args[a];
-            if (b == -1 && o->targs && (o->targs[a].kind == PLAN_ARG_I32 || o->targs[a].kind == PLAN_ARG_I64))
+            if (b == -1 && o->targs &&
+                (o->targs[a].kind == PLAN_ARG_I32 || o->targs[a].kind == PLAN_ARG_I64 || o->targs[a].kind == PLAN_ARG_NORM))
                 continue;
             if (b >= 0 && b < nb && p->bufs[b].elided && bad++ < 5)
                 fprintf(stderr, "%s: launch %d names buffer %d (%s), which is elided\n", what, l, b, p->bufs[b].name);
@@ -1416,7 +1418,7 @@ static void test_fast_mlp_fp8(int coop, int sep)
     const char *kgu = coop ? "moec::sm90::GemmFp8KGrouped<4, 512, 256, 5, 0>::run(tma_a, tma_b, out + "
                            : "moec::sm90::GemmFp8KGrouped<4, 512, 256, 7, 0, 16, 0, 1>::run(tma_a, tma_b, out + ";
     CHECK(strstr(p->cuda_source, kdown) && strstr(p->cuda_source, kgu) &&
-              strstr(p->cuda_source, "rows_cap, &tma_dw);") &&
+              strstr(p->cuda_source, "rows_cap, &tma_dw, sumsq);") &&
               strstr(p->cuda_source, "moec::fp8b::quant_tiles<E, 2 * F>(q, sa, ") &&
               strstr(p->cuda_source, sep ? ", dht, dhts, moec::fp8b::Dswiglu<F, moec::fp8b::HE4m3<F>>{{hq, hsa, rcap}, "
                                            "dap, pp}, nullptr"
@@ -1987,6 +1989,106 @@ static void test_layer_layouts(void)
         }
 }
 
+/* Decision 73: each weight-gradient GEMM of the fast expert MLP (bf16, fp8-block, MXFP8) takes a PLAN_ARG_NORM naming
+ * the param whose whole gradient it stores (KGEMM_SUMSQ_PER_BLOCK doubles a block), so the optimizer's gradient norm
+ * need not read it again; a gradient that goes through an all-reduce gets none (value -1: the kernel then writes
+ * nothing): with ep or dp above 1 every gradient does (the sum over replicas, or at least the mean over the world).
+ * The argument survives the plan's JSON, and a plan naming a node that is no param is refused. */
+static void test_norm_args(void)
+{
+    const struct {
+        const char *path, *precision;
+        int64_t ep, dp;
+        int named; /* whether the weight-gradient launches name their params */
+    } cases[] = {{"tests/gpu/fast_mlp.moe", NULL, 1, 1, 1},           {"tests/gpu/fast_mlp_fp8.moe", "fp8-block", 1, 1, 1},
+                 {"tests/gpu/fast_mlp_fp8.moe", "mxfp8", 1, 1, 1},    {"tests/gpu/fast_mlp.moe", NULL, 2, 1, 0},
+                 {"tests/gpu/fast_mlp.moe", NULL, 1, 2, 0},           {"tests/gpu/fast_mlp_fp8.moe", "fp8-block", 1, 2, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        Compilation c;
+        memset(&c, 0, sizeof c);
+        IrGraph *g = NULL;
+        if (compilation_read(&c, cases[k].path, stderr)) {
+            PassCtx ctx;
+            pass_ctx_init(&ctx, NULL);
+            if (cases[k].precision) {
+                c.opts.has_precision = 1;
+                c.opts.precision = strcmp(cases[k].precision, "mxfp8") == 0 ? IR_PREC_MXFP8 : IR_PREC_FP8_BLOCK;
+            }
+            c.opts.ep = cases[k].ep;
+            c.opts.dp = cases[k].dp;
+            if (compilation_run(&c, cases[k].path, c.text, c.len, stderr, &ctx) == 0)
+                g = c.graph;
+        }
+        char err[1024], what[96];
+        snprintf(what, sizeof what, "norm args (%s, ep %lld, dp %lld)", cases[k].precision ? cases[k].precision : "bf16",
+                 (long long)cases[k].ep, (long long)cases[k].dp);
+        Plan *p = g ? plan_create(g, &c.arena, err, sizeof err) : NULL;
+        if (p)
+            p->source.kernels = PLAN_KERNELS_FAST;
+        CHECK(p && cuda_codegen(p, NULL, NULL), "%s: a fast plan", what);
+        if (!p) {
+            compilation_free(&c);
+            continue;
+        }
+        int named = 0, none = 0, good = 1, dw = 0, bwd = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            bwd += g->nodes[i]->op == IR_OP_GROUPED_MLP_BWD;
+        for (int i = 0; i < p->nlaunches; i++) {
+            const PlanLaunch *l = &p->launches[i];
+            const char *kn = l->kernel >= 0 ? p->kernel_names[l->kernel] : "";
+            int is_dw = strstr(kn, "_fast_dw_down") || strstr(kn, "_fast_dw_gate_up"), norms = 0;
+            dw += is_dw;
+            for (int a = 0; a < l->nargs && l->targs; a++) {
+                const PlanArg *t = &l->targs[a];
+                if (t->kind != PLAN_ARG_NORM)
+                    continue;
+                norms++;
+                good &= is_dw && t->rows == KGEMM_SUMSQ_PER_BLOCK && t->buf == -1 && l->args[a] == -1;
+                if (t->value < 0) {
+                    none++;
+                    continue;
+                }
+                named++;
+                /* the param's gradient is the view of this launch's node, of the param's size */
+                int pi = -1;
+                for (int q = 0; q < g->nparams; q++)
+                    if (g->params[q]->id == t->value)
+                        pi = q;
+                const IrNode *gr = pi >= 0 ? g->grads[pi] : NULL;
+                good &= gr && gr->op == IR_OP_VIEW && gr->src[0]->id == l->node &&
+                        ir_numel(gr) == ir_numel(g->params[pi]) && strstr(g->params[pi]->name, "w_");
+            }
+            good &= norms == is_dw; /* one on every weight-gradient GEMM, none elsewhere */
+        }
+        CHECK(good && bwd > 0 && dw == 2 * bwd && named == (cases[k].named ? dw : 0) && named + none == dw,
+              "%s: %d weight-gradient launches (%d backward nodes), %d name their param's norm, %d none", what, dw, bwd,
+              named, none);
+        char *json = plan_to_json(p, 1);
+        Plan *back = json ? plan_from_json(json, strlen(json), what, NULL, err, sizeof err) : NULL;
+        char *json2 = back ? plan_to_json(back, 1) : NULL;
+        CHECK(back && strcmp(json, json2) == 0, "%s: the norm arguments read back%s%s", what, back ? "" : ": ",
+              back ? "" : err);
+        if (named && back) {
+            /* a norm argument made to name node 0 (an input), written out with a fresh checksum: refused */
+            for (int l = 0; l < back->nlaunches; l++)
+                for (int a = 0; a < back->launches[l].nargs && back->launches[l].targs; a++)
+                    if (back->launches[l].targs[a].kind == PLAN_ARG_NORM)
+                        back->launches[l].targs[a].value = 0;
+            char *bad = plan_to_json(back, 1);
+            Plan *refused = bad ? plan_from_json(bad, strlen(bad), what, NULL, err, sizeof err) : NULL;
+            CHECK(bad && !refused && strstr(err, "which is no param"),
+                  "%s: a norm of a node that is no param is refused (%s)", what, refused ? "read" : err);
+            plan_free(refused);
+            free(bad);
+        }
+        free(json);
+        free(json2);
+        plan_free(back);
+        plan_free(p);
+        compilation_free(&c);
+    }
+}
+
 int main(void)
 {
     test_base64();
@@ -2002,6 +2104,7 @@ int main(void)
     test_fast_mlp_fp8(1, 1);
     test_unread_srcs_io();
     test_fast_mlp_mx();
+    test_norm_args();
     test_bf16_storage();
     test_layer_layouts();
     test_needs_arch();
