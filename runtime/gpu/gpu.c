@@ -782,7 +782,21 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
     }
     cpu_metrics_watch(g, &G->watch);
     int64_t *foff = NULL;  /* forward only: each buffer's offset in the forward pass's own layout (-1: none) */
-    int ok = cudrv_load(G->err, sizeof G->err);
+    int ok = 1;
+    /* decision 73: the expert weights' gradient-norm squares from their GEMMs (MOEC_GRAD_NORM unset or "gemm"), or
+     * every gradient read again by moec_grad_sumsq ("separate": the step before it, for A/B timing) */
+    int norm_from_gemm = 1;
+    {
+        const char *gn = getenv("MOEC_GRAD_NORM");
+        if (gn && *gn && strcmp(gn, "gemm") != 0) {
+            if (strcmp(gn, "separate") != 0) {
+                ok = fail(G, "MOEC_GRAD_NORM is 'gemm' or 'separate', not '%s'", gn);
+                goto out;
+            }
+            norm_from_gemm = 0;
+        }
+    }
+    ok = cudrv_load(G->err, sizeof G->err);
     if (!ok)
         goto out;
     /* the device */
@@ -852,7 +866,7 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
             G->sumsq_grid[p] = (unsigned)(grid > SUMSQ_MAX_GRID ? SUMSQ_MAX_GRID : grid < 1 ? 1 : grid);
             G->part_len[p] = norm_slot(plan, g->params[p]);
             /* decision 73: the gradient's squares from its GEMM, when its persistent grid fits the slot */
-            int pb = 0, li = G->forward_only ? -1 : norm_launch(plan, g->params[p]->id, &pb);
+            int pb = 0, li = G->forward_only || !norm_from_gemm ? -1 : norm_launch(plan, g->params[p]->id, &pb);
             if (li >= 0 && plan->launches[li].cluster <= 1) {
                 int64_t blocks = (int64_t)gpu_launch_grid(&plan->launches[li], G->info.sms);
                 if (blocks <= NORM_MAX_SMS)
