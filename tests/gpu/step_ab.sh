@@ -4,7 +4,8 @@
 # target, ~108 GiB) does not fit: tests/gpu/mixtral2.moe, two of its layers at the same 4 x 4096 tokens a step
 # (54.45 GiB planned: an 80 GB H100), bf16 and fp8-block, each run with a runtime switch's two values alternating
 # (AB_SWITCH, default MOEC_GRAD_NORM=gemm|separate, decision 73), then transformers' grouped_mm bf16 on the same
-# two-layer config (bench/anchors.py; AB_HF=0 skips it). tokens/s are the median of steps 4-10 of each run.
+# two-layer config (bench/anchors.py; AB_HF=0 skips it). tokens/s are the median of steps 4-10 of each run. AB_BINS
+# names the binaries to run (default "mixtral2 mixtral2_fp8").
 # Build (here: make, flex/bison, cJSON, NVRTC) writes OUTDIR (default build/gpu-step-ab): the two training binaries,
 # libcjson.so.1, the FASTA data, anchors.py and the model. Run (the GPU machine) prints one row per run, a table last.
 set -uo pipefail
@@ -43,7 +44,7 @@ median_tps() {
   grep -o '"tokens_per_s":[0-9.e+]*' "$1" | cut -d: -f2 | tail -n +4 | sort -g |
     awk '{a[NR] = $1} END {if (NR) printf "%.0f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
 }
-for bin in mixtral2 mixtral2_fp8; do
+for bin in ${AB_BINS:-mixtral2 mixtral2_fp8}; do
   for round in 1 2; do
     for v in "$VA" "$VB"; do
       name=${bin}_${v}_$round
