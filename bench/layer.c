@@ -396,10 +396,14 @@ int main(int argc, char **argv)
     unsigned *grid = calloc((size_t)plan->nlaunches + 1, sizeof *grid);
     int sms = 0;
     CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-    /* the weight-gradient GEMMs write their gradients' squares for the optimizer's norm, as in training (decision
-     * 73): each into its own place in a scratch buffer, which nothing reads here */
+    /* the weight-gradient GEMMs write their gradients' squares for the optimizer's norm where training has them do
+     * it (decision 73, MOEC_GRAD_NORM=gemm): each into its own place in a scratch buffer, which nothing reads here */
     CUdeviceptr *norm_at = calloc((size_t)g->nnodes + 1, sizeof *norm_at), dnorm = 0;
-    {
+    char nerr[128];
+    int norm_gemm = gpu_norm_from_gemm(nerr, sizeof nerr);
+    if (norm_gemm < 0)
+        die("%s", nerr);
+    if (norm_gemm) {
         int64_t total = 0;
         for (int li = 0; li < plan->nlaunches; li++)
             for (int a = 0; a < plan->launches[li].nargs && plan->launches[li].targs; a++)

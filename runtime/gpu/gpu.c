@@ -783,18 +783,12 @@ Gpu *gpu_create(const Plan *plan, Comm *comm, const GpuOptions *o, char *err, si
     cpu_metrics_watch(g, &G->watch);
     int64_t *foff = NULL;  /* forward only: each buffer's offset in the forward pass's own layout (-1: none) */
     int ok = 1;
-    /* decision 73: the expert weights' gradient-norm squares from their GEMMs (MOEC_GRAD_NORM unset or "gemm"), or
-     * every gradient read again by moec_grad_sumsq ("separate": the step before it, for A/B timing) */
-    int norm_from_gemm = 1;
-    {
-        const char *gn = getenv("MOEC_GRAD_NORM");
-        if (gn && *gn && strcmp(gn, "gemm") != 0) {
-            if (strcmp(gn, "separate") != 0) {
-                ok = fail(G, "MOEC_GRAD_NORM is 'gemm' or 'separate', not '%s'", gn);
-                goto out;
-            }
-            norm_from_gemm = 0;
-        }
+    /* decision 73: the expert weights' gradient-norm squares from their GEMMs (MOEC_GRAD_NORM=gemm), or every
+     * gradient read by moec_grad_sumsq (unset or "separate": the default until the GEMMs' squares have run on a GPU) */
+    int norm_from_gemm = gpu_norm_from_gemm(G->err, sizeof G->err);
+    if (norm_from_gemm < 0) {
+        ok = 0;
+        goto out;
     }
     ok = cudrv_load(G->err, sizeof G->err);
     if (!ok)

@@ -79,6 +79,17 @@ void gpu_args_free(GpuArgs *a)
     memset(a, 0, sizeof *a);
 }
 
+int gpu_norm_from_gemm(char *err, size_t errlen)
+{
+    const char *v = getenv("MOEC_GRAD_NORM");
+    if (!v || !*v || strcmp(v, "separate") == 0)
+        return 0;
+    if (strcmp(v, "gemm") == 0)
+        return 1;
+    snprintf(err, errlen, "MOEC_GRAD_NORM is 'gemm' or 'separate', not '%s'", v);
+    return -1;
+}
+
 unsigned gpu_launch_grid(const PlanLaunch *l, int sms)
 {
     return l->grid == PLAN_GRID_ALL_SMS ? (unsigned)(sms > 0 ? sms : 1) : (unsigned)l->grid;

@@ -30,6 +30,12 @@ void gpu_args_free(GpuArgs *a);
  * gpu_put_params). Returns the number of copies written, or -1 with the reason in err. */
 int gpu_fill_copies(const Plan *p, KModules *mods, const CUdeviceptr *buf, CUstream stream, char *err, size_t errlen);
 
+/* Decision 73's switch, MOEC_GRAD_NORM: "gemm" (the expert weights' gradient-norm squares from their weight-gradient
+ * GEMMs, the optimizer does not read those gradients again) gives 1; unset, empty or "separate" (moec_grad_sumsq
+ * reads every gradient, as before) 0, the default until the GEMMs' squares have been checked on a GPU
+ * (tests/gpu/run_plan.sh's norm_fused rows, tests/gpu/step_ab.sh); anything else -1 with the message in err. */
+int gpu_norm_from_gemm(char *err, size_t errlen);
+
 /* A launch's grid for a device of `sms` SMs (PLAN_GRID_ALL_SMS: one block per SM). */
 unsigned gpu_launch_grid(const PlanLaunch *l, int sms);
 /* The same for the launch's kernel f, whose dynamic shared memory is set: a cluster launch (l->cluster > 1) of

@@ -26,6 +26,7 @@
 #include "../../runtime/gpu/nvrtc.h"
 #include "../../runtime/gpu/kimage.h"
 #include "../../runtime/gpu/gpu.h"
+#include "../../runtime/gpu/plan_args.h"
 #include "../../driver/build.h"
 #include "../../plan/plan.h"
 #include "../../driver/compile.h"
@@ -2089,6 +2090,33 @@ static void test_norm_args(void)
     }
 }
 
+/* MOEC_GRAD_NORM, decision 73's switch: unset, empty or "separate" 0 (the default until it has run on a GPU), "gemm"
+ * 1, anything else -1 with a message naming the variable and its values */
+static void test_grad_norm_switch(void)
+{
+    char err[128] = "";
+    const char *saved = getenv("MOEC_GRAD_NORM");
+    char *keep = saved ? xstrdup(saved) : NULL;
+    unsetenv("MOEC_GRAD_NORM");
+    int unset = gpu_norm_from_gemm(err, sizeof err);
+    setenv("MOEC_GRAD_NORM", "", 1);
+    int empty = gpu_norm_from_gemm(err, sizeof err);
+    setenv("MOEC_GRAD_NORM", "separate", 1);
+    int sep = gpu_norm_from_gemm(err, sizeof err);
+    setenv("MOEC_GRAD_NORM", "gemm", 1);
+    int gemm = gpu_norm_from_gemm(err, sizeof err);
+    setenv("MOEC_GRAD_NORM", "fused", 1);
+    int bad = gpu_norm_from_gemm(err, sizeof err);
+    CHECK(unset == 0 && empty == 0 && sep == 0 && gemm == 1 && bad == -1 &&
+              strcmp(err, "MOEC_GRAD_NORM is 'gemm' or 'separate', not 'fused'") == 0,
+          "MOEC_GRAD_NORM: unset %d, empty %d, separate %d, gemm %d, fused %d (%s)", unset, empty, sep, gemm, bad, err);
+    if (keep)
+        setenv("MOEC_GRAD_NORM", keep, 1);
+    else
+        unsetenv("MOEC_GRAD_NORM");
+    free(keep);
+}
+
 int main(void)
 {
     test_base64();
@@ -2105,6 +2133,7 @@ int main(void)
     test_unread_srcs_io();
     test_fast_mlp_mx();
     test_norm_args();
+    test_grad_norm_switch();
     test_bf16_storage();
     test_layer_layouts();
     test_needs_arch();
