@@ -403,25 +403,18 @@ int main(int argc, char **argv)
     int norm_gemm = gpu_norm_from_gemm(nerr, sizeof nerr);
     if (norm_gemm < 0)
         die("%s", nerr);
-    if (norm_gemm) {
-        int64_t total = 0;
-        for (int li = 0; li < plan->nlaunches; li++)
-            for (int a = 0; a < plan->launches[li].nargs && plan->launches[li].targs; a++)
-                if (plan->launches[li].targs[a].kind == PLAN_ARG_NORM && plan->launches[li].targs[a].value >= 0)
-                    total += plan->launches[li].targs[a].rows * (int64_t)gpu_launch_grid(&plan->launches[li], sms);
-        if (total) {
-            CU(cuMemAlloc(&dnorm, (size_t)total * sizeof(double)));
-            int64_t o = 0;
-            for (int li = 0; li < plan->nlaunches; li++)
-                for (int a = 0; a < plan->launches[li].nargs && plan->launches[li].targs; a++) {
-                    const PlanArg *t = &plan->launches[li].targs[a];
-                    if (t->kind == PLAN_ARG_NORM && t->value >= 0) {
-                        norm_at[t->value] = dnorm + (CUdeviceptr)o * sizeof(double);
-                        o += t->rows * (int64_t)gpu_launch_grid(&plan->launches[li], sms);
-                    }
-                }
-        }
+    int64_t *norm_count = calloc((size_t)g->nnodes + 1, sizeof *norm_count);
+    int64_t norm_total = norm_gemm ? gpu_norm_counts(plan, sms, norm_count) : 0;
+    if (norm_total) {
+        CU(cuMemAlloc(&dnorm, (size_t)norm_total * sizeof(double)));
+        int64_t o = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            if (norm_count[i]) {
+                norm_at[i] = dnorm + (CUdeviceptr)o * sizeof(double);
+                o += norm_count[i];
+            }
     }
+    free(norm_count);
     for (int li = 0; li < plan->nlaunches; li++) {
         const PlanLaunch *l = &plan->launches[li];
         if (l->kernel < 0)

@@ -90,6 +90,20 @@ int gpu_norm_from_gemm(char *err, size_t errlen)
     return -1;
 }
 
+int64_t gpu_norm_counts(const Plan *p, int sms, int64_t *count)
+{
+    int64_t total = 0;
+    for (int l = 0; l < p->nlaunches; l++)
+        for (int a = 0; a < p->launches[l].nargs && p->launches[l].targs; a++) {
+            const PlanArg *t = &p->launches[l].targs[a];
+            if (t->kind == PLAN_ARG_NORM && t->value >= 0) {
+                count[t->value] = t->rows * (int64_t)gpu_launch_grid(&p->launches[l], sms);
+                total += count[t->value];
+            }
+        }
+    return total;
+}
+
 unsigned gpu_launch_grid(const PlanLaunch *l, int sms)
 {
     return l->grid == PLAN_GRID_ALL_SMS ? (unsigned)(sms > 0 ? sms : 1) : (unsigned)l->grid;

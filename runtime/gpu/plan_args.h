@@ -36,6 +36,11 @@ int gpu_fill_copies(const Plan *p, KModules *mods, const CUdeviceptr *buf, CUstr
  * (tests/gpu/run_plan.sh's norm_fused rows, tests/gpu/step_ab.sh); anything else -1 with the message in err. */
 int gpu_norm_from_gemm(char *err, size_t errlen);
 
+/* For a harness that gives the weight-gradient GEMMs a buffer of its own (tests/gpu/run_plan.c, bench/layer.c):
+ * count[node] (count has the graph's nnodes entries, zeroed by the caller) = the doubles that the launch naming
+ * param node `node` in a PLAN_ARG_NORM writes on a device of `sms` SMs; returns their total (0: none). */
+int64_t gpu_norm_counts(const Plan *p, int sms, int64_t *count);
+
 /* A launch's grid for a device of `sms` SMs (PLAN_GRID_ALL_SMS: one block per SM). */
 unsigned gpu_launch_grid(const PlanLaunch *l, int sms);
 /* The same for the launch's kernel f, whose dynamic shared memory is set: a cluster launch (l->cluster > 1) of

@@ -591,17 +591,10 @@ int main(int argc, char **argv)
     long long route_flips = 0, route_total = 0;
     /* decision 73: the GEMMs' gradient-norm squares, each param's at norm_at[param node] (count doubles) */
     CUdeviceptr *norm_at = calloc((size_t)g->nnodes + 1, sizeof *norm_at), dnorm = 0;
-    int64_t *norm_count = calloc((size_t)g->nnodes + 1, sizeof *norm_count), norm_total = 0;
+    int64_t *norm_count = calloc((size_t)g->nnodes + 1, sizeof *norm_count);
+    int64_t norm_total = gpu_norm_counts(plan, sms, norm_count);
     int norm_checked = 0;
     double norm_worst = 0;
-    for (int l = 0; l < nl; l++)
-        for (int a = 0; a < plan->launches[l].nargs && plan->launches[l].targs; a++) {
-            const PlanArg *t = &plan->launches[l].targs[a];
-            if (t->kind == PLAN_ARG_NORM && t->value >= 0) {
-                norm_count[t->value] = t->rows * (int64_t)gpu_launch_grid(&plan->launches[l], sms);
-                norm_total += norm_count[t->value];
-            }
-        }
     if (norm_total) {
         CU(cuMemAlloc(&dnorm, (size_t)norm_total * sizeof(double)));
         int64_t o = 0;

@@ -2064,6 +2064,17 @@ static void test_norm_args(void)
         CHECK(good && bwd > 0 && dw == 2 * bwd && named == (cases[k].named ? dw : 0) && named + none == dw,
               "%s: %d weight-gradient launches (%d backward nodes), %d name their param's norm, %d none", what, dw, bwd,
               named, none);
+        /* the harnesses' layout of the squares (gpu_norm_counts): 8 doubles a block for each named param, here 132 SMs */
+        int64_t *cnt = calloc((size_t)g->nnodes + 1, sizeof *cnt), total = gpu_norm_counts(p, 132, cnt), sum = 0;
+        int counted = 0;
+        for (int i = 0; i < g->nnodes; i++) {
+            counted += cnt[i] != 0;
+            sum += cnt[i];
+            good &= cnt[i] == 0 || (g->nodes[i]->op == IR_OP_PARAM && cnt[i] == KGEMM_SUMSQ_PER_BLOCK * 132);
+        }
+        CHECK(good && counted == named && total == sum, "%s: gpu_norm_counts: %d params, %lld doubles", what, counted,
+              (long long)total);
+        free(cnt);
         char *json = plan_to_json(p, 1);
         Plan *back = json ? plan_from_json(json, strlen(json), what, NULL, err, sizeof err) : NULL;
         char *json2 = back ? plan_to_json(back, 1) : NULL;
