@@ -299,7 +299,8 @@ static void emit_mgemm_dswiglu(Cg *cg, Fast *f, int dyp, int w2b, int hp, int pp
 /* The param whose whole gradient is the node's elements [off, off + numel) (the autodiff's view of the expert
  * MLP's backward there), or NULL. Such a gradient is final where its weight-gradient GEMM stores it (no all-reduce,
  * nothing added), so the GEMM can write the squares of its gradient norm (decision 73); a gradient that goes
- * through an all-reduce (data parallelism) is another node, and gets none. */
+ * through an all-reduce (ep or dp above 1: the sum over replicas, or at least the mean over the world) is another
+ * node, and gets none. */
 static const IrNode *grad_param_at(const Cg *cg, const Fast *f, int64_t off, int64_t numel)
 {
     const IrGraph *g = cg->g;
